@@ -1,0 +1,41 @@
+# The two commands of the README. Both set up everything they need on a fresh Debian machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint types imports unit test-db bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## make run: the whole product on http://127.0.0.1:8000 (SQLite, in-process worker, demo data)
+run: $(STAMP)
+	$(BIN)/forgehand serve
+
+## make test: lint, types, import contracts and the whole test suite (real Docker included)
+test: $(STAMP) lint types imports
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+types: $(STAMP)
+	$(BIN)/mypy
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+## database-touching tests only (CI runs these again with FORGEHAND_TEST_DATABASE_URL=postgresql+asyncpg://...)
+test-db: $(STAMP)
+	$(BIN)/pytest -q -m db
+
+bench: $(STAMP)
+	$(BIN)/pytest -q -s tests/bench -p no:cacheprovider -o testpaths=tests/bench -o python_files='bench_*.py'
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The forgehand host: app, settings, database, accounts, auth, audit, repositories, web, CLI."""

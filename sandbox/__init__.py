@@ -1,0 +1,1 @@
+"""Hardened Docker sandboxes. Imports nothing from forge, tasks or webhooks."""

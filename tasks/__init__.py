@@ -1,0 +1,1 @@
+"""Agent tasks: state machine, runs, worker, runtimes, transcripts (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""Signed lifecycle webhooks: endpoints, signing, policy dispatch, outbox (see hooks-protocol)."""
