@@ -1,0 +1,218 @@
+"""Accounts: people and bots, sign-in with a rate limit on failures."""
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge import audit
+from forge.audit import Actor
+from forge.db import Database, utcnow
+from forge.errors import Conflict, InvalidInput, NotFound, RateLimited, Unauthenticated
+from forge.models import Account, AccountType
+from forge.security import hash_password, verify_password
+from forge.settings import Settings
+
+_LOGIN_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
+# Names that would collide with routes at the root of the site.
+RESERVED_LOGINS = frozenset(
+    {
+        "api",
+        "admin",
+        "static",
+        "login",
+        "logout",
+        "signin",
+        "signout",
+        "settings",
+        "healthz",
+        "metrics",
+        "user",
+        "users",
+        "tokens",
+        "new",
+        "explore",
+        "assets",
+        "forgehand",
+        "tasks",
+        "repos",
+        "git",
+    }
+)
+MIN_PASSWORD = 10
+
+
+class AccountRead(msgspec.Struct, kw_only=True):
+    id: int
+    login: str
+    type: Literal["User", "Bot"]
+    display_name: str
+    is_admin: bool
+    disabled: bool
+    owner: str | None
+    created_at: datetime
+
+
+def validate_login(login: str) -> str:
+    if not _LOGIN_RE.fullmatch(login):
+        raise InvalidInput(
+            "a login is 1-39 letters, digits or single hyphens, not starting or ending with a hyphen",
+            code="invalid_login",
+        )
+    if login.lower() in RESERVED_LOGINS:
+        raise InvalidInput(f"{login!r} is reserved", code="invalid_login")
+    return login
+
+
+def validate_password(password: str) -> str:
+    if len(password) < MIN_PASSWORD:
+        raise InvalidInput(f"a password needs at least {MIN_PASSWORD} characters", code="weak_password")
+    if len(password) > 1024:
+        raise InvalidInput("a password is at most 1024 characters", code="invalid_password")
+    return password
+
+
+async def to_read(session: AsyncSession, account: Account) -> AccountRead:
+    owner = None
+    if account.owner_id is not None:
+        owner_row = await session.get(Account, account.owner_id)
+        owner = owner_row.login if owner_row else None
+    return AccountRead(
+        id=account.id,
+        login=account.login,
+        type="Bot" if account.is_bot else "User",
+        display_name=account.display_name,
+        is_admin=account.is_admin,
+        disabled=account.disabled,
+        owner=owner,
+        created_at=account.created_at,
+    )
+
+
+async def get_by_login(session: AsyncSession, login: str) -> Account | None:
+    return (await session.execute(select(Account).where(Account.login_key == login.lower()))).scalar_one_or_none()
+
+
+async def require_by_login(session: AsyncSession, login: str) -> Account:
+    account = await get_by_login(session, login)
+    if account is None:
+        raise NotFound(f"no account {login!r}", code="account_not_found")
+    return account
+
+
+async def _ensure_free(session: AsyncSession, login: str) -> None:
+    if await get_by_login(session, login) is not None:
+        raise Conflict(f"the login {login!r} is taken", code="login_taken")
+
+
+async def create_user(
+    session: AsyncSession,
+    actor: Actor,
+    login: str,
+    password: str,
+    *,
+    is_admin: bool = False,
+    display_name: str = "",
+) -> Account:
+    validate_login(login)
+    validate_password(password)
+    await _ensure_free(session, login)
+    account = Account(
+        login=login,
+        login_key=login.lower(),
+        type=AccountType.USER,
+        display_name=display_name[:200],
+        password_hash=await hash_password(password),
+        is_admin=is_admin,
+    )
+    session.add(account)
+    await session.flush()
+    audit.record(session, actor, "user.create", login, is_admin=is_admin)
+    return account
+
+
+async def create_bot(
+    session: AsyncSession, actor: Actor, login: str, *, owner: Account | None = None, display_name: str = ""
+) -> Account:
+    validate_login(login)
+    await _ensure_free(session, login)
+    account = Account(
+        login=login,
+        login_key=login.lower(),
+        type=AccountType.BOT,
+        display_name=display_name[:200],
+        password_hash=None,
+        owner_id=owner.id if owner else None,
+    )
+    session.add(account)
+    await session.flush()
+    audit.record(session, actor, "bot.create", login, owner=owner.login if owner else None)
+    return account
+
+
+async def set_disabled(session: AsyncSession, actor: Actor, login: str, disabled: bool) -> Account:
+    account = await require_by_login(session, login)
+    if disabled and account.id == actor.principal.account_id:
+        raise InvalidInput("you cannot disable your own account", code="cannot_disable_self")
+    account.disabled = disabled
+    audit.record(session, actor, "user.disable" if disabled else "user.enable", account.login)
+    return account
+
+
+async def list_accounts(session: AsyncSession, *, type_: str | None = None) -> Sequence[Account]:
+    stmt = select(Account).order_by(Account.login_key)
+    if type_ is not None:
+        stmt = stmt.where(Account.type == type_)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def count_accounts(session: AsyncSession) -> int:
+    return len((await session.execute(select(Account.id).limit(1))).all())
+
+
+async def authenticate_password(db: Database, settings: Settings, actor: Actor, login: str, password: str) -> Account:
+    """Check a sign-in. Failures are audited and rate-limited per login and per client address."""
+    target = login.lower()[:40]
+    since = audit.window_start(settings.signin_window_seconds)
+    async with db.session() as session:
+        per_login = await audit.count_refusals_since(session, "auth.sign_in", since, target=target)
+        per_addr = (
+            await audit.count_refusals_since(session, "auth.sign_in", since, client_addr=actor.client_addr)
+            if actor.client_addr
+            else 0
+        )
+        limited = per_login >= settings.signin_max_failures or per_addr >= 4 * settings.signin_max_failures
+        if limited:
+            oldest = await audit.oldest_refusal_since(
+                session,
+                "auth.sign_in",
+                since,
+                target=target if per_login >= settings.signin_max_failures else None,
+                client_addr=None if per_login >= settings.signin_max_failures else actor.client_addr,
+            )
+        account = await get_by_login(session, login)
+    if limited:
+        retry = settings.signin_window_seconds
+        if oldest is not None:
+            retry = max(1, int(settings.signin_window_seconds - (utcnow() - oldest).total_seconds()) + 1)
+        await audit.record_refusal(db, actor, "auth.sign_in.limited", target)
+        raise RateLimited("too many failed sign-ins; try again later", retry_after=retry)
+    # Always verify (against a dummy hash when there is no account) so timing does not tell.
+    ok = await verify_password(account.password_hash if account else None, password)
+    reason = None
+    if not ok or account is None:
+        reason = "bad_credentials"
+    elif account.disabled:
+        reason = "disabled"
+    elif account.is_bot:
+        reason = "bot"
+    if reason is not None or account is None:
+        await audit.record_refusal(db, actor, "auth.sign_in", target, reason=reason)
+        if reason == "disabled":
+            raise Unauthenticated("this account is disabled", code="account_disabled")
+        raise Unauthenticated("wrong login or password", code="bad_credentials")
+    return account

@@ -1,0 +1,77 @@
+"""REST: instance administration (users, bots, their tokens, the audit log). Admins only."""
+
+from typing import Annotated
+
+from litestar import Controller, get, patch, post
+from litestar.params import FromPath, JSONBody, Parameter
+
+from forge import accounts, audit, tokens, websessions
+from forge.access import INSTANCE, Action, require
+from forge.accounts import AccountRead
+from forge.audit import AuditRead
+from forge.deps import ActorDep, DbSession, TokenCacheDep
+from forge.schemas import AccountUpdate, BotCreate, TokenCreate, UserCreate, UserCreated
+from forge.security import generate_password
+
+
+class AdminController(Controller):
+    path = "/api/v1/admin"
+    tags = ["admin"]
+
+    @get("/accounts", summary="All accounts")
+    async def list_accounts(self, db_session: DbSession, actor: ActorDep) -> list[AccountRead]:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        return [await accounts.to_read(db_session, a) for a in await accounts.list_accounts(db_session)]
+
+    @post("/users", summary="Create a person's account")
+    async def create_user(self, db_session: DbSession, actor: ActorDep, data: JSONBody[UserCreate]) -> UserCreated:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        password = data.password or generate_password()
+        await accounts.create_user(
+            db_session, actor, data.login, password, is_admin=data.is_admin, display_name=data.display_name
+        )
+        return UserCreated(login=data.login, password=None if data.password else password)
+
+    @post("/bots", summary="Create a bot account")
+    async def create_bot(self, db_session: DbSession, actor: ActorDep, data: JSONBody[BotCreate]) -> AccountRead:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        owner = await accounts.require_by_login(db_session, data.owner) if data.owner else None
+        bot = await accounts.create_bot(db_session, actor, data.login, owner=owner, display_name=data.display_name)
+        return await accounts.to_read(db_session, bot)
+
+    @patch("/accounts/{login:str}", summary="Disable or enable an account")
+    async def update_account(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        token_cache: TokenCacheDep,
+        login: FromPath[str],
+        data: JSONBody[AccountUpdate],
+    ) -> AccountRead:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        account = await accounts.require_by_login(db_session, login)
+        if data.disabled is not None:
+            account = await accounts.set_disabled(db_session, actor, login, data.disabled)
+            if data.disabled:
+                await websessions.destroy_all_for(db_session, account.id)
+                token_cache.clear()
+        return await accounts.to_read(db_session, account)
+
+    @post("/accounts/{login:str}/tokens", summary="Create a token for an account (e.g. a bot)")
+    async def create_token(
+        self, db_session: DbSession, actor: ActorDep, login: FromPath[str], data: JSONBody[TokenCreate]
+    ) -> tokens.TokenCreated:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        owner = await accounts.require_by_login(db_session, login)
+        return await tokens.create(db_session, actor, owner, data.name, data.scopes, data.expires_days)
+
+    @get("/audit", summary="The audit log, newest first")
+    async def audit_log(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
+        before: Annotated[int | None, Parameter(ge=1)] = None,
+    ) -> list[AuditRead]:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        return list(await audit.tail(db_session, limit=limit, before_id=before))

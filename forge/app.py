@@ -1,0 +1,106 @@
+"""The composition root: builds the Litestar app from settings. The only module (with cli.py)
+that knows every package."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from litestar import Litestar, MediaType, Response, get
+from litestar.config.compression import CompressionConfig
+from litestar.datastructures import State
+from litestar.middleware.base import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import ScalarRenderPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+from sqlalchemy import text
+
+from forge import __doc__ as forge_doc
+from forge.api_admin import AdminController
+from forge.api_user import UserController
+from forge.auth import AuthMiddleware, AuthState
+from forge.csrf import check_csrf
+from forge.db import Database
+from forge.deps import DEPENDENCIES
+from forge.logging import configure_logging
+from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
+from forge.problems import EXCEPTION_HANDLERS, audit_refusal
+from forge.settings import Settings
+from forge.tokens import TokenCache
+from forge.version import VERSION
+
+HERE = Path(__file__).parent
+
+
+@get("/healthz", include_in_schema=False, media_type=MediaType.JSON)
+async def healthz(state: State) -> Response[dict[str, str]]:
+    db: Database = state.db
+    try:
+        async with db.session() as session:
+            await session.execute(text("select 1"))
+    except Exception:
+        return Response({"status": "unhealthy", "database": "unreachable"}, status_code=503)
+    return Response({"status": "ok", "version": VERSION})
+
+
+class MetricsController(PrometheusController):
+    path = "/metrics"
+    include_in_schema = False
+
+
+def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
+    """Build the app. `settings` must already be prepared (see `settings.prepare_data_dir`)."""
+    database = db or Database(settings.effective_database_url)
+    configure_logging(settings.log_format, settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if db is None:
+                await database.dispose()
+
+    prometheus = PrometheusConfig(app_name="forgehand", prefix="forgehand", group_path=True, exclude=["/metrics"])
+    state: dict[str, Any] = {
+        "settings": settings,
+        "db": database,
+        "auth": AuthState(database, TokenCache(settings.token_cache_seconds)),
+    }
+    return Litestar(
+        route_handlers=[
+            healthz,
+            MetricsController,
+            UserController,
+            AdminController,
+            AuthPages,
+            HomePages,
+            TokenPages,
+            AdminPages,
+            create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
+        ],
+        dependencies=DEPENDENCIES,
+        middleware=[
+            prometheus.middleware,
+            DefineMiddleware(AuthMiddleware, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
+        ],
+        before_request=check_csrf,
+        after_exception=[audit_refusal],
+        exception_handlers=EXCEPTION_HANDLERS,
+        template_config=TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine),
+        openapi_config=OpenAPIConfig(
+            title="forgehand",
+            version=VERSION,
+            description=(forge_doc or "").strip(),
+            path="/api/schema",
+            render_plugins=[ScalarRenderPlugin()],
+        ),
+        compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude=[r".*\.git/.*"]),
+        request_max_body_size=settings.max_body_bytes,
+        state=State(state),
+        lifespan=[lifespan],
+        debug=False,
+    )

@@ -1,0 +1,134 @@
+"""The audit log: one row per mutating action and per refused attempt.
+
+Successful actions are recorded in the same transaction as the change (they commit or vanish
+together). Refusals are recorded in a transaction of their own, because the request that was
+refused rolls back its own work."""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import msgspec
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.access import Principal
+from forge.db import Database, utcnow
+from forge.models import AuditEvent
+
+Result = Literal["ok", "refused", "error"]
+
+
+class Actor(msgspec.Struct, frozen=True, kw_only=True):
+    """Who did it, from where: what every audit row records."""
+
+    principal: Principal
+    client_addr: str = ""
+    request_id: str = ""
+
+    @classmethod
+    def system(cls, what: str = "forgehand") -> "Actor":
+        return cls(principal=Principal(account_id=None, login=what, via="internal"))
+
+
+class AuditRead(msgspec.Struct, kw_only=True):
+    id: int
+    at: datetime
+    actor: str
+    token_id: int | None
+    client_addr: str
+    action: str
+    target: str
+    result: str
+    detail: dict[str, Any]
+
+
+def _row(actor: Actor, action: str, target: str, result: Result, detail: dict[str, Any]) -> AuditEvent:
+    p = actor.principal
+    return AuditEvent(
+        at=utcnow(),
+        actor_id=p.account_id,
+        actor_login=p.login[:40],
+        token_id=p.token_id,
+        client_addr=actor.client_addr[:64],
+        action=action,
+        target=target[:300],
+        result=result,
+        detail=detail,
+        request_id=actor.request_id,
+    )
+
+
+def record(session: AsyncSession, actor: Actor, action: str, target: str = "", **detail: Any) -> None:
+    """Record a successful mutating action inside the caller's transaction."""
+    session.add(_row(actor, action, target, "ok", detail))
+
+
+async def record_refusal(db: Database, actor: Actor, action: str, target: str = "", **detail: Any) -> None:
+    """Record a refused attempt in its own transaction (the refused request rolls back)."""
+    async with db.session(write=True) as session:
+        session.add(_row(actor, action, target, "refused", detail))
+
+
+async def count_refusals_since(
+    session: AsyncSession,
+    action: str,
+    since: datetime,
+    *,
+    target: str | None = None,
+    client_addr: str | None = None,
+) -> int:
+    stmt = select(func.count(AuditEvent.id)).where(
+        AuditEvent.action == action, AuditEvent.result == "refused", AuditEvent.at >= since
+    )
+    if target is not None:
+        stmt = stmt.where(AuditEvent.target == target)
+    if client_addr is not None:
+        stmt = stmt.where(AuditEvent.client_addr == client_addr)
+    return int((await session.execute(stmt)).scalar_one())
+
+
+async def oldest_refusal_since(
+    session: AsyncSession,
+    action: str,
+    since: datetime,
+    *,
+    target: str | None = None,
+    client_addr: str | None = None,
+) -> datetime | None:
+    stmt = select(func.min(AuditEvent.at)).where(
+        AuditEvent.action == action, AuditEvent.result == "refused", AuditEvent.at >= since
+    )
+    if target is not None:
+        stmt = stmt.where(AuditEvent.target == target)
+    if client_addr is not None:
+        stmt = stmt.where(AuditEvent.client_addr == client_addr)
+    value = (await session.execute(stmt)).scalar_one()
+    if value is None:
+        return None
+    return value if isinstance(value, datetime) else None
+
+
+async def tail(session: AsyncSession, *, limit: int = 50, before_id: int | None = None) -> Sequence[AuditRead]:
+    stmt = select(AuditEvent).order_by(AuditEvent.id.desc()).limit(max(1, min(limit, 500)))
+    if before_id is not None:
+        stmt = stmt.where(AuditEvent.id < before_id)
+    rows = (await session.execute(stmt)).scalars().all()
+    return [
+        AuditRead(
+            id=r.id,
+            at=r.at,
+            actor=r.actor_login or "anonymous",
+            token_id=r.token_id,
+            client_addr=r.client_addr,
+            action=r.action,
+            target=r.target,
+            result=r.result,
+            detail=dict(r.detail or {}),
+        )
+        for r in rows
+    ]
+
+
+def window_start(seconds: int) -> datetime:
+    return utcnow() - timedelta(seconds=seconds)

@@ -1,0 +1,93 @@
+"""One authentication middleware: Bearer token, HTTP Basic with a token as password, or the session
+cookie. It resolves a `Principal` into `request.user` (anonymous when nothing is presented) and
+refuses bad credentials with 401 and an audit row. Authorization is `forge.access`'s job."""
+
+import base64
+import binascii
+import secrets
+
+from litestar.connection import ASGIConnection
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from forge import audit, tokens, websessions
+from forge.access import ANONYMOUS, Principal
+from forge.audit import Actor
+from forge.db import Database
+from forge.errors import Unauthenticated
+
+
+class AuthState:
+    """What the middleware needs, kept on `app.state.auth`."""
+
+    def __init__(self, db: Database, token_cache: tokens.TokenCache) -> None:
+        self.db = db
+        self.token_cache = token_cache
+
+
+def client_addr(connection: ASGIConnection) -> str:  # type: ignore[type-arg]
+    return connection.client.host if connection.client else ""
+
+
+def request_id(connection: ASGIConnection) -> str:  # type: ignore[type-arg]
+    state = connection.scope.setdefault("state", {})
+    rid = state.get("request_id")
+    if rid is None:
+        rid = state["request_id"] = secrets.token_hex(8)
+    return str(rid)
+
+
+def actor_of(connection: ASGIConnection) -> Actor:  # type: ignore[type-arg]
+    user = connection.scope.get("user")
+    principal = user if isinstance(user, Principal) else ANONYMOUS
+    return Actor(principal=principal, client_addr=client_addr(connection), request_id=request_id(connection))
+
+
+def _basic_password(value: str) -> str:
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        raise Unauthenticated("malformed Basic credentials", code="invalid_credentials") from None
+    _user, sep, password = decoded.partition(":")
+    if not sep:
+        raise Unauthenticated("malformed Basic credentials", code="invalid_credentials")
+    return password
+
+
+class AuthMiddleware(AbstractAuthenticationMiddleware):
+    async def authenticate_request(self, connection: ASGIConnection) -> AuthenticationResult:  # type: ignore[type-arg]
+        state: AuthState = connection.app.state.auth
+        header = connection.headers.get("authorization")
+        if header:
+            scheme, _, value = header.partition(" ")
+            try:
+                if scheme.lower() == "bearer":
+                    secret = value.strip()
+                elif scheme.lower() == "basic":
+                    # Account passwords are never accepted here: git and scripts use a token.
+                    secret = _basic_password(value)
+                else:
+                    raise Unauthenticated("unsupported authorization scheme", code="invalid_credentials")
+                principal = await tokens.resolve(state.db, state.token_cache, secret)
+            except Unauthenticated as exc:
+                actor = Actor(
+                    principal=ANONYMOUS,
+                    client_addr=client_addr(connection),
+                    request_id=request_id(connection),
+                )
+                await audit.record_refusal(
+                    state.db,
+                    actor,
+                    "auth.token",
+                    connection.url.path[:300],
+                    reason=exc.code,
+                    scheme=scheme.lower()[:10],
+                )
+                exc.audited = True
+                raise
+            return AuthenticationResult(user=principal, auth=None)
+        sid = connection.cookies.get(websessions.SESSION_COOKIE)
+        if sid:
+            info = await websessions.resolve(state.db, sid)
+            if info is not None:
+                return AuthenticationResult(user=info.principal, auth=info)
+        return AuthenticationResult(user=ANONYMOUS, auth=None)

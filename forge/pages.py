@@ -1,0 +1,355 @@
+"""Web pages of the host: sign-in/out, dashboard, tokens, admin. Thin: parse, authorize, call the
+same services as the REST API, render. Forms work without JavaScript (POST + redirect)."""
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.datastructures import Cookie
+from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
+from litestar.response import Redirect, Template
+
+from forge import accounts, audit, tokens, websessions
+from forge.access import INSTANCE, Action, Scope, can, require
+from forge.audit import Actor
+from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
+from forge.errors import ForgeError, Unauthenticated
+from forge.models import Account
+from forge.security import generate_password, random_id
+
+
+def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **context: Any) -> Template:
+    """Render a page with what every page needs (who is signed in, the CSRF token)."""
+    auth = request.scope.get("auth")
+    principal = request.scope.get("user")
+    csrf = auth.csrf_token if isinstance(auth, websessions.SessionInfo) else ""
+    return Template(
+        template_name=name,
+        context={
+            "me": principal if principal is not None and principal.is_authenticated else None,
+            "csrf_token": csrf,
+            "is_admin": principal is not None and can(principal, Action.INSTANCE_ADMIN, INSTANCE),
+            "request": request,
+            **context,
+        },
+        status_code=status_code,
+    )
+
+
+def _require_signed_in(request: Request[Any, Any, Any]) -> None:
+    principal = request.scope.get("user")
+    if principal is None or not principal.is_authenticated:
+        raise Unauthenticated("sign in first", code="unauthenticated")
+
+
+class SignInForm(msgspec.Struct, kw_only=True):
+    login: str = ""
+    password: str = ""
+    csrf_token: str = ""
+    next: str = "/"
+
+
+def _safe_next(value: str) -> str:
+    # Only same-site paths: no scheme, no host, no protocol-relative `//evil`.
+    if not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return value
+
+
+class AuthPages(Controller):
+    include_in_schema = False
+
+    @get("/signin")
+    async def signin_form(
+        self, request: Request[Any, Any, Any], next_: Annotated[str, QueryParameter(name="next")] = "/"
+    ) -> Template:
+        token = request.cookies.get(websessions.PRESESSION_COOKIE) or random_id(24)
+        response = page(request, "signin.html", presession_csrf=token, next=_safe_next(next_), error=None)
+        response.cookies.append(
+            Cookie(
+                key=websessions.PRESESSION_COOKIE,
+                value=token,
+                httponly=True,
+                samesite="strict",
+                path="/signin",
+            )
+        )
+        return response
+
+    @post("/signin", opt={"csrf": "presession"})
+    async def signin(
+        self,
+        request: Request[Any, Any, Any],
+        db: DatabaseDep,
+        db_session: DbSession,
+        settings: SettingsDep,
+        actor: ActorDep,
+        data: URLEncodedBody[SignInForm],
+    ) -> Template | Redirect:
+        try:
+            account = await accounts.authenticate_password(db, settings, actor, data.login, data.password)
+        except ForgeError as exc:
+            exc.audited = True  # authenticate_password wrote the refusal row
+            response = page(
+                request,
+                "signin.html",
+                status_code=exc.status,
+                presession_csrf=data.csrf_token,
+                next=_safe_next(data.next),
+                error=exc.detail,
+                login=data.login,
+            )
+            if exc.status == 429:
+                response.headers["Retry-After"] = str(getattr(exc, "retry_after", 60))
+            return response
+        sid = await websessions.create(
+            db_session,
+            account,
+            days=settings.session_days,
+            client_addr=actor.client_addr,
+            user_agent=request.headers.get("user-agent", ""),
+        )
+        signed_in = Actor(
+            principal=actor.principal.__class__(account_id=account.id, login=account.login, type="User", via="session"),
+            client_addr=actor.client_addr,
+            request_id=actor.request_id,
+        )
+        audit.record(db_session, signed_in, "auth.sign_in", account.login_key)
+        return Redirect(
+            _safe_next(data.next),
+            status_code=303,
+            cookies=[
+                Cookie(
+                    key=websessions.SESSION_COOKIE,
+                    value=sid,
+                    httponly=True,
+                    secure=settings.secure_cookies,
+                    samesite="lax",
+                    max_age=settings.session_days * 86400,
+                    path="/",
+                ),
+                Cookie(key=websessions.PRESESSION_COOKIE, value="", max_age=0, path="/signin"),
+            ],
+        )
+
+    @post("/signout")
+    async def signout(self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep) -> Redirect:
+        sid = request.cookies.get(websessions.SESSION_COOKIE)
+        if sid:
+            await websessions.destroy(db_session, sid)
+            if actor.principal.is_authenticated:
+                audit.record(db_session, actor, "auth.sign_out", actor.principal.login.lower())
+        return Redirect(
+            "/signin",
+            status_code=303,
+            cookies=[Cookie(key=websessions.SESSION_COOKIE, value="", max_age=0, path="/")],
+        )
+
+
+class HomePages(Controller):
+    include_in_schema = False
+
+    @get("/")
+    async def dashboard(self, request: Request[Any, Any, Any]) -> Template | Redirect:
+        principal = request.scope.get("user")
+        if principal is None or not principal.is_authenticated:
+            return Redirect("/signin", status_code=303)
+        return page(request, "dashboard.html")
+
+
+class TokenForm(msgspec.Struct, kw_only=True):
+    name: str = ""
+    scopes: list[str] | str = msgspec.field(default_factory=list)
+    expires_days: str = ""
+    csrf_token: str = ""
+
+
+def _form_scopes(value: list[str] | str) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def _expiry(value: str) -> int | None:
+    value = value.strip()
+    if not value:
+        return None
+    if not value.isdigit():
+        from forge.errors import InvalidInput
+
+        raise InvalidInput("expiry must be a number of days", code="invalid_expiry")
+    return int(value)
+
+
+class TokenPages(Controller):
+    path = "/settings/tokens"
+    include_in_schema = False
+
+    async def _render(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, **context: Any
+    ) -> Template:
+        me = await db_session.get(Account, actor.principal.account_id)
+        assert me is not None
+        return page(
+            request,
+            "tokens.html",
+            tokens=await tokens.list_for(db_session, me),
+            scopes=[s.value for s in Scope if s is not Scope.ADMIN or me.is_admin],
+            **context,
+        )
+
+    @get("/")
+    async def list_page(self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep) -> Template:
+        _require_signed_in(request)
+        return await self._render(request, db_session, actor)
+
+    @post("/")
+    async def create(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        data: URLEncodedBody[TokenForm],
+    ) -> Template:
+        _require_signed_in(request)
+        me = await db_session.get(Account, actor.principal.account_id)
+        assert me is not None
+        try:
+            created = await tokens.create(
+                db_session, actor, me, data.name, _form_scopes(data.scopes), _expiry(data.expires_days)
+            )
+        except ForgeError as exc:
+            return await self._render(request, db_session, actor, error=exc.detail)
+        return await self._render(request, db_session, actor, created=created)
+
+    @post("/{token_id:int}/revoke")
+    async def revoke(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        token_cache: TokenCacheDep,
+        token_id: FromPath[int],
+    ) -> Redirect:
+        _require_signed_in(request)
+        await tokens.revoke(db_session, actor, token_id, token_cache)
+        return Redirect("/settings/tokens", status_code=303)
+
+
+class NewAccountForm(msgspec.Struct, kw_only=True):
+    login: str = ""
+    kind: str = "user"
+    is_admin: str = ""
+    owner: str = ""
+    csrf_token: str = ""
+
+
+class BotTokenForm(msgspec.Struct, kw_only=True):
+    name: str = ""
+    scopes: list[str] | str = msgspec.field(default_factory=list)
+    expires_days: str = ""
+    csrf_token: str = ""
+
+
+class AdminPages(Controller):
+    path = "/admin"
+    include_in_schema = False
+
+    async def _render(self, request: Request[Any, Any, Any], db_session: DbSession, **context: Any) -> Template:
+        rows = await accounts.list_accounts(db_session)
+        return page(
+            request,
+            "admin.html",
+            accounts=[await accounts.to_read(db_session, a) for a in rows],
+            scopes=[s.value for s in Scope if s is not Scope.ADMIN],
+            **context,
+        )
+
+    @get("/")
+    async def index(self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep) -> Template:
+        _require_signed_in(request)
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        return await self._render(request, db_session)
+
+    @post("/accounts")
+    async def create_account(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        data: URLEncodedBody[NewAccountForm],
+    ) -> Template:
+        _require_signed_in(request)
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        try:
+            if data.kind == "bot":
+                owner = await accounts.require_by_login(db_session, data.owner) if data.owner.strip() else None
+                await accounts.create_bot(db_session, actor, data.login.strip(), owner=owner)
+                return await self._render(request, db_session, notice=f"bot {data.login} created")
+            password = generate_password()
+            await accounts.create_user(db_session, actor, data.login.strip(), password, is_admin=bool(data.is_admin))
+        except ForgeError as exc:
+            return await self._render(request, db_session, error=exc.detail)
+        return await self._render(
+            request,
+            db_session,
+            notice=f"user {data.login} created",
+            new_password=password,
+            new_login=data.login,
+        )
+
+    @post("/accounts/{login:str}/disable")
+    async def disable(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        token_cache: TokenCacheDep,
+        login: FromPath[str],
+    ) -> Redirect:
+        _require_signed_in(request)
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        account = await accounts.set_disabled(db_session, actor, login, True)
+        await websessions.destroy_all_for(db_session, account.id)
+        token_cache.clear()
+        return Redirect("/admin", status_code=303)
+
+    @post("/accounts/{login:str}/enable")
+    async def enable(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, login: FromPath[str]
+    ) -> Redirect:
+        _require_signed_in(request)
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        await accounts.set_disabled(db_session, actor, login, False)
+        return Redirect("/admin", status_code=303)
+
+    @post("/accounts/{login:str}/tokens")
+    async def create_token(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        login: FromPath[str],
+        data: URLEncodedBody[BotTokenForm],
+    ) -> Template:
+        _require_signed_in(request)
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        try:
+            owner = await accounts.require_by_login(db_session, login)
+            created = await tokens.create(
+                db_session, actor, owner, data.name, _form_scopes(data.scopes), _expiry(data.expires_days)
+            )
+        except ForgeError as exc:
+            return await self._render(request, db_session, error=exc.detail)
+        return await self._render(request, db_session, created=created)
+
+    @get("/audit")
+    async def audit_page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        before: Annotated[int | None, Parameter(ge=1)] = None,
+    ) -> Template:
+        _require_signed_in(request)
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        rows = await audit.tail(db_session, limit=100, before_id=before)
+        return page(request, "audit.html", rows=rows, next_before=rows[-1].id if len(rows) == 100 else None)

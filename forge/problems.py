@@ -1,0 +1,173 @@
+"""Errors to responses: RFC 9457 problem details for the API (and git), error pages for the web.
+
+Every response that is not a success carries a stable `code`. Unexpected exceptions become a 500
+with no internal detail (logged with the request id)."""
+
+from typing import Any
+
+import msgspec
+import structlog
+from litestar import MediaType, Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.response import Template
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from forge.auth import request_id
+from forge.errors import ForgeError, RateLimited
+
+log = structlog.get_logger("forgehand")
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str
+    code: str
+    request_id: str = ""
+    errors: list[dict[str, Any]] | None = None
+
+
+def _wants_html(request: Request[Any, Any, Any]) -> bool:
+    path = request.url.path
+    if path.startswith("/api/") or ".git/" in path or path.endswith(".git"):
+        return False
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _http_code(exc: HTTPException) -> tuple[str, str]:
+    status = exc.status_code
+    if isinstance(exc, ValidationException):
+        text = str(exc.detail or "").lower()
+        if "malformed" in text or "decode" in text:
+            return "malformed_body", "Malformed request body"
+        return "validation_failed", "Invalid input"
+    if isinstance(exc, NotFoundException):
+        return "not_found", "Not found"
+    if isinstance(exc, MethodNotAllowedException):
+        return "method_not_allowed", "Method not allowed"
+    if isinstance(exc, NotAuthorizedException):
+        return "unauthenticated", "Authentication required"
+    if isinstance(exc, PermissionDeniedException):
+        return "forbidden", "Forbidden"
+    if status == 413:
+        return "payload_too_large", "Payload too large"
+    if status == 415:
+        return "unsupported_media_type", "Unsupported media type"
+    if status == 429:
+        return "rate_limited", "Too many requests"
+    return "bad_request" if status < 500 else "server_error", exc.__class__.__name__
+
+
+def _auth_headers(request: Request[Any, Any, Any], status: int) -> dict[str, str]:
+    if status != 401:
+        return {}
+    path = request.url.path
+    if ".git/" in path or path.endswith(".git"):
+        return {"WWW-Authenticate": 'Basic realm="forgehand", charset="UTF-8"'}
+    return {"WWW-Authenticate": 'Bearer realm="forgehand"'}
+
+
+def handle_forge_error(request: Request[Any, Any, Any], exc: ForgeError) -> Response[Any]:
+    problem = Problem(
+        title=exc.title,
+        status=exc.status,
+        detail=exc.detail,
+        code=exc.code,
+        request_id=request_id(request),
+    )
+    headers = _auth_headers(request, exc.status)
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after)
+    return _render(request, problem, headers)
+
+
+def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    code, title = _http_code(exc)
+    status = exc.status_code
+    detail = str(exc.detail) if exc.detail else title
+    errors = None
+    if isinstance(exc, ValidationException):
+        # Unparseable or schema-invalid bodies are 4xx; Litestar reports them as 400.
+        status = 400 if code == "malformed_body" else 422
+        extra = exc.extra
+        if isinstance(extra, list):
+            errors = [e for e in extra if isinstance(e, dict)]
+    if status >= 500:
+        detail = "internal server error"
+    problem = Problem(
+        title=title, status=status, detail=detail, code=code, request_id=request_id(request), errors=errors
+    )
+    headers = dict(exc.headers or {})
+    headers.update(_auth_headers(request, status))
+    return _render(request, problem, headers)
+
+
+def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    rid = request_id(request)
+    log.exception("unhandled error", request_id=rid, path=request.url.path, exc_info=exc)
+    problem = Problem(
+        title="Internal server error",
+        status=HTTP_500_INTERNAL_SERVER_ERROR,
+        detail="internal server error",
+        code="server_error",
+        request_id=rid,
+    )
+    return _render(request, problem, {})
+
+
+def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str, str]) -> Response[Any]:
+    headers = {**headers, "X-Request-Id": problem.request_id}
+    if _wants_html(request):
+        return Template(
+            template_name="error.html",
+            context={"problem": problem, "request": request},
+            status_code=problem.status,
+            headers=headers,
+            media_type=MediaType.HTML,
+        )
+    return Response(
+        content=msgspec.json.encode(problem),
+        status_code=problem.status,
+        media_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
+    ForgeError: handle_forge_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}
+
+
+async def audit_refusal(exc: Exception, scope: Any) -> None:
+    """`after_exception` hook: every refused attempt leaves an audit row."""
+    if not isinstance(exc, ForgeError) or exc.audited:
+        return
+    if exc.status not in {401, 403, 429} and not exc.extra.get("refused"):
+        return
+    from litestar.connection import ASGIConnection
+
+    from forge import audit
+    from forge.auth import actor_of
+
+    connection: ASGIConnection[Any, Any, Any, Any] = ASGIConnection(scope)
+    exc.audited = True
+    await audit.record_refusal(
+        connection.app.state.db,
+        actor_of(connection),
+        "access.denied",
+        connection.url.path[:300],
+        code=exc.code,
+        method=scope.get("method", ""),
+        status=exc.status,
+    )

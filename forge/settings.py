@@ -1,0 +1,183 @@
+"""Settings: one msgspec struct loaded from `FORGEHAND_*` variables and an optional TOML file.
+
+Precedence: environment variable > TOML file (`FORGEHAND_CONFIG`) > default. Every error names the
+variable (or the file key) it came from, so an operator knows what to fix.
+"""
+
+import os
+import secrets
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+
+ENV_PREFIX = "FORGEHAND_"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or invalid; the message names the variable."""
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("./var")
+    # Empty means SQLite at <data_dir>/forgehand.db.
+    database_url: str = ""
+    # Empty means http://<host>:<port>; the public URL used in links and webhook payloads.
+    base_url: str = ""
+    # Empty means generated into <data_dir>/secret_key on first start.
+    secret_key: str = ""
+    # Stable identity of this instance (JWT `iss` of webhooks); generated into the data dir when empty.
+    instance_id: str = ""
+    log_format: Literal["console", "json"] = "console"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Largest API/form request body; git pushes have their own limit.
+    max_body_bytes: int = 1024 * 1024
+    max_push_bytes: int = 2 * 1024 * 1024 * 1024
+    session_days: int = 14
+    # Failed sign-ins allowed per login (and, 4x that, per client address) inside the window.
+    signin_max_failures: int = 5
+    signin_window_seconds: int = 900
+    # Seconds a validated token stays cached in-process (revocation through this process is immediate).
+    token_cache_seconds: float = 5.0
+    run_worker: bool = True
+    seed_demo: bool = True
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'forgehand.db').resolve()}"
+
+    @property
+    def effective_base_url(self) -> str:
+        return (self.base_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.effective_database_url.startswith("sqlite")
+
+    @property
+    def secure_cookies(self) -> bool:
+        return self.effective_base_url.startswith("https://")
+
+
+_FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
+
+
+def _env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def _coerce(name: str, source: str, raw: Any) -> Any:
+    field = _FIELDS[name]
+    if isinstance(raw, str) and field.type is bool:
+        lowered = raw.strip().lower()
+        if lowered in {"1", "true", "yes", "on"}:
+            return True
+        if lowered in {"0", "false", "no", "off"}:
+            return False
+        raise SettingsError(f"{source}: expected a boolean (true/false), got {raw!r}")
+    try:
+        return msgspec.convert(raw, field.type, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"{source}: {exc}, got {raw!r}") from None
+
+
+def _validate(s: Settings, sources: Mapping[str, str]) -> None:
+    def src(name: str) -> str:
+        return sources.get(name, _env_name(name))
+
+    if not 1 <= s.port <= 65535:
+        raise SettingsError(f"{src('port')}: expected a port between 1 and 65535, got {s.port}")
+    if s.base_url:
+        parts = urlsplit(s.base_url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise SettingsError(f"{src('base_url')}: expected an http(s) URL, got {s.base_url!r}")
+        if parts.query or parts.fragment or parts.username:
+            raise SettingsError(f"{src('base_url')}: must not carry a query, fragment or userinfo")
+    if s.database_url and not s.database_url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        raise SettingsError(
+            f"{src('database_url')}: expected sqlite+aiosqlite:///PATH or postgresql+asyncpg://..., "
+            f"got {s.database_url.split('://')[0]!r} scheme"
+        )
+    if s.secret_key and len(s.secret_key) < 32:
+        raise SettingsError(f"{src('secret_key')}: must be at least 32 characters")
+    for name in ("max_body_bytes", "max_push_bytes", "session_days", "signin_max_failures"):
+        if getattr(s, name) <= 0:
+            raise SettingsError(f"{src(name)}: must be a positive integer")
+    if s.token_cache_seconds < 0:
+        raise SettingsError(f"{src('token_cache_seconds')}: must not be negative")
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from a TOML file (optional), the environment, then explicit overrides."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+
+    config_path = env.get(ENV_PREFIX + "CONFIG")
+    if config_path:
+        try:
+            data = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise SettingsError(f"FORGEHAND_CONFIG: cannot read {config_path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"FORGEHAND_CONFIG: {config_path} is not valid TOML: {exc}") from None
+        for key, raw in data.items():
+            if key not in _FIELDS:
+                raise SettingsError(f"{config_path}: unknown setting {key!r}")
+            source = f"{config_path}: {key}"
+            values[key] = _coerce(key, source, raw)
+            sources[key] = source
+
+    known_env = {_env_name(n) for n in _FIELDS} | {ENV_PREFIX + "CONFIG"}
+    for var, raw in env.items():
+        if not var.startswith(ENV_PREFIX) or var.startswith(ENV_PREFIX + "TEST_"):
+            continue
+        if var not in known_env:
+            raise SettingsError(f"{var}: unknown setting (known: {', '.join(sorted(known_env))})")
+        name = var[len(ENV_PREFIX) :].lower()
+        if name == "config":
+            continue
+        values[name] = _coerce(name, var, raw)
+        sources[name] = var
+
+    for name, value in overrides.items():
+        if name not in _FIELDS:
+            raise SettingsError(f"unknown setting {name!r}")
+        values[name] = value
+        sources[name] = f"--{name.replace('_', '-')}"
+
+    settings = Settings(**values)
+    _validate(settings, sources)
+    return settings
+
+
+def _read_or_create(path: Path, make: Any) -> str:
+    """Read a generated value from the data dir, creating it (0600) on first start."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        value: str = make()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(value + "\n")
+        return value
+
+
+def prepare_data_dir(settings: Settings) -> Settings:
+    """Create the data directory and fill generated settings (secret key, instance id)."""
+    data_dir = settings.data_dir
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (data_dir / "repos").mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(f"FORGEHAND_DATA_DIR: cannot create {data_dir}: {exc.strerror}") from None
+    secret = settings.secret_key or _read_or_create(data_dir / "secret_key", lambda: secrets.token_urlsafe(48))
+    instance = settings.instance_id or _read_or_create(data_dir / "instance_id", lambda: "fh-" + secrets.token_hex(8))
+    return msgspec.structs.replace(settings, secret_key=secret, instance_id=instance)

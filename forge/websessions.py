@@ -1,0 +1,86 @@
+"""Server-side browser sessions and their CSRF tokens.
+
+The cookie holds a random session id; the database keeps only its SHA-256, the account, a
+per-session CSRF token (synchronizer pattern) and an expiry. Signing out deletes the row."""
+
+import hmac
+from datetime import timedelta
+
+import msgspec
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.access import Principal
+from forge.db import Database, utcnow
+from forge.models import Account, WebSession
+from forge.security import random_id, sha256_hex
+
+SESSION_COOKIE = "fh_session"
+# Before sign-in there is no session: the sign-in form uses a double-submit cookie instead.
+PRESESSION_COOKIE = "fh_csrf"
+_TOUCH_EVERY = timedelta(minutes=5)
+
+
+class SessionInfo(msgspec.Struct, frozen=True):
+    principal: Principal
+    csrf_token: str
+
+
+async def create(session: AsyncSession, account: Account, *, days: int, client_addr: str, user_agent: str) -> str:
+    """Create a session and return the cookie value (shown to the browser only)."""
+    sid = random_id()
+    session.add(
+        WebSession(
+            id_hash=sha256_hex(sid),
+            account_id=account.id,
+            csrf_token=random_id(24),
+            client_addr=client_addr[:64],
+            user_agent=user_agent[:300],
+            expires_at=utcnow() + timedelta(days=days),
+        )
+    )
+    await session.flush()
+    return sid
+
+
+async def resolve(db: Database, sid: str) -> SessionInfo | None:
+    if not sid or len(sid) > 128:
+        return None
+    id_hash = sha256_hex(sid)
+    async with db.session() as session:
+        found = (
+            await session.execute(
+                select(WebSession, Account)
+                .join(Account, Account.id == WebSession.account_id)
+                .where(WebSession.id_hash == id_hash)
+            )
+        ).one_or_none()
+    if found is None:
+        return None
+    row, account = found
+    now = utcnow()
+    if row.expires_at <= now or account.disabled or account.is_bot:
+        return None
+    if now - row.last_seen_at > _TOUCH_EVERY:
+        async with db.session(write=True) as session:
+            await session.execute(update(WebSession).where(WebSession.id_hash == id_hash).values(last_seen_at=now))
+    principal = Principal(
+        account_id=account.id,
+        login=account.login,
+        type="User",
+        is_admin=account.is_admin,
+        via="session",
+    )
+    return SessionInfo(principal=principal, csrf_token=row.csrf_token)
+
+
+async def destroy(session: AsyncSession, sid: str) -> None:
+    await session.execute(delete(WebSession).where(WebSession.id_hash == sha256_hex(sid)))
+
+
+async def destroy_all_for(session: AsyncSession, account_id: int) -> None:
+    await session.execute(delete(WebSession).where(WebSession.account_id == account_id))
+
+
+def tokens_match(expected: str, given: str | None) -> bool:
+    return bool(expected) and given is not None and hmac.compare_digest(expected.encode(), given.encode())
