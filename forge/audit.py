@@ -65,7 +65,10 @@ def record(session: AsyncSession, actor: Actor, action: str, target: str = "", *
 
 
 async def record_refusal(db: Database, actor: Actor, action: str, target: str = "", **detail: Any) -> None:
-    """Record a refused attempt in its own transaction (the refused request rolls back)."""
+    """Record a refused attempt in its own transaction (the refused request rolls back).
+
+    Call it only where the request holds no write transaction of its own (middleware, hooks, or
+    handlers that open their write session after the check): on SQLite it would wait for that lock."""
     async with db.session(write=True) as session:
         session.add(_row(actor, action, target, "refused", detail))
 

@@ -10,7 +10,7 @@ from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge import accounts, audit, tokens, websessions
-from forge.access import INSTANCE, Action, Scope, can, require
+from forge.access import INSTANCE, Action, Principal, Scope, can, require
 from forge.audit import Actor
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
 from forge.errors import ForgeError, Unauthenticated
@@ -81,7 +81,6 @@ class AuthPages(Controller):
         self,
         request: Request[Any, Any, Any],
         db: DatabaseDep,
-        db_session: DbSession,
         settings: SettingsDep,
         actor: ActorDep,
         data: URLEncodedBody[SignInForm],
@@ -102,19 +101,22 @@ class AuthPages(Controller):
             if exc.status == 429:
                 response.headers["Retry-After"] = str(getattr(exc, "retry_after", 60))
             return response
-        sid = await websessions.create(
-            db_session,
-            account,
-            days=settings.session_days,
-            client_addr=actor.client_addr,
-            user_agent=request.headers.get("user-agent", ""),
-        )
+        # No request-wide write transaction here: a refused sign-in writes its audit row in a
+        # transaction of its own, which must not wait on a lock this request holds.
         signed_in = Actor(
-            principal=actor.principal.__class__(account_id=account.id, login=account.login, type="User", via="session"),
+            principal=Principal(account_id=account.id, login=account.login, type="User", via="session"),
             client_addr=actor.client_addr,
             request_id=actor.request_id,
         )
-        audit.record(db_session, signed_in, "auth.sign_in", account.login_key)
+        async with db.session(write=True) as db_session:
+            sid = await websessions.create(
+                db_session,
+                account,
+                days=settings.session_days,
+                client_addr=actor.client_addr,
+                user_agent=request.headers.get("user-agent", ""),
+            )
+            audit.record(db_session, signed_in, "auth.sign_in", account.login_key)
         return Redirect(
             _safe_next(data.next),
             status_code=303,
@@ -184,13 +186,19 @@ class TokenPages(Controller):
     include_in_schema = False
 
     async def _render(
-        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, **context: Any
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        status_code: int = 200,
+        **context: Any,
     ) -> Template:
         me = await db_session.get(Account, actor.principal.account_id)
         assert me is not None
         return page(
             request,
             "tokens.html",
+            status_code=status_code,
             tokens=await tokens.list_for(db_session, me),
             scopes=[s.value for s in Scope if s is not Scope.ADMIN or me.is_admin],
             **context,
@@ -217,7 +225,7 @@ class TokenPages(Controller):
                 db_session, actor, me, data.name, _form_scopes(data.scopes), _expiry(data.expires_days)
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, actor, error=exc.detail)
+            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail)
         return await self._render(request, db_session, actor, created=created)
 
     @post("/{token_id:int}/revoke")
@@ -253,11 +261,14 @@ class AdminPages(Controller):
     path = "/admin"
     include_in_schema = False
 
-    async def _render(self, request: Request[Any, Any, Any], db_session: DbSession, **context: Any) -> Template:
+    async def _render(
+        self, request: Request[Any, Any, Any], db_session: DbSession, status_code: int = 200, **context: Any
+    ) -> Template:
         rows = await accounts.list_accounts(db_session)
         return page(
             request,
             "admin.html",
+            status_code=status_code,
             accounts=[await accounts.to_read(db_session, a) for a in rows],
             scopes=[s.value for s in Scope if s is not Scope.ADMIN],
             **context,
@@ -287,7 +298,7 @@ class AdminPages(Controller):
             password = generate_password()
             await accounts.create_user(db_session, actor, data.login.strip(), password, is_admin=bool(data.is_admin))
         except ForgeError as exc:
-            return await self._render(request, db_session, error=exc.detail)
+            return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
         return await self._render(
             request,
             db_session,
@@ -338,7 +349,7 @@ class AdminPages(Controller):
                 db_session, actor, owner, data.name, _form_scopes(data.scopes), _expiry(data.expires_days)
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, error=exc.detail)
+            return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
         return await self._render(request, db_session, created=created)
 
     @get("/audit")

@@ -4,11 +4,13 @@ Every response that is not a success carries a stable `code`. Unexpected excepti
 with no internal detail (logged with the request id)."""
 
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import (
+    ClientException,
     HTTPException,
     MethodNotAllowedException,
     NotAuthorizedException,
@@ -16,7 +18,7 @@ from litestar.exceptions import (
     PermissionDeniedException,
     ValidationException,
 )
-from litestar.response import Template
+from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from forge.auth import request_id
@@ -46,10 +48,10 @@ def _wants_html(request: Request[Any, Any, Any]) -> bool:
 def _http_code(exc: HTTPException) -> tuple[str, str]:
     status = exc.status_code
     if isinstance(exc, ValidationException):
-        text = str(exc.detail or "").lower()
-        if "malformed" in text or "decode" in text:
-            return "malformed_body", "Malformed request body"
         return "validation_failed", "Invalid input"
+    if type(exc) is ClientException and status == 400:
+        # Litestar raises a bare ClientException when the body cannot be decoded at all.
+        return "malformed_body", "Malformed request body"
     if isinstance(exc, NotFoundException):
         return "not_found", "Not found"
     if isinstance(exc, MethodNotAllowedException):
@@ -97,7 +99,7 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
     errors = None
     if isinstance(exc, ValidationException):
         # Unparseable or schema-invalid bodies are 4xx; Litestar reports them as 400.
-        status = 400 if code == "malformed_body" else 422
+        status = 422
         extra = exc.extra
         if isinstance(extra, list):
             errors = [e for e in extra if isinstance(e, dict)]
@@ -126,6 +128,9 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
 
 def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str, str]) -> Response[Any]:
     headers = {**headers, "X-Request-Id": problem.request_id}
+    if _wants_html(request) and problem.status == 401 and request.method == "GET":
+        target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""), safe="")
+        return Redirect(f"/signin?next={target}", status_code=303)
     if _wants_html(request):
         return Template(
             template_name="error.html",

@@ -82,6 +82,10 @@ def _coerce(name: str, source: str, raw: Any) -> Any:
         if lowered in {"0", "false", "no", "off"}:
             return False
         raise SettingsError(f"{source}: expected a boolean (true/false), got {raw!r}")
+    if field.type is Path:
+        if not isinstance(raw, str) or not raw.strip():
+            raise SettingsError(f"{source}: expected a directory path, got {raw!r}")
+        return Path(raw)
     try:
         return msgspec.convert(raw, field.type, strict=False)
     except msgspec.ValidationError as exc:
