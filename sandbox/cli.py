@@ -1,8 +1,95 @@
 """`forgehand sandbox ...` commands (mounted by forge.cli)."""
 
+import asyncio
+import datetime as dt
+import sys
+from typing import cast
+
 import click
+from rich.console import Console
+from rich.table import Table
+
+from .engine import SandboxEngine
+from .errors import SandboxError
+from .image import DEFAULT_IMAGE, Recipe, build_image
+from .reaper import list_sandboxes, reap
+
+_console = Console(stderr=True)
+
+
+def _fail(exc: SandboxError) -> None:
+    _console.print(f"[red]error:[/red] {exc}")
+    sys.exit(1)
 
 
 @click.group("sandbox")
 def sandbox_group() -> None:
     """Build, list and reap sandbox images and containers."""
+
+
+@sandbox_group.command("build")
+@click.option("--force", is_flag=True, help="Rebuild even when the image is up to date.")
+@click.option("--image", "tag", default=DEFAULT_IMAGE, show_default=True, help="Tag to build.")
+@click.option(
+    "--recipe",
+    type=click.Choice(["auto", "dockerfile", "offline"]),
+    default="auto",
+    show_default=True,
+    help="auto pulls debian:bookworm-slim and falls back to debootstrap when the pull fails.",
+)
+@click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
+def build_cmd(force: bool, tag: str, recipe: str, docker_host: str | None) -> None:
+    """Build the sandbox image (cached; skipped when current)."""
+    try:
+        result = build_image(tag, force=force, recipe=cast(Recipe, recipe), base_url=docker_host, console=_console)
+    except SandboxError as exc:
+        _fail(exc)
+        return
+    if result.built:
+        _console.print(
+            f"[green]built[/green] {result.tag} ({result.image_id[:19]}) "
+            f"with the {result.recipe} recipe in {result.seconds:.1f}s"
+        )
+
+
+@sandbox_group.command("ls")
+@click.option("--instance", default=None, help="Only this forgehand instance's sandboxes.")
+@click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
+def ls_cmd(instance: str | None, docker_host: str | None) -> None:
+    """List sandbox containers (running or not)."""
+
+    async def run() -> None:
+        async with SandboxEngine(docker_host) as engine:
+            rows = await list_sandboxes(engine, instance)
+        table = Table("container", "instance", "task", "run", "status", "created", "weakened")
+        for row in rows:
+            created = dt.datetime.fromtimestamp(row.created, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+            table.add_row(row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-")
+        Console().print(table)
+
+    try:
+        asyncio.run(run())
+    except SandboxError as exc:
+        _fail(exc)
+
+
+@sandbox_group.command("reap")
+@click.option("--instance", required=True, help="The forgehand instance whose sandboxes to remove.")
+@click.option("--keep", multiple=True, help="Run id to keep (repeatable).")
+@click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
+def reap_cmd(instance: str, keep: tuple[str, ...], docker_host: str | None) -> None:
+    """Remove every sandbox of an instance except the kept runs."""
+
+    async def run() -> int:
+        async with SandboxEngine(docker_host) as engine:
+            removed = await reap(engine, instance, set(keep))
+        for row in removed:
+            _console.print(f"removed {row.name} (task {row.task}, run {row.run}, {row.status})")
+        return len(removed)
+
+    try:
+        count = asyncio.run(run())
+    except SandboxError as exc:
+        _fail(exc)
+        return
+    _console.print(f"[green]{count}[/green] sandbox(es) removed")

@@ -1,0 +1,48 @@
+"""Typed errors. Each carries a hint an operator can act on."""
+
+
+class SandboxError(Exception):
+    """Base class of every error this package raises."""
+
+    hint: str = ""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} (hint: {self.hint})" if self.hint else base
+
+
+class EngineUnavailable(SandboxError):
+    """No Docker engine answered."""
+
+    hint = "start Docker (e.g. `systemctl start docker` or `dockerd &`) and check DOCKER_HOST"
+
+
+class ImageMissing(SandboxError):
+    """The sandbox image is not on the engine."""
+
+    hint = "run `forgehand sandbox build`"
+
+
+class SpecRefused(SandboxError):
+    """The spec is unsafe or malformed, or the engine refused it."""
+
+
+class SandboxGone(SandboxError):
+    """The container no longer exists or is not running (stopped, removed, wall clock passed)."""
+
+
+class ImageBuildFailed(SandboxError):
+    """A recipe step failed while building the sandbox image."""
+
+
+class WorkspacePathRefused(SandboxError):
+    """A host-side workspace path is absolute, climbs out, crosses a symlink or names a non-file."""
+
+
+class WorkspaceFileTooLarge(SandboxError):
+    """A workspace file is larger than the caller's cap."""

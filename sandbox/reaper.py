@@ -1,0 +1,80 @@
+"""Finding and removing sandboxes by their labels, so a crash never leaves one running."""
+
+import asyncio
+from collections.abc import Collection
+
+import docker
+import docker.errors
+import msgspec
+
+from .engine import SandboxEngine
+from .spec import LABEL_INSTANCE, LABEL_RUN, LABEL_TASK, LABEL_WEAKENED
+
+
+class SandboxInfo(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    image: str
+    status: str  # Docker's state: running, exited, created...
+    instance: str
+    task: str
+    run: str
+    created: int  # unix seconds
+    weakened: str = ""  # the label listing loosened defaults, empty when fully hardened
+
+
+async def list_sandboxes(engine: SandboxEngine, instance: str | None = None) -> list[SandboxInfo]:
+    """Every container carrying forgehand labels (of one instance, or of all), running or not."""
+    label = LABEL_INSTANCE if instance is None else f"{LABEL_INSTANCE}={instance}"
+
+    def query(c: docker.DockerClient) -> list[dict[str, object]]:
+        return list(c.api.containers(all=True, filters={"label": label}))
+
+    rows = await engine.call(query)
+    out = []
+    for row in rows:
+        labels = row.get("Labels") or {}
+        assert isinstance(labels, dict)
+        names = row.get("Names") or []
+        assert isinstance(names, list)
+        out.append(
+            SandboxInfo(
+                id=str(row["Id"]),
+                name=str(names[0]).lstrip("/") if names else "",
+                image=str(row.get("Image", "")),
+                status=str(row.get("State", "")),
+                instance=str(labels.get(LABEL_INSTANCE, "")),
+                task=str(labels.get(LABEL_TASK, "")),
+                run=str(labels.get(LABEL_RUN, "")),
+                created=int(str(row.get("Created", 0))),
+                weakened=str(labels.get(LABEL_WEAKENED, "")),
+            )
+        )
+    return sorted(out, key=lambda s: (s.created, s.name))
+
+
+async def reap(engine: SandboxEngine, instance: str, keep: Collection[str] = frozenset()) -> list[SandboxInfo]:
+    """Remove (kill first if needed) every sandbox of `instance` whose run id is not in `keep`.
+
+    Returns the sandboxes removed. Containers already gone by the time we get to them are skipped.
+    """
+    if not instance:
+        raise ValueError("reap needs an instance id; it never removes other instances' sandboxes")
+    doomed = [s for s in await list_sandboxes(engine, instance) if s.run not in keep]
+
+    async def remove(info: SandboxInfo) -> bool:
+        def call(c: docker.DockerClient) -> bool:
+            try:
+                c.api.remove_container(info.id, force=True, v=True)
+            except docker.errors.NotFound:
+                return False
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # removal already in progress elsewhere
+                    return False
+                raise
+            return True
+
+        return await engine.call(call)
+
+    done = await asyncio.gather(*(remove(info) for info in doomed))
+    return [info for info, ok in zip(doomed, done, strict=True) if ok]

@@ -1,0 +1,218 @@
+"""The sandbox spec and the one function that turns it into Docker create arguments.
+
+Every hardening default lives in `container_create_kwargs`. The only way to loosen one is a field of
+`Weakenings`, which an admin sets per repository and the task page shows (`weakenings_in_effect`).
+Limits can be tuned (they are numbers that must stay positive), never switched off.
+"""
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .errors import SpecRefused
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+# Labels that name a container's owner, so that any container can be found and reaped after a crash.
+LABEL_INSTANCE = "forgehand.instance"
+LABEL_TASK = "forgehand.task"
+LABEL_RUN = "forgehand.run"
+LABEL_WEAKENED = "forgehand.weakened"
+OWN_LABEL_PREFIX = "forgehand."
+
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
+WORKSPACE_DIR = "/workspace"
+HOME_DIR = "/home/agent"
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_CAPABILITY = re.compile(r"^(CAP_)?[A-Z][A-Z_]{1,30}$")
+_NUMERIC_USER = re.compile(r"^\d{1,10}:\d{1,10}$")
+_NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Network modes that share a namespace with the host or another container: refused even when the
+# network is opted in, because they reach the host's loopback (the forge itself, the Docker API...).
+_NEVER_NETWORKS = {"host"}
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Resource limits. All enforced by the kernel (cgroups, tmpfs size) or by the idle process."""
+
+    pids: int = 256
+    memory_bytes: int = 2 * GiB  # memswap is set to the same value: no swap to hide in
+    nano_cpus: int = 1_000_000_000  # one CPU
+    tmp_bytes: int = 512 * MiB  # tmpfs /tmp
+    home_bytes: int = 256 * MiB  # tmpfs /home/agent
+    shm_bytes: int = 64 * MiB  # /dev/shm (private IPC namespace)
+    wall_clock_seconds: int = 3600  # the whole sandbox; the idle process exits then, and the container with it
+    exec_timeout_seconds: float = 600.0  # default per exec
+    output_cap_bytes: int = 4 * MiB  # default per exec (stdout + stderr)
+
+
+class Weakenings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Explicit opt-ins that loosen the defaults. All off. Each one is listed by `weakenings_in_effect`."""
+
+    network: bool = False  # allow `SandboxSpec.network` to name a Docker network (never "host")
+    cap_add: tuple[str, ...] = ()  # capabilities given back after cap_drop=ALL
+    new_privileges: bool = False  # drop `no-new-privileges` (setuid binaries work again)
+    writable_root: bool = False  # root filesystem writable (writes land in the container layer)
+    user: str | None = None  # run as another numeric "uid:gid" (e.g. "0:0") instead of 1000:1000
+
+
+class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What one sandbox is: image, workspace, environment, owner labels, limits, network, weakenings."""
+
+    image: str
+    workspace: Path  # host directory, bind-mounted read-write at /workspace
+    instance: str
+    task: str
+    run: str
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    limits: Limits = msgspec.field(default_factory=Limits)
+    network: str = "none"
+    weaken: Weakenings = msgspec.field(default_factory=Weakenings)
+    extra_labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+    @property
+    def user(self) -> str:
+        return self.weaken.user or SANDBOX_USER
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL_INSTANCE: self.instance, LABEL_TASK: self.task, LABEL_RUN: self.run}
+
+
+def weakenings_in_effect(spec: SandboxSpec) -> list[str]:
+    """Human-readable list of every default this spec loosens (empty when fully hardened)."""
+    w = spec.weaken
+    out: list[str] = []
+    if spec.network != "none":
+        out.append(f"network: {spec.network}")
+    out.extend(f"capability: {cap.removeprefix('CAP_')}" for cap in w.cap_add)
+    if w.new_privileges:
+        out.append("new privileges allowed (setuid binaries work)")
+    if w.writable_root:
+        out.append("writable root filesystem")
+    if w.user is not None and w.user != SANDBOX_USER:
+        out.append(f"user: {w.user}")
+    return out
+
+
+def validate_spec(spec: SandboxSpec) -> None:
+    """Raise SpecRefused for anything malformed or loosened without its opt-in."""
+    if not spec.image or any(ch.isspace() for ch in spec.image):
+        raise SpecRefused(f"bad image reference {spec.image!r}")
+    ws = Path(spec.workspace)
+    if not ws.is_absolute():
+        raise SpecRefused(f"workspace must be an absolute host path, got {str(ws)!r}")
+    for name, value in (("instance", spec.instance), ("task", spec.task), ("run", spec.run)):
+        if not _LABEL_VALUE.match(value):
+            raise SpecRefused(f"label {name}={value!r} must match {_LABEL_VALUE.pattern}")
+    for key, value in spec.extra_labels.items():
+        if key.startswith(OWN_LABEL_PREFIX):
+            raise SpecRefused(f"extra label {key!r} may not use the reserved {OWN_LABEL_PREFIX!r} prefix")
+        if "\x00" in key or "\x00" in value:
+            raise SpecRefused("labels may not contain NUL")
+    for key, value in spec.env.items():
+        if not _ENV_KEY.match(key):
+            raise SpecRefused(f"environment name {key!r} is not a plain identifier")
+        if "\x00" in value:
+            raise SpecRefused(f"environment value of {key} contains NUL")
+    lim = spec.limits
+    positive = {
+        "pids": lim.pids,
+        "memory_bytes": lim.memory_bytes,
+        "nano_cpus": lim.nano_cpus,
+        "tmp_bytes": lim.tmp_bytes,
+        "home_bytes": lim.home_bytes,
+        "shm_bytes": lim.shm_bytes,
+        "wall_clock_seconds": lim.wall_clock_seconds,
+        "exec_timeout_seconds": lim.exec_timeout_seconds,
+        "output_cap_bytes": lim.output_cap_bytes,
+    }
+    for limit_name, amount in positive.items():
+        # A zero or negative value would mean "unlimited" to Docker for some of these.
+        if not amount > 0:
+            raise SpecRefused(f"limit {limit_name} must be positive, got {amount!r}")
+    if lim.pids < 8:
+        raise SpecRefused("limit pids must be at least 8 (init, the idle process and an exec need room)")
+    if lim.memory_bytes < 6 * MiB:
+        raise SpecRefused("limit memory_bytes must be at least 6 MiB (Docker's minimum)")
+    if spec.network != "none":
+        if spec.network in _NEVER_NETWORKS or spec.network.startswith("container:"):
+            raise SpecRefused(f"network mode {spec.network!r} shares a namespace and is never allowed")
+        if not spec.weaken.network:
+            raise SpecRefused(f"network {spec.network!r} needs the explicit `weaken.network` opt-in")
+        if not _NETWORK_NAME.match(spec.network):
+            raise SpecRefused(f"bad network name {spec.network!r}")
+    for cap in spec.weaken.cap_add:
+        if cap.upper() in {"ALL", "CAP_ALL"} or not _CAPABILITY.match(cap):
+            raise SpecRefused(f"capability {cap!r}: name each capability explicitly")
+    if spec.weaken.user is not None and not _NUMERIC_USER.match(spec.weaken.user):
+        # A name would be resolved through the image's /etc/passwd, which the image author controls.
+        raise SpecRefused(f"user must be numeric uid:gid, got {spec.weaken.user!r}")
+
+
+def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for `docker.DockerClient.containers.create` with the hardened defaults."""
+    validate_spec(spec)
+    lim = spec.limits
+    w = spec.weaken
+    labels = {**spec.extra_labels, **spec.labels()}
+    loosened = weakenings_in_effect(spec)
+    if loosened:
+        labels[LABEL_WEAKENED] = "; ".join(loosened)
+    uid, _, gid = spec.user.partition(":")
+    env = {"HOME": HOME_DIR, "USER": "agent", "LANG": "C.UTF-8", **spec.env}
+    kwargs: dict[str, Any] = {
+        "image": spec.image,
+        # The idle process. Its exit at the wall clock ends the container even if the forge is gone.
+        "command": ["sleep", str(int(lim.wall_clock_seconds))],
+        "entrypoint": [],
+        "detach": True,
+        "init": True,  # docker-init reaps zombies and forwards SIGTERM on stop
+        "user": spec.user,
+        "working_dir": WORKSPACE_DIR,
+        "hostname": "sandbox",
+        "environment": env,
+        "labels": labels,
+        "network_mode": spec.network,
+        "cap_drop": ["ALL"],
+        "security_opt": [] if w.new_privileges else ["no-new-privileges"],
+        "privileged": False,
+        "read_only": not w.writable_root,
+        "tmpfs": {  # exec allowed: /workspace must be executable anyway, so noexec here would stop nothing
+            "/tmp": f"rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777",  # noqa: S108 (a path in the container)
+            HOME_DIR: f"rw,nosuid,nodev,size={lim.home_bytes},uid={uid},gid={gid},mode=0700",
+        },
+        # The only host path the container sees. No Docker socket, no other binds, no volumes.
+        "mounts": [
+            {
+                "Target": WORKSPACE_DIR,
+                "Source": str(spec.workspace),
+                "Type": "bind",
+                "ReadOnly": False,
+                "BindOptions": {"Propagation": "rprivate"},
+            }
+        ],
+        "pids_limit": lim.pids,
+        "mem_limit": lim.memory_bytes,
+        "memswap_limit": lim.memory_bytes,
+        "nano_cpus": lim.nano_cpus,
+        "shm_size": lim.shm_bytes,
+        "ipc_mode": "private",
+        # PID 1 runs as the agent's uid, so the agent could write to its stdout; with a logging
+        # driver that would fill the host's disk. Nothing useful is logged there anyway.
+        "log_config": {"Type": "none", "Config": {}},
+        "ulimits": [{"Name": "core", "Soft": 0, "Hard": 0}],
+        "stdin_open": False,
+        "tty": False,
+    }
+    if w.cap_add:
+        kwargs["cap_add"] = [cap.upper().removeprefix("CAP_") for cap in w.cap_add]
+    if name is not None:
+        kwargs["name"] = name
+    return kwargs

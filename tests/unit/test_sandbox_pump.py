@@ -1,0 +1,107 @@
+"""The exec output pump on a local socket pair: Docker's frame format, the pid marker, the output
+cap and backpressure, without an engine."""
+
+import asyncio
+import socket
+import struct
+
+from sandbox.execution import PID_MARKER, OutputChunk, _Channel, _End, _Pump
+
+
+def frame(stream: int, data: bytes) -> bytes:
+    return struct.pack(">BxxxL", stream, len(data)) + data
+
+
+async def collect(pump: _Pump, channel: _Channel) -> list[OutputChunk]:
+    out: list[OutputChunk] = []
+    while True:
+        item = await channel.get()
+        if isinstance(item, _End):
+            assert item.error is None
+            return out
+        out.append(item)
+
+
+async def run_pump(payload: bytes, *, cap: int = 1 << 20, split: int = 3) -> tuple[_Pump, list[OutputChunk]]:
+    a, b = socket.socketpair()
+    channel = _Channel(asyncio.get_running_loop(), 4)
+    pump = _Pump(b, channel, cap)
+    pump.thread.start()
+    # Dribble the bytes in tiny writes so headers and payloads arrive split at every offset.
+    for i in range(0, len(payload), split):
+        a.sendall(payload[i : i + split])
+    a.close()
+    chunks = await collect(pump, channel)
+    pump.thread.join(5)
+    b.close()
+    return pump, chunks
+
+
+def joined(chunks: list[OutputChunk], stream: str) -> bytes:
+    return b"".join(c.data for c in chunks if c.stream == stream)
+
+
+async def test_frames_are_demultiplexed_and_the_marker_removed() -> None:
+    payload = frame(2, PID_MARKER + b"4242\nwarn") + frame(1, b"hello ") + frame(1, b"world\n") + frame(2, b" more\n")
+    pump, chunks = await run_pump(payload)
+    assert pump.pid == 4242
+    assert joined(chunks, "stdout") == b"hello world\n"
+    assert joined(chunks, "stderr") == b"warn more\n"
+    assert pump.truncated == 0
+
+
+async def test_marker_split_across_frames() -> None:
+    payload = frame(2, PID_MARKER[:5]) + frame(2, PID_MARKER[5:] + b"7") + frame(2, b"\nerr")
+    pump, chunks = await run_pump(payload, split=1)
+    assert pump.pid == 7
+    assert joined(chunks, "stderr") == b"err"
+
+
+async def test_without_marker_everything_is_output() -> None:
+    pump, chunks = await run_pump(frame(2, b"plain stderr") + frame(1, b"out"))
+    assert pump.pid is None
+    assert joined(chunks, "stderr") == b"plain stderr"
+
+
+async def test_cap_counts_the_rest_as_truncated() -> None:
+    payload = frame(1, b"a" * 600) + frame(2, b"b" * 600) + frame(1, b"c" * 600)
+    pump, chunks = await run_pump(payload, cap=1000, split=97)
+    assert sum(len(c.data) for c in chunks) == 1000
+    assert joined(chunks, "stdout") == b"a" * 600
+    assert joined(chunks, "stderr") == b"b" * 400
+    assert pump.truncated == 800
+
+
+async def test_slow_consumer_slows_the_producer() -> None:
+    # The channel holds 4 chunks; a consumer that reads nothing must stop the pump from reading,
+    # so the sender's socket buffer fills up and its writes block (nothing is dropped).
+    a, b = socket.socketpair()
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    channel = _Channel(asyncio.get_running_loop(), 4)
+    pump = _Pump(b, channel, 1 << 30)
+    pump.thread.start()
+    a.setblocking(False)
+    sent = 0
+    block = frame(1, b"x" * 1000)
+    stalls = 0
+    while stalls < 6 and sent < 200 * len(block):
+        try:
+            sent += a.send(block)
+            stalls = 0
+        except BlockingIOError:
+            stalls += 1  # give the pump every chance to make room, then conclude it won't
+            await asyncio.sleep(0.05)
+    assert sent < 100 * len(block), "the producer should have been held back"
+    # Now drain everything that was sent: all of it arrives.
+    a.setblocking(True)
+    a.shutdown(socket.SHUT_WR)
+    received = 0
+    while True:
+        item = await channel.get()
+        if isinstance(item, _End):
+            break
+        received += len(item.data)
+    assert received == (sent // len(block)) * 1000 + max(0, sent % len(block) - 8)
+    a.close()
+    b.close()

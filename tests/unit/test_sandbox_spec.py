@@ -1,0 +1,198 @@
+"""The hardened create arguments, and the refusal of every unsafe or malformed spec."""
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from sandbox import (
+    GiB,
+    Limits,
+    MiB,
+    SandboxSpec,
+    SpecRefused,
+    Weakenings,
+    container_create_kwargs,
+    weakenings_in_effect,
+)
+from sandbox.spec import LABEL_WEAKENED
+
+
+def make(**kw: object) -> SandboxSpec:
+    base: dict[str, object] = {
+        "image": "forgehand-sandbox:1",
+        "workspace": Path("/srv/ws/1"),
+        "instance": "inst1",
+        "task": "t42",
+        "run": "r7",
+    }
+    base.update(kw)
+    return SandboxSpec(**base)  # type: ignore[arg-type]
+
+
+def test_defaults_are_hardened() -> None:
+    kw = container_create_kwargs(make())
+    assert kw["network_mode"] == "none"
+    assert kw["cap_drop"] == ["ALL"]
+    assert "cap_add" not in kw
+    assert kw["security_opt"] == ["no-new-privileges"]
+    assert kw["privileged"] is False
+    assert kw["read_only"] is True
+    assert set(kw["tmpfs"]) == {"/tmp", "/home/agent"}
+    assert "size=536870912" in kw["tmpfs"]["/tmp"]
+    assert "size=268435456" in kw["tmpfs"]["/home/agent"]
+    for opts in kw["tmpfs"].values():
+        assert "nosuid" in opts and "nodev" in opts
+    assert kw["mounts"] == [
+        {
+            "Target": "/workspace",
+            "Source": "/srv/ws/1",
+            "Type": "bind",
+            "ReadOnly": False,
+            "BindOptions": {"Propagation": "rprivate"},
+        }
+    ]
+    assert "volumes" not in kw and "devices" not in kw
+    assert kw["user"] == "1000:1000"
+    assert kw["pids_limit"] == 256
+    assert kw["mem_limit"] == kw["memswap_limit"] == 2 * GiB
+    assert kw["nano_cpus"] == 1_000_000_000
+    assert kw["init"] is True
+    assert kw["labels"] == {"forgehand.instance": "inst1", "forgehand.task": "t42", "forgehand.run": "r7"}
+    assert kw["log_config"]["Type"] == "none"
+    assert kw["command"] == ["sleep", "3600"]
+    assert kw["working_dir"] == "/workspace"
+    assert weakenings_in_effect(make()) == []
+
+
+def test_limits_flow_through() -> None:
+    lim = Limits(pids=64, memory_bytes=256 * MiB, nano_cpus=500_000_000, tmp_bytes=MiB, wall_clock_seconds=9)
+    kw = container_create_kwargs(make(limits=lim))
+    assert kw["pids_limit"] == 64
+    assert kw["mem_limit"] == kw["memswap_limit"] == 256 * MiB
+    assert kw["nano_cpus"] == 500_000_000
+    assert "size=1048576" in kw["tmpfs"]["/tmp"]
+    assert kw["command"] == ["sleep", "9"]
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "pids",
+        "memory_bytes",
+        "nano_cpus",
+        "tmp_bytes",
+        "home_bytes",
+        "shm_bytes",
+        "wall_clock_seconds",
+        "exec_timeout_seconds",
+        "output_cap_bytes",
+    ],
+)
+@pytest.mark.parametrize("value", [0, -1])
+def test_limits_cannot_be_switched_off(field: str, value: int) -> None:
+    with pytest.raises(SpecRefused):
+        container_create_kwargs(make(limits=Limits(**{field: value})))
+
+
+def test_network_needs_opt_in() -> None:
+    with pytest.raises(SpecRefused, match="opt-in"):
+        container_create_kwargs(make(network="bridge"))
+    spec = make(network="bridge", weaken=Weakenings(network=True))
+    kw = container_create_kwargs(spec)
+    assert kw["network_mode"] == "bridge"
+    assert weakenings_in_effect(spec) == ["network: bridge"]
+    assert kw["labels"][LABEL_WEAKENED] == "network: bridge"
+
+
+@pytest.mark.parametrize("mode", ["host", "container:abc"])
+def test_shared_namespaces_never(mode: str) -> None:
+    with pytest.raises(SpecRefused, match="never"):
+        container_create_kwargs(make(network=mode, weaken=Weakenings(network=True)))
+
+
+def test_each_weakening_is_explicit_and_listed() -> None:
+    spec = make(weaken=Weakenings(cap_add=("CAP_CHOWN",), new_privileges=True, writable_root=True, user="0:0"))
+    kw = container_create_kwargs(spec)
+    assert kw["cap_add"] == ["CHOWN"]
+    assert kw["cap_drop"] == ["ALL"]
+    assert kw["security_opt"] == []
+    assert kw["read_only"] is False
+    assert kw["user"] == "0:0"
+    assert weakenings_in_effect(spec) == [
+        "capability: CHOWN",
+        "new privileges allowed (setuid binaries work)",
+        "writable root filesystem",
+        "user: 0:0",
+    ]
+
+
+@pytest.mark.parametrize("caps", [("ALL",), ("all",), ("chown; rm",)])
+def test_capabilities_are_named_one_by_one(caps: tuple[str, ...]) -> None:
+    with pytest.raises(SpecRefused):
+        container_create_kwargs(make(weaken=Weakenings(cap_add=caps)))
+
+
+@pytest.mark.parametrize("user", ["root", "0", "agent:agent", "1000:1000:1"])
+def test_user_must_be_numeric_pair(user: str) -> None:
+    with pytest.raises(SpecRefused):
+        container_create_kwargs(make(weaken=Weakenings(user=user)))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"workspace": Path("relative/ws")},
+        {"instance": ""},
+        {"run": "has space"},
+        {"task": "x" * 200},
+        {"image": "bad image"},
+        {"env": {"A B": "x"}},
+        {"env": {"A": "nul\x00"}},
+        {"extra_labels": {"forgehand.run": "spoof"}},
+        {"limits": Limits(pids=4)},
+    ],
+)
+def test_malformed_specs_refused(kw: dict[str, object]) -> None:
+    with pytest.raises(SpecRefused):
+        container_create_kwargs(make(**kw))
+
+
+def test_extra_labels_cannot_override_owner_labels() -> None:
+    kw = container_create_kwargs(make(extra_labels={"com.example.team": "blue"}))
+    assert kw["labels"]["com.example.team"] == "blue"
+    assert kw["labels"]["forgehand.run"] == "r7"
+
+
+def test_env_reaches_the_container_with_home() -> None:
+    kw = container_create_kwargs(make(env={"FOO": "bar"}))
+    assert kw["environment"]["FOO"] == "bar"
+    assert kw["environment"]["HOME"] == "/home/agent"
+
+
+def test_spec_structs_reject_unknown_fields() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"pids": 1, "privileged": True}, Limits)
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"privileged": True}, Weakenings)
+
+
+def test_kwargs_are_accepted_by_the_docker_sdk() -> None:
+    # The SDK's own translation to the engine's HostConfig must keep every field (no engine needed).
+    from docker.models.containers import _create_container_args
+
+    args = _create_container_args({**container_create_kwargs(make(), name="n"), "version": "1.41"})
+    hc = args["host_config"]
+    assert hc["NetworkMode"] == "none"
+    assert hc["CapDrop"] == ["ALL"]
+    assert hc["SecurityOpt"] == ["no-new-privileges"]
+    assert hc["ReadonlyRootfs"] is True
+    assert hc["PidsLimit"] == 256
+    assert hc["Memory"] == hc["MemorySwap"] == 2 * GiB
+    assert hc["NanoCpus"] == 1_000_000_000
+    assert hc["Init"] is True
+    assert not hc.get("Privileged")
+    assert hc["Mounts"][0]["Source"] == "/srv/ws/1"
+    assert "Binds" not in hc or not hc["Binds"]
+    assert args["user"] == "1000:1000"
+    assert args["name"] == "n"
