@@ -9,7 +9,8 @@ from forge.db import Database
 from forge.security import generate_password
 from forge.settings import Settings
 
-ADMIN_LOGIN = "admin"
+# "admin" is a reserved path segment (/admin); GitLab-style "root" it is.
+ADMIN_LOGIN = "root"
 PASSWORD_FILE = "admin-password.txt"
 
 

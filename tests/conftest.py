@@ -2,8 +2,9 @@
 set), the real app, accounts and tokens made through the real services."""
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -20,6 +21,7 @@ from forge.models import Account
 from forge.settings import Settings, load_settings, prepare_data_dir
 
 PASSWORD = "correct horse battery"
+T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -104,3 +106,53 @@ class Accounts(msgspec.Struct):
 @pytest.fixture
 def make(db: Database) -> Accounts:
     return Accounts(db=db)
+
+
+class LiveServer(msgspec.Struct):
+    url: str
+    settings: Settings
+
+
+@pytest.fixture
+def live_server(settings: Settings, db_url: str) -> Iterator[LiveServer]:
+    """The real app served by uvicorn on 127.0.0.1 (a free port), in a thread with its own loop."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    served = msgspec.structs.replace(settings, host="127.0.0.1", port=port, base_url=f"http://127.0.0.1:{port}")
+    config = uvicorn.Config(create_app(served), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    yield LiveServer(url=f"http://127.0.0.1:{port}", settings=served)
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from a synchronous test (each call gets a fresh loop and engine)."""
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+async def make_account_with_token(settings: Settings, login: str, *scopes: str, admin: bool = False) -> str:
+    database = Database(settings.effective_database_url)
+    try:
+        helper = Accounts(db=database)
+        await helper.user(login, admin=admin)
+        return await helper.token(login, *scopes)
+    finally:
+        await database.dispose()

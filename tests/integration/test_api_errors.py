@@ -47,16 +47,18 @@ async def test_malformed_json_and_unknown_fields(client: AsyncTestClient[Any], m
     r = await client.post("/api/v1/admin/bots", json={"login": "FIXER"}, headers=admin)
     assert r.status_code == 409 and r.json()["code"] == "login_taken"
     for r in [
-        await client.post("/api/v1/admin/accounts/nobody/tokens", json={"name": "t", "scopes": ["repo:read"]}, headers=admin),
+        await client.post(
+            "/api/v1/admin/accounts/nobody/tokens", json={"name": "t", "scopes": ["repo:read"]}, headers=admin
+        ),
         await client.patch("/api/v1/admin/accounts/nobody", json={"disabled": True}, headers=admin),
     ]:
         assert r.status_code == 404 and r.json()["code"] == "account_not_found"
-    r = await client.post(
-        "/api/v1/admin/accounts/fixer/tokens", json={"name": "t", "scopes": ["admin"]}, headers=admin
-    )
+    r = await client.post("/api/v1/admin/accounts/fixer/tokens", json={"name": "t", "scopes": ["admin"]}, headers=admin)
     assert r.status_code == 422 and r.json()["code"] == "invalid_scope"
     r = await client.post(
-        "/api/v1/admin/accounts/fixer/tokens", json={"name": "t", "scopes": ["repo:read"], "expires_days": 0}, headers=admin
+        "/api/v1/admin/accounts/fixer/tokens",
+        json={"name": "t", "scopes": ["repo:read"], "expires_days": 0},
+        headers=admin,
     )
     assert r.status_code == 422
 
@@ -70,9 +72,7 @@ async def test_oversized_body_is_413(client: AsyncTestClient[Any], make: Account
     assert r.json()["code"] == "payload_too_large"
 
 
-async def test_scope_and_admin_refusals_are_audited(
-    client: AsyncTestClient[Any], make: Accounts, db: Database
-) -> None:
+async def test_scope_and_admin_refusals_are_audited(client: AsyncTestClient[Any], make: Accounts, db: Database) -> None:
     await make.user("ana")
     await make.user("root", admin=True)
     weak = await make.token("ana", "repo:read")
@@ -82,9 +82,7 @@ async def test_scope_and_admin_refusals_are_audited(
     r = await client.get("/api/v1/admin/accounts", headers=bearer(no_admin_scope))
     assert r.status_code == 403
     async with db.session() as s:
-        rows = list(
-            (await s.execute(select(AuditEvent).where(AuditEvent.action == "access.denied"))).scalars()
-        )
+        rows = list((await s.execute(select(AuditEvent).where(AuditEvent.action == "access.denied"))).scalars())
     assert [(r.actor_login, r.target, r.result) for r in rows] == [
         ("ana", "/api/v1/admin/accounts", "refused"),
         ("root", "/api/v1/admin/accounts", "refused"),
@@ -102,7 +100,9 @@ async def test_admin_api_creates_bot_token_and_revokes_others_tokens(
         "owner"
     ] == "ana"
     r = await client.post(
-        "/api/v1/admin/accounts/fixer/tokens", json={"name": "ci", "scopes": ["tasks:write"], "expires_days": 7}, headers=admin
+        "/api/v1/admin/accounts/fixer/tokens",
+        json={"name": "ci", "scopes": ["tasks:write"], "expires_days": 7},
+        headers=admin,
     )
     assert r.status_code == 201
     created = r.json()

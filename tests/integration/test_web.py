@@ -66,7 +66,9 @@ async def test_wrong_password_unknown_user_disabled_account(
     assert r.status_code == 401 and "wrong login or password" in r.text
     await make.user("root", admin=True)
     token = await make.token("root", "admin")
-    await client.patch("/api/v1/admin/accounts/ana", json={"disabled": True}, headers={"Authorization": f"Bearer {token}"})
+    await client.patch(
+        "/api/v1/admin/accounts/ana", json={"disabled": True}, headers={"Authorization": f"Bearer {token}"}
+    )
     r = await sign_in(client, "ana", PASSWORD)
     assert r.status_code == 401 and "disabled" in r.text
     refused = [a for a in await actions(db) if a[0] == "auth.sign_in" and a[2] == "refused"]
@@ -133,7 +135,12 @@ async def test_tokens_page_create_shows_once_then_revoke(client: AsyncTestClient
     assert "admin" not in re.findall(r'name="scopes" value="([^"]+)"', page.text)
     r = await client.post(
         "/settings/tokens/",
-        data={"name": "laptop", "scopes": ["repo:read", "repo:write"], "expires_days": "30", "csrf_token": csrf_from(page.text)},
+        data={
+            "name": "laptop",
+            "scopes": ["repo:read", "repo:write"],
+            "expires_days": "30",
+            "csrf_token": csrf_from(page.text),
+        },
     )
     assert r.status_code == 200
     token = re.search(r'id="new-token">(fh_\w+)<', r.text)
@@ -144,10 +151,12 @@ async def test_tokens_page_create_shows_once_then_revoke(client: AsyncTestClient
     api = await client.get("/api/v1/user", headers={"Authorization": f"Bearer {secret}"})
     assert api.json()["token_scopes"] == ["repo:read", "repo:write"]
 
-    token_id = re.search(r'/settings/tokens/(\d+)/revoke', listing.text)
+    token_id = re.search(r"/settings/tokens/(\d+)/revoke", listing.text)
     assert token_id
     r = await client.post(
-        f"/settings/tokens/{token_id.group(1)}/revoke", data={"csrf_token": csrf_from(listing.text)}, follow_redirects=False
+        f"/settings/tokens/{token_id.group(1)}/revoke",
+        data={"csrf_token": csrf_from(listing.text)},
+        follow_redirects=False,
     )
     assert r.status_code == 303
     assert (await client.get("/api/v1/user", headers={"Authorization": f"Bearer {secret}"})).status_code == 401
@@ -186,7 +195,9 @@ async def test_admin_creates_user_and_bot_with_token(client: AsyncTestClient[Any
     r = await client.post("/admin/accounts", data={"login": "carol", "kind": "user", "csrf_token": csrf})
     password = re.search(r'id="new-password">([^<]+)<', r.text)
     assert password, r.text
-    r = await client.post("/admin/accounts", data={"login": "helper", "kind": "bot", "owner": "root", "csrf_token": csrf})
+    r = await client.post(
+        "/admin/accounts", data={"login": "helper", "kind": "bot", "owner": "root", "csrf_token": csrf}
+    )
     assert "bot helper created" in r.text
     r = await client.post(
         "/admin/accounts/helper/tokens", data={"name": "ci", "scopes": "tasks:write", "csrf_token": csrf}

@@ -1,0 +1,38 @@
+"""schemathesis against the served OpenAPI schema: whatever it sends, never a server error."""
+
+from typing import Any
+
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+
+from tests.conftest import LiveServer, make_account_with_token, run_sync
+
+EXAMPLES_PER_OPERATION = 30
+
+
+def test_no_server_errors_for_any_generated_request(live_server: LiveServer) -> None:
+    token = run_sync(make_account_with_token(live_server.settings, "root", "admin", admin=True))
+    schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/openapi.json")
+    checked = 0
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        @settings(
+            max_examples=EXAMPLES_PER_OPERATION,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        )
+        @given(case=operation.as_strategy())
+        def call(case: Any) -> None:
+            for headers in ({"Authorization": f"Bearer {token}"}, {}):
+                response = case.call(base_url=live_server.url, headers=headers, timeout=30)
+                assert response.status_code < 500, (case.method, case.formatted_path, response.text)
+                if response.status_code >= 400:
+                    ctype = response.headers.get("content-type", [""])[0]
+                    assert ctype.startswith("application/problem+json"), (case.method, case.formatted_path, ctype)
+                    assert "code" in response.json()
+
+        call()
+        checked += 1
+    assert checked >= 8  # every operation of the schema was exercised

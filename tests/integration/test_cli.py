@@ -1,0 +1,104 @@
+"""The `forgehand` command, run as a real subprocess against a real data directory."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
+
+
+def run(data_dir: Path, db_url: str, *args: str, input_: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
+    env.update({"FORGEHAND_DATA_DIR": str(data_dir), "FORGEHAND_DATABASE_URL": db_url})
+    return subprocess.run(
+        [FORGEHAND, *args], capture_output=True, text=True, env=env, input=input_, timeout=120, check=False
+    )
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "cli-data"
+
+
+def test_every_command_has_help() -> None:
+    from click.testing import CliRunner
+
+    from forge.cli import main
+
+    for args in (
+        [],
+        ["serve"],
+        ["db", "upgrade"],
+        ["users", "create"],
+        ["users", "list"],
+        ["users", "disable"],
+        ["bots", "create"],
+        ["tokens", "create"],
+        ["tokens", "list"],
+        ["tokens", "revoke"],
+        ["audit", "tail"],
+        ["sandbox"],
+    ):
+        r = CliRunner().invoke(main, [*args, "--help"])
+        assert r.exit_code == 0, (args, r.output)
+        assert "Usage:" in r.output
+
+
+def test_users_bots_tokens_audit_roundtrip(data_dir: Path, db_url: str) -> None:
+    assert run(data_dir, db_url, "db", "upgrade").returncode == 0
+    r = run(data_dir, db_url, "users", "create", "ana", "--admin", "--password", "correct horse battery")
+    assert r.returncode == 0, r.stderr
+    r = run(data_dir, db_url, "users", "create", "carol")  # not interactive: a password is generated
+    assert r.returncode == 0 and "password: " in r.stdout
+    assert run(data_dir, db_url, "bots", "create", "fixer", "--owner", "ana").returncode == 0
+    r = run(
+        data_dir, db_url, "tokens", "create", "--user", "fixer", "--name", "ci",
+        "--scope", "tasks:write", "--scope", "repo:read", "--expires-days", "30",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    token = r.stdout.strip().splitlines()[-1]
+    assert token.startswith("fh_") and len(token) == 43
+    listing = run(data_dir, db_url, "tokens", "list", "--user", "fixer")
+    assert token[-8:] in listing.stdout and token not in listing.stdout
+    token_id = listing.stdout.split("\t")[0]
+    assert run(data_dir, db_url, "tokens", "revoke", token_id).returncode == 0
+    assert "revoked" in run(data_dir, db_url, "tokens", "list", "--user", "fixer", "--all").stdout
+    users = run(data_dir, db_url, "users", "list").stdout
+    assert "ana\tUser\tadmin" in users and "fixer\tBot\t-\tana" in users
+    assert run(data_dir, db_url, "users", "disable", "carol").returncode == 0
+    assert "carol\tUser\tdisabled" in run(data_dir, db_url, "users", "list").stdout
+    tail = run(data_dir, db_url, "audit", "tail", "-n", "50").stdout
+    for action in ("user.create", "bot.create", "token.create", "token.revoke", "user.disable"):
+        assert action in tail
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["users", "create", "bad--name", "--password", "correct horse battery"], "login"),
+        (["users", "create", "ana", "--password", "short"], "at least"),
+        (["bots", "create", "fixer", "--owner", "ghost"], "no account 'ghost'"),
+        (["tokens", "create", "--user", "ghost", "--name", "x", "--scope", "repo:read"], "no account"),
+        (["tokens", "create", "--user", "ana", "--name", "x", "--scope", "repo:all"], "unknown scope"),
+        (["tokens", "revoke", "999"], "no token 999"),
+        (["users", "disable", "ghost"], "no account"),
+    ],
+)
+def test_errors_are_one_line_with_exit_status_2(data_dir: Path, db_url: str, args: list[str], message: str) -> None:
+    run(data_dir, db_url, "users", "create", "ana", "--password", "correct horse battery")
+    r = run(data_dir, db_url, *args)
+    assert r.returncode == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_setting_is_one_line(data_dir: Path, db_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
+    env.update({"FORGEHAND_DATA_DIR": str(data_dir), "FORGEHAND_PORT": "eighty"})
+    r = subprocess.run([FORGEHAND, "users", "list"], capture_output=True, text=True, env=env, check=False, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("forgehand: error: FORGEHAND_PORT")
