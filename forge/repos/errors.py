@@ -1,0 +1,118 @@
+"""Domain errors of the git layer.
+
+The host maps them to HTTP problem details; nothing here knows about HTTP. Every error carries a
+stable ``code`` so that the mapping is a table lookup.
+"""
+
+from __future__ import annotations
+
+
+class RepoError(Exception):
+    """Base class of every error raised by ``forge.repos``."""
+
+    code = "repo_error"
+
+
+class InvalidName(RepoError, ValueError):
+    """An owner or repository name that is not acceptable."""
+
+    code = "invalid_name"
+
+
+class InvalidRefName(RepoError, ValueError):
+    """A ref or branch name that git would refuse (or that we refuse)."""
+
+    code = "invalid_ref_name"
+
+
+class InvalidPath(RepoError, ValueError):
+    """A tree path with ``..``, a leading slash, NUL, a ``.git`` component ..."""
+
+    code = "invalid_path"
+
+
+class RepoNotFound(RepoError, LookupError):
+    """No repository on disk at the expected place."""
+
+    code = "repo_not_found"
+
+
+class RepoExists(RepoError):
+    """A repository (or a directory) already occupies the target place."""
+
+    code = "repo_exists"
+
+
+class RefNotFound(RepoError, LookupError):
+    """A ref, branch, tag or commit id that does not resolve to a commit."""
+
+    code = "ref_not_found"
+
+
+class PathNotFound(RepoError, LookupError):
+    """A tree path that does not exist at the given commit."""
+
+    code = "path_not_found"
+
+
+class NotABlob(RepoError, ValueError):
+    """The path names a tree (or a submodule) where a file was expected."""
+
+    code = "not_a_blob"
+
+
+class NotATree(RepoError, ValueError):
+    """The path names a file where a directory was expected."""
+
+    code = "not_a_tree"
+
+
+class ImportFailed(RepoError):
+    """``git clone --mirror`` or the ``git fsck`` after it failed."""
+
+    code = "import_failed"
+
+
+class GitCommandFailed(RepoError):
+    """A git subprocess exited with an error."""
+
+    code = "git_failed"
+
+    def __init__(self, message: str, *, returncode: int | None = None, stderr: str = "") -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class GitProtocolError(RepoError, ValueError):
+    """A smart HTTP request body that does not follow the git wire protocol."""
+
+    code = "git_protocol_error"
+
+
+class UnsupportedService(RepoError, ValueError):
+    """A smart HTTP service other than ``git-upload-pack`` and ``git-receive-pack``."""
+
+    code = "unsupported_service"
+
+
+class UnsupportedEncoding(RepoError, ValueError):
+    """A request ``Content-Encoding`` other than identity and gzip."""
+
+    code = "unsupported_encoding"
+
+
+class PushTooLarge(RepoError):
+    """The (decoded) request body passed the configured size limit."""
+
+    code = "push_too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body larger than the limit of {limit} bytes")
+        self.limit = limit
+
+
+class RefConflict(RepoError):
+    """A compare-and-swap ref update found the ref somewhere else than expected."""
+
+    code = "ref_conflict"
