@@ -10,6 +10,7 @@ Below read access a repository answers 404 (see `require`), so its existence doe
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import IntEnum, StrEnum
 from typing import Literal, Protocol
 
@@ -83,6 +84,9 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     via: Literal["session", "token", "anonymous", "internal"] = "anonymous"
     token_id: int | None = None
     scopes: frozenset[Scope] | None = None
+    # Profile as read at authentication, so `GET /api/v1/user` needs no second query.
+    display_name: str = ""
+    created_at: datetime | None = None
 
     @property
     def is_authenticated(self) -> bool:

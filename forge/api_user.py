@@ -5,8 +5,8 @@ from typing import Annotated
 from litestar import Controller, delete, get, post
 from litestar.params import JSONBody, Parameter
 
-from forge import accounts, tokens
-from forge.deps import ActorDep, DbSession, TokenCacheDep
+from forge import tokens
+from forge.deps import ActorDep, DbSession, PrincipalDep, TokenCacheDep
 from forge.errors import Unauthenticated
 from forge.models import Account
 from forge.schemas import TokenCreate, UserRead
@@ -25,17 +25,18 @@ class UserController(Controller):
     tags = ["user"]
 
     @get("/", summary="The authenticated caller")
-    async def get_user(self, db_session: DbSession, actor: ActorDep) -> UserRead:
-        account = await _caller(db_session, actor)
-        read = await accounts.to_read(db_session, account)
-        scopes = actor.principal.scopes
+    async def get_user(self, principal: PrincipalDep) -> UserRead:
+        # Answered from what authentication resolved: the hot path of every bot, no extra query.
+        if principal.account_id is None or principal.created_at is None or principal.type == "Anonymous":
+            raise Unauthenticated("sign in or send a token", code="unauthenticated")
+        scopes = principal.scopes
         return UserRead(
-            id=read.id,
-            login=read.login,
-            type=read.type,
-            display_name=read.display_name,
-            is_admin=read.is_admin,
-            created_at=read.created_at,
+            id=principal.account_id,
+            login=principal.login,
+            type=principal.type,
+            display_name=principal.display_name,
+            is_admin=principal.is_admin,
+            created_at=principal.created_at,
             token_scopes=sorted(s.value for s in scopes) if scopes is not None else None,
         )
 

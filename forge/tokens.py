@@ -183,6 +183,8 @@ async def resolve(db: Database, cache: TokenCache, secret: str) -> Principal:
         login=account.login,
         type="Bot" if account.is_bot else "User",
         is_admin=account.is_admin,
+        display_name=account.display_name,
+        created_at=account.created_at,
         via="token",
         token_id=row.id,
         scopes=expand_scopes(granted),

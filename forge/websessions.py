@@ -69,6 +69,8 @@ async def resolve(db: Database, sid: str) -> SessionInfo | None:
         login=account.login,
         type="User",
         is_admin=account.is_admin,
+        display_name=account.display_name,
+        created_at=account.created_at,
         via="session",
     )
     return SessionInfo(principal=principal, csrf_token=row.csrf_token)

@@ -1,0 +1,1 @@
+"""Benchmarks are collected only by `make bench` (files named bench_*.py)."""
