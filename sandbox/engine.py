@@ -145,6 +145,9 @@ class SandboxEngine:
             raise SpecRefused(f"workspace {str(workspace)!r} is not a directory on this host")
         name = name or _container_name(spec)
         kwargs = container_create_kwargs(spec, name=name)
+        # Measured before the container exists, so the host's wall clock ends no later than the
+        # idle process's and the host, not the container's death, ends a command at the limit.
+        started_at = time.monotonic()
 
         def create(c: docker.DockerClient) -> str:
             args = _create_container_args({**kwargs, "version": c.api._version})
@@ -166,7 +169,7 @@ class SandboxEngine:
                 raise SpecRefused(f"the engine could not start the sandbox: {exc.explanation or exc}") from exc
 
         await self.call(start)
-        return Sandbox(self, container_id, name, spec)
+        return Sandbox(self, container_id, name, spec, started_at=started_at)
 
 
 def _container_name(spec: SandboxSpec) -> str:
@@ -177,12 +180,20 @@ def _container_name(spec: SandboxSpec) -> str:
 class Sandbox:
     """A started sandbox. Use as `async with await engine.start(spec) as sb:` to remove it afterwards."""
 
-    def __init__(self, engine: SandboxEngine, container_id: str, name: str, spec: SandboxSpec) -> None:
+    def __init__(
+        self,
+        engine: SandboxEngine,
+        container_id: str,
+        name: str,
+        spec: SandboxSpec,
+        *,
+        started_at: float | None = None,
+    ) -> None:
         self.engine = engine
         self.id = container_id
         self.name = name
         self.spec = spec
-        self.started_at = time.monotonic()
+        self.started_at = time.monotonic() if started_at is None else started_at
         self.deadline = self.started_at + spec.limits.wall_clock_seconds
         self._oom_seen = 0  # a fresh cgroup starts at zero OOM kills
         self._removed = False
@@ -227,8 +238,13 @@ class Sandbox:
         timeout: float | None = None,
         output_cap: int | None = None,
         queue_chunks: int = 16,
+        keep_background: bool = False,
     ) -> ExecStream:
-        """Run argv; iterate the result for output chunks, then read `.result`."""
+        """Run argv; iterate the result for output chunks, then read `.result`.
+
+        When the command exits, whatever it left running (background jobs, a fork bomb) is killed,
+        unless `keep_background`; those then live until the sandbox stops.
+        """
         if self._removed:
             raise SandboxGone(f"sandbox {self.name} was removed")
         remaining = self.remaining
@@ -251,6 +267,7 @@ class Sandbox:
             timeout=min(limit, remaining),
             output_cap=cap,
             queue_chunks=max(1, queue_chunks),
+            keep_background=keep_background,
         )
 
     async def exec(

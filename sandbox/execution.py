@@ -24,46 +24,70 @@ if TYPE_CHECKING:
 
 StreamName = Literal["stdout", "stderr"]
 
-# Runs in the container as `sh -c WRAPPER forgehand-exec LIMIT ARGV...`. The command itself is argv
-# (never a shell string built from input). The wrapper reports its pid on stderr before anything
-# else (the host needs it to kill the command), then execs the command under coreutils `timeout` as
-# a second, in-container line of defence: it fires a second after the host's deadline, and keeps
-# working when the host's kill cannot (a fork bomb leaves no pid to start a killer exec with).
+# A shell function (builtins only: during a fork bomb there is no pid to spare for `ps` or a
+# subshell) that kills a process and everything it started. It stops (so nothing forks any more)
+# every process whose parent, process group or session is already in the set, until a full pass over
+# /proc finds nothing new, then SIGKILLs the lot. `$2` is a pid to spare (the caller itself).
+_REAP_FN = """\
+forgehand_reap() {
+  found=" $1 "
+  changed=1
+  while [ "$changed" = 1 ]; do
+    changed=0
+    for f in /proc/[0-9]*/stat; do
+      read -r line < "$f" 2>/dev/null || continue
+      pid=${line%% *}
+      case "$found" in *" $pid "*) continue ;; esac
+      set -f
+      set -- "$1" "$2" ${line##*) }
+      set +f
+      case "$found" in
+        *" $4 "*|*" $5 "*|*" $6 "*)
+          kill -STOP "$pid" 2>/dev/null
+          found="$found$pid "
+          changed=1 ;;
+      esac
+    done
+  done
+  for pid in $found; do [ "$pid" = "$2" ] || kill -KILL "$pid" 2>/dev/null; done
+}
+"""
+
+# Runs in the container as `sh -c WRAPPER forgehand-exec LIMIT KEEP_BG ARGV...`; the command itself
+# is argv (never a shell string built from input). The wrapper reports its pid on stderr before
+# anything else (the host needs it to kill the command; docker exec makes it a session leader),
+# runs the command under coreutils `timeout` as a second, in-container line of defence (it fires a
+# second after the host's deadline and still works when the host's kill cannot start: a fork bomb
+# leaves no pid for a killer exec), and when the command exits it kills whatever the command left
+# running in the background, unless asked to keep it.
 PID_MARKER = b"\x1eforgehand-pid:"
 WRAPPER = (
-    "printf '\\036forgehand-pid:%s\\n' \"$$\" >&2\n"
-    "t=$1; shift\n"
-    'if [ "$t" != 0 ] && command -v timeout >/dev/null 2>&1; then exec timeout -k 2 "$t" "$@"; fi\n'
-    'exec "$@"\n'
+    _REAP_FN
+    + """\
+printf '\\036forgehand-pid:%s\\n' "$$" >&2
+t=$1; keep=$2; shift 2
+if [ "$t" != 0 ] && command -v timeout >/dev/null 2>&1; then
+  timeout -k 2 "$t" "$@"
+else
+  "$@"
+fi
+rc=$?
+[ "$keep" = 1 ] || forgehand_reap "$$" "$$"
+exit "$rc"
+"""
 )
 
-# Kills a command and everything it started: stop (so nothing forks any more) every process whose
-# parent, process group or session is already in the set, until the set stops growing, then SIGKILL
-# the lot. Builtins only: during a fork bomb there is no pid to spare for a `ps` or a subshell.
-KILLER = """\
-t=$1
-kill -STOP -- "-$t" "$t" 2>/dev/null
-found=" $t "
-changed=1
-while [ "$changed" = 1 ]; do
-  changed=0
-  for f in /proc/[0-9]*/stat; do
-    read -r line < "$f" 2>/dev/null || continue
-    pid=${line%% *}
-    case "$found" in *" $pid "*) continue ;; esac
-    set -- ${line##*) }
-    case "$found" in
-      *" $2 "*|*" $3 "*|*" $4 "*)
-        kill -STOP "$pid" 2>/dev/null
-        found="$found$pid "
-        changed=1 ;;
-    esac
-  done
-done
-for pid in $found; do kill -KILL "$pid" 2>/dev/null; done
-kill -KILL -- "-$t" 2>/dev/null
+# Kills a running command from outside (host timeout, or the consumer went away): everything in the
+# wrapper's session and process tree, the wrapper included.
+KILLER = (
+    _REAP_FN
+    + """\
+kill -STOP -- "-$1" 2>/dev/null
+forgehand_reap "$1" ""
+kill -KILL -- "-$1" 2>/dev/null
 exit 0
 """
+)
 
 # Reads the memory cgroup's OOM-kill counter (cgroup v2 first, then v1). Builtins and cat only.
 OOM_COUNTER = """\
@@ -171,8 +195,13 @@ class _Pump:
         self.pid: int | None = None
         self._marker_pending = True
         self._marker_buf = b""
+        self._pending = b""
         self.cancel = threading.Event()
         self.thread = threading.Thread(target=self._run, name="forgehand-exec-pump", daemon=True)
+
+    def take_prebuffered(self) -> None:
+        """Call before any thread touches the socket (it briefly makes the socket non-blocking)."""
+        self._pending = self._prebuffered()
 
     def _prebuffered(self) -> bytes:
         # http.client may have read past the upgrade response's headers into its buffer.
@@ -197,7 +226,7 @@ class _Pump:
         stream = 1
         buf = bytearray(_RECV_SIZE)
         try:
-            pending = self._prebuffered()
+            pending, self._pending = self._pending, b""
             self._raw.settimeout(_POLL)
             while not self.cancel.is_set():
                 if pending:
@@ -285,7 +314,7 @@ class _StdinWriter:
             while off < len(view) and not self._cancel.is_set():
                 try:
                     off += self._raw.send(view[off : off + _RECV_SIZE])
-                except TimeoutError:
+                except (TimeoutError, BlockingIOError):
                     continue
             # Half-close: the command sees end of input, its output keeps coming.
             self._raw.shutdown(socket.SHUT_WR)
@@ -313,7 +342,9 @@ class ExecStream:
         output_cap: int,
         queue_chunks: int = 16,
         kill_grace: float = 5.0,
+        keep_background: bool = False,
     ) -> None:
+        self._keep_background = keep_background
         self._sb = sandbox
         self._argv = argv
         self._env = env
@@ -398,7 +429,8 @@ class ExecStream:
         sb = self._sb
         # The in-container timeout fires a second after the host's, so the host's kill normally wins.
         inner = f"{self._timeout + 1:.3f}"
-        cmd = ["/bin/sh", "-c", WRAPPER, "forgehand-exec", inner, *self._argv]
+        keep = "1" if self._keep_background else "0"
+        cmd = ["/bin/sh", "-c", WRAPPER, "forgehand-exec", inner, keep, *self._argv]
         self._t0 = time.monotonic()
         self._exec_id = await sb.engine_call(
             lambda c: c.api.exec_create(
@@ -420,6 +452,7 @@ class ExecStream:
         loop = asyncio.get_running_loop()
         self._channel = _Channel(loop, self._queue_chunks)
         self._pump = _Pump(self._sock, self._channel, self._cap)
+        self._pump.take_prebuffered()
         self._pump.thread.start()
         if self._stdin is not None:
             _StdinWriter(self._sock, self._stdin, self._pump.cancel).thread.start()
@@ -472,6 +505,10 @@ class ExecStream:
         if exit_code in (137, None) or end.error is not None:
             oom = await self._sb.oom_happened()
         t_end = self._t_end if self._t_end is not None else time.monotonic()
+        # Killed because the whole sandbox reached its wall clock (its idle process ended) is a
+        # timeout too, even if the container went down a moment before our own timer fired.
+        if exit_code in (137, None) and self._sb.remaining < 1.0 and not oom:
+            self._timed_out = True
         self._result = ExecResult(
             exit_code=exit_code,
             timed_out=self._timed_out,
