@@ -73,8 +73,10 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-def app(settings: Settings, db: Database) -> Litestar:
-    return create_app(settings, db=db)
+def app(settings: Settings) -> Litestar:
+    # The app gets its own Database: the test client may run it on another event loop, and
+    # asyncpg connections belong to the loop that made them.
+    return create_app(settings)
 
 
 @pytest.fixture
