@@ -24,7 +24,7 @@ import os
 import re
 import tempfile
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Final, Literal
 
@@ -72,9 +72,11 @@ class GitHttpConfig(msgspec.Struct, frozen=True, kw_only=True):
     home: Path | None = None
     #: Extra ``-c key=value`` for every git process.
     extra_config: dict[str, str] = {}
-    #: Seconds a receive-pack whose client went away after sending everything may keep running
-    #: to finish its ref updates; every other abandoned process is stopped at once.
+    #: Seconds an abandoned receive-pack may keep running: to finish its ref updates when it
+    #: got the whole body, to clean up after a truncated one otherwise. upload-pack is stopped
+    #: at once.
     finish_grace: float = 60.0
+    abort_grace: float = 10.0
 
 
 DEFAULT_CONFIG: Final = GitHttpConfig()
@@ -294,8 +296,10 @@ class GitServiceProcess:
         self._stdout_eof = False
         #: The whole request body reached git's stdin.
         self.fed = False
-        #: Bytes written to git's stdin.
+        #: Request body bytes read.
         self.bytes_in = 0
+        #: Why reading the request body failed (``PushTooLarge``, a client error ...).
+        self.failure: BaseException | None = None
         self._closed = False
 
     @classmethod
@@ -337,20 +341,32 @@ class GitServiceProcess:
                 del self._stderr[: len(self._stderr) - STDERR_TAIL]
 
     async def write_body(self, body: AsyncIterator[bytes], *, max_bytes: int | None = None) -> None:
-        """Stream ``body`` into git's stdin, then close it. ``PushTooLarge`` past ``max_bytes``
-        (default: the configured limit). If git stops reading (it refused the request and says
-        why on stdout), the rest of the body is left unread."""
+        """Stream ``body`` into git's stdin, then close it.
+
+        Past ``max_bytes`` (default: the configured limit) it raises ``PushTooLarge``, recorded in
+        ``failure`` before git's stdin is closed (so that a caller who has not answered yet can
+        still answer 413). If git stops reading (it refused the request and says why on stdout),
+        the rest of the body is read and dropped, within the limit, so that the client, still
+        sending, gets to read that answer.
+        """
         limit = self._config.max_request_bytes if max_bytes is None else max_bytes
+        git_reading = True
         try:
             async for chunk in body:
                 self.bytes_in += len(chunk)
                 if self.bytes_in > limit:
                     raise PushTooLarge(limit)
-                self._stdin.write(chunk)
-                await self._stdin.drain()
-            self.fed = True
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+                if not git_reading:
+                    continue
+                try:
+                    self._stdin.write(chunk)
+                    await self._stdin.drain()
+                except (BrokenPipeError, ConnectionResetError):
+                    git_reading = False
+            self.fed = git_reading
+        except BaseException as exc:
+            self.failure = exc
+            raise
         finally:
             self._stdin.close()
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -372,16 +388,17 @@ class GitServiceProcess:
 
         reader = asyncio.ensure_future(collect())
         try:
-            await self.write_body(body, max_bytes=max_bytes)
+            try:
+                await self.write_body(body, max_bytes=max_bytes)
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
         except BaseException:
             await self.aclose()
             raise
-        finally:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
 
-    async def output(self) -> AsyncIterator[bytes]:
+    async def output(self) -> AsyncGenerator[bytes, None]:
         """git's stdout (after ``feed``, starting with what was spooled). The process is
         stopped and reaped when the iteration ends, whichever way it ends."""
         try:
@@ -402,18 +419,21 @@ class GitServiceProcess:
     async def aclose(self) -> None:
         """Stop (if still running) and reap git; idempotent.
 
-        A receive-pack that got its whole body is allowed ``finish_grace`` seconds to finish
-        its ref updates (its output is discarded); anything else is terminated, which makes git
-        drop its quarantined objects and lock files.
+        receive-pack is never killed first: its stdin is closed and it gets time to finish on
+        its own (``finish_grace`` seconds if it got the whole body, to apply the ref updates;
+        ``abort_grace`` otherwise, to notice the truncated pack and drop its quarantine) while
+        its output is discarded. Only then, or at once for upload-pack, which writes nothing,
+        it is terminated.
         """
         if self._closed:
             return
         self._closed = True
         if not self._stdin.is_closing():
             self._stdin.close()
-        if self._proc.returncode is None and self.service == RECEIVE_PACK and self.fed:
+        if self._proc.returncode is None and self.service == RECEIVE_PACK:
+            grace = self._config.finish_grace if self.fed else self._config.abort_grace
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._discard_stdout_until_exit(), self._config.finish_grace)
+                await asyncio.wait_for(self._discard_stdout_until_exit(), grace)
         await terminate_process(self._proc)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(self._stderr_task, 5)
@@ -449,8 +469,11 @@ async def run_service(
     )
     feeder = asyncio.ensure_future(proc.write_body(request_body, max_bytes=max_bytes))
     try:
-        async for chunk in proc.output():
-            yield chunk
+        async with contextlib.aclosing(proc.output()) as output:
+            async for chunk in output:
+                if proc.failure is not None:
+                    break
+                yield chunk
         await feeder
     finally:
         if not feeder.done():

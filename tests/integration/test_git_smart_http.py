@@ -1,0 +1,710 @@
+"""git smart HTTP with the real git client against a tiny HTTP server on 127.0.0.1.
+
+The server below is test scaffolding only: raw asyncio HTTP/1.1 (Content-Length and chunked
+request bodies, chunked responses, one request per connection) that routes to the framework-free
+functions of ``forge.repos``. The web application wires the same functions into Litestar.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from forge.repos import storage
+from forge.repos.errors import GitProtocolError, PushTooLarge, RepoError, UnsupportedEncoding
+from forge.repos.hooks import install_hooks
+from forge.repos.names import repo_path
+from forge.repos.pktline import FLUSH_PKT, iter_pkt_lines, pkt_line
+from forge.repos.push import PushSession
+from forge.repos.refrules import ProtectionRule, PushContext, RefUpdate
+from forge.repos.schemas import Identity
+from forge.repos.smart_http import (
+    NO_CACHE_HEADERS,
+    GitHttpConfig,
+    GitServiceProcess,
+    advertise_refs,
+    advertisement_content_type,
+    decode_request_body,
+    result_content_type,
+    run_service,
+)
+
+ALICE = Identity(name="Alice", email="alice@example.com")
+
+
+# --- the test server ------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    root: Path
+    config: GitHttpConfig
+    #: "concurrent": run_service / PushSession.stream; "buffered": feed the body first.
+    mode: str = "concurrent"
+    contexts: dict[str, PushContext] = field(default_factory=dict)
+    pushes: list[list[RefUpdate]] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    port: int = 0
+    processes: list[GitServiceProcess] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._handle(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except BaseException as exc:  # recorded for the test to look at
+            self.errors.append(exc)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request_line = (await reader.readline()).decode()
+        if not request_line:
+            return
+        method, target, _ = request_line.split(" ", 2)
+        headers: dict[str, str] = {}
+        while (line := (await reader.readline()).decode()) not in ("\r\n", "\n", ""):
+            key, _, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+        if headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = self._body(reader, headers)
+        parts = urlsplit(target)
+        owner, _, rest = parts.path.lstrip("/").partition("/")
+        name, _, action = rest.partition(".git/")
+        path = repo_path(self.root, owner, name)
+        protocol = headers.get("git-protocol")
+        if method == "GET" and action == "info/refs":
+            service = parse_qs(parts.query)["service"][0]
+            await self._respond(writer, advertisement_content_type(service), advertise_refs(service, path, protocol))
+            return
+        if method != "POST" or action not in ("git-upload-pack", "git-receive-pack"):
+            await self._status(writer, 404, b"not found")
+            return
+        try:
+            decoded = decode_request_body(
+                body, headers.get("content-encoding"), max_bytes=self.config.max_request_bytes
+            )
+        except UnsupportedEncoding:
+            await self._status(writer, 415, b"unsupported encoding")
+            return
+        if action == "git-upload-pack":
+            if self.mode == "buffered":
+                proc = await GitServiceProcess.start(action, path, git_protocol=protocol, config=self.config)
+                self.processes.append(proc)
+                await proc.feed(decoded)
+                output = proc.output()
+            else:
+                output = run_service(action, path, decoded, protocol, config=self.config)
+            await self._respond(writer, result_content_type(action), output)
+            return
+        ctx = self.contexts.get(f"{owner}/{name}", PushContext(default_branch="main"))
+        try:
+            push = await PushSession.open(path, decoded, ctx, config=self.config, git_protocol=protocol)
+        except GitProtocolError as exc:
+            await self._status(writer, 400, str(exc).encode())
+            return
+        try:
+            if push.refused:
+                await push.discard_rest()
+                await self._respond(writer, result_content_type(action), _once(push.rejection()))
+                return
+            if self.mode == "buffered":
+                try:
+                    proc = await push.start()
+                except PushTooLarge as exc:
+                    self.errors.append(exc)
+                    await self._status(writer, 413, b"too large", reader)
+                    return
+                self.processes.append(proc)
+                output = proc.output()
+            else:
+                output = push.stream()
+            await self._respond(writer, result_content_type(action), output, reader)
+            accepted = push.accepted()
+            if accepted:
+                self.pushes.append(accepted)
+        finally:
+            push.close()
+
+    def _body(self, reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
+        async def chunked() -> AsyncIterator[bytes]:
+            while True:
+                size = int((await reader.readline()).split(b";")[0].strip(), 16)
+                if size == 0:
+                    while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                remaining = size
+                while remaining:
+                    data = await reader.read(min(remaining, 65536))
+                    if not data:
+                        raise ConnectionError("client went away")
+                    remaining -= len(data)
+                    yield data
+                await reader.readline()
+
+        async def sized(length: int) -> AsyncIterator[bytes]:
+            while length:
+                data = await reader.read(min(length, 65536))
+                if not data:
+                    raise ConnectionError("client went away")
+                length -= len(data)
+                yield data
+
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            return chunked()
+        return sized(int(headers.get("content-length", "0")))
+
+    async def _status(
+        self, writer: asyncio.StreamWriter, status: int, text: bytes, reader: asyncio.StreamReader | None = None
+    ) -> None:
+        writer.write(
+            f"HTTP/1.1 {status} X\r\nContent-Type: text/plain\r\nContent-Length: {len(text)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + text
+        )
+        await writer.drain()
+        if reader is not None:  # a lingering close, as HTTP servers do: let the client read the answer
+            writer.write_eof()
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                async with asyncio.timeout(5):
+                    while await reader.read(65536):
+                        pass
+
+    async def _respond(
+        self,
+        writer: asyncio.StreamWriter,
+        content_type: str,
+        body: AsyncIterator[bytes],
+        reader: asyncio.StreamReader | None = None,
+    ) -> None:
+        iterator = aiter(body)
+        try:
+            first = await anext(iterator, b"")
+        except PushTooLarge as exc:
+            self.errors.append(exc)
+            await self._status(writer, 413, b"too large", reader)
+            return
+        except RepoError as exc:
+            self.errors.append(exc)
+            await self._status(writer, 400, str(exc).encode())
+            return
+        head = ["HTTP/1.1 200 OK", f"Content-Type: {content_type}", "Transfer-Encoding: chunked", "Connection: close"]
+        head += [f"{k}: {v}" for k, v in NO_CACHE_HEADERS.items()]
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+        try:
+            chunk = first
+            while True:
+                if chunk:
+                    writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    await writer.drain()
+                chunk = await anext(iterator, None)
+                if chunk is None:
+                    break
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        finally:
+            with contextlib.suppress(Exception):
+                await iterator.aclose()  # type: ignore[attr-defined]
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+@contextlib.asynccontextmanager
+async def serve(root: Path, tmp_path: Path, **kwargs: object) -> AsyncIterator[Server]:
+    hooks = install_hooks(tmp_path / "hooks")
+    config = kwargs.pop("config", None) or GitHttpConfig(hooks_dir=hooks)
+    server = Server(root=root, config=config, **kwargs)  # type: ignore[arg-type]
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+    server.port = srv.sockets[0].getsockname()[1]
+    try:
+        yield server
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+# --- the git client -------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    returncode: int
+    output: str
+
+
+class Client:
+    def __init__(self, home: Path) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.home = home
+        self.env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(home),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_AUTHOR_NAME": "Bob",
+            "GIT_AUTHOR_EMAIL": "bob@example.com",
+            "GIT_COMMITTER_NAME": "Bob",
+            "GIT_COMMITTER_EMAIL": "bob@example.com",
+            "LC_ALL": "C",
+        }
+
+    async def run(self, *args: str, cwd: Path | None = None, check: bool = True) -> Result:
+        proc = await asyncio.create_subprocess_exec(
+            "git", *args, cwd=cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        out, _ = await proc.communicate()
+        result = Result(proc.returncode or 0, out.decode("utf-8", "replace"))
+        if check and result.returncode != 0:
+            raise AssertionError(f"git {' '.join(args)} failed:\n{result.output}")
+        return result
+
+    async def commit(self, work: Path, name: str, content: str | bytes, message: str) -> str:
+        target = work / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+        await self.run("add", "-A", cwd=work)
+        await self.run("commit", "-qm", message, cwd=work)
+        return (await self.run("rev-parse", "HEAD", cwd=work)).output.strip()
+
+
+def bare_git(path: Path, *args: str) -> str:
+    return subprocess.run(["git", f"--git-dir={path}", *args], capture_output=True, check=True).stdout.decode()
+
+
+def ref_of(path: Path, ref: str) -> str | None:
+    proc = subprocess.run(["git", f"--git-dir={path}", "rev-parse", "--verify", "-q", ref], capture_output=True)
+    return proc.stdout.decode().strip() or None
+
+
+def assert_intact(path: Path) -> None:
+    subprocess.run(["git", f"--git-dir={path}", "fsck", "--no-progress"], check=True, capture_output=True)
+    leftovers = [p.name for p in (path / "objects").iterdir() if p.name.startswith(("tmp_objdir", "incoming-"))]
+    assert leftovers == []
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "repos"
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Client:
+    return Client(tmp_path / "client-home")
+
+
+@pytest.fixture
+def seeded(root: Path) -> Path:
+    path = repo_path(root, "alice", "proj")
+    storage.init_repo(path, readme_author=ALICE, description="demo")
+    return path
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["concurrent", "buffered"])
+async def test_clone_push_fetch_roundtrip(root: Path, tmp_path: Path, client: Client, mode: str) -> None:
+    path = repo_path(root, "alice", "empty")
+    storage.init_repo(path)
+    async with serve(root, tmp_path, mode=mode) as server:
+        work = tmp_path / "work"
+        result = await client.run("clone", f"{server.url}/alice/empty.git", str(work))
+        assert "empty repository" in result.output
+        sha = await client.commit(work, "hello.txt", "hello\n", "first")
+        await client.run("push", "origin", "HEAD:refs/heads/main", cwd=work)
+        assert ref_of(path, "refs/heads/main") == sha
+        assert server.pushes == [[RefUpdate(old="0" * 40, new=sha, ref="refs/heads/main")]]
+
+        sha2 = await client.commit(work, "hello.txt", "hello again\n", "second")
+        await client.run("push", "origin", "HEAD:main", "HEAD:refs/heads/feature", cwd=work)
+        assert ref_of(path, "refs/heads/main") == sha2
+        assert ref_of(path, "refs/heads/feature") == sha2
+        assert {u.ref: (u.old, u.new) for u in server.pushes[-1]} == {
+            "refs/heads/main": (sha, sha2),
+            "refs/heads/feature": ("0" * 40, sha2),
+        }
+
+        other = tmp_path / "other"
+        await client.run("clone", f"{server.url}/alice/empty.git", str(other))
+        assert (other / "hello.txt").read_text() == "hello again\n"
+        sha3 = await client.commit(work, "more.txt", "x" * 100_000, "third")
+        await client.run("push", "origin", "HEAD:main", cwd=work)
+        await client.run("fetch", "origin", cwd=other)
+        assert (await client.run("rev-parse", "origin/main", cwd=other)).output.strip() == sha3
+    assert server.errors == []
+    assert all(p.returncode is not None for p in server.processes)
+    assert_intact(path)
+
+
+@pytest.mark.parametrize("version", ["0", "1", "2"])
+async def test_protocol_versions_and_shallow_clone(
+    root: Path, seeded: Path, tmp_path: Path, client: Client, version: str
+) -> None:
+    async with serve(root, tmp_path) as server:
+        work = tmp_path / "work"
+        await client.run("-c", f"protocol.version={version}", "clone", f"{server.url}/alice/proj.git", str(work))
+        await client.commit(work, "a.txt", "a", "a")
+        await client.commit(work, "b.txt", "b", "b")
+        await client.run("push", "origin", "HEAD:main", cwd=work)
+        shallow = tmp_path / "shallow"
+        result = await client.run(
+            "-c", f"protocol.version={version}", "clone", "--depth", "1", f"{server.url}/alice/proj.git", str(shallow)
+        )
+        assert (shallow / "b.txt").exists()
+        count = (await client.run("rev-list", "--count", "HEAD", cwd=shallow)).output.strip()
+        assert count == "1", result.output
+        trace = await client.run("-c", f"protocol.version={version}", "ls-remote", f"{server.url}/alice/proj.git")
+        assert "refs/heads/main" in trace.output
+    assert server.errors == []
+
+
+async def test_protocol_v2_is_spoken(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    async with serve(root, tmp_path) as server:
+        client.env["GIT_TRACE_PACKET"] = "1"
+        result = await client.run("-c", "protocol.version=2", "ls-remote", f"{server.url}/alice/proj.git")
+        assert "version 2" in result.output and "ls-refs" in result.output
+        del client.env["GIT_TRACE_PACKET"]
+
+
+async def _clone_and_commit(client: Client, server: Server, tmp_path: Path, name: str = "work") -> Path:
+    work = tmp_path / name
+    await client.run("clone", f"{server.url}/alice/proj.git", str(work))
+    return work
+
+
+async def test_force_push_to_protected_branch_is_refused_in_the_hook(
+    root: Path, seeded: Path, tmp_path: Path, client: Client
+) -> None:
+    before = ref_of(seeded, "refs/heads/main")
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        await client.run("commit", "--amend", "-qm", "rewritten", cwd=work)
+        result = await client.run("push", "--force", "origin", "HEAD:main", cwd=work, check=False)
+        assert result.returncode != 0
+        assert "remote: forgehand: refusing refs/heads/main: protected branch: force-push refused" in result.output
+        assert "[remote rejected] HEAD -> main (pre-receive hook declined)" in result.output
+        assert ref_of(seeded, "refs/heads/main") == before
+        # the same push to another branch is fine
+        await client.run("push", "--force", "origin", "HEAD:refs/heads/scratch", cwd=work)
+    assert server.pushes and server.pushes[-1][0].ref == "refs/heads/scratch"
+    assert_intact(seeded)
+    # the refused commit did not get into the repository: the quarantine was dropped
+    objects = bare_git(seeded, "cat-file", "--batch-all-objects", "--batch-check")
+    assert len(objects.splitlines()) == 3 + 1  # README commit, tree, blob + the rewritten commit (via scratch)
+
+
+async def test_force_push_to_existing_commit_is_refused_before_git_runs(
+    root: Path, seeded: Path, tmp_path: Path, client: Client
+) -> None:
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        first = ref_of(seeded, "refs/heads/main")
+        await client.commit(work, "x.txt", "x", "x")
+        await client.run("push", "origin", "HEAD:main", cwd=work)
+        await client.run("reset", "-q", "--hard", "HEAD~1", cwd=work)
+        result = await client.run("push", "--force", "origin", "HEAD:main", cwd=work, check=False)
+        assert result.returncode != 0
+        assert "[remote rejected] HEAD -> main (protected branch: force-push refused)" in result.output
+        assert "remote: forgehand: refusing refs/heads/main" in result.output
+        assert ref_of(seeded, "refs/heads/main") != first
+
+
+@pytest.mark.parametrize("mode", ["concurrent", "buffered"])
+async def test_deleting_protected_branch_is_refused(
+    root: Path, seeded: Path, tmp_path: Path, client: Client, mode: str
+) -> None:
+    async with serve(root, tmp_path, mode=mode) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        result = await client.run("push", "origin", "--delete", "main", cwd=work, check=False)
+        assert result.returncode != 0
+        assert "[remote rejected] main (protected branch: deletion refused)" in result.output
+        assert ref_of(seeded, "refs/heads/main") is not None
+        await client.run("push", "origin", "HEAD:refs/heads/tmp", cwd=work)
+        await client.run("push", "origin", "--delete", "tmp", cwd=work)
+        assert ref_of(seeded, "refs/heads/tmp") is None
+    assert server.errors == []
+
+
+async def test_agent_branches_are_reserved(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        await client.commit(work, "x.txt", "x", "x")
+        result = await client.run(
+            "push", "origin", "HEAD:refs/heads/agent/task-1", "HEAD:refs/heads/ok", cwd=work, check=False
+        )
+        assert result.returncode != 0
+        assert (
+            "[remote rejected] HEAD -> agent/task-1 (agent/* branches are reserved for forgehand tasks)"
+            in result.output
+        )
+        assert "[remote rejected] HEAD -> ok (push refused: another ref in this push was refused)" in result.output
+        assert ref_of(seeded, "refs/heads/agent/task-1") is None and ref_of(seeded, "refs/heads/ok") is None
+        server.contexts["alice/proj"] = PushContext(default_branch="main", is_admin=True)
+        await client.run("push", "origin", "HEAD:refs/heads/agent/task-1", cwd=work)
+        assert ref_of(seeded, "refs/heads/agent/task-1") is not None
+
+
+async def test_archived_repository_refuses_pushes(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    async with serve(root, tmp_path) as server:
+        server.contexts["alice/proj"] = PushContext(default_branch="main", archived=True, is_admin=True)
+        work = await _clone_and_commit(client, server, tmp_path)
+        await client.commit(work, "x.txt", "x", "x")
+        result = await client.run("push", "origin", "HEAD:main", cwd=work, check=False)
+        assert "(repository is archived (read-only))" in result.output
+        assert result.returncode != 0
+        # clones still work
+        await client.run("clone", f"{server.url}/alice/proj.git", str(tmp_path / "again"))
+
+
+async def test_pattern_protection_and_tags(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    async with serve(root, tmp_path) as server:
+        server.contexts["alice/proj"] = PushContext(
+            default_branch="main", rules=[ProtectionRule(pattern="release/*"), ProtectionRule(pattern="refs/tags/v*")]
+        )
+        work = await _clone_and_commit(client, server, tmp_path)
+        await client.run("tag", "v1", cwd=work)
+        await client.run("push", "origin", "v1", "HEAD:refs/heads/release/1", cwd=work)
+        result = await client.run("push", "origin", "--delete", "v1", cwd=work, check=False)
+        assert "(protected tag: deletion refused)" in result.output
+        await client.commit(work, "y", "y", "y")
+        await client.run("push", "origin", "HEAD:release/1", cwd=work)  # fast-forward is fine
+        await client.run("commit", "--amend", "-qm", "changed", cwd=work)
+        result = await client.run("push", "-f", "origin", "HEAD:release/1", cwd=work, check=False)
+        assert "protected branch: force-push refused" in result.output and result.returncode != 0
+
+
+async def _raw_post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body)}", "Connection: close"]
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    status = int(data.split(b" ", 2)[1])
+    raw = data.split(b"\r\n\r\n", 1)[1]
+    if b"chunked" in data.split(b"\r\n\r\n", 1)[0].lower():
+        out = bytearray()
+        while raw:
+            size_line, _, raw = raw.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            out += raw[:size]
+            raw = raw[size + 2 :]
+        raw = bytes(out)
+    return status, raw
+
+
+def _commands(old: str, new: str, ref: str) -> bytes:
+    return pkt_line(f"{old} {new} {ref}\0report-status side-band-64k agent=test\n") + FLUSH_PKT
+
+
+def _pack_for(path: Path, work: Path, rev: str, base: str) -> bytes:
+    return subprocess.run(
+        ["git", "pack-objects", "--stdout", "--revs", "-q"],
+        cwd=work,
+        input=f"{rev}\n^{base}\n".encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "bad-object"])
+async def test_bad_packs_leave_the_repository_intact(
+    root: Path, seeded: Path, tmp_path: Path, client: Client, kind: str
+) -> None:
+    before = bare_git(seeded, "for-each-ref")
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        base = ref_of(seeded, "refs/heads/main")
+        assert base is not None
+        new = await client.commit(work, "big.bin", os.urandom(200_000), "big")
+        pack = _pack_for(seeded, work, new, base)
+        if kind == "garbage":
+            pack = b"PACK" + os.urandom(5000)
+        elif kind == "truncated":
+            pack = pack[: len(pack) // 2]
+        elif kind == "empty":
+            pack = b""
+        else:  # a well-formed pack whose commit is broken (fsck must catch it)
+            bad = (
+                subprocess.run(
+                    ["git", "hash-object", "-t", "commit", "-w", "--literally", "--stdin"],
+                    cwd=work,
+                    input=b"tree 0000000000000000000000000000000000000000\nauthor x\n\nbad\n",
+                    capture_output=True,
+                    check=True,
+                )
+                .stdout.decode()
+                .strip()
+            )
+            pack = subprocess.run(
+                ["git", "pack-objects", "--stdout", "-q"],
+                cwd=work,
+                input=f"{bad}\n".encode(),
+                capture_output=True,
+                check=True,
+            ).stdout
+            new = bad
+        status, body = await _raw_post(
+            server.port, "/alice/proj.git/git-receive-pack", _commands(base, new, "refs/heads/main") + pack
+        )
+        assert status == 200
+        report = b"".join(p[1:] for p in iter_pkt_lines(body) if p and p[:1] == b"\x01")
+        assert b"ng refs/heads/main unpacker error" in report and b"unpack ok" not in report
+        if kind == "bad-object":
+            assert b"fsck error" in body
+    assert bare_git(seeded, "for-each-ref") == before
+    assert server.pushes == []
+    assert_intact(seeded)
+
+
+async def test_garbage_command_list_is_a_protocol_error(root: Path, seeded: Path, tmp_path: Path) -> None:
+    async with serve(root, tmp_path) as server:
+        status, body = await _raw_post(server.port, "/alice/proj.git/git-receive-pack", b"zzzz not pkt lines")
+        assert status == 400 and b"pkt-line" in body
+    assert_intact(seeded)
+
+
+@pytest.mark.parametrize("mode", ["concurrent", "buffered"])
+async def test_oversized_push_is_refused(root: Path, seeded: Path, tmp_path: Path, client: Client, mode: str) -> None:
+    config = GitHttpConfig(hooks_dir=install_hooks(tmp_path / "hooks"), max_request_bytes=64 * 1024)
+    before = bare_git(seeded, "for-each-ref")
+    async with serve(root, tmp_path, config=config, mode=mode) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        await client.commit(work, "big.bin", os.urandom(1024 * 1024), "big")
+        result = await client.run("push", "origin", "HEAD:main", cwd=work, check=False)
+        assert result.returncode != 0
+        assert "HTTP 413" in result.output
+    assert [type(e) for e in server.errors] == [PushTooLarge]
+    assert bare_git(seeded, "for-each-ref") == before
+    assert_intact(seeded)
+
+
+async def test_client_disconnect_mid_push(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    before = bare_git(seeded, "for-each-ref")
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        base = ref_of(seeded, "refs/heads/main")
+        assert base is not None
+        new = await client.commit(work, "big.bin", os.urandom(2_000_000), "big")
+        pack = _pack_for(seeded, work, new, base)
+        body = _commands(base, new, "refs/heads/main") + pack
+        _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        head = f"POST /alice/proj.git/git-receive-pack HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+        writer.write(head.encode() + body[: len(body) // 3])
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.transport.abort()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if not list((seeded / "objects").glob("tmp_objdir*")):
+                break
+    assert bare_git(seeded, "for-each-ref") == before
+    assert server.pushes == []
+    assert_intact(seeded)
+
+
+async def test_client_disconnect_mid_clone_reaps_git(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    async with serve(root, tmp_path, mode="buffered") as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        await client.commit(work, "big.bin", os.urandom(8_000_000), "big")
+        await client.run("push", "origin", "HEAD:main", cwd=work)
+        want = ref_of(seeded, "refs/heads/main")
+        request = pkt_line(f"want {want} side-band-64k ofs-delta\n") + FLUSH_PKT + pkt_line("done\n")
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        head = f"POST /alice/proj.git/git-upload-pack HTTP/1.1\r\nHost: x\r\nContent-Length: {len(request)}\r\n\r\n"
+        writer.write(head.encode() + request)
+        await writer.drain()
+        await reader.read(1000)  # the response started
+        writer.transport.abort()
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if all(p.returncode is not None for p in server.processes):
+                break
+        assert server.processes and all(p.returncode is not None for p in server.processes)
+
+
+async def test_gzip_request_body(root: Path, seeded: Path, tmp_path: Path) -> None:
+    request = pkt_line("command=ls-refs\n") + b"0001" + pkt_line("ref-prefix refs/heads/\n") + FLUSH_PKT
+    async with serve(root, tmp_path) as server:
+        status, body = await _raw_post(
+            server.port,
+            "/alice/proj.git/git-upload-pack",
+            gzip.compress(request),
+            {"Content-Encoding": "gzip", "Git-Protocol": "version=2"},
+        )
+        assert status == 200
+        assert b"refs/heads/main" in body
+        status, _ = await _raw_post(server.port, "/alice/proj.git/git-upload-pack", b"xx", {"Content-Encoding": "br"})
+        assert status == 415
+
+
+async def test_git_client_gzips_big_negotiations(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    """A fetch with many "have" lines makes the git client gzip its request body."""
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        for i in range(40):
+            await client.commit(work, f"f{i}.txt", str(i), f"local {i}")
+        other = tmp_path / "other"
+        await client.run("clone", f"{server.url}/alice/proj.git", str(other))
+        await client.commit(other, "remote.txt", "r", "remote")
+        await client.run("push", "origin", "HEAD:main", cwd=other)
+        client.env["GIT_TRACE_CURL"] = "1"
+        client.env["GIT_TRACE_CURL_NO_DATA"] = "1"
+        result = await client.run("-c", "protocol.version=0", "fetch", "origin", cwd=work)
+        assert server.errors == []
+        assert "gzip" in result.output.lower()
+
+
+async def test_advertisement_prefix(root: Path, seeded: Path) -> None:
+    v0 = b"".join([c async for c in advertise_refs("git-upload-pack", seeded)])
+    assert v0.startswith(b"001e# service=git-upload-pack\n0000")
+    v2 = b"".join([c async for c in advertise_refs("git-upload-pack", seeded, "version=2")])
+    assert v2.startswith(b"000eversion 2\n")
+    rp = b"".join([c async for c in advertise_refs("git-receive-pack", seeded, "version=2")])
+    assert rp.startswith(b"001f# service=git-receive-pack\n0000")
+    assert b"report-status" in rp
+
+
+async def test_hook_fails_closed_without_push_context(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    hooks = install_hooks(tmp_path / "hooks")
+    work = tmp_path / "work"
+    await client.run("clone", str(seeded), str(work))
+    base = ref_of(seeded, "refs/heads/main")
+    assert base is not None
+    new = await client.commit(work, "x", "x", "x")
+    body = _commands(base, new, "refs/heads/main") + _pack_for(seeded, work, new, base)
+
+    async def once() -> AsyncIterator[bytes]:
+        yield body
+
+    out = b"".join(
+        [c async for c in run_service("git-receive-pack", seeded, once(), config=GitHttpConfig(hooks_dir=hooks))]
+    )
+    assert b"did not come through forgehand" in out
+    assert ref_of(seeded, "refs/heads/main") == base
+    assert_intact(seeded)
