@@ -1,9 +1,10 @@
-"""SQLAlchemy models of the host: accounts, tokens, web sessions, audit."""
+"""SQLAlchemy models of the host: accounts, tokens, web sessions, audit, repositories."""
 
+import uuid as uuid_mod
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from forge.db import Base, utcnow
@@ -97,3 +98,68 @@ class AuditEvent(Base):
     result: Mapped[str] = mapped_column(String(16))
     detail: Mapped[dict[str, object]] = mapped_column(JSON, default=dict)
     request_id: Mapped[str] = mapped_column(Text, default="")
+
+
+class Repository(Base):
+    """A bare git repository owned by an account, stored at `<data>/repos/<owner>/<name>.git`."""
+
+    __tablename__ = "repositories"
+    __table_args__ = (UniqueConstraint("owner_id", "name_key", name="uq_repositories_owner_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # Stable identity for webhooks (`sub` = forgehand:repo:<uuid>); survives renames.
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=lambda: str(uuid_mod.uuid4()))
+    owner_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    name_key: Mapped[str] = mapped_column(String(100))
+    # The directory on disk; stays put across renames so that a rename is one row update.
+    storage_key: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(String(1000), default="")
+    visibility: Mapped[str] = mapped_column(String(10), default="private")
+    default_branch: Mapped[str] = mapped_column(String(255), default="main")
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    protect_default_branch: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    owner: Mapped[Account] = relationship(lazy="joined")
+
+
+class Collaborator(Base):
+    """An account's explicit role on a repository (`read`, `write`, `admin`)."""
+
+    __tablename__ = "collaborators"
+    __table_args__ = (UniqueConstraint("repo_id", "account_id", name="uq_collaborators_repo_account"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BranchRule(Base):
+    """Branch protection: a pattern and what it still allows."""
+
+    __tablename__ = "branch_rules"
+    __table_args__ = (UniqueConstraint("repo_id", "pattern", name="uq_branch_rules_repo_pattern"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    pattern: Mapped[str] = mapped_column(String(255))
+    allow_force_push: Mapped[bool] = mapped_column(Boolean, default=False)
+    allow_deletion: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PushRecord(Base):
+    """An accepted push: each ref's value before and after."""
+
+    __tablename__ = "pushes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    pusher_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    refs: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
+    at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
