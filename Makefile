@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint types imports unit test-db bench clean
+.PHONY: run test lint types imports sandbox-image test-db bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,11 +14,16 @@ $(STAMP): pyproject.toml
 
 ## make run: the whole product on http://127.0.0.1:8000 (SQLite, in-process worker, demo data)
 run: $(STAMP)
+	@$(BIN)/forgehand sandbox build || echo "warning: no sandbox image (is Docker running?); tasks cannot run until 'forgehand sandbox build' succeeds"
 	$(BIN)/forgehand serve
 
 ## make test: lint, types, import contracts and the whole test suite (real Docker included)
-test: $(STAMP) lint types imports
+test: $(STAMP) lint types imports sandbox-image
 	$(BIN)/pytest -q
+
+# The sandbox image (offline debootstrap recipe when no registry answers); cached, so a second run is quick.
+sandbox-image: $(STAMP)
+	$(BIN)/forgehand sandbox build
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -31,7 +36,7 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 ## database-touching tests only (CI runs these again with FORGEHAND_TEST_DATABASE_URL=postgresql+asyncpg://...)
-test-db: $(STAMP)
+test-db: $(STAMP) sandbox-image
 	$(BIN)/pytest -q -m db
 
 bench: $(STAMP)
