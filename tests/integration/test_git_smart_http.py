@@ -576,7 +576,8 @@ async def test_bad_packs_leave_the_repository_intact(
         report = b"".join(p[1:] for p in iter_pkt_lines(body) if p and p[:1] == b"\x01")
         assert b"ng refs/heads/main unpacker error" in report and b"unpack ok" not in report
         if kind == "bad-object":
-            assert b"fsck error" in body
+            messages = b"".join(p[1:] for p in iter_pkt_lines(body) if p and p[:1] == b"\x02")
+            assert b"missingEmail" in messages and b"fsck error in packed object" in messages
     assert bare_git(seeded, "for-each-ref") == before
     assert server.pushes == []
     assert_intact(seeded)
