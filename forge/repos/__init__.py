@@ -6,15 +6,10 @@ decides access, and calls the blocking functions through ``RepoStore``.
 
 from forge.repos.browse import (
     commit_info,
-    find_readme,
     get_commit,
-    is_markdown,
     list_branches,
     list_tags,
-    list_tree,
     log,
-    raw_file,
-    read_blob,
     resolve_commit,
     resolve_ref,
 )
@@ -38,6 +33,7 @@ from forge.repos.errors import (
     UnsupportedEncoding,
     UnsupportedService,
 )
+from forge.repos.files import find_readme, is_markdown, list_tree, raw_file, read_blob
 from forge.repos.hooks import install_hooks
 from forge.repos.names import (
     repo_path,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from forge.repos import browse, storage
+from forge.repos import browse, files, storage
 from forge.repos.errors import InvalidPath, NotABlob, NotATree, PathNotFound, RefNotFound
 from forge.repos.names import repo_path
 from forge.repos.raw import stream_blob
@@ -66,16 +66,16 @@ def test_empty_repository(empty: pygit2.Repository) -> None:
     assert browse.list_tags(empty) == []
     page = browse.log(empty)
     assert page.commits == [] and not page.has_next
-    listing = browse.list_tree(empty)
+    listing = files.list_tree(empty)
     assert listing.entries == [] and listing.commit_sha is None
-    assert browse.find_readme(empty) is None
+    assert files.find_readme(empty) is None
     assert browse.head_commit(empty) is None
     with pytest.raises(RefNotFound):
         browse.resolve_ref(empty, "main")
     with pytest.raises(RefNotFound):
         browse.resolve_ref(empty, "HEAD")
     with pytest.raises(PathNotFound):
-        browse.read_blob(empty, None, "README.md")
+        files.read_blob(empty, None, "README.md")
     with pytest.raises(RefNotFound):
         browse.log(empty, "main")
 
@@ -133,7 +133,7 @@ def test_commit_info(repo: pygit2.Repository) -> None:
 
 
 def test_tree_listing(repo: pygit2.Repository) -> None:
-    root = browse.list_tree(repo)
+    root = files.list_tree(repo)
     assert [(e.name, e.type) for e in root.entries] == [
         ("src", "tree"),
         ("image.png", "blob"),
@@ -145,16 +145,16 @@ def test_tree_listing(repo: pygit2.Repository) -> None:
     ]
     readme = next(e for e in root.entries if e.name == "README.md")
     assert readme.size == 8 and readme.mode == "100644"
-    src = browse.list_tree(repo, "main", "src")
+    src = files.list_tree(repo, "main", "src")
     assert [(e.path, e.size) for e in src.entries] == [("src/lib", None), ("src/app.py", 15)]
-    assert browse.list_tree(repo, "main", "src/lib/").path == "src/lib"
+    assert files.list_tree(repo, "main", "src/lib/").path == "src/lib"
     with pytest.raises(NotATree):
-        browse.list_tree(repo, "main", "README.md")
+        files.list_tree(repo, "main", "README.md")
     with pytest.raises(PathNotFound):
-        browse.list_tree(repo, "main", "nope")
+        files.list_tree(repo, "main", "nope")
     for bad in ["../x", "/etc", "src/../..", ".git", "a\0b"]:
         with pytest.raises(InvalidPath):
-            browse.list_tree(repo, "main", bad)
+            files.list_tree(repo, "main", bad)
 
 
 def test_submodule_entry(repo: pygit2.Repository) -> None:
@@ -164,33 +164,33 @@ def test_submodule_entry(repo: pygit2.Repository) -> None:
     tree = builder.write()
     sig = pygit2.Signature("A", "a@example.com")
     repo.create_commit("refs/heads/main", sig, sig, "submodule", tree, [head.id])
-    entry = next(e for e in browse.list_tree(repo).entries if e.name == "vendor")
+    entry = next(e for e in files.list_tree(repo).entries if e.name == "vendor")
     assert (entry.type, entry.size, entry.mode) == ("commit", None, "160000")
     with pytest.raises(NotABlob):
-        browse.read_blob(repo, None, "vendor")
+        files.read_blob(repo, None, "vendor")
 
 
 def test_read_blob(repo: pygit2.Repository) -> None:
-    blob = browse.read_blob(repo, "main", "src/app.py")
+    blob = files.read_blob(repo, "main", "src/app.py")
     assert blob.text == "print('hello')\n" and not blob.is_binary and not blob.truncated
-    image = browse.read_blob(repo, "main", "image.png")
+    image = files.read_blob(repo, "main", "image.png")
     assert image.is_binary and image.text is None
-    latin = browse.read_blob(repo, "main", "latin1.txt")
+    latin = files.read_blob(repo, "main", "latin1.txt")
     assert latin.text == "caf\ufffd\n"
-    link = browse.read_blob(repo, "main", "link")
+    link = files.read_blob(repo, "main", "link")
     assert link.is_symlink and link.text == "src/app.py"
     with pytest.raises(NotABlob):
-        browse.read_blob(repo, "main", "src")
+        files.read_blob(repo, "main", "src")
     with pytest.raises(PathNotFound):
-        browse.read_blob(repo, "main", "missing.txt")
-    old = browse.read_blob(repo, str(repo.revparse_single("main~1").id), "src/app.py")
+        files.read_blob(repo, "main", "missing.txt")
+    old = files.read_blob(repo, str(repo.revparse_single("main~1").id), "src/app.py")
     assert old.text == "print('hi')\n"
 
 
 def test_read_blob_size_cap(repo: pygit2.Repository) -> None:
-    blob = browse.read_blob(repo, "main", "src/app.py", max_text_bytes=5)
+    blob = files.read_blob(repo, "main", "src/app.py", max_text_bytes=5)
     assert blob.truncated and blob.text is None and not blob.is_binary
-    image = browse.read_blob(repo, "main", "image.png", max_text_bytes=5)
+    image = files.read_blob(repo, "main", "image.png", max_text_bytes=5)
     assert image.truncated and image.is_binary
 
 
@@ -206,22 +206,22 @@ def test_readme_detection(tmp_path: Path) -> None:
         storage.init_repo(path)
         repo = storage.open_repo(path)
         storage.write_commit(repo, branch="main", files={n: f"{n}\n" for n in names}, message="m", author=ALICE)
-        readme = browse.find_readme(repo)
+        readme = files.find_readme(repo)
         assert (readme.path if readme else None) == expected
-    assert browse.is_markdown("Readme.MD") and not browse.is_markdown("README")
+    assert files.is_markdown("Readme.MD") and not files.is_markdown("README")
 
 
 def test_raw_file_content_types(repo: pygit2.Repository) -> None:
-    html = browse.raw_file(repo, "main", "page.html")
+    html = files.raw_file(repo, "main", "page.html")
     assert html.content_type == "text/plain; charset=utf-8"
     assert html.headers["X-Content-Type-Options"] == "nosniff"
     assert "sandbox" in html.headers["Content-Security-Policy"]
     assert html.data == b"<script>alert(1)</script>\n"
-    svg = browse.raw_file(repo, "main", "logo.svg")
+    svg = files.raw_file(repo, "main", "logo.svg")
     assert svg.content_type == "text/plain; charset=utf-8"
-    png = browse.raw_file(repo, "main", "image.png")
+    png = files.raw_file(repo, "main", "image.png")
     assert png.content_type == "image/png"
-    link = browse.raw_file(repo, "main", "link")
+    link = files.raw_file(repo, "main", "link")
     assert link.content_type.startswith("text/plain") and link.data == b"src/app.py"
     for raw in (html, svg, png, link):
         assert "html" not in raw.headers["Content-Type"] and "svg" not in raw.headers["Content-Type"]
@@ -250,8 +250,8 @@ async def test_huge_blob_is_streamed_not_loaded(tmp_path: Path) -> None:
 
     tracemalloc.start()
     try:
-        info = browse.read_blob(repo, "main", "big.bin")
-        raw = browse.raw_file(repo, "main", "big.bin")
+        info = files.read_blob(repo, "main", "big.bin")
+        raw = files.raw_file(repo, "main", "big.bin")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -271,7 +271,7 @@ async def test_huge_blob_is_streamed_not_loaded(tmp_path: Path) -> None:
 
 async def test_stream_blob_closed_early_and_bad_ids(tmp_path: Path, repo: pygit2.Repository) -> None:
     path = Path(repo.path)
-    sha = browse.read_blob(repo, "main", "README.md").sha
+    sha = files.read_blob(repo, "main", "README.md").sha
     chunks = [c async for c in stream_blob(path, sha, chunk_size=2)]
     assert b"".join(chunks) == b"# Hello\n"
     gen = stream_blob(path, sha, chunk_size=1)
