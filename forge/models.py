@@ -47,6 +47,7 @@ class AccessToken(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
+    name_key: Mapped[str] = mapped_column(String(100))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     last_eight: Mapped[str] = mapped_column(String(8))
     # Space-separated scope names, as granted (implications are applied when checking).
@@ -112,8 +113,6 @@ class Repository(Base):
     owner_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"), index=True)
     name: Mapped[str] = mapped_column(String(100))
     name_key: Mapped[str] = mapped_column(String(100))
-    # The directory on disk; stays put across renames so that a rename is one row update.
-    storage_key: Mapped[str] = mapped_column(String(64), unique=True)
     description: Mapped[str] = mapped_column(String(1000), default="")
     visibility: Mapped[str] = mapped_column(String(10), default="private")
     default_branch: Mapped[str] = mapped_column(String(255), default="main")

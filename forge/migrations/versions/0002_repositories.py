@@ -25,7 +25,6 @@ def upgrade() -> None:
     sa.Column('owner_id', sa.Integer(), nullable=False),
     sa.Column('name', sa.String(length=100), nullable=False),
     sa.Column('name_key', sa.String(length=100), nullable=False),
-    sa.Column('storage_key', sa.String(length=64), nullable=False),
     sa.Column('description', sa.String(length=1000), nullable=False),
     sa.Column('visibility', sa.String(length=10), nullable=False),
     sa.Column('default_branch', sa.String(length=255), nullable=False),
@@ -36,7 +35,6 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['owner_id'], ['accounts.id'], name=op.f('fk_repositories_owner_id_accounts'), ondelete='RESTRICT'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_repositories')),
     sa.UniqueConstraint('owner_id', 'name_key', name='uq_repositories_owner_name'),
-    sa.UniqueConstraint('storage_key', name=op.f('uq_repositories_storage_key')),
     sa.UniqueConstraint('uuid', name=op.f('uq_repositories_uuid'))
     )
     with op.batch_alter_table('repositories', schema=None) as batch_op:
