@@ -47,7 +47,6 @@ class AccessToken(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
-    name_key: Mapped[str] = mapped_column(String(100))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     last_eight: Mapped[str] = mapped_column(String(8))
     # Space-separated scope names, as granted (implications are applied when checking).
