@@ -12,6 +12,7 @@ from forge.repos.browse import (
     log,
     resolve_commit,
     resolve_ref,
+    snapshot_refs,
 )
 from forge.repos.compare import DiffLimits, commit_diff, compare, diff_trees
 from forge.repos.errors import (
@@ -152,6 +153,7 @@ __all__ = [
     "resolve_commit",
     "resolve_ref",
     "run_service",
+    "snapshot_refs",
     "stream_blob",
     "validate_branch_name",
     "validate_git_protocol_header",

@@ -274,7 +274,9 @@ def log(
     start = start_commit(repo, ref)
     if start is None:
         return CommitPage(commits=[], page=page, per_page=per_page, has_next=False)
-    walker = repo.walk(start.id, SortMode.TOPOLOGICAL | SortMode.TIME)
+    # Commit-time order only (like ``git log``): libgit2 then walks lazily, so page 1 of a
+    # repository with a million commits does not visit them all (topological order would).
+    walker = repo.walk(start.id, SortMode.TIME)
     commits = iter(walker)
     if norm_path:
         commits = (c for c in commits if _touches(c, norm_path))
@@ -290,3 +292,20 @@ def log(
 def get_commit(repo: pygit2.Repository, spec: str) -> CommitInfo:
     """One commit by id (full or abbreviated) or by ref."""
     return commit_info(resolve_commit(repo, spec))
+
+
+def snapshot_refs(repo: pygit2.Repository) -> dict[str, str]:
+    """Every branch and tag with the id it points at (``refs/...`` -> sha), e.g. to record the
+    refs of a repository before and after a change."""
+    refs: dict[str, str] = {}
+    for name in _ref_names(repo, "refs/"):
+        if not name.startswith(("refs/heads/", "refs/tags/")):
+            continue
+        reference = repo.references.get(name)
+        if reference is None:
+            continue
+        try:
+            refs[name] = str(reference.resolve().target)
+        except (KeyError, pygit2.GitError):
+            continue
+    return refs

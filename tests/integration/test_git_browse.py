@@ -64,6 +64,7 @@ def repo(tmp_path: Path) -> pygit2.Repository:
 def test_empty_repository(empty: pygit2.Repository) -> None:
     assert browse.list_branches(empty) == []
     assert browse.list_tags(empty) == []
+    assert browse.snapshot_refs(empty) == {}
     page = browse.log(empty)
     assert page.commits == [] and not page.has_next
     listing = files.list_tree(empty)
@@ -98,6 +99,9 @@ def test_branches_and_tags(repo: pygit2.Repository) -> None:
     assert tags["v1.0"].commit is not None and tags["v1.0"].commit.sha == first
     assert not tags["light"].annotated and tags["light"].sha == head
     assert tags["blobtag"].target_type == "blob" and tags["blobtag"].commit is None
+    refs = browse.snapshot_refs(repo)
+    assert refs["refs/heads/main"] == head and refs["refs/heads/feature"] == first
+    assert refs["refs/tags/blobtag"] == str(blob) and "HEAD" not in refs
 
 
 def test_resolve(repo: pygit2.Repository) -> None:
