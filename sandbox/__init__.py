@@ -13,6 +13,7 @@ from .errors import (
 )
 from .execution import ExecResult, ExecStream, OutputChunk
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
+from .pool import SandboxPool
 from .reaper import SandboxInfo, list_sandboxes, reap
 from .spec import (
     GiB,
@@ -50,6 +51,7 @@ __all__ = [
     "SandboxError",
     "SandboxGone",
     "SandboxInfo",
+    "SandboxPool",
     "SandboxSpec",
     "SpecRefused",
     "Weakenings",

@@ -261,7 +261,9 @@ class Sandbox:
         return ExecStream(
             self,
             validate_argv(argv),
-            env=validate_exec_env(env),
+            # The spec's env is in the container already, except for a pooled sandbox, made before
+            # its task was known: passing it again with each command covers both.
+            env=validate_exec_env({**self.spec.env, **(env or {})}),
             cwd=cwd,
             stdin=stdin,
             timeout=min(limit, remaining),
@@ -351,11 +353,15 @@ class Sandbox:
 
         await self.engine.call(stop, timeout=grace + self.engine.api_timeout)
 
+    def cancel_wall_clock(self) -> None:
+        """Drop the host-side wall-clock timer (a pool hands the container to a new Sandbox)."""
+        if not self._wall_clock.done():
+            self._wall_clock.cancel()
+
     async def remove(self) -> None:
         """Kill and delete the container. Idempotent."""
         self._removed = True
-        if not self._wall_clock.done():
-            self._wall_clock.cancel()
+        self.cancel_wall_clock()
 
         def remove(c: docker.DockerClient) -> None:
             try:

@@ -136,7 +136,7 @@ def validate_argv(argv: Sequence[str]) -> list[str]:
 
 
 def validate_exec_env(env: Mapping[str, str] | None) -> list[str] | None:
-    if env is None:
+    if not env:
         return None
     items = []
     for key, value in env.items():

@@ -134,7 +134,7 @@ class _Reporter:
             TextColumn("{task.description}"),
             TimeElapsedColumn(),
             console=self._console,
-            transient=False,
+            transient=True,  # the stage lines stay; the live spinner row goes when done
         ) as progress:
             self._progress = progress
             self._task = progress.add_task("", stage="starting", total=None)
@@ -178,7 +178,8 @@ def _try_pull(client: docker.DockerClient, reporter: _Reporter) -> bool:
     try:
         client.images.pull(PULL_BASE)
     except docker.errors.APIError as exc:
-        reporter.stage("pull", f"failed ({str(exc).splitlines()[0][:80]}); using the offline recipe")
+        reason = str(exc.explanation or exc).splitlines()[0][:100]
+        reporter.stage("pull", f"failed ({reason}); using the offline recipe")
         return False
     return True
 
@@ -305,6 +306,10 @@ def build_image(
                 nocache=force,
                 network_mode="none" if not use_dockerfile else None,
             )
+        if existing and existing != image_id:
+            # The forced rebuild left the previous image untagged: drop it unless a container uses it.
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(existing)
         return BuildResult(
             tag=tag,
             image_id=image_id,

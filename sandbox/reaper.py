@@ -8,6 +8,7 @@ import docker.errors
 import msgspec
 
 from .engine import SandboxEngine
+from .pool import LIVE_POOLS, POOL_RUN_PREFIX, pool_identity
 from .spec import LABEL_INSTANCE, LABEL_RUN, LABEL_TASK, LABEL_WEAKENED
 
 
@@ -37,15 +38,20 @@ async def list_sandboxes(engine: SandboxEngine, instance: str | None = None) -> 
         assert isinstance(labels, dict)
         names = row.get("Names") or []
         assert isinstance(names, list)
+        name = str(names[0]).lstrip("/") if names else ""
+        task, run = str(labels.get(LABEL_TASK, "")), str(labels.get(LABEL_RUN, ""))
+        pooled = pool_identity(labels, name)
+        if pooled is not None:  # a pooled container's task and run are in its name once handed out
+            task, run = pooled
         out.append(
             SandboxInfo(
                 id=str(row["Id"]),
-                name=str(names[0]).lstrip("/") if names else "",
+                name=name,
                 image=str(row.get("Image", "")),
                 status=str(row.get("State", "")),
                 instance=str(labels.get(LABEL_INSTANCE, "")),
-                task=str(labels.get(LABEL_TASK, "")),
-                run=str(labels.get(LABEL_RUN, "")),
+                task=task,
+                run=run,
                 created=int(str(row.get("Created", 0))),
                 weakened=str(labels.get(LABEL_WEAKENED, "")),
             )
@@ -56,11 +62,14 @@ async def list_sandboxes(engine: SandboxEngine, instance: str | None = None) -> 
 async def reap(engine: SandboxEngine, instance: str, keep: Collection[str] = frozenset()) -> list[SandboxInfo]:
     """Remove (kill first if needed) every sandbox of `instance` whose run id is not in `keep`.
 
+    Idle containers of a `SandboxPool` alive in this process are kept too.
+
     Returns the sandboxes removed. Containers already gone by the time we get to them are skipped.
     """
     if not instance:
         raise ValueError("reap needs an instance id; it never removes other instances' sandboxes")
-    doomed = [s for s in await list_sandboxes(engine, instance) if s.run not in keep]
+    live_pools = {f"{POOL_RUN_PREFIX}{pool_id}" for pool_id in LIVE_POOLS}
+    doomed = [s for s in await list_sandboxes(engine, instance) if s.run not in keep and s.run not in live_pools]
 
     async def remove(info: SandboxInfo) -> bool:
         def call(c: docker.DockerClient) -> bool:

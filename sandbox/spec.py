@@ -21,6 +21,7 @@ LABEL_INSTANCE = "forgehand.instance"
 LABEL_TASK = "forgehand.task"
 LABEL_RUN = "forgehand.run"
 LABEL_WEAKENED = "forgehand.weakened"
+LABEL_POOL = "forgehand.pool"
 OWN_LABEL_PREFIX = "forgehand."
 
 SANDBOX_UID = 1000
@@ -76,13 +77,17 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     network: str = "none"
     weaken: Weakenings = msgspec.field(default_factory=Weakenings)
     extra_labels: dict[str, str] = msgspec.field(default_factory=dict)
+    pool: str = ""  # set by SandboxPool on the containers it starts ahead of time
 
     @property
     def user(self) -> str:
         return self.weaken.user or SANDBOX_USER
 
     def labels(self) -> dict[str, str]:
-        return {LABEL_INSTANCE: self.instance, LABEL_TASK: self.task, LABEL_RUN: self.run}
+        labels = {LABEL_INSTANCE: self.instance, LABEL_TASK: self.task, LABEL_RUN: self.run}
+        if self.pool:
+            labels[LABEL_POOL] = self.pool
+        return labels
 
 
 def weakenings_in_effect(spec: SandboxSpec) -> list[str]:
@@ -111,6 +116,8 @@ def validate_spec(spec: SandboxSpec) -> None:
     for name, value in (("instance", spec.instance), ("task", spec.task), ("run", spec.run)):
         if not _LABEL_VALUE.match(value):
             raise SpecRefused(f"label {name}={value!r} must match {_LABEL_VALUE.pattern}")
+    if spec.pool and not _LABEL_VALUE.match(spec.pool):
+        raise SpecRefused(f"pool id {spec.pool!r} must match {_LABEL_VALUE.pattern}")
     for key, value in spec.extra_labels.items():
         if key.startswith(OWN_LABEL_PREFIX):
             raise SpecRefused(f"extra label {key!r} may not use the reserved {OWN_LABEL_PREFIX!r} prefix")
