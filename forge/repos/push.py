@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 import pygit2
 
+from forge.repos.errors import PushTooLarge
 from forge.repos.hooks import ENV_CONTEXT, ENV_PUSH_LOG
 from forge.repos.pktline import (
     DEFAULT_MAX_COMMAND_BYTES,
@@ -138,11 +139,14 @@ class PushSession:
         return rejection_response(self.updates, reasons, self.capabilities, message=message)
 
     async def discard_rest(self) -> int:
-        """Read and drop the rest of the request body (bounded by the size limit), so that the
-        client, still sending its pack, reads the refusal instead of a broken pipe."""
-        total = 0
+        """Read and drop the rest of the request body, so that the client, still sending its
+        pack, reads the refusal instead of a broken pipe. ``PushTooLarge`` past the size limit."""
+        limit = self._config.max_request_bytes
+        total = len(self._section)
         async for chunk in self._rest:
             total += len(chunk)
+            if total > limit:
+                raise PushTooLarge(limit)
         return total
 
     def env(self) -> dict[str, str]:

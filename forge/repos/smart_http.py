@@ -166,6 +166,15 @@ def _service_env(
     return git_env(extra, home=config.home)
 
 
+async def _drain_tail(stream: asyncio.StreamReader, tail: bytearray) -> None:
+    """Read ``stream`` to its end (git must never block on a full stderr pipe), keeping the
+    last ``STDERR_TAIL`` bytes in ``tail``."""
+    while chunk := await stream.read(4096):
+        tail += chunk
+        if len(tail) > STDERR_TAIL:
+            del tail[: len(tail) - STDERR_TAIL]
+
+
 def _check_repo(repo_path: Path) -> None:
     if not (repo_path / "HEAD").is_file():
         raise RepoNotFound(f"no repository at {repo_path.name}")
@@ -198,7 +207,8 @@ async def advertise_refs(
         env=env,
     )
     assert proc.stdout is not None and proc.stderr is not None
-    stderr_task = asyncio.ensure_future(proc.stderr.read(STDERR_TAIL))
+    stderr = bytearray()
+    stderr_task = asyncio.ensure_future(_drain_tail(proc.stderr, stderr))
     try:
         if not (svc == UPLOAD_PACK and _protocol_version(protocol) == 2):
             yield pkt_line(f"# service={svc}\n") + FLUSH_PKT
@@ -206,8 +216,10 @@ async def advertise_refs(
             yield chunk
         returncode = await proc.wait()
         if returncode != 0:
-            stderr = (await stderr_task).decode("utf-8", "replace").strip()
-            raise GitCommandFailed(f"git {svc} --advertise-refs failed: {stderr}", returncode=returncode)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(stderr_task), 5)
+            message = stderr.decode("utf-8", "replace").strip()
+            raise GitCommandFailed(f"git {svc} --advertise-refs failed: {message}", returncode=returncode)
     finally:
         stderr_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -229,7 +241,7 @@ class GitServiceProcess:
         self.service = service
         self._config = config
         self._stderr = bytearray()
-        self._stderr_task = asyncio.ensure_future(self._drain_stderr(proc.stderr))
+        self._stderr_task = asyncio.ensure_future(_drain_tail(proc.stderr, self._stderr))
         self._spool: tempfile.SpooledTemporaryFile[bytes] | None = None
         self._stdout_eof = False
         #: The whole request body reached git's stdin.
@@ -271,12 +283,6 @@ class GitServiceProcess:
     def stderr_tail(self) -> str:
         """The end of git's stderr, for logs (never sent to the client)."""
         return self._stderr.decode("utf-8", "replace")
-
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(4096):
-            self._stderr += chunk
-            if len(self._stderr) > STDERR_TAIL:
-                del self._stderr[: len(self._stderr) - STDERR_TAIL]
 
     async def write_body(self, body: AsyncIterator[bytes], *, max_bytes: int | None = None) -> None:
         """Stream ``body`` into git's stdin, then close it.
@@ -368,11 +374,13 @@ class GitServiceProcess:
         self._closed = True
         if not self._stdin.is_closing():
             self._stdin.close()
-        if self._proc.returncode is None and self.service == RECEIVE_PACK:
-            grace = self._config.finish_grace if self.fed else self._config.abort_grace
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._discard_stdout_until_exit(), grace)
-        await terminate_process(self._proc)
+        try:
+            if self._proc.returncode is None and self.service == RECEIVE_PACK:
+                grace = self._config.finish_grace if self.fed else self._config.abort_grace
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._discard_stdout_until_exit(), grace)
+        finally:
+            await terminate_process(self._proc)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(self._stderr_task, 5)
         if self._spool is not None:
