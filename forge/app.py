@@ -20,14 +20,19 @@ from sqlalchemy import text
 
 from forge import __doc__ as forge_doc
 from forge.api_admin import AdminController
+from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthMiddleware, AuthState
 from forge.csrf import check_csrf
 from forge.db import Database
 from forge.deps import DEPENDENCIES
+from forge.events import EventBus
+from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
+from forge.repos import RepoStore, install_hooks
+from forge.repos.smart_http import GitHttpConfig
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
@@ -56,11 +61,20 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     database = db or Database(settings.effective_database_url)
     configure_logging(settings.log_format, settings.log_level)
 
+    bus = EventBus()
+    store = RepoStore(settings.data_dir / "repos")
+    git_config = GitHttpConfig(
+        # Server-owned hooks outside every repository: nothing a push carries can change them.
+        hooks_dir=install_hooks(settings.data_dir / "git-hooks"),
+        max_request_bytes=settings.max_push_bytes,
+    )
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         try:
             yield
         finally:
+            await store.close()
             if db is None:
                 await database.dispose()
 
@@ -69,6 +83,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         "settings": settings,
         "db": database,
         "auth": AuthState(database, TokenCache(settings.token_cache_seconds)),
+        "bus": bus,
+        "repo_store": store,
+        "git_config": git_config,
     }
     return Litestar(
         route_handlers=[
@@ -76,6 +93,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             MetricsController,
             UserController,
             AdminController,
+            RepoController,
+            BrowseController,
+            *GIT_ROUTES,
             AuthPages,
             HomePages,
             TokenPages,

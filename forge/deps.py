@@ -12,6 +12,8 @@ from forge.access import Principal
 from forge.audit import Actor
 from forge.auth import actor_of
 from forge.db import Database
+from forge.events import EventBus
+from forge.repos import RepoStore
 from forge.settings import Settings
 from forge.tokens import TokenCache
 
@@ -22,7 +24,9 @@ async def provide_db_session(request: Request[Any, Any, Any], state: State) -> A
     """One transaction per request: it commits when the handler returns and rolls back on error.
     Unsafe methods take SQLite's write lock up front."""
     db: Database = state.db
-    async with db.session(write=request.method not in SAFE_METHODS) as session:
+    # git's POSTs (fetch negotiation, pushes) only read here; pushes record their refs later.
+    write = request.method not in SAFE_METHODS and not request.route_handler.opt.get("git")
+    async with db.session(write=write) as session:
         yield session
 
 
@@ -65,3 +69,19 @@ PrincipalDep = NamedDependency[Principal]
 SettingsDep = NamedDependency[Settings]
 DatabaseDep = NamedDependency[Database]
 TokenCacheDep = NamedDependency[TokenCache]
+
+
+def provide_store(state: State) -> RepoStore:
+    store: RepoStore = state.repo_store
+    return store
+
+
+def provide_bus(state: State) -> EventBus:
+    bus: EventBus = state.bus
+    return bus
+
+
+DEPENDENCIES["store"] = Provide(provide_store, sync_to_thread=False)
+DEPENDENCIES["bus"] = Provide(provide_bus, sync_to_thread=False)
+StoreDep = NamedDependency[RepoStore]
+BusDep = NamedDependency[EventBus]

@@ -23,6 +23,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from forge.auth import request_id
 from forge.errors import ForgeError, RateLimited
+from forge.repos.errors import RepoError
 
 log = structlog.get_logger("forgehand")
 PROBLEM_JSON = "application/problem+json"
@@ -176,3 +177,41 @@ async def audit_refusal(exc: Exception, scope: Any) -> None:
         method=scope.get("method", ""),
         status=exc.status,
     )
+
+
+_REPO_ERROR_STATUS = {
+    "invalid_name": 422,
+    "invalid_ref_name": 422,
+    "invalid_path": 422,
+    "repo_not_found": 404,
+    "repo_exists": 409,
+    "ref_not_found": 404,
+    "path_not_found": 404,
+    "not_a_blob": 422,
+    "not_a_tree": 422,
+    "import_failed": 422,
+    "git_protocol_error": 400,
+    "unsupported_service": 403,
+    "unsupported_encoding": 415,
+    "push_too_large": 413,
+    "ref_conflict": 409,
+}
+
+
+def handle_repo_error(request: Request[Any, Any, Any], exc: RepoError) -> Response[Any]:
+    """Errors of the git layer: a table from its stable codes to HTTP statuses."""
+    status = _REPO_ERROR_STATUS.get(exc.code, 500)
+    detail = str(exc) if status < 500 else "the git operation failed"
+    if status >= 500:
+        log.error("git layer error", request_id=request_id(request), code=exc.code, error=str(exc))
+    problem = Problem(
+        title="Git error" if status >= 500 else "Invalid request",
+        status=status,
+        detail=detail,
+        code=exc.code,
+        request_id=request_id(request),
+    )
+    return _render(request, problem, {})
+
+
+EXCEPTION_HANDLERS[RepoError] = handle_repo_error

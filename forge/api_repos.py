@@ -1,0 +1,304 @@
+"""REST: repositories, collaborators, branch rules, and browsing (same services as the web UI)."""
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Response, delete, get, patch, post, put
+from litestar.params import FromPath, FromQuery, JSONBody, Parameter
+from litestar.response import Stream
+
+from forge import accounts, repositories
+from forge.access import Action, Scope
+from forge.deps import ActorDep, BusDep, DbSession, SettingsDep, StoreDep
+from forge.errors import Forbidden, InvalidInput, Unauthenticated
+from forge.repos import (
+    BranchInfo,
+    CommitDiff,
+    CommitPage,
+    Comparison,
+    TagInfo,
+    TreeListing,
+    commit_diff,
+    compare,
+    list_branches,
+    list_tags,
+    list_tree,
+    log,
+    raw_file,
+    read_blob,
+    stream_blob,
+)
+from forge.repos.schemas import BlobInfo
+from forge.repositories import BranchRuleRead, CollaboratorRead, RepoRead, RepoUpdate, RoleName, VisibilityName
+
+REPO = "/api/v1/repos/{owner:str}/{name:str}"
+
+
+class RepoCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    description: Annotated[str, msgspec.Meta(max_length=1000)] = ""
+    visibility: VisibilityName = "private"
+    auto_init: bool = False
+    default_branch: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "main"
+
+
+class RepoDelete(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # The full name, typed again: deleting is irreversible.
+    confirm: str
+
+
+class CollaboratorPut(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    role: RoleName
+
+
+class BranchRuleCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
+    allow_force_push: bool = False
+    allow_deletion: bool = False
+
+
+class RepoController(Controller):
+    tags = ["repositories"]
+
+    @post("/api/v1/user/repos", summary="Create a repository owned by the caller")
+    async def create(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        bus: BusDep,
+        settings: SettingsDep,
+        data: JSONBody[RepoCreate],
+    ) -> RepoRead:
+        principal = actor.principal
+        if principal.account_id is None:
+            raise Unauthenticated("sign in or send a token")
+        if not principal.has_scope(Scope.REPO_WRITE):
+            raise Forbidden("this token lacks the 'repo:write' scope", code="insufficient_scope")
+        owner = await accounts.require_by_login(db_session, principal.login)
+        repo = await repositories.create(
+            db_session,
+            store,
+            bus,
+            actor,
+            owner,
+            data.name,
+            description=data.description,
+            visibility=data.visibility,
+            default_branch=data.default_branch,
+            auto_init=data.auto_init,
+        )
+        res = await repositories.resource_for(db_session, repo, principal)
+        return repositories.to_read(res, principal, settings.effective_base_url)
+
+    @get("/api/v1/repos", summary="Repositories the caller can read")
+    async def list_repos(
+        self, db_session: DbSession, actor: ActorDep, settings: SettingsDep, owner: FromQuery[str | None] = None
+    ) -> list[RepoRead]:
+        found = await repositories.list_visible(db_session, actor.principal, owner=owner)
+        return [repositories.to_read(r, actor.principal, settings.effective_base_url) for r in found]
+
+    @get(REPO, summary="A repository")
+    async def get_repo(
+        self, db_session: DbSession, actor: ActorDep, settings: SettingsDep, owner: FromPath[str], name: FromPath[str]
+    ) -> RepoRead:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return repositories.to_read(res, actor.principal, settings.effective_base_url)
+
+    @patch(REPO, summary="Rename, describe, change visibility, default branch or archive")
+    async def update_repo(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        settings: SettingsDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: JSONBody[RepoUpdate],
+    ) -> RepoRead:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        res = await repositories.update(db_session, store, actor, res, data)
+        return repositories.to_read(res, actor.principal, settings.effective_base_url)
+
+    @delete(REPO, summary="Delete a repository (instance admins; body {confirm: 'owner/name'})", status_code=204)
+    async def delete_repo(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: JSONBody[RepoDelete],
+    ) -> None:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        await repositories.remove(db_session, store, actor, res, data.confirm)
+
+    @get(REPO + "/collaborators", summary="Collaborators and their roles")
+    async def collaborators(
+        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str]
+    ) -> list[CollaboratorRead]:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return await repositories.list_collaborators(db_session, res)
+
+    @put(REPO + "/collaborators/{login:str}", summary="Add a collaborator or change its role")
+    async def put_collaborator(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        login: FromPath[str],
+        data: JSONBody[CollaboratorPut],
+    ) -> CollaboratorRead:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        return await repositories.set_collaborator(db_session, actor, res, login, data.role)
+
+    @delete(REPO + "/collaborators/{login:str}", summary="Remove a collaborator", status_code=204)
+    async def delete_collaborator(
+        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str], login: FromPath[str]
+    ) -> None:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        await repositories.remove_collaborator(db_session, actor, res, login)
+
+    @get(REPO + "/branch-rules", summary="Branch protection rules")
+    async def get_branch_rules(
+        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str]
+    ) -> list[BranchRuleRead]:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return [
+            BranchRuleRead(
+                id=r.id, pattern=r.pattern, allow_force_push=r.allow_force_push, allow_deletion=r.allow_deletion
+            )
+            for r in await repositories.branch_rules(db_session, res.repo)
+        ]
+
+    @post(REPO + "/branch-rules", summary="Protect branches matching a pattern")
+    async def add_branch_rule(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: JSONBody[BranchRuleCreate],
+    ) -> BranchRuleRead:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        return await repositories.add_branch_rule(
+            db_session,
+            actor,
+            res,
+            data.pattern,
+            allow_force_push=data.allow_force_push,
+            allow_deletion=data.allow_deletion,
+        )
+
+    @delete(REPO + "/branch-rules/{rule_id:int}", summary="Remove a branch rule", status_code=204)
+    async def delete_branch_rule(
+        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str], rule_id: FromPath[int]
+    ) -> None:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        await repositories.remove_branch_rule(db_session, actor, res, rule_id)
+
+
+class BrowseController(Controller):
+    """Read-only views of a repository's git data."""
+
+    path = REPO
+    tags = ["browse"]
+
+    @get("/branches", summary="Branches")
+    async def branches(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, owner: FromPath[str], name: FromPath[str]
+    ) -> list[BranchInfo]:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return await store.read(res.key, list_branches)
+
+    @get("/tags", summary="Tags")
+    async def tags_(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, owner: FromPath[str], name: FromPath[str]
+    ) -> list[TagInfo]:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return await store.read(res.key, list_tags)
+
+    @get("/commits", summary="Commit log, newest first")
+    async def commits(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        sha: Annotated[str | None, Parameter(max_length=255)] = None,
+        path: Annotated[str | None, Parameter(max_length=4096)] = None,
+        page: Annotated[int, Parameter(ge=1, le=100_000)] = 1,
+        per_page: Annotated[int, Parameter(ge=1, le=100)] = 30,
+    ) -> CommitPage:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return await store.read(res.key, log, sha, page=page, per_page=per_page, path=path)
+
+    @get("/commits/{sha:str}", summary="One commit with its diff against its first parent")
+    async def commit(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        sha: FromPath[str],
+    ) -> CommitDiff:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        return await store.read(res.key, commit_diff, sha)
+
+    @get(["/contents", "/contents/{path:path}"], summary="A directory listing or a file")
+    async def contents(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        path: FromPath[str] = "/",
+        ref: Annotated[str | None, Parameter(max_length=255)] = None,
+    ) -> TreeListing | BlobInfo:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        rel = path.strip("/")
+        try:
+            return await store.read(res.key, list_tree, ref, rel)
+        except Exception as exc:  # a file, not a directory
+            if getattr(exc, "code", None) != "not_a_tree":
+                raise
+        return await store.read(res.key, read_blob, ref, rel)
+
+    @get("/raw/{ref:str}/{path:path}", summary="A file's bytes, with a safe content type")
+    async def raw(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        ref: FromPath[str],
+        path: FromPath[str],
+    ) -> Response[Any]:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        found = await store.read(res.key, raw_file, ref, path.strip("/"))
+        headers = {**found.headers, "Content-Length": str(found.size)}
+        if found.data is not None:
+            return Response(found.data, headers=headers, media_type=found.content_type)
+        # Large blobs are streamed from git, never held in memory.
+        return Stream(stream_blob(store.path(res.key), found.sha), headers=headers, media_type=found.content_type)
+
+    @get("/compare/{spec:path}", summary="Compare base...head (merge base, commits, per-file diff, diffstat)")
+    async def compare_refs(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        spec: FromPath[str],
+    ) -> Comparison:
+        res = await repositories.load(db_session, actor.principal, owner, name)
+        base, sep, head = spec.strip("/").partition("...")
+        if not sep or not base or not head:
+            raise InvalidInput("compare needs base...head", code="invalid_compare")
+        return await store.read(res.key, compare, base, head)
