@@ -1,4 +1,18 @@
-"""Hardened Docker sandboxes. Imports nothing from forge, tasks or webhooks."""
+"""Hardened Docker sandboxes. Imports nothing from forge, tasks or webhooks.
+
+    async with SandboxEngine() as engine:                      # connects on first use
+        await engine.ensure_image()                            # cached; `forgehand sandbox build`
+        spec = SandboxSpec(image=DEFAULT_IMAGE, workspace=prepare_workspace(path),
+                           instance="inst", task="t1", run="r1")
+        async with await engine.start(spec) as sb:             # removed on exit
+            result = await sb.exec(["pytest", "-q"], timeout=300, output_cap=1 << 20)
+            async with sb.stream(["make"]) as s:                # live output
+                async for chunk in s: ...                      # OutputChunk(stream, data)
+            s.result                                           # ExecResult
+        await reap(engine, "inst", keep={"r2"})                # after a crash, periodically
+
+The defaults and what each one stops: docs/security.md.
+"""
 
 from .engine import Sandbox, SandboxEngine
 from .errors import (

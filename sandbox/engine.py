@@ -20,7 +20,7 @@ import docker.errors
 import requests.exceptions
 from docker.models.containers import _create_container_args
 
-from .errors import EngineUnavailable, ImageMissing, SandboxGone, SpecRefused
+from .errors import EngineUnavailable, ImageMissing, SandboxError, SandboxGone, SpecRefused
 from .execution import (
     OOM_COUNTER,
     ExecResult,
@@ -226,6 +226,8 @@ class Sandbox:
         except docker.errors.APIError as exc:
             if container and exc.status_code == 409:
                 raise SandboxGone(f"sandbox {self.name} is not running: {exc.explanation}") from exc
+            if container:
+                raise SandboxError(f"the engine refused the command: {exc.explanation or exc}") from exc
             raise
 
     def stream(

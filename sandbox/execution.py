@@ -102,7 +102,7 @@ exit 3
 """
 
 _STREAMS: dict[int, StreamName] = {1: "stdout", 2: "stderr"}
-_RECV_SIZE = 64 * 1024
+_RECV_SIZE = 256 * 1024
 _POLL = 0.2  # how often blocked threads look at their cancel flag
 
 
@@ -254,10 +254,12 @@ class _Pump:
                             header.clear()
                         continue
                     take = min(remaining, n - pos)
-                    payload = bytes(data[pos : pos + take])
                     pos += take
                     remaining -= take
-                    if not self._deliver(stream, payload):
+                    if self.delivered >= self._cap and not self._marker_pending:
+                        self.truncated += take  # past the cap: count it, don't even copy it
+                        continue
+                    if not self._deliver(stream, bytes(data[pos - take : pos])):
                         return
         except BaseException as exc:  # reported to the consumer, never lost in a thread
             error = exc
@@ -326,8 +328,8 @@ class ExecStream:
     """One running command. Iterate for `OutputChunk`s; then `result` (or `await wait()`).
 
     Use it as `async with sandbox.stream(argv) as s: async for chunk in s: ...`; leaving the block
-    early kills the command. Chunks queue up to `queue_chunks` (64 KiB each at most) before the
-    command is slowed down.
+    early kills the command. Up to `queue_chunks` chunks wait for the consumer (each at most one
+    Docker frame, in practice 32 KiB) before the command is slowed down.
     """
 
     def __init__(
@@ -405,17 +407,19 @@ class ExecStream:
         if self._done or not self._started:
             self._done = True
             return
-        await self._kill()
+        self._done = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        exit_code = await self._exit_code(wait=False)
+        if exit_code is None:  # still running (or unknown): the consumer went away, so it goes too
+            await self._kill()
         if self._pump is not None:
             self._pump.cancel.set()
         if self._channel is not None:
             self._channel.abandoned.set()
         self._close_socket()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-        self._done = True
         self._result = ExecResult(
-            exit_code=None,
+            exit_code=exit_code,
             timed_out=self._timed_out,
             oom_killed=False,
             truncated_bytes=self._pump.truncated if self._pump else 0,
@@ -473,7 +477,7 @@ class ExecStream:
         pump = self._pump
         # The pid marker is the wrapper's first write; give it a moment if the kill came very early.
         for _ in range(10):
-            if pump is None or pump.pid is not None or self._done:
+            if pump is None or pump.pid is not None:
                 break
             await asyncio.sleep(0.05)
         if pump is None or pump.pid is None:
@@ -517,9 +521,9 @@ class ExecStream:
             duration=t_end - self._t0,
         )
 
-    async def _exit_code(self) -> int | None:
+    async def _exit_code(self, *, wait: bool = True) -> int | None:
         # The output can end a moment before the engine has recorded the exit.
-        for _ in range(40):
+        for _ in range(40 if wait else 1):
             try:
                 info = await self._sb.engine_call(lambda c: c.api.exec_inspect(self._exec_id))
             except Exception:

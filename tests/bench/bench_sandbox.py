@@ -56,17 +56,17 @@ def spec(workspace: Path, run: str) -> SandboxSpec:
     )
 
 
-async def first_output(sb: Sandbox) -> None:
-    async with sb.stream(["echo", "ready"]) as s:
-        async for _chunk in s:
-            break
-
-
 async def timed(start: Callable[[], Awaitable[Sandbox]]) -> tuple[float, Sandbox]:
+    """From asking for a sandbox to the first byte of a command's output in it."""
     t0 = time.perf_counter()
     sb = await start()
-    await first_output(sb)
-    return time.perf_counter() - t0, sb
+    elapsed: float | None = None
+    async with sb.stream(["echo", "ready"]) as s:
+        async for _chunk in s:
+            if elapsed is None:
+                elapsed = time.perf_counter() - t0
+    assert elapsed is not None
+    return elapsed, sb
 
 
 def docker_run_cli() -> float:
