@@ -30,6 +30,7 @@ from forge.events import EventBus
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
+from forge.pages_repos import RepoListPages, RepoPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.repos import RepoStore, install_hooks
 from forge.repos.smart_http import GitHttpConfig
@@ -100,6 +101,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             HomePages,
             TokenPages,
             AdminPages,
+            RepoListPages,
+            RepoPages,
+            RepoSettingsPages,
             create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
         ],
         dependencies=DEPENDENCIES,

@@ -73,8 +73,25 @@ def serve(host: str | None, port: int | None) -> None:
         click.echo(f"  password: {password}")
         click.echo(f"  (also in {settings.data_dir / bootstrap.PASSWORD_FILE}, mode 0600)")
         click.echo("")
+    if settings.seed_demo and password:
+        demo_name = _run_db(settings, lambda db: _seed_demo(db, settings))
+        if demo_name:
+            click.echo(f"  Demo repository: {settings.effective_base_url}/{demo_name}  (bot: demo-agent, write access)")
     click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir.resolve()})")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
+
+
+async def _seed_demo(db: Database, settings: Settings) -> str | None:
+    from forge import bootstrap, demo
+    from forge.events import EventBus
+    from forge.repos import RepoStore
+
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        # Seeding happens before the app (and its webhook subscribers) exist: nothing to notify yet.
+        return await demo.seed(db, store, EventBus(), bootstrap.ADMIN_LOGIN)
+    finally:
+        await store.close()
 
 
 @main.group()

@@ -1,0 +1,43 @@
+"""Rendering for the web UI: sanitised markdown and syntax highlighting."""
+
+import functools
+
+import nh3
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import TextLexer, get_lexer_for_filename
+from pygments.util import ClassNotFound
+
+# Raw HTML is allowed into the markdown pass and then cleaned: nh3 (ammonia) keeps a safe subset,
+# drops scripts, event handlers and javascript: URLs, and marks links rel="noopener noreferrer".
+_md = MarkdownIt("commonmark", {"html": True, "linkify": False}).enable("table").enable("strikethrough")
+_ALLOWED_TAGS = set(nh3.ALLOWED_TAGS) | {"details", "summary", "input"}
+_formatter = HtmlFormatter(linenos="table", cssclass="code", wrapcode=True)
+MAX_HIGHLIGHT_BYTES = 512 * 1024
+
+
+def markdown(text: str) -> Markup:
+    html = _md.render(text)
+    return Markup(nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow"))  # noqa: S704
+
+
+@functools.lru_cache(maxsize=256)
+def _lexer_name(filename: str) -> str | None:
+    try:
+        return str(get_lexer_for_filename(filename).name)
+    except ClassNotFound:
+        return None
+
+
+def highlight_code(filename: str, text: str) -> Markup:
+    """Highlighted source with line numbers; plain text when the language is unknown or the file is big."""
+    lexer = TextLexer()
+    if len(text) <= MAX_HIGHLIGHT_BYTES:
+        try:
+            lexer = get_lexer_for_filename(filename, stripnl=False)
+        except ClassNotFound:
+            lexer = TextLexer()
+    return Markup(highlight(text, lexer, _formatter))  # noqa: S704 (pygments escapes its input)
+
