@@ -12,6 +12,7 @@ from forge import accounts, audit, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.errors import ForgeError
+from forge.repos.errors import RepoError
 from forge.settings import Settings, SettingsError, load_settings, prepare_data_dir
 
 T = TypeVar("T")
@@ -24,7 +25,7 @@ class ForgehandGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (ForgeError, SettingsError) as exc:
+        except (ForgeError, SettingsError, RepoError) as exc:
             click.echo(f"forgehand: error: {exc}", err=True)
             sys.exit(2)
         except OSError as exc:
@@ -248,6 +249,39 @@ def tokens_revoke(token_id: int) -> None:
 
     _run_db(settings, go)
     click.echo(f"revoked token {token_id}")
+
+
+@main.group("repos")
+def repos_group() -> None:
+    """Manage repositories."""
+
+
+@repos_group.command("import")
+@click.argument("source")
+@click.option("--owner", required=True, help="Login of the owning account.")
+@click.option("--name", default=None, help="Repository name (default: from SOURCE).")
+@click.option("--visibility", type=click.Choice(["private", "internal", "public"]), default="private")
+def repos_import(source: str, owner: str, name: str | None, visibility: str) -> None:
+    """Import a repository on this machine (a path or a file:// URL): all branches and tags."""
+    from forge import repositories
+    from forge.repos import RepoStore
+
+    settings = _settings()
+    repo_name = name or source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
+
+    async def go(db: Database) -> str:
+        store = RepoStore(settings.data_dir / "repos")
+        try:
+            async with db.session(write=True) as session:
+                owner_row = await accounts.require_by_login(session, owner)
+                repo = await repositories.import_existing(
+                    session, store, CLI_ACTOR, owner_row, repo_name, source, visibility=visibility
+                )
+                return f"{owner_row.login}/{repo.name} (default branch {repo.default_branch})"
+        finally:
+            await store.close()
+
+    click.echo(f"imported {_run_db(settings, go)}")
 
 
 @main.group("audit")

@@ -28,6 +28,7 @@ from forge.repos import (
     validate_branch_name,
     validate_repo_name,
 )
+from forge.repos.storage import default_branch as storage_default_branch
 from forge.repos.storage import set_default_branch
 
 RoleName = Literal["read", "write", "admin"]
@@ -449,3 +450,36 @@ async def list_visible(session: AsyncSession, principal: Principal, *, owner: st
 
 async def count(session: AsyncSession) -> int:
     return int((await session.execute(select(func.count(Repository.id)))).scalar_one())
+
+
+async def import_existing(
+    session: AsyncSession,
+    store: RepoStore,
+    actor: Actor,
+    owner: Account,
+    name: str,
+    source: str,
+    *,
+    visibility: str = Visibility.PRIVATE,
+    description: str = "",
+) -> Repository:
+    """Import every branch and tag of a repository on this machine (a path or a file:// URL)."""
+    try:
+        validate_repo_name(name)
+    except InvalidName as exc:
+        raise _invalid(exc) from None
+    if visibility not in {v.value for v in Visibility}:
+        raise InvalidInput("visibility is private, internal or public", code="invalid_visibility")
+    if await _find(session, owner.login, name) is not None:
+        raise Conflict(f"{owner.login}/{name} already exists", code="repo_exists")
+    repo = Repository(
+        owner_id=owner.id, name=name, name_key=name.lower(), description=description[:1000], visibility=visibility
+    )
+    session.add(repo)
+    await session.flush()
+    key = (owner.login.lower(), name.lower())
+    await store.import_from(key, source)
+    repo.default_branch = await store.read(key, storage_default_branch) or "main"
+    audit.record(session, actor, "repo.import", f"{owner.login}/{name}", source=source)
+    await session.refresh(repo, ["owner"])
+    return repo

@@ -102,3 +102,27 @@ def test_bad_setting_is_one_line(data_dir: Path, db_url: str) -> None:
     r = subprocess.run([FORGEHAND, "users", "list"], capture_output=True, text=True, env=env, check=False, timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().startswith("forgehand: error: FORGEHAND_PORT")
+
+
+def test_repos_import_keeps_branches_and_tags(data_dir: Path, db_url: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "A",
+           "GIT_COMMITTER_EMAIL": "a@x", "HOME": str(tmp_path)}  # fmt: skip
+    for args in (
+        ["init", "-b", "trunk", str(src)],
+        ["-C", str(src), "commit", "--allow-empty", "-m", "one"],
+        ["-C", str(src), "tag", "v1"],
+        ["-C", str(src), "branch", "feature"],
+    ):
+        subprocess.run(["git", *args], check=True, env=env, capture_output=True)
+    run(data_dir, db_url, "users", "create", "ana", "--password", "correct horse battery")
+    r = run(data_dir, db_url, "repos", "import", str(src), "--owner", "ana", "--name", "imported")
+    assert r.returncode == 0, r.stderr
+    assert "ana/imported (default branch trunk)" in r.stdout
+    bare = data_dir / "repos" / "ana" / "imported.git"
+    refs = subprocess.run(["git", "ls-remote", str(bare)], capture_output=True, text=True, check=True).stdout
+    assert "refs/heads/trunk" in refs and "refs/heads/feature" in refs and "refs/tags/v1" in refs
+    r = run(data_dir, db_url, "repos", "import", str(tmp_path / "missing"), "--owner", "ana")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = run(data_dir, db_url, "repos", "import", "https://example.org/x.git", "--owner", "ana")
+    assert r.returncode == 2
