@@ -74,11 +74,19 @@ def ls_cmd(instance: str | None, docker_host: str | None) -> None:
 
 
 @sandbox_group.command("reap")
-@click.option("--instance", required=True, help="The forgehand instance whose sandboxes to remove.")
+@click.option(
+    "--instance",
+    envvar="FORGEHAND_INSTANCE_ID",
+    default=None,
+    help="The forgehand instance whose sandboxes to remove (default: $FORGEHAND_INSTANCE_ID).",
+)
 @click.option("--keep", multiple=True, help="Run id to keep (repeatable).")
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
-def reap_cmd(instance: str, keep: tuple[str, ...], docker_host: str | None) -> None:
+def reap_cmd(instance: str | None, keep: tuple[str, ...], docker_host: str | None) -> None:
     """Remove every sandbox of an instance except the kept runs."""
+    if not instance:
+        # Never every instance at once: another forgehand on this engine would lose its sandboxes.
+        raise click.UsageError("name the instance: --instance ID or FORGEHAND_INSTANCE_ID (see `forgehand sandbox ls`)")
 
     async def run() -> int:
         async with SandboxEngine(docker_host) as engine:

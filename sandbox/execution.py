@@ -12,6 +12,7 @@ import contextlib
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -457,6 +458,9 @@ class ExecStream:
         self._channel = _Channel(loop, self._queue_chunks)
         self._pump = _Pump(self._sock, self._channel, self._cap)
         self._pump.take_prebuffered()
+        # A stream dropped without aclose() must not leave its threads waiting for a reader.
+        weakref.finalize(self, self._channel.abandoned.set)
+        weakref.finalize(self, self._pump.cancel.set)
         self._pump.thread.start()
         if self._stdin is not None:
             _StdinWriter(self._sock, self._stdin, self._pump.cancel).thread.start()

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import pytest
 from click.testing import CliRunner
 
 from sandbox import SandboxEngine, list_sandboxes
@@ -37,3 +38,10 @@ def test_no_engine_fails_with_a_hint() -> None:
     result = CliRunner().invoke(sandbox_group, ["ls", "--docker-host", "unix:///nonexistent/docker.sock"])
     assert result.exit_code == 1
     assert "start Docker" in result.output
+
+
+def test_reap_needs_an_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FORGEHAND_INSTANCE_ID", raising=False)
+    result = CliRunner().invoke(sandbox_group, ["reap"])
+    assert result.exit_code == 2
+    assert "name the instance" in result.output
