@@ -137,7 +137,14 @@ class SandboxPool:
             return
         task = asyncio.get_running_loop().create_task(self.fill())
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._refill_done)
+
+    def _refill_done(self, task: "asyncio.Task[None]") -> None:
+        self._tasks.discard(task)
+        # A failed refill only means fewer ready sandboxes: acquire falls back to a normal start,
+        # which reports the engine's error to its caller.
+        if not task.cancelled():
+            task.exception()
 
     async def acquire(self, *, task: str, run: str, env: Mapping[str, str] | None = None) -> Sandbox:
         """A running sandbox for this task and run, from the pool if one is ready."""
