@@ -40,4 +40,3 @@ def highlight_code(filename: str, text: str) -> Markup:
         except ClassNotFound:
             lexer = TextLexer()
     return Markup(highlight(text, lexer, _formatter))  # noqa: S704 (pygments escapes its input)
-

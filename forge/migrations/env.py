@@ -47,9 +47,7 @@ async def _run_async(url: str) -> None:
 
 
 def run_migrations_offline() -> None:
-    context.configure(
-        url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata, literal_binds=True
-    )
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 
