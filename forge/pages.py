@@ -9,7 +9,7 @@ from litestar.datastructures import Cookie
 from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge import accounts, audit, tokens, websessions
+from forge import accounts, audit, repositories, tokens, websessions
 from forge.access import INSTANCE, Action, Principal, Scope, can, require
 from forge.audit import Actor
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
@@ -152,11 +152,15 @@ class HomePages(Controller):
     include_in_schema = False
 
     @get("/")
-    async def dashboard(self, request: Request[Any, Any, Any]) -> Template | Redirect:
+    async def dashboard(
+        self, request: Request[Any, Any, Any], db_session: DbSession, settings: SettingsDep
+    ) -> Template | Redirect:
         principal = request.scope.get("user")
         if principal is None or not principal.is_authenticated:
             return Redirect("/signin", status_code=303)
-        return page(request, "dashboard.html")
+        found = await repositories.list_visible(db_session, principal)
+        repos = [repositories.to_read(r, principal, settings.effective_base_url) for r in found]
+        return page(request, "dashboard.html", repos=repos)
 
 
 class TokenForm(msgspec.Struct, kw_only=True):
