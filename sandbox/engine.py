@@ -283,11 +283,20 @@ class Sandbox:
         stdin: bytes | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (the command's limit, enforced in the sandbox)
         output_cap: int | None = None,
+        keep_background: bool = False,
     ) -> ExecResult:
         """Run argv to completion; stdout and stderr are collected up to the output cap."""
         out = bytearray()
         err = bytearray()
-        async with self.stream(argv, env=env, cwd=cwd, stdin=stdin, timeout=timeout, output_cap=output_cap) as running:
+        async with self.stream(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            timeout=timeout,
+            output_cap=output_cap,
+            keep_background=keep_background,
+        ) as running:
             async for chunk in running:
                 (out if chunk.stream == "stdout" else err).extend(chunk.data)
         result = running.result

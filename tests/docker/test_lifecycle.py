@@ -195,3 +195,13 @@ async def test_engine_refusal_is_a_typed_error(engine: SandboxEngine, make_spec:
     with pytest.raises(SpecRefused):
         # Docker refuses a CPU quota above the host's CPUs.
         await engine.start(make_spec(limits=Limits(nano_cpus=10_000 * 1_000_000_000)))
+
+
+async def test_background_processes_end_with_their_command_unless_kept(sandbox: Sandbox) -> None:
+    listing = ["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"]
+    r = await sandbox.exec(["sh", "-c", "sleep 1231 >/dev/null 2>&1 & echo started"])
+    assert r.stdout == b"started\n"
+    assert b"sleep 1231" not in (await sandbox.exec(listing)).stdout
+    r = await sandbox.exec(["sh", "-c", "sleep 1232 >/dev/null 2>&1 & echo started"], keep_background=True)
+    assert r.stdout == b"started\n" and r.duration < 2
+    assert b"sleep 1232" in (await sandbox.exec(listing)).stdout
