@@ -194,8 +194,9 @@ class SandboxPool:
         """Remove every idle sandbox (handed-out ones are their holders' to remove)."""
         self._closed = True
         LIVE_POOLS.discard(self.id)
-        for task in list(self._tasks):
-            task.cancel()
+        # Let starts in flight finish (they see `_closed` and discard what they made): cancelling
+        # them would leave a container the engine creates anyway.
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
         idle, self._idle = self._idle, []
         await asyncio.gather(*(self._discard(i.sandbox) for i in idle))
 

@@ -60,3 +60,13 @@ async def test_empty_pool_falls_back_to_a_normal_start(
     finally:
         await pool.close()
     assert not [s for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")]
+
+
+async def test_closing_during_a_refill_leaves_nothing(
+    engine: SandboxEngine, make_spec: SpecFactory, tmp_path: Path
+) -> None:
+    async with SandboxPool(engine, make_spec(), size=2, root=tmp_path / "pool") as pool:
+        sb = await pool.acquire(task="t", run="r-closing")
+        await sb.remove()
+        # The refill has just started; the pool closes under it.
+    assert not [s for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")]
