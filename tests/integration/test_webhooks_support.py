@@ -1,0 +1,235 @@
+"""Helpers for the webhooks tests (no tests here): real HTTP receivers on 127.0.0.1, a canary
+listener, a controllable clock, repositories and endpoints made through the real services."""
+
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from forge.audit import Actor
+from forge.db import Database, utcnow
+from forge.models import Account, Repository
+from forge.settings import Settings
+from webhooks.config import WebhooksConfig
+from webhooks.models import WebhookEndpoint
+from webhooks.outbound import Outbound
+from webhooks.schemas import HookCreate
+from webhooks.service import create_endpoint
+from webhooks.urlguard import AllowList
+
+LOOPBACK = AllowList.parse("127.0.0.1")
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float  # time.monotonic()
+
+
+class Drop(Exception):
+    """Raised by a responder: close the connection without answering."""
+
+
+Responder = Callable[[Seen], tuple[int, list[tuple[str, str]], bytes]]
+
+
+def ok_empty(_: Seen) -> tuple[int, list[tuple[str, str]], bytes]:
+    return 200, [], b""
+
+
+@dataclass
+class Receiver:
+    """A real HTTP server on 127.0.0.1 in a thread; records every request and connection."""
+
+    respond: Responder = ok_empty
+    host: str = "127.0.0.1"
+    port: int = 0
+    seen: list[Seen] = field(default_factory=list)
+    connections: int = 0
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/hook"
+
+    def start(self) -> "Receiver":
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                item = Seen(
+                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                )
+                with receiver._lock:
+                    receiver.seen.append(item)
+                try:
+                    status, headers, payload = receiver.respond(item)
+                except Drop:
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST  # noqa: N815
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            block_on_close = False
+
+            def get_request(self) -> tuple[socket.socket, Any]:
+                conn = super().get_request()
+                with receiver._lock:
+                    receiver.connections += 1
+                return conn
+
+        self._server = Server((self.host, self.port), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@contextmanager
+def receiver(respond: Responder = ok_empty, *, host: str = "127.0.0.1", port: int = 0) -> Iterator[Receiver]:
+    r = Receiver(respond=respond, host=host, port=port).start()
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+class Canary:
+    """A bare TCP listener that counts connection attempts (it must see none)."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.sock = socket.socket()
+        self.sock.bind((host, 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+class Clock:
+    """A controllable UTC clock for the outbox (attempt times, leases, auto-disable)."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def config(settings: Settings, **overrides: Any) -> WebhooksConfig:
+    values: dict[str, Any] = {"allow": LOOPBACK}
+    values.update(overrides)
+    return WebhooksConfig.from_settings(settings, **values)
+
+
+def outbound(cfg: WebhooksConfig, **kw: Any) -> Outbound:
+    return Outbound(cfg.allow, **kw)
+
+
+async def make_repo(db: Database, owner_login: str = "ana", name: str = "demo") -> Repository:
+    from forge import accounts
+    from forge.accounts import get_by_login
+
+    async with db.session(write=True) as s:
+        owner = await get_by_login(s, owner_login)
+        if owner is None:
+            owner = await accounts.create_user(s, Actor.system("test"), owner_login, "correct horse battery")
+        repo = Repository(
+            owner_id=owner.id, name=name, name_key=name.lower(), storage_key=secrets.token_hex(16), visibility="private"
+        )
+        s.add(repo)
+        await s.flush()
+        repo_id = repo.id
+    async with db.session() as s:
+        loaded = await s.get(Repository, repo_id)
+        assert loaded is not None
+        return loaded
+
+
+async def owner_of(db: Database, repo: Repository) -> Account:
+    async with db.session() as s:
+        account = await s.get(Account, repo.owner_id)
+        assert account is not None
+        return account
+
+
+async def make_endpoint(
+    db: Database,
+    cfg: WebhooksConfig,
+    repo: Repository | None,
+    url: str,
+    *,
+    kind: str = "notify",
+    events: list[str] | None = None,
+    failure_policy: str = "closed",
+) -> tuple[WebhookEndpoint, str]:
+    events = events or (["task.created", "task.state_changed", "repo.pushed"] if kind == "notify" else ["pre_tool_use"])
+    async with db.session(write=True) as s:
+        endpoint, secret = await create_endpoint(
+            s,
+            Actor.system("test"),
+            cfg,
+            repo,
+            HookCreate(url=url, kind=kind, events=events, failure_policy=failure_policy),  # type: ignore[arg-type]
+        )
+    return endpoint, secret

@@ -1,0 +1,531 @@
+"""The durable notification outbox: the writer (an `EventBus` subscriber, inside the transaction
+of the change) and the deliverer (claims due rows, posts, records every attempt).
+
+Delivery is at least once. A row is claimed with a lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
+`BEGIN IMMEDIATE` on SQLite); if its deliverer dies, the lease runs out and another one delivers
+it again, with the same `webhook-id`/`wid`. Rows of one endpoint and one task (else repository)
+go out in order: a row is due only when no older row of the same key is pending.
+
+Schedule after the first attempt: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h, each
+with up to +20 % jitter and never early; `Retry-After` is honoured within [base, 2 x base]. Then
+the row is `failed`. `410 Gone` disables the endpoint; so does failing for 5 days (with a notice).
+"""
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import structlog
+from sqlalchemy import and_, delete, event, exists, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+from sqlalchemy.sql.elements import ColumnElement
+
+from forge import audit
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import Event
+from webhooks import envelope, metrics
+from webhooks.config import WebhooksConfig
+from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.outbound import Outbound, OutboundError
+from webhooks.protocol import NOTIFY_EVENTS
+from webhooks.signing import SigningKey, redacted, request_headers, sign_jwt
+
+log = structlog.get_logger("forgehand.webhooks")
+
+RETRY_SCHEDULE: tuple[int, ...] = (5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400)
+MAX_ATTEMPTS = 1 + len(RETRY_SCHEDULE)
+AUTO_DISABLE_AFTER = timedelta(days=5)
+CONNECT_TIMEOUT = 5.0
+TOTAL_TIMEOUT = 15.0
+LOG_RESPONSE_BYTES = 64 * 1024
+LEASE = timedelta(seconds=60)
+KEEP_FINISHED = timedelta(days=7)
+KEEP_LOG = timedelta(days=30)
+SYSTEM = Actor.system("webhooks")
+
+
+def retry_delay(attempts_done: int, retry_after: float | None, rng: random.Random) -> float | None:
+    """Seconds until the next attempt after `attempts_done` failed ones; None when out of tries."""
+    if attempts_done < 1 or attempts_done > len(RETRY_SCHEDULE):
+        return None
+    base = float(RETRY_SCHEDULE[attempts_done - 1])
+    if retry_after is not None:
+        return min(max(retry_after, base), 2 * base)
+    return base * (1.0 + 0.2 * rng.random())
+
+
+def parse_retry_after(value: str | None, now: datetime) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+def order_key(event: Event) -> str:
+    if event.task is not None:
+        return f"task:{event.task.id}"
+    if event.repo_uuid:
+        return f"repo:{event.repo_uuid}"
+    return "instance"
+
+
+def enqueue(
+    session: AsyncSession,
+    cfg: WebhooksConfig,
+    endpoint_id: int,
+    *,
+    wid: str,
+    event_type: str,
+    subject: str,
+    body: bytes,
+    order_key: str,
+    manual: bool,
+) -> WebhookOutbox:
+    now = cfg.clock()
+    row = WebhookOutbox(
+        endpoint_id=endpoint_id,
+        wid=wid,
+        event_type=event_type,
+        subject=subject,
+        order_key=order_key,
+        body=body,
+        state="pending",
+        attempts=0,
+        next_attempt_at=now,
+        manual=manual,
+        created_at=now,
+    )
+    session.add(row)
+    return row
+
+
+class OutboxWriter:
+    """EventBus subscriber: one outbox row per subscribed active notify endpoint, in the
+    transaction of the change. After that transaction commits, the deliverer is woken."""
+
+    def __init__(self, cfg: WebhooksConfig, wake: Callable[[], None] | None = None) -> None:
+        self.cfg = cfg
+        self.wake = wake
+
+    async def __call__(self, session: AsyncSession, event: Event) -> None:
+        if event.type not in NOTIFY_EVENTS:
+            return
+        scope: ColumnElement[bool] = WebhookEndpoint.repo_id.is_(None)
+        if event.repo_id is not None:
+            scope = or_(scope, WebhookEndpoint.repo_id == event.repo_id)
+        stmt = (
+            select(WebhookEndpoint.id, WebhookEndpoint.events)
+            .where(WebhookEndpoint.kind == "notify", WebhookEndpoint.active.is_(True), scope)
+            .order_by(WebhookEndpoint.id)
+        )
+        targets = [eid for eid, events in (await session.execute(stmt)).all() if event.type in (events or [])]
+        if not targets:
+            return
+        body, subject = envelope.for_event(event, self.cfg.instance_id)
+        key = order_key(event)
+        for endpoint_id in targets:
+            enqueue(
+                session,
+                self.cfg,
+                endpoint_id,
+                wid=event.id,
+                event_type=event.type,
+                subject=subject,
+                body=body,
+                order_key=key,
+                manual=False,
+            )
+        if self.wake is not None:
+            wake_after_commit(session, self.wake)
+
+
+def wake_after_commit(session: AsyncSession, wake: Callable[[], None]) -> None:
+    """Call `wake` once the session's current transaction commits (once per transaction)."""
+    if session.info.get("webhooks_wake"):
+        return
+    session.info["webhooks_wake"] = True
+
+    def _after_commit(sync_session: Any) -> None:
+        sync_session.info.pop("webhooks_wake", None)
+        wake()
+
+    event.listen(session.sync_session, "after_commit", _after_commit, once=True)
+
+
+@dataclass
+class Claimed:
+    outbox_id: int
+    token: str
+    endpoint_id: int
+    url: str
+    kind: str
+    keys: list[SigningKey]
+    wid: str
+    event_type: str
+    subject: str
+    body: bytes
+    attempts: int  # before this one
+    manual: bool
+
+
+@dataclass
+class Attempt:
+    result: str  # ok | http_error | timeout | connection_error
+    status: int | None
+    error: str
+    headers: list[tuple[str, str]]
+    jti: str
+    request_headers: list[list[str]]
+    response_headers: list[tuple[str, str]]
+    response_body: bytes
+    truncated: bool
+    started_at: datetime
+    duration_ms: int
+    retry_after: float | None
+
+
+class Deliverer:
+    """Claims due outbox rows and delivers them; `run()` loops until `stop()`."""
+
+    def __init__(
+        self,
+        db: Database,
+        cfg: WebhooksConfig,
+        outbound: Outbound,
+        *,
+        rng: random.Random | None = None,
+        lease: timedelta = LEASE,
+        poll_interval: float = 1.0,
+        batch: int | None = None,
+    ) -> None:
+        self.db = db
+        self.cfg = cfg
+        self.outbound = outbound
+        self.rng = rng or random.Random()
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.batch = batch or max(1, cfg.delivery_concurrency * 2)
+        self.worker_id = uuid.uuid4().hex[:12]
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_housekeeping = 0.0
+
+    @property
+    def _pg(self) -> bool:
+        return self.db.engine.dialect.name == "postgresql"
+
+    # -- claiming ------------------------------------------------------------------------------
+
+    async def claim(self) -> list[Claimed]:
+        now = self.cfg.clock()
+        older = aliased(WebhookOutbox)
+        blocked = exists().where(
+            older.endpoint_id == WebhookOutbox.endpoint_id,
+            older.order_key == WebhookOutbox.order_key,
+            older.state == "pending",
+            older.id < WebhookOutbox.id,
+        )
+        stmt = (
+            select(WebhookOutbox, WebhookEndpoint)
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookOutbox.endpoint_id)
+            .where(
+                WebhookOutbox.state == "pending",
+                WebhookOutbox.next_attempt_at <= now,
+                or_(WebhookOutbox.lease_until.is_(None), WebhookOutbox.lease_until < now),
+                WebhookEndpoint.active.is_(True),
+                ~blocked,
+            )
+            .order_by(WebhookOutbox.id)
+            .limit(self.batch)
+        )
+        if self._pg:
+            stmt = stmt.with_for_update(skip_locked=True, of=WebhookOutbox)
+        claimed: list[Claimed] = []
+        async with self.db.session(write=True) as session:
+            for row, endpoint in (await session.execute(stmt)).all():
+                token = str(uuid.uuid4())
+                row.lease_until = now + self.lease
+                row.claim_token = token
+                claimed.append(
+                    Claimed(
+                        outbox_id=row.id,
+                        token=token,
+                        endpoint_id=endpoint.id,
+                        url=endpoint.url,
+                        kind=endpoint.kind,
+                        keys=self.cfg.all_keys(endpoint),
+                        wid=row.wid,
+                        event_type=row.event_type,
+                        subject=row.subject,
+                        body=bytes(row.body),
+                        attempts=row.attempts,
+                        manual=row.manual,
+                    )
+                )
+        return claimed
+
+    # -- one attempt ---------------------------------------------------------------------------
+
+    async def attempt(self, c: Claimed) -> Attempt:
+        started_at = self.cfg.clock()
+        now = int(time.time())
+        token, jti = sign_jwt(
+            c.keys[0],
+            issuer=self.cfg.instance_id,
+            subject=c.subject,
+            audience=c.url,
+            wid=c.wid,
+            event_type=c.event_type,
+            body=c.body,
+            budget=TOTAL_TIMEOUT,
+            now=now,
+        )
+        headers = request_headers(
+            token=token,
+            event_type=c.event_type,
+            wid=c.wid,
+            notification_keys=c.keys if c.event_type in NOTIFY_EVENTS else None,
+            timestamp=now,
+            body=c.body,
+        )
+        t0 = time.monotonic()
+        status: int | None = None
+        error = ""
+        response_headers: list[tuple[str, str]] = []
+        response_body = b""
+        truncated = False
+        retry_after: float | None = None
+        try:
+            reply = await self.outbound.post(
+                c.url,
+                headers,
+                c.body,
+                total_timeout=TOTAL_TIMEOUT,
+                connect_timeout=CONNECT_TIMEOUT,
+                max_response=LOG_RESPONSE_BYTES,
+            )
+        except OutboundError as exc:
+            result = "timeout" if exc.kind == "timeout" else "connection_error"
+            error = exc.detail
+        else:
+            status = reply.status
+            response_headers = reply.headers
+            response_body = reply.body
+            truncated = reply.truncated
+            if 200 <= reply.status < 300:
+                result = "ok"
+            else:
+                result = "http_error"
+                error = f"HTTP {reply.status}" + (" (redirects are not followed)" if 300 <= reply.status < 400 else "")
+                ra = next((v for k, v in reply.headers if k.lower() == "retry-after"), None)
+                retry_after = parse_retry_after(ra, self.cfg.clock())
+        return Attempt(
+            result=result,
+            status=status,
+            error=error[:500],
+            headers=headers,
+            jti=jti,
+            request_headers=redacted(headers),
+            response_headers=response_headers,
+            response_body=response_body,
+            truncated=truncated,
+            started_at=started_at,
+            duration_ms=int((time.monotonic() - t0) * 1000),
+            retry_after=retry_after,
+        )
+
+    # -- recording -----------------------------------------------------------------------------
+
+    async def record(self, c: Claimed, a: Attempt) -> None:
+        metrics.DELIVERIES.labels(event=c.event_type, result=a.result).inc()
+        metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
+        now = self.cfg.clock()
+        async with self.db.session(write=True) as session:
+            stmt = select(WebhookOutbox).where(WebhookOutbox.id == c.outbox_id)
+            if self._pg:
+                stmt = stmt.with_for_update()
+            row = (await session.execute(stmt)).scalar_one_or_none()
+            endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
+            if endpoint is None:
+                return  # deleted while the attempt was in flight: its log went with it
+            session.add(
+                WebhookDelivery(
+                    endpoint_id=c.endpoint_id,
+                    outbox_id=row.id if row is not None else None,
+                    wid=c.wid,
+                    jti=a.jti,
+                    kind="policy" if c.event_type not in NOTIFY_EVENTS else "notify",
+                    event_type=c.event_type,
+                    attempt=c.attempts + 1,
+                    url=c.url,
+                    request_headers=a.request_headers,
+                    request_body=c.body,
+                    response_status=a.status,
+                    response_headers=[list(h) for h in a.response_headers],
+                    response_body=a.response_body,
+                    response_truncated=a.truncated,
+                    duration_ms=a.duration_ms,
+                    result=a.result,
+                    error=a.error,
+                    started_at=a.started_at,
+                )
+            )
+            if row is not None and row.state == "pending":
+                owned = row.claim_token == c.token
+                if a.result == "ok":
+                    row.state = "delivered"
+                    row.finished_at = now
+                if owned:
+                    row.attempts = c.attempts + 1
+                    row.lease_until = None
+                    row.claim_token = None
+                    row.last_status = a.status
+                    row.last_error = a.result
+                    if a.result != "ok":
+                        delay = None if c.manual else retry_delay(row.attempts, a.retry_after, self.rng)
+                        if delay is None:
+                            row.state = "failed"
+                            row.finished_at = now
+                        else:
+                            # Rounded up so that the jittered time is never early.
+                            row.next_attempt_at = now + timedelta(seconds=delay + 0.001)
+            self._health(session, endpoint, a, now)
+
+    def _health(self, session: AsyncSession, endpoint: WebhookEndpoint, a: Attempt, now: datetime) -> None:
+        if a.result == "ok":
+            endpoint.failing_since = None
+            endpoint.last_success_at = now
+            return
+        if endpoint.failing_since is None:
+            endpoint.failing_since = now
+        if not endpoint.active:
+            return
+        reason = None
+        if a.status == 410:
+            reason = f"disabled on {now:%Y-%m-%d %H:%M} UTC: the endpoint answered 410 Gone"
+        elif now - endpoint.failing_since >= AUTO_DISABLE_AFTER:
+            reason = (
+                f"disabled on {now:%Y-%m-%d %H:%M} UTC: every delivery failed since "
+                f"{endpoint.failing_since:%Y-%m-%d %H:%M} UTC (last: {a.error or a.result})"
+            )
+        if reason is not None:
+            endpoint.active = False
+            endpoint.disabled_reason = reason
+            endpoint.disabled_at = now
+            audit.record(session, SYSTEM, "webhook.disable", f"hook:{endpoint.id}", reason=reason, url=endpoint.url)
+            log.warning("webhook endpoint disabled", hook=endpoint.id, reason=reason)
+
+    # -- loop ----------------------------------------------------------------------------------
+
+    async def run_once(self) -> int:
+        """Claim what is due, deliver it concurrently, record each attempt; returns how many."""
+        claimed = await self.claim()
+        if not claimed:
+            return 0
+        limit = asyncio.Semaphore(max(1, self.cfg.delivery_concurrency))
+
+        async def one(c: Claimed) -> None:
+            async with limit:
+                attempt = await self.attempt(c)
+            await self.record(c, attempt)
+
+        async with asyncio.TaskGroup() as group:
+            for c in claimed:
+                group.create_task(one(c))
+        return len(claimed)
+
+    async def next_due_in(self) -> float | None:
+        """Seconds until the earliest pending row is due (0 if now), None when nothing is pending."""
+        async with self.db.session() as session:
+            when = (
+                await session.execute(
+                    select(func.min(WebhookOutbox.next_attempt_at)).where(WebhookOutbox.state == "pending")
+                )
+            ).scalar_one_or_none()
+        if when is None:
+            return None
+        return max(0.0, (when - self.cfg.clock()).total_seconds())
+
+    async def housekeeping(self) -> None:
+        """Outbox depth and age gauges; prune finished rows and old log entries."""
+        now = self.cfg.clock()
+        async with self.db.session() as session:
+            depth, oldest = (
+                await session.execute(
+                    select(func.count(WebhookOutbox.id), func.min(WebhookOutbox.created_at)).where(
+                        WebhookOutbox.state == "pending"
+                    )
+                )
+            ).one()
+        metrics.OUTBOX_DEPTH.set(depth or 0)
+        metrics.OUTBOX_OLDEST.set((now - oldest).total_seconds() if oldest else 0)
+        async with self.db.session(write=True) as session:
+            await session.execute(
+                delete(WebhookOutbox).where(
+                    and_(
+                        WebhookOutbox.state.in_(("delivered", "failed")),
+                        WebhookOutbox.finished_at < now - KEEP_FINISHED,
+                    )
+                )
+            )
+            await session.execute(delete(WebhookDelivery).where(WebhookDelivery.started_at < now - KEEP_LOG))
+
+    def wake(self) -> None:
+        """Deliver now (thread-safe; called after a transaction that wrote outbox rows commits)."""
+        loop, ev = self._loop, self._wake
+        if loop is None or ev is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(ev.set)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                if time.monotonic() - self._last_housekeeping > 60:
+                    self._last_housekeeping = time.monotonic()
+                    await self.housekeeping()
+                if await self.run_once():
+                    continue
+                due = await self.next_due_in()
+            except Exception:
+                log.exception("webhook deliverer iteration failed")
+                due = self.poll_interval
+            wait = self.poll_interval if due is None else min(max(due, 0.05), self.poll_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._stopping = False
+            self._task = asyncio.create_task(self.run(), name="webhooks-deliverer")
+            await asyncio.sleep(0)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,408 @@
+"""The policy dispatcher: synchronous calls to policy endpoints before a guarded action.
+
+One deadline per dispatch (default 5 s, at most 10 s) covers everything: waiting for a
+concurrency slot, both attempts and the back-off between them. Only a connection error is
+retried (once, after 250 ms, same body, new `jti`); timeouts, non-2xx answers and protocol errors
+are not. Endpoints are called one after the other in a stable order (instance endpoints, then
+the repository's, each by id); an `allow` with an `input_override` changes the input the next
+endpoint sees (so redactions compose); the first `deny` ends the dispatch (a deny wins anyway).
+Any deny wins, then any ask, then allow. A failed endpoint counts as its `failure_policy` says:
+`closed` as a deny, `open` as no opinion (logged), `hold` as an ask.
+"""
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+import structlog
+from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.db import Database
+from webhooks import envelope, metrics
+from webhooks.config import WebhooksConfig
+from webhooks.decoding import Decision, PolicyAnswer, ProtocolViolation, decode_policy_response
+from webhooks.envelope import RepoRef, TaskMeta
+from webhooks.models import WebhookDelivery, WebhookEndpoint
+from webhooks.outbound import Outbound, OutboundError, Reply
+from webhooks.protocol import DEFAULT_BUDGET, MAX_BUDGET, MAX_POLICY_RESPONSE, POLICY_EVENTS
+from webhooks.signing import SigningKey, redacted, request_headers, sign_jwt
+
+log = structlog.get_logger("forgehand.webhooks")
+
+ResultClass = Literal[
+    "ok", "denied", "asked", "http_error", "protocol_error", "timeout", "connection_error", "over_capacity"
+]
+FAILURES: frozenset[str] = frozenset({"http_error", "protocol_error", "timeout", "connection_error", "over_capacity"})
+RETRY_BACKOFF = 0.25
+LOG_RESPONSE_BYTES = 64 * 1024
+
+
+class EndpointResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one endpoint did in one dispatch."""
+
+    endpoint_id: int
+    url: str
+    result: ResultClass
+    decision: Decision | None  # what the consumer answered (None: no opinion, or it failed)
+    effective: Decision | None  # what it counts as (a failure per failure_policy; None: no opinion)
+    failure_policy: str
+    reason: str
+    status: int | None
+    attempts: int
+    latency_ms: float
+    detail: str  # short, safe to show (never the raw response)
+    delivery_id: str
+
+    @property
+    def failed(self) -> bool:
+        return self.result in FAILURES
+
+
+class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """The combined answer of every policy endpoint on one event."""
+
+    event_type: str
+    delivery_id: str  # the wid of this dispatch (same for every endpoint and attempt)
+    decision: Decision
+    reason: str  # of the deciding deny/ask ("" for allow)
+    # The input to use instead of the original, after every override in order (None: unchanged).
+    # user_prompt_submit: {"prompt": str}; pre_tool_use: the new tool_input object.
+    input_override: dict[str, Any] | None
+    model_contexts: list[str]  # for the model only, in endpoint order
+    user_messages: list[str]  # for people only, in endpoint order
+    results: list[EndpointResult]
+    held: bool  # the ask comes from failure_policy=hold, not from a consumer
+    deciding: EndpointResult | None  # the first deny, else the first ask (None for allow)
+
+    @property
+    def failure(self) -> EndpointResult | None:
+        """The failed endpoint whose failure policy decided the outcome, if that is what happened."""
+        d = self.deciding
+        return d if d is not None and d.failed else None
+
+    @property
+    def failure_message(self) -> str | None:
+        """`hook dispatch failed: <event>: <class> (delivery <id>)`, when a failure decided."""
+        f = self.failure
+        if f is None:
+            return None
+        return f"hook dispatch failed: {self.event_type}: {f.result} (delivery {self.delivery_id})"
+
+    @property
+    def failures(self) -> list[EndpointResult]:
+        return [r for r in self.results if r.failed]
+
+
+class _Target(msgspec.Struct, frozen=True):
+    id: int
+    url: str
+    failure_policy: str
+    key: SigningKey
+
+
+def _clamp_budget(deadline: float | None) -> float:
+    if deadline is None:
+        return DEFAULT_BUDGET
+    return min(max(float(deadline), 0.001), MAX_BUDGET)
+
+
+def _apply(event_type: str, data: dict[str, Any], override: Any) -> dict[str, Any]:
+    if event_type == "user_prompt_submit":
+        return {**data, "prompt": override["prompt"]}
+    if event_type == "pre_tool_use":
+        return {**data, "tool_input": override}
+    return data
+
+
+class PolicyDispatcher:
+    """Calls policy endpoints and combines their answers (see the module docstring)."""
+
+    def __init__(self, db: Database, cfg: WebhooksConfig, outbound: Outbound) -> None:
+        self.db = db
+        self.cfg = cfg
+        self.outbound = outbound
+        self._slots = asyncio.Semaphore(max(1, cfg.policy_concurrency))
+
+    async def _targets(self, session: AsyncSession, repo_id: int, event_type: str) -> list[_Target]:
+        stmt = (
+            select(WebhookEndpoint)
+            .where(
+                WebhookEndpoint.kind == "policy",
+                WebhookEndpoint.active.is_(True),
+                or_(WebhookEndpoint.repo_id.is_(None), WebhookEndpoint.repo_id == repo_id),
+            )
+            .order_by(WebhookEndpoint.repo_id.is_not(None), WebhookEndpoint.id)
+        )
+        rows = [e for e in (await session.execute(stmt)).scalars() if event_type in (e.events or [])]
+        return [_Target(e.id, e.url, e.failure_policy, self.cfg.signing_key(e)) for e in rows]
+
+    async def dispatch(
+        self,
+        source: AsyncSession | Database | None,
+        event_type: str,
+        *,
+        repo: RepoRef,
+        task_meta: TaskMeta,
+        data: Mapping[str, Any],
+        deadline: float | None = None,
+    ) -> PolicyOutcome:
+        if event_type not in POLICY_EVENTS:
+            raise ValueError(f"{event_type!r} is not a policy event")
+        budget = _clamp_budget(deadline)
+        started = time.monotonic()
+        end = started + budget
+        wid = str(uuid.uuid4())
+        if isinstance(source, AsyncSession):
+            targets = await self._targets(source, repo.id, event_type)
+        else:
+            async with (source or self.db).session() as session:
+                targets = await self._targets(session, repo.id, event_type)
+        if not targets:
+            return PolicyOutcome(
+                event_type=event_type,
+                delivery_id=wid,
+                decision="allow",
+                reason="",
+                input_override=None,
+                model_contexts=[],
+                user_messages=[],
+                results=[],
+                held=False,
+                deciding=None,
+            )
+        current = dict(data)
+        override: dict[str, Any] | None = None
+        results: list[EndpointResult] = []
+        contexts: list[str] = []
+        messages: list[str] = []
+        log_rows: list[WebhookDelivery] = []
+        at = self.cfg.clock()
+        for target in targets:
+            body, subject = envelope.for_policy(event_type, wid, self.cfg.instance_id, repo, task_meta, current, at)
+            result, answer = await self._call(target, event_type, wid, subject, body, budget, end, log_rows)
+            results.append(result)
+            metrics.DISPATCHES.labels(event=event_type, result=result.result).inc()
+            if answer is not None:
+                if answer.model_context:
+                    contexts.append(answer.model_context)
+                if answer.user_message:
+                    messages.append(answer.user_message)
+                if answer.decision == "allow" and answer.has_override:
+                    current = _apply(event_type, current, answer.input_override)
+                    override = (
+                        {"prompt": current["prompt"]} if event_type == "user_prompt_submit" else current["tool_input"]
+                    )
+            if result.effective == "deny":
+                break
+        deciding = next((r for r in results if r.effective == "deny"), None) or next(
+            (r for r in results if r.effective == "ask"), None
+        )
+        decision: Decision = deciding.effective if deciding is not None and deciding.effective else "allow"
+        outcome = PolicyOutcome(
+            event_type=event_type,
+            delivery_id=wid,
+            decision=decision,
+            reason=deciding.reason if deciding is not None else "",
+            input_override=override,
+            model_contexts=contexts,
+            user_messages=messages,
+            results=results,
+            held=deciding is not None and deciding.failed and decision == "ask",
+            deciding=deciding,
+        )
+        metrics.DISPATCH_SECONDS.labels(event=event_type).observe(time.monotonic() - started)
+        await self._write_log(source, log_rows)
+        for r in results:
+            if r.failed:
+                log.warning(
+                    "policy hook failed",
+                    hook=r.endpoint_id,
+                    event=event_type,
+                    result=r.result,
+                    failure_policy=r.failure_policy,
+                    delivery=wid,
+                    detail=r.detail,
+                )
+        return outcome
+
+    async def _write_log(self, source: AsyncSession | Database | None, rows: list[WebhookDelivery]) -> None:
+        if not rows:
+            return
+        if isinstance(source, AsyncSession):
+            source.add_all(rows)
+            return
+        try:
+            async with (source or self.db).session(write=True) as session:
+                session.add_all(rows)
+        except Exception:
+            # The decision stands; losing its log row must not turn it into an error.
+            log.exception("could not record policy deliveries", count=len(rows))
+
+    async def _call(
+        self,
+        target: _Target,
+        event_type: str,
+        wid: str,
+        subject: str,
+        body: bytes,
+        budget: float,
+        end: float,
+        log_rows: list[WebhookDelivery],
+    ) -> tuple[EndpointResult, PolicyAnswer | None]:
+        t0 = time.monotonic()
+        attempts = 0
+
+        def finish(
+            result: ResultClass,
+            *,
+            answer: PolicyAnswer | None = None,
+            status: int | None = None,
+            detail: str = "",
+        ) -> tuple[EndpointResult, PolicyAnswer | None]:
+            decision = answer.decision if answer is not None else None
+            if result in FAILURES:
+                effective: Decision | None = {"closed": "deny", "hold": "ask"}.get(target.failure_policy)  # type: ignore[assignment]
+                reason = f"hook dispatch failed: {event_type}: {result} (delivery {wid})"
+            else:
+                effective = decision
+                reason = answer.reason if answer is not None else ""
+            return (
+                EndpointResult(
+                    endpoint_id=target.id,
+                    url=target.url,
+                    result=result,
+                    decision=decision,
+                    effective=effective,
+                    failure_policy=target.failure_policy,
+                    reason=reason,
+                    status=status,
+                    attempts=attempts,
+                    latency_ms=round((time.monotonic() - t0) * 1000, 3),
+                    detail=detail[:300],
+                    delivery_id=wid,
+                ),
+                answer if result not in FAILURES else None,
+            )
+
+        while True:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return finish("timeout", detail="the dispatch deadline passed before this endpoint was called")
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._slots.acquire()
+            except TimeoutError:
+                return finish("over_capacity", detail="no free slot before the deadline")
+            attempts += 1
+            started_at = self.cfg.clock()
+            a0 = time.monotonic()
+            try:
+                now = int(time.time())
+                token, jti = sign_jwt(
+                    target.key,
+                    issuer=self.cfg.instance_id,
+                    subject=subject,
+                    audience=target.url,
+                    wid=wid,
+                    event_type=event_type,
+                    body=body,
+                    budget=budget,
+                    now=now,
+                )
+                headers = request_headers(
+                    token=token, event_type=event_type, wid=wid, notification_keys=None, timestamp=now, body=body
+                )
+                outcome: Any = await self.outbound.post(
+                    target.url,
+                    headers,
+                    body,
+                    total_timeout=end - time.monotonic(),
+                    max_response=MAX_POLICY_RESPONSE,
+                )
+            except OutboundError as exc:
+                outcome = exc
+            finally:
+                self._slots.release()
+            if isinstance(outcome, OutboundError):
+                failure: ResultClass = "timeout" if outcome.kind == "timeout" else "connection_error"
+                log_rows.append(
+                    self._log_row(
+                        target,
+                        wid,
+                        jti,
+                        event_type,
+                        attempts,
+                        headers,
+                        body,
+                        None,
+                        failure,
+                        outcome.detail,
+                        a0,
+                        started_at,
+                    )
+                )
+                retry = outcome.kind == "connection_error" and attempts == 1
+                if retry and end - time.monotonic() > RETRY_BACKOFF:
+                    await asyncio.sleep(RETRY_BACKOFF)
+                    continue
+                return finish(failure, detail=outcome.detail)
+            reply: Reply = outcome
+            result: ResultClass
+            answer: PolicyAnswer | None = None
+            detail = ""
+            if not 200 <= reply.status < 300:
+                result = "http_error"
+                detail = f"HTTP {reply.status}" + (" (redirects are not followed)" if 300 <= reply.status < 400 else "")
+            else:
+                try:
+                    answer = decode_policy_response(event_type, reply.body, truncated=reply.truncated)
+                except ProtocolViolation as exc:
+                    result, detail = "protocol_error", str(exc)
+                else:
+                    result = {"deny": "denied", "ask": "asked"}.get(answer.decision or "", "ok")  # type: ignore[assignment]
+            log_rows.append(
+                self._log_row(
+                    target, wid, jti, event_type, attempts, headers, body, reply, result, detail, a0, started_at
+                )
+            )
+            return finish(result, answer=answer, status=reply.status, detail=detail)
+
+    @staticmethod
+    def _log_row(
+        target: _Target,
+        wid: str,
+        jti: str,
+        event_type: str,
+        attempt: int,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        reply: Reply | None,
+        result: str,
+        error: str,
+        a0: float,
+        started_at: datetime,
+    ) -> WebhookDelivery:
+        return WebhookDelivery(
+            endpoint_id=target.id,
+            wid=wid,
+            jti=jti,
+            kind="policy",
+            event_type=event_type,
+            attempt=attempt,
+            url=target.url,
+            request_headers=redacted(headers),
+            request_body=body,
+            response_status=reply.status if reply is not None else None,
+            response_headers=[list(h) for h in reply.headers] if reply is not None else [],
+            response_body=reply.body[:LOG_RESPONSE_BYTES] if reply is not None else b"",
+            response_truncated=bool(reply is not None and (reply.truncated or len(reply.body) > LOG_RESPONSE_BYTES)),
+            duration_ms=int((time.monotonic() - a0) * 1000),
+            result=result,
+            error=error[:500],
+            started_at=started_at,
+        )
