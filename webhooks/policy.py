@@ -222,7 +222,7 @@ class PolicyDispatcher:
                 log.warning(
                     "policy hook failed",
                     hook=r.endpoint_id,
-                    event=event_type,
+                    hook_event=event_type,
                     result=r.result,
                     failure_policy=r.failure_policy,
                     delivery=wid,

@@ -206,6 +206,9 @@ def validate_url(url: str, allow: AllowList) -> str:
     allowed = allow.allows_host(host)
     if parts.scheme != "https" and not allowed:
         raise _refuse("the URL must be https (only operator allow-listed hosts may use http)")
+    bare = host.lower().rstrip(".")
+    if not allowed and (bare == "localhost" or bare.endswith(".localhost")):
+        raise _refuse(f"{host!r} is a loopback name (RFC 6761)")
     if literal is not None and not allowed:
         reason = refusal_reason(literal)
         if reason is not None:

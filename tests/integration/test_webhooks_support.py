@@ -1,7 +1,6 @@
 """Helpers for the webhooks tests (no tests here): real HTTP receivers on 127.0.0.1, a canary
 listener, a controllable clock, repositories and endpoints made through the real services."""
 
-import secrets
 import socket
 import threading
 import time
@@ -194,9 +193,7 @@ async def make_repo(db: Database, owner_login: str = "ana", name: str = "demo") 
         owner = await get_by_login(s, owner_login)
         if owner is None:
             owner = await accounts.create_user(s, Actor.system("test"), owner_login, "correct horse battery")
-        repo = Repository(
-            owner_id=owner.id, name=name, name_key=name.lower(), storage_key=secrets.token_hex(16), visibility="private"
-        )
+        repo = Repository(owner_id=owner.id, name=name, name_key=name.lower(), visibility="private")
         s.add(repo)
         await s.flush()
         repo_id = repo.id

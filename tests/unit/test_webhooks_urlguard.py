@@ -29,6 +29,8 @@ def test_https_url_with_path_and_query_is_accepted_unchanged() -> None:
         ("https://", "host"),
         ("https://hooks.example.com:99999/", "port"),
         ("https://hooks.example.com:0/", "port 0"),
+        ("https://localhost/x", "loopback name"),
+        ("https://api.localhost/x", "loopback name"),
         ("https://hooks example.com/", "whitespace"),
         ("https://hooks.example.com/\n", "whitespace"),
         ("https://hooks.example.com\\@evil/", "backslash"),
