@@ -37,6 +37,8 @@ from forge.repos.smart_http import GitHttpConfig
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
+from tasks.routes import TaskController, UserTaskController
+from tasks.system import TaskSystem
 
 HERE = Path(__file__).parent
 
@@ -70,11 +72,16 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         max_request_bytes=settings.max_push_bytes,
     )
 
+    task_system = TaskSystem(database, settings, store, bus)
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if settings.run_worker:
+            await task_system.start_worker()
         try:
             yield
         finally:
+            await task_system.stop_worker()
             await store.close()
             if db is None:
                 await database.dispose()
@@ -87,6 +94,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         "bus": bus,
         "repo_store": store,
         "git_config": git_config,
+        "tasks": task_system,
     }
     return Litestar(
         route_handlers=[
@@ -96,6 +104,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             AdminController,
             RepoController,
             BrowseController,
+            TaskController,
+            UserTaskController,
             *GIT_ROUTES,
             AuthPages,
             HomePages,

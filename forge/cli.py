@@ -313,3 +313,15 @@ def _mount_optional() -> None:
 
 
 _mount_optional()
+
+
+@main.command()
+def worker() -> None:
+    """Run the task worker in its own process (claims queued runs; start several on Docker hosts)."""
+    from forge.migrate import upgrade
+    from tasks.system import run_worker_process
+
+    settings = _settings()
+    upgrade(settings.effective_database_url)
+    click.echo(f"forgehand worker: claiming runs from {settings.effective_database_url.split('://')[0]} database")
+    asyncio.run(run_worker_process(settings))

@@ -46,6 +46,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     token_cache_seconds: float = 5.0
     run_worker: bool = True
     seed_demo: bool = True
+    # Tasks: the sandbox image ("" = the built-in recipe's tag), concurrency, watchdogs, model endpoint.
+    sandbox_image: str = ""
+    task_concurrency: int = 2
+    task_repo_concurrency: int = 1
+    task_turn_limit: int = 50
+    task_tool_timeout_seconds: float = 600.0
+    task_idle_seconds: float = 900.0
+    task_wall_clock_seconds: int = 3600
+    task_token_budget: int = 0  # 0 = no budget
+    task_max_file_bytes: int = 10 * 1024 * 1024
+    model_base_url: str = ""
+    model_name: str = ""
+    model_api_key: str = ""
+    model_timeout_seconds: float = 120.0
 
     @property
     def effective_database_url(self) -> str:
@@ -111,7 +125,20 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         )
     if s.secret_key and len(s.secret_key) < 32:
         raise SettingsError(f"{src('secret_key')}: must be at least 32 characters")
-    for name in ("max_body_bytes", "max_push_bytes", "session_days", "signin_max_failures"):
+    for name in (
+        "max_body_bytes",
+        "max_push_bytes",
+        "session_days",
+        "signin_max_failures",
+        "task_concurrency",
+        "task_repo_concurrency",
+        "task_turn_limit",
+        "task_tool_timeout_seconds",
+        "task_idle_seconds",
+        "task_wall_clock_seconds",
+        "task_max_file_bytes",
+        "model_timeout_seconds",
+    ):
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")
     if s.token_cache_seconds < 0:

@@ -1,0 +1,79 @@
+"""The `command` runtime: one command line in the sandbox; its output is the transcript, exit 0 is success.
+
+It needs no model, which makes it the runtime of the `make run` demo and of CI checks."""
+
+import codecs
+
+from sandbox import OutputChunk
+from tasks.runtime import Outcome, RunContext
+from tasks.states import FailureReason
+from tasks.transcript import Notice, Output
+
+
+def argv_of(command: str | list[str] | None) -> list[str]:
+    if command is None or command == "" or command == []:
+        raise ValueError("the command runtime needs a command")
+    if isinstance(command, str):
+        return ["bash", "-lc", command]
+    return list(command)
+
+
+class CommandRuntime:
+    name = "command"
+
+    def needs_model(self) -> bool:
+        return False
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        argv = argv_of(ctx.command)
+        if ctx.kind != "start" and ctx.prompt and ctx.kind in ("message", "answer"):
+            await ctx.emit(
+                "notice",
+                Notice(text="the command runtime has no conversation: the message is shown, the command runs again"),
+            )
+        decoders = {
+            "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
+            "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
+        }
+        env = {"FORGEHAND_TASK_GOAL": ctx.goal, "FORGEHAND_PROMPT": ctx.prompt}
+        async with ctx.sandbox.stream(
+            argv, env=env, timeout=ctx.limits.tool_timeout, output_cap=ctx.limits.output_cap, queue_chunks=64
+        ) as running:
+            chunk: OutputChunk
+            async for chunk in running:
+                text = decoders[chunk.stream].decode(chunk.data)
+                if text:
+                    await ctx.emit(chunk.stream, Output(text=text))
+        for stream, decoder in decoders.items():
+            rest = decoder.decode(b"", final=True)
+            if rest:
+                await ctx.emit(stream, Output(text=rest))  # type: ignore[arg-type]
+        result = running.result
+        ctx.turns = 1
+        if result.truncated_bytes:
+            await ctx.emit(
+                "notice",
+                Notice(text=f"output over the cap: {result.truncated_bytes} bytes were not kept", level="warning"),
+            )
+        if result.oom_killed:
+            return Outcome(
+                status="failed",
+                failure_reason=FailureReason.OOM,
+                error="the command ran out of memory",
+                exit_code=result.exit_code,
+            )
+        if result.timed_out:
+            return Outcome(
+                status="failed",
+                failure_reason=FailureReason.TIMEOUT,
+                error=f"the command did not finish within {ctx.limits.tool_timeout:g} s",
+                exit_code=result.exit_code,
+            )
+        if result.exit_code == 0:
+            return Outcome(status="succeeded", summary=f"`{' '.join(argv)}` exited 0", exit_code=0)
+        return Outcome(
+            status="failed",
+            failure_reason=FailureReason.EXIT_CODE,
+            error=f"the command exited with status {result.exit_code}",
+            exit_code=result.exit_code,
+        )

@@ -1,0 +1,91 @@
+"""In-process fan-out of "something changed on task N": live views wake and read the database.
+
+The database stays the source of truth; a notification only says "look again". Waiters on
+another event loop (the test client's, a thread's) are woken thread-safely. Across processes
+(a separate `forgehand worker`) readers also poll, so nothing depends on a notification arriving.
+"""
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+
+
+class LiveHub:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._listeners: list[Callable[[int], None]] = []
+
+    def notify(self, task_id: int) -> None:
+        with self._lock:
+            waiters = list(self._waiters.get(task_id, ()))
+            listeners = list(self._listeners)
+        for loop, event in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed
+                loop.call_soon_threadsafe(event.set)
+        for listener in listeners:
+            listener(task_id)
+
+    def listen(self, fn: Callable[[int], None]) -> None:
+        """Call `fn(task_id)` on every notification (the worker listens for stop requests)."""
+        with self._lock:
+            self._listeners.append(fn)
+
+    def unlisten(self, fn: Callable[[int], None]) -> None:
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    async def wait(self, task_id: int, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until the task is notified or `timeout` passes; True when notified."""
+        event = asyncio.Event()
+        key = (asyncio.get_running_loop(), event)
+        with self._lock:
+            self._waiters.setdefault(task_id, set()).add(key)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            with self._lock:
+                waiters = self._waiters.get(task_id)
+                if waiters is not None:
+                    waiters.discard(key)
+                    if not waiters:
+                        del self._waiters[task_id]
+
+    def waiter(self, task_id: int) -> "Waiter":
+        """A registration that catches notifications between reads (no lost wake-up)."""
+        return Waiter(self, task_id)
+
+
+class Waiter:
+    def __init__(self, hub: LiveHub, task_id: int) -> None:
+        self._hub = hub
+        self._task_id = task_id
+        self._event = asyncio.Event()
+        self._key = (asyncio.get_running_loop(), self._event)
+
+    def __enter__(self) -> "Waiter":
+        with self._hub._lock:
+            self._hub._waiters.setdefault(self._task_id, set()).add(self._key)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._hub._lock:
+            waiters = self._hub._waiters.get(self._task_id)
+            if waiters is not None:
+                waiters.discard(self._key)
+                if not waiters:
+                    del self._hub._waiters[self._task_id]
+
+    async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()

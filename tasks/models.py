@@ -1,0 +1,115 @@
+"""SQLAlchemy models of tasks: the task, its runs, its transcript, and the per-repository counter."""
+
+import uuid as uuid_mod
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from forge.db import Base, utcnow
+
+
+def _uuid() -> str:
+    return str(uuid_mod.uuid4())
+
+
+class TaskCounter(Base):
+    """The last task number given out in a repository. Incremented in the transaction that
+    creates the task, so numbers are gap-free and unique under concurrency."""
+
+    __tablename__ = "task_counters"
+
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    last_number: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "number", name="uq_tasks_repo_number"),
+        Index("ix_tasks_repo_state", "repo_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(200))
+    goal: Mapped[str] = mapped_column(Text)
+    runtime: Mapped[str] = mapped_column(String(32))
+    # For the `command` runtime: an argv list, or a string run with `bash -lc`.
+    command: Mapped[Any] = mapped_column(JSON, nullable=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"), index=True)
+    started_by_id: Mapped[int | None] = mapped_column(
+        ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    base: Mapped[str] = mapped_column(String(255))
+    branch: Mapped[str] = mapped_column(String(255))
+    base_sha: Mapped[str] = mapped_column(String(64), default="")
+    head_sha: Mapped[str] = mapped_column(String(64), default="")
+    head_is_wip: Mapped[bool] = mapped_column(Boolean, default=False)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    error: Mapped[str] = mapped_column(Text, default="")
+    failure_reason: Mapped[str] = mapped_column(String(32), default="")
+    question: Mapped[str] = mapped_column(Text, default="")
+    queued_message: Mapped[str] = mapped_column(Text, default="")
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True)
+    # The transcript's sequence counter: incremented (row-locked) in each writing transaction.
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # The builtin runtime's conversation, carried from one run to the next (answer, message).
+    conversation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Run(Base):
+    """One attempt: one container life."""
+
+    __tablename__ = "task_runs"
+    __table_args__ = (
+        UniqueConstraint("task_id", "seq", name="uq_task_runs_task_seq"),
+        Index("ix_task_runs_state_id", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    # What this run was asked (the goal, a message, an answer).
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+    failure_reason: Mapped[str] = mapped_column(String(32), default="")
+    owner: Mapped[str] = mapped_column(String(200), default="")
+    heartbeat_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    container_id: Mapped[str] = mapped_column(String(80), default="")
+    start_sha: Mapped[str] = mapped_column(String(64), default="")
+    end_sha: Mapped[str] = mapped_column(String(64), default="")
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class TranscriptEvent(Base):
+    __tablename__ = "transcript_events"
+    __table_args__ = (UniqueConstraint("task_id", "seq", name="uq_transcript_events_task_seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="CASCADE"), nullable=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(16))
+    schema_version: Mapped[int] = mapped_column(Integer, default=1)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

@@ -1,0 +1,94 @@
+"""The policy gate: what the task core asks before a guarded action (hooks-protocol.md).
+
+The webhooks package provides the real dispatcher; the composition root adapts it to this
+protocol. `AllowAll` is the default when no policy endpoint is configured."""
+
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+DecisionName = Literal["allow", "deny", "ask"]
+PromptKind = Literal["goal", "message", "answer", "review"]
+SessionSource = Literal["start", "retry", "message", "answer", "review"]
+
+
+class GateContext(msgspec.Struct, frozen=True, kw_only=True):
+    """Who and what a policy question is about (becomes the hook envelope's `meta`)."""
+
+    repository: str  # owner/name
+    repo_uuid: str
+    task_uuid: str
+    task_number: int
+    task_url: str
+    run_uuid: str = ""
+    run_seq: int = 0
+    actor_login: str = ""
+    actor_type: Literal["User", "Bot"] = "User"
+    agent_login: str = ""
+
+
+class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
+    decision: DecisionName = "allow"
+    reason: str = ""
+    # allow only: the input to use instead (`{"prompt": ...}` for prompts, the tool input for tools).
+    input_override: dict[str, Any] | None = None
+    model_context: str = ""  # reaches the model only
+    user_message: str = ""  # reaches people only (a transcript notice)
+    # A failed dispatch (fail-closed) is a deny whose reason names the delivery.
+    failed: bool = False
+
+
+ALLOW = GateDecision()
+
+
+class PolicyGate(Protocol):
+    async def session_start(
+        self, ctx: GateContext, *, source: SessionSource, runtime: str, image: str
+    ) -> GateDecision: ...
+
+    async def user_prompt_submit(self, ctx: GateContext, *, prompt: str, kind: PromptKind) -> GateDecision: ...
+
+    async def pre_tool_use(
+        self, ctx: GateContext, *, tool_use_id: str, tool_name: str, tool_input: Any
+    ) -> GateDecision: ...
+
+    async def post_tool_use(
+        self,
+        ctx: GateContext,
+        *,
+        tool_use_id: str,
+        tool_name: str,
+        tool_response: str | None,
+        tool_error: str | None,
+    ) -> GateDecision: ...
+
+    async def stop(self, ctx: GateContext, *, summary: str, turns: int, changed_files: list[str]) -> GateDecision: ...
+
+
+class AllowAll:
+    """No policy endpoints: everything is allowed, nothing is added."""
+
+    async def session_start(self, ctx: GateContext, *, source: SessionSource, runtime: str, image: str) -> GateDecision:
+        return ALLOW
+
+    async def user_prompt_submit(self, ctx: GateContext, *, prompt: str, kind: PromptKind) -> GateDecision:
+        return ALLOW
+
+    async def pre_tool_use(
+        self, ctx: GateContext, *, tool_use_id: str, tool_name: str, tool_input: Any
+    ) -> GateDecision:
+        return ALLOW
+
+    async def post_tool_use(
+        self,
+        ctx: GateContext,
+        *,
+        tool_use_id: str,
+        tool_name: str,
+        tool_response: str | None,
+        tool_error: str | None,
+    ) -> GateDecision:
+        return ALLOW
+
+    async def stop(self, ctx: GateContext, *, summary: str, turns: int, changed_files: list[str]) -> GateDecision:
+        return ALLOW

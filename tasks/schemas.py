@@ -1,0 +1,82 @@
+"""Wire shapes of the tasks API (msgspec structs). New fields get defaults; types never change."""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from tasks.transcript import EventRead
+
+RuntimeName = Literal["builtin", "command"]
+GOAL_MAX = 20_000
+BODY_MAX = 20_000
+
+
+class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    goal: Annotated[str, msgspec.Meta(max_length=GOAL_MAX)]
+    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=40)]
+    runtime: RuntimeName | None = None
+    # `command` runtime: an argv list, or one string run with `bash -lc`.
+    command: (
+        Annotated[str, msgspec.Meta(max_length=10_000)]
+        | Annotated[list[Annotated[str, msgspec.Meta(max_length=10_000)]], msgspec.Meta(max_length=1000)]
+        | None
+    ) = None
+    base: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    title: Annotated[str, msgspec.Meta(max_length=200)] = ""
+
+
+class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    body: Annotated[str, msgspec.Meta(max_length=BODY_MAX)]
+
+
+class RunRead(msgspec.Struct, kw_only=True):
+    number: int
+    kind: str
+    state: str
+    exit_code: int | None
+    error: str
+    failure_reason: str | None
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+    container_id: str
+    start_sha: str
+    end_sha: str
+    skipped: list[dict[str, str]]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class TaskRead(msgspec.Struct, kw_only=True):
+    number: int
+    repository: str
+    title: str
+    goal: str
+    state: str
+    runtime: str
+    command: str | list[str] | None
+    agent: str
+    started_by: str | None
+    base: str
+    branch: str
+    base_sha: str
+    head_sha: str
+    head_is_wip: bool
+    summary: str
+    error: str
+    failure_reason: str | None
+    question: str
+    queued_message: str
+    queue_position: int | None
+    html_url: str
+    created_at: datetime
+    updated_at: datetime
+    runs: list[RunRead]
+
+
+class TranscriptPage(msgspec.Struct, kw_only=True):
+    events: list[EventRead]
+    next_after: int  # pass as `after` for the next page
+    complete: bool  # no more events right now

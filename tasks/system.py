@@ -1,0 +1,83 @@
+"""What the app (or `forgehand worker`) holds for tasks: the live hub, the policy gate and the
+worker. The composition root builds one and puts it on `app.state.tasks`."""
+
+import asyncio
+
+from forge.db import Database
+from forge.events import EventBus
+from forge.repos import RepoStore
+from forge.settings import Settings
+from sandbox import SandboxEngine
+from tasks.live import LiveHub
+from tasks.policy import AllowAll, PolicyGate
+from tasks.worker import TaskWorker
+
+
+class TaskSystem:
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        store: RepoStore,
+        bus: EventBus,
+        *,
+        gate: PolicyGate | None = None,
+        hub: LiveHub | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.store = store
+        self.bus = bus
+        self.gate: PolicyGate = gate or AllowAll()
+        self.hub = hub or LiveHub()
+        self.worker: TaskWorker | None = None
+
+    def make_worker(self, *, engine: SandboxEngine | None = None, extra_secrets: tuple[str, ...] = ()) -> TaskWorker:
+        return TaskWorker(
+            self.db,
+            self.settings,
+            self.store,
+            self.bus,
+            self.hub,
+            self.gate,
+            engine=engine,
+            extra_secrets=extra_secrets,
+        )
+
+    async def start_worker(self) -> TaskWorker:
+        self.worker = self.make_worker()
+        await self.worker.start()
+        return self.worker
+
+    async def stop_worker(self) -> None:
+        if self.worker is not None:
+            await self.worker.close()
+            self.worker = None
+
+    def changed(self, task_id: int) -> None:
+        """A task changed (after commit): wake live views and the worker."""
+        self.hub.notify(task_id)
+        if self.worker is not None:
+            self.worker.wake()
+
+
+async def run_worker_process(settings: Settings) -> None:
+    """`forgehand worker`: a worker in its own process (another machine with a Docker engine).
+
+    Live views in the web processes follow its transcripts by polling the database."""
+    import signal
+
+    db = Database(settings.effective_database_url)
+    store = RepoStore(settings.data_dir / "repos")
+    system = TaskSystem(db, settings, store, EventBus())
+    await system.start_worker()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await system.stop_worker()
+        await store.close()
+        await db.dispose()
