@@ -1,14 +1,357 @@
-"""The `builtin` runtime (placeholder until the agent loop lands)."""
+"""The `builtin` runtime: an agent loop on the host speaking OpenAI-compatible chat completions.
 
-from tasks.runtime import Outcome, RunContext, RuntimeUnavailable
-from tasks.states import FailureReason
+The model endpoint and its key stay on the host; only tool executions reach the sandbox (exec for
+`bash`, host-side safe file access for the file tools). The conversation is carried from one run
+to the next (an answer to `ask_user` becomes that call's tool result)."""
+
+import asyncio
+import json
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from forge.db import utcnow
+from sandbox import (
+    SandboxError,
+    list_workspace,
+    read_workspace_file,
+    write_workspace_file,
+)
+from tasks.runtime import ModelEndpoint, Outcome, RunContext, RuntimeUnavailable
+from tasks.states import FailureReason, RunKind
+from tasks.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_ATTEMPTS = 5
+MAX_RETRY_AFTER = 60.0
+
+SYSTEM_PROMPT = """You are a coding agent working in a git work tree at /workspace (your current directory).
+Use the tools to inspect and change files and to run commands; there is no network.
+When the goal is reached, call report_summary with a short summary of what you changed, then stop calling tools.
+If you cannot continue without a person's decision, call ask_user with one clear question."""
+
+
+def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+_S = {"type": "string"}
+TOOLS: list[dict[str, Any]] = [
+    _fn(
+        "bash",
+        "Run a shell command in the sandbox (bash -lc); returns exit code and output.",
+        {"command": _S},
+        ["command"],
+    ),
+    _fn("read_file", "Read a text file of the work tree.", {"path": _S}, ["path"]),
+    _fn("write_file", "Create or replace a file of the work tree.", {"path": _S, "content": _S}, ["path", "content"]),
+    _fn(
+        "edit_file",
+        "Replace one exact occurrence of old_string with new_string in a file.",
+        {"path": _S, "old_string": _S, "new_string": _S},
+        ["path", "old_string", "new_string"],
+    ),
+    _fn("list_files", "List a directory of the work tree.", {"path": _S}, []),
+    _fn(
+        "ask_user",
+        "Ask the person who started the task a question and wait for the answer.",
+        {"question": _S},
+        ["question"],
+    ),
+    _fn("report_summary", "Report what was done (shown to reviewers).", {"summary": _S}, ["summary"]),
+    _fn("record_progress", "Record a short progress note.", {"note": _S}, ["note"]),
+]
+TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
+
+
+class ToolError(Exception):
+    pass
+
+
+class ModelFailure(Exception):
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _retry_after(resp: httpx.Response, attempt: int) -> float:
+    base = min(2.0**attempt * 0.5, MAX_RETRY_AFTER)
+    raw = resp.headers.get("retry-after", "").strip()
+    if raw:
+        try:
+            return min(max(float(raw), 0.0), MAX_RETRY_AFTER)
+        except ValueError:
+            try:
+                return min(max((parsedate_to_datetime(raw) - utcnow()).total_seconds(), 0.0), MAX_RETRY_AFTER)
+            except (TypeError, ValueError):
+                pass
+    return base
+
+
+async def chat(client: httpx.AsyncClient, model: ModelEndpoint, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One chat completion, retrying 429/5xx (honouring Retry-After) and connection errors."""
+    url = model.base_url.rstrip("/") + "/chat/completions"
+    headers = {"Authorization": f"Bearer {model.api_key}"} if model.api_key else {}
+    body = {"model": model.model, "messages": messages, "tools": TOOLS}
+    last_error = ""
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            resp = await client.post(url, json=body, headers=headers, timeout=model.timeout)
+        except httpx.TimeoutException:
+            last_error = f"the model endpoint did not answer within {model.timeout:g} s"
+            await asyncio.sleep(min(2.0**attempt * 0.5, 10))
+            continue
+        except httpx.TransportError as exc:
+            last_error = f"the model endpoint is unreachable ({type(exc).__name__})"
+            await asyncio.sleep(min(2.0**attempt * 0.5, 10))
+            continue
+        if resp.status_code == 429 or resp.status_code >= 500:
+            last_error = f"the model endpoint answered {resp.status_code}"
+            await asyncio.sleep(_retry_after(resp, attempt))
+            continue
+        if resp.status_code != 200:
+            raise ModelFailure(FailureReason.MODEL_ERROR, f"the model endpoint answered {resp.status_code}")
+        try:
+            data = resp.json()
+            message = data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ModelFailure(FailureReason.MODEL_ERROR, "the model endpoint sent a malformed answer") from None
+        if not isinstance(message, dict):
+            raise ModelFailure(FailureReason.MODEL_ERROR, "the model endpoint sent a malformed answer")
+        return {"message": message, "usage": data.get("usage") or {}}
+    reason = (
+        FailureReason.MODEL_UNREACHABLE
+        if "unreachable" in last_error or "within" in last_error
+        else FailureReason.MODEL_ERROR
+    )
+    raise ModelFailure(reason, f"{last_error} (after {MAX_ATTEMPTS} attempts)")
+
+
+def _str_arg(args: dict[str, Any], name: str, *, default: str | None = None) -> str:
+    value = args.get(name, default)
+    if not isinstance(value, str):
+        raise ToolError(f"argument {name!r} must be a string")
+    return value
 
 
 class BuiltinRuntime:
     name = "builtin"
 
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._transport = transport
+
     def needs_model(self) -> bool:
         return True
 
+    def _resume(self, ctx: RunContext) -> list[dict[str, Any]]:
+        messages = list(ctx.conversation)
+        if not messages:
+            return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": ctx.prompt}]
+        pending = _pending_tool_calls(messages)
+        if ctx.kind == RunKind.ANSWER and pending:
+            for call in pending:
+                is_question = call.get("function", {}).get("name") == "ask_user"
+                content = ctx.prompt if is_question else "not run: the run ended before this call"
+                messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
+            return messages
+        for call in pending:
+            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": "not run: the run ended"})
+        if ctx.kind == RunKind.RETRY:
+            messages.append({"role": "user", "content": "The previous attempt ended early. Continue with the goal."})
+        else:
+            messages.append({"role": "user", "content": ctx.prompt})
+        return messages
+
     async def run(self, ctx: RunContext) -> Outcome:
-        raise RuntimeUnavailable("the builtin runtime is not available yet", FailureReason.MODEL_UNREACHABLE)
+        if ctx.model is None:
+            raise RuntimeUnavailable("no model endpoint is configured", FailureReason.MODEL_UNREACHABLE)
+        messages = self._resume(ctx)
+        summary = ""
+        continued = False
+        async with httpx.AsyncClient(transport=self._transport, follow_redirects=False) as client:
+            while True:
+                if ctx.turns >= ctx.limits.turn_limit:
+                    return Outcome(
+                        status="failed",
+                        failure_reason=FailureReason.TURN_LIMIT,
+                        error=f"turn limit reached ({ctx.limits.turn_limit} turns)",
+                        summary=summary,
+                        conversation=messages,
+                    )
+                try:
+                    answer = await chat(client, ctx.model, messages)
+                except ModelFailure as exc:
+                    return Outcome(status="failed", failure_reason=exc.reason, error=str(exc), conversation=messages)
+                ctx.turns += 1
+                usage = answer["usage"]
+                ctx.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                ctx.completion_tokens += int(usage.get("completion_tokens") or 0)
+                message = answer["message"]
+                content = message.get("content") or ""
+                calls = message.get("tool_calls") or []
+                if not isinstance(calls, list):
+                    calls = []
+                stored: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+                if calls:
+                    stored["tool_calls"] = calls
+                messages.append(stored)
+                if isinstance(content, str) and content.strip():
+                    await ctx.emit("assistant", Assistant(text=content))
+                budget = ctx.limits.token_budget
+                if budget and ctx.prompt_tokens + ctx.completion_tokens > budget:
+                    return Outcome(
+                        status="failed",
+                        failure_reason=FailureReason.TOKEN_BUDGET,
+                        error=f"token budget of {budget} exceeded",
+                        conversation=messages,
+                    )
+                if not calls:
+                    final = summary or (content.strip() if isinstance(content, str) else "")
+                    decision = await ctx.gate.stop(ctx.gate_ctx, summary=final, turns=ctx.turns, changed_files=[])
+                    if decision.model_context.strip() and not continued:
+                        continued = True
+                        messages.append({"role": "user", "content": decision.model_context})
+                        continue
+                    return Outcome(status="succeeded", summary=final, conversation=messages)
+                question = ""
+                for call in calls:
+                    call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
+                    if question:
+                        messages.append(
+                            {"role": "tool", "tool_call_id": call_id, "content": "not run: waiting for the user"}
+                        )
+                        continue
+                    result, is_error, extra = await self._tool(ctx, call)
+                    if extra.get("question"):
+                        question = extra["question"]
+                        await ctx.emit("question", Question(text=question, tool_call_id=call_id))
+                        continue  # the answer becomes this call's result in the next run
+                    if extra.get("summary"):
+                        summary = extra["summary"]
+                    messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+                    _ = is_error
+                if question:
+                    return Outcome(status="blocked", question=question, summary=summary, conversation=messages)
+
+    async def _tool(self, ctx: RunContext, call: Any) -> tuple[str, bool, dict[str, str]]:
+        """Run one tool call; every problem goes back to the model as a tool error."""
+        if not isinstance(call, dict):
+            return "error: malformed tool call", True, {}
+        call_id = str(call.get("id") or "")
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
+        raw_args = fn.get("arguments", "{}") if isinstance(fn, dict) else "{}"
+        try:
+            args = json.loads(raw_args) if isinstance(raw_args, str) else raw_args
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            args = None
+            parse_error = f"error: the arguments are not valid JSON ({exc}); send a JSON object"
+        await ctx.emit("tool_call", ToolCall(id=call_id, name=name, input=args if args is not None else raw_args))
+        if name not in TOOL_NAMES:
+            text = f"error: unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}"
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            return text, True, {}
+        if args is None:
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=parse_error, is_error=True))
+            return parse_error, True, {}
+        decision = await ctx.gate.pre_tool_use(ctx.gate_ctx, tool_use_id=call_id, tool_name=name, tool_input=args)
+        if decision.user_message:
+            await ctx.emit("notice", Notice(text=decision.user_message))
+        if decision.decision != "allow":
+            reason = decision.reason or "no reason given"
+            text = (
+                f"error: an external policy blocked this {name} call; it was not executed and retrying it will be "
+                f"denied again. Explain this to the user. Reason: {reason}"
+            )
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            return text, True, {}
+        if decision.input_override:
+            args = decision.input_override
+        extra: dict[str, str] = {}
+        try:
+            output = await self._execute(ctx, name, args, extra)
+            is_error = False
+        except (ToolError, SandboxError, OSError) as exc:
+            output = f"error: {exc}"
+            is_error = True
+        if "question" in extra:
+            return "", False, extra
+        text, omitted = cap_text(output, TOOL_OUTPUT_CAP)
+        await ctx.emit(
+            "tool_result", ToolResult(id=call_id, name=name, output=text, is_error=is_error, omitted_bytes=omitted)
+        )
+        await ctx.gate.post_tool_use(
+            ctx.gate_ctx,
+            tool_use_id=call_id,
+            tool_name=name,
+            tool_response=None if is_error else text,
+            tool_error=text if is_error else None,
+        )
+        return text, is_error, extra
+
+    async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, str]) -> str:
+        root = Path(ctx.sandbox.spec.workspace)
+        if name == "bash":
+            command = _str_arg(args, "command")
+            buf = HeadTail(TOOL_OUTPUT_CAP)
+            async with ctx.sandbox.stream(
+                ["bash", "-lc", command], timeout=ctx.limits.tool_timeout, output_cap=64 * 1024 * 1024
+            ) as running:
+                async for chunk in running:
+                    buf.add(chunk.data)
+            result = running.result
+            status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+            return f"{status}\n{buf.text()}"
+        if name == "read_file":
+            data = await asyncio.to_thread(read_workspace_file, root, _str_arg(args, "path"), MAX_FILE_BYTES)
+            return data.decode("utf-8", "replace")
+        if name == "write_file":
+            path, content = _str_arg(args, "path"), _str_arg(args, "content")
+            await asyncio.to_thread(write_workspace_file, root, path, content.encode(), MAX_FILE_BYTES)
+            return f"wrote {len(content.encode())} bytes to {path}"
+        if name == "edit_file":
+            path = _str_arg(args, "path")
+            old, new = _str_arg(args, "old_string"), _str_arg(args, "new_string")
+            if not old:
+                raise ToolError("old_string must not be empty")
+            text = (await asyncio.to_thread(read_workspace_file, root, path, MAX_FILE_BYTES)).decode("utf-8")
+            count = text.count(old)
+            if count != 1:
+                raise ToolError(f"old_string occurs {count} times in {path}; it must occur exactly once")
+            await asyncio.to_thread(write_workspace_file, root, path, text.replace(old, new).encode(), MAX_FILE_BYTES)
+            return f"edited {path}"
+        if name == "list_files":
+            entries = await asyncio.to_thread(list_workspace, root, _str_arg(args, "path", default=""))
+            return "\n".join(f"{e.name}{'/' if e.kind == 'dir' else ''}" for e in entries) or "(empty)"
+        if name == "ask_user":
+            extra["question"] = _str_arg(args, "question")
+            return ""
+        if name == "report_summary":
+            extra["summary"] = _str_arg(args, "summary")
+            return "summary recorded"
+        if name == "record_progress":
+            note = _str_arg(args, "note")
+            await ctx.emit("notice", Notice(text=note))
+            return "noted"
+        raise ToolError(f"unknown tool {name!r}")
+
+
+def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls of the last assistant message that have no result yet."""
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.get("role") == "assistant":
+            answered = {m.get("tool_call_id") for m in messages[i + 1 :] if m.get("role") == "tool"}
+            return [c for c in msg.get("tool_calls") or [] if isinstance(c, dict) and c.get("id") not in answered]
+    return []
