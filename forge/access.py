@@ -160,7 +160,9 @@ def effective_role(principal: Principal, repo: RepoLike) -> Role | None:
     """The account's role on the repository, before token scopes are applied."""
     roles: list[Role] = []
     if principal.account_id is not None:
-        if principal.is_admin or principal.account_id == repo.owner_id:
+        # An instance admin is admin everywhere only with the `admin` scope (or in a session):
+        # a narrower token of an admin stays as narrow as its owner's own roles.
+        if (principal.is_admin and principal.has_scope(Scope.ADMIN)) or principal.account_id == repo.owner_id:
             return Role.ADMIN
         explicit = repo.role_of(principal.account_id)
         if explicit is not None:

@@ -16,6 +16,7 @@ from forge.errors import Conflict, InvalidInput, NotFound, RateLimited, Unauthen
 from forge.models import Account, AccountType
 from forge.security import hash_password, verify_password
 from forge.settings import Settings
+from forge.text import NUL, require_no_nul, without_nul
 
 _LOGIN_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
 # Names that would collide with routes at the root of the site.
@@ -94,6 +95,8 @@ async def to_read(session: AsyncSession, account: Account) -> AccountRead:
 
 
 async def get_by_login(session: AsyncSession, login: str) -> Account | None:
+    if NUL in login or len(login) > 100:
+        return None  # cannot be a login; and PostgreSQL refuses NUL in a query
     return (await session.execute(select(Account).where(Account.login_key == login.lower()))).scalar_one_or_none()
 
 
@@ -125,7 +128,7 @@ async def create_user(
         login=login,
         login_key=login.lower(),
         type=AccountType.USER,
-        display_name=display_name[:200],
+        display_name=require_no_nul(display_name[:200], "a display name"),
         password_hash=await hash_password(password),
         is_admin=is_admin,
     )
@@ -144,7 +147,7 @@ async def create_bot(
         login=login,
         login_key=login.lower(),
         type=AccountType.BOT,
-        display_name=display_name[:200],
+        display_name=require_no_nul(display_name[:200], "a display name"),
         password_hash=None,
         owner_id=owner.id if owner else None,
     )
@@ -175,31 +178,41 @@ async def count_accounts(session: AsyncSession) -> int:
 
 
 async def authenticate_password(db: Database, settings: Settings, actor: Actor, login: str, password: str) -> Account:
-    """Check a sign-in. Failures are audited and rate-limited per login and per client address."""
-    target = login.lower()[:40]
+    """Check a sign-in. Failures are audited and rate-limited per login and per client address.
+
+    The attempt is written as a refusal *before* the (slow) password check, in the same write
+    transaction that counts earlier failures: parallel guesses see each other and cannot slip
+    past the limit together. A successful attempt removes its row (the caller audits the sign-in)."""
+    target = without_nul(login.lower()[:40])
     since = audit.window_start(settings.signin_window_seconds)
-    async with db.session() as session:
+    max_login, max_addr = settings.signin_max_failures, 4 * settings.signin_max_failures
+    oldest = None
+    async with db.session(write=True) as session:
         per_login = await audit.count_refusals_since(session, "auth.sign_in", since, target=target)
         per_addr = (
             await audit.count_refusals_since(session, "auth.sign_in", since, client_addr=actor.client_addr)
             if actor.client_addr
             else 0
         )
-        limited = per_login >= settings.signin_max_failures or per_addr >= 4 * settings.signin_max_failures
+        limited = per_login >= max_login or per_addr >= max_addr
         if limited:
             oldest = await audit.oldest_refusal_since(
                 session,
                 "auth.sign_in",
                 since,
-                target=target if per_login >= settings.signin_max_failures else None,
-                client_addr=None if per_login >= settings.signin_max_failures else actor.client_addr,
+                target=target if per_login >= max_login else None,
+                client_addr=None if per_login >= max_login else actor.client_addr,
             )
-        account = await get_by_login(session, login)
+            audit.record_refused(session, actor, "auth.sign_in.limited", target)
+            account = None
+            attempt_id = None
+        else:
+            attempt_id = await audit.record_attempt(session, actor, "auth.sign_in", target, reason="pending")
+            account = await get_by_login(session, login)
     if limited:
         retry = settings.signin_window_seconds
         if oldest is not None:
             retry = max(1, int(settings.signin_window_seconds - (utcnow() - oldest).total_seconds()) + 1)
-        await audit.record_refusal(db, actor, "auth.sign_in.limited", target)
         raise RateLimited("too many failed sign-ins; try again later", retry_after=retry)
     # Always verify (against a dummy hash when there is no account) so timing does not tell.
     ok = await verify_password(account.password_hash if account else None, password)
@@ -210,8 +223,9 @@ async def authenticate_password(db: Database, settings: Settings, actor: Actor, 
         reason = "disabled"
     elif account.is_bot:
         reason = "bot"
+    async with db.session(write=True) as session:
+        await audit.settle_attempt(session, attempt_id, reason)
     if reason is not None or account is None:
-        await audit.record_refusal(db, actor, "auth.sign_in", target, reason=reason)
         if reason == "disabled":
             raise Unauthenticated("this account is disabled", code="account_disabled")
         raise Unauthenticated("wrong login or password", code="bad_credentials")

@@ -137,7 +137,8 @@ class RepoController(Controller):
     async def collaborators(
         self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str]
     ) -> list[CollaboratorRead]:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+        # Who has access is for collaborators with write access, not for every reader.
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_WRITE)
         return await repositories.list_collaborators(db_session, res)
 
     @put(REPO + "/collaborators/{login:str}", summary="Add a collaborator or change its role")

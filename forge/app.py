@@ -23,7 +23,7 @@ from forge.api_admin import AdminController
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthMiddleware, AuthState
-from forge.csrf import check_csrf
+from forge.csrf import before_request
 from forge.db import Database
 from forge.deps import DEPENDENCIES
 from forge.events import EventBus
@@ -121,7 +121,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             prometheus.middleware,
             DefineMiddleware(AuthMiddleware, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
         ],
-        before_request=check_csrf,
+        before_request=before_request,
         after_exception=[audit_refusal],
         exception_handlers=EXCEPTION_HANDLERS,
         template_config=TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine),

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.access import Principal
 from forge.db import Database, utcnow
 from forge.models import AuditEvent
+from forge.text import without_nul
 
 Result = Literal["ok", "refused", "error"]
 
@@ -48,13 +49,15 @@ def _row(actor: Actor, action: str, target: str, result: Result, detail: dict[st
     return AuditEvent(
         at=utcnow(),
         actor_id=p.account_id,
-        actor_login=p.login[:40],
+        actor_login=without_nul(p.login[:40]),
         token_id=p.token_id,
-        client_addr=actor.client_addr[:64],
+        client_addr=without_nul(actor.client_addr[:64]),
         action=action,
-        target=target[:300],
+        # Refusals record what was attempted, which may be hostile text.
+        target=without_nul(target[:300]),
         result=result,
-        detail=detail,
+        # bytes literals keep `\u0000` as the six characters of JSON's escape for NUL.
+        detail=msgspec.json.decode(msgspec.json.encode(detail).replace(rb"\u0000", rb"\ufffd")),
         request_id=actor.request_id,
     )
 
@@ -62,6 +65,32 @@ def _row(actor: Actor, action: str, target: str, result: Result, detail: dict[st
 def record(session: AsyncSession, actor: Actor, action: str, target: str = "", **detail: Any) -> None:
     """Record a successful mutating action inside the caller's transaction."""
     session.add(_row(actor, action, target, "ok", detail))
+
+
+def record_refused(session: AsyncSession, actor: Actor, action: str, target: str = "", **detail: Any) -> None:
+    """Record a refusal inside the caller's transaction (when that transaction will commit)."""
+    session.add(_row(actor, action, target, "refused", detail))
+
+
+async def record_attempt(session: AsyncSession, actor: Actor, action: str, target: str, **detail: Any) -> int:
+    """Record an attempt as refused up front (see `settle_attempt`); returns its row id."""
+    row = _row(actor, action, target, "refused", detail)
+    session.add(row)
+    await session.flush()
+    return row.id
+
+
+async def settle_attempt(session: AsyncSession, attempt_id: int | None, reason: str | None) -> None:
+    """An attempt recorded up front: drop it when it succeeded, or keep it with its reason."""
+    if attempt_id is None:
+        return
+    row = await session.get(AuditEvent, attempt_id)
+    if row is None:
+        return
+    if reason is None:
+        await session.delete(row)
+    else:
+        row.detail = {"reason": reason}
 
 
 async def record_refusal(db: Database, actor: Actor, action: str, target: str = "", **detail: Any) -> None:

@@ -3,7 +3,6 @@ cookie. It resolves a `Principal` into `request.user` (anonymous when nothing is
 refuses bad credentials with 401 and an audit row. Authorization is `forge.access`'s job."""
 
 import base64
-import binascii
 import secrets
 
 from litestar.connection import ASGIConnection
@@ -45,7 +44,7 @@ def actor_of(connection: ASGIConnection) -> Actor:  # type: ignore[type-arg]
 def _basic_password(value: str) -> str:
     try:
         decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError, and non-ASCII input
         raise Unauthenticated("malformed Basic credentials", code="invalid_credentials") from None
     _user, sep, password = decoded.partition(":")
     if not sep:

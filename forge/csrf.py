@@ -13,6 +13,7 @@ from forge import audit, websessions
 from forge.auth import actor_of
 from forge.deps import SAFE_METHODS
 from forge.errors import Forbidden
+from forge.text import reject_nul_in_url
 from forge.websessions import SessionInfo
 
 FIELD = "csrf_token"
@@ -24,21 +25,29 @@ async def _given(request: Request[Any, Any, Any]) -> str | None:
     if header:
         return header
     ctype = request.headers.get("content-type", "")
+    if request.route_handler.opt.get("git"):
+        return None  # never buffer a git body to look for a form field
     if ctype.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
         value = (await request.form()).get(FIELD)
         return value if isinstance(value, str) else None
     return None
 
 
+async def before_request(request: Request[Any, Any, Any]) -> None:
+    """The app's `before_request` hook: URL hygiene, then CSRF."""
+    await reject_nul_in_url(request)
+    await check_csrf(request)
+
+
 async def check_csrf(request: Request[Any, Any, Any]) -> None:
-    """Litestar `before_request` hook."""
     if request.method in SAFE_METHODS:
         return
     auth = request.scope.get("auth")
-    if isinstance(auth, SessionInfo):
-        expected = auth.csrf_token
-    elif request.route_handler.opt.get("csrf") == "presession":
+    if request.route_handler.opt.get("csrf") == "presession":
+        # The sign-in form carries the pre-session token, also when someone is signed in already.
         expected = request.cookies.get(websessions.PRESESSION_COOKIE, "")
+    elif isinstance(auth, SessionInfo):
+        expected = auth.csrf_token
     else:
         return
     if not websessions.tokens_match(expected, await _given(request)):

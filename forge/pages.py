@@ -109,6 +109,9 @@ class AuthPages(Controller):
             request_id=actor.request_id,
         )
         async with db.session(write=True) as db_session:
+            previous = request.cookies.get(websessions.SESSION_COOKIE)
+            if previous:
+                await websessions.destroy(db_session, previous)  # no session fixation, no stale sessions
             sid = await websessions.create(
                 db_session,
                 account,
@@ -178,7 +181,7 @@ def _expiry(value: str) -> int | None:
     value = value.strip()
     if not value:
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdecimal()):
         from forge.errors import InvalidInput
 
         raise InvalidInput("expiry must be a number of days", code="invalid_expiry")

@@ -13,7 +13,7 @@ from forge.access import Action, can
 from forge.deps import ActorDep, BusDep, DbSession, SettingsDep, StoreDep
 from forge.errors import ForgeError
 from forge.pages import page
-from forge.render import highlight_code, markdown
+from forge.render import highlight_async, markdown_async
 from forge.repos import (
     PathNotFound,
     commit_diff,
@@ -116,7 +116,11 @@ class RepoPages(Controller):
         readme = await store.read(res.key, find_readme, None)
         readme_html = None
         if readme is not None and readme.text is not None:
-            readme_html = markdown(readme.text) if is_markdown(readme.path) else highlight_code("x.txt", readme.text)
+            readme_html = (
+                await markdown_async(readme.text)
+                if is_markdown(readme.path)
+                else await highlight_async("x.txt", readme.text)
+            )
         return page(
             request,
             "repos/home.html",
@@ -159,8 +163,8 @@ class RepoPages(Controller):
     ) -> Template:
         res = await repositories.load(db_session, actor.principal, owner, name)
         info = await store.read(res.key, read_blob, ref, path.strip("/"))
-        code = highlight_code(info.name, info.text) if info.text is not None else None
-        rendered = markdown(info.text) if info.text is not None and is_markdown(info.path) else None
+        code = await highlight_async(info.name, info.text) if info.text is not None else None
+        rendered = await markdown_async(info.text) if info.text is not None and is_markdown(info.path) else None
         return page(
             request,
             "repos/blob.html",

@@ -1,5 +1,6 @@
 """Rendering for the web UI: sanitised markdown and syntax highlighting."""
 
+import asyncio
 import functools
 
 import nh3
@@ -18,7 +19,13 @@ _formatter = HtmlFormatter(linenos="table", cssclass="code", wrapcode=True)
 MAX_HIGHLIGHT_BYTES = 512 * 1024
 
 
+MAX_MARKDOWN_CHARS = 256 * 1024
+
+
 def markdown(text: str) -> Markup:
+    if len(text) > MAX_MARKDOWN_CHARS:
+        # Rendering cost grows fast with hostile input: big documents are shown as text.
+        return Markup("<pre>") + text + Markup("</pre>")
     html = _md.render(text)
     return Markup(nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow"))  # noqa: S704
 
@@ -40,3 +47,12 @@ def highlight_code(filename: str, text: str) -> Markup:
         except ClassNotFound:
             lexer = TextLexer()
     return Markup(highlight(text, lexer, _formatter))  # noqa: S704 (pygments escapes its input)
+
+
+async def markdown_async(text: str) -> Markup:
+    """`markdown` in a worker thread: rendering a big document must not stall the event loop."""
+    return await asyncio.to_thread(markdown, text)
+
+
+async def highlight_async(filename: str, text: str) -> Markup:
+    return await asyncio.to_thread(highlight_code, filename, text)

@@ -9,10 +9,11 @@ from typing import Literal
 
 import msgspec
 from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, audit
-from forge.access import Action, Principal, Role, Visibility, can, effective_role, require
+from forge.access import INSTANCE, Action, Principal, Role, Visibility, can, effective_role, require
 from forge.audit import Actor
 from forge.errors import Conflict, Forbidden, InvalidInput, NotFound
 from forge.events import AccountRef, Event, EventBus
@@ -30,6 +31,7 @@ from forge.repos import (
 )
 from forge.repos.storage import default_branch as storage_default_branch
 from forge.repos.storage import set_default_branch
+from forge.text import NUL, require_no_nul
 
 RoleName = Literal["read", "write", "admin"]
 VisibilityName = Literal["private", "internal", "public"]
@@ -118,11 +120,22 @@ def to_read(res: RepoResource, principal: Principal, base_url: str) -> RepoRead:
     )
 
 
+async def _flush_new(session: AsyncSession, full_name: str) -> None:
+    # Two concurrent creates of one name: the unique constraint decides (PostgreSQL does not
+    # serialise writers the way SQLite's BEGIN IMMEDIATE does).
+    try:
+        await session.flush()
+    except IntegrityError:
+        raise Conflict(f"{full_name} already exists", code="repo_exists") from None
+
+
 def _invalid(exc: InvalidName) -> InvalidInput:
     return InvalidInput(str(exc), code="invalid_name")
 
 
 async def _find(session: AsyncSession, owner: str, name: str) -> Repository | None:
+    if NUL in owner or NUL in name or len(owner) > 100 or len(name) > 100:
+        return None
     stmt = (
         select(Repository)
         .join(Account, Account.id == Repository.owner_id)
@@ -172,7 +185,7 @@ async def create(
     auto_init: bool = False,
 ) -> Repository:
     principal = actor.principal
-    if principal.via != "internal" and principal.account_id != owner.id and not principal.is_admin:
+    if principal.account_id != owner.id and not can(principal, Action.INSTANCE_ADMIN, INSTANCE):
         raise Forbidden("you can only create repositories for yourself", code="forbidden")
     try:
         validate_repo_name(name)
@@ -187,12 +200,12 @@ async def create(
         owner_id=owner.id,
         name=name,
         name_key=name.lower(),
-        description=description[:1000],
+        description=require_no_nul(description[:1000], "a description"),
         visibility=visibility,
         default_branch=default_branch,
     )
     session.add(repo)
-    await session.flush()
+    await _flush_new(session, f"{owner.login}/{name}")
     key = (owner.login.lower(), name.lower())
     author = Identity(name=owner.display_name or owner.login, email=f"{owner.login}@users.noreply.forgehand")
     # The row is flushed but not committed: if git fails, the transaction rolls back with it.
@@ -216,8 +229,30 @@ class RepoUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 async def update(
     session: AsyncSession, store: RepoStore, actor: Actor, res: RepoResource, change: RepoUpdate
 ) -> RepoResource:
+    """Apply a settings change: every check first, then the row, then the disk (so a refused
+    change leaves nothing half-applied)."""
     require(actor.principal, Action.REPO_ADMIN, res)
     repo = res.repo
+    if change.description is not None:
+        require_no_nul(change.description, "a description")
+    new_branch = change.default_branch if change.default_branch not in (None, repo.default_branch) else None
+    if new_branch is not None:
+        try:
+            validate_branch_name(new_branch)
+        except InvalidName as exc:
+            raise _invalid(exc) from None
+        names = {b.name for b in await store.read(res.key, list_branches)}
+        if names and new_branch not in names:
+            raise InvalidInput(f"there is no branch {new_branch!r}", code="branch_not_found")
+    new_name = change.name if change.name not in (None, repo.name) else None
+    if new_name is not None:
+        try:
+            validate_repo_name(new_name)
+        except InvalidName as exc:
+            raise _invalid(exc) from None
+        if new_name.lower() != repo.name_key and await _find(session, repo.owner.login, new_name) is not None:
+            raise Conflict(f"{repo.owner.login}/{new_name} already exists", code="repo_exists")
+
     changed: dict[str, object] = {}
     if change.description is not None and change.description != repo.description:
         repo.description = change.description[:1000]
@@ -228,34 +263,23 @@ async def update(
     if change.archived is not None and change.archived != repo.archived:
         repo.archived = change.archived
         changed["archived"] = change.archived
-    if change.protect_default_branch is not None:
+    if change.protect_default_branch is not None and change.protect_default_branch != repo.protect_default_branch:
         repo.protect_default_branch = change.protect_default_branch
         changed["protect_default_branch"] = change.protect_default_branch
-    if change.default_branch is not None and change.default_branch != repo.default_branch:
-        try:
-            validate_branch_name(change.default_branch)
-        except InvalidName as exc:
-            raise _invalid(exc) from None
-        names = {b.name for b in await store.read(res.key, list_branches)}
-        if names and change.default_branch not in names:
-            raise InvalidInput(f"there is no branch {change.default_branch!r}", code="branch_not_found")
-        await store.write(res.key, set_default_branch, change.default_branch)
-        repo.default_branch = change.default_branch
-        changed["default_branch"] = change.default_branch
-    if change.name is not None and change.name != repo.name:
-        try:
-            validate_repo_name(change.name)
-        except InvalidName as exc:
-            raise _invalid(exc) from None
-        if change.name.lower() != repo.name_key and await _find(session, repo.owner.login, change.name) is not None:
-            raise Conflict(f"{repo.owner.login}/{change.name} already exists", code="repo_exists")
-        old_key = res.key
-        old_name = repo.name
-        repo.name = change.name
-        repo.name_key = change.name.lower()
-        if old_key != res.key:
-            await store.rename(old_key, res.key)
-        changed["renamed_from"] = old_name
+    old_key = res.key
+    if new_branch is not None:
+        repo.default_branch = new_branch
+        changed["default_branch"] = new_branch
+    if new_name is not None:
+        changed["renamed_from"] = repo.name
+        repo.name = new_name
+        repo.name_key = new_name.lower()
+    await session.flush()
+    # The disk last: a database error above leaves git untouched.
+    if new_branch is not None:
+        await store.write(old_key, set_default_branch, new_branch)
+    if new_name is not None and old_key != res.key:
+        await store.rename(old_key, res.key)
     if changed:
         audit.record(session, actor, "repo.update", res.full_name, **changed)
     return res
@@ -263,7 +287,7 @@ async def update(
 
 async def remove(session: AsyncSession, store: RepoStore, actor: Actor, res: RepoResource, confirm: str) -> None:
     """Delete a repository (instance admins only) after the caller typed its full name."""
-    if not actor.principal.is_admin and actor.principal.via != "internal":
+    if not can(actor.principal, Action.INSTANCE_ADMIN, INSTANCE):
         raise Forbidden("only instance admins delete repositories; archive it instead", code="forbidden")
     if confirm != res.full_name:
         raise InvalidInput(f"type {res.full_name!r} to confirm", code="confirmation_required")
@@ -473,7 +497,11 @@ async def import_existing(
     if await _find(session, owner.login, name) is not None:
         raise Conflict(f"{owner.login}/{name} already exists", code="repo_exists")
     repo = Repository(
-        owner_id=owner.id, name=name, name_key=name.lower(), description=description[:1000], visibility=visibility
+        owner_id=owner.id,
+        name=name,
+        name_key=name.lower(),
+        description=require_no_nul(description[:1000], "a description"),
+        visibility=visibility,
     )
     session.add(repo)
     await session.flush()

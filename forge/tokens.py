@@ -15,6 +15,7 @@ from forge.db import Database, utcnow
 from forge.errors import InvalidInput, NotFound, Unauthenticated
 from forge.models import AccessToken, Account
 from forge.security import generate_token, looks_like_token, sha256_hex
+from forge.text import require_no_nul
 
 MAX_EXPIRY_DAYS = 3650
 # last_used_at is a hint, not an audit trail: write it at most once a minute per token.
@@ -61,7 +62,7 @@ async def create(
     expires_days: int | None = None,
 ) -> TokenCreated:
     require(actor.principal, Action.ACCOUNT_MANAGE, AccountRef(owner.id, owner.owner_id))
-    name = name.strip()
+    name = require_no_nul(name.strip(), "a token name")
     if not name or len(name) > 100:
         raise InvalidInput("a token name is 1-100 characters", code="invalid_token_name")
     granted = parse_scopes(scopes)

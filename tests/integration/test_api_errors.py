@@ -143,3 +143,23 @@ async def test_health_metrics_schema(client: AsyncTestClient[Any]) -> None:
     paths = schema.json()["paths"]
     assert "/api/v1/user" in paths and "/api/v1/user/tokens" in paths
     assert not any(p.startswith("/signin") for p in paths)
+
+
+async def test_nul_characters_are_refused_not_500(client: AsyncTestClient[Any], make: Accounts) -> None:
+    """PostgreSQL cannot store NUL: every input path refuses it with a 4xx on both backends."""
+    from tests.helpers import csrf_from
+
+    await make.user("ana")
+    token = bearer(await make.token("ana", "repo:write"))
+    for r in [
+        await client.get("/api/v1/repos?owner=a%00b", headers=token),
+        await client.get("/api/v1/repos/an%00a/x", headers=token),
+        await client.post("/api/v1/user/repos", json={"name": "ok", "description": "a\x00b"}, headers=token),
+    ]:
+        assert 400 <= r.status_code < 500, r.text
+        assert r.json()["code"] in {"invalid_characters", "validation_failed", "not_found", "repo_not_found"}
+    page = await client.get("/signin")
+    r = await client.post(
+        "/signin", data={"login": "an\x00a", "password": "x", "csrf_token": csrf_from(page.text), "next": "/"}
+    )
+    assert r.status_code == 401
