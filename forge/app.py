@@ -37,6 +37,7 @@ from forge.repos.smart_http import GitHttpConfig
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
+from tasks.pages import MyTaskPages, TaskPages
 from tasks.routes import TaskController, UserTaskController
 from tasks.system import TaskSystem
 
@@ -106,6 +107,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             BrowseController,
             TaskController,
             UserTaskController,
+            TaskPages,
+            MyTaskPages,
             *GIT_ROUTES,
             AuthPages,
             HomePages,

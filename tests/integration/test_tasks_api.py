@@ -264,3 +264,30 @@ async def test_sse_resume_loses_nothing_while_events_are_appended(
         page = (await c.get(f"{TASKS}/1/transcript", params={"after": 10, "limit": 5})).json()
         assert [e["seq"] for e in page["events"]] == [11, 12, 13, 14, 15] and page["next_after"] == 15
         assert not page["complete"]
+
+
+async def test_web_pages_start_and_show_a_task(client: AsyncTestClient[Litestar], world: World) -> None:
+    from tests.helpers import csrf_from, sign_in
+
+    assert (await sign_in(client, "ana", "correct horse battery")).status_code in (302, 303)
+    page = await client.get("/ana/demo/tasks/")
+    assert page.status_code == 200 and "Start a task" in page.text
+    form = {
+        "goal": "say hi",
+        "agent": "fixer",
+        "runtime": "command",
+        "command": "echo hi",
+        "csrf_token": csrf_from(page.text),
+    }
+    r = await client.post("/ana/demo/tasks/", data=form, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ana/demo/tasks/1"
+    task_page = await client.get("/ana/demo/tasks/1")
+    assert task_page.status_code == 200 and "say hi" in task_page.text and "agent/1-say-hi" in task_page.text
+    token = csrf_from(task_page.text)
+    r = await client.post("/ana/demo/tasks/1/stop", data={"csrf_token": token}, follow_redirects=False)
+    assert r.status_code == 303
+    assert "stopped" in (await client.get("/ana/demo/tasks/1")).text
+    assert "ana/demo#1" in (await client.get("/tasks")).text
+    assert (await client.get("/ana/demo/tasks/0")).status_code == 404
+    bad = await client.post("/ana/demo/tasks/", data={**form, "agent": "nobody"}, follow_redirects=False)
+    assert bad.status_code == 422 and "not an active bot" in bad.text

@@ -1,0 +1,191 @@
+"""Web pages of tasks: the repository's task list (with a start form), the task page (state, runs,
+live transcript, question form, actions) and "my tasks". Same service as the REST API."""
+
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.datastructures import State
+from litestar.params import FromPath, QueryParameter, URLEncodedBody
+from litestar.response import Redirect, Template
+
+from forge import repositories
+from forge.access import Action, can
+from forge.deps import ActorDep, DbSession
+from forge.errors import ForgeError, Unauthenticated
+from forge.pages import page
+from tasks import transcript
+from tasks.routes import service_for
+from tasks.schemas import MessageCreate, TaskCreate
+from tasks.service import parse_number
+
+REPO_TASKS = "/{owner:str}/{name:str}/tasks"
+
+
+class StartForm(msgspec.Struct, kw_only=True):
+    goal: str = ""
+    agent: str = ""
+    runtime: str = "command"
+    command: str = ""
+    base: str = ""
+    title: str = ""
+    csrf_token: str = ""
+
+
+class BodyForm(msgspec.Struct, kw_only=True):
+    body: str = ""
+    csrf_token: str = ""
+
+
+class ActionForm(msgspec.Struct, kw_only=True):
+    csrf_token: str = ""
+
+
+def _repo_ctx(res: Any, principal: Any, base_url: str) -> dict[str, Any]:
+    return {
+        "repo": repositories.to_read(res, principal, base_url),
+        "can_admin": can(principal, Action.REPO_ADMIN, res),
+        "can_write": can(principal, Action.TASK_WRITE, res),
+    }
+
+
+class TaskPages(Controller):
+    path = REPO_TASKS
+    include_in_schema = False
+
+    @get("/")
+    async def list_page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        task_state: Annotated[str | None, QueryParameter(name="state")] = None,
+    ) -> Template:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        tasks = [await svc.to_read(t, res) for t in await svc.list_tasks(res, state=task_state or None)]
+        return page(
+            request,
+            "tasks/list.html",
+            tasks=tasks,
+            error=None,
+            form=StartForm(),
+            **_repo_ctx(res, actor.principal, svc.base_url),
+        )
+
+    @post("/")
+    async def start(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: URLEncodedBody[StartForm],
+    ) -> Template | Redirect:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        # Rendered up front: after a refused start the session rolls back and its objects expire.
+        context = _repo_ctx(res, actor.principal, svc.base_url)
+        tasks = [await svc.to_read(t, res) for t in await svc.list_tasks(res)]
+        full_name = res.full_name
+        try:
+            command: str | None = data.command if data.runtime == "command" else None
+            create = TaskCreate(
+                goal=data.goal[:20_000],
+                agent=data.agent.strip()[:40] or "-",
+                runtime="command" if data.runtime == "command" else "builtin",
+                command=command,
+                base=data.base.strip()[:255],
+                title=data.title.strip()[:200],
+            )
+            task = await svc.start(actor, res, create)
+        except ForgeError as exc:
+            await db_session.rollback()
+            return page(
+                request, "tasks/list.html", status_code=exc.status, tasks=tasks, error=exc.detail, form=data, **context
+            )
+        number, task_id = task.number, task.id
+        await db_session.commit()
+        state.tasks.changed(task_id)
+        return Redirect(f"/{full_name}/tasks/{number}", status_code=303)
+
+    @get("/{number:str}")
+    async def task_page(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        number: FromPath[str],
+    ) -> Template:
+        n = parse_number(number)
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        task = await svc.get(res, n)
+        events = await transcript.read(db_session, task.id, after=0, limit=5000)
+        return page(
+            request,
+            "tasks/task.html",
+            task=await svc.to_read(task, res),
+            events=events,
+            last_seq=events[-1].seq if events else 0,
+            may_stop=svc.may_stop(actor.principal, res, task),
+            **_repo_ctx(res, actor.principal, svc.base_url),
+        )
+
+    @post("/{number:str}/{action:str}")
+    async def act(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        number: FromPath[str],
+        action: FromPath[str],
+        data: URLEncodedBody[BodyForm],
+    ) -> Redirect:
+        n = parse_number(number)
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        task = await svc.get(res, n)
+        body = MessageCreate(body=data.body[:20_000])
+        if action == "messages":
+            task = await svc.message(actor, res, task, body)
+        elif action == "answer":
+            task = await svc.answer(actor, res, task, body)
+        elif action == "retry":
+            task = await svc.retry(actor, res, task)
+        elif action == "close":
+            task = await svc.close(actor, res, task)
+        elif action == "stop":
+            await svc.request_stop(actor, res, task)  # the page shows "stopping" until the worker settles
+        else:
+            from forge.errors import NotFound
+
+            raise NotFound("no such action")
+        await db_session.commit()
+        state.tasks.changed(task.id)
+        return Redirect(f"/{res.full_name}/tasks/{n}", status_code=303)
+
+
+class MyTaskPages(Controller):
+    include_in_schema = False
+
+    @get("/tasks")
+    async def mine(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, state: State
+    ) -> Template:
+        if actor.principal.account_id is None:
+            raise Unauthenticated("sign in first")
+        svc = service_for(db_session, state)
+        tasks = [await svc.to_read(t, res) for t, res in await svc.list_for_user(actor.principal)]
+        return page(request, "tasks/mine.html", tasks=tasks)
