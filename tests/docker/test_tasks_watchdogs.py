@@ -1,0 +1,130 @@
+"""The run's watchdogs end to end (real engine, real git, a real HTTP server), with small limits:
+the idle limit (a notice first, then `idle`), the per-command timeout and the wall-clock limit
+(`timeout`), and the token budget of the builtin runtime against the scripted model (`token_budget`)."""
+
+import asyncio
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from forge.settings import Settings
+from tests.docker.test_tasks_run import (
+    Env,
+    all_events,
+    containers_of,
+    seed,
+    serve,
+    task_settings,
+    tree_files,
+    wait_state,
+)
+from tests.helpers_model import ScriptedModel, tool_call
+
+pytestmark = pytest.mark.docker
+
+
+async def run_to_rest(settings: Settings, body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], Env]:
+    """Start one task on a fresh server and return it once it rests, with its whole transcript."""
+    token, path = await asyncio.to_thread(lambda: asyncio.run(seed(settings)))
+    out: tuple[dict[str, Any], list[dict[str, Any]], Env] | None = None
+    for url in serve(settings):
+        env = Env(url=url, settings=settings, token=token, repo_path=path)
+        async with env.client() as c:
+            r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "do it", "agent": "fixer", **body})
+            assert r.status_code == 201, r.text
+            done = await wait_state(c, 1, "failed", "stopped", "awaiting_review", "blocked", timeout=90)
+            out = (done, await all_events(c, 1), env)
+    assert out is not None
+    return out
+
+
+def notices(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == "notice"]
+
+
+def assert_gap_free(events: list[dict[str, Any]]) -> None:
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+async def test_idle_watchdog_warns_then_stops_the_run_as_idle(settings: Settings, sandbox_image: str) -> None:
+    idle = 3.0
+    s = task_settings(settings, task_idle_seconds=idle)
+    t0 = time.monotonic()
+    done, events, env = await run_to_rest(s, {"command": "echo begun > wip.txt; echo begun; sleep 120"})
+    assert time.monotonic() - t0 < 60  # well before the command's own end
+    assert done["state"] == "failed" and done["failure_reason"] == "idle", done
+    assert "idle" in done["error"]
+    run = done["runs"][0]
+    assert run["state"] == "failed" and run["failure_reason"] == "idle"
+    assert_gap_free(events)
+    # A warning notice first, after the last output, and only then the run stops.
+    begun = next(e for e in events if e["kind"] == "stdout" and "begun" in e["payload"]["text"])
+    warning = next(
+        e for e in notices(events) if e["payload"]["level"] == "warning" and "no activity" in e["payload"]["text"]
+    )
+    assert warning["seq"] > begun["seq"]
+    assert f"stops at {idle:g} s" in warning["payload"]["text"]
+    removed = next(e for e in events if e["kind"] == "system" and e["payload"]["phase"] == "sandbox_removed")
+    assert removed["seq"] > warning["seq"]
+    # The notice came between two thirds of the limit and the limit itself, the stop after the limit.
+    begun_at, warned_at = _at(begun), _at(warning)
+    assert idle * 2 / 3 - 0.2 <= warned_at - begun_at <= idle + 0.5
+    assert any(e["payload"]["level"] == "error" and "idle" in e["payload"]["text"] for e in notices(events))
+    # Nothing done is lost: the work so far is a WIP snapshot on the task branch; no container is left.
+    assert done["head_is_wip"] and tree_files(env.repo_path, done["head_sha"])["wip.txt"][1] == b"begun\n"
+    assert not containers_of(env.settings)
+
+
+async def test_command_timeout_ends_the_run_as_timeout(settings: Settings, sandbox_image: str) -> None:
+    s = task_settings(settings, task_tool_timeout_seconds=2.0)
+    t0 = time.monotonic()
+    done, events, env = await run_to_rest(s, {"command": "echo partial > wip.txt; echo started; sleep 120"})
+    assert time.monotonic() - t0 < 60
+    assert done["state"] == "failed" and done["failure_reason"] == "timeout", done
+    assert "within 2 s" in done["error"]
+    assert done["runs"][0]["failure_reason"] == "timeout"
+    assert_gap_free(events)
+    assert "started" in "".join(e["payload"]["text"] for e in events if e["kind"] == "stdout")
+    assert done["head_is_wip"] and "wip.txt" in tree_files(env.repo_path, done["head_sha"])
+    assert not containers_of(env.settings)
+
+
+async def test_wall_clock_limit_ends_the_run_as_timeout(settings: Settings, sandbox_image: str) -> None:
+    # Output keeps coming (the idle watchdog stays quiet) and each command is short of its own timeout.
+    s = task_settings(settings, task_wall_clock_seconds=4, task_idle_seconds=30.0, task_tool_timeout_seconds=60.0)
+    t0 = time.monotonic()
+    done, events, env = await run_to_rest(
+        s, {"command": "echo partial > wip.txt; while true; do echo tick; sleep 0.5; done"}
+    )
+    assert time.monotonic() - t0 < 60
+    assert done["state"] == "failed" and done["failure_reason"] == "timeout", done
+    assert done["runs"][0]["failure_reason"] == "timeout"
+    assert_gap_free(events)
+    ticks = "".join(e["payload"]["text"] for e in events if e["kind"] == "stdout").count("tick")
+    assert 2 <= ticks <= 12, ticks
+    assert done["head_is_wip"] and "wip.txt" in tree_files(env.repo_path, done["head_sha"])
+    assert not containers_of(env.settings)
+
+
+async def test_token_budget_ends_the_run_as_token_budget(settings: Settings, sandbox_image: str) -> None:
+    # Every scripted turn costs 15 tokens (10 prompt + 5 completion): a budget of 40 is passed on turn 3.
+    with ScriptedModel([tool_call("bash", {"command": "echo again >> loop.txt"})], repeat_last=True) as model:
+        s = task_settings(settings, model_base_url=model.url, model_name="scripted", task_token_budget=40)
+        done, events, env = await run_to_rest(s, {"goal": "loop"})
+    assert done["state"] == "failed" and done["failure_reason"] == "token_budget", done
+    assert "token budget of 40 exceeded" in done["error"]
+    run = done["runs"][0]
+    assert run["failure_reason"] == "token_budget" and run["turns"] == 3
+    assert run["prompt_tokens"] + run["completion_tokens"] == 45
+    assert len(model.requests) == 3
+    assert_gap_free(events)
+    # The third turn's tool call was never run: two appends made it to the WIP snapshot.
+    assert done["head_is_wip"] and tree_files(env.repo_path, done["head_sha"])["loop.txt"][1] == b"again\n" * 2
+    assert not containers_of(env.settings)
+
+
+def _at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["at"].replace("Z", "+00:00")).timestamp()
