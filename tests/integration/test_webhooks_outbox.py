@@ -391,3 +391,29 @@ async def test_deliverer_killed_with_sigkill_loses_nothing(
     for t in tasks:
         mine = [e.id for e in events if e.task == t]
         assert [position[w] for w in mine] == sorted(position[w] for w in mine)
+
+
+async def test_runtime_loop_delivers_right_after_the_commit(db: Database, settings: Settings, repo: Repository) -> None:
+    from webhooks import metrics
+    from webhooks.runtime import wire
+
+    bus = EventBus()
+    runtime = wire(bus, settings, db, allow=config(settings).allow)
+    runtime.deliverer.poll_interval = 30.0  # only the wake-up after the commit can explain a quick delivery
+    before = metrics.DELIVERIES.labels(event="task.created", result="ok")._value.get()
+    with receiver() as r:
+        await make_endpoint(db, runtime.config, repo, r.url)
+        await runtime.start()
+        await asyncio.sleep(0.2)  # the loop is idle, waiting
+        try:
+            e = event(repo, task=task_ref())
+            t0 = time.monotonic()
+            async with db.session(write=True) as s:
+                await bus.publish(s, e)
+            while not r.seen and time.monotonic() - t0 < 5:
+                await asyncio.sleep(0.01)
+            assert r.seen and time.monotonic() - t0 < 1.0
+        finally:
+            await runtime.stop()
+    assert r.seen[0].headers["webhook-id"] == e.id
+    assert metrics.DELIVERIES.labels(event="task.created", result="ok")._value.get() == before + 1

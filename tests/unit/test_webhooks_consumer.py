@@ -259,6 +259,20 @@ def test_issuer_is_only_checked_when_configured() -> None:
     assert c.Verifier(audience=AUD, secrets=SECRET).verify("POST", headers, body)
 
 
+def test_audience_comes_from_configuration_never_from_host_or_forwarded_headers() -> None:
+    spoof = [
+        ("Host", "evil.example.com"),
+        ("X-Forwarded-Host", "evil.example.com"),
+        ("Forwarded", "host=evil.example.com;proto=https"),
+        ("X-Forwarded-Proto", "https"),
+    ]
+    headers, body = request(aud="https://evil.example.com/forgehand")
+    with pytest.raises(c.WrongAudience):
+        verifier().verify("POST", headers + spoof, body)
+    headers, body = request()  # issued for the configured audience: the Host header does not matter
+    assert verifier().verify("POST", headers + spoof, body)
+
+
 def test_trailing_slash_on_an_empty_path_is_one_audience() -> None:
     headers, body = request(aud="https://hooks.example.com/")
     assert c.Verifier(audience="https://hooks.example.com", secrets=SECRET).verify("POST", headers, body)
@@ -500,3 +514,24 @@ print("ok", Consumer(v).verifier is v)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok True"
+
+
+def test_the_worked_example_in_the_docs_verifies() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "webhooks.md").read_text(encoding="utf-8")
+    body = next(line for line in doc.splitlines() if line.startswith('{"type":"task.created"')).encode()
+    token = doc.split("\nAuthorization: Bearer ", 1)[1].split()[0]
+    signature = doc.split("\nwebhook-signature: ", 1)[1].split()[0]
+    secret = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+    v = c.Verifier(
+        audience="https://hooks.example.com/forgehand",
+        secrets=secret,
+        issuer="fh-3c9a1f0e2b7d4a61",
+        clock=lambda: 1795946400,
+    )
+    req = v.verify("POST", [("Authorization", f"Bearer {token}")], body)
+    assert (req.kid, req.wid, req.type) == ("k5294a2b257e06e72", "5f0c1c52-8a44-4a5e-9d59-0d1f5a3e7c21", "task.created")
+    signed = b"5f0c1c52-8a44-4a5e-9d59-0d1f5a3e7c21.1795946400." + body
+    expected = base64.b64encode(hmac.new(bytes(range(32)), signed, hashlib.sha256).digest()).decode()
+    assert signature == f"v1,{expected}"
