@@ -63,10 +63,15 @@ class CommandRuntime:
                 exit_code=result.exit_code,
             )
         if result.timed_out:
+            # The sandbox cuts every command at whatever is left of its wall clock: a cut well
+            # before the per-command limit is the run's wall-clock limit, and is said as such.
+            hit_wall_clock = result.duration < ctx.limits.tool_timeout - 1
             return Outcome(
                 status="failed",
                 failure_reason=FailureReason.TIMEOUT,
-                error=f"the command did not finish within {ctx.limits.tool_timeout:g} s",
+                error="the run passed its wall-clock limit"
+                if hit_wall_clock
+                else f"the command did not finish within {ctx.limits.tool_timeout:g} s",
                 exit_code=result.exit_code,
             )
         if result.exit_code == 0:

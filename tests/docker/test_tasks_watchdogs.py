@@ -101,6 +101,7 @@ async def test_wall_clock_limit_ends_the_run_as_timeout(settings: Settings, sand
     )
     assert time.monotonic() - t0 < 60
     assert done["state"] == "failed" and done["failure_reason"] == "timeout", done
+    assert "wall-clock" in done["error"], done["error"]
     assert done["runs"][0]["failure_reason"] == "timeout"
     assert_gap_free(events)
     ticks = "".join(e["payload"]["text"] for e in events if e["kind"] == "stdout").count("tick")
