@@ -141,8 +141,9 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
     ):
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")
-    if s.token_cache_seconds < 0:
-        raise SettingsError(f"{src('token_cache_seconds')}: must not be negative")
+    for name in ("token_cache_seconds", "task_token_budget"):
+        if getattr(s, name) < 0:
+            raise SettingsError(f"{src(name)}: must not be negative (0 turns it off)")
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -45,6 +45,7 @@ def test_environment_values_are_converted() -> None:
         ({"FORGEHAND_LOG_FORMAT": "xml"}, "FORGEHAND_LOG_FORMAT"),
         ({"FORGEHAND_PROT": "8000"}, "FORGEHAND_PROT"),
         ({"FORGEHAND_MAX_BODY_BYTES": "0"}, "FORGEHAND_MAX_BODY_BYTES"),
+        ({"FORGEHAND_TASK_TOKEN_BUDGET": "-1"}, "FORGEHAND_TASK_TOKEN_BUDGET"),
     ],
 )
 def test_errors_name_the_variable(env: dict[str, str], names: str) -> None:
