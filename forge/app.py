@@ -18,6 +18,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from sqlalchemy import text
 
+import webhooks
 from forge import __doc__ as forge_doc
 from forge.api_admin import AdminController
 from forge.api_repos import BrowseController, RepoController
@@ -74,14 +75,19 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     )
 
     task_system = TaskSystem(database, settings, store, bus)
+    # The webhooks outbox subscribes to the bus: every published event becomes outbox rows in
+    # the transaction of the change; the deliverer sends them.
+    hooks = webhooks.wire(bus, settings, database)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         if settings.run_worker:
             await task_system.start_worker()
+            await hooks.start()
         try:
             yield
         finally:
+            await hooks.stop()
             await task_system.stop_worker()
             await store.close()
             if db is None:
@@ -96,6 +102,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         "repo_store": store,
         "git_config": git_config,
         "tasks": task_system,
+        "webhooks": hooks,
     }
     return Litestar(
         route_handlers=[
@@ -107,6 +114,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             BrowseController,
             TaskController,
             UserTaskController,
+            *webhooks.ROUTE_HANDLERS,
             TaskPages,
             MyTaskPages,
             *GIT_ROUTES,

@@ -308,8 +308,10 @@ def audit_tail(lines: int) -> None:
 
 def _mount_optional() -> None:
     from sandbox.cli import sandbox_group
+    from webhooks.cli import hooks_group
 
     main.add_command(sandbox_group, "sandbox")
+    main.add_command(hooks_group, "hooks")
 
 
 _mount_optional()

@@ -44,7 +44,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     signin_window_seconds: int = 900
     # Seconds a validated token stays cached in-process (revocation through this process is immediate).
     token_cache_seconds: float = 5.0
+    # Task worker and webhook deliverer inside `serve` (`forgehand worker` runs both on its own).
     run_worker: bool = True
+    # Hosts webhook URLs may use over http or at non-global addresses (comma-separated; e.g.
+    # "127.0.0.1,localhost" for local consumers). Everything else must be https and public.
+    webhooks_allowed_hosts: str = ""
+    webhooks_policy_concurrency: int = 32
+    webhooks_delivery_concurrency: int = 8
     seed_demo: bool = True
     # Tasks: the sandbox image ("" = the built-in recipe's tag), concurrency, watchdogs, model endpoint.
     sandbox_image: str = ""

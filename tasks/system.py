@@ -3,6 +3,7 @@ worker. The composition root builds one and puts it on `app.state.tasks`."""
 
 import asyncio
 
+import webhooks
 from forge.db import Database
 from forge.events import EventBus
 from forge.repos import RepoStore
@@ -69,8 +70,12 @@ async def run_worker_process(settings: Settings) -> None:
 
     db = Database(settings.effective_database_url)
     store = RepoStore(settings.data_dir / "repos")
-    system = TaskSystem(db, settings, store, EventBus())
+    bus = EventBus()
+    # Events of runs in this process go to the webhooks outbox too, and it delivers them.
+    hooks = webhooks.wire(bus, settings, db)
+    system = TaskSystem(db, settings, store, bus)
     await system.start_worker()
+    await hooks.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -78,6 +83,7 @@ async def run_worker_process(settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
+        await hooks.stop()
         await system.stop_worker()
         await store.close()
         await db.dispose()
