@@ -23,14 +23,14 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, delete, event, exists, func, or_, select
+from sqlalchemy import and_, case, delete, event, exists, func, or_, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
 from forge import audit
 from forge.audit import Actor
-from forge.db import Database
+from forge.db import Database, UTCDateTime
 from forge.events import Event
 from webhooks import envelope, metrics
 from webhooks.config import WebhooksConfig
@@ -237,13 +237,7 @@ class Deliverer:
 
     async def claim(self) -> list[Claimed]:
         now = self.cfg.clock()
-        older = aliased(WebhookOutbox)
-        blocked = exists().where(
-            older.endpoint_id == WebhookOutbox.endpoint_id,
-            older.order_key == WebhookOutbox.order_key,
-            older.state == "pending",
-            older.id < WebhookOutbox.id,
-        )
+        blocked = self._blocked(aliased(WebhookOutbox))
         stmt = (
             select(WebhookOutbox, WebhookEndpoint)
             .join(WebhookEndpoint, WebhookEndpoint.id == WebhookOutbox.endpoint_id)
@@ -454,16 +448,34 @@ class Deliverer:
         return len(claimed)
 
     async def next_due_in(self) -> float | None:
-        """Seconds until the earliest pending row is due (0 if now), None when nothing is pending."""
+        """Seconds until a row can be claimed (0: now), None when no row ever can as things stand.
+        Rows of inactive endpoints, rows waiting behind an older one, and leased rows (until their
+        lease ends) do not count, so an idle deliverer only reads."""
+        older = aliased(WebhookOutbox)
+        ready_at = case(
+            (WebhookOutbox.lease_until > WebhookOutbox.next_attempt_at, WebhookOutbox.lease_until),
+            else_=WebhookOutbox.next_attempt_at,
+        )
+        stmt = (
+            select(func.min(type_coerce(ready_at, UTCDateTime())))
+            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookOutbox.endpoint_id)
+            .where(WebhookOutbox.state == "pending", WebhookEndpoint.active.is_(True), ~self._blocked(older))
+        )
         async with self.db.session() as session:
-            when = (
-                await session.execute(
-                    select(func.min(WebhookOutbox.next_attempt_at)).where(WebhookOutbox.state == "pending")
-                )
-            ).scalar_one_or_none()
+            when: datetime | None = (await session.execute(stmt)).scalar_one_or_none()
         if when is None:
             return None
         return max(0.0, (when - self.cfg.clock()).total_seconds())
+
+    @staticmethod
+    def _blocked(older: Any) -> Any:
+        """An older row of the same endpoint and order key is still pending."""
+        return exists().where(
+            older.endpoint_id == WebhookOutbox.endpoint_id,
+            older.order_key == WebhookOutbox.order_key,
+            older.state == "pending",
+            older.id < WebhookOutbox.id,
+        )
 
     async def housekeeping(self) -> None:
         """Outbox depth and age gauges; prune finished rows and old log entries."""
@@ -506,9 +518,11 @@ class Deliverer:
                 if time.monotonic() - self._last_housekeeping > 60:
                     self._last_housekeeping = time.monotonic()
                     await self.housekeeping()
-                if await self.run_once():
-                    continue
                 due = await self.next_due_in()
+                if due == 0:
+                    if await self.run_once():
+                        continue
+                    due = 0.2  # another deliverer was quicker
             except Exception:
                 log.exception("webhook deliverer iteration failed")
                 due = self.poll_interval

@@ -417,3 +417,22 @@ async def test_runtime_loop_delivers_right_after_the_commit(db: Database, settin
             await runtime.stop()
     assert r.seen[0].headers["webhook-id"] == e.id
     assert metrics.DELIVERIES.labels(event="task.created", result="ok")._value.get() == before + 1
+
+
+async def test_an_idle_deliverer_only_counts_rows_it_could_claim(rig: Rig, db: Database, repo: Repository) -> None:
+    assert await rig.deliverer.next_due_in() is None
+    with receiver(lambda s: (503, [], b"")) as r:
+        endpoint, _ = await make_endpoint(db, rig.cfg, repo, r.url)
+        task = task_ref()
+        await rig.publish(event(repo, task=task), event(repo, task=task))
+        assert await rig.deliverer.next_due_in() == 0
+        (claimed,) = await rig.deliverer.claim()  # the head is leased; the second row waits behind it
+        assert await rig.deliverer.next_due_in() == 60.0
+        await rig.deliverer.record(claimed, await rig.deliverer.attempt(claimed))
+        due = await rig.deliverer.next_due_in()
+        assert due is not None and 5 <= due <= 6  # the head's retry; the row behind it does not count
+        async with db.session(write=True) as s:
+            e = await s.get(WebhookEndpoint, endpoint.id)
+            assert e is not None
+            e.active = False
+        assert await rig.deliverer.next_due_in() is None  # a paused endpoint's rows never make it spin
