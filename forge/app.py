@@ -41,6 +41,7 @@ from forge.version import VERSION
 from tasks.pages import MyTaskPages, TaskPages
 from tasks.routes import TaskController, UserTaskController
 from tasks.system import TaskSystem
+from tasks.webhook_gate import WebhookGate
 
 HERE = Path(__file__).parent
 
@@ -74,10 +75,11 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         max_request_bytes=settings.max_push_bytes,
     )
 
-    task_system = TaskSystem(database, settings, store, bus)
     # The webhooks outbox subscribes to the bus: every published event becomes outbox rows in
-    # the transaction of the change; the deliverer sends them.
+    # the transaction of the change; the deliverer sends them. Its policy dispatcher is the gate
+    # the task core asks before guarded actions.
     hooks = webhooks.wire(bus, settings, database)
+    task_system = TaskSystem(database, settings, store, bus, gate=WebhookGate(hooks.policy, database))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

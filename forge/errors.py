@@ -69,6 +69,14 @@ class RateLimited(ForgeError):
         self.retry_after = retry_after
 
 
+class BadGateway(ForgeError):
+    """An external service forgehand depends on (a policy hook) failed; the detail names the delivery."""
+
+    status = 502
+    default_code = "bad_gateway"
+    title = "Bad gateway"
+
+
 class Unavailable(ForgeError):
     status = 503
     default_code = "unavailable"

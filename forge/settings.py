@@ -51,6 +51,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     webhooks_allowed_hosts: str = ""
     webhooks_policy_concurrency: int = 32
     webhooks_delivery_concurrency: int = 8
+    # Deliver notifications from this process (with run_worker); false leaves it to `forgehand worker`.
+    webhooks_deliver: bool = True
     seed_demo: bool = True
     # Tasks: the sandbox image ("" = the built-in recipe's tag), concurrency, watchdogs, model endpoint.
     sandbox_image: str = ""
@@ -144,6 +146,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         "task_wall_clock_seconds",
         "task_max_file_bytes",
         "model_timeout_seconds",
+        "webhooks_policy_concurrency",
+        "webhooks_delivery_concurrency",
     ):
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")

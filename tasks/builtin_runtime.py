@@ -231,6 +231,13 @@ class BuiltinRuntime:
                         )
                         continue
                     result, is_error, extra = await self._tool(ctx, call)
+                    if extra.get("policy_failure"):
+                        return Outcome(
+                            status="failed",
+                            failure_reason=FailureReason.POLICY,
+                            error=extra["policy_failure"],
+                            conversation=messages,
+                        )
                     if extra.get("question"):
                         question = extra["question"]
                         await ctx.emit("question", Question(text=question, tool_call_id=call_id))
@@ -268,6 +275,9 @@ class BuiltinRuntime:
         decision = await ctx.gate.pre_tool_use(ctx.gate_ctx, tool_use_id=call_id, tool_name=name, tool_input=args)
         if decision.user_message:
             await ctx.emit("notice", Notice(text=decision.user_message))
+        if decision.failed:
+            # Fail closed: the run stops (the tool is not run), the reason names the delivery.
+            return decision.reason, True, {"policy_failure": decision.reason}
         if decision.decision != "allow":
             reason = decision.reason or "no reason given"
             text = (

@@ -46,7 +46,9 @@ class PolicyGate(Protocol):
         self, ctx: GateContext, *, source: SessionSource, runtime: str, image: str
     ) -> GateDecision: ...
 
-    async def user_prompt_submit(self, ctx: GateContext, *, prompt: str, kind: PromptKind) -> GateDecision: ...
+    async def user_prompt_submit(
+        self, ctx: GateContext, *, prompt: str, kind: PromptKind, session: Any = None
+    ) -> GateDecision: ...
 
     async def pre_tool_use(
         self, ctx: GateContext, *, tool_use_id: str, tool_name: str, tool_input: Any
@@ -71,7 +73,9 @@ class AllowAll:
     async def session_start(self, ctx: GateContext, *, source: SessionSource, runtime: str, image: str) -> GateDecision:
         return ALLOW
 
-    async def user_prompt_submit(self, ctx: GateContext, *, prompt: str, kind: PromptKind) -> GateDecision:
+    async def user_prompt_submit(
+        self, ctx: GateContext, *, prompt: str, kind: PromptKind, session: Any = None
+    ) -> GateDecision:
         return ALLOW
 
     async def pre_tool_use(

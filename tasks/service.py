@@ -14,7 +14,7 @@ from forge import audit
 from forge.access import Action, Principal, Role, effective_role, require
 from forge.audit import Actor
 from forge.db import utcnow
-from forge.errors import Forbidden, InvalidInput, InvalidState, NotFound
+from forge.errors import BadGateway, Forbidden, InvalidInput, InvalidState, NotFound
 from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef
 from forge.models import Account, Repository
 from forge.repos import RefNotFound, RepoStore, resolve_ref, validate_branch_name
@@ -276,7 +276,10 @@ class TaskService:
     # --- actions ------------------------------------------------------------------------------
 
     async def _check_prompt(self, ctx: GateContext, text: str, kind: PromptKind) -> str:
-        decision = await self.gate.user_prompt_submit(ctx, prompt=text, kind=kind)
+        # The request's own session: the delivery log goes into its transaction (see webhook_gate).
+        decision = await self.gate.user_prompt_submit(ctx, prompt=text, kind=kind, session=self.session)
+        if decision.failed:
+            raise BadGateway(decision.reason, code="hook_dispatch_failed")
         if decision.decision != "allow":
             raise Forbidden(decision.user_message or decision.reason or "a policy refused this", code="policy_denied")
         if decision.input_override and isinstance(decision.input_override.get("prompt"), str):

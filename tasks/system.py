@@ -11,6 +11,7 @@ from forge.settings import Settings
 from sandbox import SandboxEngine
 from tasks.live import LiveHub
 from tasks.policy import AllowAll, PolicyGate
+from tasks.webhook_gate import WebhookGate
 from tasks.worker import TaskWorker
 
 
@@ -73,7 +74,7 @@ async def run_worker_process(settings: Settings) -> None:
     bus = EventBus()
     # Events of runs in this process go to the webhooks outbox too, and it delivers them.
     hooks = webhooks.wire(bus, settings, db)
-    system = TaskSystem(db, settings, store, bus)
+    system = TaskSystem(db, settings, store, bus, gate=WebhookGate(hooks.policy, db))
     await system.start_worker()
     await hooks.start()
     stop = asyncio.Event()
