@@ -19,6 +19,7 @@ from sandbox import (
     read_workspace_file,
     write_workspace_file,
 )
+from tasks.policy import GateDecision, policy_record
 from tasks.runtime import ModelEndpoint, Outcome, RunContext, RuntimeUnavailable
 from tasks.states import FailureReason, RunKind
 from tasks.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
@@ -217,6 +218,7 @@ class BuiltinRuntime:
                 if not calls:
                     final = summary or (content.strip() if isinstance(content, str) else "")
                     decision = await ctx.gate.stop(ctx.gate_ctx, summary=final, turns=ctx.turns, changed_files=[])
+                    await _record(ctx, decision)
                     if decision.model_context.strip() and not continued:
                         continued = True
                         messages.append({"role": "user", "content": decision.model_context})
@@ -273,6 +275,7 @@ class BuiltinRuntime:
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=parse_error, is_error=True))
             return parse_error, True, {}
         decision = await ctx.gate.pre_tool_use(ctx.gate_ctx, tool_use_id=call_id, tool_name=name, tool_input=args)
+        await _record(ctx, decision)
         if decision.user_message:
             await ctx.emit("notice", Notice(text=decision.user_message))
         if decision.failed:
@@ -301,13 +304,16 @@ class BuiltinRuntime:
         await ctx.emit(
             "tool_result", ToolResult(id=call_id, name=name, output=text, is_error=is_error, omitted_bytes=omitted)
         )
-        await ctx.gate.post_tool_use(
+        after = await ctx.gate.post_tool_use(
             ctx.gate_ctx,
             tool_use_id=call_id,
             tool_name=name,
             tool_response=None if is_error else text,
             tool_error=text if is_error else None,
         )
+        await _record(ctx, after)
+        if after.user_message:
+            await ctx.emit("notice", Notice(text=after.user_message))
         return text, is_error, extra
 
     async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, str]) -> str:
@@ -365,3 +371,10 @@ def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             answered = {m.get("tool_call_id") for m in messages[i + 1 :] if m.get("role") == "tool"}
             return [c for c in msg.get("tool_calls") or [] if isinstance(c, dict) and c.get("id") not in answered]
     return []
+
+
+async def _record(ctx: RunContext, decision: GateDecision) -> None:
+    """Each policy dispatch is a transcript event: a reviewer sees why a call was blocked."""
+    record = policy_record(decision)
+    if record is not None:
+        await ctx.emit("system", record)

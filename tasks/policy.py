@@ -7,6 +7,8 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from tasks.transcript import System
+
 DecisionName = Literal["allow", "deny", "ask"]
 PromptKind = Literal["goal", "message", "answer", "review"]
 SessionSource = Literal["start", "retry", "message", "answer", "review"]
@@ -36,6 +38,23 @@ class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
     user_message: str = ""  # reaches people only (a transcript notice)
     # A failed dispatch (fail-closed) is a deny whose reason names the delivery.
     failed: bool = False
+    # What the endpoints answered (event, decision, delivery id, per endpoint: url, result class,
+    # decision, status, latency): recorded in the transcript so a reviewer sees why. None when no
+    # endpoint was called.
+    dispatch: dict[str, Any] | None = None
+
+
+def policy_record(decision: GateDecision) -> "System | None":
+    """The transcript `system` event (phase `policy`) of a dispatch, if one happened."""
+    d = decision.dispatch
+    if not d:
+        return None
+    parts = [
+        f"{e['url']} {e['result']}" + (f" {e['decision']}" if e.get("decision") else "") + f" {e['latency_ms']:.0f} ms"
+        for e in d.get("endpoints", [])
+    ]
+    text = f"{d['event']}: {d['decision']}" + (f" ({'; '.join(parts)})" if parts else "")
+    return System(phase="policy", text=text, detail=d)
 
 
 ALLOW = GateDecision()

@@ -102,4 +102,21 @@ def _decision(outcome: PolicyOutcome) -> GateDecision:
         model_context="\n\n".join(c for c in outcome.model_contexts if c.strip()),
         user_message="\n".join(m for m in outcome.user_messages if m.strip()),
         failed=failure is not None,
+        dispatch={
+            "event": outcome.event_type,
+            "decision": outcome.decision,
+            "delivery_id": outcome.delivery_id,
+            "endpoints": [
+                {
+                    "url": r.url,
+                    "result": r.result,
+                    "decision": r.decision,
+                    "status": r.status,
+                    "latency_ms": round(r.latency_ms, 1),
+                }
+                for r in outcome.results
+            ],
+        }
+        if outcome.results
+        else None,
     )

@@ -41,7 +41,7 @@ from sandbox import (
 from tasks import gitops, transcript
 from tasks.live import LiveHub
 from tasks.models import Run, Task
-from tasks.policy import GateContext, PolicyGate
+from tasks.policy import GateContext, PolicyGate, policy_record
 from tasks.runtime import ModelEndpoint, Outcome, RunContext, Runtime, RuntimeLimits, RuntimeUnavailable
 from tasks.service import publish, set_state
 from tasks.states import FailureReason, RunKind, RunState, TaskState
@@ -474,6 +474,9 @@ class Execution:
         decision = await w.gate.session_start(
             gate_ctx, source=self.kind.value, runtime=self.runtime_name, image=w.image
         )
+        record = policy_record(decision)
+        if record is not None:
+            await self._emit("system", record)
         if decision.user_message:
             await self._emit("notice", Notice(text=decision.user_message))
         if decision.decision != "allow":

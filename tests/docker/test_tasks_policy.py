@@ -154,3 +154,8 @@ def test_denied_tool_call_is_not_run_and_the_model_is_told(policy_settings: Sett
     assert results and results[0]["payload"]["is_error"] is True
     assert consumer.types() == ["pre_tool_use"]
     assert consumer.seen[0]["data"]["tool_name"] == "write_file"
+    # the decision is in the transcript, with the endpoint, its result class and latency
+    [record] = [e for e in events if e["kind"] == "system" and e["payload"].get("phase") == "policy"]
+    assert record["payload"]["text"].startswith("pre_tool_use: deny (")
+    endpoint = record["payload"]["detail"]["endpoints"][0]
+    assert endpoint["url"] == consumer.url and endpoint["result"] == "denied" and endpoint["latency_ms"] >= 0
