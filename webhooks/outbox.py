@@ -350,59 +350,69 @@ class Deliverer:
     # -- recording -----------------------------------------------------------------------------
 
     async def record(self, c: Claimed, a: Attempt) -> None:
-        metrics.DELIVERIES.labels(event=c.event_type, result=a.result).inc()
-        metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
+        await self.record_many([(c, a)])
+
+    async def record_many(self, done: list[tuple[Claimed, Attempt]]) -> None:
+        """Record attempts (log rows, outbox state, endpoint health) in one write transaction:
+        one commit per batch instead of one per delivery. A crash before it leaves the rows
+        leased; they are delivered again after the lease, with the same webhook-id."""
         now = self.cfg.clock()
         async with self.db.session(write=True) as session:
-            stmt = select(WebhookOutbox).where(WebhookOutbox.id == c.outbox_id)
-            if self._pg:
-                stmt = stmt.with_for_update()
-            row = (await session.execute(stmt)).scalar_one_or_none()
-            endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
-            if endpoint is None:
-                return  # deleted while the attempt was in flight: its log went with it
-            session.add(
-                WebhookDelivery(
-                    endpoint_id=c.endpoint_id,
-                    outbox_id=row.id if row is not None else None,
-                    wid=c.wid,
-                    jti=a.jti,
-                    kind="policy" if c.event_type not in NOTIFY_EVENTS else "notify",
-                    event_type=c.event_type,
-                    attempt=c.attempts + 1,
-                    url=c.url,
-                    request_headers=a.request_headers,
-                    request_body=c.body,
-                    response_status=a.status,
-                    response_headers=[list(h) for h in a.response_headers],
-                    response_body=a.response_body,
-                    response_truncated=a.truncated,
-                    duration_ms=a.duration_ms,
-                    result=a.result,
-                    error=a.error,
-                    started_at=a.started_at,
-                )
+            for c, a in done:
+                metrics.DELIVERIES.labels(event=c.event_type, result=a.result).inc()
+                metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
+                await self._record_in(session, c, a, now)
+
+    async def _record_in(self, session: AsyncSession, c: Claimed, a: Attempt, now: datetime) -> None:
+        stmt = select(WebhookOutbox).where(WebhookOutbox.id == c.outbox_id)
+        if self._pg:
+            stmt = stmt.with_for_update()
+        row = (await session.execute(stmt)).scalar_one_or_none()
+        endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
+        if endpoint is None:
+            return  # deleted while the attempt was in flight: its log went with it
+        session.add(
+            WebhookDelivery(
+                endpoint_id=c.endpoint_id,
+                outbox_id=row.id if row is not None else None,
+                wid=c.wid,
+                jti=a.jti,
+                kind="policy" if c.event_type not in NOTIFY_EVENTS else "notify",
+                event_type=c.event_type,
+                attempt=c.attempts + 1,
+                url=c.url,
+                request_headers=a.request_headers,
+                request_body=c.body,
+                response_status=a.status,
+                response_headers=[list(h) for h in a.response_headers],
+                response_body=a.response_body,
+                response_truncated=a.truncated,
+                duration_ms=a.duration_ms,
+                result=a.result,
+                error=a.error,
+                started_at=a.started_at,
             )
-            if row is not None and row.state == "pending":
-                owned = row.claim_token == c.token
-                if a.result == "ok":
-                    row.state = "delivered"
-                    row.finished_at = now
-                if owned:
-                    row.attempts = c.attempts + 1
-                    row.lease_until = None
-                    row.claim_token = None
-                    row.last_status = a.status
-                    row.last_error = a.result
-                    if a.result != "ok":
-                        delay = None if c.manual else retry_delay(row.attempts, a.retry_after, self.rng)
-                        if delay is None:
-                            row.state = "failed"
-                            row.finished_at = now
-                        else:
-                            # Rounded up so that the jittered time is never early.
-                            row.next_attempt_at = now + timedelta(seconds=delay + 0.001)
-            self._health(session, endpoint, a, now)
+        )
+        if row is not None and row.state == "pending":
+            owned = row.claim_token == c.token
+            if a.result == "ok":
+                row.state = "delivered"
+                row.finished_at = now
+            if owned:
+                row.attempts = c.attempts + 1
+                row.lease_until = None
+                row.claim_token = None
+                row.last_status = a.status
+                row.last_error = a.result
+                if a.result != "ok":
+                    delay = None if c.manual else retry_delay(row.attempts, a.retry_after, self.rng)
+                    if delay is None:
+                        row.state = "failed"
+                        row.finished_at = now
+                    else:
+                        # Rounded up so that the jittered time is never early.
+                        row.next_attempt_at = now + timedelta(seconds=delay + 0.001)
+        self._health(session, endpoint, a, now)
 
     def _health(self, session: AsyncSession, endpoint: WebhookEndpoint, a: Attempt, now: datetime) -> None:
         if a.result == "ok":
@@ -437,14 +447,13 @@ class Deliverer:
             return 0
         limit = asyncio.Semaphore(max(1, self.cfg.delivery_concurrency))
 
-        async def one(c: Claimed) -> None:
+        async def one(c: Claimed) -> tuple[Claimed, Attempt]:
             async with limit:
-                attempt = await self.attempt(c)
-            await self.record(c, attempt)
+                return c, await self.attempt(c)
 
         async with asyncio.TaskGroup() as group:
-            for c in claimed:
-                group.create_task(one(c))
+            tasks = [group.create_task(one(c)) for c in claimed]
+        await self.record_many([t.result() for t in tasks])
         return len(claimed)
 
     async def next_due_in(self) -> float | None:
@@ -536,10 +545,17 @@ class Deliverer:
             self._task = asyncio.create_task(self.run(), name="webhooks-deliverer")
             await asyncio.sleep(0)
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop after the batch in flight is recorded (up to `grace` seconds), then cancel."""
         self._stopping = True
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        if self._wake is not None:
+            self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), grace)
+        except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
