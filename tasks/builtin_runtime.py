@@ -225,6 +225,7 @@ class BuiltinRuntime:
                         continue
                     return Outcome(status="succeeded", summary=final, conversation=messages)
                 question = ""
+                notes: list[str] = []  # policy model_context: for the model only, never inside a tool result
                 for call in calls:
                     call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
                     if question:
@@ -246,8 +247,13 @@ class BuiltinRuntime:
                         continue  # the answer becomes this call's result in the next run
                     if extra.get("summary"):
                         summary = extra["summary"]
+                    if extra.get("model_context"):
+                        notes.append(extra["model_context"])
                     messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
                     _ = is_error
+                if notes:
+                    # After every tool result of the turn (the API wants those right after the call).
+                    messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(notes)})
                 if question:
                     return Outcome(status="blocked", question=question, summary=summary, conversation=messages)
 
@@ -288,7 +294,7 @@ class BuiltinRuntime:
                 f"denied again. Explain this to the user. Reason: {reason}"
             )
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
-            return text, True, {}
+            return text, True, {"model_context": decision.model_context} if decision.model_context else {}
         if decision.input_override:
             args = decision.input_override
         extra: dict[str, str] = {}
@@ -314,6 +320,9 @@ class BuiltinRuntime:
         await _record(ctx, after)
         if after.user_message:
             await ctx.emit("notice", Notice(text=after.user_message))
+        contexts = [c for c in (decision.model_context, after.model_context) if c.strip()]
+        if contexts:
+            extra["model_context"] = "\n\n".join(contexts)
         return text, is_error, extra
 
     async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, str]) -> str:

@@ -149,6 +149,9 @@ def test_denied_tool_call_is_not_run_and_the_model_is_told(policy_settings: Sett
         assert "external policy blocked" in tool_results[0]["content"]
         assert "writes are reviewed" in tool_results[0]["content"]
         assert "SECRET-CTX" not in tool_results[0]["content"]
+        # ...it reaches the model as a separate note after the tool results
+        notes = [m for m in model.requests[1]["messages"] if m["role"] == "system" and "SECRET-CTX" in m["content"]]
+        assert len(notes) == 1
     assert done["state"] == "awaiting_review"
     results = [e for e in events if e["kind"] == "tool_result"]
     assert results and results[0]["payload"]["is_error"] is True
