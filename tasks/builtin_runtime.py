@@ -225,6 +225,10 @@ class BuiltinRuntime:
                         continue
                     return Outcome(status="succeeded", summary=final, conversation=messages)
                 question = ""
+                ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
+                # Two calls with one id in a turn cannot be told apart by a policy consumer
+                # (decisions are bound to the id): none of them runs (fail closed).
+                duplicated = {i for i in ids if ids.count(i) > 1}
                 notes: list[str] = []  # policy model_context: for the model only, never inside a tool result
                 for call in calls:
                     call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
@@ -232,6 +236,12 @@ class BuiltinRuntime:
                         messages.append(
                             {"role": "tool", "tool_call_id": call_id, "content": "not run: waiting for the user"}
                         )
+                        continue
+                    if call_id in duplicated:
+                        result = f"error: the tool call id {call_id!r} is used twice in this turn; nothing was run"
+                        name = str((call.get("function") or {}).get("name") or "") if isinstance(call, dict) else ""
+                        await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=result, is_error=True))
+                        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
                         continue
                     result, is_error, extra = await self._tool(ctx, call)
                     if extra.get("policy_failure"):

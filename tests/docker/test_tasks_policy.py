@@ -162,3 +162,99 @@ def test_denied_tool_call_is_not_run_and_the_model_is_told(policy_settings: Sett
     assert record["payload"]["text"].startswith("pre_tool_use: deny (")
     endpoint = record["payload"]["detail"]["endpoints"][0]
     assert endpoint["url"] == consumer.url and endpoint["result"] == "denied" and endpoint["latency_ms"] >= 0
+
+
+class ByInputConsumer(PolicyConsumer):
+    """Denies a pre_tool_use whose input mentions `evil`; asks the agent to go on once at `stop`."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        outer = self
+        handler = self.server.RequestHandlerClass
+
+        def do_post(h: BaseHTTPRequestHandler) -> None:
+            body = json.loads(h.rfile.read(int(h.headers.get("content-length", "0"))))
+            outer.seen.append(body)
+            answer: dict[str, Any] | None = None
+            if body["type"] == "pre_tool_use" and "evil" in json.dumps(body["data"]["tool_input"]):
+                answer = {"permission": {"decision": "deny", "reason": "no evil"}}
+            if body["type"] == "stop":
+                answer = {"model_context": "one more thing: add done.txt"}
+            data = json.dumps(answer).encode() if answer is not None else b""
+            h.send_response(200)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+
+        handler.do_POST = do_post  # type: ignore[attr-defined]
+
+
+def _run_builtin(settings: Settings, consumer: PolicyConsumer, turns: list[Any], events: list[str]) -> Any:
+    with ScriptedModel(turns) as model:
+        s = msgspec.structs.replace(settings, model_base_url=model.url, model_name="scripted")
+
+        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            async with env.client() as c:
+                r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "go", "agent": "fixer"})
+                assert r.status_code == 201, r.text
+                done = await wait_state(c, 1, "failed", "stopped", "awaiting_review", "blocked", timeout=90)
+                return done, await all_events(c, 1)
+
+        for env in _served(s, consumer, events):
+            done, transcript = asyncio.run(check(env))
+            files = tree_files(env.repo_path, done["head_sha"])
+        return done, transcript, files, model.requests
+
+
+def test_mixed_batch_runs_only_the_allowed_calls_in_order(policy_settings: Settings) -> None:
+    from tests.helpers_model import tool_calls
+
+    turns = [
+        tool_calls(
+            [
+                ("write_file", {"path": "a.txt", "content": "a"}, "c1"),
+                ("write_file", {"path": "evil.txt", "content": "x"}, "c2"),
+                ("write_file", {"path": "b.txt", "content": "b"}, "c3"),
+            ]
+        ),
+        reply("done"),
+    ]
+    done, transcript, files, requests = _run_builtin(policy_settings, ByInputConsumer(), turns, ["pre_tool_use"])
+    assert done["state"] == "awaiting_review", done
+    assert "a.txt" in files and "b.txt" in files and "evil.txt" not in files
+    results = [(e["payload"]["id"], e["payload"]["is_error"]) for e in transcript if e["kind"] == "tool_result"]
+    assert results == [("c1", False), ("c2", True), ("c3", False)]
+    tool_msgs = [m["tool_call_id"] for m in requests[1]["messages"] if m["role"] == "tool"]
+    assert tool_msgs == ["c1", "c2", "c3"]
+
+
+def test_duplicate_tool_use_id_in_one_turn_fails_closed(policy_settings: Settings) -> None:
+    from tests.helpers_model import tool_calls
+
+    turns = [
+        tool_calls(
+            [
+                ("write_file", {"path": "x.txt", "content": "x"}, "dup"),
+                ("write_file", {"path": "y.txt", "content": "y"}, "dup"),
+            ]
+        ),
+        reply("done"),
+    ]
+    consumer = ByInputConsumer()
+    done, transcript, files, _ = _run_builtin(policy_settings, consumer, turns, ["pre_tool_use"])
+    assert done["state"] == "awaiting_review", done
+    assert "x.txt" not in files and "y.txt" not in files
+    errors = [e for e in transcript if e["kind"] == "tool_result" and e["payload"]["is_error"]]
+    assert len(errors) == 2 and all("used twice" in e["payload"]["output"] for e in errors)
+    assert "pre_tool_use" not in consumer.types()  # nothing was even asked about
+
+
+def test_stop_context_continues_the_agent_exactly_once(policy_settings: Settings) -> None:
+    turns = [reply("finished"), tool_call("write_file", {"path": "done.txt", "content": "ok"}), reply("now done")]
+    done, _, files, requests = _run_builtin(policy_settings, ByInputConsumer(), turns, ["stop"])
+    assert done["state"] == "awaiting_review", done
+    assert "done.txt" in files
+    # finished -> (stop: continue) -> write -> now done -> (stop again: not continued a second time)
+    assert len(requests) == 3
+    assert any(m.get("content") == "one more thing: add done.txt" for m in requests[1]["messages"])
