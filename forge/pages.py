@@ -13,7 +13,7 @@ from forge import accounts, audit, repositories, tokens, websessions
 from forge.access import INSTANCE, Action, Principal, Scope, can, require
 from forge.audit import Actor
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
-from forge.errors import ForgeError, Unauthenticated
+from forge.errors import ForgeError, InvalidInput, Unauthenticated
 from forge.models import Account
 from forge.security import generate_password, random_id
 
@@ -182,8 +182,6 @@ def _expiry(value: str) -> int | None:
     if not value:
         return None
     if not (value.isascii() and value.isdecimal()):
-        from forge.errors import InvalidInput
-
         raise InvalidInput("expiry must be a number of days", code="invalid_expiry")
     return int(value)
 

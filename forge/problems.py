@@ -9,6 +9,7 @@ from urllib.parse import quote
 import msgspec
 import structlog
 from litestar import MediaType, Request, Response
+from litestar.connection import ASGIConnection
 from litestar.exceptions import (
     ClientException,
     HTTPException,
@@ -21,7 +22,8 @@ from litestar.exceptions import (
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from forge.auth import request_id
+from forge import audit
+from forge.auth import actor_of, request_id
 from forge.errors import ForgeError, RateLimited
 from forge.repos.errors import RepoError
 
@@ -161,11 +163,6 @@ async def audit_refusal(exc: Exception, scope: Any) -> None:
         return
     if exc.status not in {401, 403, 429} and not exc.extra.get("refused"):
         return
-    from litestar.connection import ASGIConnection
-
-    from forge import audit
-    from forge.auth import actor_of
-
     connection: ASGIConnection[Any, Any, Any, Any] = ASGIConnection(scope)
     exc.audited = True
     await audit.record_refusal(
