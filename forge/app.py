@@ -39,6 +39,7 @@ from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
 from tasks.pages import MyTaskPages, TaskPages
+from tasks.repo_settings import RepoTaskSettingsController
 from tasks.routes import TaskController, UserTaskController
 from tasks.system import TaskSystem
 from tasks.webhook_gate import WebhookGate
@@ -116,6 +117,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             BrowseController,
             TaskController,
             UserTaskController,
+            RepoTaskSettingsController,
             *webhooks.ROUTE_HANDLERS,
             TaskPages,
             MyTaskPages,

@@ -113,3 +113,21 @@ class TranscriptEvent(Base):
     kind: Mapped[str] = mapped_column(String(16))
     schema_version: Mapped[int] = mapped_column(Integer, default=1)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class RepoTaskSettings(Base):
+    """A repository's overrides of the instance's task settings (null: use the instance's).
+    Set by repository admins; the model key is stored encrypted (forge.security.SecretBox)."""
+
+    __tablename__ = "repo_task_settings"
+
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    model_base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    model_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    model_api_key_enc: Mapped[str | None] = mapped_column(Text, nullable=True)
+    turn_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tool_timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    idle_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    wall_clock_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    token_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -21,7 +21,7 @@ from forge.repos import RefNotFound, RepoStore, resolve_ref, validate_branch_nam
 from forge.repos.errors import InvalidRefName
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
-from tasks import transcript
+from tasks import repo_settings, transcript
 from tasks.command_runtime import argv_of
 from tasks.models import Run, Task, TaskCounter
 from tasks.policy import GateContext, PolicyGate, PromptKind
@@ -337,7 +337,8 @@ class TaskService:
         else:
             if data.command is not None:
                 raise InvalidInput("`command` is for the command runtime", code="invalid_command")
-            if not (self.settings.model_base_url and self.settings.model_name):
+            effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
+            if not (effective.model_base_url and effective.model_name):
                 raise InvalidInput(
                     "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
                     "use the command runtime or configure one",

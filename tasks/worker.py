@@ -38,7 +38,7 @@ from sandbox import (
     reap,
     weakenings_in_effect,
 )
-from tasks import gitops, transcript
+from tasks import gitops, repo_settings, transcript
 from tasks.live import LiveHub
 from tasks.models import Run, Task
 from tasks.policy import GateContext, PolicyGate, policy_record
@@ -369,6 +369,7 @@ class Execution:
 
     def __init__(self, worker: TaskWorker, run_id: int, stop: asyncio.Event) -> None:
         self.w = worker
+        self.settings = worker.settings  # until the repository's overrides are loaded
         self.run_id = run_id
         self.stop_event = stop
         self.sandbox: Sandbox | None = None
@@ -396,6 +397,8 @@ class Execution:
             self.repo_key = (repo.owner.login.lower(), repo.name.lower())
             self.full_name = f"{repo.owner.login}/{repo.name}"
             self.repo_uuid = repo.uuid
+            # The instance's settings with this repository's overrides (model endpoint, limits).
+            self.settings = await repo_settings.effective(s, self.w.settings, repo.id)
             self.agent_login = agent.login if agent else "agent"
             self.starter_login = starter.login if starter else ""
             self.starter_type = "Bot" if starter is not None and starter.is_bot else "User"
@@ -423,7 +426,7 @@ class Execution:
 
     async def run(self) -> None:
         await self._load()
-        settings = self.w.settings
+        settings = self.settings
         redactor = Redactor([settings.model_api_key, settings.secret_key, *self.w.extra_secrets])
         self.writer = TranscriptWriter(self.w.db, self.w.hub, self.task_id, self.run_id, redactor)
         self.writer.start()
@@ -466,7 +469,7 @@ class Execution:
 
     async def _provision(self) -> RunContext:
         w = self.w
-        settings = w.settings
+        settings = self.settings
         runtime = w.runtimes.get(self.runtime_name)
         if runtime is None:
             raise _ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
@@ -582,7 +585,7 @@ class Execution:
 
     async def _supervise(self, ctx: RunContext) -> Outcome:
         """Run the runtime under the stop request and the watchdogs (idle, wall clock)."""
-        settings = self.w.settings
+        settings = self.settings
         assert self.writer is not None
         runtime_task = asyncio.ensure_future(self.runtime.run(ctx))
         stop_wait = asyncio.ensure_future(self.stop_event.wait())

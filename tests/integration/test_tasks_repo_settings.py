@@ -1,0 +1,55 @@
+"""Per-repository task settings: admins only, the model key encrypted and never shown again."""
+
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+
+from forge.db import Database
+from forge.models import AuditEvent
+from tasks.models import RepoTaskSettings
+from tests.conftest import Accounts
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_admins_set_overrides_and_the_key_stays_secret(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    await make.user("ana")
+    await make.user("bob")
+    await make.user("eve")
+    ana = bearer(await make.token("ana", "repo:write"))
+    await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
+    await client.put("/api/v1/repos/ana/app/collaborators/bob", json={"role": "write"}, headers=ana)
+    path = "/api/v1/repos/ana/app/task-settings"
+    body = {"model_base_url": "http://127.0.0.1:9/v1", "model_name": "m", "model_api_key": "sk-topsecret",
+            "turn_limit": 10, "tool_timeout_seconds": 30}  # fmt: skip
+    r = await client.put(path, json=body, headers=ana)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert got["model_api_key_set"] is True and "sk-topsecret" not in r.text
+    assert got["turn_limit"] == 10 and got["idle_seconds"] is None
+    assert (await client.get(path, headers=ana)).json() == got
+    # the key is encrypted at rest and absent from the audit log
+    async with db.session() as s:
+        row = await s.get(RepoTaskSettings, 1)
+        assert row is not None and row.model_api_key_enc and "sk-topsecret" not in row.model_api_key_enc
+        audit_rows = (
+            await s.execute(select(AuditEvent).where(AuditEvent.action == "repo.task_settings.update"))
+        ).scalars()
+        assert all("sk-topsecret" not in str(a.detail) for a in audit_rows)
+    # keeping the key when it is not sent; removing it with ""
+    r = await client.put(path, json={"turn_limit": 5}, headers=ana)
+    assert r.json()["model_api_key_set"] is True and r.json()["model_name"] is None
+    r = await client.put(path, json={"model_api_key": ""}, headers=ana)
+    assert r.json()["model_api_key_set"] is False
+    # writers may not, outsiders do not even see it
+    bob = bearer(await make.token("bob", "repo:write"))
+    eve = bearer(await make.token("eve", "repo:write"))
+    assert (await client.put(path, json={}, headers=bob)).status_code == 403
+    assert (await client.get(path, headers=eve)).status_code == 404
+    for bad in ({"model_base_url": "ftp://x"}, {"turn_limit": 0}, {"idle_seconds": -1}, {"colour": 1}):
+        assert (await client.put(path, json=bad, headers=ana)).status_code == 422, bad
