@@ -1,6 +1,7 @@
 """Web pages for repositories: list, create, home (README), tree, file, commits, commit, branches,
 compare and settings. Same services as the REST API; forms work without JavaScript."""
 
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 import msgspec
@@ -313,6 +314,24 @@ class RepoSettingsPages(Controller):
             ),
         )
 
+    async def _apply(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        res: RepoResource,
+        actor: ActorDep,
+        base_url: str,
+        change: Awaitable[object],
+    ) -> Template:
+        """Run one settings change and show the page again, with the refusal when there is one."""
+        try:
+            await change
+        except ForgeError as exc:
+            return await self._render(
+                request, db_session, res, actor, base_url, status_code=exc.status, error=exc.detail
+            )
+        return await self._render(request, db_session, res, actor, base_url, notice="saved")
+
     @get("/")
     async def index(
         self,
@@ -339,23 +358,22 @@ class RepoSettingsPages(Controller):
         data: URLEncodedBody[SettingsForm],
     ) -> Template:
         res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        fields = {
+            "description": data.description,
+            "visibility": data.visibility,
+            "default_branch": data.default_branch or None,
+            "archived": bool(data.archived),
+        }
         try:
-            change = msgspec.convert(
-                {
-                    "description": data.description,
-                    "visibility": data.visibility,
-                    "default_branch": data.default_branch or None,
-                    "archived": bool(data.archived),
-                },
-                RepoUpdate,
-            )
-            res = await repositories.update(db_session, store, actor, res, change)
-        except (ForgeError, msgspec.ValidationError) as exc:
-            detail = exc.detail if isinstance(exc, ForgeError) else str(exc)
+            change = msgspec.convert(fields, RepoUpdate)
+        except msgspec.ValidationError as exc:
             return await self._render(
-                request, db_session, res, actor, settings.effective_base_url, status_code=422, error=detail
+                request, db_session, res, actor, settings.effective_base_url, status_code=422, error=str(exc)
             )
-        return await self._render(request, db_session, res, actor, settings.effective_base_url, notice="saved")
+        base_url = settings.effective_base_url
+        return await self._apply(
+            request, db_session, res, actor, base_url, repositories.update(db_session, store, actor, res, change)
+        )
 
     @post("/collaborators")
     async def collaborator(
@@ -369,16 +387,13 @@ class RepoSettingsPages(Controller):
         data: URLEncodedBody[CollaboratorForm],
     ) -> Template:
         res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        try:
-            if data.role == "remove":
-                await repositories.remove_collaborator(db_session, actor, res, data.login.strip())
-            else:
-                await repositories.set_collaborator(db_session, actor, res, data.login.strip(), data.role)  # type: ignore[arg-type]
-        except ForgeError as exc:
-            return await self._render(
-                request, db_session, res, actor, settings.effective_base_url, status_code=exc.status, error=exc.detail
-            )
-        return await self._render(request, db_session, res, actor, settings.effective_base_url, notice="saved")
+        login = data.login.strip()
+        change = (
+            repositories.remove_collaborator(db_session, actor, res, login)
+            if data.role == "remove"
+            else repositories.set_collaborator(db_session, actor, res, login, data.role)  # type: ignore[arg-type]
+        )
+        return await self._apply(request, db_session, res, actor, settings.effective_base_url, change)
 
     @post("/rules")
     async def rule(
@@ -392,17 +407,12 @@ class RepoSettingsPages(Controller):
         data: URLEncodedBody[RuleForm],
     ) -> Template:
         res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        try:
-            await repositories.add_branch_rule(
-                db_session,
-                actor,
-                res,
-                data.pattern,
-                allow_force_push=bool(data.allow_force_push),
-                allow_deletion=bool(data.allow_deletion),
-            )
-        except ForgeError as exc:
-            return await self._render(
-                request, db_session, res, actor, settings.effective_base_url, status_code=exc.status, error=exc.detail
-            )
-        return await self._render(request, db_session, res, actor, settings.effective_base_url, notice="saved")
+        change = repositories.add_branch_rule(
+            db_session,
+            actor,
+            res,
+            data.pattern,
+            allow_force_push=bool(data.allow_force_push),
+            allow_deletion=bool(data.allow_deletion),
+        )
+        return await self._apply(request, db_session, res, actor, settings.effective_base_url, change)
