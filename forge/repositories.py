@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Literal
 
 import msgspec
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -455,6 +455,16 @@ async def list_visible(session: AsyncSession, principal: Principal, *, owner: st
     )
     if owner is not None:
         stmt = stmt.where(Account.login_key == owner.lower())
+    if not can(principal, Action.INSTANCE_ADMIN, INSTANCE):
+        # Narrow in SQL to what could be readable; `can` below still decides each row.
+        readable = [Repository.visibility == Visibility.PUBLIC]
+        if principal.account_id is not None:
+            readable += [
+                Repository.visibility == Visibility.INTERNAL,
+                Repository.owner_id == principal.account_id,
+                Repository.id.in_(select(Collaborator.repo_id).where(Collaborator.account_id == principal.account_id)),
+            ]
+        stmt = stmt.where(or_(*readable))
     repos = (await session.execute(stmt)).scalars().all()
     roles: dict[int, Role] = {}
     if principal.account_id is not None:
