@@ -38,6 +38,7 @@ from forge.repos.smart_http import GitHttpConfig
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
+from tasks.approval_routes import ApprovalController
 from tasks.pages import MyTaskPages, TaskPages
 from tasks.repo_settings import RepoTaskSettingsController
 from tasks.routes import TaskController, UserTaskController
@@ -116,6 +117,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             RepoController,
             BrowseController,
             TaskController,
+            ApprovalController,
             UserTaskController,
             RepoTaskSettingsController,
             *webhooks.ROUTE_HANDLERS,

@@ -64,6 +64,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     task_wall_clock_seconds: int = 3600
     task_token_budget: int = 0  # 0 = no budget
     task_max_file_bytes: int = 10 * 1024 * 1024
+    # A tool call parked for a person (policy `ask` or failure policy `hold`) expires after this.
+    task_approval_ttl_seconds: int = 1800
     model_base_url: str = ""
     model_name: str = ""
     model_api_key: str = ""
@@ -145,6 +147,7 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         "task_idle_seconds",
         "task_wall_clock_seconds",
         "task_max_file_bytes",
+        "task_approval_ttl_seconds",
         "model_timeout_seconds",
         "webhooks_policy_concurrency",
         "webhooks_delivery_concurrency",

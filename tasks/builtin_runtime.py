@@ -20,7 +20,15 @@ from sandbox import (
     write_workspace_file,
 )
 from tasks.policy import GateDecision, policy_record
-from tasks.runtime import ModelEndpoint, Outcome, RunContext, RuntimeUnavailable
+from tasks.runtime import (
+    ApprovalRequest,
+    ApprovedCall,
+    ModelEndpoint,
+    Outcome,
+    RunContext,
+    RuntimeUnavailable,
+    input_hash,
+)
 from tasks.states import FailureReason, RunKind
 from tasks.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
 
@@ -158,6 +166,8 @@ class BuiltinRuntime:
         if not messages:
             return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": ctx.prompt}]
         pending = _pending_tool_calls(messages)
+        if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
+            return messages  # the parked call is answered by `_resume_approved`
         if ctx.kind == RunKind.ANSWER and pending:
             for call in pending:
                 is_question = call.get("function", {}).get("name") == "ask_user"
@@ -178,6 +188,10 @@ class BuiltinRuntime:
         messages = self._resume(ctx)
         summary = ""
         continued = False
+        if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
+            parked = await self._resume_approved(ctx, ctx.approval, messages)
+            if parked is not None:
+                return parked
         async with httpx.AsyncClient(transport=self._transport, follow_redirects=False) as client:
             while True:
                 if ctx.turns >= ctx.limits.turn_limit:
@@ -225,6 +239,7 @@ class BuiltinRuntime:
                         continue
                     return Outcome(status="succeeded", summary=final, conversation=messages)
                 question = ""
+                approval: ApprovalRequest | None = None
                 ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
                 # Two calls with one id in a turn cannot be told apart by a policy consumer
                 # (decisions are bound to the id): none of them runs (fail closed).
@@ -232,9 +247,10 @@ class BuiltinRuntime:
                 notes: list[str] = []  # policy model_context: for the model only, never inside a tool result
                 for call in calls:
                     call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
-                    if question:
+                    if question or approval is not None:
+                        waiting = "the user" if question else "a person's approval of an earlier call"
                         messages.append(
-                            {"role": "tool", "tool_call_id": call_id, "content": "not run: waiting for the user"}
+                            {"role": "tool", "tool_call_id": call_id, "content": f"not run: waiting for {waiting}"}
                         )
                         continue
                     if call_id in duplicated:
@@ -251,6 +267,11 @@ class BuiltinRuntime:
                             error=extra["policy_failure"],
                             conversation=messages,
                         )
+                    if extra.get("approval") is not None:
+                        approval = extra["approval"]
+                        if extra.get("model_context"):
+                            notes.append(extra["model_context"])
+                        continue  # the decision becomes this call's result in the approval run
                     if extra.get("question"):
                         question = extra["question"]
                         await ctx.emit("question", Question(text=question, tool_call_id=call_id))
@@ -266,8 +287,57 @@ class BuiltinRuntime:
                     messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(notes)})
                 if question:
                     return Outcome(status="blocked", question=question, summary=summary, conversation=messages)
+                if approval is not None:
+                    return Outcome(status="blocked", approval=approval, summary=summary, conversation=messages)
 
-    async def _tool(self, ctx: RunContext, call: Any) -> tuple[str, bool, dict[str, str]]:
+    async def _resume_approved(
+        self, ctx: RunContext, decided: ApprovedCall, messages: list[dict[str, Any]]
+    ) -> Outcome | None:
+        """Answer the parked call with the person's decision. Approving runs exactly the approved
+        input: the one stored with the approval, checked against the call by its hash."""
+        call = next((c for c in _pending_tool_calls(messages) if c.get("id") == decided.tool_use_id), None)
+        for other in _pending_tool_calls(messages):
+            if other is not call:
+                messages.append(
+                    {"role": "tool", "tool_call_id": other.get("id", ""), "content": "not run: the run ended"}
+                )
+        if call is None:
+            await ctx.emit(
+                "notice", Notice(text="the approved call is not pending any more; nothing was run", level="warning")
+            )
+            return None
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "")
+        try:
+            raw = fn.get("arguments", "{}")
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            args = None
+        call_id = decided.tool_use_id
+        if name != decided.tool_name or args is None or input_hash(args) != decided.input_hash:
+            text = "error: the decision does not match this call's input; it was not executed"
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            return None
+        if not decided.approved:
+            why = decided.reason or "no reason given"
+            text = (
+                f"error: a person denied this {name} call; it was not executed. Do not retry it unless the user "
+                f"asks; explain this to the user. Reason: {why}"
+            )
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            return None
+        result, _, extra = await self._run_tool(ctx, call_id, name, dict(decided.tool_input))
+        if extra.get("question"):
+            await ctx.emit("question", Question(text=extra["question"], tool_call_id=call_id))
+            return Outcome(status="blocked", question=extra["question"], conversation=messages)
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        if extra.get("model_context"):
+            messages.append({"role": "system", "content": "Policy note:\n" + extra["model_context"]})
+        return None
+
+    async def _tool(self, ctx: RunContext, call: Any) -> tuple[str, bool, dict[str, Any]]:
         """Run one tool call; every problem goes back to the model as a tool error."""
         if not isinstance(call, dict):
             return "error: malformed tool call", True, {}
@@ -294,6 +364,19 @@ class BuiltinRuntime:
         await _record(ctx, decision)
         if decision.user_message:
             await ctx.emit("notice", Notice(text=decision.user_message))
+        if decision.decision == "ask":
+            # A consumer asks a person (or an endpoint with failure policy `hold` failed): the call
+            # is parked as an approval and the run blocks; nothing runs until someone decides.
+            request = ApprovalRequest(
+                tool_use_id=call_id,
+                tool_name=name,
+                tool_input=args,
+                reason=decision.reason,
+                held=decision.held,
+                requested_by=decision.decided_by,
+                delivery_id=str((decision.dispatch or {}).get("delivery_id") or ""),
+            )
+            return "", False, {"approval": request, "model_context": decision.model_context}
         if decision.failed:
             # Fail closed: the run stops (the tool is not run), the reason names the delivery.
             return decision.reason, True, {"policy_failure": decision.reason}
@@ -307,7 +390,13 @@ class BuiltinRuntime:
             return text, True, {"model_context": decision.model_context} if decision.model_context else {}
         if decision.input_override:
             args = decision.input_override
-        extra: dict[str, str] = {}
+        return await self._run_tool(ctx, call_id, name, args, decision.model_context)
+
+    async def _run_tool(
+        self, ctx: RunContext, call_id: str, name: str, args: dict[str, Any], context: str = ""
+    ) -> tuple[str, bool, dict[str, Any]]:
+        """Execute an allowed call, record its result and send `post_tool_use`."""
+        extra: dict[str, Any] = {}
         try:
             output = await self._execute(ctx, name, args, extra)
             is_error = False
@@ -330,7 +419,7 @@ class BuiltinRuntime:
         await _record(ctx, after)
         if after.user_message:
             await ctx.emit("notice", Notice(text=after.user_message))
-        contexts = [c for c in (decision.model_context, after.model_context) if c.strip()]
+        contexts = [c for c in (context, after.model_context) if c.strip()]
         if contexts:
             extra["model_context"] = "\n\n".join(contexts)
         return text, is_error, extra

@@ -115,6 +115,36 @@ class TranscriptEvent(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
+class Approval(Base):
+    """A tool call parked for a person: a policy consumer answered `ask` (or failed with failure
+    policy `hold`). Bound to the exact input by its hash; approving runs exactly that input."""
+
+    __tablename__ = "task_approvals"
+    __table_args__ = (Index("ix_task_approvals_state_expires", "state", "expires_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    # The run that asked, and the run that resumed after the decision.
+    run_id: Mapped[int] = mapped_column(ForeignKey("task_runs.id", ondelete="CASCADE"))
+    resume_run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="SET NULL"), nullable=True)
+    tool_use_id: Mapped[str] = mapped_column(String(200))
+    tool_name: Mapped[str] = mapped_column(String(64))
+    tool_input: Mapped[Any] = mapped_column(JSON)
+    input_hash: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    held: Mapped[bool] = mapped_column(Boolean, default=False)  # failure policy `hold`, not a consumer's ask
+    requested_by: Mapped[str] = mapped_column(String(2048), default="")  # the endpoint URL(s)
+    delivery_id: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    decision_reason: Mapped[str] = mapped_column(Text, default="")
+    decided_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    expires_at: Mapped[datetime] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class RepoTaskSettings(Base):
     """A repository's overrides of the instance's task settings (null: use the instance's).
     Set by repository admins; the model key is stored encrypted (forge.security.SecretBox)."""

@@ -1,7 +1,8 @@
 """Web pages of tasks: the repository's task list (with a start form), the task page (state, runs,
 live transcript, question form, actions) and "my tasks". Same service as the REST API."""
 
-from typing import Annotated, Any
+import json
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, get, post
@@ -12,11 +13,12 @@ from litestar.response import Redirect, Template
 from forge import repositories
 from forge.access import Action, can
 from forge.deps import ActorDep, DbSession
-from forge.errors import ForgeError, Unauthenticated
+from forge.errors import ForgeError, InvalidInput, Unauthenticated
 from forge.pages import page
 from tasks import transcript
+from tasks.approvals import ApprovalService
 from tasks.routes import service_for
-from tasks.schemas import MessageCreate, TaskCreate
+from tasks.schemas import ApprovalDecide, MessageCreate, TaskCreate
 from tasks.service import parse_number
 
 REPO_TASKS = "/{owner:str}/{name:str}/tasks"
@@ -34,6 +36,13 @@ class StartForm(msgspec.Struct, kw_only=True):
 
 class BodyForm(msgspec.Struct, kw_only=True):
     body: str = ""
+    csrf_token: str = ""
+
+
+class DecisionForm(msgspec.Struct, kw_only=True):
+    decision: str = ""
+    reason: str = ""
+    input_hash: str = ""
     csrf_token: str = ""
 
 
@@ -130,10 +139,14 @@ class TaskPages(Controller):
         svc = service_for(db_session, state)
         task = await svc.get(res, n)
         events = await transcript.read(db_session, task.id, after=0, limit=5000)
+        read = await svc.to_read(task, res)
+        parked = read.pending_approval
         return page(
             request,
             "tasks/task.html",
-            task=await svc.to_read(task, res),
+            task=read,
+            # Autoescaped as text: the person sees the exact input, `<` and all.
+            approval_input=json.dumps(parked.tool_input, indent=2, ensure_ascii=False) if parked else "",
             events=events,
             last_seq=events[-1].seq if events else 0,
             may_stop=svc.may_stop(actor.principal, res, task),
@@ -172,6 +185,34 @@ class TaskPages(Controller):
             from forge.errors import NotFound
 
             raise NotFound("no such action")
+        await db_session.commit()
+        state.tasks.changed(task.id)
+        return Redirect(f"/{res.full_name}/tasks/{n}", status_code=303)
+
+    @post("/{number:str}/approvals/{approval_id:str}")
+    async def decide(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        number: FromPath[str],
+        approval_id: FromPath[str],
+        data: URLEncodedBody[DecisionForm],
+    ) -> Redirect:
+        n = parse_number(number)
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        task = await svc.get(res, n)
+        if data.decision == "approve":
+            choice: Literal["approve", "deny"] = "approve"
+        elif data.decision == "deny":
+            choice = "deny"
+        else:
+            raise InvalidInput("choose approve or deny", code="invalid_decision")
+        decide = ApprovalDecide(decision=choice, reason=data.reason[:2000], input_hash=data.input_hash[:64])
+        await ApprovalService(svc).decide(actor, res, task, approval_id[:64], decide)
         await db_session.commit()
         state.tasks.changed(task.id)
         return Redirect(f"/{res.full_name}/tasks/{n}", status_code=303)

@@ -38,6 +38,10 @@ class GateDecision(msgspec.Struct, frozen=True, kw_only=True):
     user_message: str = ""  # reaches people only (a transcript notice)
     # A failed dispatch (fail-closed) is a deny whose reason names the delivery.
     failed: bool = False
+    # An `ask` that comes from failure policy `hold` (the endpoint failed), not from a consumer.
+    held: bool = False
+    # The endpoint whose deny or ask decided (its URL), for the approval card.
+    decided_by: str = ""
     # What the endpoints answered (event, decision, delivery id, per endpoint: url, result class,
     # decision, status, latency): recorded in the transcript so a reviewer sees why. None when no
     # endpoint was called.

@@ -4,6 +4,8 @@ A runtime drives one run inside a started sandbox. It reports everything through
 (transcript events, redacted and stored by the worker) and returns an `Outcome`. It never sees the
 database, the repository or the sandbox's spec; later CLI-agent runtimes fit the same shape."""
 
+import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
@@ -31,6 +33,36 @@ class ModelEndpoint(msgspec.Struct, frozen=True, kw_only=True):
     timeout: float = 120.0
 
 
+def input_hash(tool_input: Any) -> str:
+    """SHA-256 of the canonical JSON of a tool input: what an approval is bound to."""
+    canonical = json.dumps(tool_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class ApprovalRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool call the runtime parked for a person (policy `ask`, or failure policy `hold`)."""
+
+    tool_use_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    reason: str = ""
+    held: bool = False
+    requested_by: str = ""
+    delivery_id: str = ""
+
+
+class ApprovedCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A person's decision on a parked call, handed to the run that resumes the task."""
+
+    tool_use_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    input_hash: str
+    approved: bool
+    decided_by: str = ""
+    reason: str = ""
+
+
 class Outcome(msgspec.Struct, kw_only=True):
     status: OutcomeStatus
     summary: str = ""
@@ -40,6 +72,8 @@ class Outcome(msgspec.Struct, kw_only=True):
     exit_code: int | None = None
     # The builtin runtime's conversation after this run (stored on the task for the next one).
     conversation: list[dict[str, Any]] | None = None
+    # status "blocked" on a tool call that waits for a person's approval (not a question).
+    approval: ApprovalRequest | None = None
 
 
 Emit = Callable[[Kind, Payload], Awaitable[None]]
@@ -57,6 +91,8 @@ class RunContext(msgspec.Struct, kw_only=True):
     gate_ctx: GateContext
     emit: Emit
     model: ModelEndpoint | None = None
+    # An `approval` run: the decision on the parked call the run resumes with.
+    approval: ApprovedCall | None = None
     # Token and turn accounting (the worker stores them on the run).
     turns: int = 0
     prompt_tokens: int = 0

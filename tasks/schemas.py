@@ -1,7 +1,7 @@
 """Wire shapes of the tasks API (msgspec structs). New fields get defaults; types never change."""
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -28,6 +28,32 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     body: Annotated[str, msgspec.Meta(max_length=BODY_MAX)]
+
+
+class ApprovalDecide(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    decision: Literal["approve", "deny"]
+    reason: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+    # Optional binding: refuse unless the parked input still has this hash (what the person saw).
+    input_hash: Annotated[str, msgspec.Meta(max_length=64)] = ""
+
+
+class ApprovalRead(msgspec.Struct, kw_only=True):
+    id: str
+    # pending, approved, denied, expired (nobody decided in time), cancelled (the task stopped)
+    state: str
+    tool_use_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    input_hash: str  # SHA-256 of the canonical JSON of tool_input
+    reason: str  # the consumer's reason, or the failure that held the call
+    held: bool  # failure policy `hold` parked it (the endpoint failed), not a consumer's ask
+    requested_by: str  # the endpoint URL
+    run: int  # the run that asked
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_reason: str
 
 
 class RunRead(msgspec.Struct, kw_only=True):
@@ -74,6 +100,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     created_at: datetime
     updated_at: datetime
     runs: list[RunRead]
+    # The tool call waiting for a person, when the task is blocked on one.
+    pending_approval: ApprovalRead | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -23,7 +23,7 @@ from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
 from tasks import repo_settings, transcript
 from tasks.command_runtime import argv_of
-from tasks.models import Run, Task, TaskCounter
+from tasks.models import Approval, Run, Task, TaskCounter
 from tasks.policy import GateContext, PolicyGate, PromptKind
 from tasks.schemas import MessageCreate, RunRead, TaskCreate, TaskRead
 from tasks.states import RunKind, RunState, TaskState, check_transition
@@ -226,7 +226,11 @@ class TaskService:
         agent = await self.session.get(Account, task.agent_id)
         starter = await self.session.get(Account, task.started_by_id) if task.started_by_id else None
         runs = await self.runs(task)
+        from tasks import approvals  # approvals builds on this module
+
+        parked = await approvals.pending_for(self.session, task.id) if task.state == TaskState.BLOCKED else None
         return TaskRead(
+            pending_approval=await approvals.to_read(self.session, parked) if parked is not None else None,
             number=task.number,
             repository=res.full_name,
             title=task.title,
@@ -453,6 +457,11 @@ class TaskService:
         state = TaskState(task.state)
         if state.is_terminal:
             raise InvalidState(f"the task is {state.value}", code="invalid_task_state")
+        if state is TaskState.BLOCKED and await self._approval_pending(task):
+            raise InvalidState(
+                "a tool call waits for approval: approve or deny it first (a denial's reason reaches the agent)",
+                code="approval_pending",
+            )
         body = await self._check_prompt(await self._gate_ctx(task, res, actor), body, "message")
         target = f"{res.full_name}#{task.number}"
         if state.is_active:
@@ -482,6 +491,12 @@ class TaskService:
         )
         audit.record(self.session, actor, "task.message", target, queued=False)
         return task
+
+    async def _approval_pending(self, task: Task) -> bool:
+        found = await self.session.execute(
+            select(Approval.id).where(Approval.task_id == task.id, Approval.state == "pending").limit(1)
+        )
+        return found.first() is not None
 
     async def answer(self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate) -> Task:
         require(actor.principal, Action.TASK_WRITE, res)
@@ -590,6 +605,11 @@ class TaskService:
         )
         if pending is None:
             task.question = ""
+            from tasks import approvals  # approvals builds on this module
+
+            await approvals.cancel_pending(
+                self.session, self.bus, task, res.repo, base_url=self.base_url, actor=actor.principal
+            )
             await set_state(
                 self.session, self.bus, task, res.repo, TaskState.STOPPED, base_url=self.base_url, actor=actor.principal
             )

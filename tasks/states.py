@@ -81,6 +81,7 @@ class RunKind(StrEnum):
     ANSWER = "answer"
     RETRY = "retry"
     REVIEW = "review"
+    APPROVAL = "approval"  # resumes after a person decided a parked tool call
 
 
 class FailureReason(StrEnum):
@@ -98,5 +99,6 @@ class FailureReason(StrEnum):
     OOM = "oom"
     INTERRUPTED = "interrupted"
     POLICY = "policy"
+    APPROVAL_EXPIRED = "approval_expired"
     EXIT_CODE = "exit_code"
     INTERNAL = "internal"

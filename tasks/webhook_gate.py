@@ -102,6 +102,8 @@ def _decision(outcome: PolicyOutcome) -> GateDecision:
         model_context="\n\n".join(c for c in outcome.model_contexts if c.strip()),
         user_message="\n".join(m for m in outcome.user_messages if m.strip()),
         failed=failure is not None,
+        held=outcome.held,
+        decided_by=outcome.deciding.url if outcome.deciding is not None else "",
         dispatch={
             "event": outcome.event_type,
             "decision": outcome.decision,

@@ -38,11 +38,11 @@ from sandbox import (
     reap,
     weakenings_in_effect,
 )
-from tasks import gitops, repo_settings, transcript
+from tasks import approvals, gitops, repo_settings, transcript
 from tasks.live import LiveHub
-from tasks.models import Run, Task
+from tasks.models import Approval, Run, Task
 from tasks.policy import GateContext, PolicyGate, policy_record
-from tasks.runtime import ModelEndpoint, Outcome, RunContext, Runtime, RuntimeLimits, RuntimeUnavailable
+from tasks.runtime import ApprovedCall, ModelEndpoint, Outcome, RunContext, Runtime, RuntimeLimits, RuntimeUnavailable
 from tasks.service import publish, set_state
 from tasks.states import FailureReason, RunKind, RunState, TaskState
 from tasks.transcript import Notice, Pending, Prompt, Redactor, Summary, System
@@ -53,6 +53,7 @@ log = structlog.get_logger("forgehand.tasks")
 HEARTBEAT_SECONDS = 1.0
 STALE_SECONDS = 60.0
 RECOVER_EVERY = 30.0
+APPROVAL_SWEEP_SECONDS = 2.0
 
 # Worker ids alive in this process: a run owned by an id of this process that is not here is orphaned.
 _LIVE_WORKERS: set[str] = set()
@@ -136,7 +137,11 @@ class TaskWorker:
         _LIVE_WORKERS.add(self.id)
         await self.recover(reap_containers=True)
         self.hub.listen(self._on_notify)
-        self._bg = [asyncio.create_task(self._claim_loop()), asyncio.create_task(self._heartbeat_loop())]
+        self._bg = [
+            asyncio.create_task(self._claim_loop()),
+            asyncio.create_task(self._heartbeat_loop()),
+            asyncio.create_task(self._expire_loop()),
+        ]
         log.info("task worker started", worker=self.id)
 
     async def close(self) -> None:
@@ -311,6 +316,18 @@ class TaskWorker:
 
         self._running[run_id] = asyncio.create_task(go(), name=f"forgehand-run-{run_id}")
 
+    async def _expire_loop(self) -> None:
+        """Parked tool calls nobody decided in time expire (their tasks fail, a retry goes on)."""
+        while not self._closing:
+            try:
+                for task_id in await approvals.expire_due(self.db, self.bus, self.settings.effective_base_url):
+                    self.hub.notify(task_id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("expiring approvals failed")
+            await asyncio.sleep(APPROVAL_SWEEP_SECONDS)
+
     async def _heartbeat_loop(self) -> None:
         while not self._closing:
             with contextlib.suppress(TimeoutError):
@@ -341,6 +358,18 @@ class TaskWorker:
                 event = self._stop_events.get(run_id)
                 if event is not None:
                     event.set()
+
+
+# session_start's `source` (hooks-protocol.md): a person's decision on an approval resumes the
+# task like an answer does.
+_SESSION_SOURCE: dict[RunKind, Any] = {
+    RunKind.START: "start",
+    RunKind.RETRY: "retry",
+    RunKind.MESSAGE: "message",
+    RunKind.ANSWER: "answer",
+    RunKind.REVIEW: "review",
+    RunKind.APPROVAL: "answer",
+}
 
 
 def _run_data(run: Run) -> dict[str, Any]:
@@ -394,6 +423,22 @@ class Execution:
             self.command = task.command
             self.branch, self.base_sha = task.branch, task.base_sha
             self.conversation = list(task.conversation or [])
+            self.approved: ApprovedCall | None = None
+            if self.kind is RunKind.APPROVAL:
+                decided = (
+                    await s.execute(select(Approval).where(Approval.resume_run_id == run.id))
+                ).scalar_one_or_none()
+                if decided is not None:
+                    decider = await s.get(Account, decided.decided_by_id) if decided.decided_by_id else None
+                    self.approved = ApprovedCall(
+                        tool_use_id=decided.tool_use_id,
+                        tool_name=decided.tool_name,
+                        tool_input=dict(decided.tool_input or {}),
+                        input_hash=decided.input_hash,
+                        approved=decided.state == "approved",
+                        decided_by=decider.login if decider else "",
+                        reason=decided.decision_reason,
+                    )
             self.repo_key = (repo.owner.login.lower(), repo.name.lower())
             self.full_name = f"{repo.owner.login}/{repo.name}"
             self.repo_uuid = repo.uuid
@@ -475,7 +520,7 @@ class Execution:
             raise _ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
         gate_ctx = self._gate_ctx()
         decision = await w.gate.session_start(
-            gate_ctx, source=self.kind.value, runtime=self.runtime_name, image=w.image
+            gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=w.image
         )
         record = policy_record(decision)
         if record is not None:
@@ -564,6 +609,7 @@ class Execution:
             gate_ctx=gate_ctx,
             emit=self._emit,
             model=model,
+            approval=self.approved,
         )
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
@@ -764,6 +810,17 @@ class Execution:
                 await set_state(s, w.bus, task, repo, TaskState.STOPPED, base_url=base_url, run=run)
             elif run_state is RunState.BLOCKED:
                 task.question = outcome.question
+                if outcome.approval is not None:
+                    await approvals.park(
+                        s,
+                        w.bus,
+                        task,
+                        repo,
+                        run,
+                        outcome.approval,
+                        ttl_seconds=w.settings.task_approval_ttl_seconds,
+                        base_url=base_url,
+                    )
                 await set_state(s, w.bus, task, repo, TaskState.BLOCKED, base_url=base_url, run=run)
             elif task.queued_message:
                 body, task.queued_message = task.queued_message, ""

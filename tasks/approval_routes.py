@@ -1,0 +1,58 @@
+"""REST for approvals: the tool calls a policy parked for a person (see tasks/approvals.py)."""
+
+from litestar import Controller, get, post
+from litestar.datastructures import State
+from litestar.params import FromPath, JSONBody
+
+from forge import repositories
+from forge.access import Action
+from forge.deps import ActorDep, DbSession
+from tasks.approvals import ApprovalService, to_read
+from tasks.routes import TASK, service_for, task_system
+from tasks.schemas import ApprovalDecide, ApprovalRead
+from tasks.service import parse_number
+
+
+class ApprovalController(Controller):
+    tags = ["tasks"]
+
+    @get(TASK + "/approvals", summary="Tool calls parked for a person (policy `ask` or failure policy `hold`)")
+    async def list_approvals(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        number: FromPath[str],
+    ) -> list[ApprovalRead]:
+        n = parse_number(number)
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        return await ApprovalService(svc).list(await svc.get(res, n))
+
+    @post(
+        TASK + "/approvals/{approval_id:str}",
+        summary="Approve or deny a parked tool call (write access); the task resumes either way",
+        status_code=200,
+    )
+    async def decide(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        state: State,
+        owner: FromPath[str],
+        name: FromPath[str],
+        number: FromPath[str],
+        approval_id: FromPath[str],
+        data: JSONBody[ApprovalDecide],
+    ) -> ApprovalRead:
+        n = parse_number(number)
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(db_session, state)
+        task = await svc.get(res, n)
+        approval = await ApprovalService(svc).decide(actor, res, task, approval_id[:64], data)
+        read = await to_read(db_session, approval)
+        await db_session.commit()
+        task_system(state).changed(task.id)
+        return read

@@ -1,0 +1,200 @@
+"""Approvals (hooks-protocol.md, `pre_tool_use` ask and failure policy `hold`): the call is parked,
+a collaborator with write access approves or denies it, approving runs exactly the parked input,
+and stop or expiry end it. Real Docker, a real policy consumer and a scripted model."""
+
+import asyncio
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from sqlalchemy import select
+
+from forge import accounts, repositories, tokens
+from forge.audit import Actor
+from forge.db import Database
+from forge.models import AuditEvent
+from forge.repos import RepoStore
+from forge.settings import Settings
+from tests.docker.test_tasks_policy import PolicyConsumer, _served
+from tests.docker.test_tasks_run import Env, all_events, tree_files, wait_state
+from tests.helpers_model import ScriptedModel, reply, tool_call
+
+pytestmark = pytest.mark.docker
+
+ASK = (200, {"permission": {"decision": "ask", "reason": "shell commands need a person"}})
+SYSTEM = Actor.system("test")
+
+
+async def _reader_token(settings: Settings) -> str:
+    """rita: a read-only collaborator of ana/demo, with a tasks:write token."""
+    db = Database(settings.effective_database_url)
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            rita = await accounts.create_user(s, SYSTEM, "rita", "correct horse battery")
+            repo = await repositories.load(s, SYSTEM.principal, "ana", "demo")
+            await repositories.set_collaborator(s, SYSTEM, repo, "rita", "read")
+            return (await tokens.create(s, SYSTEM, rita, "t", ["repo:read", "tasks:write"], None)).token
+    finally:
+        await store.close()
+        await db.dispose()
+
+
+async def _audit_actions(settings: Settings) -> list[tuple[str, str]]:
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session() as s:
+            rows = (await s.execute(select(AuditEvent).where(AuditEvent.action == "task.approval"))).scalars().all()
+            return [(r.action, r.result) for r in rows]
+    finally:
+        await db.dispose()
+
+
+@pytest.fixture
+def policy_settings(settings: Settings, sandbox_image: str) -> Settings:
+    from tests.docker.test_tasks_run import task_settings
+
+    return msgspec.structs.replace(task_settings(settings), webhooks_allowed_hosts="127.0.0.1")
+
+
+async def _blocked(c: httpx.AsyncClient, number: int) -> dict[str, Any]:
+    task = await wait_state(c, number, "blocked", "failed", "awaiting_review", timeout=90)
+    assert task["state"] == "blocked", task
+    return task
+
+
+def test_approve_runs_exactly_the_parked_input_once(policy_settings: Settings) -> None:
+    consumer = PolicyConsumer({"pre_tool_use": ASK})
+    command = {"command": "echo '<ok> & done' > approved.txt"}
+    turns = [tool_call("bash", command, call_id="c1"), reply("all done")]
+    with ScriptedModel(turns) as model:
+        settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
+
+        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            reader = await _reader_token(env.settings)
+            async with env.client() as c:
+                r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "shell", "agent": "fixer"})
+                assert r.status_code == 201, r.text
+                task = await _blocked(c, 1)
+                parked = task["pending_approval"]
+                assert parked["state"] == "pending" and parked["tool_name"] == "bash"
+                assert parked["tool_input"] == command and parked["tool_use_id"] == "c1"
+                assert parked["reason"] == "shell commands need a person" and parked["requested_by"] == consumer.url
+                assert parked["held"] is False
+                listed = (await c.get("/api/v1/repos/ana/demo/tasks/1/approvals")).json()
+                assert [a["id"] for a in listed] == [parked["id"]]
+                url = f"/api/v1/repos/ana/demo/tasks/1/approvals/{parked['id']}"
+                # Nothing else moves the task on while a call waits: no message, no answer.
+                r = await c.post("/api/v1/repos/ana/demo/tasks/1/messages", json={"body": "go on"})
+                assert r.status_code == 409 and r.json()["code"] == "approval_pending", r.text
+                r = await c.post("/api/v1/repos/ana/demo/tasks/1/answer", json={"body": "yes"})
+                assert r.status_code == 409 and r.json()["code"] == "no_pending_question", r.text
+                # A read-only collaborator does not even see tasks.
+                r = await c.post(url, json={"decision": "approve"}, headers={"Authorization": f"Bearer {reader}"})
+                assert r.status_code == 404, r.text
+                # Bound to the input the person saw.
+                r = await c.post(url, json={"decision": "approve", "input_hash": "0" * 64})
+                assert r.status_code == 409 and r.json()["code"] == "approval_input_mismatch", r.text
+                r = await c.post(url, json={"decision": "maybe"})
+                assert r.status_code == 422 and r.json()["code"] == "validation_failed", r.text
+                r = await c.post(url, json={"decision": "approve", "input_hash": parked["input_hash"]})
+                assert r.status_code == 200, r.text
+                assert r.json()["state"] == "approved" and r.json()["decided_by"] == "ana"
+                r = await c.post(url, json={"decision": "deny"})
+                assert r.status_code == 409 and r.json()["code"] == "approval_not_pending", r.text
+                done = await wait_state(c, 1, "awaiting_review", "failed", "blocked", timeout=90)
+                return done, await all_events(c, 1)
+
+        for env in _served(settings, consumer, ["pre_tool_use"]):
+            done, events = asyncio.run(check(env))
+            files = tree_files(env.repo_path, done["head_sha"])
+            audit = asyncio.run(_audit_actions(env.settings))
+    assert done["state"] == "awaiting_review", done
+    assert files["approved.txt"][1] == b"<ok> & done\n"
+    assert [r["kind"] for r in done["runs"]] == ["start", "approval"]
+    assert done["pending_approval"] is None
+    # The approved call was not sent to the consumer a second time.
+    assert consumer.types() == ["pre_tool_use"]
+    # The model got the call's real result in the resumed conversation.
+    [result] = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    assert result["tool_call_id"] == "c1" and result["content"].startswith("exit code 0")
+    texts = [e["payload"].get("text", "") for e in events if e["kind"] == "notice"]
+    assert any("waits for approval" in t for t in texts) and any("ana approved the bash call" in t for t in texts)
+    assert audit == [("task.approval", "ok")]
+
+
+def test_concurrent_decisions_one_wins_and_a_denial_reaches_the_model(policy_settings: Settings) -> None:
+    consumer = PolicyConsumer({"pre_tool_use": ASK})
+    turns = [tool_call("write_file", {"path": "no.txt", "content": "x"}, call_id="w1"), reply("understood")]
+    with ScriptedModel(turns) as model:
+        settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
+
+        async def check(env: Env) -> dict[str, Any]:
+            async with env.client() as c:
+                r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "write", "agent": "fixer"})
+                assert r.status_code == 201, r.text
+                parked = (await _blocked(c, 1))["pending_approval"]
+                url = f"/api/v1/repos/ana/demo/tasks/1/approvals/{parked['id']}"
+                answers = await asyncio.gather(
+                    *(c.post(url, json={"decision": "deny", "reason": f"not now {i}"}) for i in range(4))
+                )
+                codes = sorted(a.status_code for a in answers)
+                assert codes == [200, 409, 409, 409], [a.text for a in answers]
+                assert all(a.json()["code"] == "approval_not_pending" for a in answers if a.status_code == 409)
+                done = await wait_state(c, 1, "awaiting_review", "failed", timeout=90)
+                assert len(done["runs"]) == 2  # one decision, one resumed run
+                return done
+
+        for env in _served(settings, consumer, ["pre_tool_use"]):
+            done = asyncio.run(check(env))
+            files = tree_files(env.repo_path, done["head_sha"])
+    assert done["state"] == "awaiting_review", done
+    assert "no.txt" not in files
+    [result] = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
+    assert "a person denied this write_file call" in result["content"] and "not now" in result["content"]
+
+
+def test_hold_parks_the_call_then_stop_cancels_and_time_expires(policy_settings: Settings) -> None:
+    consumer = PolicyConsumer({"pre_tool_use": (500, None)})  # fails: failure policy `hold` parks the call
+    turns = [
+        tool_call("bash", {"command": "touch one"}, call_id="a1"),
+        tool_call("bash", {"command": "touch two"}, call_id="b1"),
+    ]
+    with ScriptedModel(turns) as model:
+        settings = msgspec.structs.replace(
+            policy_settings, model_base_url=model.url, model_name="scripted", task_approval_ttl_seconds=6
+        )
+
+        async def check(env: Env) -> None:
+            async with env.client() as c:
+                r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "one", "agent": "fixer"})
+                assert r.status_code == 201, r.text
+                parked = (await _blocked(c, 1))["pending_approval"]
+                assert parked["held"] is True
+                assert parked["reason"].startswith("hook dispatch failed: pre_tool_use: http_error (delivery ")
+                r = await c.post("/api/v1/repos/ana/demo/tasks/1/stop")
+                assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+                [cancelled] = (await c.get("/api/v1/repos/ana/demo/tasks/1/approvals")).json()
+                assert cancelled["state"] == "cancelled"
+                r = await c.post(
+                    f"/api/v1/repos/ana/demo/tasks/1/approvals/{parked['id']}", json={"decision": "approve"}
+                )
+                assert r.status_code == 409 and r.json()["code"] == "approval_not_pending", r.text
+
+                r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "two", "agent": "fixer"})
+                assert r.status_code == 201, r.text
+                parked = (await _blocked(c, 2))["pending_approval"]
+                failed = await wait_state(c, 2, "failed", timeout=60)
+                assert failed["failure_reason"] == "approval_expired" and "expired" in failed["error"]
+                [expired] = (await c.get("/api/v1/repos/ana/demo/tasks/2/approvals")).json()
+                assert expired["state"] == "expired"
+                r = await c.post(
+                    f"/api/v1/repos/ana/demo/tasks/2/approvals/{parked['id']}", json={"decision": "approve"}
+                )
+                assert r.status_code == 409, r.text
+
+        for env in _served(settings, consumer, ["pre_tool_use"], failure="hold"):
+            asyncio.run(check(env))
+    assert consumer.types().count("pre_tool_use") >= 2
+    assert len(model.requests) == 2  # neither task went past its parked call
