@@ -1,0 +1,281 @@
+"""Fixtures for browser tests: Debian's headless Chromium driven by Playwright (its PyPI wheel brings
+the driver; no browser is ever downloaded) against a live forgehand on 127.0.0.1 that runs real
+tasks (SQLite, in-process worker, the real sandbox image on the real Docker engine).
+
+Browser tests are synchronous (Playwright's sync API); async set-up goes through `run_async`.
+No Chromium or no Docker engine is a failure here, never a skip. Screenshots go to
+`build/test-artifacts/`; a failing test also leaves a screenshot, the page HTML, the browser
+console and a Playwright trace there (named after the test)."""
+
+import asyncio
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Coroutine, Generator, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import msgspec
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
+from rich.console import Console
+
+from forge import accounts
+from forge.audit import Actor
+from forge.db import Database
+from forge.migrate import upgrade_async
+from forge.settings import Settings, load_settings, prepare_data_dir
+from sandbox import DEFAULT_IMAGE, build_image
+from tests.browser.ui import sign_in
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+CHROMIUM = os.environ.get("FORGEHAND_TEST_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Playwright's default for every action and `expect` on a page; long waits (a task run) pass their own.
+DEFAULT_TIMEOUT_MS = 20_000
+expect.set_options(timeout=DEFAULT_TIMEOUT_MS)
+
+ADMIN_LOGIN = "ada"
+ADMIN_PASSWORD = "correct horse battery staple"
+
+_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # Keep each phase's report on the item, so the page fixture's teardown knows whether the test failed.
+    report = yield
+    item.stash.setdefault(_REPORTS, {})[report.when] = report
+    return report
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion on a loop of its own, in a thread of its own: browser tests are
+    synchronous (Playwright's sync API holds the main thread's loop), so set-up that needs the async
+    services (seeding accounts, repositories, ...) goes through here."""
+    out: list[T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            out.append(asyncio.run(coro))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return out[0]
+
+
+def _safe_name(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", nodeid.removeprefix("tests/browser/")).strip("-")[:150]
+
+
+# --- the browser ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """`build/test-artifacts/` (gitignored), where browser tests save screenshots."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+# Package scope, not session: while Playwright's sync API is up, its event loop counts as running
+# on the main thread, so no asyncio test (pytest-asyncio) could run after a browser test in the
+# same session. Torn down when the run leaves tests/browser, it is one browser for all of them.
+@pytest.fixture(scope="package")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="package")
+def browser(playwright: Playwright) -> Iterator[Browser]:
+    """Debian's Chromium, headless, with a fresh temporary profile (`launch` makes one)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"no Chromium at {CHROMIUM}; the browser tests need Debian's: `apt-get install -y chromium`",
+            pytrace=False,
+        )
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
+    ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
+    ctx.tracing.start(screenshots=True, snapshots=True)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context: BrowserContext, artifacts_dir: Path, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A fresh page (own cookies) with a default timeout. On failure the test leaves
+    `<test>-failure.png`, `.html`, `-console.txt` and `-trace.zip` in the artefact directory."""
+    base = artifacts_dir / _safe_name(request.node.nodeid)
+    for stale in artifacts_dir.glob(f"{base.name}-*"):  # what an earlier failure of this test left
+        stale.unlink()
+    pg = context.new_page()
+    console: list[str] = []
+    pg.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    pg.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    yield pg
+    reports = request.node.stash.get(_REPORTS, {})
+    failed = any(r.failed for r in reports.values())
+    if failed:
+        try:
+            pg.screenshot(path=f"{base}-failure.png", full_page=True)
+            Path(f"{base}-failure.html").write_text(pg.content(), encoding="utf-8")
+        except Exception as exc:  # the page may be gone; the trace still tells
+            console.append(f"(no failure screenshot: {exc})")
+        Path(f"{base}-console.txt").write_text("\n".join(console) + "\n", encoding="utf-8")
+        context.tracing.stop(path=f"{base}-trace.zip")
+    else:
+        context.tracing.stop()
+    pg.close()
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(
+            f"no Docker engine answered ({exc}); browser task tests need one: start dockerd "
+            "(e.g. `nohup dockerd >/tmp/dockerd.log 2>&1 &`)",
+            pytrace=False,
+        )
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: docker.DockerClient) -> str:
+    """The sandbox image, built once (cached across sessions) by the same function as the CLI."""
+    build_image(DEFAULT_IMAGE, console=Console(stderr=True))
+    return DEFAULT_IMAGE
+
+
+class ForgeServer(msgspec.Struct):
+    """A live forgehand and the instance admin whose password the test knows."""
+
+    url: str
+    settings: Settings
+    admin_login: str
+    admin_password: str
+
+    def at(self, path: str) -> str:
+        return self.url + path
+
+
+async def _prepare(settings: Settings) -> None:
+    await upgrade_async(settings.effective_database_url)
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            await accounts.create_user(s, Actor.system("test"), ADMIN_LOGIN, ADMIN_PASSWORD, is_admin=True)
+    finally:
+        await db.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def forge(tmp_path: Path, sandbox_image: str, docker_client: docker.DockerClient) -> Iterator[ForgeServer]:
+    """The real app served by uvicorn on 127.0.0.1 in a thread: SQLite, the in-process task worker
+    and the real sandbox image. One instance admin (`ADMIN_LOGIN` / `ADMIN_PASSWORD`), nothing else."""
+    import uvicorn
+
+    from forge.app import create_app
+
+    port = _free_port()
+    data_dir = tmp_path / "data"
+    settings = prepare_data_dir(
+        load_settings(
+            environ={},
+            data_dir=data_dir,
+            database_url=f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}",
+            host="127.0.0.1",
+            port=port,
+            base_url=f"http://127.0.0.1:{port}",
+            log_level="warning",
+            run_worker=True,
+            seed_demo=False,
+            webhooks_deliver=False,
+            sandbox_image=sandbox_image,
+            task_wall_clock_seconds=600,
+        )
+    )
+    run_async(_prepare(settings))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name="forgehand-browser-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the forgehand test server did not start")
+        time.sleep(0.02)
+    try:
+        yield ForgeServer(
+            url=f"http://127.0.0.1:{port}",
+            settings=settings,
+            admin_login=ADMIN_LOGIN,
+            admin_password=ADMIN_PASSWORD,
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=90)
+        # Whatever a failing test left running (the worker removes its sandboxes itself when all goes well).
+        label = f"forgehand.instance={settings.instance_id}"
+        for c in docker_client.containers.list(all=True, filters={"label": label}):
+            c.remove(force=True)
+
+
+@pytest.fixture
+def admin_page(page: Page, forge: ForgeServer) -> Page:
+    """A page signed in as the instance admin, through the sign-in form."""
+    sign_in(page, forge.url, forge.admin_login, forge.admin_password)
+    return page
