@@ -54,6 +54,7 @@ expect.set_options(timeout=DEFAULT_TIMEOUT_MS)
 ADMIN_LOGIN = "ada"
 ADMIN_PASSWORD = "correct horse battery staple"
 
+_FAILURE_FILES = ("-failure.png", "-failure.html", "-console.txt", "-trace.zip")
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 
@@ -145,8 +146,8 @@ def page(context: BrowserContext, artifacts_dir: Path, request: pytest.FixtureRe
     """A fresh page (own cookies) with a default timeout. On failure the test leaves
     `<test>-failure.png`, `.html`, `-console.txt` and `-trace.zip` in the artefact directory."""
     base = artifacts_dir / _safe_name(request.node.nodeid)
-    for stale in artifacts_dir.glob(f"{base.name}-*"):  # what an earlier failure of this test left
-        stale.unlink()
+    for suffix in _FAILURE_FILES:  # what an earlier failure of this test left
+        Path(f"{base}{suffix}").unlink(missing_ok=True)
     pg = context.new_page()
     console: list[str] = []
     pg.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
