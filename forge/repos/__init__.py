@@ -16,14 +16,18 @@ from forge.repos.browse import (
 )
 from forge.repos.compare import DiffLimits, commit_diff, compare, diff_trees
 from forge.repos.errors import (
+    BaseMoved,
     GitCommandFailed,
     GitProtocolError,
     ImportFailed,
     InvalidName,
     InvalidPath,
     InvalidRefName,
+    MergeConflicts,
     NotABlob,
     NotATree,
+    NotFastForward,
+    NothingToMerge,
     PathNotFound,
     PushTooLarge,
     RefConflict,
@@ -31,11 +35,13 @@ from forge.repos.errors import (
     RepoError,
     RepoExists,
     RepoNotFound,
+    UnrelatedHistories,
     UnsupportedEncoding,
     UnsupportedService,
 )
 from forge.repos.files import find_readme, is_markdown, list_tree, raw_file, read_blob
 from forge.repos.hooks import install_hooks
+from forge.repos.merge import MergeConflictFile, MergePlan, MergeResult, merge, plan_merge
 from forge.repos.names import (
     repo_path,
     validate_branch_name,
@@ -86,6 +92,7 @@ from forge.repos.smart_http import (
 from forge.repos.store import RepoStore
 
 __all__ = [
+    "BaseMoved",
     "BlobInfo",
     "BranchInfo",
     "CommitDiff",
@@ -107,8 +114,14 @@ __all__ = [
     "InvalidName",
     "InvalidPath",
     "InvalidRefName",
+    "MergeConflictFile",
+    "MergeConflicts",
+    "MergePlan",
+    "MergeResult",
     "NotABlob",
     "NotATree",
+    "NotFastForward",
+    "NothingToMerge",
     "PathNotFound",
     "ProtectionRule",
     "PushContext",
@@ -128,6 +141,7 @@ __all__ = [
     "TagInfo",
     "TreeEntry",
     "TreeListing",
+    "UnrelatedHistories",
     "UnsupportedEncoding",
     "UnsupportedService",
     "advertise_refs",
@@ -147,6 +161,8 @@ __all__ = [
     "list_tags",
     "list_tree",
     "log",
+    "merge",
+    "plan_merge",
     "raw_file",
     "read_blob",
     "repo_path",

@@ -6,6 +6,12 @@ stable ``code`` so that the mapping is a table lookup.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from forge.repos.merge import MergeConflictFile
+
 
 class RepoError(Exception):
     """Base class of every error raised by ``forge.repos``."""
@@ -116,3 +122,48 @@ class RefConflict(RepoError):
     """A compare-and-swap ref update found the ref somewhere else than expected."""
 
     code = "ref_conflict"
+
+
+class BaseMoved(RefConflict):
+    """The base branch of a merge is no longer at the commit the merge was planned (or computed)
+    against: someone pushed or merged meanwhile. Nothing was changed."""
+
+    code = "base_moved"
+
+    def __init__(self, expected: str, actual: str | None, *, branch: str | None = None) -> None:
+        where = f"branch {branch!r}" if branch else "the base branch"
+        now = f"is at {actual}" if actual is not None else "no longer exists"
+        super().__init__(f"{where} {now}, expected {expected}")
+        self.expected = expected
+        self.actual = actual
+
+
+class MergeConflicts(RepoError):
+    """The merge cannot be done without a person resolving conflicts; ``conflicts`` lists the
+    files."""
+
+    code = "merge_conflict"
+
+    def __init__(self, conflicts: Sequence[MergeConflictFile]) -> None:
+        paths = ", ".join(c.path for c in conflicts[:10])
+        more = f" and {len(conflicts) - 10} more" if len(conflicts) > 10 else ""
+        super().__init__(f"{len(conflicts)} conflicting file(s): {paths}{more}")
+        self.conflicts = list(conflicts)
+
+
+class NotFastForward(RepoError):
+    """A fast-forward was asked for, but the base branch is not an ancestor of the head."""
+
+    code = "not_fast_forward"
+
+
+class NothingToMerge(RepoError):
+    """The head is already contained in the base branch, or a squash would change nothing."""
+
+    code = "nothing_to_merge"
+
+
+class UnrelatedHistories(RepoError):
+    """The base branch and the head share no commit (git refuses such merges by default)."""
+
+    code = "unrelated_histories"
