@@ -41,6 +41,8 @@ from forge.version import VERSION
 from tasks.approval_routes import ApprovalController
 from tasks.pages import MyTaskPages, TaskPages
 from tasks.repo_settings import RepoTaskSettingsController
+from tasks.review_pages import ReviewPages
+from tasks.review_routes import ReviewController
 from tasks.routes import TaskController, UserTaskController
 from tasks.system import TaskSystem
 from tasks.webhook_gate import WebhookGate
@@ -118,10 +120,12 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             BrowseController,
             TaskController,
             ApprovalController,
+            ReviewController,
             UserTaskController,
             RepoTaskSettingsController,
             *webhooks.ROUTE_HANDLERS,
             TaskPages,
+            ReviewPages,
             MyTaskPages,
             *GIT_ROUTES,
             AuthPages,

@@ -39,6 +39,15 @@ class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
     code: str
     request_id: str = ""
     errors: list[dict[str, Any]] | None = None
+    # Details some refusals carry (ForgeError extras; see PUBLIC_EXTRAS).
+    conflicts: list[dict[str, Any]] | None = None  # merge: the conflicting files
+    blockers: list[str] | None = None  # merge: the rules that do not hold
+    head_sha: str | None = None  # stale head / commit: the task's head now
+    state: str | None = None  # the state that refused the action
+
+
+# The ForgeError extras that are part of the API (others stay internal).
+PUBLIC_EXTRAS = ("conflicts", "blockers", "head_sha", "state")
 
 
 def _wants_html(request: Request[Any, Any, Any]) -> bool:
@@ -88,6 +97,7 @@ def handle_forge_error(request: Request[Any, Any, Any], exc: ForgeError) -> Resp
         detail=exc.detail,
         code=exc.code,
         request_id=request_id(request),
+        **{k: exc.extra[k] for k in PUBLIC_EXTRAS if k in exc.extra},
     )
     headers = _auth_headers(request, exc.status)
     if isinstance(exc, RateLimited):
@@ -192,6 +202,11 @@ _REPO_ERROR_STATUS = {
     "unsupported_encoding": 415,
     "push_too_large": 413,
     "ref_conflict": 409,
+    "base_moved": 409,
+    "merge_conflict": 409,
+    "not_fast_forward": 409,
+    "nothing_to_merge": 409,
+    "unrelated_histories": 409,
 }
 
 

@@ -225,3 +225,13 @@ def branch_sha(repo: pygit2.Repository, branch: str) -> str | None:
     with contextlib.suppress(Exception):
         return str(repo[ref.target].peel(pygit2.Commit).id)
     return None
+
+
+def delete_branch(repo: pygit2.Repository, branch: str, expected_sha: str) -> bool:
+    """Delete a merged task branch, only while it still points at the merged head (a later push
+    to it keeps it). Returns whether it was deleted."""
+    ref = repo.references.get(f"refs/heads/{branch}")
+    if ref is None or str(ref.target) != expected_sha:
+        return False
+    ref.delete()
+    return True

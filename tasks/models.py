@@ -49,6 +49,11 @@ class Task(Base):
     base_sha: Mapped[str] = mapped_column(String(64), default="")
     head_sha: Mapped[str] = mapped_column(String(64), default="")
     head_is_wip: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set when merged: how, by whom, the resulting commit on the base.
+    merge_strategy: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    merged_sha: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    merged_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    merged_at: Mapped[datetime | None] = mapped_column(nullable=True)
     state: Mapped[str] = mapped_column(String(20), index=True)
     summary: Mapped[str] = mapped_column(Text, default="")
     error: Mapped[str] = mapped_column(Text, default="")
@@ -145,6 +150,45 @@ class Approval(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class Review(Base):
+    """A person's (or a bot's) verdict on a task's branch, bound to the head commit it was written
+    against: a later head leaves it (and its inline comments) outdated, not lost."""
+
+    __tablename__ = "task_reviews"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    author_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    verdict: Mapped[str] = mapped_column(String(20))  # approve, request_changes, comment
+    body: Mapped[str] = mapped_column(Text, default="")
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    # request_changes: the follow-up run it started.
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReviewComment(Base):
+    """An inline comment on one line of the diff under review (`side` base: the old line number,
+    head: the new one), with the quoted line so it still reads right once outdated."""
+
+    __tablename__ = "task_review_comments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    review_id: Mapped[int] = mapped_column(ForeignKey("task_reviews.id", ondelete="CASCADE"), index=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(4096))
+    side: Mapped[str] = mapped_column(String(8))
+    line: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    quoted: Mapped[str] = mapped_column(Text, default="")
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    # The change-request run this comment was handed to (null: not yet sent to the agent).
+    sent_run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class RepoTaskSettings(Base):
     """A repository's overrides of the instance's task settings (null: use the instance's).
     Set by repository admins; the model key is stored encrypted (forge.security.SecretBox)."""
@@ -160,4 +204,8 @@ class RepoTaskSettings(Base):
     idle_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     wall_clock_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     token_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Merge rules (null: the defaults, 1 approval, anyone's, branch kept).
+    required_approvals: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    approval_not_by_starter: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -89,6 +89,8 @@ class PolicyGate(Protocol):
 
     async def stop(self, ctx: GateContext, *, summary: str, turns: int, changed_files: list[str]) -> GateDecision: ...
 
+    async def pre_merge(self, ctx: GateContext, *, merge: dict[str, Any]) -> GateDecision: ...
+
 
 class AllowAll:
     """No policy endpoints: everything is allowed, nothing is added."""
@@ -118,4 +120,7 @@ class AllowAll:
         return ALLOW
 
     async def stop(self, ctx: GateContext, *, summary: str, turns: int, changed_files: list[str]) -> GateDecision:
+        return ALLOW
+
+    async def pre_merge(self, ctx: GateContext, *, merge: dict[str, Any]) -> GateDecision:
         return ALLOW

@@ -34,6 +34,10 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     idle_seconds: int | None
     wall_clock_seconds: int | None
     token_budget: int | None
+    # Merge rules of the repository's tasks (null: 1 approval, anyone's, the branch kept).
+    required_approvals: int | None = None
+    approval_not_by_starter: bool | None = None
+    delete_branch_on_merge: bool | None = None
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -48,6 +52,9 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     idle_seconds: Seconds | None = None
     wall_clock_seconds: Seconds | None = None
     token_budget: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] | None = None
+    required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
+    approval_not_by_starter: bool | None = None
+    delete_branch_on_merge: bool | None = None
 
 
 def _box(settings: Settings) -> SecretBox:
@@ -64,6 +71,9 @@ def _read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         idle_seconds=row.idle_seconds if row else None,
         wall_clock_seconds=row.wall_clock_seconds if row else None,
         token_budget=row.token_budget if row else None,
+        required_approvals=row.required_approvals if row else None,
+        approval_not_by_starter=row.approval_not_by_starter if row else None,
+        delete_branch_on_merge=row.delete_branch_on_merge if row else None,
     )
 
 
@@ -88,6 +98,9 @@ async def update(
     row.idle_seconds = change.idle_seconds
     row.wall_clock_seconds = change.wall_clock_seconds
     row.token_budget = change.token_budget
+    row.required_approvals = change.required_approvals
+    row.approval_not_by_starter = change.approval_not_by_starter
+    row.delete_branch_on_merge = change.delete_branch_on_merge
     await session.flush()
     audit.record(
         session,
@@ -124,6 +137,23 @@ async def effective(session: AsyncSession, settings: Settings, repo_id: int) -> 
         if value is not None:
             changes[name] = value
     return msgspec.structs.replace(settings, **changes) if changes else settings
+
+
+class MergeRules(msgspec.Struct, frozen=True, kw_only=True):
+    required_approvals: int = 1
+    approval_not_by_starter: bool = False
+    delete_branch_on_merge: bool = False
+
+
+async def merge_rules(session: AsyncSession, repo_id: int) -> MergeRules:
+    row = await session.get(RepoTaskSettings, repo_id)
+    if row is None:
+        return MergeRules()
+    return MergeRules(
+        required_approvals=row.required_approvals if row.required_approvals is not None else 1,
+        approval_not_by_starter=bool(row.approval_not_by_starter),
+        delete_branch_on_merge=bool(row.delete_branch_on_merge),
+    )
 
 
 class RepoTaskSettingsController(Controller):

@@ -56,6 +56,66 @@ class ApprovalRead(msgspec.Struct, kw_only=True):
     decision_reason: str
 
 
+Verdict = Literal["approve", "request_changes", "comment"]
+MergeStrategyName = Literal["merge", "squash", "fast-forward"]
+
+
+class ReviewCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    line: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+    body: Annotated[str, msgspec.Meta(max_length=BODY_MAX)]
+    # head: a line number of the task's version (added or unchanged lines); base: of the old one.
+    side: Literal["base", "head"] = "head"
+
+
+class ReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    verdict: Verdict
+    body: Annotated[str, msgspec.Meta(max_length=50_000)] = ""
+    # The head commit the review was written against (default: the task's head now).
+    commit_sha: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    comments: Annotated[list[ReviewCommentCreate], msgspec.Meta(max_length=200)] = []
+
+
+class ReviewCommentRead(msgspec.Struct, kw_only=True):
+    id: int
+    path: str
+    side: str
+    line: int
+    body: str
+    quoted: str  # the line as it read when the comment was written
+    commit_sha: str
+    outdated: bool  # written against an older head than the task's
+
+
+class ReviewRead(msgspec.Struct, kw_only=True):
+    id: str
+    verdict: str
+    body: str
+    author: str | None
+    commit_sha: str
+    outdated: bool
+    created_at: datetime
+    comments: list[ReviewCommentRead]
+    run: int | None  # request_changes: the follow-up run it started
+
+
+class ReviewStatus(msgspec.Struct, kw_only=True):
+    """What the merge rules say right now."""
+
+    head_sha: str
+    approvals: list[str]  # who approved the current head (counted ones)
+    required_approvals: int
+    approval_not_by_starter: bool
+    change_requests: list[str]  # reviewers whose latest verdict asks for changes
+    blockers: list[str]  # why a merge would be refused now (empty: the rules hold)
+
+
+class MergeCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    strategy: MergeStrategyName = "merge"
+    # Refuse unless the task's head is still this commit (what the person reviewed).
+    expected_head_sha: Annotated[str, msgspec.Meta(max_length=64)] = ""
+
+
 class RunRead(msgspec.Struct, kw_only=True):
     number: int
     kind: str
@@ -102,6 +162,11 @@ class TaskRead(msgspec.Struct, kw_only=True):
     runs: list[RunRead]
     # The tool call waiting for a person, when the task is blocked on one.
     pending_approval: ApprovalRead | None = None
+    # Once merged: the strategy, the resulting commit on the base, who merged it and when.
+    merge_strategy: str | None = None
+    merged_sha: str | None = None
+    merged_by: str | None = None
+    merged_at: datetime | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

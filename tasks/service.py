@@ -229,7 +229,12 @@ class TaskService:
         from tasks import approvals  # approvals builds on this module
 
         parked = await approvals.pending_for(self.session, task.id) if task.state == TaskState.BLOCKED else None
+        merger = await self.session.get(Account, task.merged_by_id) if task.merged_by_id else None
         return TaskRead(
+            merge_strategy=task.merge_strategy or None,
+            merged_sha=task.merged_sha or None,
+            merged_by=merger.login if merger else None,
+            merged_at=task.merged_at,
             pending_approval=await approvals.to_read(self.session, parked) if parked is not None else None,
             number=task.number,
             repository=res.full_name,

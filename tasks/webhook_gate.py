@@ -92,6 +92,10 @@ class WebhookGate:
         data = {"summary": summary, "turns": turns, "changed_files": changed_files}
         return await self._dispatch(ctx, "stop", data)
 
+    async def pre_merge(self, ctx: GateContext, *, merge: dict[str, Any]) -> GateDecision:
+        # `merge`: base, head, head_sha, strategy, approvals, diffstat (hooks-protocol.md)
+        return await self._dispatch(ctx, "pre_merge", merge)
+
 
 def _decision(outcome: PolicyOutcome) -> GateDecision:
     failure = outcome.failure_message

@@ -1,0 +1,272 @@
+"""Reviews and merge over REST, without a worker: the agent's runs are stood in for by real commits
+on the task branch (the worker's part is tested in tests/docker). Real database, real git."""
+
+import asyncio
+from typing import Any
+
+import msgspec
+import pygit2
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+
+from forge import accounts, repositories, tokens
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import Event, EventBus
+from forge.models import AuditEvent
+from forge.repos import RepoStore
+from forge.repos.schemas import Identity
+from forge.repos.storage import write_commit
+from forge.settings import Settings
+from tasks.models import Task
+
+pytestmark = pytest.mark.db
+
+SYSTEM = Actor.system("test")
+TASKS = "/api/v1/repos/ana/demo/tasks"
+AGENT = Identity(name="fixer", email="fixer@bots.local")
+BASE_FILES = {"old.txt": b"one\ntwo\nthree\n", "keep.txt": b"keep\n"}
+
+
+class World(msgspec.Struct):
+    tokens: dict[str, str]
+    store_root: str
+
+    def h(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+
+async def _world(db: Database, settings: Settings) -> World:
+    store = RepoStore(settings.data_dir / "repos")
+    out: dict[str, str] = {}
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
+            for login in ("wendy", "olga", "rita"):
+                await accounts.create_user(s, SYSTEM, login, "correct horse battery")
+            await accounts.create_bot(s, SYSTEM, "fixer")
+            repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=False)
+            res = await repositories.resource_for(s, repo, SYSTEM.principal)
+            for login, role in (("fixer", "write"), ("wendy", "write"), ("olga", "write"), ("rita", "read")):
+                await repositories.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
+            everything = ["repo:write", "tasks:write", "reviews:write", "webhooks:admin"]
+            for login in ("ana", "wendy", "olga", "rita", "fixer"):
+                who = await accounts.require_by_login(s, login)
+                out[login] = (await tokens.create(s, SYSTEM, who, "t", everything, None)).token
+            out["ana-tasks-only"] = (
+                await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write"], None)
+            ).token
+        await store.write(("ana", "demo"), write_commit, branch="main", files=BASE_FILES, message="base", author=AGENT)
+        return World(tokens=out, store_root=str(settings.data_dir / "repos"))
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def world(db: Database, settings: Settings) -> World:
+    return await _world(db, settings)
+
+
+def _repo(settings: Settings) -> pygit2.Repository:
+    return pygit2.Repository(str(settings.data_dir / "repos" / "ana" / "demo.git"))
+
+
+async def agent_commits(db: Database, settings: Settings, number: int, files: dict[str, bytes], msg: str) -> str:
+    """Stand in for a run that ended well: commit onto the task branch, task awaiting review."""
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+            branch, parent = task.branch, task.head_sha or task.base_sha
+        repo = _repo(settings)
+        tree = {e.name: repo[e.id].data for e in repo[parent].peel(pygit2.Tree) if e.type_str == "blob"}
+        tree.update(files)
+        repo.references.create(f"refs/heads/{branch}", parent, force=True)
+        commit = await store.write(("ana", "demo"), write_commit, branch=branch, files=tree, message=msg, author=AGENT)
+        async with db.session(write=True) as s:
+            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+            task.head_sha = commit
+            task.state = "awaiting_review"
+            task.summary = msg
+            return task.head_sha
+    finally:
+        await store.close()
+
+
+async def start_task(client: AsyncTestClient[Litestar], world: World) -> dict[str, Any]:
+    r = await client.post(
+        TASKS, json={"goal": "greet", "agent": "fixer", "command": "true", "title": "Greet"}, headers=world.h("ana")
+    )
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+async def test_review_request_changes_then_approve_and_merge(
+    app: Litestar, client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    published: list[Event] = []
+
+    async def seen(_: Any, event: Event) -> None:
+        published.append(event)
+
+    app.state.bus.subscribe(seen)
+    await start_task(client, world)
+    head = await agent_commits(db, settings, 1, {"hello.txt": b"hello\n", "old.txt": b"one\nTWO\nthree\n"}, "greet")
+    t = f"{TASKS}/1"
+    cmp = (await client.get(f"{t}/compare", headers=world.h("wendy"))).json()
+    assert cmp["head_sha"] == head and sorted(f["path"] for f in cmp["files"]) == ["hello.txt", "old.txt"]
+
+    # Merge rules: nobody approved yet.
+    r = await client.post(f"{t}/merge", json={}, headers=world.h("ana"))
+    assert r.status_code == 409 and r.json()["code"] == "merge_blocked", r.text
+    assert "1 approval(s) of the current head needed" in r.json()["detail"]
+
+    # Who may review, and on what.
+    comment = {"path": "old.txt", "line": 2, "side": "head", "body": "why upper case?"}
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("rita"))
+    assert r.status_code == 404, r.text  # a read-only collaborator does not see tasks
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("ana-tasks-only"))
+    assert r.status_code == 403, r.text  # no reviews:write scope
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("fixer"))
+    assert r.status_code == 403 and r.json()["code"] == "agent_cannot_review", r.text
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve", "commit_sha": "a" * 40}, headers=world.h("wendy"))
+    assert r.status_code == 409 and r.json()["code"] == "stale_commit", r.text
+    for bad in (
+        {**comment, "line": 40},
+        {**comment, "path": "keep.txt", "line": 1},
+        {**comment, "side": "base", "line": 2, "path": "hello.txt"},
+    ):
+        r = await client.post(f"{t}/reviews", json={"verdict": "comment", "comments": [bad]}, headers=world.h("wendy"))
+        assert r.status_code == 422 and r.json()["code"] == "comment_outside_diff", (bad, r.text)
+    r = await client.post(f"{t}/reviews", json={"verdict": "comment", "body": " "}, headers=world.h("wendy"))
+    assert r.status_code == 422 and r.json()["code"] == "review_empty", r.text
+
+    # An inline comment, then a change request: the follow-up run's prompt carries both.
+    r = await client.post(f"{t}/reviews", json={"verdict": "comment", "comments": [comment]}, headers=world.h("wendy"))
+    assert r.status_code == 201, r.text
+    assert r.json()["comments"][0]["quoted"] == "TWO" and r.json()["commit_sha"] == head
+    r = await client.post(
+        f"{t}/reviews",
+        json={
+            "verdict": "request_changes",
+            "body": "Keep **lower case**.",
+            "comments": [{"path": "hello.txt", "line": 1, "body": "say hi instead"}],
+        },
+        headers=world.h("wendy"),
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["run"] == 2
+    task = (await client.get(t, headers=world.h("ana"))).json()
+    assert task["state"] == "queued" and [x["kind"] for x in task["runs"]] == ["start", "review"]
+    events = (await client.get(f"{t}/transcript", headers=world.h("ana"))).json()["events"]
+    [prompt] = [e["payload"] for e in events if e["kind"] == "prompt" and e["payload"]["source"] == "review"]
+    text = prompt["text"]
+    assert "Keep **lower case**." in text
+    assert "old.txt, line 2:\n> TWO\nwhy upper case?" in text
+    assert "hello.txt, line 1:\n> hello\nsay hi instead" in text
+
+    # The agent's follow-up run moves the head: earlier reviews are outdated, not lost.
+    new_head = await agent_commits(db, settings, 1, {"hello.txt": b"hi\n", "old.txt": b"one\ntwo\nthree\n"}, "hi")
+    reviews = (await client.get(f"{t}/reviews", headers=world.h("ana"))).json()
+    assert [x["verdict"] for x in reviews] == ["comment", "request_changes"]
+    assert all(x["outdated"] for x in reviews) and all(c["outdated"] for x in reviews for c in x["comments"])
+    r = await client.post(f"{t}/merge", json={}, headers=world.h("ana"))
+    assert r.status_code == 409 and "changes requested by wendy" in r.json()["detail"], r.text
+
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve", "commit_sha": new_head}, headers=world.h("wendy"))
+    assert r.status_code == 201, r.text
+    status = (await client.get(f"{t}/review-status", headers=world.h("ana"))).json()
+    assert status["approvals"] == ["wendy"] and status["blockers"] == []
+    r = await client.post(f"{t}/merge", json={}, headers=world.h("rita"))
+    assert r.status_code == 404, r.text
+    r = await client.post(f"{t}/merge", json={"expected_head_sha": head}, headers=world.h("ana"))
+    assert r.status_code == 409 and r.json()["code"] == "stale_head", r.text
+    r = await client.post(
+        f"{t}/merge", json={"strategy": "merge", "expected_head_sha": new_head}, headers=world.h("ana")
+    )
+    assert r.status_code == 200, r.text
+    merged = r.json()
+    assert merged["state"] == "merged" and merged["merge_strategy"] == "merge" and merged["merged_by"] == "ana"
+    repo = _repo(settings)
+    tip = repo.revparse_single("refs/heads/main").peel(pygit2.Commit)
+    assert str(tip.id) == merged["merged_sha"]
+    assert [str(p) for p in tip.parent_ids][1] == new_head
+    assert tip.tree["hello.txt"].data == b"hi\n"
+    assert repo.references.get(f"refs/heads/{merged['branch']}") is not None  # kept by default
+    r = await client.post(f"{t}/merge", json={}, headers=world.h("ana"))
+    assert r.status_code == 409 and r.json()["code"] == "task_not_in_review", r.text
+
+    async with db.session() as s:
+        actions = (await s.execute(select(AuditEvent.action).where(AuditEvent.result == "ok"))).scalars().all()
+    assert actions.count("task.review") == 3 and actions.count("task.merge") == 1
+    types = [e.type for e in published]
+    assert types.count("review.submitted") == 3 and types.count("task.merged") == 1
+    [done] = [e for e in published if e.type == "task.merged"]
+    assert done.data["merged_sha"] == merged["merged_sha"] and done.data["strategy"] == "merge"
+    assert done.actor is not None and done.actor.login == "ana"
+
+
+async def test_two_approvals_at_once_and_squash_deleting_the_branch(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    r = await client.put(
+        "/api/v1/repos/ana/demo/task-settings",
+        json={"required_approvals": 2, "approval_not_by_starter": True, "delete_branch_on_merge": True},
+        headers=world.h("ana"),
+    )
+    assert r.status_code == 200, r.text
+    await start_task(client, world)
+    head = await agent_commits(db, settings, 1, {"new.txt": b"new\n"}, "add new")
+    t = f"{TASKS}/1"
+    # The starter's approval does not count here.
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("ana"))
+    assert r.status_code == 201, r.text
+    answers = await asyncio.gather(
+        *(client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h(who)) for who in ("wendy", "olga"))
+    )
+    assert [a.status_code for a in answers] == [201, 201], [a.text for a in answers]
+    status = (await client.get(f"{t}/review-status", headers=world.h("ana"))).json()
+    assert status["approvals"] == ["olga", "wendy"] and status["blockers"] == []
+    r = await client.post(f"{t}/merge", json={"strategy": "squash", "expected_head_sha": head}, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    repo = _repo(settings)
+    tip = repo.revparse_single("refs/heads/main").peel(pygit2.Commit)
+    assert len(tip.parent_ids) == 1 and tip.tree["new.txt"].data == b"new\n"
+    assert tip.message.startswith("Greet (task #1)") and "Approved-by: olga" in tip.message
+    assert repo.references.get(f"refs/heads/{r.json()['branch']}") is None
+
+
+async def test_conflict_is_reported_file_by_file_and_nothing_moves(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start_task(client, world)
+    await agent_commits(db, settings, 1, {"old.txt": b"one\nagent\nthree\n", "keep.txt": b"agent\n"}, "edit")
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        files = {"old.txt": b"one\nhuman\nthree\n", "keep.txt": b"human\n"}
+        await store.write(("ana", "demo"), write_commit, branch="main", files=files, message="meanwhile", author=AGENT)
+    finally:
+        await store.close()
+    before = str(_repo(settings).revparse_single("refs/heads/main").id)
+    r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 201
+    for strategy in ("merge", "squash"):
+        r = await client.post(f"{TASKS}/1/merge", json={"strategy": strategy}, headers=world.h("ana"))
+        assert r.status_code == 409 and r.json()["code"] == "merge_conflict", r.text
+        assert sorted(c["path"] for c in r.json()["conflicts"]) == ["keep.txt", "old.txt"]
+    r = await client.post(f"{TASKS}/1/merge", json={"strategy": "fast-forward"}, headers=world.h("ana"))
+    assert r.status_code == 409 and r.json()["code"] in ("merge_conflict", "not_fast_forward"), r.text
+    assert str(_repo(settings).revparse_single("refs/heads/main").id) == before
+    assert (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()["state"] == "awaiting_review"
+
+
+async def test_reviews_need_a_task_in_review(client: AsyncTestClient[Litestar], world: World) -> None:
+    await start_task(client, world)  # queued: nothing to review yet
+    r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 409 and r.json()["code"] == "task_not_in_review", r.text
+    r = await client.post(f"{TASKS}/1/merge", json={"strategy": "rebase"}, headers=world.h("ana"))
+    assert r.status_code == 422, r.text
+    r = await client.post(f"{TASKS}/9/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 404, r.text
