@@ -26,10 +26,14 @@ class CommandRuntime:
 
     async def run(self, ctx: RunContext) -> Outcome:
         argv = argv_of(ctx.command)
-        if ctx.kind != "start" and ctx.prompt and ctx.kind in ("message", "answer"):
+        if ctx.prompt and ctx.kind in ("message", "answer", "review"):
+            what = "change request" if ctx.kind == "review" else ctx.kind
             await ctx.emit(
                 "notice",
-                Notice(text="the command runtime has no conversation: the message is shown, the command runs again"),
+                Notice(
+                    text=f"the command runtime has no conversation: the {what} is in $FORGEHAND_PROMPT, "
+                    "the command runs again"
+                ),
             )
         decoders = {
             "stdout": codecs.getincrementaldecoder("utf-8")("replace"),

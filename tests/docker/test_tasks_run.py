@@ -55,7 +55,7 @@ async def seed(settings: Settings) -> tuple[str, Path]:
             repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
             await repositories.set_collaborator(s, SYSTEM, res, "fixer", "write")
-            created = await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write"], None)
+            created = await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write", "reviews:write"], None)
         await store.write(
             ("ana", "demo"),
             write_commit,
