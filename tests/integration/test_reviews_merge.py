@@ -270,3 +270,26 @@ async def test_reviews_need_a_task_in_review(client: AsyncTestClient[Litestar], 
     assert r.status_code == 422, r.text
     r = await client.post(f"{TASKS}/9/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
     assert r.status_code == 404, r.text
+
+
+async def test_review_page_renders_hostile_reviews_inert(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start_task(client, world)
+    await agent_commits(db, settings, 1, {"x.html": b"<script>alert('diff')</script>\n"}, "<b>summary</b>")
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>\n\n**bold** [click](javascript:alert(3))"
+    comment = {"path": "x.html", "line": 1, "body": "<script>alert(4)</script>"}
+    r = await client.post(
+        f"{TASKS}/1/reviews",
+        json={"verdict": "comment", "body": hostile, "comments": [comment]},
+        headers=world.h("wendy"),
+    )
+    assert r.status_code == 201, r.text
+    page = await client.get("/ana/demo/tasks/1/review", headers=world.h("wendy"))
+    assert page.status_code == 200, page.text
+    html = page.text
+    assert "<strong>bold</strong>" in html  # markdown is rendered...
+    for bad in ("<script>alert", "onerror", 'href="javascript:'):
+        assert bad not in html, bad  # ...and nothing of it runs
+    assert "&lt;script&gt;alert(4)&lt;/script&gt;" in html and "&lt;script&gt;alert(&#39;diff&#39;)" in html
+    assert 'aria-label="Comment on x.html line 1"' in html
