@@ -278,6 +278,7 @@ async def sse_stream(
     """Replay from the database after `after`, then follow; end once the task rests and all is sent."""
     last = after
     last_write = time.monotonic()
+    seen_state = ""
     yield b"retry: 2000\n\n"
     with system.hub.waiter(task_id) as waiter:
         while True:
@@ -286,6 +287,10 @@ async def sse_stream(
                 task_state = await s.get(Task, task_id, populate_existing=True)
                 resting = task_state is None or TaskState(task_state.state).is_resting
                 events = await transcript.read(s, task_id, after=last, limit=1000)
+            if task_state is not None and task_state.state != seen_state and not resting:
+                # No id: a state is not a transcript event (resuming replays events, not states).
+                seen_state = task_state.state
+                yield b"event: state\ndata: %s\n\n" % _json.encode({"state": seen_state})
             if events:
                 yield b"".join(_frame(ev) for ev in events)
                 last = events[-1].seq

@@ -72,7 +72,7 @@ async def follow(client: httpx.AsyncClient, number: int, out: list[Received], *,
 
 
 def events_of(frames: list[Received]) -> list[Received]:
-    return [f for f in frames if f.event != "end"]
+    return [f for f in frames if f.event not in ("end", "state")]
 
 
 def at_of(frame: Received) -> float:

@@ -1,6 +1,7 @@
 """Tasks end to end against the real engine, real git and a real HTTP server: the `command` runtime."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -330,3 +331,27 @@ async def test_worker_killed_mid_run_then_restarted(worker_env: tuple[Settings, 
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+async def test_event_stream_announces_the_state_live_then_ends(env: Env) -> None:
+    async with env.client() as c:
+        task = await start(c, "sleep 1; echo done")
+        frames: list[tuple[str, Any]] = []
+        async with c.stream("GET", f"/api/v1/repos/ana/demo/tasks/{task['number']}/events") as r:
+            assert r.status_code == 200
+            event, data = "message", ""
+            async for line in r.aiter_lines():
+                if line == "":
+                    if data:
+                        frames.append((event, json.loads(data)))
+                        if event == "end":
+                            break
+                    event, data = "message", ""
+                elif line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    data += line[5:].strip()
+    states = [d["state"] for e, d in frames if e == "state"]
+    assert states and states[-1] == "running" and states == list(dict.fromkeys(states)), states
+    assert frames[-1] == ("end", {"state": "awaiting_review", "last_seq": frames[-2][1]["seq"]})
+    assert any(e == "stdout" and "done" in d["payload"]["text"] for e, d in frames)
