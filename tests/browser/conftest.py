@@ -223,31 +223,39 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def forge(tmp_path: Path, sandbox_image: str, docker_client: docker.DockerClient) -> Iterator[ForgeServer]:
+def forge_settings() -> dict[str, Any]:
+    """Extra settings for `forge` (none here). A test module that needs a variant of the server
+    (a model, policy hooks to 127.0.0.1, ...) overrides this fixture with its own."""
+    return {}
+
+
+@pytest.fixture
+def forge(
+    tmp_path: Path, sandbox_image: str, docker_client: docker.DockerClient, forge_settings: dict[str, Any]
+) -> Iterator[ForgeServer]:
     """The real app served by uvicorn on 127.0.0.1 in a thread: SQLite, the in-process task worker
-    and the real sandbox image. One instance admin (`ADMIN_LOGIN` / `ADMIN_PASSWORD`), nothing else."""
+    and the real sandbox image. One instance admin (`ADMIN_LOGIN` / `ADMIN_PASSWORD`), nothing else;
+    `forge_settings` adds to (or overrides) its settings."""
     import uvicorn
 
     from forge.app import create_app
 
     port = _free_port()
     data_dir = tmp_path / "data"
-    settings = prepare_data_dir(
-        load_settings(
-            environ={},
-            data_dir=data_dir,
-            database_url=f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}",
-            host="127.0.0.1",
-            port=port,
-            base_url=f"http://127.0.0.1:{port}",
-            log_level="warning",
-            run_worker=True,
-            seed_demo=False,
-            webhooks_deliver=False,
-            sandbox_image=sandbox_image,
-            task_wall_clock_seconds=600,
-        )
-    )
+    defaults: dict[str, Any] = {
+        "data_dir": data_dir,
+        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}",
+        "host": "127.0.0.1",
+        "port": port,
+        "base_url": f"http://127.0.0.1:{port}",
+        "log_level": "warning",
+        "run_worker": True,
+        "seed_demo": False,
+        "webhooks_deliver": False,
+        "sandbox_image": sandbox_image,
+        "task_wall_clock_seconds": 600,
+    }
+    settings = prepare_data_dir(load_settings(environ={}, **{**defaults, **forge_settings}))
     run_async(_prepare(settings))
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")

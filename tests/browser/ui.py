@@ -9,6 +9,10 @@ from playwright.sync_api import Locator, Page, expect
 
 Visibility = Literal["private", "internal", "public"]
 Role = Literal["read", "write", "admin", "remove"]
+Runtime = Literal["command", "builtin"]
+Verdict = Literal["comment", "approve", "request_changes"]
+FailurePolicy = Literal["closed", "open", "hold"]
+Strategy = Literal["merge", "squash", "fast-forward"]
 
 _MARK = "__forgehandTestMark"
 
@@ -78,6 +82,35 @@ def add_collaborator(page: Page, base_url: str, full_name: str, login: str, role
         expect(row).to_contain_text(role)
 
 
+def start_task(
+    page: Page,
+    base_url: str,
+    full_name: str,
+    *,
+    goal: str,
+    agent: str,
+    runtime: Runtime,
+    command: str = "",
+    base: str = "",
+) -> int:
+    """Start a task through the repository's start form; returns the task number, with the page on
+    the task page. `command` is for the `command` runtime (it runs with `bash -lc` in the sandbox)."""
+    page.goto(f"{base_url}/{full_name}/tasks/")
+    form = page.locator(f"form[action='/{full_name}/tasks/']")
+    # The form's controls have no ids: their labels wrap them (the runtime label's text includes
+    # its options, "command" among them, hence the anchored patterns).
+    form.get_by_label(re.compile(r"^\s*Goal")).fill(goal)
+    form.get_by_label(re.compile(r"^\s*Agent")).fill(agent)
+    form.get_by_label(re.compile(r"^\s*Runtime")).select_option(runtime)
+    if command:
+        form.get_by_label(re.compile(r"^\s*Command")).fill(command)
+    if base:
+        form.get_by_label(re.compile(r"^\s*Base branch")).fill(base)
+    form.get_by_role("button", name="Start").click()
+    expect(page).to_have_url(re.compile(rf"/{re.escape(full_name)}/tasks/\d+$"))
+    return int(page.url.rsplit("/", 1)[1])
+
+
 def start_command_task(
     page: Page,
     base_url: str,
@@ -90,19 +123,7 @@ def start_command_task(
 ) -> int:
     """Start a `command`-runtime task through the repository's start form (the command runs with
     `bash -lc` in the sandbox); returns the task number, with the page on the task page."""
-    page.goto(f"{base_url}/{full_name}/tasks/")
-    form = page.locator(f"form[action='/{full_name}/tasks/']")
-    # The form's controls have no ids: their labels wrap them (the runtime label's text includes
-    # its options, "command" among them, hence the anchored patterns).
-    form.get_by_label(re.compile(r"^\s*Goal")).fill(goal)
-    form.get_by_label(re.compile(r"^\s*Agent")).fill(agent)
-    form.get_by_label(re.compile(r"^\s*Runtime")).select_option("command")
-    form.get_by_label(re.compile(r"^\s*Command")).fill(command)
-    if base:
-        form.get_by_label(re.compile(r"^\s*Base branch")).fill(base)
-    form.get_by_role("button", name="Start").click()
-    expect(page).to_have_url(re.compile(rf"/{re.escape(full_name)}/tasks/\d+$"))
-    return int(page.url.rsplit("/", 1)[1])
+    return start_task(page, base_url, full_name, goal=goal, agent=agent, runtime="command", command=command, base=base)
 
 
 def task_state(page: Page) -> Locator:
@@ -134,3 +155,115 @@ def mark_page(page: Page) -> None:
 
 def was_reloaded(page: Page) -> bool:
     return not page.evaluate(f"window.{_MARK} === true")
+
+
+def runs_table(page: Page) -> Locator:
+    """The task page's runs, one row per run (number, kind, state, ...)."""
+    return page.locator("table.list tbody tr")
+
+
+# --- policy hooks and approvals ------------------------------------------------------------------
+
+
+def add_policy_hook(
+    page: Page,
+    base_url: str,
+    full_name: str,
+    url: str,
+    events: list[str],
+    *,
+    failure_policy: FailurePolicy = "closed",
+) -> None:
+    """Register a policy endpoint for the repository on its webhooks settings page (the consumer's
+    host must be allowed: settings `webhooks_allowed_hosts`); leaves the page on the new endpoint."""
+    page.goto(f"{base_url}/{full_name}/settings/hooks/")
+    page.get_by_label("Payload URL").fill(url)
+    page.get_by_label("Kind", exact=True).select_option("policy")
+    policy_events = page.locator("fieldset", has_text="Policy events")
+    for event in events:
+        policy_events.get_by_label(event, exact=True).check()
+    page.get_by_label("When a policy endpoint fails").select_option(failure_policy)
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.get_by_role("status")).to_contain_text("Endpoint created.")
+    expect(page.get_by_role("heading", level=1)).to_contain_text(f"policy endpoint {url}")
+
+
+def approval_card(page: Page) -> Locator:
+    """The task page's card of a tool call waiting for a person (section#approval)."""
+    return page.locator("section#approval")
+
+
+def decide_approval(page: Page, decision: Literal["approve", "deny"], *, reason: str = "") -> None:
+    """Approve ("Approve and run") or deny the parked call on the task page; returns once the task
+    page shows the call decided (the card gone)."""
+    card = approval_card(page)
+    if reason:
+        card.get_by_label(re.compile(r"^\s*Reason")).fill(reason)
+    card.get_by_role("button", name="Approve and run" if decision == "approve" else "Deny").click()
+    expect(approval_card(page)).to_have_count(0)
+
+
+# --- reviews and merging -------------------------------------------------------------------------
+
+
+def open_review(page: Page) -> None:
+    """Follow the task page's link to its review page."""
+    page.locator("#review-link").click()
+    expect(page).to_have_url(re.compile(r"/tasks/\d+/review$"))
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Review #")
+
+
+def comment_on_line(page: Page, path: str, line: int, body: str) -> None:
+    """On the review page, open the comment form of a diff line (`+` beside it), write `body` and
+    post it as a comment review; returns once the comment shows under that line."""
+    summary = page.get_by_label(f"Comment on {path} line {line}", exact=True)
+    summary.click()
+    form = page.locator("details.add-comment[open] form")
+    form.get_by_label("Inline comment").fill(body)
+    form.get_by_role("button", name="Comment", exact=True).click()
+    expect(page).to_have_url(re.compile(r"/review(#reviews)?$"))
+    expect(page.locator("table.diff .inline-comment", has_text=body)).to_be_visible()
+
+
+_VERDICT_LABELS = {
+    "comment": re.compile(r"^\s*Comment\s*$"),
+    "approve": re.compile(r"^\s*Approve\s*$"),
+    "request_changes": re.compile(r"^\s*Request changes\b"),
+}
+
+
+def submit_review(page: Page, verdict: Verdict, body: str = "") -> None:
+    """Submit the review page's "Submit a review" form. Request changes lands on the task page
+    (the follow-up run); the other verdicts come back to the review page."""
+    form = page.locator("#review-form")
+    if body:
+        form.get_by_label("Review (markdown)").fill(body)
+    form.get_by_role("radio", name=_VERDICT_LABELS[verdict]).check()
+    form.get_by_role("button", name="Submit review").click()
+    if verdict == "request_changes":
+        expect(page).to_have_url(re.compile(r"/tasks/\d+$"))
+    else:
+        expect(page).to_have_url(re.compile(r"/tasks/\d+/review(#reviews)?$"))
+        expect(page.locator("#review-error")).to_have_count(0)
+
+
+def merge_button(page: Page) -> Locator:
+    """The review page's "Merge into <base>" button (disabled while a merge rule blocks)."""
+    return page.locator("#merge-form").get_by_role("button", name=re.compile(r"^Merge into "))
+
+
+def merge_blockers(page: Page) -> Locator:
+    """What keeps the task from merging, one item each (none when it may merge)."""
+    return page.locator("#merge ul.blockers li")
+
+
+def merge_task(page: Page, strategy: Strategy = "merge") -> str:
+    """Merge from the review page; returns the merge commit's full sha (from the link to it)."""
+    page.locator("#merge-form").get_by_label("Strategy").select_option(strategy)
+    merge_button(page).click()
+    merged = page.locator("#merged")
+    expect(merged).to_be_visible()
+    href = merged.get_by_role("link").get_attribute("href") or ""
+    match = re.search(r"/commit/([0-9a-f]{40})$", href)
+    assert match, f"no merge commit link in #merged: {href!r}"
+    return match.group(1)
