@@ -19,14 +19,15 @@ from typing import Any, Literal
 
 import msgspec
 import structlog
-from sqlalchemy import or_, select
+from sqlalchemy import insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import Database
-from webhooks import envelope, metrics
+from webhooks import envelope, metrics, registry
 from webhooks.config import WebhooksConfig
 from webhooks.decoding import Decision, PolicyAnswer, ProtocolViolation, decode_policy_response
 from webhooks.envelope import RepoRef, TaskMeta
+from webhooks.logwriter import DELIVERIES, DeliveryLogWriter, LogRow
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.outbound import Outbound, OutboundError, Reply
 from webhooks.protocol import DEFAULT_BUDGET, MAX_BUDGET, MAX_POLICY_RESPONSE, POLICY_EVENTS
@@ -127,8 +128,42 @@ class PolicyDispatcher:
         self.cfg = cfg
         self.outbound = outbound
         self._slots = asyncio.Semaphore(max(1, cfg.policy_concurrency))
+        self._cache: registry.GenerationCache[int, list[tuple[frozenset[str], _Target]]] = registry.GenerationCache()
+        self._refreshing: dict[int, asyncio.Task[None]] = {}
+        self.log_writer = DeliveryLogWriter(db)
 
-    async def _targets(self, session: AsyncSession, repo_id: int, event_type: str) -> list[_Target]:
+    async def _targets(self, source: AsyncSession | Database | None, repo_id: int, event_type: str) -> list[_Target]:
+        """The active policy endpoints of this repository (instance ones first) taking this event.
+        Cached per repository until an endpoint changes in this process, for at most
+        `registry.TTL` seconds (changes made by another process); reloaded in the background
+        after half of that while in use, so that a steady stream of dispatches never waits."""
+        found = self._cache.lookup(repo_id)
+        if found is not None:
+            endpoints, stale_soon = found
+            if stale_soon and repo_id not in self._refreshing:
+                self._refreshing[repo_id] = asyncio.get_running_loop().create_task(self._refresh(repo_id))
+        else:
+            gen, t0 = registry.generation(), time.monotonic()
+            if isinstance(source, AsyncSession):
+                endpoints = await self._load(source, repo_id)
+            else:
+                async with (source or self.db).session() as session:
+                    endpoints = await self._load(session, repo_id)
+            self._cache.put(repo_id, gen, endpoints, t0)
+        return [t for events, t in endpoints if event_type in events]
+
+    async def _refresh(self, repo_id: int) -> None:
+        try:
+            gen, t0 = registry.generation(), time.monotonic()
+            async with self.db.session() as session:
+                endpoints = await self._load(session, repo_id)
+            self._cache.put(repo_id, gen, endpoints, t0)
+        except Exception:
+            log.warning("could not reload the policy endpoints ahead", repo=repo_id, exc_info=True)
+        finally:
+            self._refreshing.pop(repo_id, None)
+
+    async def _load(self, session: AsyncSession, repo_id: int) -> list[tuple[frozenset[str], _Target]]:
         stmt = (
             select(WebhookEndpoint)
             .where(
@@ -138,8 +173,10 @@ class PolicyDispatcher:
             )
             .order_by(WebhookEndpoint.repo_id.is_not(None), WebhookEndpoint.id)
         )
-        rows = [e for e in (await session.execute(stmt)).scalars() if event_type in (e.events or [])]
-        return [_Target(e.id, e.url, e.failure_policy, self.cfg.signing_key(e)) for e in rows]
+        return [
+            (frozenset(e.events or ()), _Target(e.id, e.url, e.failure_policy, self.cfg.signing_key(e)))
+            for e in (await session.execute(stmt)).scalars()
+        ]
 
     async def dispatch(
         self,
@@ -157,11 +194,7 @@ class PolicyDispatcher:
         started = time.monotonic()
         end = started + budget
         wid = str(uuid.uuid4())
-        if isinstance(source, AsyncSession):
-            targets = await self._targets(source, repo.id, event_type)
-        else:
-            async with (source or self.db).session() as session:
-                targets = await self._targets(session, repo.id, event_type)
+        targets = await self._targets(source, repo.id, event_type)
         if not targets:
             return PolicyOutcome(
                 event_type=event_type,
@@ -180,7 +213,7 @@ class PolicyDispatcher:
         results: list[EndpointResult] = []
         contexts: list[str] = []
         messages: list[str] = []
-        log_rows: list[WebhookDelivery] = []
+        log_rows: list[LogRow] = []
         at = self.cfg.clock()
         for target in targets:
             body, subject = envelope.for_policy(event_type, wid, self.cfg.instance_id, repo, task_meta, current, at)
@@ -216,7 +249,7 @@ class PolicyDispatcher:
             deciding=deciding,
         )
         metrics.DISPATCH_SECONDS.labels(event=event_type).observe(time.monotonic() - started)
-        await self._write_log(source, log_rows)
+        await self._write_log(source, log_rows, failed=any(r["result"] in FAILURES for r in log_rows))
         for r in results:
             if r.failed:
                 log.warning(
@@ -230,18 +263,40 @@ class PolicyDispatcher:
                 )
         return outcome
 
-    async def _write_log(self, source: AsyncSession | Database | None, rows: list[WebhookDelivery]) -> None:
+    async def _write_log(self, source: AsyncSession | Database | None, rows: list[LogRow], *, failed: bool) -> None:
+        """Where the log rows of a dispatch go:
+        - an AsyncSession from the caller: into its transaction (they commit or roll back with the
+          guarded action; on SQLite no second writer is needed while the caller holds the lock);
+        - a dispatch in which an endpoint failed: written before returning (the failure is what an
+          operator comes looking for, and such a dispatch took its time already);
+        - otherwise: handed to the background writer (`DeliveryLogWriter`), off the critical path.
+          They appear a few milliseconds later; a crash in that window loses them, never the decision.
+        """
         if not rows:
             return
         if isinstance(source, AsyncSession):
-            source.add_all(rows)
+            source.add_all([WebhookDelivery(**row) for row in rows])
+            return
+        if not failed and (source is None or source is self.db):
+            self.log_writer.submit(rows)
             return
         try:
             async with (source or self.db).session(write=True) as session:
-                session.add_all(rows)
+                await session.execute(insert(DELIVERIES), rows)
         except Exception:
             # The decision stands; losing its log row must not turn it into an error.
             log.exception("could not record policy deliveries", count=len(rows))
+
+    async def flush_log(self) -> None:
+        """Wait until the log rows of every dispatch returned so far are written."""
+        await self.log_writer.flush()
+
+    async def aclose(self) -> None:
+        """Write what is pending in the delivery log (called by `WebhooksRuntime.stop`)."""
+        for task in list(self._refreshing.values()):
+            task.cancel()
+        self._refreshing.clear()
+        await self.log_writer.aclose()
 
     async def _call(
         self,
@@ -252,7 +307,7 @@ class PolicyDispatcher:
         body: bytes,
         budget: float,
         end: float,
-        log_rows: list[WebhookDelivery],
+        log_rows: list[LogRow],
     ) -> tuple[EndpointResult, PolicyAnswer | None]:
         t0 = time.monotonic()
         attempts = 0
@@ -386,23 +441,23 @@ class PolicyDispatcher:
         error: str,
         a0: float,
         started_at: datetime,
-    ) -> WebhookDelivery:
-        return WebhookDelivery(
-            endpoint_id=target.id,
-            wid=wid,
-            jti=jti,
-            kind="policy",
-            event_type=event_type,
-            attempt=attempt,
-            url=target.url,
-            request_headers=redacted(headers),
-            request_body=body,
-            response_status=reply.status if reply is not None else None,
-            response_headers=[list(h) for h in reply.headers] if reply is not None else [],
-            response_body=reply.body[:LOG_RESPONSE_BYTES] if reply is not None else b"",
-            response_truncated=bool(reply is not None and (reply.truncated or len(reply.body) > LOG_RESPONSE_BYTES)),
-            duration_ms=int((time.monotonic() - a0) * 1000),
-            result=result,
-            error=error[:500],
-            started_at=started_at,
-        )
+    ) -> LogRow:
+        return {
+            "endpoint_id": target.id,
+            "wid": wid,
+            "jti": jti,
+            "kind": "policy",
+            "event_type": event_type,
+            "attempt": attempt,
+            "url": target.url,
+            "request_headers": redacted(headers),
+            "request_body": body,
+            "response_status": reply.status if reply is not None else None,
+            "response_headers": [list(h) for h in reply.headers] if reply is not None else [],
+            "response_body": reply.body[:LOG_RESPONSE_BYTES] if reply is not None else b"",
+            "response_truncated": bool(reply is not None and (reply.truncated or len(reply.body) > LOG_RESPONSE_BYTES)),
+            "duration_ms": int((time.monotonic() - a0) * 1000),
+            "result": result,
+            "error": error[:500],
+            "started_at": started_at,
+        }

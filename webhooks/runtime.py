@@ -43,6 +43,7 @@ class WebhooksRuntime:
 
     async def stop(self) -> None:
         await self.deliverer.stop()
+        await self.policy.aclose()
         await self.policy_outbound.aclose()
         await self.delivery_outbound.aclose()
 
