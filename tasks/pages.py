@@ -12,8 +12,8 @@ from litestar.response import Redirect, Template
 
 from forge import repositories
 from forge.access import Action, can
-from forge.deps import ActorDep, DbSession
-from forge.errors import ForgeError, InvalidInput, Unauthenticated
+from forge.deps import ActorDep, DatabaseDep, DbSession
+from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.pages import page
 from tasks import transcript
 from tasks.approvals import ApprovalService
@@ -89,37 +89,42 @@ class TaskPages(Controller):
     async def start(
         self,
         request: Request[Any, Any, Any],
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
         name: FromPath[str],
         data: URLEncodedBody[StartForm],
     ) -> Template | Redirect:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        # Rendered up front: after a refused start the session rolls back and its objects expire.
-        context = _repo_ctx(res, actor.principal, svc.base_url)
-        tasks = [await svc.to_read(t, res) for t in await svc.list_tasks(res)]
-        full_name = res.full_name
+        command: str | None = data.command if data.runtime == "command" else None
+        create = TaskCreate(
+            goal=data.goal[:20_000],
+            agent=data.agent.strip()[:40] or "-",
+            runtime="command" if data.runtime == "command" else "builtin",
+            command=command,
+            base=data.base.strip()[:255],
+            title=data.title.strip()[:200],
+        )
         try:
-            command: str | None = data.command if data.runtime == "command" else None
-            create = TaskCreate(
-                goal=data.goal[:20_000],
-                agent=data.agent.strip()[:40] or "-",
-                runtime="command" if data.runtime == "command" else "builtin",
-                command=command,
-                base=data.base.strip()[:255],
-                title=data.title.strip()[:200],
-            )
-            task = await svc.start(actor, res, create)
+            # The goal's policy check runs before the write transaction (see PromptCheck).
+            async with db.session() as s:
+                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+                checked = await service_for(s, state).precheck_start(actor, res, create)
+            async with db.session(write=True) as s:
+                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+                task = await service_for(s, state).start(actor, res, create, checked=checked)
+                number, task_id, full_name = task.number, task.id, res.full_name
         except ForgeError as exc:
-            await db_session.rollback()
+            if exc.status == 404:
+                raise
+            async with db.session() as s:
+                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+                svc = service_for(s, state)
+                tasks = [await svc.to_read(t, res) for t in await svc.list_tasks(res)]
+                context = _repo_ctx(res, actor.principal, svc.base_url)
             return page(
                 request, "tasks/list.html", status_code=exc.status, tasks=tasks, error=exc.detail, form=data, **context
             )
-        number, task_id = task.number, task.id
-        await db_session.commit()
         state.tasks.changed(task_id)
         return Redirect(f"/{full_name}/tasks/{number}", status_code=303)
 
@@ -157,7 +162,7 @@ class TaskPages(Controller):
     async def act(
         self,
         request: Request[Any, Any, Any],
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
@@ -167,27 +172,34 @@ class TaskPages(Controller):
         data: URLEncodedBody[BodyForm],
     ) -> Redirect:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        task = await svc.get(res, n)
-        body = MessageCreate(body=data.body[:20_000])
-        if action == "messages":
-            task = await svc.message(actor, res, task, body)
-        elif action == "answer":
-            task = await svc.answer(actor, res, task, body)
-        elif action == "retry":
-            task = await svc.retry(actor, res, task)
-        elif action == "close":
-            task = await svc.close(actor, res, task)
-        elif action == "stop":
-            await svc.request_stop(actor, res, task)  # the page shows "stopping" until the worker settles
-        else:
-            from forge.errors import NotFound
-
+        if action not in ("messages", "answer", "retry", "close", "stop"):
             raise NotFound("no such action")
-        await db_session.commit()
-        state.tasks.changed(task.id)
-        return Redirect(f"/{res.full_name}/tasks/{n}", status_code=303)
+        body = MessageCreate(body=data.body[:20_000])
+        checked = None
+        if action in ("messages", "answer"):
+            # The prompt's policy check runs before the write transaction (see PromptCheck).
+            async with db.session() as s:
+                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+                svc = service_for(s, state)
+                kind: Literal["message", "answer"] = "message" if action == "messages" else "answer"
+                checked = await svc.precheck(actor, res, await svc.get(res, n), body, kind)
+        async with db.session(write=True) as s:
+            res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+            svc = service_for(s, state)
+            task = await svc.get(res, n)
+            if action == "messages":
+                task = await svc.message(actor, res, task, body, checked=checked)
+            elif action == "answer":
+                task = await svc.answer(actor, res, task, body, checked=checked)
+            elif action == "retry":
+                task = await svc.retry(actor, res, task)
+            elif action == "close":
+                task = await svc.close(actor, res, task)
+            else:
+                await svc.request_stop(actor, res, task)  # the page shows "stopping" until the worker settles
+            task_id, full_name = task.id, res.full_name
+        state.tasks.changed(task_id)
+        return Redirect(f"/{full_name}/tasks/{n}", status_code=303)
 
     @post("/{number:str}/approvals/{approval_id:str}")
     async def decide(

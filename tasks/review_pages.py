@@ -19,7 +19,7 @@ from forge.errors import ForgeError
 from forge.pages import page
 from forge.render import markdown_async
 from tasks.pages import REPO_TASKS, _repo_ctx
-from tasks.review_routes import merge_service
+from tasks.review_routes import merge_service, submit_review
 from tasks.reviews import ReviewService
 from tasks.routes import service_for
 from tasks.schemas import MergeCreate, ReviewCommentCreate, ReviewCreate
@@ -152,21 +152,16 @@ class ReviewPages(Controller):
     ) -> Template | Redirect:
         n = parse_number(number)
         try:
-            async with db.session(write=True) as s:
-                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-                svc = service_for(s, state)
-                task = await svc.get(res, n)
-                await ReviewService(svc).submit(actor, res, task, _review_create(data))
-                task_id, full_name = task.id, res.full_name
+            read, task_id = await submit_review(db, state, actor, owner, name, n, _review_create(data))
         except ForgeError as exc:
             if exc.status == 404:
                 raise
             async with db.session() as s:
                 return await _render(request, s, actor, state, owner, name, n, error=exc.detail, status_code=exc.status)
         state.tasks.changed(task_id)
-        anchor = "#reviews" if data.verdict != "request_changes" else ""
-        target = f"/{full_name}/tasks/{n}" if data.verdict == "request_changes" else f"/{full_name}/tasks/{n}/review"
-        return Redirect(target + anchor, status_code=303)
+        base = f"/{owner}/{name}/tasks/{n}"
+        # A change request starts a run: follow it on the task page.
+        return Redirect(base if read.run is not None else f"{base}/review#reviews", status_code=303)
 
     @post("/{number:str}/merge")
     async def merge(

@@ -8,6 +8,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import repositories
 from forge.access import Action
+from forge.audit import Actor
+from forge.db import Database
 from forge.deps import ActorDep, DatabaseDep, DbSession
 from forge.repos.schemas import Comparison
 from tasks.merging import MergeService
@@ -22,6 +24,24 @@ def merge_service(db: DatabaseDep, state: State) -> MergeService:
         return service_for(session, state)
 
     return MergeService(db, make)
+
+
+async def submit_review(
+    db: Database, state: State, actor: Actor, owner: str, name: str, n: int, data: ReviewCreate
+) -> tuple[ReviewRead, int]:
+    """A change request's policy check runs before the write transaction (see PromptCheck)."""
+    async with db.session() as s:
+        res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(s, state)
+        checked = await ReviewService(svc).precheck(actor, res, await svc.get(res, n), data)
+    async with db.session(write=True) as s:
+        res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+        svc = service_for(s, state)
+        reviews = ReviewService(svc)
+        task = await svc.get(res, n)
+        review = await reviews.submit(actor, res, task, data, checked=checked)
+        [read] = [r for r in await reviews.reviews(task) if r.id == review.uuid]
+        return read, task.id
 
 
 class ReviewController(Controller):
@@ -64,7 +84,7 @@ class ReviewController(Controller):
     )
     async def submit(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
@@ -73,14 +93,8 @@ class ReviewController(Controller):
         data: JSONBody[ReviewCreate],
     ) -> ReviewRead:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        reviews = ReviewService(svc)
-        task = await svc.get(res, n)
-        review = await reviews.submit(actor, res, task, data)
-        [read] = [r for r in await reviews.reviews(task) if r.id == review.uuid]
-        await db_session.commit()
-        task_system(state).changed(task.id)
+        read, task_id = await submit_review(db, state, actor, owner, name, n, data)
+        task_system(state).changed(task_id)
         return read
 
     @get(TASK + "/review-status", summary="Whether the merge rules hold now, and why not")

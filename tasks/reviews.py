@@ -29,7 +29,7 @@ from forge.text import require_no_nul
 from tasks import repo_settings, transcript
 from tasks.models import Review, ReviewComment, Run, Task
 from tasks.schemas import ReviewCommentRead, ReviewCreate, ReviewRead, ReviewStatus
-from tasks.service import TaskService, publish
+from tasks.service import PromptCheck, TaskService, publish
 from tasks.states import RunKind, TaskState
 from tasks.transcript import Notice, Pending, Prompt
 
@@ -175,9 +175,13 @@ class ReviewService:
             blockers=blockers,
         )
 
-    async def submit(self, actor: Actor, res: RepoResource, task: Task, data: ReviewCreate) -> Review:
+    async def _prepare(
+        self, actor: Actor, res: RepoResource, task: Task, data: ReviewCreate
+    ) -> tuple[str, str, list[ReviewComment], list[ReviewComment], str | None]:
+        """Check a review; returns the sha, the body, its new inline comments, the comments a
+        change request hands to the agent (earlier unsent ones on this head, then the new ones)
+        and that change request's prompt (None for other verdicts)."""
         require(actor.principal, Action.REVIEW_WRITE, res)
-        task = await self.tasks._lock(task)
         if task.state != TaskState.AWAITING_REVIEW:
             raise InvalidState(f"the task is {task.state}, not awaiting review", code="task_not_in_review")
         if actor.principal.account_id == task.agent_id:
@@ -189,8 +193,8 @@ class ReviewService:
                 code="stale_commit",
                 head_sha=task.head_sha,
             )
-        body = require_no_nul(data.body, "a review")
-        if data.verdict != "approve" and not body.strip() and not data.comments:
+        body = require_no_nul(data.body, "a review").strip()
+        if data.verdict != "approve" and not body and not data.comments:
             raise InvalidInput("say something: a body or inline comments", code="review_empty")
         comments: list[ReviewComment] = []
         if data.comments:
@@ -212,12 +216,44 @@ class ReviewService:
                         task_id=task.id, path=path, side=given.side, line=given.line, body=text, quoted=quoted
                     )
                 )
+        if data.verdict != "request_changes":
+            return sha, body, comments, [], None
+        earlier = (
+            (
+                await self.session.execute(
+                    select(ReviewComment)
+                    .where(
+                        ReviewComment.task_id == task.id,
+                        ReviewComment.commit_sha == sha,
+                        ReviewComment.sent_run_id.is_(None),
+                    )
+                    .order_by(ReviewComment.id)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        handed = [*earlier, *comments]
+        return sha, body, comments, handed, change_request_prompt(body, handed, actor.principal.login)
+
+    async def precheck(self, actor: Actor, res: RepoResource, task: Task, data: ReviewCreate) -> PromptCheck | None:
+        """A change request's `user_prompt_submit`, asked before the write transaction."""
+        *_, prompt = await self._prepare(actor, res, task, data)
+        if prompt is None:
+            return None
+        return await self.tasks.precheck_prompt(await self.tasks._gate_ctx(task, res, actor), prompt, "review")
+
+    async def submit(
+        self, actor: Actor, res: RepoResource, task: Task, data: ReviewCreate, *, checked: PromptCheck | None = None
+    ) -> Review:
+        task = await self.tasks._lock(task)
+        sha, body, comments, handed, prompt = await self._prepare(actor, res, task, data)
         review = Review(
             task_id=task.id,
             repo_id=task.repo_id,
             author_id=actor.principal.account_id,
             verdict=data.verdict,
-            body=body.strip(),
+            body=body,
             commit_sha=sha,
         )
         self.session.add(review)
@@ -230,29 +266,13 @@ class ReviewService:
         login = actor.principal.login
         notes = [Pending(kind="notice", payload=Notice(text=f"{login} {_VERBS[data.verdict]} ({sha[:12]})"))]
         run = None
-        if data.verdict == "request_changes":
-            # Every inline comment on this head not yet handed to the agent (this review's and
-            # comment-only reviews' before it).
-            pending = (
-                (
-                    await self.session.execute(
-                        select(ReviewComment)
-                        .where(
-                            ReviewComment.task_id == task.id,
-                            ReviewComment.commit_sha == sha,
-                            ReviewComment.sent_run_id.is_(None),
-                        )
-                        .order_by(ReviewComment.id)
-                    )
-                )
-                .scalars()
-                .all()
+        if prompt is not None:
+            prompt = await self.tasks._check_prompt(
+                await self.tasks._gate_ctx(task, res, actor), prompt, "review", checked
             )
-            prompt = change_request_prompt(review.body, pending, login)
-            prompt = await self.tasks._check_prompt(await self.tasks._gate_ctx(task, res, actor), prompt, "review")
             run = await self.tasks._enqueue(actor, res, task, RunKind.REVIEW, prompt)
             review.run_id = run.id
-            for sent in pending:
+            for sent in handed:
                 sent.sent_run_id = run.id
             notes.append(
                 Pending(kind="prompt", payload=Prompt(text=prompt, source="review", author=login), run_id=run.id)

@@ -21,6 +21,7 @@ from forge.errors import Unauthenticated
 from forge.repositories import RepoResource
 from tasks import transcript
 from tasks.models import Run, Task
+from tasks.policy import PromptKind
 from tasks.schemas import MessageCreate, TaskCreate, TaskRead, TranscriptPage
 from tasks.service import TaskService, parse_number
 from tasks.states import RunState, TaskState
@@ -70,19 +71,24 @@ class TaskController(Controller):
     @post(TASKS, summary="Start a task: an agent works on a goal in a sandbox", status_code=201)
     async def start(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
         name: FromPath[str],
         data: JSONBody[TaskCreate],
     ) -> TaskRead:
-        res = await _load(db_session, actor, owner, name, Action.TASK_WRITE)
-        svc = service_for(db_session, state)
-        task = await svc.start(actor, res, data)
-        read = await svc.to_read(task, res)
-        await db_session.commit()
-        task_system(state).changed(task.id)
+        # The goal's policy check runs before the write transaction (see PromptCheck).
+        async with db.session() as s:
+            res = await _load(s, actor, owner, name, Action.TASK_WRITE)
+            checked = await service_for(s, state).precheck_start(actor, res, data)
+        async with db.session(write=True) as s:
+            res = await _load(s, actor, owner, name, Action.TASK_WRITE)
+            svc = service_for(s, state)
+            task = await svc.start(actor, res, data, checked=checked)
+            read = await svc.to_read(task, res)
+            task_id = task.id
+        task_system(state).changed(task_id)
         return read
 
     @get(TASKS, summary="Tasks of a repository")
@@ -115,30 +121,39 @@ class TaskController(Controller):
         return await svc.to_read(await svc.get(res, n), res)
 
     async def _act(
-        self, db_session: Any, actor: Actor, state: State, owner: str, name: str, number: str, action: str, body: Any
+        self, db: Database, actor: Actor, state: State, owner: str, name: str, number: str, action: str, body: Any
     ) -> TaskRead:
         n = parse_number(number)
-        # Tasks are invisible below the write role (404); the service then checks the write action.
-        res = await _load(db_session, actor, owner, name)
-        svc = service_for(db_session, state)
-        task = await svc.get(res, n)
-        if action == "message":
-            task = await svc.message(actor, res, task, body)
-        elif action == "answer":
-            task = await svc.answer(actor, res, task, body)
-        elif action == "retry":
-            task = await svc.retry(actor, res, task)
-        else:
-            task = await svc.close(actor, res, task)
-        read = await svc.to_read(task, res)
-        await db_session.commit()
-        task_system(state).changed(task.id)
+        checked = None
+        if action in ("message", "answer"):
+            # The prompt's policy check runs before the write transaction (see PromptCheck).
+            async with db.session() as s:
+                res = await _load(s, actor, owner, name)
+                svc = service_for(s, state)
+                kind: PromptKind = "message" if action == "message" else "answer"
+                checked = await svc.precheck(actor, res, await svc.get(res, n), body, kind)
+        async with db.session(write=True) as s:
+            # Tasks are invisible below the write role (404); the service then checks the write action.
+            res = await _load(s, actor, owner, name)
+            svc = service_for(s, state)
+            task = await svc.get(res, n)
+            if action == "message":
+                task = await svc.message(actor, res, task, body, checked=checked)
+            elif action == "answer":
+                task = await svc.answer(actor, res, task, body, checked=checked)
+            elif action == "retry":
+                task = await svc.retry(actor, res, task)
+            else:
+                task = await svc.close(actor, res, task)
+            read = await svc.to_read(task, res)
+            task_id = task.id
+        task_system(state).changed(task_id)
         return read
 
     @post(TASK + "/messages", summary="Send the agent a message (queued while a run is active)", status_code=200)
     async def message(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
@@ -146,12 +161,12 @@ class TaskController(Controller):
         number: FromPath[str],
         data: JSONBody[MessageCreate],
     ) -> TaskRead:
-        return await self._act(db_session, actor, state, owner, name, number, "message", data)
+        return await self._act(db, actor, state, owner, name, number, "message", data)
 
     @post(TASK + "/answer", summary="Answer the agent's pending question", status_code=200)
     async def answer(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
@@ -159,31 +174,31 @@ class TaskController(Controller):
         number: FromPath[str],
         data: JSONBody[MessageCreate],
     ) -> TaskRead:
-        return await self._act(db_session, actor, state, owner, name, number, "answer", data)
+        return await self._act(db, actor, state, owner, name, number, "answer", data)
 
     @post(TASK + "/retry", summary="Retry a failed or stopped task", status_code=200)
     async def retry(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
         name: FromPath[str],
         number: FromPath[str],
     ) -> TaskRead:
-        return await self._act(db_session, actor, state, owner, name, number, "retry", None)
+        return await self._act(db, actor, state, owner, name, number, "retry", None)
 
     @post(TASK + "/close", summary="Close a task", status_code=200)
     async def close(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
         name: FromPath[str],
         number: FromPath[str],
     ) -> TaskRead:
-        return await self._act(db_session, actor, state, owner, name, number, "close", None)
+        return await self._act(db, actor, state, owner, name, number, "close", None)
 
     @post(
         TASK + "/stop",

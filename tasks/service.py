@@ -3,9 +3,11 @@ REST, web pages and the worker call these; each action checks its transition in 
 writes an audit row and publishes its events in the caller's transaction."""
 
 import re
+import uuid as uuid_mod
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -163,6 +165,19 @@ async def _allocate_number(session: AsyncSession, repo_id: int) -> int:
     return int((await session.execute(stmt)).scalar_one())
 
 
+class PromptCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """A `user_prompt_submit` decision taken before the write transaction (so a slow consumer
+    never holds the database's write lock), reused when the same prompt of the same task comes
+    to be stored. Anything different (a concurrent start took the predicted number, a comment
+    arrived meanwhile) is asked again."""
+
+    task_uuid: str
+    number: int
+    kind: str
+    original: str
+    result: str
+
+
 class TaskService:
     def __init__(
         self, session: AsyncSession, *, bus: EventBus, store: RepoStore, settings: Settings, gate: PolicyGate
@@ -284,9 +299,28 @@ class TaskService:
 
     # --- actions ------------------------------------------------------------------------------
 
-    async def _check_prompt(self, ctx: GateContext, text: str, kind: PromptKind) -> str:
-        # The request's own session: the delivery log goes into its transaction (see webhook_gate).
+    async def precheck_prompt(self, ctx: GateContext, text: str, kind: PromptKind) -> PromptCheck:
+        """Ask the policy now, outside the write transaction; the dispatcher logs the call itself."""
+        decision = await self.gate.user_prompt_submit(ctx, prompt=text, kind=kind, session=None)
+        result = self._obey(decision, text)
+        return PromptCheck(task_uuid=ctx.task_uuid, number=ctx.task_number, kind=kind, original=text, result=result)
+
+    async def _check_prompt(
+        self, ctx: GateContext, text: str, kind: PromptKind, checked: PromptCheck | None = None
+    ) -> str:
+        if checked is not None and (checked.task_uuid, checked.number, checked.kind, checked.original) == (
+            ctx.task_uuid,
+            ctx.task_number,
+            kind,
+            text,
+        ):
+            return checked.result
+        # Not prechecked (or something changed): ask now, in the request's transaction.
         decision = await self.gate.user_prompt_submit(ctx, prompt=text, kind=kind, session=self.session)
+        return self._obey(decision, text)
+
+    @staticmethod
+    def _obey(decision: Any, text: str) -> str:
         if decision.failed:
             raise BadGateway(decision.reason, code="hook_dispatch_failed")
         if decision.decision != "allow":
@@ -326,65 +360,30 @@ class TaskService:
         await self.session.flush()
         return run
 
-    async def start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> Task:
-        require(actor.principal, Action.TASK_WRITE, res)
-        if actor.principal.account_id is None:
-            raise Forbidden("sign in or send a token")
-        goal = data.goal.strip()
-        if not goal:
-            raise InvalidInput("the goal is required", code="goal_required")
-        runtime = data.runtime or ("command" if data.command is not None else "builtin")
-        command: str | list[str] | None = None
-        if runtime == "command":
-            try:
-                command = data.command if isinstance(data.command, str) else list(data.command or [])
-                argv_of(command)
-            except ValueError:
-                raise InvalidInput("the command runtime needs a command", code="command_required") from None
-            if isinstance(command, list) and any("\x00" in a for a in command):
-                raise InvalidInput("command arguments may not contain NUL", code="invalid_command")
-        else:
-            if data.command is not None:
-                raise InvalidInput("`command` is for the command runtime", code="invalid_command")
-            effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
-            if not (effective.model_base_url and effective.model_name):
-                raise InvalidInput(
-                    "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
-                    "use the command runtime or configure one",
-                    code="model_not_configured",
-                )
-        agent = await self._agent(res, data.agent)
-        base = data.base.strip() or res.repo.default_branch
-        try:
-            validate_branch_name(base)
-            resolved = await self.store.read(res.key, resolve_ref, base)
-        except (RefNotFound, InvalidRefName):
-            raise InvalidInput(f"the base branch {base!r} does not exist", code="base_not_found") from None
-        if resolved.kind != "branch":
-            raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
-        title = data.title.strip() or title_from_goal(goal)
-        number = await _allocate_number(self.session, res.repo.id)
-        task = Task(
-            repo_id=res.repo.id,
-            number=number,
-            title=title,
-            goal=goal,
-            runtime=runtime,
-            command=command,
-            agent_id=agent.id,
-            started_by_id=actor.principal.account_id,
-            base=base,
-            branch=f"agent/{number}-{slugify(title)}",
-            base_sha=resolved.sha,
-            head_sha="",
-            state=TaskState.QUEUED,
-            conversation=[],
-        )
+    async def precheck_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> PromptCheck:
+        """Validate a start and ask `user_prompt_submit` about its goal before any write, for the
+        task the start will most likely create (a fresh uuid, the next number)."""
+        task, agent = await self._prepare_start(actor, res, data)
+        last = await self.session.get(TaskCounter, res.repo.id)
+        task.number = (last.last_number if last is not None else 0) + 1
+        task.uuid = str(uuid_mod.uuid4())
         ctx = gate_context(task, res.full_name, res.repo.uuid, self.base_url, actor.principal, agent.login)
-        goal = await self._check_prompt(ctx, goal, "goal")
+        return await self.precheck_prompt(ctx, task.goal, "goal")
+
+    async def start(
+        self, actor: Actor, res: RepoResource, data: TaskCreate, *, checked: PromptCheck | None = None
+    ) -> Task:
+        task, agent = await self._prepare_start(actor, res, data)
+        task.number = await _allocate_number(self.session, res.repo.id)
+        task.branch = f"agent/{task.number}-{slugify(task.title)}"
+        if checked is not None:
+            task.uuid = checked.task_uuid
+        ctx = gate_context(task, res.full_name, res.repo.uuid, self.base_url, actor.principal, agent.login)
+        goal = await self._check_prompt(ctx, task.goal, "goal", checked)
         task.goal = goal
         self.session.add(task)
         await self.session.flush()
+        number, base, runtime = task.number, task.base, task.runtime
         run = await self._new_run(task, RunKind.START, goal, actor)
         await transcript.append(
             self.session,
@@ -422,6 +421,62 @@ class TaskService:
         )
         return task
 
+    async def _prepare_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> tuple[Task, Account]:
+        """Everything a start checks, and the task it would create (not added, no number yet)."""
+        require(actor.principal, Action.TASK_WRITE, res)
+        if actor.principal.account_id is None:
+            raise Forbidden("sign in or send a token")
+        goal = data.goal.strip()
+        if not goal:
+            raise InvalidInput("the goal is required", code="goal_required")
+        runtime = data.runtime or ("command" if data.command is not None else "builtin")
+        command: str | list[str] | None = None
+        if runtime == "command":
+            try:
+                command = data.command if isinstance(data.command, str) else list(data.command or [])
+                argv_of(command)
+            except ValueError:
+                raise InvalidInput("the command runtime needs a command", code="command_required") from None
+            if isinstance(command, list) and any("\x00" in a for a in command):
+                raise InvalidInput("command arguments may not contain NUL", code="invalid_command")
+        else:
+            if data.command is not None:
+                raise InvalidInput("`command` is for the command runtime", code="invalid_command")
+            effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
+            if not (effective.model_base_url and effective.model_name):
+                raise InvalidInput(
+                    "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
+                    "use the command runtime or configure one",
+                    code="model_not_configured",
+                )
+        agent = await self._agent(res, data.agent)
+        base = data.base.strip() or res.repo.default_branch
+        try:
+            validate_branch_name(base)
+            resolved = await self.store.read(res.key, resolve_ref, base)
+        except (RefNotFound, InvalidRefName):
+            raise InvalidInput(f"the base branch {base!r} does not exist", code="base_not_found") from None
+        if resolved.kind != "branch":
+            raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
+        title = data.title.strip() or title_from_goal(goal)
+        task = Task(
+            repo_id=res.repo.id,
+            number=0,
+            title=title,
+            goal=goal,
+            runtime=runtime,
+            command=command,
+            agent_id=agent.id,
+            started_by_id=actor.principal.account_id,
+            base=base,
+            branch="",
+            base_sha=resolved.sha,
+            head_sha="",
+            state=TaskState.QUEUED,
+            conversation=[],
+        )
+        return task, agent
+
     async def _gate_ctx(self, task: Task, res: RepoResource, actor: Actor) -> GateContext:
         agent = await self.session.get(Account, task.agent_id)
         return gate_context(
@@ -453,9 +508,7 @@ class TaskService:
         )
         return run
 
-    async def message(self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate) -> Task:
-        require(actor.principal, Action.TASK_WRITE, res)
-        task = await self._lock(task)
+    async def _valid_message(self, task: Task, data: MessageCreate) -> str:
         body = data.body.strip()
         if not body:
             raise InvalidInput("the message is empty", code="body_required")
@@ -467,7 +520,33 @@ class TaskService:
                 "a tool call waits for approval: approve or deny it first (a denial's reason reaches the agent)",
                 code="approval_pending",
             )
-        body = await self._check_prompt(await self._gate_ctx(task, res, actor), body, "message")
+        return body
+
+    @staticmethod
+    def _valid_answer(task: Task, data: MessageCreate) -> str:
+        body = data.body.strip()
+        if not body:
+            raise InvalidInput("the answer is empty", code="body_required")
+        if task.state != TaskState.BLOCKED or not task.question:
+            raise InvalidState("the task has no pending question", code="no_pending_question")
+        return body
+
+    async def precheck(
+        self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate, kind: PromptKind
+    ) -> PromptCheck:
+        """Validate a message or an answer and ask `user_prompt_submit` before any write."""
+        require(actor.principal, Action.TASK_WRITE, res)
+        body = await self._valid_message(task, data) if kind == "message" else self._valid_answer(task, data)
+        return await self.precheck_prompt(await self._gate_ctx(task, res, actor), body, kind)
+
+    async def message(
+        self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate, *, checked: PromptCheck | None = None
+    ) -> Task:
+        require(actor.principal, Action.TASK_WRITE, res)
+        task = await self._lock(task)
+        body = await self._valid_message(task, data)
+        state = TaskState(task.state)
+        body = await self._check_prompt(await self._gate_ctx(task, res, actor), body, "message", checked)
         target = f"{res.full_name}#{task.number}"
         if state.is_active:
             task.queued_message = f"{task.queued_message}\n\n{body}" if task.queued_message else body
@@ -503,15 +582,13 @@ class TaskService:
         )
         return found.first() is not None
 
-    async def answer(self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate) -> Task:
+    async def answer(
+        self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate, *, checked: PromptCheck | None = None
+    ) -> Task:
         require(actor.principal, Action.TASK_WRITE, res)
         task = await self._lock(task)
-        body = data.body.strip()
-        if not body:
-            raise InvalidInput("the answer is empty", code="body_required")
-        if task.state != TaskState.BLOCKED or not task.question:
-            raise InvalidState("the task has no pending question", code="no_pending_question")
-        body = await self._check_prompt(await self._gate_ctx(task, res, actor), body, "answer")
+        body = self._valid_answer(task, data)
+        body = await self._check_prompt(await self._gate_ctx(task, res, actor), body, "answer", checked)
         run = await self._enqueue(actor, res, task, RunKind.ANSWER, body)
         await transcript.append(
             self.session,

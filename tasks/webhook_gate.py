@@ -1,10 +1,12 @@
 """The policy gate backed by the webhooks dispatcher (hooks-protocol.md): what the composition
 root gives the task core when webhooks are wired.
 
-- `user_prompt_submit` runs inside the request that submits the prompt: the endpoints are read
-  and the delivery log is written in that request's transaction (so on SQLite no second writer is
-  needed while the request holds the write lock). A deny refuses the request and, as the contract
-  says, nothing is stored: the log rows of a denied prompt go with it.
+- `user_prompt_submit` is asked before the request's write transaction (`TaskService.precheck*`,
+  `PromptCheck`), so a slow consumer never holds the database's write lock; the dispatcher logs
+  the call itself, so a denied prompt leaves its delivery-log rows (and the refusal's audit row)
+  but nothing else: no task, message, answer or review. Only when the prechecked prompt no longer
+  matches at write time (a concurrent start took the predicted task number, a comment arrived)
+  is it asked again inside the transaction, with the log rows in that transaction.
 - The run-time events (`session_start`, `pre_tool_use`, `post_tool_use`, `stop`) are dispatched
   by the worker outside any transaction; the dispatcher writes their log rows itself.
 - A dispatch failure that decides (failure policy `closed`) comes back as `failed=True` with the
