@@ -49,8 +49,12 @@ class WebhooksConfig:
         return keys
 
 
-def _key(box: SecretBox, enc: str) -> bytes:
+def unseal(box: SecretBox, enc: str) -> bytes:
+    """The key bytes of a stored (encrypted) secret."""
     return bytes.fromhex(box.decrypt(enc))
+
+
+_key = unseal
 
 
 def seal(box: SecretBox, key: bytes) -> str:

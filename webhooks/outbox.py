@@ -20,10 +20,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, cast
 
 import structlog
-from sqlalchemy import and_, case, delete, event, exists, func, or_, select, type_coerce
+from sqlalchemy import (
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    event,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
@@ -33,7 +47,8 @@ from forge.audit import Actor
 from forge.db import Database, UTCDateTime
 from forge.events import Event
 from webhooks import envelope, metrics
-from webhooks.config import WebhooksConfig
+from webhooks.config import WebhooksConfig, unseal
+from webhooks.logwriter import DELIVERIES
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
 from webhooks.outbound import Outbound, OutboundError
 from webhooks.protocol import NOTIFY_EVENTS
@@ -201,6 +216,52 @@ class Attempt:
     retry_after: float | None
 
 
+OUTBOX = cast(Table, WebhookOutbox.__table__)
+ENDPOINTS = cast(Table, WebhookEndpoint.__table__)
+_OWNED_UPDATE = (
+    update(OUTBOX)
+    .where(OUTBOX.c.id == bindparam("_id"))
+    .values(
+        state=bindparam("_state"),
+        attempts=bindparam("_attempts"),
+        lease_until=None,
+        claim_token=None,
+        last_status=bindparam("_status"),
+        last_error=bindparam("_error"),
+        finished_at=bindparam("_finished", type_=UTCDateTime()),
+        next_attempt_at=func.coalesce(bindparam("_next", type_=UTCDateTime()), OUTBOX.c.next_attempt_at),
+    )
+)
+_FINISHED_UPDATE = (
+    update(OUTBOX)
+    .where(OUTBOX.c.id == bindparam("_id"), OUTBOX.c.state == "pending")
+    .values(state="delivered", finished_at=bindparam("_finished", type_=UTCDateTime()))
+)
+
+
+def _log_values(c: "Claimed", a: "Attempt", outbox_id: int | None) -> dict[str, Any]:
+    return {
+        "endpoint_id": c.endpoint_id,
+        "outbox_id": outbox_id,
+        "wid": c.wid,
+        "jti": a.jti,
+        "kind": "policy" if c.event_type not in NOTIFY_EVENTS else "notify",
+        "event_type": c.event_type,
+        "attempt": c.attempts + 1,
+        "url": c.url,
+        "request_headers": a.request_headers,
+        "request_body": c.body,
+        "response_status": a.status,
+        "response_headers": [list(h) for h in a.response_headers],
+        "response_body": a.response_body,
+        "response_truncated": a.truncated,
+        "duration_ms": a.duration_ms,
+        "result": a.result,
+        "error": a.error,
+        "started_at": a.started_at,
+    }
+
+
 class Deliverer:
     """Claims due outbox rows and delivers them; `run()` loops until `stop()`."""
 
@@ -228,6 +289,8 @@ class Deliverer:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._last_housekeeping = 0.0
+        self._poke = False
+        self._key_cache: dict[tuple[str, str, str | None, str | None], list[SigningKey]] = {}
 
     @property
     def _pg(self) -> bool:
@@ -235,11 +298,29 @@ class Deliverer:
 
     # -- claiming ------------------------------------------------------------------------------
 
-    async def claim(self) -> list[Claimed]:
+    async def claim(self, limit: int | None = None) -> list[Claimed]:
+        """Lease up to `limit` (default: the batch size) due rows, oldest first, at most one per
+        endpoint and order key (a row is due only when no older row of its key is pending).
+        One SELECT and one UPDATE in one write transaction, whatever the number of rows."""
         now = self.cfg.clock()
         blocked = self._blocked(aliased(WebhookOutbox))
         stmt = (
-            select(WebhookOutbox, WebhookEndpoint)
+            select(
+                WebhookOutbox.id,
+                WebhookOutbox.wid,
+                WebhookOutbox.event_type,
+                WebhookOutbox.subject,
+                WebhookOutbox.body,
+                WebhookOutbox.attempts,
+                WebhookOutbox.manual,
+                WebhookEndpoint.id,
+                WebhookEndpoint.url,
+                WebhookEndpoint.kind,
+                WebhookEndpoint.secret_kid,
+                WebhookEndpoint.secret_enc,
+                WebhookEndpoint.second_kid,
+                WebhookEndpoint.second_enc,
+            )
             .join(WebhookEndpoint, WebhookEndpoint.id == WebhookOutbox.endpoint_id)
             .where(
                 WebhookOutbox.state == "pending",
@@ -249,33 +330,51 @@ class Deliverer:
                 ~blocked,
             )
             .order_by(WebhookOutbox.id)
-            .limit(self.batch)
+            .limit(max(1, limit or self.batch))
         )
         if self._pg:
             stmt = stmt.with_for_update(skip_locked=True, of=WebhookOutbox)
-        claimed: list[Claimed] = []
+        token = str(uuid.uuid4())
         async with self.db.session(write=True) as session:
-            for row, endpoint in (await session.execute(stmt)).all():
-                token = str(uuid.uuid4())
-                row.lease_until = now + self.lease
-                row.claim_token = token
-                claimed.append(
-                    Claimed(
-                        outbox_id=row.id,
-                        token=token,
-                        endpoint_id=endpoint.id,
-                        url=endpoint.url,
-                        kind=endpoint.kind,
-                        keys=self.cfg.all_keys(endpoint),
-                        wid=row.wid,
-                        event_type=row.event_type,
-                        subject=row.subject,
-                        body=bytes(row.body),
-                        attempts=row.attempts,
-                        manual=row.manual,
-                    )
-                )
-        return claimed
+            rows = (await session.execute(stmt)).all()
+            if not rows:
+                return []
+            await session.execute(
+                update(OUTBOX)
+                .where(OUTBOX.c.id.in_([r[0] for r in rows]))
+                .values(lease_until=now + self.lease, claim_token=token)
+            )
+        return [
+            Claimed(
+                outbox_id=oid,
+                token=token,
+                endpoint_id=eid,
+                url=url,
+                kind=kind,
+                keys=self._keys(kid, enc, kid2, enc2),
+                wid=wid,
+                event_type=event_type,
+                subject=subject,
+                body=bytes(body),
+                attempts=attempts,
+                manual=manual,
+            )
+            for (oid, wid, event_type, subject, body, attempts, manual, eid, url, kind, kid, enc, kid2, enc2) in rows
+        ]
+
+    def _keys(self, kid: str, enc: str, kid2: str | None, enc2: str | None) -> list[SigningKey]:
+        """Every stored secret, current first, decrypted once per secret (keyed by the ciphertext,
+        so a rotation is a new key here by construction)."""
+        cache_key = (kid, enc, kid2, enc2)
+        keys = self._key_cache.get(cache_key)
+        if keys is None:
+            keys = [SigningKey(kid, unseal(self.cfg.box, enc))]
+            if kid2 and enc2:
+                keys.append(SigningKey(kid2, unseal(self.cfg.box, enc2)))
+            if len(self._key_cache) >= 1024:
+                self._key_cache.clear()
+            self._key_cache[cache_key] = keys
+        return keys
 
     # -- one attempt ---------------------------------------------------------------------------
 
@@ -353,66 +452,82 @@ class Deliverer:
         await self.record_many([(c, a)])
 
     async def record_many(self, done: list[tuple[Claimed, Attempt]]) -> None:
-        """Record attempts (log rows, outbox state, endpoint health) in one write transaction:
-        one commit per batch instead of one per delivery. A crash before it leaves the rows
-        leased; they are delivered again after the lease, with the same webhook-id."""
+        """Record attempts (log rows, outbox state, endpoint health) in one write transaction of a
+        handful of statements, whatever the number of attempts: one commit per batch instead of one
+        per delivery. A crash before it leaves the rows leased; they are delivered again after the
+        lease, with the same webhook-id."""
+        if not done:
+            return
         now = self.cfg.clock()
+        for c, a in done:
+            metrics.DELIVERIES.labels(event=c.event_type, result=a.result).inc()
+            metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
         async with self.db.session(write=True) as session:
-            for c, a in done:
-                metrics.DELIVERIES.labels(event=c.event_type, result=a.result).inc()
-                metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
-                await self._record_in(session, c, a, now)
-
-    async def _record_in(self, session: AsyncSession, c: Claimed, a: Attempt, now: datetime) -> None:
-        stmt = select(WebhookOutbox).where(WebhookOutbox.id == c.outbox_id)
-        if self._pg:
-            stmt = stmt.with_for_update()
-        row = (await session.execute(stmt)).scalar_one_or_none()
-        endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
-        if endpoint is None:
-            return  # deleted while the attempt was in flight: its log went with it
-        session.add(
-            WebhookDelivery(
-                endpoint_id=c.endpoint_id,
-                outbox_id=row.id if row is not None else None,
-                wid=c.wid,
-                jti=a.jti,
-                kind="policy" if c.event_type not in NOTIFY_EVENTS else "notify",
-                event_type=c.event_type,
-                attempt=c.attempts + 1,
-                url=c.url,
-                request_headers=a.request_headers,
-                request_body=c.body,
-                response_status=a.status,
-                response_headers=[list(h) for h in a.response_headers],
-                response_body=a.response_body,
-                response_truncated=a.truncated,
-                duration_ms=a.duration_ms,
-                result=a.result,
-                error=a.error,
-                started_at=a.started_at,
+            endpoint_ids = {c.endpoint_id for c, _ in done}
+            found = await session.execute(select(ENDPOINTS.c.id).where(ENDPOINTS.c.id.in_(endpoint_ids)))
+            alive = set(found.scalars())
+            # An endpoint deleted while the attempt was in flight: its log went with it.
+            done = [(c, a) for c, a in done if c.endpoint_id in alive]
+            if not done:
+                return
+            stmt = select(OUTBOX.c.id, OUTBOX.c.state, OUTBOX.c.claim_token).where(
+                OUTBOX.c.id.in_([c.outbox_id for c, _ in done])
             )
-        )
-        if row is not None and row.state == "pending":
-            owned = row.claim_token == c.token
-            if a.result == "ok":
-                row.state = "delivered"
-                row.finished_at = now
-            if owned:
-                row.attempts = c.attempts + 1
-                row.lease_until = None
-                row.claim_token = None
-                row.last_status = a.status
-                row.last_error = a.result
-                if a.result != "ok":
-                    delay = None if c.manual else retry_delay(row.attempts, a.retry_after, self.rng)
+            if self._pg:
+                stmt = stmt.with_for_update()
+            rows = {oid: (state, token) for oid, state, token in (await session.execute(stmt)).all()}
+            owned: list[dict[str, Any]] = []
+            finished_elsewhere: list[dict[str, Any]] = []
+            for c, a in done:
+                state, token = rows.get(c.outbox_id, (None, None))
+                if state != "pending":
+                    continue
+                if token != c.token:
+                    # Re-claimed after our lease ran out: only a success is ours to state.
+                    if a.result == "ok":
+                        finished_elsewhere.append({"_id": c.outbox_id, "_finished": now})
+                    continue
+                values: dict[str, Any] = {
+                    "_id": c.outbox_id,
+                    "_state": "pending",
+                    "_attempts": c.attempts + 1,
+                    "_status": a.status,
+                    "_error": a.result,
+                    "_finished": None,
+                    "_next": None,
+                }
+                if a.result == "ok":
+                    values["_state"], values["_finished"] = "delivered", now
+                else:
+                    delay = None if c.manual else retry_delay(c.attempts + 1, a.retry_after, self.rng)
                     if delay is None:
-                        row.state = "failed"
-                        row.finished_at = now
+                        values["_state"], values["_finished"] = "failed", now
                     else:
                         # Rounded up so that the jittered time is never early.
-                        row.next_attempt_at = now + timedelta(seconds=delay + 0.001)
-        self._health(session, endpoint, a, now)
+                        values["_next"] = now + timedelta(seconds=delay + 0.001)
+                owned.append(values)
+            logged = [_log_values(c, a, c.outbox_id if c.outbox_id in rows else None) for c, a in done]
+            await session.execute(insert(DELIVERIES), logged)
+            if owned:
+                await session.execute(_OWNED_UPDATE, owned)
+            if finished_elsewhere:
+                await session.execute(_FINISHED_UPDATE, finished_elsewhere)
+            # Endpoint health: failures first (they may disable an endpoint and write audit rows),
+            # then any success of this batch clears `failing_since`.
+            failed = [(c, a) for c, a in done if a.result != "ok"]
+            for c, a in failed:
+                endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
+                if endpoint is not None:
+                    self._health(session, endpoint, a, now)
+            if failed:
+                await session.flush()
+            succeeded = {c.endpoint_id for c, a in done if a.result == "ok"}
+            if succeeded:
+                await session.execute(
+                    update(ENDPOINTS)
+                    .where(ENDPOINTS.c.id.in_(succeeded))
+                    .values(failing_since=None, last_success_at=now)
+                )
 
     def _health(self, session: AsyncSession, endpoint: WebhookEndpoint, a: Attempt, now: datetime) -> None:
         if a.result == "ok":
@@ -512,32 +627,96 @@ class Deliverer:
 
     def wake(self) -> None:
         """Deliver now (thread-safe; called after a transaction that wrote outbox rows commits)."""
-        loop, ev = self._loop, self._wake
-        if loop is None or ev is None or loop.is_closed():
+        loop = self._loop
+        if loop is None or self._wake is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(ev.set)
+            loop.call_soon_threadsafe(self._poked)
+
+    def _poked(self) -> None:
+        self._poke = True
+        if self._wake is not None:
+            self._wake.set()
 
     async def run(self) -> None:
+        """The delivery loop, a pipeline: up to `batch` rows are leased at a time; sends run
+        concurrently (at most `delivery_concurrency`) while the loop records finished attempts
+        (all that finished since the last commit, in one transaction) and claims more rows as
+        soon as half the window is free. Database work thus overlaps the network instead of
+        alternating with it. A row of a task is claimable only after the previous row of that
+        task (and endpoint) is recorded, so order per endpoint and task holds."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        while not self._stopping:
-            self._wake.clear()
+        slots = asyncio.Semaphore(max(1, self.cfg.delivery_concurrency))
+        window = max(1, self.batch)
+        threshold = max(1, window // 2)
+        inflight: set[asyncio.Task[None]] = set()
+        finished: list[tuple[Claimed, Attempt]] = []
+        claim_more = True  # the last claim found rows, or something changed since
+
+        async def send(c: Claimed) -> None:
             try:
-                if time.monotonic() - self._last_housekeeping > 60:
-                    self._last_housekeeping = time.monotonic()
-                    await self.housekeeping()
-                due = await self.next_due_in()
-                if due == 0:
-                    if await self.run_once():
-                        continue
-                    due = 0.2  # another deliverer was quicker
+                async with slots:
+                    attempt = await self.attempt(c)
             except Exception:
-                log.exception("webhook deliverer iteration failed")
-                due = self.poll_interval
-            wait = self.poll_interval if due is None else min(max(due, 0.05), self.poll_interval)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait)
+                # Not recorded: the row stays leased and goes again after the lease.
+                log.exception("webhook delivery attempt failed", outbox=c.outbox_id)
+                return
+            finished.append((c, attempt))
+            if self._wake is not None:
+                self._wake.set()
+
+        try:
+            while True:
+                self._wake.clear()
+                try:
+                    if finished:
+                        batch, finished[:] = list(finished), []
+                        claim_more = True  # a recorded row may unblock the next one of its task
+                        await self.record_many(batch)
+                    if self._stopping:
+                        if not inflight:
+                            return
+                        await self._wake.wait()
+                        continue
+                    if self._poke:
+                        self._poke, claim_more = False, True
+                    if time.monotonic() - self._last_housekeeping > 60:
+                        self._last_housekeeping = time.monotonic()
+                        await self.housekeeping()
+                    room = window - len(inflight)
+                    if claim_more and room >= threshold:
+                        claimed = await self.claim(room)
+                        for c in claimed:
+                            task = asyncio.create_task(send(c))
+                            inflight.add(task)
+                            task.add_done_callback(inflight.discard)
+                        claim_more = bool(claimed)
+                        if claimed:
+                            continue
+                    if inflight or finished:
+                        if not finished:
+                            await self._wake.wait()  # a send finished, or new rows were committed
+                        continue
+                    # Idle, and the last claim found nothing.
+                    due = await self.next_due_in()
+                    if due == 0:
+                        due = 0.2  # due, yet not claimable: another deliverer was quicker
+                except Exception:
+                    log.exception("webhook deliverer iteration failed")
+                    due = self.poll_interval
+                    claim_more = True
+                    if inflight:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), due)
+                        continue
+                wait = self.poll_interval if due is None else min(max(due, 0.05), self.poll_interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                claim_more = True
+        finally:
+            for task in list(inflight):
+                task.cancel()
 
     async def start(self) -> None:
         if self._task is None:
