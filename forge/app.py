@@ -44,6 +44,7 @@ from tasks.repo_settings import RepoTaskSettingsController
 from tasks.review_pages import ReviewPages
 from tasks.review_routes import ReviewController
 from tasks.routes import TaskController, UserTaskController
+from tasks.settings_pages import TaskSettingsPages
 from tasks.system import TaskSystem
 from tasks.webhook_gate import WebhookGate
 
@@ -126,6 +127,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             *webhooks.ROUTE_HANDLERS,
             TaskPages,
             ReviewPages,
+            TaskSettingsPages,
             MyTaskPages,
             *GIT_ROUTES,
             AuthPages,

@@ -293,3 +293,26 @@ async def test_review_page_renders_hostile_reviews_inert(
         assert bad not in html, bad  # ...and nothing of it runs
     assert "&lt;script&gt;alert(4)&lt;/script&gt;" in html and "&lt;script&gt;alert(&#39;diff&#39;)" in html
     assert 'aria-label="Comment on x.html line 1"' in html
+
+
+async def test_admins_set_the_merge_rules_on_the_settings_page(client: AsyncTestClient[Litestar], world: World) -> None:
+    from tests.helpers import csrf_from, sign_in
+
+    assert (await sign_in(client, "ana", "correct horse battery")).status_code in (302, 303)
+    page = await client.get("/ana/demo/settings/tasks/")
+    assert page.status_code == 200 and 'id="task-settings"' in page.text
+    token = csrf_from(page.text[page.text.index('id="task-settings"') :])
+    form = {"csrf_token": token, "required_approvals": "2", "delete_branch_on_merge": "1", "model_api_key": "sk-x"}
+    r = await client.post("/ana/demo/settings/tasks/", data=form)
+    assert r.status_code == 200 and "Saved." in r.text, r.text
+    assert "sk-x" not in r.text and "one is stored" in r.text
+    for bad in ("abc", "11"):
+        r = await client.post("/ana/demo/settings/tasks/", data={**form, "required_approvals": bad})
+        assert r.status_code == 422 and 'role="alert"' in r.text, r.text
+    saved = (await client.get("/api/v1/repos/ana/demo/task-settings", headers=world.h("ana"))).json()
+    assert saved["required_approvals"] == 2 and saved["delete_branch_on_merge"] is True
+    assert saved["approval_not_by_starter"] is False and saved["model_api_key_set"] is True
+    # Only repository admins: a write collaborator is refused.
+    client.cookies.clear()
+    r = await client.get("/ana/demo/settings/tasks/", headers=world.h("wendy"))
+    assert r.status_code in (403, 404), r.text
