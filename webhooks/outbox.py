@@ -63,6 +63,7 @@ CONNECT_TIMEOUT = 5.0
 TOTAL_TIMEOUT = 15.0
 LOG_RESPONSE_BYTES = 64 * 1024
 LEASE = timedelta(seconds=60)
+LEASE_MARGIN = timedelta(seconds=TOTAL_TIMEOUT + 5)  # lease left for an attempt to start
 KEEP_FINISHED = timedelta(days=7)
 KEEP_LOG = timedelta(days=30)
 SYSTEM = Actor.system("webhooks")
@@ -198,6 +199,7 @@ class Claimed:
     body: bytes
     attempts: int  # before this one
     manual: bool
+    lease_until: datetime | None = None  # when the claim runs out (another deliverer may take the row)
 
 
 @dataclass
@@ -275,6 +277,7 @@ class Deliverer:
         lease: timedelta = LEASE,
         poll_interval: float = 1.0,
         batch: int | None = None,
+        window: int | None = None,
     ) -> None:
         self.db = db
         self.cfg = cfg
@@ -283,6 +286,9 @@ class Deliverer:
         self.lease = lease
         self.poll_interval = poll_interval
         self.batch = batch or max(1, cfg.delivery_concurrency * 2)
+        # Rows leased at a time by the loop (`run`): enough for the database work to overlap the
+        # sends; a row that would start too late to finish within its lease is not sent (see `run`).
+        self.window = window or max(1, cfg.delivery_concurrency * 4)
         self.worker_id = uuid.uuid4().hex[:12]
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -303,6 +309,10 @@ class Deliverer:
         endpoint and order key (a row is due only when no older row of its key is pending).
         One SELECT and one UPDATE in one write transaction, whatever the number of rows."""
         now = self.cfg.clock()
+        async with self.db.session(write=True) as session:
+            return await self._claim(session, limit or self.batch, now)
+
+    async def _claim(self, session: AsyncSession, limit: int, now: datetime) -> list[Claimed]:
         blocked = self._blocked(aliased(WebhookOutbox))
         stmt = (
             select(
@@ -330,20 +340,19 @@ class Deliverer:
                 ~blocked,
             )
             .order_by(WebhookOutbox.id)
-            .limit(max(1, limit or self.batch))
+            .limit(max(1, limit))
         )
         if self._pg:
             stmt = stmt.with_for_update(skip_locked=True, of=WebhookOutbox)
         token = str(uuid.uuid4())
-        async with self.db.session(write=True) as session:
-            rows = (await session.execute(stmt)).all()
-            if not rows:
-                return []
-            await session.execute(
-                update(OUTBOX)
-                .where(OUTBOX.c.id.in_([r[0] for r in rows]))
-                .values(lease_until=now + self.lease, claim_token=token)
-            )
+        rows = (await session.execute(stmt)).all()
+        if not rows:
+            return []
+        await session.execute(
+            update(OUTBOX)
+            .where(OUTBOX.c.id.in_([r[0] for r in rows]))
+            .values(lease_until=now + self.lease, claim_token=token)
+        )
         return [
             Claimed(
                 outbox_id=oid,
@@ -358,6 +367,7 @@ class Deliverer:
                 body=bytes(body),
                 attempts=attempts,
                 manual=manual,
+                lease_until=now + self.lease,
             )
             for (oid, wid, event_type, subject, body, attempts, manual, eid, url, kind, kid, enc, kid2, enc2) in rows
         ]
@@ -459,75 +469,93 @@ class Deliverer:
         if not done:
             return
         now = self.cfg.clock()
+        self._count(done)
+        async with self.db.session(write=True) as session:
+            await self._record(session, done, now)
+
+    async def record_and_claim(self, done: list[tuple[Claimed, Attempt]], limit: int) -> list[Claimed]:
+        """`record_many(done)` then `claim(limit)` (when `limit` > 0), in one write transaction:
+        the loop's one commit per turn. The claim sees the rows just recorded, so the next row of
+        a task whose previous one was just delivered can go at once."""
+        now = self.cfg.clock()
+        self._count(done)
+        async with self.db.session(write=True) as session:
+            if done:
+                await self._record(session, done, now)
+            return await self._claim(session, limit, now) if limit > 0 else []
+
+    @staticmethod
+    def _count(done: list[tuple[Claimed, Attempt]]) -> None:
         for c, a in done:
             metrics.DELIVERIES.labels(event=c.event_type, result=a.result).inc()
             metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
-        async with self.db.session(write=True) as session:
+
+    async def _record(self, session: AsyncSession, done: list[tuple[Claimed, Attempt]], now: datetime) -> None:
+        stmt = select(OUTBOX.c.id, OUTBOX.c.state, OUTBOX.c.claim_token).where(
+            OUTBOX.c.id.in_([c.outbox_id for c, _ in done])
+        )
+        if self._pg:
+            stmt = stmt.with_for_update()
+        rows = {oid: (state, token) for oid, state, token in (await session.execute(stmt)).all()}
+        if len(rows) < len({c.outbox_id for c, _ in done}):
+            # Rows go with their endpoint: an endpoint deleted while the attempt was in flight
+            # took its log with it (an attempt of a row that is gone otherwise is still logged).
             endpoint_ids = {c.endpoint_id for c, _ in done}
             found = await session.execute(select(ENDPOINTS.c.id).where(ENDPOINTS.c.id.in_(endpoint_ids)))
             alive = set(found.scalars())
-            # An endpoint deleted while the attempt was in flight: its log went with it.
             done = [(c, a) for c, a in done if c.endpoint_id in alive]
             if not done:
                 return
-            stmt = select(OUTBOX.c.id, OUTBOX.c.state, OUTBOX.c.claim_token).where(
-                OUTBOX.c.id.in_([c.outbox_id for c, _ in done])
-            )
-            if self._pg:
-                stmt = stmt.with_for_update()
-            rows = {oid: (state, token) for oid, state, token in (await session.execute(stmt)).all()}
-            owned: list[dict[str, Any]] = []
-            finished_elsewhere: list[dict[str, Any]] = []
-            for c, a in done:
-                state, token = rows.get(c.outbox_id, (None, None))
-                if state != "pending":
-                    continue
-                if token != c.token:
-                    # Re-claimed after our lease ran out: only a success is ours to state.
-                    if a.result == "ok":
-                        finished_elsewhere.append({"_id": c.outbox_id, "_finished": now})
-                    continue
-                values: dict[str, Any] = {
-                    "_id": c.outbox_id,
-                    "_state": "pending",
-                    "_attempts": c.attempts + 1,
-                    "_status": a.status,
-                    "_error": a.result,
-                    "_finished": None,
-                    "_next": None,
-                }
+        owned: list[dict[str, Any]] = []
+        finished_elsewhere: list[dict[str, Any]] = []
+        for c, a in done:
+            state, token = rows.get(c.outbox_id, (None, None))
+            if state != "pending":
+                continue
+            if token != c.token:
+                # Re-claimed after our lease ran out: only a success is ours to state.
                 if a.result == "ok":
-                    values["_state"], values["_finished"] = "delivered", now
+                    finished_elsewhere.append({"_id": c.outbox_id, "_finished": now})
+                continue
+            values: dict[str, Any] = {
+                "_id": c.outbox_id,
+                "_state": "pending",
+                "_attempts": c.attempts + 1,
+                "_status": a.status,
+                "_error": a.result,
+                "_finished": None,
+                "_next": None,
+            }
+            if a.result == "ok":
+                values["_state"], values["_finished"] = "delivered", now
+            else:
+                delay = None if c.manual else retry_delay(c.attempts + 1, a.retry_after, self.rng)
+                if delay is None:
+                    values["_state"], values["_finished"] = "failed", now
                 else:
-                    delay = None if c.manual else retry_delay(c.attempts + 1, a.retry_after, self.rng)
-                    if delay is None:
-                        values["_state"], values["_finished"] = "failed", now
-                    else:
-                        # Rounded up so that the jittered time is never early.
-                        values["_next"] = now + timedelta(seconds=delay + 0.001)
-                owned.append(values)
-            logged = [_log_values(c, a, c.outbox_id if c.outbox_id in rows else None) for c, a in done]
-            await session.execute(insert(DELIVERIES), logged)
-            if owned:
-                await session.execute(_OWNED_UPDATE, owned)
-            if finished_elsewhere:
-                await session.execute(_FINISHED_UPDATE, finished_elsewhere)
-            # Endpoint health: failures first (they may disable an endpoint and write audit rows),
-            # then any success of this batch clears `failing_since`.
-            failed = [(c, a) for c, a in done if a.result != "ok"]
-            for c, a in failed:
-                endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
-                if endpoint is not None:
-                    self._health(session, endpoint, a, now)
-            if failed:
-                await session.flush()
-            succeeded = {c.endpoint_id for c, a in done if a.result == "ok"}
-            if succeeded:
-                await session.execute(
-                    update(ENDPOINTS)
-                    .where(ENDPOINTS.c.id.in_(succeeded))
-                    .values(failing_since=None, last_success_at=now)
-                )
+                    # Rounded up so that the jittered time is never early.
+                    values["_next"] = now + timedelta(seconds=delay + 0.001)
+            owned.append(values)
+        logged = [_log_values(c, a, c.outbox_id if c.outbox_id in rows else None) for c, a in done]
+        await session.execute(insert(DELIVERIES), logged)
+        if owned:
+            await session.execute(_OWNED_UPDATE, owned)
+        if finished_elsewhere:
+            await session.execute(_FINISHED_UPDATE, finished_elsewhere)
+        # Endpoint health: failures first (they may disable an endpoint and write audit rows),
+        # then any success of this batch clears `failing_since`.
+        failed = [(c, a) for c, a in done if a.result != "ok"]
+        for c, a in failed:
+            endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
+            if endpoint is not None:
+                self._health(session, endpoint, a, now)
+        if failed:
+            await session.flush()
+        succeeded = {c.endpoint_id for c, a in done if a.result == "ok"}
+        if succeeded:
+            await session.execute(
+                update(ENDPOINTS).where(ENDPOINTS.c.id.in_(succeeded)).values(failing_since=None, last_success_at=now)
+            )
 
     def _health(self, session: AsyncSession, endpoint: WebhookEndpoint, a: Attempt, now: datetime) -> None:
         if a.result == "ok":
@@ -639,7 +667,7 @@ class Deliverer:
             self._wake.set()
 
     async def run(self) -> None:
-        """The delivery loop, a pipeline: up to `batch` rows are leased at a time; sends run
+        """The delivery loop, a pipeline: up to `window` rows are leased at a time; sends run
         concurrently (at most `delivery_concurrency`) while the loop records finished attempts
         (all that finished since the last commit, in one transaction) and claims more rows as
         soon as half the window is free. Database work thus overlaps the network instead of
@@ -648,7 +676,7 @@ class Deliverer:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         slots = asyncio.Semaphore(max(1, self.cfg.delivery_concurrency))
-        window = max(1, self.batch)
+        window = max(1, self.window)
         threshold = max(1, window // 2)
         inflight: set[asyncio.Task[None]] = set()
         finished: list[tuple[Claimed, Attempt]] = []
@@ -657,6 +685,10 @@ class Deliverer:
         async def send(c: Claimed) -> None:
             try:
                 async with slots:
+                    if c.lease_until is not None and self.cfg.clock() + LEASE_MARGIN > c.lease_until:
+                        # It waited for a slot too long (slow endpoints): sending now could overlap
+                        # with another deliverer's claim. Left leased, it goes again after the lease.
+                        return
                     attempt = await self.attempt(c)
             except Exception:
                 # Not recorded: the row stays leased and goes again after the lease.
@@ -670,29 +702,34 @@ class Deliverer:
             while True:
                 self._wake.clear()
                 try:
-                    if finished:
-                        batch, finished[:] = list(finished), []
-                        claim_more = True  # a recorded row may unblock the next one of its task
-                        await self.record_many(batch)
+                    if self._poke:
+                        self._poke, claim_more = False, True
                     if self._stopping:
+                        if finished:
+                            batch, finished[:] = list(finished), []
+                            await self.record_many(batch)
                         if not inflight:
                             return
                         await self._wake.wait()
                         continue
-                    if self._poke:
-                        self._poke, claim_more = False, True
                     if time.monotonic() - self._last_housekeeping > 60:
                         self._last_housekeeping = time.monotonic()
                         await self.housekeeping()
+                    batch, finished[:] = list(finished), []
+                    if batch:
+                        claim_more = True  # a recorded row may unblock the next one of its task
                     room = window - len(inflight)
-                    if claim_more and room >= threshold:
-                        claimed = await self.claim(room)
+                    limit = room if claim_more and room >= threshold else 0
+                    if batch or limit:
+                        # Record what finished and claim more in one transaction (one commit).
+                        claimed = await self.record_and_claim(batch, limit)
+                        if limit:
+                            claim_more = bool(claimed)
                         for c in claimed:
                             task = asyncio.create_task(send(c))
                             inflight.add(task)
                             task.add_done_callback(inflight.discard)
-                        claim_more = bool(claimed)
-                        if claimed:
+                        if claimed or batch:
                             continue
                     if inflight or finished:
                         if not finished:
