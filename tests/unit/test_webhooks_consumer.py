@@ -188,7 +188,11 @@ def _wid_mismatch() -> tuple[list[tuple[str, str]], bytes]:
     return with_token(forge_token({**good_claims(body, env), "wid": str(uuid.uuid4())}), body)
 
 
-NOW = int(time.time())
+def _now() -> int:
+    # At call time: the cases run long after collection in a full suite.
+    return int(time.time())
+
+
 CASES: dict[str, tuple[Any, type[c.VerificationError]]] = {
     "HS512": (_hs512, c.UnsupportedAlgorithm),
     "alg none": (_alg_none, c.UnsupportedAlgorithm),
@@ -205,17 +209,20 @@ CASES: dict[str, tuple[Any, type[c.VerificationError]]] = {
         f"missing {n}": ((lambda n=n: _case_claims(_drop(n))), c.MissingClaim)
         for n in ("iss", "sub", "aud", "iat", "nbf", "exp", "jti", "wid", "type", "body_sha256")
     },
-    "iat as string": (lambda: _case_claims(_set("iat", str(NOW))), c.InvalidClaim),
-    "exp as float": (lambda: _case_claims(_set("exp", NOW + 30.5)), c.InvalidClaim),
+    "iat as string": (lambda: _case_claims(_set("iat", str(_now()))), c.InvalidClaim),
+    "exp as float": (lambda: _case_claims(_set("exp", _now() + 30.5)), c.InvalidClaim),
     "nbf as bool": (lambda: _case_claims(_set("nbf", True)), c.InvalidClaim),
     "aud as list": (lambda: _case_claims(_set("aud", [AUD])), c.InvalidClaim),
     "empty jti": (lambda: _case_claims(_set("jti", "")), c.InvalidClaim),
-    "expired": (lambda: _case_claims(lambda cl: cl.update(iat=NOW - 100, nbf=NOW - 130, exp=NOW - 60)), c.Expired),
+    "expired": (
+        lambda: _case_claims(lambda cl: cl.update(iat=_now() - 100, nbf=_now() - 130, exp=_now() - 60)),
+        c.Expired,
+    ),
     "not yet valid": (
-        lambda: _case_claims(lambda cl: cl.update(iat=NOW + 100, nbf=NOW + 70, exp=NOW + 200)),
+        lambda: _case_claims(lambda cl: cl.update(iat=_now() + 100, nbf=_now() + 70, exp=_now() + 200)),
         c.NotYetValid,
     ),
-    "nbf after exp": (lambda: _case_claims(lambda cl: cl.update(nbf=NOW, exp=NOW - 1)), c.InvalidClaim),
+    "nbf after exp": (lambda: _case_claims(lambda cl: cl.update(nbf=_now(), exp=_now() - 1)), c.InvalidClaim),
     "wrong issuer": (lambda: _case_claims(_set("iss", "fh-somebody-else")), c.WrongIssuer),
     "body hash mismatch": (_tampered_body, c.BindingMismatch),
     "wrong audience": (lambda: request(aud="https://evil.example.com/forgehand"), c.WrongAudience),
