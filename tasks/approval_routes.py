@@ -4,11 +4,9 @@ from litestar import Controller, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody
 
-from forge import repositories
-from forge.access import Action
 from forge.deps import ActorDep, DbSession
 from tasks.approvals import ApprovalService, to_read
-from tasks.routes import TASK, service_for, task_system
+from tasks.routes import TASK, load_task, task_system
 from tasks.schemas import ApprovalDecide, ApprovalRead
 from tasks.service import parse_number
 
@@ -27,9 +25,8 @@ class ApprovalController(Controller):
         number: FromPath[str],
     ) -> list[ApprovalRead]:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        return await ApprovalService(svc).list(await svc.get(res, n))
+        _res, svc, task = await load_task(db_session, state, actor, owner, name, n)
+        return await ApprovalService(svc).list(task)
 
     @post(
         TASK + "/approvals/{approval_id:str}",
@@ -48,9 +45,7 @@ class ApprovalController(Controller):
         data: JSONBody[ApprovalDecide],
     ) -> ApprovalRead:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        task = await svc.get(res, n)
+        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
         approval = await ApprovalService(svc).decide(actor, res, task, approval_id[:64], data)
         read = await to_read(db_session, approval)
         await db_session.commit()

@@ -17,7 +17,7 @@ from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.pages import page
 from tasks import transcript
 from tasks.approvals import ApprovalService
-from tasks.routes import service_for
+from tasks.routes import load_task, service_for
 from tasks.schemas import ApprovalDecide, MessageCreate, TaskCreate
 from tasks.service import parse_number
 
@@ -140,9 +140,7 @@ class TaskPages(Controller):
         number: FromPath[str],
     ) -> Template:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        task = await svc.get(res, n)
+        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
         events = await transcript.read(db_session, task.id, after=0, limit=5000)
         read = await svc.to_read(task, res)
         parked = read.pending_approval
@@ -184,9 +182,7 @@ class TaskPages(Controller):
                 kind: Literal["message", "answer"] = "message" if action == "messages" else "answer"
                 checked = await svc.precheck(actor, res, await svc.get(res, n), body, kind)
         async with db.session(write=True) as s:
-            res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-            svc = service_for(s, state)
-            task = await svc.get(res, n)
+            res, svc, task = await load_task(s, state, actor, owner, name, n)
             if action == "messages":
                 task = await svc.message(actor, res, task, body, checked=checked)
             elif action == "answer":
@@ -214,9 +210,7 @@ class TaskPages(Controller):
         data: URLEncodedBody[DecisionForm],
     ) -> Redirect:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        task = await svc.get(res, n)
+        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
         if data.decision == "approve":
             choice: Literal["approve", "deny"] = "approve"
         elif data.decision == "deny":

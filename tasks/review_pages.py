@@ -11,7 +11,6 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repositories
 from forge.access import Action, can
 from forge.audit import Actor
 from forge.deps import ActorDep, DatabaseDep
@@ -21,7 +20,7 @@ from forge.render import markdown_async
 from tasks.pages import REPO_TASKS, _repo_ctx
 from tasks.review_routes import merge_service, submit_review
 from tasks.reviews import ReviewService
-from tasks.routes import service_for
+from tasks.routes import load_task
 from tasks.schemas import MergeCreate, ReviewCommentCreate, ReviewCreate
 from tasks.service import parse_number
 
@@ -82,9 +81,7 @@ async def _render(
     error: str | None = None,
     status_code: int = 200,
 ) -> Template:
-    res = await repositories.load(session, actor.principal, owner, name, Action.TASK_READ)
-    svc = service_for(session, state)
-    task = await svc.get(res, n)
+    res, svc, task = await load_task(session, state, actor, owner, name, n)
     reviews = ReviewService(svc)
     comparison = None
     diff_error = None

@@ -14,7 +14,7 @@ from forge.deps import ActorDep, DatabaseDep, DbSession
 from forge.repos.schemas import Comparison
 from tasks.merging import MergeService
 from tasks.reviews import ReviewService
-from tasks.routes import TASK, service_for, task_system
+from tasks.routes import TASK, load_task, service_for, task_system
 from tasks.schemas import MergeCreate, ReviewCreate, ReviewRead, ReviewStatus, TaskRead
 from tasks.service import TaskService, parse_number
 
@@ -31,9 +31,8 @@ async def submit_review(
 ) -> tuple[ReviewRead, int]:
     """A change request's policy check runs before the write transaction (see PromptCheck)."""
     async with db.session() as s:
-        res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(s, state)
-        checked = await ReviewService(svc).precheck(actor, res, await svc.get(res, n), data)
+        res, svc, task = await load_task(s, state, actor, owner, name, n)
+        checked = await ReviewService(svc).precheck(actor, res, task, data)
     async with db.session(write=True) as s:
         res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
         svc = service_for(s, state)
@@ -58,9 +57,8 @@ class ReviewController(Controller):
         number: FromPath[str],
     ) -> Comparison:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        return await ReviewService(svc).comparison(res, await svc.get(res, n))
+        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
+        return await ReviewService(svc).comparison(res, task)
 
     @get(TASK + "/reviews", summary="The task's reviews, oldest first (outdated ones included)")
     async def list_reviews(
@@ -73,9 +71,8 @@ class ReviewController(Controller):
         number: FromPath[str],
     ) -> list[ReviewRead]:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        return await ReviewService(svc).reviews(await svc.get(res, n))
+        _res, svc, task = await load_task(db_session, state, actor, owner, name, n)
+        return await ReviewService(svc).reviews(task)
 
     @post(
         TASK + "/reviews",
@@ -108,9 +105,8 @@ class ReviewController(Controller):
         number: FromPath[str],
     ) -> ReviewStatus:
         n = parse_number(number)
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.TASK_READ)
-        svc = service_for(db_session, state)
-        return await ReviewService(svc).status(await svc.get(res, n))
+        _res, svc, task = await load_task(db_session, state, actor, owner, name, n)
+        return await ReviewService(svc).status(task)
 
     @post(
         TASK + "/merge",
@@ -131,6 +127,5 @@ class ReviewController(Controller):
         task_id = await merge_service(db, state).merge(actor, owner, name, n, data)
         task_system(state).changed(task_id)
         async with db.session() as s:
-            res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-            svc = service_for(s, state)
-            return await svc.to_read(await svc.get(res, n), res)
+            res, svc, task = await load_task(s, state, actor, owner, name, n)
+            return await svc.to_read(task, res)

@@ -49,6 +49,15 @@ async def _load(session: Any, actor: Actor, owner: str, name: str, action: Actio
     return await repositories.load(session, actor.principal, owner, name, action)
 
 
+async def load_task(
+    session: Any, state: State, actor: Actor, owner: str, name: str, number: int
+) -> tuple[RepoResource, TaskService, Task]:
+    """The repository (404 below the role that reads tasks), the service on `session`, the task."""
+    res = await repositories.load(session, actor.principal, owner, name, Action.TASK_READ)
+    svc = service_for(session, state)
+    return res, svc, await svc.get(res, number)
+
+
 async def wait_for_stop(db: Database, system: TaskSystem, task_id: int, timeout: float) -> None:  # noqa: ASYNC109
     """Until no run of the task is running (its worker removed the sandbox before settling)."""
     deadline = time.monotonic() + timeout
@@ -116,9 +125,8 @@ class TaskController(Controller):
         number: FromPath[str],
     ) -> TaskRead:
         n = parse_number(number)
-        res = await _load(db_session, actor, owner, name)
-        svc = service_for(db_session, state)
-        return await svc.to_read(await svc.get(res, n), res)
+        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
+        return await svc.to_read(task, res)
 
     async def _act(
         self, db: Database, actor: Actor, state: State, owner: str, name: str, number: str, action: str, body: Any
@@ -134,9 +142,7 @@ class TaskController(Controller):
                 checked = await svc.precheck(actor, res, await svc.get(res, n), body, kind)
         async with db.session(write=True) as s:
             # Tasks are invisible below the write role (404); the service then checks the write action.
-            res = await _load(s, actor, owner, name)
-            svc = service_for(s, state)
-            task = await svc.get(res, n)
+            res, svc, task = await load_task(s, state, actor, owner, name, n)
             if action == "message":
                 task = await svc.message(actor, res, task, body, checked=checked)
             elif action == "answer":
@@ -217,18 +223,15 @@ class TaskController(Controller):
         n = parse_number(number)
         system = task_system(state)
         async with db.session(write=True) as s:
-            res = await _load(s, actor, owner, name)
-            svc = service_for(s, state)
-            task = await svc.get(res, n)
+            res, svc, task = await load_task(s, state, actor, owner, name, n)
             pending = await svc.request_stop(actor, res, task)
             task_id = task.id
         system.changed(task_id)
         if pending is not None:
             await wait_for_stop(db, system, task_id, STOP_WAIT_SECONDS)
         async with db.session() as s:
-            res = await _load(s, actor, owner, name, Action.TASK_READ)
-            svc = service_for(s, state)
-            return await svc.to_read(await svc.get(res, n), res)
+            res, svc, task = await load_task(s, state, actor, owner, name, n)
+            return await svc.to_read(task, res)
 
     @get(TASK + "/transcript", summary="The transcript, paginated by sequence number")
     async def transcript_page(
@@ -243,8 +246,7 @@ class TaskController(Controller):
         limit: Annotated[int, QueryParameter(name="limit", ge=1, le=1000)] = 200,
     ) -> TranscriptPage:
         n = parse_number(number)
-        res = await _load(db_session, actor, owner, name)
-        task = await service_for(db_session, state).get(res, n)
+        _res, _, task = await load_task(db_session, state, actor, owner, name, n)
         events = await transcript.read(db_session, task.id, after=after, limit=limit)
         next_after = events[-1].seq if events else after
         return TranscriptPage(events=events, next_after=next_after, complete=next_after >= task.last_seq)
@@ -263,8 +265,7 @@ class TaskController(Controller):
     ) -> Stream:
         n = parse_number(number)
         async with db.session() as s:
-            res = await _load(s, actor, owner, name)
-            task = await service_for(s, state).get(res, n)
+            _res, _, task = await load_task(s, state, actor, owner, name, n)
             task_id = task.id
         start = after or 0
         last_event_id = request.headers.get("last-event-id", "").strip()
