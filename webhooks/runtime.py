@@ -6,8 +6,9 @@ from typing import Any
 from forge.db import Database
 from forge.events import EventBus
 from webhooks.config import WebhooksConfig
+from webhooks.deliverer import Deliverer
 from webhooks.outbound import Outbound
-from webhooks.outbox import Deliverer, OutboxWriter
+from webhooks.outbox import OutboxWriter
 from webhooks.policy import PolicyDispatcher
 from webhooks.urlguard import Resolver
 
