@@ -160,8 +160,21 @@ def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str
     )
 
 
+def handle_bad_encoding(request: Request[Any, Any, Any], exc: UnicodeDecodeError) -> Response[Any]:
+    # A body that is not UTF-8 fails in the framework's decoder, before any handler runs.
+    problem = Problem(
+        title="Invalid input",
+        status=422,
+        detail="the request body is not valid UTF-8",
+        code="invalid_encoding",
+        request_id=request_id(request),
+    )
+    return _render(request, problem, {})
+
+
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
     ForgeError: handle_forge_error,
+    UnicodeDecodeError: handle_bad_encoding,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

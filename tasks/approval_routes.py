@@ -4,7 +4,9 @@ from litestar import Controller, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody
 
-from forge.deps import ActorDep, DbSession
+from forge.audit import Actor
+from forge.db import Database
+from forge.deps import ActorDep, DatabaseDep, DbSession
 from tasks.approvals import ApprovalService, to_read
 from tasks.routes import TASK, load_task, task_system
 from tasks.schemas import ApprovalDecide, ApprovalRead
@@ -35,7 +37,7 @@ class ApprovalController(Controller):
     )
     async def decide(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
@@ -44,10 +46,19 @@ class ApprovalController(Controller):
         approval_id: FromPath[str],
         data: JSONBody[ApprovalDecide],
     ) -> ApprovalRead:
-        n = parse_number(number)
-        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
-        approval = await ApprovalService(svc).decide(actor, res, task, approval_id[:64], data)
-        read = await to_read(db_session, approval)
-        await db_session.commit()
-        task_system(state).changed(task.id)
+        read, task_id = await decide_approval(db, state, actor, owner, name, parse_number(number), approval_id, data)
+        task_system(state).changed(task_id)
         return read
+
+
+async def decide_approval(
+    db: Database, state: State, actor: Actor, owner: str, name: str, n: int, approval_id: str, data: ApprovalDecide
+) -> tuple[ApprovalRead, int]:
+    """A denial's reason is a prompt: its policy check runs before the write transaction."""
+    async with db.session() as s:
+        res, svc, task = await load_task(s, state, actor, owner, name, n)
+        checked = await ApprovalService(svc).precheck(actor, res, task, data)
+    async with db.session(write=True) as s:
+        res, svc, task = await load_task(s, state, actor, owner, name, n)
+        approval = await ApprovalService(svc).decide(actor, res, task, approval_id[:64], data, checked=checked)
+        return await to_read(s, approval), task.id

@@ -22,15 +22,16 @@ from forge import audit
 from forge.access import Action, Principal, require
 from forge.audit import Actor
 from forge.db import Database, utcnow
-from forge.errors import InvalidState, NotFound
+from forge.errors import Forbidden, InvalidState, NotFound
 from forge.events import EventBus
 from forge.models import Account, Repository
 from forge.repositories import RepoResource
+from forge.text import require_no_nul
 from tasks import transcript
 from tasks.models import Approval, Run, Task
 from tasks.runtime import ApprovalRequest, input_hash
 from tasks.schemas import ApprovalDecide, ApprovalRead
-from tasks.service import TaskService, publish, set_state
+from tasks.service import PromptCheck, TaskService, publish, set_state
 from tasks.states import FailureReason, RunKind, TaskState
 from tasks.transcript import Notice, Pending
 
@@ -152,11 +153,33 @@ class ApprovalService:
         )
         return [await to_read(self.session, a) for a in rows]
 
+    def _check_decider(self, actor: Actor, res: RepoResource, task: Task, data: ApprovalDecide) -> str:
+        require(actor.principal, Action.TASK_WRITE, res)
+        if actor.principal.account_id == task.agent_id:
+            # `ask` means ask a person: the agent cannot answer for its own calls.
+            raise Forbidden("the task's agent cannot decide its own tool calls", code="agent_cannot_decide")
+        return require_no_nul(data.reason, "a reason").strip()
+
+    async def precheck(self, actor: Actor, res: RepoResource, task: Task, data: ApprovalDecide) -> PromptCheck | None:
+        """A denial's reason reaches the agent: it is a prompt (`user_prompt_submit`, kind
+        `answer`), asked before the write transaction like any other."""
+        reason = self._check_decider(actor, res, task, data)
+        if data.decision != "deny" or not reason:
+            return None
+        return await self.tasks.precheck_prompt(await self.tasks._gate_ctx(task, res, actor), reason, "answer")
+
     async def decide(
-        self, actor: Actor, res: RepoResource, task: Task, approval_id: str, data: ApprovalDecide
+        self,
+        actor: Actor,
+        res: RepoResource,
+        task: Task,
+        approval_id: str,
+        data: ApprovalDecide,
+        *,
+        checked: PromptCheck | None = None,
     ) -> Approval:
         """Approve or deny a parked call; either way an `approval` run resumes the task."""
-        require(actor.principal, Action.TASK_WRITE, res)
+        reason = self._check_decider(actor, res, task, data)
         task = await self.tasks._lock(task)
         a = (
             await self.session.execute(
@@ -181,10 +204,14 @@ class ApprovalService:
         if task.state != TaskState.BLOCKED:
             raise InvalidState(f"the task is {task.state}, not blocked", code="invalid_task_state")
         approve = data.decision == "approve"
+        if not approve and reason:
+            reason = await self.tasks._check_prompt(
+                await self.tasks._gate_ctx(task, res, actor), reason, "answer", checked
+            )
         a.state = APPROVED if approve else DENIED
         a.decided_by_id = actor.principal.account_id
         a.decided_at = utcnow()
-        a.decision_reason = data.reason.strip()
+        a.decision_reason = reason
         run = await self.tasks._enqueue(actor, res, task, RunKind.APPROVAL, "")
         a.resume_run_id = run.id
         verb = "approved" if approve else "denied"
@@ -222,22 +249,29 @@ async def expire_due(db: Database, bus: EventBus, base_url: str) -> list[int]:
     Returns the ids of the tasks that changed (for live views)."""
     now = utcnow()
     async with db.session() as s:
-        due = (
-            (await s.execute(select(Approval.id).where(Approval.state == PENDING, Approval.expires_at <= now)))
-            .scalars()
-            .all()
-        )
+        due = [
+            (row[0], row[1])
+            for row in await s.execute(
+                select(Approval.id, Approval.task_id).where(Approval.state == PENDING, Approval.expires_at <= now)
+            )
+        ]
     if not due:
         return []  # the common case costs one read, no write lock
     changed: list[int] = []
     async with db.session(write=True) as s:
-        for approval_id in due:
+        for approval_id, task_id in sorted(due):
+            # The task first, then its approval: the order decide and stop lock them in.
+            task = (await s.execute(select(Task).where(Task.id == task_id).with_for_update())).scalar_one()
             a = (
-                await s.execute(select(Approval).where(Approval.id == approval_id).with_for_update())
+                await s.execute(
+                    select(Approval)
+                    .where(Approval.id == approval_id)
+                    .with_for_update()
+                    .execution_options(populate_existing=True)
+                )
             ).scalar_one_or_none()
             if a is None or a.state != PENDING:
                 continue  # decided in the meantime
-            task = (await s.execute(select(Task).where(Task.id == a.task_id).with_for_update())).scalar_one()
             repo = await s.get(Repository, task.repo_id)
             assert repo is not None
             a.state = EXPIRED

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from forge.db import utcnow
+from forge.text import without_nul
 from sandbox import (
     SandboxError,
     list_workspace,
@@ -294,7 +295,7 @@ class BuiltinRuntime:
         self, ctx: RunContext, decided: ApprovedCall, messages: list[dict[str, Any]]
     ) -> Outcome | None:
         """Answer the parked call with the person's decision. Approving runs exactly the approved
-        input: the one stored with the approval, checked against the call by its hash."""
+        input: the one stored with the approval (what the person saw), checked intact by its hash."""
         call = next((c for c in _pending_tool_calls(messages) if c.get("id") == decided.tool_use_id), None)
         for other in _pending_tool_calls(messages):
             if other is not call:
@@ -308,13 +309,9 @@ class BuiltinRuntime:
             return None
         fn = call.get("function") or {}
         name = str(fn.get("name") or "")
-        try:
-            raw = fn.get("arguments", "{}")
-            args = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:
-            args = None
         call_id = decided.tool_use_id
-        if name != decided.tool_name or args is None or input_hash(args) != decided.input_hash:
+        # What runs is the input stored with the approval (what the person saw), checked intact.
+        if name != decided.tool_name or input_hash(decided.tool_input) != decided.input_hash:
             text = "error: the decision does not match this call's input; it was not executed"
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
@@ -342,11 +339,14 @@ class BuiltinRuntime:
         if not isinstance(call, dict):
             return "error: malformed tool call", True, {}
         call_id = str(call.get("id") or "")
+        if len(call_id) > MAX_CALL_ID or "\x00" in call_id:
+            # It names the call in the transcript, the hooks and approvals: keep it storable.
+            return f"error: a tool call id must be at most {MAX_CALL_ID} characters, without NUL", True, {}
         fn = call.get("function") or {}
         name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
         raw_args = fn.get("arguments", "{}") if isinstance(fn, dict) else "{}"
         try:
-            args = json.loads(raw_args) if isinstance(raw_args, str) else raw_args
+            args = json.loads(raw_args, parse_constant=_no_constant) if isinstance(raw_args, str) else raw_args
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
@@ -367,13 +367,15 @@ class BuiltinRuntime:
         if decision.decision == "ask":
             # A consumer asks a person (or an endpoint with failure policy `hold` failed): the call
             # is parked as an approval and the run blocks; nothing runs until someone decides.
+            # The input a person approves is the one that would run: an earlier endpoint's
+            # rewrite (input_override) included, as the asking endpoint saw it.
             request = ApprovalRequest(
                 tool_use_id=call_id,
                 tool_name=name,
-                tool_input=args,
-                reason=decision.reason,
+                tool_input=decision.input_override or args,
+                reason=without_nul(decision.reason)[:4000],
                 held=decision.held,
-                requested_by=decision.decided_by,
+                requested_by=without_nul(decision.decided_by)[:2048],
                 delivery_id=str((decision.dispatch or {}).get("delivery_id") or ""),
             )
             return "", False, {"approval": request, "model_context": decision.model_context}
@@ -469,6 +471,13 @@ class BuiltinRuntime:
             await ctx.emit("notice", Notice(text=note))
             return "noted"
         raise ToolError(f"unknown tool {name!r}")
+
+
+MAX_CALL_ID = 200
+
+
+def _no_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not a JSON number")
 
 
 def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -63,7 +63,8 @@ def _identity(login: str, base_url: str) -> Identity:
 
 
 def _message(task: Task, strategy: str, url: str, approvals: list[str]) -> str:
-    trailer = f"Task {url}" + "".join(f"\nApproved-by: {a}" for a in approvals)
+    # `Task-Head:` lets a merge whose database commit was lost be recognised (gitops.find_merged).
+    trailer = f"Task {url}\nTask-Head: {task.head_sha}" + "".join(f"\nApproved-by: {a}" for a in approvals)
     summary = f"\n\n{task.summary.strip()}" if task.summary.strip() else ""
     if strategy == "squash":
         return f"{task.title} (task #{task.number}){summary}\n\n{trailer}\n"
@@ -83,6 +84,8 @@ class MergeService:
             res = await load(s, actor.principal, owner, name, Action.TASK_READ)
             require(actor.principal, Action.REVIEW_WRITE, res)
             task = await svc.get(res, number)
+            if actor.principal.account_id == task.agent_id:
+                raise Forbidden("the task's agent cannot merge its own work", code="agent_cannot_merge")
             reviews = ReviewService(svc)
             self._check_head(task, data)
             status = await reviews.status(task)
@@ -92,8 +95,14 @@ class MergeService:
                 plan = await svc.store.read(res.key, plan_merge, task.base, task.head_sha, data.strategy)
             except RefNotFound:
                 raise MergeRefused(f"the base branch {task.base!r} is gone", code="base_not_found") from None
-            # Contained in the base already (and not simply unchanged): it was merged another way.
+            # Contained in the base already (and not simply unchanged): it was merged another way;
+            # or a squash of this head is on the base (a merge whose database commit was lost).
             already = plan.up_to_date and task.head_sha != task.base_sha
+            merged_sha = plan.base_sha
+            if not already:
+                squashed = await svc.store.read(res.key, gitops.find_merged, task.base, task.base_sha, task.head_sha)
+                if squashed is not None:
+                    already, merged_sha = True, squashed
             if not already:
                 self._check_plan(plan)
             agent = await s.get(Account, task.agent_id)
@@ -136,9 +145,7 @@ class MergeService:
             if status.blockers:
                 raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
             rules = await repo_settings.merge_rules(s, task.repo_id)
-            if already:
-                merged_sha = base_sha
-            else:
+            if not already:
                 try:
                     result = await svc.store.write(
                         res.key,

@@ -2,6 +2,7 @@
 live transcript, question form, actions) and "my tasks". Same service as the REST API."""
 
 import json
+import unicodedata
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -16,7 +17,7 @@ from forge.deps import ActorDep, DatabaseDep, DbSession
 from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.pages import page
 from tasks import transcript
-from tasks.approvals import ApprovalService
+from tasks.approval_routes import decide_approval
 from tasks.routes import load_task, service_for
 from tasks.schemas import ApprovalDecide, MessageCreate, TaskCreate
 from tasks.service import parse_number
@@ -56,6 +57,14 @@ def _repo_ctx(res: Any, principal: Any, base_url: str) -> dict[str, Any]:
         "can_admin": can(principal, Action.REPO_ADMIN, res),
         "can_write": can(principal, Action.TASK_WRITE, res),
     }
+
+
+def visible_json(value: Any) -> str:
+    """JSON for a person to approve: readable (non-ASCII text as is), but characters that are
+    invisible or change the text's direction are shown escaped, so they cannot disguise a command."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    hidden = ("Cc", "Cf", "Co", "Cs", "Zl", "Zp")
+    return "".join(f"\\u{ord(ch):04x}" if ch != "\n" and unicodedata.category(ch) in hidden else ch for ch in text)
 
 
 class TaskPages(Controller):
@@ -149,7 +158,7 @@ class TaskPages(Controller):
             "tasks/task.html",
             task=read,
             # Autoescaped as text: the person sees the exact input, `<` and all.
-            approval_input=json.dumps(parked.tool_input, indent=2, ensure_ascii=False) if parked else "",
+            approval_input=visible_json(parked.tool_input) if parked else "",
             events=events,
             last_seq=events[-1].seq if events else 0,
             may_stop=svc.may_stop(actor.principal, res, task),
@@ -200,7 +209,7 @@ class TaskPages(Controller):
     @post("/{number:str}/approvals/{approval_id:str}")
     async def decide(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         state: State,
         owner: FromPath[str],
@@ -210,7 +219,6 @@ class TaskPages(Controller):
         data: URLEncodedBody[DecisionForm],
     ) -> Redirect:
         n = parse_number(number)
-        res, svc, task = await load_task(db_session, state, actor, owner, name, n)
         if data.decision == "approve":
             choice: Literal["approve", "deny"] = "approve"
         elif data.decision == "deny":
@@ -218,10 +226,9 @@ class TaskPages(Controller):
         else:
             raise InvalidInput("choose approve or deny", code="invalid_decision")
         decide = ApprovalDecide(decision=choice, reason=data.reason[:2000], input_hash=data.input_hash[:64])
-        await ApprovalService(svc).decide(actor, res, task, approval_id[:64], decide)
-        await db_session.commit()
-        state.tasks.changed(task.id)
-        return Redirect(f"/{res.full_name}/tasks/{n}", status_code=303)
+        _, task_id = await decide_approval(db, state, actor, owner, name, n, approval_id, decide)
+        state.tasks.changed(task_id)
+        return Redirect(f"/{owner}/{name}/tasks/{n}", status_code=303)
 
 
 class MyTaskPages(Controller):

@@ -54,7 +54,7 @@ def _review_create(form: ReviewForm) -> ReviewCreate:
         else "comment"
     )
     comments = []
-    if form.path and form.line.isdigit() and form.comment.strip():
+    if form.path and form.line.isascii() and form.line.isdigit() and form.comment.strip():
         side: Literal["base", "head"] = "base" if form.side == "base" else "head"
         comments.append(
             ReviewCommentCreate(path=form.path[:4096], line=int(form.line[:9]), side=side, body=form.comment[:20_000])

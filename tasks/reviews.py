@@ -18,14 +18,14 @@ from typing import Any
 from sqlalchemy import select
 
 from forge import audit
-from forge.access import Action, require
+from forge.access import Action, Principal, can, require
 from forge.audit import Actor
 from forge.errors import Forbidden, InvalidInput, InvalidState
-from forge.models import Account
+from forge.models import Account, Repository
 from forge.repos import RefNotFound, compare
 from forge.repos.schemas import Comparison
-from forge.repositories import RepoResource
-from forge.text import require_no_nul
+from forge.repositories import RepoResource, resource_for
+from forge.text import require_no_nul, without_nul
 from tasks import repo_settings, transcript
 from tasks.models import Review, ReviewComment, Run, Task
 from tasks.schemas import ReviewCommentRead, ReviewCreate, ReviewRead, ReviewStatus
@@ -145,9 +145,12 @@ class ReviewService:
                 latest[r.author_id] = r
         approvers: list[str] = []
         asking: list[str] = []
+        repo = await self.session.get(Repository, task.repo_id)
         for author_id, r in latest.items():
             author = await self.session.get(Account, author_id)
-            login = author.login if author else "?"
+            if author is None or repo is None or not await _may_review(self.session, author, repo):
+                continue  # a reviewer who lost access (or was disabled) neither counts nor blocks
+            login = author.login
             if r.verdict == "request_changes":
                 asking.append(login)
             elif (
@@ -205,6 +208,8 @@ class ReviewService:
                 if not text:
                     raise InvalidInput(f"comment {i + 1} is empty", code="comment_empty")
                 quoted = anchors.get(path, {}).get(given.side, {}).get(given.line)
+                if quoted is not None:
+                    quoted = without_nul(quoted)  # the agent wrote it; the database cannot store NUL
                 if quoted is None:
                     raise InvalidInput(
                         f"comment {i + 1}: line {given.line} ({given.side}) of {path!r} is not in the diff",
@@ -299,6 +304,20 @@ class ReviewService:
             comments=len(comments),
         )
         return review
+
+
+async def _may_review(session: Any, account: Account, repo: Repository) -> bool:
+    """Whether the account could review this repository's tasks now (its verdicts count)."""
+    if account.disabled:
+        return False
+    principal = Principal(
+        account_id=account.id,
+        login=account.login,
+        type="Bot" if account.is_bot else "User",
+        is_admin=account.is_admin,
+        via="session",
+    )
+    return can(principal, Action.REVIEW_WRITE, await resource_for(session, repo, principal))
 
 
 def _review_data(review: Review, comments: Sequence[ReviewComment]) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def _update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpdate:
     for name in INT_FIELDS:
         raw = getattr(form, name).strip()
         if raw:
-            if not raw.isdigit() or len(raw) > 10:
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > 10:
                 raise InvalidInput(f"{name.replace('_', ' ')}: a whole number, or blank for the default")
             values[name] = int(raw)
     try:

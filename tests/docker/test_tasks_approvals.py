@@ -3,6 +3,7 @@ a collaborator with write access approves or denies it, approving runs exactly t
 and stop or expiry end it. Real Docker, a real policy consumer and a scripted model."""
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -198,3 +199,109 @@ def test_hold_parks_the_call_then_stop_cancels_and_time_expires(policy_settings:
             asyncio.run(check(env))
     assert consumer.types().count("pre_tool_use") >= 2
     assert len(model.requests) == 2  # neither task went past its parked call
+
+
+class AskAndGuardPrompts(PolicyConsumer):
+    """Asks a person about every tool call; denies prompts that mention `forbidden`."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        outer = self
+
+        def do_post(h: Any) -> None:
+            body = json.loads(h.rfile.read(int(h.headers.get("content-length", "0"))))
+            outer.seen.append(body)
+            answer = None
+            if body["type"] == "pre_tool_use":
+                answer = {"permission": {"decision": "ask", "reason": "check it"}}
+            elif "forbidden" in body["data"].get("prompt", ""):
+                answer = {"permission": {"decision": "deny", "reason": "no"}, "user_message": "not that reason"}
+            raw = json.dumps(answer).encode() if answer is not None else b""
+            h.send_response(200)
+            h.send_header("content-type", "application/json")
+            h.send_header("content-length", str(len(raw)))
+            h.end_headers()
+            h.wfile.write(raw)
+
+        self.server.RequestHandlerClass.do_POST = do_post  # type: ignore[attr-defined]
+
+
+async def _bot_token(settings: Settings) -> str:
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            fixer = await accounts.require_by_login(s, "fixer")
+            return (await tokens.create(s, SYSTEM, fixer, "t", ["tasks:write", "reviews:write"], None)).token
+    finally:
+        await db.dispose()
+
+
+def test_the_approved_input_is_the_rewritten_one_and_a_denial_reason_is_a_prompt(policy_settings: Settings) -> None:
+    from tests.docker.test_tasks_run import seed, serve
+    from tests.helpers_model import tool_calls
+
+    rewrite = PolicyConsumer(
+        {
+            "pre_tool_use": (
+                200,
+                {"permission": {"decision": "allow", "input_override": {"command": "echo SAFE > safe.txt"}}},
+            )
+        }
+    )
+    asker = AskAndGuardPrompts()
+    turns = [
+        tool_calls(
+            [
+                ("bash", '{"command": NaN}', "n1"),  # not JSON: refused before any policy
+                ("bash", {"command": "true"}, "x" * 300),  # an id nothing could store: refused
+                ("bash", {"command": "echo RAW > raw.txt"}, "b1"),
+            ]
+        ),
+        reply("done"),
+    ]
+    with ScriptedModel(turns) as model:
+        settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
+        token, path = asyncio.run(seed(settings))
+        from tests.docker.test_tasks_policy import _hook_token
+
+        hook_token = asyncio.run(_hook_token(settings))
+        bot = asyncio.run(_bot_token(settings))
+        for url in serve(settings):
+            for consumer, events in ((rewrite, ["pre_tool_use"]), (asker, ["pre_tool_use", "user_prompt_submit"])):
+                r = httpx.post(
+                    f"{url}/api/v1/repos/ana/demo/hooks",
+                    json={"url": consumer.url, "kind": "policy", "events": events},
+                    headers={"Authorization": f"Bearer {hook_token}"},
+                    timeout=30,
+                )
+                assert r.status_code == 201, r.text
+
+            async def check(env: Env) -> dict[str, Any]:
+                async with env.client() as c:
+                    r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "shell", "agent": "fixer"})
+                    assert r.status_code == 201, r.text
+                    parked = (await _blocked(c, 1))["pending_approval"]
+                    # The person sees (and approves) what would run: the first endpoint's rewrite.
+                    assert parked["tool_use_id"] == "b1" and parked["tool_input"] == {"command": "echo SAFE > safe.txt"}
+                    url = f"/api/v1/repos/ana/demo/tasks/1/approvals/{parked['id']}"
+                    r = await c.post(url, json={"decision": "deny", "reason": "a forbidden reason"})
+                    assert r.status_code == 403 and r.json()["code"] == "policy_denied", r.text
+                    r = await c.post(url, json={"decision": "deny", "reason": "a\x00b"})
+                    assert r.status_code == 422, r.text
+                    r = await c.post(url, json={"decision": "approve"}, headers={"Authorization": f"Bearer {bot}"})
+                    assert r.status_code == 403 and r.json()["code"] == "agent_cannot_decide", r.text
+                    assert (await c.get(url.rsplit("/", 1)[0])).json()[0]["state"] == "pending"
+                    r = await c.post(url, json={"decision": "approve", "input_hash": parked["input_hash"]})
+                    assert r.status_code == 200, r.text
+                    return await wait_state(c, 1, "awaiting_review", "failed", timeout=90)
+
+            done = asyncio.run(check(Env(url=url, settings=settings, token=token, repo_path=path)))
+            files = tree_files(path, done["head_sha"])
+    assert done["state"] == "awaiting_review", done
+    assert files["safe.txt"][1] == b"SAFE\n" and "raw.txt" not in files
+    first_results = {m["tool_call_id"]: m["content"] for m in model.requests[1]["messages"] if m["role"] == "tool"}
+    assert first_results["n1"].startswith("error: the arguments are not valid JSON")
+    assert first_results["x" * 300].startswith("error: a tool call id must be at most 200 characters")
+    assert first_results["b1"].startswith("exit code 0")
+    asked = [b["data"]["kind"] for b in asker.seen if b["type"] == "user_prompt_submit"]
+    assert asked == ["goal", "answer"]  # the denial's reason was asked about like an answer

@@ -33,6 +33,9 @@ async def test_malformed_json_and_unknown_fields(client: AsyncTestClient[Any], m
         "/api/v1/admin/bots", content=b'{"login": "x",', headers={**admin, "Content-Type": "application/json"}
     )
     assert r.status_code == 400 and r.json()["code"] == "malformed_body"
+    for body in (b'{"login": "\xff\xfe"}', b"\xc3\x28"):  # not UTF-8
+        r = await client.post("/api/v1/admin/bots", content=body, headers={**admin, "Content-Type": "application/json"})
+        assert r.status_code in (400, 422) and r.json()["code"] in ("invalid_encoding", "malformed_body"), r.text
     r = await client.post("/api/v1/admin/bots", json={"login": "x", "colour": "red"}, headers=admin)
     assert r.status_code == 422 and r.json()["code"] == "validation_failed"
     r = await client.post("/api/v1/admin/bots", json={"login": 5}, headers=admin)

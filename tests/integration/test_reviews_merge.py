@@ -316,3 +316,91 @@ async def test_admins_set_the_merge_rules_on_the_settings_page(client: AsyncTest
     client.cookies.clear()
     r = await client.get("/ana/demo/settings/tasks/", headers=world.h("wendy"))
     assert r.status_code in (403, 404), r.text
+
+
+async def test_only_current_reviewers_count_and_the_agent_cannot_merge(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start_task(client, world)
+    await agent_commits(db, settings, 1, {"a.txt": b"a\n"}, "a")
+    t = f"{TASKS}/1"
+    assert (await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))).status_code == 201
+    r = await client.post(f"{t}/reviews", json={"verdict": "request_changes", "body": "no"}, headers=world.h("olga"))
+    assert r.status_code == 201, r.text
+    await agent_commits(db, settings, 1, {"a.txt": b"b\n"}, "b")  # the follow-up run's result
+    r = await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 201, r.text
+    # olga leaves the project: her change request no longer blocks; wendy loses access: her
+    # approval no longer counts.
+    r = await client.delete("/api/v1/repos/ana/demo/collaborators/olga", headers=world.h("ana"))
+    assert r.status_code == 204, r.text
+    status = (await client.get(f"{t}/review-status", headers=world.h("ana"))).json()
+    assert status["change_requests"] == [] and status["approvals"] == ["wendy"]
+    r = await client.delete("/api/v1/repos/ana/demo/collaborators/wendy", headers=world.h("ana"))
+    assert r.status_code == 204, r.text
+    status = (await client.get(f"{t}/review-status", headers=world.h("ana"))).json()
+    assert status["approvals"] == [] and status["blockers"], status
+    r = await client.post(f"{t}/merge", json={}, headers=world.h("ana"))
+    assert r.status_code == 409 and r.json()["code"] == "merge_blocked", r.text
+    # ana approves (the starter's approval counts by default); the agent still cannot merge.
+    assert (await client.post(f"{t}/reviews", json={"verdict": "approve"}, headers=world.h("ana"))).status_code == 201
+    r = await client.post(f"{t}/merge", json={}, headers=world.h("fixer"))
+    assert r.status_code == 403 and r.json()["code"] == "agent_cannot_merge", r.text
+    assert (await client.post(f"{t}/merge", json={}, headers=world.h("ana"))).status_code == 200
+
+
+async def test_a_squash_whose_database_commit_was_lost_is_found_again(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start_task(client, world)
+    head = await agent_commits(db, settings, 1, {"s.txt": b"s\n"}, "s")
+    assert (await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))).is_success
+    r = await client.post(f"{TASKS}/1/merge", json={"strategy": "squash"}, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    squashed = r.json()["merged_sha"]
+    async with db.session(write=True) as s:  # as if the merge's transaction never committed
+        task = (await s.execute(select(Task).where(Task.number == 1))).scalar_one()
+        task.state, task.merged_sha, task.merge_strategy, task.merged_by_id = "awaiting_review", "", "", None
+    r = await client.post(
+        f"{TASKS}/1/merge", json={"strategy": "squash", "expected_head_sha": head}, headers=world.h("ana")
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["merged_sha"] == squashed and r.json()["merge_strategy"] == "already_merged"
+    assert str(_repo(settings).revparse_single("refs/heads/main").id) == squashed  # no second commit
+
+
+async def test_hostile_bytes_are_refused_or_stored_safely(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start_task(client, world)
+    # A NUL past the binary sniffing window: the file diffs as text, its line holds a NUL.
+    text = b"x" * 9000 + b"\n" + b"bad\x00line\n"
+    await agent_commits(db, settings, 1, {"nul.txt": text}, "nul")
+    comment = {"path": "nul.txt", "line": 2, "body": "what is this?"}
+    r = await client.post(
+        f"{TASKS}/1/reviews", json={"verdict": "comment", "comments": [comment]}, headers=world.h("wendy")
+    )
+    assert r.status_code == 201, r.text
+    assert "\x00" not in r.json()["comments"][0]["quoted"]
+    for body in ("a\x00b", "x"):
+        r = await client.post(
+            f"{TASKS}/1/reviews",
+            json={"verdict": "comment", "body": body, "comments": [{**comment, "body": body}]},
+            headers=world.h("wendy"),
+        )
+        assert r.status_code == (422 if "\x00" in body else 201), r.text
+    from tests.helpers import csrf_from, sign_in
+
+    await sign_in(client, "ana", "correct horse battery")
+    page = await client.get("/ana/demo/settings/tasks/")
+    token = csrf_from(page.text[page.text.index('id="task-settings"') :])
+    r = await client.post("/ana/demo/settings/tasks/", data={"csrf_token": token, "turn_limit": "²"})
+    assert r.status_code == 422, r.text
+    review = await client.get("/ana/demo/tasks/1/review")
+    token = csrf_from(review.text[review.text.index('id="review-form"') :])
+    r = await client.post(
+        "/ana/demo/tasks/1/reviews",
+        data={"csrf_token": token, "verdict": "comment", "path": "nul.txt", "line": "¹", "comment": "x"},
+    )
+    # Not a line number: no inline comment is made, and an empty comment review is refused (no 500).
+    assert r.status_code == 422 and "say something" in r.text, r.text
