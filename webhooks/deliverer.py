@@ -225,6 +225,13 @@ class Deliverer(OutboxStore):
                     if time.monotonic() - self._last_housekeeping > 60:
                         self._last_housekeeping = time.monotonic()
                         await self.housekeeping()
+                    sending = sum(1 for t in inflight if not t.done())
+                    if finished and sending and len(finished) < threshold and window - sending < threshold:
+                        # No room to claim yet: what finished is recorded with the next claim (one
+                        # commit for many attempts; a crash before it means a redelivery, as
+                        # always). A send still running wakes the loop when it ends.
+                        await self._wake.wait()
+                        continue
                     batch, finished[:] = list(finished), []
                     if batch:
                         claim_more = True  # a recorded row may unblock the next one of its task
@@ -234,7 +241,9 @@ class Deliverer(OutboxStore):
                         # Record what finished and claim more in one transaction (one commit).
                         claimed = await self.record_and_claim(batch, limit)
                         if limit:
-                            claim_more = bool(claimed)
+                            # Fewer than asked: nothing else is claimable now (a recorded row, new
+                            # rows or a poke set this again), so no empty claim follows.
+                            claim_more = len(claimed) >= limit
                         for c in claimed:
                             task = asyncio.create_task(send(c))
                             inflight.add(task)

@@ -16,12 +16,13 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, cast
 
 import structlog
 from sqlalchemy import (
+    Integer,
     Table,
     and_,
     bindparam,
@@ -35,7 +36,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import aliased
 from sqlalchemy.sql.elements import ColumnElement
 
 from forge import audit
@@ -235,6 +235,83 @@ _FINISHED_UPDATE = (
     .values(state="delivered", finished_at=bindparam("_finished", type_=UTCDateTime()))
 )
 
+_LOG_INSERT = insert(DELIVERIES)
+_LEASE_UPDATE = (
+    update(OUTBOX)
+    .where(OUTBOX.c.id.in_(bindparam("_ids", expanding=True)))
+    .values(lease_until=bindparam("_until", type_=UTCDateTime()), claim_token=bindparam("_token"))
+)
+_SUCCESS_UPDATE = (
+    update(ENDPOINTS)
+    .where(ENDPOINTS.c.id.in_(bindparam("_ids", expanding=True)))
+    .values(failing_since=None, last_success_at=bindparam("_now", type_=UTCDateTime()))
+)
+HEALTH_STAMP_EVERY = timedelta(seconds=1)
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def _blocked(older: Any) -> Any:
+    """An older row of the same endpoint and order key is still pending."""
+    return exists().where(
+        older.endpoint_id == WebhookOutbox.endpoint_id,
+        older.order_key == WebhookOutbox.order_key,
+        older.state == "pending",
+        older.id < WebhookOutbox.id,
+    )
+
+
+def _claim_statement(pg: bool) -> Any:
+    """Due rows with their endpoint's delivery fields, oldest first (Core, built once: parameters
+    `_now` and `_limit`)."""
+    now = bindparam("_now", type_=UTCDateTime())
+    o, e, older = OUTBOX.c, ENDPOINTS.c, OUTBOX.alias("older").c
+    blocked = exists().where(
+        older.endpoint_id == o.endpoint_id, older.order_key == o.order_key, older.state == "pending", older.id < o.id
+    )
+    stmt = (
+        select(
+            o.id,
+            o.wid,
+            o.event_type,
+            o.subject,
+            o.body,
+            o.attempts,
+            o.manual,
+            e.id,
+            e.url,
+            e.kind,
+            e.secret_kid,
+            e.secret_enc,
+            e.second_kid,
+            e.second_enc,
+        )
+        .select_from(OUTBOX.join(ENDPOINTS, e.id == o.endpoint_id))
+        .where(
+            o.state == "pending",
+            o.next_attempt_at <= now,
+            or_(o.lease_until.is_(None), o.lease_until < now),
+            e.active.is_(True),
+            ~blocked,
+        )
+        .order_by(o.id)
+        .limit(bindparam("_limit", type_=Integer()))
+    )
+    return stmt.with_for_update(skip_locked=True, of=OUTBOX) if pg else stmt
+
+
+def _state_statement(pg: bool) -> Any:
+    """The state and claim of rows being recorded, with their endpoint's `failing_since`."""
+    stmt = (
+        select(OUTBOX.c.id, OUTBOX.c.state, OUTBOX.c.claim_token, ENDPOINTS.c.id, ENDPOINTS.c.failing_since)
+        .join(ENDPOINTS, ENDPOINTS.c.id == OUTBOX.c.endpoint_id)
+        .where(OUTBOX.c.id.in_(bindparam("_ids", expanding=True)))
+    )
+    return stmt.with_for_update(of=OUTBOX) if pg else stmt
+
+
+_CLAIM = {pg: _claim_statement(pg) for pg in (False, True)}
+_STATE = {pg: _state_statement(pg) for pg in (False, True)}
+
 
 def _log_values(c: "Claimed", a: "Attempt", outbox_id: int | None) -> dict[str, Any]:
     return {
@@ -278,6 +355,7 @@ class OutboxStore:
         self.lease = lease
         self.batch = batch or max(1, cfg.delivery_concurrency * 2)
         self._key_cache: dict[tuple[str, str, str | None, str | None], list[SigningKey]] = {}
+        self._stamped: dict[int, datetime] = {}  # endpoint id -> last_success_at written by this store
 
     @property
     def _pg(self) -> bool:
@@ -294,46 +372,12 @@ class OutboxStore:
             return await self._claim(session, limit or self.batch, now)
 
     async def _claim(self, session: AsyncSession, limit: int, now: datetime) -> list[Claimed]:
-        blocked = self._blocked(aliased(WebhookOutbox))
-        stmt = (
-            select(
-                WebhookOutbox.id,
-                WebhookOutbox.wid,
-                WebhookOutbox.event_type,
-                WebhookOutbox.subject,
-                WebhookOutbox.body,
-                WebhookOutbox.attempts,
-                WebhookOutbox.manual,
-                WebhookEndpoint.id,
-                WebhookEndpoint.url,
-                WebhookEndpoint.kind,
-                WebhookEndpoint.secret_kid,
-                WebhookEndpoint.secret_enc,
-                WebhookEndpoint.second_kid,
-                WebhookEndpoint.second_enc,
-            )
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookOutbox.endpoint_id)
-            .where(
-                WebhookOutbox.state == "pending",
-                WebhookOutbox.next_attempt_at <= now,
-                or_(WebhookOutbox.lease_until.is_(None), WebhookOutbox.lease_until < now),
-                WebhookEndpoint.active.is_(True),
-                ~blocked,
-            )
-            .order_by(WebhookOutbox.id)
-            .limit(max(1, limit))
-        )
-        if self._pg:
-            stmt = stmt.with_for_update(skip_locked=True, of=WebhookOutbox)
         token = str(uuid.uuid4())
-        rows = (await session.execute(stmt)).all()
+        conn = await session.connection()  # Core statements: no ORM layer per execution
+        rows = (await conn.execute(_CLAIM[self._pg], {"_now": now, "_limit": max(1, limit)})).all()
         if not rows:
             return []
-        await session.execute(
-            update(OUTBOX)
-            .where(OUTBOX.c.id.in_([r[0] for r in rows]))
-            .values(lease_until=now + self.lease, claim_token=token)
-        )
+        await conn.execute(_LEASE_UPDATE, {"_ids": [r[0] for r in rows], "_until": now + self.lease, "_token": token})
         return [
             Claimed(
                 outbox_id=oid,
@@ -402,12 +446,14 @@ class OutboxStore:
             metrics.DELIVERY_SECONDS.labels(event=c.event_type).observe(a.duration_ms / 1000)
 
     async def _record(self, session: AsyncSession, done: list[tuple[Claimed, Attempt]], now: datetime) -> None:
-        stmt = select(OUTBOX.c.id, OUTBOX.c.state, OUTBOX.c.claim_token).where(
-            OUTBOX.c.id.in_([c.outbox_id for c, _ in done])
-        )
-        if self._pg:
-            stmt = stmt.with_for_update()
-        rows = {oid: (state, token) for oid, state, token in (await session.execute(stmt)).all()}
+        conn = await session.connection()  # Core statements: no ORM layer per execution
+        found_rows = await conn.execute(_STATE[self._pg], {"_ids": [c.outbox_id for c, _ in done]})
+        rows: dict[int, tuple[str, str | None]] = {}
+        failing: set[int] = set()  # endpoints whose failing_since is set (read under the write lock)
+        for oid, state, token, endpoint_id, failing_since in found_rows.all():
+            rows[oid] = (state, token)
+            if failing_since is not None:
+                failing.add(endpoint_id)
         if len(rows) < len({c.outbox_id for c, _ in done}):
             # Rows go with their endpoint: an endpoint deleted while the attempt was in flight
             # took its log with it (an attempt of a row that is gone otherwise is still logged).
@@ -448,11 +494,11 @@ class OutboxStore:
                     values["_next"] = now + timedelta(seconds=delay + 0.001)
             owned.append(values)
         logged = [_log_values(c, a, c.outbox_id if c.outbox_id in rows else None) for c, a in done]
-        await session.execute(insert(DELIVERIES), logged)
+        await conn.execute(_LOG_INSERT, logged)
         if owned:
-            await session.execute(_OWNED_UPDATE, owned)
+            await conn.execute(_OWNED_UPDATE, owned)
         if finished_elsewhere:
-            await session.execute(_FINISHED_UPDATE, finished_elsewhere)
+            await conn.execute(_FINISHED_UPDATE, finished_elsewhere)
         # Endpoint health: failures first (they may disable an endpoint and write audit rows),
         # then any success of this batch clears `failing_since`.
         failed = [(c, a) for c, a in done if a.result != "ok"]
@@ -462,11 +508,26 @@ class OutboxStore:
                 self._health(session, endpoint, a, now)
         if failed:
             await session.flush()
-        succeeded = {c.endpoint_id for c, a in done if a.result == "ok"}
-        if succeeded:
-            await session.execute(
-                update(ENDPOINTS).where(ENDPOINTS.c.id.in_(succeeded)).values(failing_since=None, last_success_at=now)
+        # A success clears `failing_since` and stamps `last_success_at`; skipped for an endpoint
+        # that is not failing and whose stamp this store wrote less than `HEALTH_STAMP_EVERY` ago
+        # (by the deliverer's clock): `last_success_at` then lags by at most that much.
+        failed_ids = {c.endpoint_id for c, _ in failed}
+        succeeded = {
+            c.endpoint_id
+            for c, a in done
+            if a.result == "ok"
+            and (
+                c.endpoint_id in failing
+                or c.endpoint_id in failed_ids
+                or not (timedelta(0) <= now - self._stamped.get(c.endpoint_id, _NEVER) < HEALTH_STAMP_EVERY)
             )
+        }
+        if succeeded:
+            await conn.execute(_SUCCESS_UPDATE, {"_ids": list(succeeded), "_now": now})
+            for endpoint_id in succeeded:
+                self._stamped[endpoint_id] = now
+        for endpoint_id in failed_ids - succeeded:
+            self._stamped.pop(endpoint_id, None)
 
     def _health(self, session: AsyncSession, endpoint: WebhookEndpoint, a: Attempt, now: datetime) -> None:
         if a.result == "ok":
@@ -497,12 +558,7 @@ class OutboxStore:
     @staticmethod
     def _blocked(older: Any) -> Any:
         """An older row of the same endpoint and order key is still pending."""
-        return exists().where(
-            older.endpoint_id == WebhookOutbox.endpoint_id,
-            older.order_key == WebhookOutbox.order_key,
-            older.state == "pending",
-            older.id < WebhookOutbox.id,
-        )
+        return _blocked(older)
 
     async def housekeeping(self) -> None:
         """Outbox depth and age gauges; prune finished rows and old log entries."""
