@@ -18,7 +18,7 @@ from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.pages import page
 from tasks import transcript
 from tasks.approval_routes import decide_approval
-from tasks.routes import load_task, service_for
+from tasks.routes import Act, act_on_task, load_task, service_for, start_task
 from tasks.schemas import ApprovalDecide, MessageCreate, TaskCreate
 from tasks.service import parse_number
 
@@ -65,6 +65,16 @@ def visible_json(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     hidden = ("Cc", "Cf", "Co", "Cs", "Zl", "Zp")
     return "".join(f"\\u{ord(ch):04x}" if ch != "\n" and unicodedata.category(ch) in hidden else ch for ch in text)
+
+
+# The task page's forms post to /{number}/{action}.
+PAGE_ACTIONS: dict[str, Act] = {
+    "messages": "message",
+    "answer": "answer",
+    "retry": "retry",
+    "close": "close",
+    "stop": "stop",
+}
 
 
 class TaskPages(Controller):
@@ -115,14 +125,7 @@ class TaskPages(Controller):
             title=data.title.strip()[:200],
         )
         try:
-            # The goal's policy check runs before the write transaction (see PromptCheck).
-            async with db.session() as s:
-                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-                checked = await service_for(s, state).precheck_start(actor, res, create)
-            async with db.session(write=True) as s:
-                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-                task = await service_for(s, state).start(actor, res, create, checked=checked)
-                number, task_id, full_name = task.number, task.id, res.full_name
+            read, task_id = await start_task(db, state, actor, owner, name, create)
         except ForgeError as exc:
             if exc.status == 404:
                 raise
@@ -135,7 +138,7 @@ class TaskPages(Controller):
                 request, "tasks/list.html", status_code=exc.status, tasks=tasks, error=exc.detail, form=data, **context
             )
         state.tasks.changed(task_id)
-        return Redirect(f"/{full_name}/tasks/{number}", status_code=303)
+        return Redirect(f"/{read.repository}/tasks/{read.number}", status_code=303)
 
     @get("/{number:str}")
     async def task_page(
@@ -179,32 +182,13 @@ class TaskPages(Controller):
         data: URLEncodedBody[BodyForm],
     ) -> Redirect:
         n = parse_number(number)
-        if action not in ("messages", "answer", "retry", "close", "stop"):
+        act = PAGE_ACTIONS.get(action)
+        if act is None:
             raise NotFound("no such action")
-        body = MessageCreate(body=data.body[:20_000])
-        checked = None
-        if action in ("messages", "answer"):
-            # The prompt's policy check runs before the write transaction (see PromptCheck).
-            async with db.session() as s:
-                res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
-                svc = service_for(s, state)
-                kind: Literal["message", "answer"] = "message" if action == "messages" else "answer"
-                checked = await svc.precheck(actor, res, await svc.get(res, n), body, kind)
-        async with db.session(write=True) as s:
-            res, svc, task = await load_task(s, state, actor, owner, name, n)
-            if action == "messages":
-                task = await svc.message(actor, res, task, body, checked=checked)
-            elif action == "answer":
-                task = await svc.answer(actor, res, task, body, checked=checked)
-            elif action == "retry":
-                task = await svc.retry(actor, res, task)
-            elif action == "close":
-                task = await svc.close(actor, res, task)
-            else:
-                await svc.request_stop(actor, res, task)  # the page shows "stopping" until the worker settles
-            task_id, full_name = task.id, res.full_name
+        # `stop` here only asks: the page shows "stopping" until the worker settles.
+        read, task_id = await act_on_task(db, state, actor, owner, name, n, act, MessageCreate(body=data.body[:20_000]))
         state.tasks.changed(task_id)
-        return Redirect(f"/{full_name}/tasks/{n}", status_code=303)
+        return Redirect(f"/{read.repository}/tasks/{n}", status_code=303)
 
     @post("/{number:str}/approvals/{approval_id:str}")
     async def decide(

@@ -3,7 +3,7 @@ call the service, return a schema."""
 
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, get, post
@@ -21,7 +21,6 @@ from forge.errors import Unauthenticated
 from forge.repositories import RepoResource
 from tasks import transcript
 from tasks.models import Run, Task
-from tasks.policy import PromptKind
 from tasks.schemas import MessageCreate, TaskCreate, TaskRead, TranscriptPage
 from tasks.service import TaskService, parse_number
 from tasks.states import RunState, TaskState
@@ -58,6 +57,53 @@ async def load_task(
     return res, svc, await svc.get(res, number)
 
 
+async def start_task(
+    db: Database, state: State, actor: Actor, owner: str, name: str, data: TaskCreate
+) -> tuple[TaskRead, int]:
+    """Start a task (REST and the start form): the goal's policy check runs before the write
+    transaction (see PromptCheck). Returns the task and its id."""
+    async with db.session() as s:
+        res = await _load(s, actor, owner, name, Action.TASK_WRITE)
+        checked = await service_for(s, state).precheck_start(actor, res, data)
+    async with db.session(write=True) as s:
+        res = await _load(s, actor, owner, name, Action.TASK_WRITE)
+        svc = service_for(s, state)
+        task = await svc.start(actor, res, data, checked=checked)
+        return await svc.to_read(task, res), task.id
+
+
+Act = Literal["message", "answer", "retry", "close", "stop"]
+
+
+async def act_on_task(
+    db: Database, state: State, actor: Actor, owner: str, name: str, n: int, action: Act, body: MessageCreate | None
+) -> tuple[TaskRead, int]:
+    """One action on a task (REST and the task page). A message's or an answer's policy check runs
+    before the write transaction (see PromptCheck); `stop` only asks (the worker settles it)."""
+    checked = None
+    if action in ("message", "answer"):
+        assert body is not None
+        async with db.session() as s:
+            res, svc, task = await load_task(s, state, actor, owner, name, n)
+            checked = await svc.precheck(actor, res, task, body, "message" if action == "message" else "answer")
+    async with db.session(write=True) as s:
+        # Tasks are invisible below the write role (404); the service then checks the write action.
+        res, svc, task = await load_task(s, state, actor, owner, name, n)
+        if action == "message":
+            assert body is not None
+            task = await svc.message(actor, res, task, body, checked=checked)
+        elif action == "answer":
+            assert body is not None
+            task = await svc.answer(actor, res, task, body, checked=checked)
+        elif action == "retry":
+            task = await svc.retry(actor, res, task)
+        elif action == "close":
+            task = await svc.close(actor, res, task)
+        else:
+            await svc.request_stop(actor, res, task)
+        return await svc.to_read(task, res), task.id
+
+
 async def wait_for_stop(db: Database, system: TaskSystem, task_id: int, timeout: float) -> None:  # noqa: ASYNC109
     """Until no run of the task is running (its worker removed the sandbox before settling)."""
     deadline = time.monotonic() + timeout
@@ -87,16 +133,7 @@ class TaskController(Controller):
         name: FromPath[str],
         data: JSONBody[TaskCreate],
     ) -> TaskRead:
-        # The goal's policy check runs before the write transaction (see PromptCheck).
-        async with db.session() as s:
-            res = await _load(s, actor, owner, name, Action.TASK_WRITE)
-            checked = await service_for(s, state).precheck_start(actor, res, data)
-        async with db.session(write=True) as s:
-            res = await _load(s, actor, owner, name, Action.TASK_WRITE)
-            svc = service_for(s, state)
-            task = await svc.start(actor, res, data, checked=checked)
-            read = await svc.to_read(task, res)
-            task_id = task.id
+        read, task_id = await start_task(db, state, actor, owner, name, data)
         task_system(state).changed(task_id)
         return read
 
@@ -129,30 +166,9 @@ class TaskController(Controller):
         return await svc.to_read(task, res)
 
     async def _act(
-        self, db: Database, actor: Actor, state: State, owner: str, name: str, number: str, action: str, body: Any
+        self, db: Database, actor: Actor, state: State, owner: str, name: str, number: str, action: Act, body: Any
     ) -> TaskRead:
-        n = parse_number(number)
-        checked = None
-        if action in ("message", "answer"):
-            # The prompt's policy check runs before the write transaction (see PromptCheck).
-            async with db.session() as s:
-                res = await _load(s, actor, owner, name)
-                svc = service_for(s, state)
-                kind: PromptKind = "message" if action == "message" else "answer"
-                checked = await svc.precheck(actor, res, await svc.get(res, n), body, kind)
-        async with db.session(write=True) as s:
-            # Tasks are invisible below the write role (404); the service then checks the write action.
-            res, svc, task = await load_task(s, state, actor, owner, name, n)
-            if action == "message":
-                task = await svc.message(actor, res, task, body, checked=checked)
-            elif action == "answer":
-                task = await svc.answer(actor, res, task, body, checked=checked)
-            elif action == "retry":
-                task = await svc.retry(actor, res, task)
-            else:
-                task = await svc.close(actor, res, task)
-            read = await svc.to_read(task, res)
-            task_id = task.id
+        read, task_id = await act_on_task(db, state, actor, owner, name, parse_number(number), action, body)
         task_system(state).changed(task_id)
         return read
 
