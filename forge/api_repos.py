@@ -11,7 +11,7 @@ from forge import accounts, repositories
 from forge.access import Action, Scope
 from forge.deps import ActorDep, BusDep, DbSession, SettingsDep, StoreDep
 from forge.errors import Forbidden, InvalidInput, Unauthenticated
-from forge.repos import (
+from forge.git import (
     BranchInfo,
     CommitDiff,
     CommitPage,
@@ -28,7 +28,7 @@ from forge.repos import (
     read_blob,
     stream_blob,
 )
-from forge.repos.schemas import BlobInfo
+from forge.git.schemas import BlobInfo
 from forge.repositories import BranchRuleRead, CollaboratorRead, RepoRead, RepoUpdate, RoleName, VisibilityName
 
 REPO = "/api/v1/repos/{owner:str}/{name:str}"

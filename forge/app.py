@@ -28,13 +28,13 @@ from forge.csrf import before_request
 from forge.db import Database
 from forge.deps import DEPENDENCIES
 from forge.events import EventBus
+from forge.git import RepoStore, install_hooks
+from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
 from forge.pages_repos import RepoListPages, RepoPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
-from forge.repos import RepoStore, install_hooks
-from forge.repos.smart_http import GitHttpConfig
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION

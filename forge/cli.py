@@ -12,7 +12,7 @@ from forge import accounts, audit, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.errors import ForgeError
-from forge.repos.errors import RepoError
+from forge.git.errors import RepoError
 from forge.settings import Settings, SettingsError, load_settings, prepare_data_dir
 
 T = TypeVar("T")
@@ -85,7 +85,7 @@ def serve(host: str | None, port: int | None) -> None:
 async def _seed_demo(db: Database, settings: Settings) -> str | None:
     from forge import bootstrap, demo
     from forge.events import EventBus
-    from forge.repos import RepoStore
+    from forge.git import RepoStore
 
     store = RepoStore(settings.data_dir / "repos")
     try:
@@ -264,7 +264,7 @@ def repos_group() -> None:
 def repos_import(source: str, owner: str, name: str | None, visibility: str) -> None:
     """Import a repository on this machine (a path or a file:// URL): all branches and tags."""
     from forge import repositories
-    from forge.repos import RepoStore
+    from forge.git import RepoStore
 
     settings = _settings()
     repo_name = name or source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")

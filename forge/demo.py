@@ -7,8 +7,8 @@ from forge import accounts, repositories
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import EventBus
-from forge.repos import Identity, RepoStore
-from forge.repos.storage import write_commit
+from forge.git import Identity, RepoStore
+from forge.git.bare import write_commit
 
 DEMO_REPO = "demo"
 DEMO_BOT = "demo-agent"

@@ -13,7 +13,7 @@ from forge.audit import Actor
 from forge.auth import actor_of
 from forge.db import Database
 from forge.events import EventBus
-from forge.repos import RepoStore
+from forge.git import RepoStore
 from forge.settings import Settings
 from forge.tokens import TokenCache
 

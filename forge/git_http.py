@@ -21,8 +21,8 @@ from forge.db import Database
 from forge.deps import DbSession
 from forge.errors import Forbidden, NotFound, Unauthenticated
 from forge.events import EventBus
-from forge.repos import PushSession, RepoStore, advertise_refs, decode_request_body
-from forge.repos.smart_http import (
+from forge.git import PushSession, RepoStore, advertise_refs, decode_request_body
+from forge.git.smart_http import (
     NO_CACHE_HEADERS,
     RECEIVE_PACK,
     UPLOAD_PACK,

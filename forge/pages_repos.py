@@ -13,9 +13,7 @@ from forge import accounts, repositories
 from forge.access import Action, can
 from forge.deps import ActorDep, BusDep, DbSession, SettingsDep, StoreDep
 from forge.errors import ForgeError
-from forge.pages import page
-from forge.render import highlight_async, markdown_async
-from forge.repos import (
+from forge.git import (
     PathNotFound,
     commit_diff,
     compare,
@@ -27,7 +25,9 @@ from forge.repos import (
     log,
     read_blob,
 )
-from forge.repos.errors import RepoError
+from forge.git.errors import RepoError
+from forge.pages import page
+from forge.render import highlight_async, markdown_async
 from forge.repositories import RepoResource, RepoUpdate
 
 REPO = "/{owner:str}/{name:str}"

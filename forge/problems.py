@@ -25,7 +25,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from forge import audit
 from forge.auth import actor_of, request_id
 from forge.errors import ForgeError, RateLimited
-from forge.repos.errors import RepoError
+from forge.git.errors import RepoError
 
 log = structlog.get_logger("forgehand")
 PROBLEM_JSON = "application/problem+json"

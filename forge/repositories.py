@@ -1,5 +1,5 @@
 """Repositories: the database side (ownership, visibility, collaborators, branch rules, pushes)
-joined with the git side (`forge.repos`, bare repositories on pygit2). Web, REST and git smart
+joined with the git side (`forge.git`, bare repositories on pygit2). Web, REST and git smart
 HTTP all go through `load` + `forge.access.require`, so one rule decides every path."""
 
 from collections.abc import Sequence
@@ -17,8 +17,7 @@ from forge.access import INSTANCE, Action, Principal, Role, Visibility, can, eff
 from forge.audit import Actor
 from forge.errors import Conflict, Forbidden, InvalidInput, NotFound
 from forge.events import AccountRef, Event, EventBus
-from forge.models import Account, BranchRule, Collaborator, PushRecord, Repository
-from forge.repos import (
+from forge.git import (
     Identity,
     InvalidName,
     ProtectionRule,
@@ -29,8 +28,9 @@ from forge.repos import (
     validate_branch_name,
     validate_repo_name,
 )
-from forge.repos.storage import default_branch as storage_default_branch
-from forge.repos.storage import set_default_branch
+from forge.git.bare import default_branch as storage_default_branch
+from forge.git.bare import set_default_branch
+from forge.models import Account, BranchRule, Collaborator, PushRecord, Repository
 from forge.text import NUL, require_no_nul
 
 RoleName = Literal["read", "write", "admin"]

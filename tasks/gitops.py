@@ -13,8 +13,8 @@ import msgspec
 import pygit2
 from pygit2.enums import FileMode
 
-from forge.repos import Identity
-from forge.repos.storage import update_ref
+from forge.git import Identity
+from forge.git.bare import update_ref
 from sandbox.spec import SANDBOX_GID, SANDBOX_UID
 
 

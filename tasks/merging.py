@@ -22,9 +22,8 @@ from forge.access import Action, require
 from forge.audit import Actor
 from forge.db import Database, utcnow
 from forge.errors import BadGateway, Forbidden, InvalidState
-from forge.models import Account
-from forge.repos import merge as git_merge
-from forge.repos.errors import (
+from forge.git import merge as git_merge
+from forge.git.errors import (
     BaseMoved,
     MergeConflicts,
     NotFastForward,
@@ -33,8 +32,9 @@ from forge.repos.errors import (
     RefNotFound,
     UnrelatedHistories,
 )
-from forge.repos.merge import MergePlan, plan_merge
-from forge.repos.schemas import Identity
+from forge.git.merge import MergePlan, plan_merge
+from forge.git.schemas import Identity
+from forge.models import Account
 from forge.repositories import load
 from tasks import gitops, repo_settings, transcript
 from tasks.models import Task

@@ -11,7 +11,7 @@ from forge.access import Action
 from forge.audit import Actor
 from forge.db import Database
 from forge.deps import ActorDep, DatabaseDep, DbSession
-from forge.repos.schemas import Comparison
+from forge.git.schemas import Comparison
 from tasks.merging import MergeService
 from tasks.reviews import ReviewService
 from tasks.routes import TASK, load_task, service_for, task_system

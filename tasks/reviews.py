@@ -21,9 +21,9 @@ from forge import audit
 from forge.access import Action, Principal, can, require
 from forge.audit import Actor
 from forge.errors import Forbidden, InvalidInput, InvalidState
+from forge.git import RefNotFound, compare
+from forge.git.schemas import Comparison
 from forge.models import Account, Repository
-from forge.repos import RefNotFound, compare
-from forge.repos.schemas import Comparison
 from forge.repositories import RepoResource, resource_for
 from forge.text import require_no_nul, without_nul
 from tasks import repo_settings, transcript

@@ -18,9 +18,9 @@ from forge.audit import Actor
 from forge.db import utcnow
 from forge.errors import BadGateway, Forbidden, InvalidInput, InvalidState, NotFound
 from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef
+from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
+from forge.git.errors import InvalidRefName
 from forge.models import Account, Repository
-from forge.repos import RefNotFound, RepoStore, resolve_ref, validate_branch_name
-from forge.repos.errors import InvalidRefName
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
 from tasks import repo_settings, transcript

@@ -6,7 +6,7 @@ import asyncio
 import webhooks
 from forge.db import Database
 from forge.events import EventBus
-from forge.repos import RepoStore
+from forge.git import RepoStore
 from forge.settings import Settings
 from sandbox import SandboxEngine
 from tasks.live import LiveHub

@@ -22,8 +22,8 @@ from sqlalchemy import func, select, update
 
 from forge.db import Database, utcnow
 from forge.events import EventBus
+from forge.git import Identity, RepoStore
 from forge.models import Account, Repository
-from forge.repos import Identity, RepoStore
 from forge.settings import Settings
 from sandbox import (
     DEFAULT_IMAGE,

@@ -2,9 +2,8 @@
 set), the real app, accounts and tokens made through the real services."""
 
 import os
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -12,16 +11,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
 
-from forge import accounts, tokens
 from forge.app import create_app
-from forge.audit import Actor
 from forge.db import Database, create_engine
 from forge.migrate import upgrade_async
-from forge.models import Account
 from forge.settings import Settings, load_settings, prepare_data_dir
-
-PASSWORD = "correct horse battery"
-T = TypeVar("T")
+from tests.support.accounts import Accounts, LiveServer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -85,34 +79,9 @@ async def client(app: Litestar) -> AsyncIterator[AsyncTestClient[Litestar]]:
         yield c
 
 
-class Accounts(msgspec.Struct):
-    """Helpers that make accounts and tokens through the real services."""
-
-    db: Database
-
-    async def user(self, login: str, *, admin: bool = False, password: str = PASSWORD) -> Account:
-        async with self.db.session(write=True) as s:
-            return await accounts.create_user(s, Actor.system("test"), login, password, is_admin=admin)
-
-    async def bot(self, login: str) -> Account:
-        async with self.db.session(write=True) as s:
-            return await accounts.create_bot(s, Actor.system("test"), login)
-
-    async def token(self, login: str, *scopes: str, expires_days: int | None = None) -> str:
-        async with self.db.session(write=True) as s:
-            owner = await accounts.require_by_login(s, login)
-            created = await tokens.create(s, Actor.system("test"), owner, "test", list(scopes), expires_days)
-        return created.token
-
-
 @pytest.fixture
 def make(db: Database) -> Accounts:
     return Accounts(db=db)
-
-
-class LiveServer(msgspec.Struct):
-    url: str
-    settings: Settings
 
 
 @pytest.fixture
@@ -141,20 +110,3 @@ def live_server(settings: Settings, db_url: str) -> Iterator[LiveServer]:
     yield LiveServer(url=f"http://127.0.0.1:{port}", settings=served)
     server.should_exit = True
     thread.join(timeout=30)
-
-
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from a synchronous test (each call gets a fresh loop and engine)."""
-    import asyncio
-
-    return asyncio.run(coro)
-
-
-async def make_account_with_token(settings: Settings, login: str, *scopes: str, admin: bool = False) -> str:
-    database = Database(settings.effective_database_url)
-    try:
-        helper = Accounts(db=database)
-        await helper.user(login, admin=admin)
-        return await helper.token(login, *scopes)
-    finally:
-        await database.dispose()

@@ -16,7 +16,7 @@ from forge.app import create_app
 from forge.db import Database
 from forge.migrate import upgrade_async
 from forge.settings import load_settings, prepare_data_dir
-from tests.conftest import Accounts
+from tests.support.accounts import Accounts
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 REQUESTS = 3000

@@ -1,4 +1,4 @@
-"""The git layer alone (no auth, no database): clone over smart HTTP through ``forge.repos``
+"""The git layer alone (no auth, no database): clone over smart HTTP through ``forge.git``
 against ``git clone --no-local`` from the bare path, in the same run; and the peak memory of the
 serving process while a 200 MB push and a 200 MB clone go through.
 
@@ -13,9 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from forge.repos import storage
-from forge.repos.names import repo_path
-from forge.repos.schemas import Identity
+from forge.git import bare
+from forge.git.names import repo_path
+from forge.git.schemas import Identity
 from tests.integration.test_git_smart_http import Client, serve
 
 FILES = 5000
@@ -71,7 +71,7 @@ async def _timed(client: Client, *args: str) -> float:
 async def test_clone_speed(tmp_path: Path) -> None:
     root = tmp_path / "repos"
     path = repo_path(root, "bench", "big")
-    storage.init_repo(path)
+    bare.init_repo(path)
     _generate(path)
     client = Client(tmp_path / "home")
     async with serve(root, tmp_path) as server:
@@ -90,7 +90,7 @@ async def test_clone_speed(tmp_path: Path) -> None:
 async def test_memory_of_big_push_and_clone(tmp_path: Path) -> None:
     root = tmp_path / "repos"
     path = repo_path(root, "bench", "huge")
-    storage.init_repo(path, readme_author=Identity(name="B", email="b@example.com"))
+    bare.init_repo(path, readme_author=Identity(name="B", email="b@example.com"))
     client = Client(tmp_path / "home")
     async with serve(root, tmp_path, mode="concurrent") as server:
         work = tmp_path / "work"

@@ -26,7 +26,7 @@ from tests.browser.ui import (
     transcript,
 )
 from tests.docker.test_tasks_policy import PolicyConsumer
-from tests.helpers_model import ScriptedModel, reply, tool_call
+from tests.support.model import ScriptedModel, reply, tool_call
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 

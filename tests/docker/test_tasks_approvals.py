@@ -14,12 +14,12 @@ from sqlalchemy import select
 from forge import accounts, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
+from forge.git import RepoStore
 from forge.models import AuditEvent
-from forge.repos import RepoStore
 from forge.settings import Settings
 from tests.docker.test_tasks_policy import PolicyConsumer, _served
 from tests.docker.test_tasks_run import Env, all_events, tree_files, wait_state
-from tests.helpers_model import ScriptedModel, reply, tool_call
+from tests.support.model import ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.docker
 
@@ -238,7 +238,7 @@ async def _bot_token(settings: Settings) -> str:
 
 def test_the_approved_input_is_the_rewritten_one_and_a_denial_reason_is_a_prompt(policy_settings: Settings) -> None:
     from tests.docker.test_tasks_run import seed, serve
-    from tests.helpers_model import tool_calls
+    from tests.support.model import tool_calls
 
     rewrite = PolicyConsumer(
         {

@@ -17,7 +17,7 @@ from tests.docker.test_tasks_run import (
     tree_files,
     wait_state,
 )
-from tests.helpers_model import ScriptedModel, error, reply, tool_call, tool_calls
+from tests.support.model import ScriptedModel, error, reply, tool_call, tool_calls
 
 pytestmark = pytest.mark.docker
 

@@ -17,7 +17,7 @@ from forge.audit import Actor
 from forge.db import Database
 from forge.settings import Settings
 from tests.docker.test_tasks_run import Env, all_events, seed, serve, task_settings, tree_files, wait_state
-from tests.helpers_model import ScriptedModel, reply, tool_call
+from tests.support.model import ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.docker
 
@@ -208,7 +208,7 @@ def _run_builtin(settings: Settings, consumer: PolicyConsumer, turns: list[Any],
 
 
 def test_mixed_batch_runs_only_the_allowed_calls_in_order(policy_settings: Settings) -> None:
-    from tests.helpers_model import tool_calls
+    from tests.support.model import tool_calls
 
     turns = [
         tool_calls(
@@ -230,7 +230,7 @@ def test_mixed_batch_runs_only_the_allowed_calls_in_order(policy_settings: Setti
 
 
 def test_duplicate_tool_use_id_in_one_turn_fails_closed(policy_settings: Settings) -> None:
-    from tests.helpers_model import tool_calls
+    from tests.support.model import tool_calls
 
     turns = [
         tool_calls(

@@ -15,7 +15,7 @@ import pytest
 from forge.settings import Settings
 from tests.docker.test_tasks_policy import PolicyConsumer, _served
 from tests.docker.test_tasks_run import Env, all_events, seed, serve, task_settings, tree_files, wait_state
-from tests.helpers_model import ScriptedModel, reply, tool_call
+from tests.support.model import ScriptedModel, reply, tool_call
 
 pytestmark = pytest.mark.docker
 

@@ -21,8 +21,8 @@ from forge import accounts, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import EventBus
-from forge.repos import Identity, RepoStore
-from forge.repos.storage import write_commit
+from forge.git import Identity, RepoStore
+from forge.git.bare import write_commit
 from forge.settings import Settings
 from tasks.live import LiveHub
 from tasks.policy import AllowAll

@@ -20,7 +20,7 @@ from tests.docker.test_tasks_run import (
     tree_files,
     wait_state,
 )
-from tests.helpers_model import ScriptedModel, tool_call
+from tests.support.model import ScriptedModel, tool_call
 
 pytestmark = pytest.mark.docker
 

@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
-from tests.conftest import LiveServer, make_account_with_token, run_sync
+from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from webhooks.consumer import Verifier
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from forge.db import Database
 from forge.models import AccessToken, AuditEvent
-from tests.conftest import Accounts
+from tests.support.accounts import Accounts
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -150,7 +150,7 @@ async def test_health_metrics_schema(client: AsyncTestClient[Any]) -> None:
 
 async def test_nul_characters_are_refused_not_500(client: AsyncTestClient[Any], make: Accounts) -> None:
     """PostgreSQL cannot store NUL: every input path refuses it with a 4xx on both backends."""
-    from tests.helpers import csrf_from
+    from tests.support.web import csrf_from
 
     await make.user("ana")
     token = bearer(await make.token("ana", "repo:write"))

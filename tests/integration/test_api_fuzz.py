@@ -5,7 +5,7 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tests.conftest import LiveServer, make_account_with_token, run_sync
+from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 
 EXAMPLES_PER_OPERATION = 30
 

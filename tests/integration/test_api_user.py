@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from forge.db import Database
 from forge.models import AccessToken, AuditEvent
-from tests.conftest import Accounts
+from tests.support.accounts import Accounts
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, make_account_with_token, run_sync
+from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 
 
 def git(

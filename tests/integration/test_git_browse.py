@@ -9,11 +9,11 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from forge.repos import browse, files, storage
-from forge.repos.errors import InvalidPath, NotABlob, NotATree, PathNotFound, RefNotFound
-from forge.repos.names import repo_path
-from forge.repos.raw import stream_blob
-from forge.repos.schemas import Identity
+from forge.git import bare, browse, files
+from forge.git.errors import InvalidPath, NotABlob, NotATree, PathNotFound, RefNotFound
+from forge.git.names import repo_path
+from forge.git.raw import stream_blob
+from forge.git.schemas import Identity
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"\0" * 20
@@ -22,17 +22,17 @@ PNG = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + b"\0" * 20
 @pytest.fixture
 def empty(tmp_path: Path) -> pygit2.Repository:
     path = repo_path(tmp_path, "alice", "empty")
-    storage.init_repo(path)
-    return storage.open_repo(path)
+    bare.init_repo(path)
+    return bare.open_repo(path)
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> pygit2.Repository:
     path = repo_path(tmp_path, "alice", "repo")
-    storage.init_repo(path)
-    repo = storage.open_repo(path)
+    bare.init_repo(path)
+    repo = bare.open_repo(path)
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
-    storage.write_commit(
+    bare.write_commit(
         repo,
         branch="main",
         files={
@@ -50,7 +50,7 @@ def repo(tmp_path: Path) -> pygit2.Repository:
         author=ALICE,
         when=t0,
     )
-    storage.write_commit(
+    bare.write_commit(
         repo,
         branch="main",
         files={"src/app.py": "print('hello')\n"},
@@ -207,9 +207,9 @@ def test_readme_detection(tmp_path: Path) -> None:
         (["READMEX.md", "docs.md"], None),
     ]:
         path = repo_path(tmp_path, "alice", f"r{len(list(tmp_path.rglob('HEAD')))}")
-        storage.init_repo(path)
-        repo = storage.open_repo(path)
-        storage.write_commit(repo, branch="main", files={n: f"{n}\n" for n in names}, message="m", author=ALICE)
+        bare.init_repo(path)
+        repo = bare.open_repo(path)
+        bare.write_commit(repo, branch="main", files={n: f"{n}\n" for n in names}, message="m", author=ALICE)
         readme = files.find_readme(repo)
         assert (readme.path if readme else None) == expected
     assert files.is_markdown("Readme.MD") and not files.is_markdown("README")
@@ -233,7 +233,7 @@ def test_raw_file_content_types(repo: pygit2.Repository) -> None:
 
 async def test_huge_blob_is_streamed_not_loaded(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "big")
-    storage.init_repo(path)
+    bare.init_repo(path)
     size = 40 * 1024 * 1024
     data_file = tmp_path / "big.bin"
     with data_file.open("wb") as fh:
@@ -246,7 +246,7 @@ async def test_huge_blob_is_streamed_not_loaded(tmp_path: Path) -> None:
         .stdout.decode()
         .strip()
     )
-    repo = storage.open_repo(path)
+    repo = bare.open_repo(path)
     builder = repo.TreeBuilder()
     builder.insert("big.bin", sha, pygit2.enums.FileMode.BLOB)
     sig = pygit2.Signature("A", "a@example.com")
@@ -291,8 +291,8 @@ async def test_stream_blob_closed_early_and_bad_ids(tmp_path: Path, repo: pygit2
 
 def test_log_pagination_over_1000_commits(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "long")
-    storage.init_repo(path)
-    repo = storage.open_repo(path)
+    bare.init_repo(path)
+    repo = bare.open_repo(path)
     sig_time = 1_600_000_000
     builder = repo.TreeBuilder()
     parent: list[pygit2.Oid] = []

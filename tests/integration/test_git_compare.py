@@ -8,11 +8,11 @@ import msgspec
 import pygit2
 import pytest
 
-from forge.repos import storage
-from forge.repos.compare import DiffLimits, commit_diff, compare
-from forge.repos.errors import RefNotFound
-from forge.repos.names import repo_path
-from forge.repos.schemas import Comparison, FileDiff, Identity
+from forge.git import bare as git_bare
+from forge.git.compare import DiffLimits, commit_diff, compare
+from forge.git.errors import RefNotFound
+from forge.git.names import repo_path
+from forge.git.schemas import Comparison, FileDiff, Identity
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 
@@ -48,8 +48,8 @@ def commit_all(work: Path, message: str) -> str:
 
 def bare(work: Path, tmp_path: Path) -> pygit2.Repository:
     path = repo_path(tmp_path / "repos", "alice", "r")
-    storage.import_repo(path, str(work))
-    return storage.open_repo(path)
+    git_bare.import_repo(path, str(work))
+    return git_bare.open_repo(path)
 
 
 def by_path(files: list[FileDiff]) -> dict[str, FileDiff]:

@@ -15,7 +15,7 @@ import pygit2
 import pytest
 from pygit2.references import References
 
-from forge.repos import (
+from forge.git import (
     BaseMoved,
     MergeConflictFile,
     MergeConflicts,
@@ -25,13 +25,13 @@ from forge.repos import (
     RefConflict,
     RefNotFound,
     UnrelatedHistories,
+    bare,
     merge,
     plan_merge,
-    storage,
 )
-from forge.repos.merge import MergeStrategy
-from forge.repos.names import repo_path
-from forge.repos.schemas import Identity
+from forge.git.merge import MergeStrategy
+from forge.git.names import repo_path
+from forge.git.schemas import Identity
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 BOB = Identity(name="Bob Merger", email="bob@example.com")
@@ -62,7 +62,7 @@ class Repo:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.repo = storage.open_repo(path)
+        self.repo = bare.open_repo(path)
 
     def commit(
         self,
@@ -75,8 +75,8 @@ class Repo:
     ) -> str:
         """Commit on ``branch``, creating it at ``start`` (a sha) first when given."""
         if start is not None:
-            storage.update_ref(self.repo, f"refs/heads/{branch}", start, expected_old=None)
-        return storage.write_commit(self.repo, branch=branch, files=files, modes=modes, message=message, author=ALICE)
+            bare.update_ref(self.repo, f"refs/heads/{branch}", start, expected_old=None)
+        return bare.write_commit(self.repo, branch=branch, files=files, modes=modes, message=message, author=ALICE)
 
     def tip(self, branch: str = "main") -> str:
         return git(self.path, "rev-parse", f"refs/heads/{branch}").strip()
@@ -105,7 +105,7 @@ class Repo:
 def r(tmp_path: Path) -> Repo:
     """main: a.txt, b.txt, c.txt at the root commit."""
     path = repo_path(tmp_path / "repos", "alice", "r")
-    storage.init_repo(path)
+    bare.init_repo(path)
     repo = Repo(path)
     repo.commit("main", {"a.txt": "a1\na2\na3\n", "b.txt": "b1\nb2\nb3\n", "c.txt": "c\n"}, message="root")
     return repo
@@ -342,7 +342,7 @@ def test_squash_that_changes_nothing_is_refused_but_a_merge_commit_is_not(r: Rep
 
 def test_unrelated_histories_are_refused(r: Repo) -> None:
     main = r.tip()
-    orphan = storage.write_commit(r.repo, branch="orphan", files={"z.txt": "z\n"}, message="orphan", author=ALICE)
+    orphan = bare.write_commit(r.repo, branch="orphan", files={"z.txt": "z\n"}, message="orphan", author=ALICE)
     plan = plan_merge(r.repo, "main", orphan, "merge")
     assert plan.merge_base is None and plan.blocker == "unrelated_histories"
     with pytest.raises(UnrelatedHistories):
@@ -537,7 +537,7 @@ def imported(tmp_path: Path, n_heads: int, *, diverge: bool) -> tuple[Path, str,
         git(work, "add", "-A")
         git(work, "commit", "-qm", "main moves on")
     path = repo_path(tmp_path / "repos", "alice", "race")
-    storage.import_repo(path, str(work))
+    bare.import_repo(path, str(work))
     heads = [git(path, "rev-parse", f"h{i}").strip() for i in range(n_heads)]
     return path, git(path, "rev-parse", "main").strip(), heads
 
@@ -549,7 +549,7 @@ def race(path: Path, heads: list[str], strategy: MergeStrategy, expected: str | 
     outcomes: list[MergeResult | Exception] = [RuntimeError("not run")] * len(heads)
 
     def run(i: int) -> None:
-        repo = storage.open_repo(path)
+        repo = bare.open_repo(path)
         try:
             barrier.wait()
             outcomes[i] = merge(

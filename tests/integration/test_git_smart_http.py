@@ -2,7 +2,7 @@
 
 The server below is test scaffolding only: raw asyncio HTTP/1.1 (Content-Length and chunked
 request bodies, chunked responses, one request per connection) that routes to the framework-free
-functions of ``forge.repos``. The web application wires the same functions into Litestar.
+functions of ``forge.git``. The web application wires the same functions into Litestar.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from forge.repos import storage
-from forge.repos.errors import GitProtocolError, PushTooLarge, RepoError, UnsupportedEncoding
-from forge.repos.hooks import install_hooks
-from forge.repos.names import repo_path
-from forge.repos.pktline import FLUSH_PKT, iter_pkt_lines, pkt_line
-from forge.repos.push import PushSession
-from forge.repos.refrules import ProtectionRule, PushContext, RefUpdate
-from forge.repos.schemas import Identity
-from forge.repos.smart_http import (
+from forge.git import bare
+from forge.git.errors import GitProtocolError, PushTooLarge, RepoError, UnsupportedEncoding
+from forge.git.hooks import install_hooks
+from forge.git.names import repo_path
+from forge.git.pktline import FLUSH_PKT, iter_pkt_lines, pkt_line
+from forge.git.push import PushSession
+from forge.git.refrules import ProtectionRule, PushContext, RefUpdate
+from forge.git.schemas import Identity
+from forge.git.smart_http import (
     NO_CACHE_HEADERS,
     GitHttpConfig,
     GitServiceProcess,
@@ -317,7 +317,7 @@ def client(tmp_path: Path) -> Client:
 @pytest.fixture
 def seeded(root: Path) -> Path:
     path = repo_path(root, "alice", "proj")
-    storage.init_repo(path, readme_author=ALICE, description="demo")
+    bare.init_repo(path, readme_author=ALICE, description="demo")
     return path
 
 
@@ -327,7 +327,7 @@ def seeded(root: Path) -> Path:
 @pytest.mark.parametrize("mode", ["concurrent", "buffered"])
 async def test_clone_push_fetch_roundtrip(root: Path, tmp_path: Path, client: Client, mode: str) -> None:
     path = repo_path(root, "alice", "empty")
-    storage.init_repo(path)
+    bare.init_repo(path)
     async with serve(root, tmp_path, mode=mode) as server:
         work = tmp_path / "work"
         result = await client.run("clone", f"{server.url}/alice/empty.git", str(work))

@@ -9,12 +9,12 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from forge.repos import storage
-from forge.repos.browse import list_branches, list_tags, log
-from forge.repos.errors import ImportFailed, RefConflict, RefNotFound, RepoExists, RepoNotFound
-from forge.repos.names import repo_path
-from forge.repos.schemas import Identity
-from forge.repos.store import RepoStore
+from forge.git import bare
+from forge.git.async_store import RepoStore
+from forge.git.browse import list_branches, list_tags, log
+from forge.git.errors import ImportFailed, RefConflict, RefNotFound, RepoExists, RepoNotFound
+from forge.git.names import repo_path
+from forge.git.schemas import Identity
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 
@@ -35,10 +35,10 @@ def git(*args: str, cwd: Path | None = None) -> str:
 
 def test_init_empty_repository(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "empty")
-    assert storage.init_repo(path, default_branch="trunk") is None
-    repo = storage.open_repo(path)
+    assert bare.init_repo(path, default_branch="trunk") is None
+    repo = bare.open_repo(path)
     assert repo.is_bare and repo.head_is_unborn
-    assert storage.default_branch(repo) == "trunk"
+    assert bare.default_branch(repo) == "trunk"
     config = repo.config
     assert config["receive.fsckObjects"] == "true"
     assert config["transfer.fsckObjects"] == "true"
@@ -52,9 +52,9 @@ def test_init_empty_repository(tmp_path: Path) -> None:
 
 def test_init_with_readme(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "hello")
-    sha = storage.init_repo(path, description="A demo", readme_author=ALICE, readme_title="hello")
+    sha = bare.init_repo(path, description="A demo", readme_author=ALICE, readme_title="hello")
     assert sha is not None
-    repo = storage.open_repo(path)
+    repo = bare.open_repo(path)
     commit = repo.revparse_single("refs/heads/main")
     assert str(commit.id) == sha
     assert git("show", "main:README.md", cwd=path) == "# hello\n\nA demo\n"
@@ -63,17 +63,17 @@ def test_init_with_readme(tmp_path: Path) -> None:
 
 def test_init_refuses_existing(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "x")
-    storage.init_repo(path)
+    bare.init_repo(path)
     with pytest.raises(RepoExists):
-        storage.init_repo(path)
+        bare.init_repo(path)
 
 
 def test_write_commit_nested_paths_modes_and_deletes(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "w")
-    storage.init_repo(path)
-    repo = storage.open_repo(path)
+    bare.init_repo(path)
+    repo = bare.open_repo(path)
     when = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-    first = storage.write_commit(
+    first = bare.write_commit(
         repo,
         branch="main",
         files={"a.txt": "a\n", "dir/sub/b.txt": b"b\n", "run.sh": "#!/bin/sh\n", "link": "a.txt"},
@@ -83,7 +83,7 @@ def test_write_commit_nested_paths_modes_and_deletes(tmp_path: Path) -> None:
         when=when,
         expected_old=None,
     )
-    second = storage.write_commit(
+    second = bare.write_commit(
         repo, branch="main", files={"dir/sub/b.txt": None, "dir/c.txt": "c"}, message="second", author=ALICE
     )
     assert git("rev-parse", "main~1", cwd=path).strip() == first
@@ -93,52 +93,52 @@ def test_write_commit_nested_paths_modes_and_deletes(tmp_path: Path) -> None:
     assert "120000 blob" in tree
     assert "dir/sub/b.txt" not in tree and "dir/c.txt" in tree
     with pytest.raises(RefConflict):
-        storage.write_commit(repo, branch="main", files={"x": "x"}, message="m", author=ALICE, expected_old=first)
+        bare.write_commit(repo, branch="main", files={"x": "x"}, message="m", author=ALICE, expected_old=first)
     git("fsck", "--strict", cwd=path)
 
 
 def test_update_ref_compare_and_swap(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "cas")
-    sha = storage.init_repo(path, readme_author=ALICE)
+    sha = bare.init_repo(path, readme_author=ALICE)
     assert sha is not None
-    repo = storage.open_repo(path)
-    storage.update_ref(repo, "refs/heads/copy", sha, expected_old=None)
+    repo = bare.open_repo(path)
+    bare.update_ref(repo, "refs/heads/copy", sha, expected_old=None)
     with pytest.raises(RefConflict):
-        storage.update_ref(repo, "refs/heads/copy", sha, expected_old=None)
-    storage.update_ref(repo, "refs/heads/copy", None, expected_old=sha)
+        bare.update_ref(repo, "refs/heads/copy", sha, expected_old=None)
+    bare.update_ref(repo, "refs/heads/copy", None, expected_old=sha)
     assert "refs/heads/copy" not in repo.references
 
 
 def test_set_default_branch(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "d")
-    storage.init_repo(path)
-    repo = storage.open_repo(path)
-    storage.set_default_branch(repo, "develop")  # allowed on an empty repository
-    assert storage.default_branch(repo) == "develop"
-    storage.write_commit(repo, branch="develop", files={"f": "1"}, message="m", author=ALICE)
+    bare.init_repo(path)
+    repo = bare.open_repo(path)
+    bare.set_default_branch(repo, "develop")  # allowed on an empty repository
+    assert bare.default_branch(repo) == "develop"
+    bare.write_commit(repo, branch="develop", files={"f": "1"}, message="m", author=ALICE)
     with pytest.raises(RefNotFound):
-        storage.set_default_branch(repo, "missing")
-    storage.write_commit(repo, branch="other", files={"f": "2"}, message="m", author=ALICE)
-    storage.set_default_branch(repo, "other")
+        bare.set_default_branch(repo, "missing")
+    bare.write_commit(repo, branch="other", files={"f": "2"}, message="m", author=ALICE)
+    bare.set_default_branch(repo, "other")
     assert git("symbolic-ref", "HEAD", cwd=path).strip() == "refs/heads/other"
 
 
 def test_rename_and_delete(tmp_path: Path) -> None:
     old = repo_path(tmp_path, "alice", "old")
     new = repo_path(tmp_path, "bob", "new")
-    storage.init_repo(old, readme_author=ALICE)
-    storage.rename_repo(old, new)
+    bare.init_repo(old, readme_author=ALICE)
+    bare.rename_repo(old, new)
     assert not old.exists() and (new / "HEAD").is_file()
     assert not (tmp_path / "alice").exists()  # empty owner directory dropped
     other = repo_path(tmp_path, "bob", "other")
-    storage.init_repo(other)
+    bare.init_repo(other)
     with pytest.raises(RepoExists):
-        storage.rename_repo(new, other)
-    storage.delete_repo(new)
+        bare.rename_repo(new, other)
+    bare.delete_repo(new)
     assert not new.exists()
     assert not any((tmp_path / ".trash").iterdir())
     with pytest.raises(RepoNotFound):
-        storage.delete_repo(new)
+        bare.delete_repo(new)
 
 
 def _source_repo(tmp_path: Path) -> Path:
@@ -164,8 +164,8 @@ def _source_repo(tmp_path: Path) -> Path:
 def test_import_all_branches_and_tags(tmp_path: Path, as_url: bool) -> None:
     src = _source_repo(tmp_path)
     dest = repo_path(tmp_path / "repos", "alice", "imported")
-    storage.import_repo(dest, f"file://{src}" if as_url else str(src))
-    repo = storage.open_repo(dest)
+    bare.import_repo(dest, f"file://{src}" if as_url else str(src))
+    repo = bare.open_repo(dest)
     assert [b.name for b in list_branches(repo)] == ["main", "feature"]
     assert [t.name for t in list_tags(repo)] == ["light", "v1"]
     refs = git("for-each-ref", "--format=%(refname)", cwd=dest).split()
@@ -181,7 +181,7 @@ def test_import_all_branches_and_tags(tmp_path: Path, as_url: bool) -> None:
 )
 def test_import_refuses_non_local_sources(tmp_path: Path, source: str) -> None:
     with pytest.raises(ImportFailed):
-        storage.import_repo(repo_path(tmp_path, "alice", "x"), source)
+        bare.import_repo(repo_path(tmp_path, "alice", "x"), source)
     assert not Path("/tmp/pwned").exists()
 
 
@@ -189,15 +189,15 @@ def test_import_of_a_non_repository_fails_cleanly(tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
     dest = repo_path(tmp_path / "repos", "alice", "x")
     with pytest.raises(ImportFailed):
-        storage.import_repo(dest, str(tmp_path / "plain"))
+        bare.import_repo(dest, str(tmp_path / "plain"))
     assert not dest.exists()
     assert not [p for p in dest.parent.iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_fsck_helper(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "f")
-    storage.init_repo(path, readme_author=ALICE)
-    clean, _ = storage.fsck(path)
+    bare.init_repo(path, readme_author=ALICE)
+    clean, _ = bare.fsck(path)
     assert clean
 
 
@@ -216,7 +216,7 @@ async def test_repo_store_read_write_and_lifecycle(tmp_path: Path) -> None:
         async def commit(i: int) -> str:
             return await store.write(
                 ("alice", "proj"),
-                storage.write_commit,
+                bare.write_commit,
                 branch="main",
                 files={f"f{i}.txt": str(i)},
                 message=f"c{i}",
@@ -258,10 +258,10 @@ def test_write_lock_is_per_repository(tmp_path: Path) -> None:
 
 def test_pygit2_signature_time_round_trip(tmp_path: Path) -> None:
     path = repo_path(tmp_path, "alice", "t")
-    storage.init_repo(path)
-    repo = storage.open_repo(path)
+    bare.init_repo(path)
+    repo = bare.open_repo(path)
     when = datetime(2023, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-5)))
-    storage.write_commit(repo, branch="main", files={"f": "x"}, message="m", author=ALICE, when=when)
+    bare.write_commit(repo, branch="main", files={"f": "x"}, message="m", author=ALICE, when=when)
     info = log(repo).commits[0]
     assert info.author.time == when
     assert info.author.time.utcoffset() == timedelta(hours=-5)

@@ -14,8 +14,8 @@ import pytest
 
 from forge.db import Database
 from forge.settings import Settings
-from tests.conftest import LiveServer, run_sync
 from tests.integration.test_reviews_merge import TASKS, World, _world
+from tests.support.accounts import LiveServer, run_sync
 
 pytestmark = pytest.mark.db
 

@@ -5,10 +5,10 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
-from forge.repos import Identity
-from forge.repos.storage import write_commit
-from tests.conftest import PASSWORD, Accounts
-from tests.helpers import csrf_from, sign_in
+from forge.git import Identity
+from forge.git.bare import write_commit
+from tests.support.accounts import PASSWORD, Accounts
+from tests.support.web import csrf_from, sign_in
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -15,10 +15,10 @@ from forge import accounts, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import Event, EventBus
+from forge.git import RepoStore
+from forge.git.bare import write_commit
+from forge.git.schemas import Identity
 from forge.models import AuditEvent
-from forge.repos import RepoStore
-from forge.repos.schemas import Identity
-from forge.repos.storage import write_commit
 from forge.settings import Settings
 from tasks.models import Task
 
@@ -296,7 +296,7 @@ async def test_review_page_renders_hostile_reviews_inert(
 
 
 async def test_admins_set_the_merge_rules_on_the_settings_page(client: AsyncTestClient[Litestar], world: World) -> None:
-    from tests.helpers import csrf_from, sign_in
+    from tests.support.web import csrf_from, sign_in
 
     assert (await sign_in(client, "ana", "correct horse battery")).status_code in (302, 303)
     page = await client.get("/ana/demo/settings/tasks/")
@@ -389,7 +389,7 @@ async def test_hostile_bytes_are_refused_or_stored_safely(
             headers=world.h("wendy"),
         )
         assert r.status_code == (422 if "\x00" in body else 201), r.text
-    from tests.helpers import csrf_from, sign_in
+    from tests.support.web import csrf_from, sign_in
 
     await sign_in(client, "ana", "correct horse battery")
     page = await client.get("/ana/demo/settings/tasks/")

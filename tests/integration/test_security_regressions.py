@@ -6,8 +6,8 @@ from typing import Any
 import httpx
 from litestar.testing import AsyncTestClient
 
-from tests.conftest import PASSWORD, Accounts, LiveServer, make_account_with_token, run_sync
-from tests.helpers import csrf_from, sign_in
+from tests.support.accounts import PASSWORD, Accounts, LiveServer, make_account_with_token, run_sync
+from tests.support.web import csrf_from, sign_in
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -86,8 +86,8 @@ def test_huge_markdown_readme_does_not_stall_the_server(live_server: LiveServer)
         f"{live_server.url}/api/v1/user/repos", json={"name": "big", "visibility": "public"}, headers=headers
     )
     assert r.status_code == 201
-    from forge.repos import Identity, RepoStore
-    from forge.repos.storage import write_commit
+    from forge.git import Identity, RepoStore
+    from forge.git.bare import write_commit
 
     async def put_readme() -> None:
         store = RepoStore(live_server.settings.data_dir / "repos")

@@ -16,8 +16,8 @@ from forge import accounts, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import EventBus
+from forge.git import RepoStore
 from forge.models import AuditEvent
-from forge.repos import RepoStore
 from forge.settings import Settings
 from tasks import transcript
 from tasks.models import Task
@@ -26,7 +26,7 @@ from tasks.schemas import TaskCreate
 from tasks.service import TaskService
 from tasks.states import TaskState
 from tasks.transcript import Notice, Output, Pending
-from tests.conftest import LiveServer
+from tests.support.accounts import LiveServer
 
 SYSTEM = Actor.system("test")
 TASKS = "/api/v1/repos/ana/demo/tasks"
@@ -267,7 +267,7 @@ async def test_sse_resume_loses_nothing_while_events_are_appended(
 
 
 async def test_web_pages_start_and_show_a_task(client: AsyncTestClient[Litestar], world: World) -> None:
-    from tests.helpers import csrf_from, sign_in
+    from tests.support.web import csrf_from, sign_in
 
     assert (await sign_in(client, "ana", "correct horse battery")).status_code in (302, 303)
     page = await client.get("/ana/demo/tasks/")

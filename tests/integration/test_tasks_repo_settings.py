@@ -8,7 +8,7 @@ from sqlalchemy import select
 from forge.db import Database
 from forge.models import AuditEvent
 from tasks.models import RepoTaskSettings
-from tests.conftest import Accounts
+from tests.support.accounts import Accounts
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -8,8 +8,8 @@ from sqlalchemy import select
 
 from forge.db import Database
 from forge.models import AuditEvent, WebSession
-from tests.conftest import PASSWORD, Accounts
-from tests.helpers import csrf_from, sign_in
+from tests.support.accounts import PASSWORD, Accounts
+from tests.support.web import csrf_from, sign_in
 
 
 async def actions(db: Database) -> list[tuple[str, str, str]]:

@@ -20,8 +20,8 @@ from forge.db import Database
 from forge.events import EventBus
 from forge.models import AuditEvent, Collaborator, Repository
 from forge.settings import Settings
-from tests.conftest import PASSWORD, Accounts
-from tests.helpers import csrf_from, sign_in
+from tests.support.accounts import PASSWORD, Accounts
+from tests.support.web import csrf_from, sign_in
 from webhooks.models import WebhookEndpoint
 from webhooks.outbound import Outbound
 from webhooks.outbox import Deliverer

@@ -24,7 +24,7 @@ from forge.db import Database
 from forge.events import AccountRef, EventBus, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
-from tests.conftest import Accounts
+from tests.support.accounts import Accounts
 from webhooks import registry, service
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.models import WebhookEndpoint

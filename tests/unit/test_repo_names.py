@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.repos.errors import InvalidName, InvalidPath, InvalidRefName
-from forge.repos.names import (
+from forge.git.errors import InvalidName, InvalidPath, InvalidRefName
+from forge.git.names import (
     owner_path,
     repo_path,
     validate_branch_name,

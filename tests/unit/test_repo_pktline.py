@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.repos.errors import GitProtocolError, PushTooLarge, UnsupportedEncoding
-from forge.repos.pktline import (
+from forge.git.errors import GitProtocolError, PushTooLarge, UnsupportedEncoding
+from forge.git.pktline import (
     FLUSH_PKT,
     iter_pkt_lines,
     parse_receive_pack_commands,
@@ -15,8 +15,8 @@ from forge.repos.pktline import (
     read_command_section,
     rejection_response,
 )
-from forge.repos.refrules import RefUpdate
-from forge.repos.smart_http import (
+from forge.git.refrules import RefUpdate
+from forge.git.smart_http import (
     advertisement_content_type,
     decode_request_body,
     gunzip_stream,

@@ -1,6 +1,6 @@
 import pytest
 
-from forge.repos.refrules import (
+from forge.git.refrules import (
     ProtectionRule,
     PushContext,
     RefUpdate,

@@ -14,9 +14,10 @@ from itertools import islice
 import pygit2
 from pygit2.enums import SortMode
 
-from forge.repos.errors import RefNotFound
-from forge.repos.names import REF_MAX_LENGTH, validate_tree_path
-from forge.repos.schemas import (
+from forge.git.bare import default_branch
+from forge.git.errors import RefNotFound
+from forge.git.names import REF_MAX_LENGTH, validate_tree_path
+from forge.git.schemas import (
     BranchInfo,
     CommitInfo,
     CommitPage,
@@ -24,7 +25,6 @@ from forge.repos.schemas import (
     Signature,
     TagInfo,
 )
-from forge.repos.storage import default_branch
 
 MAX_PER_PAGE = 100
 MIN_ABBREV = 7

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import msgspec
 
-from forge.repos.refrules import (
+from forge.git.refrules import (
     RefUpdate,
     check_ref_update,
     decode_context,
@@ -56,10 +56,10 @@ def install_hooks(hooks_dir: Path, *, python: str | None = None) -> Path:
     runner = hooks_dir / _RUNNER
     _write(
         runner,
-        "# Written by forgehand (forge.repos.hooks.install_hooks). Do not edit.\n"
+        "# Written by forgehand (forge.git.hooks.install_hooks). Do not edit.\n"
         "import sys\n"
         f"sys.path.insert(0, {str(_package_root())!r})\n"
-        "from forge.repos.hooks import main\n"
+        "from forge.git.hooks import main\n"
         "sys.exit(main(sys.argv[1:]))\n",
         0o644,
     )
@@ -67,7 +67,7 @@ def install_hooks(hooks_dir: Path, *, python: str | None = None) -> Path:
         _write(
             hooks_dir / name,
             "#!/bin/sh\n"
-            "# Written by forgehand (forge.repos.hooks.install_hooks). Do not edit.\n"
+            "# Written by forgehand (forge.git.hooks.install_hooks). Do not edit.\n"
             f"exec {shlex.quote(interpreter)} -I {shlex.quote(str(runner))} {name}\n",
             0o755,
         )

@@ -29,17 +29,17 @@ from typing import Final, Literal
 
 import msgspec
 
-from forge.repos.bodies import decode_request_body as decode_request_body
-from forge.repos.bodies import gunzip_stream as gunzip_stream
-from forge.repos.bodies import limit_stream as limit_stream
-from forge.repos.errors import (
+from forge.git.bodies import decode_request_body as decode_request_body
+from forge.git.bodies import gunzip_stream as gunzip_stream
+from forge.git.bodies import limit_stream as limit_stream
+from forge.git.errors import (
     GitCommandFailed,
     PushTooLarge,
     RepoNotFound,
     UnsupportedService,
 )
-from forge.repos.gitcmd import git_binary, git_env, terminate_process
-from forge.repos.pktline import FLUSH_PKT, pkt_line
+from forge.git.gitcmd import git_binary, git_env, terminate_process
+from forge.git.pktline import FLUSH_PKT, pkt_line
 
 Service = Literal["git-upload-pack", "git-receive-pack"]
 UPLOAD_PACK: Final = "git-upload-pack"

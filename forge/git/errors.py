@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from forge.repos.merge import MergeConflictFile
+    from forge.git.merge import MergeConflictFile
 
 
 class RepoError(Exception):
-    """Base class of every error raised by ``forge.repos``."""
+    """Base class of every error raised by ``forge.git``."""
 
     code = "repo_error"
 

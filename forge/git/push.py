@@ -27,16 +27,17 @@ from pathlib import Path
 import msgspec
 import pygit2
 
-from forge.repos.errors import PushTooLarge
-from forge.repos.hooks import ENV_CONTEXT, ENV_PUSH_LOG
-from forge.repos.pktline import (
+from forge.git.bare import open_repo
+from forge.git.errors import PushTooLarge
+from forge.git.hooks import ENV_CONTEXT, ENV_PUSH_LOG
+from forge.git.pktline import (
     DEFAULT_MAX_COMMAND_BYTES,
     parse_receive_pack_commands,
     prepend,
     read_command_section,
     rejection_response,
 )
-from forge.repos.refrules import (
+from forge.git.refrules import (
     PushContext,
     RefUpdate,
     Refusal,
@@ -44,14 +45,13 @@ from forge.repos.refrules import (
     encode_context,
     needs_fast_forward_check,
 )
-from forge.repos.smart_http import (
+from forge.git.smart_http import (
     DEFAULT_CONFIG,
     RECEIVE_PACK,
     GitHttpConfig,
     GitServiceProcess,
     run_service,
 )
-from forge.repos.storage import open_repo
 
 
 def known_fast_forwards(repo: pygit2.Repository, updates: list[RefUpdate], ctx: PushContext) -> dict[str, bool | None]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pygit2
 from pygit2.enums import FileMode
 
-from forge.repos.browse import decode_text, resolve_commit, start_commit
-from forge.repos.errors import NotABlob, NotATree, PathNotFound
-from forge.repos.names import validate_tree_path
-from forge.repos.raw import (
+from forge.git.browse import decode_text, resolve_commit, start_commit
+from forge.git.errors import NotABlob, NotATree, PathNotFound
+from forge.git.names import validate_tree_path
+from forge.git.raw import (
     DEFAULT_INLINE_LIMIT,
     SNIFF_BYTES,
     TEXT_CONTENT_TYPE,
@@ -22,7 +22,7 @@ from forge.repos.raw import (
     raw_headers,
     safe_content_type,
 )
-from forge.repos.schemas import BlobInfo, EntryType, RawFile, TreeEntry, TreeListing
+from forge.git.schemas import BlobInfo, EntryType, RawFile, TreeEntry, TreeListing
 
 DEFAULT_TEXT_LIMIT = 1024 * 1024
 

@@ -1,10 +1,11 @@
 """The git layer of forgehand: bare repositories on pygit2 and git smart HTTP.
 
-Framework-free and database-free: the host maps the errors of ``forge.repos.errors`` to HTTP,
+Framework-free and database-free: the host maps the errors of ``forge.git.errors`` to HTTP,
 decides access, and calls the blocking functions through ``RepoStore``.
 """
 
-from forge.repos.browse import (
+from forge.git.async_store import RepoStore
+from forge.git.browse import (
     commit_info,
     get_commit,
     list_branches,
@@ -14,8 +15,8 @@ from forge.repos.browse import (
     resolve_ref,
     snapshot_refs,
 )
-from forge.repos.compare import DiffLimits, commit_diff, compare, diff_trees
-from forge.repos.errors import (
+from forge.git.compare import DiffLimits, commit_diff, compare, diff_trees
+from forge.git.errors import (
     BaseMoved,
     GitCommandFailed,
     GitProtocolError,
@@ -39,10 +40,10 @@ from forge.repos.errors import (
     UnsupportedEncoding,
     UnsupportedService,
 )
-from forge.repos.files import find_readme, is_markdown, list_tree, raw_file, read_blob
-from forge.repos.hooks import install_hooks
-from forge.repos.merge import MergeConflictFile, MergePlan, MergeResult, merge, plan_merge
-from forge.repos.names import (
+from forge.git.files import find_readme, is_markdown, list_tree, raw_file, read_blob
+from forge.git.hooks import install_hooks
+from forge.git.merge import MergeConflictFile, MergePlan, MergeResult, merge, plan_merge
+from forge.git.names import (
     repo_path,
     validate_branch_name,
     validate_owner_name,
@@ -50,9 +51,9 @@ from forge.repos.names import (
     validate_repo_name,
     validate_tree_path,
 )
-from forge.repos.push import PushSession
-from forge.repos.raw import stream_blob
-from forge.repos.refrules import (
+from forge.git.push import PushSession
+from forge.git.raw import stream_blob
+from forge.git.refrules import (
     ProtectionRule,
     PushContext,
     RefUpdate,
@@ -60,7 +61,7 @@ from forge.repos.refrules import (
     check_push,
     check_ref_update,
 )
-from forge.repos.schemas import (
+from forge.git.schemas import (
     BlobInfo,
     BranchInfo,
     CommitDiff,
@@ -80,7 +81,7 @@ from forge.repos.schemas import (
     TreeEntry,
     TreeListing,
 )
-from forge.repos.smart_http import (
+from forge.git.smart_http import (
     GitHttpConfig,
     GitServiceProcess,
     advertise_refs,
@@ -89,7 +90,6 @@ from forge.repos.smart_http import (
     run_service,
     validate_git_protocol_header,
 )
-from forge.repos.store import RepoStore
 
 __all__ = [
     "BaseMoved",

@@ -19,9 +19,9 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 import pygit2
 
-from forge.repos import storage
-from forge.repos.names import owner_path, repo_path
-from forge.repos.schemas import Identity
+from forge.git import bare
+from forge.git.names import owner_path, repo_path
+from forge.git.schemas import Identity
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -29,7 +29,7 @@ RepoName = tuple[str, str]
 
 
 def _with_repo(path: Path, fn: Callable[..., T], args: tuple[object, ...], kwargs: dict[str, object]) -> T:
-    repo = storage.open_repo(path)
+    repo = bare.open_repo(path)
     try:
         return fn(repo, *args, **kwargs)
     finally:
@@ -121,7 +121,7 @@ class RepoStore:
         """Create ``owner/name``, empty or with a README commit (returns its sha)."""
         return await self.write_path(
             name,
-            storage.init_repo,
+            bare.init_repo,
             default_branch=default_branch,
             description=description,
             readme_author=readme_author,
@@ -130,20 +130,20 @@ class RepoStore:
 
     async def import_from(self, name: RepoName, source: str) -> None:
         """Import every branch and tag of a repository on this machine (path or file:// URL)."""
-        await self.write_path(name, storage.import_repo, source)
+        await self.write_path(name, bare.import_repo, source)
 
     async def rename(self, old: RepoName, new: RepoName) -> None:
         old_path, new_path = self.path(old), self.path(new)
         async with self._locked(old, new):
-            await self._run(storage.rename_repo, old_path, new_path)
+            await self._run(bare.rename_repo, old_path, new_path)
 
     async def rename_owner(self, old_owner: str, new_owner: str) -> None:
         """Move every repository of an account whose login changed."""
         old_dir, new_dir = owner_path(self.root, old_owner), owner_path(self.root, new_owner)
-        await self._run(storage.rename_owner, old_dir, new_dir)
+        await self._run(bare.rename_owner, old_dir, new_dir)
 
     async def delete(self, name: RepoName) -> None:
-        await self.write_path(name, storage.delete_repo)
+        await self.write_path(name, bare.delete_repo)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=False)

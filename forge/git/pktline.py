@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 
-from forge.repos.errors import GitProtocolError
-from forge.repos.refrules import RefUpdate
+from forge.git.errors import GitProtocolError
+from forge.git.refrules import RefUpdate
 
 FLUSH_PKT = b"0000"
 DELIM_PKT = b"0001"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator
 
-from forge.repos.errors import PushTooLarge, UnsupportedEncoding
+from forge.git.errors import PushTooLarge, UnsupportedEncoding
 
 CHUNK_SIZE = 64 * 1024
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pygit2
 
-from forge.repos.errors import InvalidName, InvalidPath, InvalidRefName
+from forge.git.errors import InvalidName, InvalidPath, InvalidRefName
 
 OWNER_MAX_LENGTH = 64
 REPO_MAX_LENGTH = 100

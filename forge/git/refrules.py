@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from forge.repos.names import is_valid_ref_name
+from forge.git.names import is_valid_ref_name
 
 ZERO_SHAS = frozenset({"0" * 40, "0" * 64})
 

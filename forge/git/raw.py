@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import pygit2
 
-from forge.repos.errors import GitCommandFailed, RefNotFound
-from forge.repos.gitcmd import git_binary, git_env, terminate_process
+from forge.git.errors import GitCommandFailed, RefNotFound
+from forge.git.gitcmd import git_binary, git_env, terminate_process
 
 SNIFF_BYTES = 8000
 TEXT_CONTENT_TYPE = "text/plain; charset=utf-8"

@@ -21,7 +21,7 @@ import msgspec
 import pygit2
 from pygit2.enums import DiffFind, FileMode
 
-from forge.repos.errors import (
+from forge.git.errors import (
     BaseMoved,
     MergeConflicts,
     NotFastForward,
@@ -30,8 +30,8 @@ from forge.repos.errors import (
     RefNotFound,
     UnrelatedHistories,
 )
-from forge.repos.names import validate_branch_name
-from forge.repos.schemas import Identity
+from forge.git.names import validate_branch_name
+from forge.git.schemas import Identity
 
 MergeStrategy = Literal["merge", "squash", "fast-forward"]
 #: ``content``: both sides changed the file (text, binary, symlink target or mode);

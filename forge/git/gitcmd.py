@@ -17,7 +17,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from forge.repos.errors import GitCommandFailed
+from forge.git.errors import GitCommandFailed
 
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _home_lock = threading.Lock()

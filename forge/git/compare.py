@@ -17,9 +17,9 @@ import msgspec
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption, FileMode, SortMode
 
-from forge.repos.browse import commit_info, decode_text, resolve_commit
-from forge.repos.raw import is_binary_sample, peek_blob
-from forge.repos.schemas import (
+from forge.git.browse import commit_info, decode_text, resolve_commit
+from forge.git.raw import is_binary_sample, peek_blob
+from forge.git.schemas import (
     CommitDiff,
     CommitInfo,
     Comparison,

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pygit2
 from pygit2.enums import FileMode, ObjectType
 
-from forge.repos.errors import (
+from forge.git.errors import (
     ImportFailed,
     InvalidPath,
     RefConflict,
@@ -27,9 +27,9 @@ from forge.repos.errors import (
     RepoExists,
     RepoNotFound,
 )
-from forge.repos.gitcmd import run_git
-from forge.repos.names import validate_branch_name, validate_ref_name, validate_tree_path
-from forge.repos.schemas import Identity
+from forge.git.gitcmd import run_git
+from forge.git.names import validate_branch_name, validate_ref_name, validate_tree_path
+from forge.git.schemas import Identity
 
 #: Written into every repository's config at creation and import.
 REPO_CONFIG: dict[str, str] = {
