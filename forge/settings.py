@@ -64,6 +64,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     task_wall_clock_seconds: int = 3600
     task_token_budget: int = 0  # 0 = no budget
     task_max_file_bytes: int = 10 * 1024 * 1024
+    # Each run's workspace is its own filesystem of this size ("mount", needs root); "watchdog" is the
+    # fallback without root, which ends the run at the limit but cannot stop a fast writer before it.
+    task_workspace_limit_mb: int = 1024
+    task_workspace_quota: Literal["mount", "watchdog"] = "mount"
     # A tool call parked for a person (policy `ask` or failure policy `hold`) expires after this.
     task_approval_ttl_seconds: int = 1800
     model_base_url: str = ""
@@ -147,6 +151,7 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         "task_idle_seconds",
         "task_wall_clock_seconds",
         "task_max_file_bytes",
+        "task_workspace_limit_mb",
         "task_approval_ttl_seconds",
         "model_timeout_seconds",
         "webhooks_policy_concurrency",
@@ -154,6 +159,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
     ):
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")
+    if s.task_workspace_quota == "mount" and s.task_workspace_limit_mb < 16:
+        raise SettingsError(f"{src('task_workspace_limit_mb')}: must be at least 16 (MiB) for a mounted workspace")
     for name in ("token_cache_seconds", "task_token_budget"):
         if getattr(s, name) < 0:
             raise SettingsError(f"{src(name)}: must not be negative (0 turns it off)")

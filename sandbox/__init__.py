@@ -2,13 +2,16 @@
 
     async with SandboxEngine() as engine:                      # connects on first use
         await engine.ensure_image()                            # cached; `forgehand sandbox build`
-        spec = SandboxSpec(image=DEFAULT_IMAGE, workspace=prepare_workspace(path),
+        ws = prepare_workspace(path, limit_bytes=GiB)          # its own 1 GiB filesystem (root)
+        spec = SandboxSpec(image=DEFAULT_IMAGE, workspace=ws,
                            instance="inst", task="t1", run="r1")
         async with await engine.start(spec) as sb:             # removed on exit
             result = await sb.exec(["pytest", "-q"], timeout=300, output_cap=1 << 20)
             async with sb.stream(["make"]) as s:                # live output
                 async for chunk in s: ...                      # OutputChunk(stream, data)
             s.result                                           # ExecResult
+            sb.disk_limit_reached                              # the workspace was seen full
+        remove_workspace(ws)                                   # unmounts, deletes the image
         await reap(engine, "inst", keep={"r2"})                # after a crash, periodically
 
 The defaults and what each one stops: docs/security.md.
@@ -24,10 +27,12 @@ from .errors import (
     SpecRefused,
     WorkspaceFileTooLarge,
     WorkspacePathRefused,
+    WorkspaceQuotaUnavailable,
 )
 from .execution import ExecResult, ExecStream, OutputChunk
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
 from .pool import SandboxPool
+from .quota import QuotaKind, WorkspaceUsage, quota_unavailable_reason, workspace_usage
 from .reaper import SandboxInfo, list_sandboxes, reap
 from .spec import (
     GiB,
@@ -44,6 +49,7 @@ from .workspace import (
     list_workspace,
     prepare_workspace,
     read_workspace_file,
+    remove_workspace,
     write_workspace_file,
 )
 
@@ -60,6 +66,7 @@ __all__ = [
     "Limits",
     "MiB",
     "OutputChunk",
+    "QuotaKind",
     "Sandbox",
     "SandboxEngine",
     "SandboxError",
@@ -72,14 +79,19 @@ __all__ = [
     "WorkspaceEntry",
     "WorkspaceFileTooLarge",
     "WorkspacePathRefused",
+    "WorkspaceQuotaUnavailable",
+    "WorkspaceUsage",
     "build_image",
     "container_create_kwargs",
     "list_sandboxes",
     "list_workspace",
     "prepare_workspace",
+    "quota_unavailable_reason",
     "read_workspace_file",
     "reap",
+    "remove_workspace",
     "validate_spec",
     "weakenings_in_effect",
+    "workspace_usage",
     "write_workspace_file",
 ]

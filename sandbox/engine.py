@@ -6,6 +6,7 @@ by a timeout, both in the HTTP client and around the awaiting coroutine.
 
 import asyncio
 import contextlib
+import os
 import re
 import secrets
 import threading
@@ -30,6 +31,7 @@ from .execution import (
     validate_exec_env,
 )
 from .image import DEFAULT_IMAGE, BuildResult, build_image, image_is_current
+from .quota import QuotaKind, WorkspaceWatch
 from .spec import WORKSPACE_DIR, SandboxSpec, container_create_kwargs
 
 T = TypeVar("T")
@@ -169,7 +171,10 @@ class SandboxEngine:
                 raise SpecRefused(f"the engine could not start the sandbox: {exc.explanation or exc}") from exc
 
         await self.call(start)
-        return Sandbox(self, container_id, name, spec, started_at=started_at)
+        sandbox = Sandbox(self, container_id, name, spec, started_at=started_at)
+        if sandbox.workspace_quota == "mount":
+            await sandbox.verify_workspace_mount()
+        return sandbox
 
 
 def _container_name(spec: SandboxSpec) -> str:
@@ -200,6 +205,8 @@ class Sandbox:
         # The idle process ends the container at the wall clock by itself; this host-side timer
         # also covers an idle process the agent managed to stop (SIGSTOP) or a host that is slow.
         self._wall_clock = asyncio.get_running_loop().create_task(self._enforce_wall_clock())
+        self._workspace_watch = WorkspaceWatch(Path(spec.workspace), spec.limits.workspace_bytes)
+        self._workspace_watch.start()
 
     async def __aenter__(self) -> "Sandbox":
         return self
@@ -210,6 +217,41 @@ class Sandbox:
     @property
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
+
+    @property
+    def workspace_quota(self) -> QuotaKind:
+        """What holds the workspace to its limit: its own filesystem ("mount") or the watchdog."""
+        return self._workspace_watch.enforced_by
+
+    @property
+    def disk_limit_reached(self) -> bool:
+        """The workspace was seen at its limit (sticky; looked at every quarter second on a mount)."""
+        return self._workspace_watch.limit_reached
+
+    async def check_disk_limit(self) -> bool:
+        """Look at the workspace now (e.g. when the agent is done); True when it is or was at its limit."""
+        try:
+            return await self._workspace_watch.check()
+        except OSError:
+            return self._workspace_watch.limit_reached
+
+    async def verify_workspace_mount(self) -> None:
+        """Refuse a sandbox whose engine sees the directory under the quota mount, not the mount itself.
+
+        An engine in another mount namespace (a dockerd with private mounts) would bind the empty
+        directory below: writes would land on the host's disk with no limit at all.
+        """
+        host_dev = (await asyncio.to_thread(os.stat, self.spec.workspace)).st_dev
+        try:
+            code, out = await self.run_quiet(["stat", "-c", "%d", WORKSPACE_DIR])
+        except SandboxError:
+            code, out = None, b""
+        if code != 0 or out.strip() != str(host_dev).encode():
+            await self.remove()
+            raise SpecRefused(
+                "the engine does not see the workspace's quota mount (is dockerd in another mount namespace?)",
+                hint="run dockerd in the host's mount namespace, or use the watchdog fallback",
+            )
 
     async def engine_call(
         self,
@@ -365,9 +407,10 @@ class Sandbox:
         await self.engine.call(stop, timeout=grace + self.engine.api_timeout)
 
     def cancel_wall_clock(self) -> None:
-        """Drop the host-side wall-clock timer (a pool hands the container to a new Sandbox)."""
+        """Drop the host-side timers, wall clock and workspace watch (a pool hands the container on)."""
         if not self._wall_clock.done():
             self._wall_clock.cancel()
+        self._workspace_watch.stop()
 
     async def remove(self) -> None:
         """Kill and delete the container. Idempotent."""

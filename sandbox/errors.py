@@ -46,3 +46,12 @@ class WorkspacePathRefused(SandboxError):
 
 class WorkspaceFileTooLarge(SandboxError):
     """A workspace file is larger than the caller's cap."""
+
+
+class WorkspaceQuotaUnavailable(SandboxError):
+    """A size-limited workspace cannot be mounted here (not root, no loop device, a tool failed)."""
+
+    hint = (
+        "run forgehand as root on a host with loop devices, or use the documented watchdog fallback "
+        "(weaker: a fast writer can pass the limit before it looks)"
+    )

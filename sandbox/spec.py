@@ -49,6 +49,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     tmp_bytes: int = 512 * MiB  # tmpfs /tmp
     home_bytes: int = 256 * MiB  # tmpfs /home/agent
     shm_bytes: int = 64 * MiB  # /dev/shm (private IPC namespace)
+    # The workspace: a quota mount's own size is its limit (prepare_workspace(limit_bytes=...)); on a
+    # plain directory the sandbox's watchdog ends at this (see quota.py: it cannot stop a burst).
+    workspace_bytes: int = GiB
     wall_clock_seconds: int = 3600  # the whole sandbox; the idle process exits then, and the container with it
     exec_timeout_seconds: float = 600.0  # default per exec
     output_cap_bytes: int = 4 * MiB  # default per exec (stdout + stderr)
@@ -136,6 +139,7 @@ def validate_spec(spec: SandboxSpec) -> None:
         "tmp_bytes": lim.tmp_bytes,
         "home_bytes": lim.home_bytes,
         "shm_bytes": lim.shm_bytes,
+        "workspace_bytes": lim.workspace_bytes,
         "wall_clock_seconds": lim.wall_clock_seconds,
         "exec_timeout_seconds": lim.exec_timeout_seconds,
         "output_cap_bytes": lim.output_cap_bytes,
@@ -191,9 +195,11 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
         "security_opt": [] if w.new_privileges else ["no-new-privileges"],
         "privileged": False,
         "read_only": not w.writable_root,
-        "tmpfs": {  # exec allowed: /workspace must be executable anyway, so noexec here would stop nothing
-            "/tmp": f"rw,nosuid,nodev,size={lim.tmp_bytes},mode=1777",  # noqa: S108 (a path in the container)
-            HOME_DIR: f"rw,nosuid,nodev,size={lim.home_bytes},uid={uid},gid={gid},mode=0700",
+        # noexec is Docker's default for tmpfs; written out so nobody reads these as executable. It
+        # stops little (/workspace is executable, it has to be), but nothing runs from scratch space.
+        "tmpfs": {
+            "/tmp": f"rw,noexec,nosuid,nodev,size={lim.tmp_bytes},mode=1777",  # noqa: S108 (a path in the container)
+            HOME_DIR: f"rw,noexec,nosuid,nodev,size={lim.home_bytes},uid={uid},gid={gid},mode=0700",
         },
         # The only host path the container sees. No Docker socket, no other binds, no volumes.
         "mounts": [

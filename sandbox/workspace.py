@@ -10,6 +10,7 @@ regular files (a FIFO would hang the reader, a device is never wanted) and withi
 import contextlib
 import errno
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Literal
 import msgspec
 
 from .errors import WorkspaceFileTooLarge, WorkspacePathRefused
+from .quota import is_mounted, mount_quota, unmount_quota
 from .spec import SANDBOX_GID, SANDBOX_UID
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -32,19 +34,32 @@ class WorkspaceEntry(msgspec.Struct, frozen=True):
     size: int  # bytes for files, 0 otherwise
 
 
-def prepare_workspace(path: Path) -> Path:
+def prepare_workspace(path: Path, *, limit_bytes: int | None = None) -> Path:
     """Create the host directory and make it writable by the sandbox user (uid 1000).
+
+    With `limit_bytes`, the directory becomes its own filesystem of that size first (`quota.mount_quota`,
+    root only, else WorkspaceQuotaUnavailable): nothing written there can take more of the host's disk.
+    Without it the directory is plain, and only the sandbox's watchdog (`Limits.workspace_bytes`) looks.
 
     As root the directory is chowned to 1000:1000. Otherwise it is made mode 0o777 (the sandbox's uid
     differs from ours; a rootless or userns-remapped engine should chown instead).
     """
     path.mkdir(parents=True, exist_ok=True)
+    if limit_bytes is not None:
+        mount_quota(path, limit_bytes, owner=(SANDBOX_UID, SANDBOX_GID))
     if os.geteuid() == 0:
         os.chown(path, SANDBOX_UID, SANDBOX_GID)
         path.chmod(0o755)
     else:
         path.chmod(0o777)
     return path
+
+
+def remove_workspace(path: Path) -> None:
+    """Delete a workspace: unmount its quota filesystem (if any), delete its image, then the directory."""
+    unmount_quota(path)
+    if not is_mounted(path):  # never delete through a mount that is still there
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def split_relpath(relpath: str) -> list[str]:

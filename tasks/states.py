@@ -97,6 +97,7 @@ class FailureReason(StrEnum):
     TIMEOUT = "timeout"
     IDLE = "idle"
     OOM = "oom"
+    DISK_LIMIT = "disk_limit"
     INTERRUPTED = "interrupted"
     POLICY = "policy"
     APPROVAL_EXPIRED = "approval_expired"

@@ -7,9 +7,9 @@ runs whose owner is gone are failed as `interrupted` and their containers reaped
 
 import asyncio
 import contextlib
+import errno
 import os
 import secrets
-import shutil
 import socket
 import time
 from datetime import timedelta
@@ -30,12 +30,15 @@ from sandbox import (
     EngineUnavailable,
     ImageMissing,
     Limits,
+    MiB,
     Sandbox,
     SandboxEngine,
     SandboxError,
     SandboxSpec,
     prepare_workspace,
+    quota_unavailable_reason,
     reap,
+    remove_workspace,
     weakenings_in_effect,
 )
 from tasks import approvals, gitops, repo_settings, transcript
@@ -135,6 +138,9 @@ class TaskWorker:
 
     async def start(self) -> None:
         _LIVE_WORKERS.add(self.id)
+        if self.settings.task_workspace_quota == "mount" and (why := quota_unavailable_reason()):
+            fix = "run as root, or set FORGEHAND_TASK_WORKSPACE_QUOTA=watchdog (weaker)"
+            log.error("run workspaces cannot be mounted: every run will fail", reason=why, fix=fix)
         await self.recover(reap_containers=True)
         self.hub.listen(self._on_notify)
         self._bg = [
@@ -360,6 +366,11 @@ class TaskWorker:
                     event.set()
 
 
+_WATCHDOG_ONLY = (
+    "the workspace limit is enforced by a watchdog only (FORGEHAND_TASK_WORKSPACE_QUOTA=watchdog): "
+    "a fast writer can pass it before the run is stopped"
+)
+
 # session_start's `source` (hooks-protocol.md): a person's decision on an approval resumes the
 # task like an answer does.
 _SESSION_SOURCE: dict[RunKind, Any] = {
@@ -384,7 +395,7 @@ def _run_data(run: Run) -> dict[str, Any]:
 
 
 def _remove_workspace(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    remove_workspace(path)  # unmounts the workspace's quota filesystem and deletes its image first
     with contextlib.suppress(OSError):
         path.parent.rmdir()  # the task's directory, when this was its last workspace
 
@@ -541,25 +552,34 @@ class Execution:
             )
         # Workspace: the task branch if it exists, else the base, at a recorded sha.
         t0 = time.monotonic()
+        limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
         try:
             head = await w.store.read(self.repo_key, gitops.branch_sha, self.branch)
-            self.start_sha = head or self.base_sha
-            self.workspace = prepare_workspace(
-                settings.data_dir.resolve() / "workspaces" / self.task_uuid / self.run_uuid
-            )
-            files = await w.store.read(self.repo_key, gitops.checkout_tree, self.start_sha, self.workspace)
+            self.workspace = settings.data_dir.resolve() / "workspaces" / self.task_uuid / self.run_uuid
+            mount_limit = limit_mb * MiB if quota == "mount" else None
+            await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=mount_limit)
+            files = await w.store.read(self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace)
+            self.start_sha = head or self.base_sha  # only now: a partial checkout is never snapshotted
         except Exception as exc:
             log.exception("workspace preparation failed", run_id=self.run_id)
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise _ProvisionFailed(
+                    FailureReason.DISK_LIMIT, f"the checkout does not fit the workspace limit of {limit_mb} MiB"
+                ) from exc
             raise _ProvisionFailed(FailureReason.WORKSPACE, f"the workspace could not be prepared: {exc}") from exc
         await self._set_run(start_sha=self.start_sha)
         await self.system(
             "workspace",
             f"workspace prepared from {'the task branch' if head else 'the base'} "
-            f"at {self.start_sha[:12]} ({files} files)",
+            f"at {self.start_sha[:12]} ({files} files), limit {limit_mb} MiB ({quota})",
             t0,
             sha=self.start_sha,
             files=files,
+            limit_mb=limit_mb,
+            quota=quota,
         )
+        if quota == "watchdog":
+            await self._emit("notice", Notice(text=f"{_WATCHDOG_ONLY} ({limit_mb} MiB)", level="warning"))
         self._check_stop()
         # Sandbox.
         t0 = time.monotonic()
@@ -572,6 +592,7 @@ class Execution:
             limits=Limits(
                 wall_clock_seconds=settings.task_wall_clock_seconds,
                 exec_timeout_seconds=settings.task_tool_timeout_seconds,
+                workspace_bytes=limit_mb * MiB,
             ),
         )
         try:
@@ -644,12 +665,16 @@ class Execution:
                     {runtime_task, stop_wait}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
                 )
                 if runtime_task in done:
+                    if self.sandbox is not None and await self.sandbox.check_disk_limit():
+                        raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
                     try:
                         return runtime_task.result()
                     except RuntimeUnavailable as exc:
                         return Outcome(status="failed", failure_reason=exc.reason, error=str(exc))
                 if stop_wait in done:
                     raise Stopped(None, "stopped by request")
+                if self.sandbox is not None and self.sandbox.disk_limit_reached:
+                    raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
                 now = time.monotonic()
                 if now > deadline:
                     raise Stopped(
@@ -678,6 +703,9 @@ class Execution:
                 runtime_task.cancel()
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(runtime_task, 30)
+
+    def _disk_limit_text(self) -> str:
+        return f"the workspace reached its limit of {self.settings.task_workspace_limit_mb} MiB: stopped (disk_limit)"
 
     # --- settling -----------------------------------------------------------------------------
 
