@@ -5,6 +5,7 @@ the idle limit (a notice first, then `idle`), the per-command timeout and the wa
 import asyncio
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,6 +126,47 @@ async def test_token_budget_ends_the_run_as_token_budget(settings: Settings, san
     # The third turn's tool call was never run: two appends made it to the WIP snapshot.
     assert done["head_is_wip"] and tree_files(env.repo_path, done["head_sha"])["loop.txt"][1] == b"again\n" * 2
     assert not containers_of(env.settings)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        return [line.split()[4] for line in fh if line.split()[4].startswith(str(path.resolve()))]
+
+
+async def test_a_disk_filler_ends_the_run_as_disk_limit_without_filling_the_host(
+    settings: Settings, sandbox_image: str
+) -> None:
+    s = task_settings(settings, task_workspace_limit_mb=64)
+    t0 = time.monotonic()
+    command = "echo partial > wip.txt; dd if=/dev/zero of=big bs=1M count=700; echo rc=$?; sleep 120"
+    done, events, env = await run_to_rest(s, {"command": command})
+    assert time.monotonic() - t0 < 60  # the watch ended it, not the sleep
+    assert done["state"] == "failed" and done["failure_reason"] == "disk_limit", done
+    assert "limit of 64 MiB" in done["error"]
+    assert done["runs"][0]["failure_reason"] == "disk_limit"
+    assert_gap_free(events)
+    assert "No space left on device" in "".join(e["payload"]["text"] for e in events if e["kind"] == "stderr")
+    workspace = next(e for e in events if e["kind"] == "system" and e["payload"]["phase"] == "workspace")
+    assert workspace["payload"]["detail"]["quota"] == "mount" and workspace["payload"]["detail"]["limit_mb"] == 64
+    assert any(e["payload"]["level"] == "error" and "disk_limit" in e["payload"]["text"] for e in notices(events))
+    # The work so far is a WIP snapshot (the filler itself is over the file size cap and left out).
+    files = tree_files(env.repo_path, done["head_sha"])
+    assert done["head_is_wip"] and files["wip.txt"][1] == b"partial\n" and "big" not in files
+    # Cleanup: no container, no mount, no image file left under the data dir.
+    assert not containers_of(env.settings)
+    assert not _mounts_under(s.data_dir)
+    assert not list((s.data_dir / "workspaces").rglob("*.img"))
+
+
+async def test_a_run_under_the_workspace_limit_is_unaffected(settings: Settings, sandbox_image: str) -> None:
+    s = task_settings(settings, task_workspace_limit_mb=64)
+    command = "head -c 20M /dev/urandom > blob.bin; rm blob.bin; df -B1M . | tail -1; echo done > out.txt"
+    done, events, env = await run_to_rest(s, {"command": command})
+    assert done["state"] == "awaiting_review", done
+    assert tree_files(env.repo_path, done["head_sha"])["out.txt"][1] == b"done\n"
+    df = "".join(e["payload"]["text"] for e in events if e["kind"] == "stdout").split()
+    assert int(df[1]) <= 64  # the sandbox saw its own 64 MiB filesystem
+    assert not _mounts_under(s.data_dir) and not list((s.data_dir / "workspaces").rglob("*.img"))
 
 
 def _at(event: dict[str, Any]) -> float:

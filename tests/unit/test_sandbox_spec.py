@@ -43,6 +43,7 @@ def test_defaults_are_hardened() -> None:
     assert "size=268435456" in kw["tmpfs"]["/home/agent"]
     for opts in kw["tmpfs"].values():
         assert "nosuid" in opts and "nodev" in opts
+        assert "noexec" in opts.split(",") and "exec" not in opts.split(",")
     assert kw["mounts"] == [
         {
             "Target": "/workspace",
@@ -84,6 +85,7 @@ def test_limits_flow_through() -> None:
         "tmp_bytes",
         "home_bytes",
         "shm_bytes",
+        "workspace_bytes",
         "wall_clock_seconds",
         "exec_timeout_seconds",
         "output_cap_bytes",
