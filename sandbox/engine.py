@@ -37,6 +37,11 @@ from .spec import WORKSPACE_DIR, SandboxSpec, container_create_kwargs
 T = TypeVar("T")
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+# The major:minor of the filesystem mounted at /workspace, with shell builtins only (a custom image
+# need not have coreutils).
+_WORKSPACE_DEVICE = (
+    f'while read -r _ _ dev _ mnt _; do [ "$mnt" = {WORKSPACE_DIR} ] && echo "$dev"; done </proc/self/mountinfo'
+)
 
 
 def _is_connection_error(exc: BaseException) -> bool:
@@ -241,12 +246,12 @@ class Sandbox:
         An engine in another mount namespace (a dockerd with private mounts) would bind the empty
         directory below: writes would land on the host's disk with no limit at all.
         """
-        host_dev = (await asyncio.to_thread(os.stat, self.spec.workspace)).st_dev
+        dev = (await asyncio.to_thread(os.stat, self.spec.workspace)).st_dev
         try:
-            code, out = await self.run_quiet(["stat", "-c", "%d", WORKSPACE_DIR])
+            code, out = await self.run_quiet(["/bin/sh", "-c", _WORKSPACE_DEVICE])
         except SandboxError:
             code, out = None, b""
-        if code != 0 or out.strip() != str(host_dev).encode():
+        if code is None or out.split()[-1:] != [f"{os.major(dev)}:{os.minor(dev)}".encode()]:
             await self.remove()
             raise SpecRefused(
                 "the engine does not see the workspace's quota mount (is dockerd in another mount namespace?)",

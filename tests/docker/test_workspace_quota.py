@@ -20,6 +20,7 @@ from sandbox import (
     MiB,
     Sandbox,
     SandboxEngine,
+    SpecRefused,
     prepare_workspace,
     read_workspace_file,
     remove_workspace,
@@ -181,3 +182,21 @@ async def test_scratch_space_is_noexec_and_the_workspace_is_not(sandbox: Sandbox
     lines = r.stdout.decode().splitlines()
     assert lines[:3] == ["/tmp:noexec", "/home/agent:noexec", "/workspace:exec"], r
     assert all("noexec" in line.split()[3].split(",") for line in lines[3:]) and len(lines) == 5
+
+
+async def test_a_sandbox_that_does_not_see_the_quota_mount_is_refused(
+    engine: SandboxEngine, make_spec: SpecFactory, workspace: Path
+) -> None:
+    # The container binds the plain directory; the quota is mounted on it afterwards, which the
+    # container (rprivate) never sees: as if dockerd lived in another mount namespace.
+    sb = await engine.start(make_spec())
+    try:
+        prepare_workspace(workspace, limit_bytes=LIMIT)
+        r = await sb.exec(["sh", "-c", "head -c 1M /dev/zero > below && echo ok"])
+        assert r.ok and not (workspace / "below").exists()  # its writes go below the mount, unlimited
+        with pytest.raises(SpecRefused, match="does not see the workspace's quota mount"):
+            await sb.verify_workspace_mount()
+        assert await sb.status() == "removed"
+    finally:
+        await sb.remove()
+        remove_workspace(workspace)
