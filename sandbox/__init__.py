@@ -32,7 +32,7 @@ from .errors import (
 from .execution import ExecResult, ExecStream, OutputChunk
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
 from .pool import SandboxPool
-from .quota import QuotaKind, WorkspaceUsage, quota_unavailable_reason, workspace_usage
+from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
 from .reaper import SandboxInfo, list_sandboxes, reap
 from .spec import (
     GiB,
@@ -86,6 +86,7 @@ __all__ = [
     "list_sandboxes",
     "list_workspace",
     "prepare_workspace",
+    "quota_mounts",
     "quota_unavailable_reason",
     "read_workspace_file",
     "reap",

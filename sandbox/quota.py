@@ -21,6 +21,7 @@ passes the limit by whatever it writes between two looks.
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -165,6 +166,24 @@ def unmount_quota(workspace: Path) -> None:
             _run(["umount", "-l", str(workspace)])
     with contextlib.suppress(FileNotFoundError):
         image_path(workspace).unlink()
+
+
+def quota_mounts(under: Path, *, mountinfo: str | None = None) -> list[Path]:
+    """Quota workspaces mounted below `under` (e.g. left by a crash, for recovery), from mountinfo."""
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="surrogateescape")
+    root = str(under.resolve())  # the kernel lists real paths
+    found: list[Path] = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5 or "-" not in fields:
+            continue
+        fstype, source = [*fields[fields.index("-") + 1 :], "", ""][:2]
+        # The kernel writes a space in a path as \040, a tab \011, a newline \012, a backslash \134.
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if fstype == "ext4" and source.startswith("/dev/loop") and point.startswith(root + os.sep):
+            found.append(Path(point))
+    return found
 
 
 def workspace_usage(workspace: Path, limit_bytes: int, *, time_budget: float = 5.0) -> WorkspaceUsage:

@@ -17,6 +17,8 @@ from sandbox import (
     SandboxSpec,
     build_image,
     prepare_workspace,
+    quota_mounts,
+    remove_workspace,
 )
 
 SpecFactory = Callable[..., SandboxSpec]
@@ -61,6 +63,14 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
 async def engine(sandbox_image: str) -> AsyncIterator[SandboxEngine]:
     async with SandboxEngine() as eng:
         yield eng
+
+
+@pytest.fixture(autouse=True)
+def unmount_left_workspaces(tmp_path: Path) -> Iterator[None]:
+    """A run cut off by a crash keeps its workspace mounted for recovery (by design); tests end clean."""
+    yield
+    for mounted in quota_mounts(tmp_path):
+        remove_workspace(mounted)
 
 
 @pytest.fixture

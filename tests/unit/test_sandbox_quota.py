@@ -9,7 +9,7 @@ import pytest
 
 from forge.settings import SettingsError, load_settings
 from sandbox import MiB, WorkspaceQuotaUnavailable, WorkspaceUsage, prepare_workspace, quota, workspace_usage
-from sandbox.quota import WorkspaceWatch, full_margin, image_path, mount_quota, tree_bytes
+from sandbox.quota import WorkspaceWatch, full_margin, image_path, mount_quota, quota_mounts, tree_bytes
 
 
 def usage(kind: quota.QuotaKind, *, limit: int, used: int, files_free: int | None = None) -> WorkspaceUsage:
@@ -123,3 +123,22 @@ def test_settings_choose_the_limit_and_how_it_is_held() -> None:
     )
     with pytest.raises(SettingsError, match="FORGEHAND_TASK_WORKSPACE_QUOTA"):
         load_settings(environ={"FORGEHAND_TASK_WORKSPACE_QUOTA": "none"})
+
+
+def test_quota_mounts_are_found_in_mountinfo_with_escaped_names(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    mountinfo = "\n".join(
+        [
+            "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw",
+            f"46 27 7:0 / {root}/workspaces/t/r1 rw,nosuid,nodev,noatime - ext4 /dev/loop0 rw",
+            f"47 27 7:1 / {root}/workspaces/t/with\\040space rw,nosuid - ext4 /dev/loop1 rw",
+            f"48 27 0:50 / {root}/workspaces/t/tmp rw - tmpfs tmpfs rw",  # not a quota mount
+            f"49 27 7:2 / {tmp_path}/other/r2 rw - ext4 /dev/loop2 rw",  # not under the root
+            f"50 27 7:3 / {root}x/r3 rw - ext4 /dev/loop3 rw",  # a sibling sharing the prefix
+        ]
+    )
+    assert quota_mounts(root, mountinfo=mountinfo) == [
+        root / "workspaces" / "t" / "r1",
+        root / "workspaces" / "t" / "with space",
+    ]
+    assert quota_mounts(tmp_path / "nothing") == []
