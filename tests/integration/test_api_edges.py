@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from forge.int_bounds import INT_MAX, INT_MIN
 from forge.json_limits import MAX_JSON_DEPTH, exceeds, max_depth
 from tests.support.accounts import Accounts
 
@@ -78,3 +79,96 @@ def test_depth_measure_matches_the_structure(levels: int, noise: str) -> None:
     data = json.dumps(_nest(noise, levels)).encode()
     assert max_depth(data) == levels
     assert exceeds(data, MAX_JSON_DEPTH) == (levels > MAX_JSON_DEPTH)
+
+
+HUGE = (INT_MAX + 1, INT_MIN - 1, 10**40)
+NAMED = {"owner": "root", "name": "demo", "number": "1", "login": "root"}
+
+
+def _fill(path: str, int_value: int) -> str:
+    return PARAM.sub(lambda m: str(int_value) if m.group(2) == "int" else NAMED.get(m.group(1), "x"), path)
+
+
+async def _admin_world(client: AsyncTestClient[Any], make: Accounts) -> dict[str, str]:
+    await make.user("root", admin=True)
+    headers = {"Authorization": f"Bearer {await make.token('root', 'admin')}"}
+    r = await client.post("/api/v1/user/repos", json={"name": "demo", "auto_init": True}, headers=headers)
+    assert r.status_code == 201, r.text
+    return headers
+
+
+async def test_integer_path_parameters_out_of_range_are_404(
+    app: Litestar, client: AsyncTestClient[Any], make: Accounts
+) -> None:
+    headers = await _admin_world(client, make)
+    checked = 0
+    for route in app.routes:
+        if ":int}" not in route.path:
+            continue
+        for method in sorted(getattr(route, "methods", ())):
+            if method in ("OPTIONS", "HEAD"):
+                continue
+            for value in HUGE:
+                path = _fill(route.path, value)
+                r = await client.request(method, path, headers=headers, json={})
+                assert r.status_code == 404, (method, path, r.status_code, r.text[:200])
+                checked += 1
+    assert checked > 60, checked  # webhooks, deliveries, branch rules, tokens: the whole class
+
+
+async def test_integer_query_parameters_out_of_range_are_422(
+    app: Litestar, client: AsyncTestClient[Any], make: Accounts
+) -> None:
+    from forge.int_bounds import int_query_keys
+
+    headers = await _admin_world(client, make)
+    checked = 0
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            for key in int_query_keys(handler):
+                for method in sorted(handler.http_methods):
+                    for value in HUGE:
+                        path = _fill(route.path, 1)
+                        r = await client.request(method, path, params={key: str(value)}, headers=headers)
+                        assert r.status_code == 422, (method, path, key, r.status_code, r.text[:200])
+                        assert r.json()["code"] in ("out_of_range", "validation_failed")
+                        checked += 1
+    assert checked >= 15, checked  # audit cursor and limit, deliveries, commits, transcript pages
+
+
+def _unbounded_ints(info: Any, where: str, seen: set[type]) -> list[str]:
+    import msgspec.inspect as mi
+
+    if isinstance(info, mi.IntType):
+        low = info.ge is not None or info.gt is not None
+        high = info.le is not None or info.lt is not None
+        return [] if low and high else [where]
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:
+            return []
+        seen.add(info.cls)
+        return [x for f in info.fields for x in _unbounded_ints(f.type, f"{info.cls.__qualname__}.{f.name}", seen)]
+    if isinstance(info, mi.ListType | mi.SetType | mi.FrozenSetType | mi.VarTupleType):
+        return _unbounded_ints(info.item_type, where + "[]", seen)
+    if isinstance(info, mi.DictType):
+        return _unbounded_ints(info.value_type, where + "{}", seen)
+    if isinstance(info, mi.UnionType):
+        return [x for t in info.types for x in _unbounded_ints(t, where, seen)]
+    if isinstance(info, mi.TupleType):
+        return [x for t in info.item_types for x in _unbounded_ints(t, where, seen)]
+    return []
+
+
+def test_every_integer_in_a_request_body_has_bounds(app: Litestar) -> None:
+    import msgspec.inspect as mi
+
+    bodies = 0
+    unbounded: list[str] = []
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            data = handler.parsed_fn_signature.parameters.get("data")
+            if data is not None:
+                bodies += 1
+                unbounded += _unbounded_ints(mi.type_info(data.annotation), route.path, set())
+    assert bodies > 30
+    assert unbounded == []
