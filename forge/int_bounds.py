@@ -11,8 +11,8 @@ from typing import Any, Final
 
 from litestar import Request
 from litestar.handlers import BaseRouteHandler
-from litestar.typing import FieldDefinition
 from litestar.params import CookieParameter, HeaderParameter, ParameterKwarg, PathParameter, QueryParameter
+from litestar.typing import FieldDefinition
 
 from forge.errors import InvalidInput, NotFound
 
