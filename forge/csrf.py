@@ -13,9 +13,6 @@ from forge import audit, websessions
 from forge.auth import actor_of
 from forge.deps import SAFE_METHODS
 from forge.errors import Forbidden
-from forge.int_bounds import refuse_out_of_range_ints
-from forge.json_limits import refuse_deep_json
-from forge.text import reject_nul_in_url
 from forge.websessions import SessionInfo
 
 FIELD = "csrf_token"
@@ -33,15 +30,6 @@ async def _given(request: Request[Any, Any, Any]) -> str | None:
         value = (await request.form()).get(FIELD)
         return value if isinstance(value, str) else None
     return None
-
-
-async def before_request(request: Request[Any, Any, Any]) -> None:
-    """The app's `before_request` hook: URL hygiene (NUL, integers that fit the database), then
-    CSRF, then the JSON depth limit."""
-    await reject_nul_in_url(request)
-    await refuse_out_of_range_ints(request)
-    await check_csrf(request)
-    await refuse_deep_json(request)
 
 
 async def check_csrf(request: Request[Any, Any, Any]) -> None:
