@@ -4,8 +4,8 @@ answer is one the document declares (status and content type), so a client gener
 from typing import Any
 
 import schemathesis
-from schemathesis.checks import content_type_conformance, not_a_server_error, status_code_conformance
 from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import content_type_conformance, not_a_server_error, status_code_conformance
 
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 
