@@ -172,3 +172,18 @@ def test_every_integer_in_a_request_body_has_bounds(app: Litestar) -> None:
                 unbounded += _unbounded_ints(mi.type_info(data.annotation), route.path, set())
     assert bodies > 30
     assert unbounded == []
+
+
+async def test_anonymous_calls_to_account_endpoints_are_401(app: Litestar, client: AsyncTestClient[Any]) -> None:
+    """Instance administration and the caller's own resources exist on every server: an anonymous
+    caller is asked to authenticate (401, so clients prompt for a token), never told 403 or 422."""
+    checked = 0
+    for route in app.routes:
+        if not route.path.startswith(("/api/v1/admin", "/api/v1/user")):
+            continue
+        for method in sorted(set(getattr(route, "methods", ())) - {"OPTIONS", "HEAD"}):
+            r = await client.request(method, _fill(route.path, 1), json={})
+            assert r.status_code == 401, (method, route.path, r.status_code, r.text[:200])
+            assert r.json()["code"] == "unauthenticated"
+            checked += 1
+    assert checked >= 20, checked
