@@ -8,10 +8,9 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
-
-from forge.json_limits import exceeds
 
 SCHEMA_VERSION: Final = 1
 
@@ -121,6 +120,23 @@ class StrictJSONError(ValueError):
     """The bytes are not one strict JSON value (see `loads_strict`)."""
 
 
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def max_depth(data: bytes) -> int:
+    """Deepest nesting of arrays/objects in JSON text (strings are skipped)."""
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for ch in brackets:
+        if ch in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj: dict[str, Any] = {}
     for key, value in pairs:
@@ -147,7 +163,7 @@ def loads_strict(data: bytes, *, max_nesting: int = MAX_NESTING) -> Any:
         raise StrictJSONError("not UTF-8") from None
     if text.startswith("\ufeff"):
         raise StrictJSONError("byte order mark")
-    if exceeds(raw, max_nesting):
+    if max_depth(raw) > max_nesting:
         raise StrictJSONError(f"nested deeper than {max_nesting}")
     try:
         value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
