@@ -165,7 +165,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             path="/api/schema",
             render_plugins=[ScalarRenderPlugin(), ContractJsonPlugin(enums=_API_ENUMS)],
         ),
-        compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude=[r".*\.git/.*"]),
+        # Git routes (opt "git") stream packs that are compressed already.
+        compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude_opt_key="git"),
         request_max_body_size=settings.max_body_bytes,
         state=State(state),
         lifespan=[lifespan],

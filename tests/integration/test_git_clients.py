@@ -106,3 +106,27 @@ def test_dulwich_clones_fetches_and_pushes(forge: Forge, tmp_path: Path) -> None
     porcelain.fetch(str(work), forge.url, **auth)  # type: ignore[arg-type]
     with DulwichRepo(str(work)) as repo:
         assert newer.encode() in repo.object_store
+
+
+@pytest.mark.parametrize("suffix", ["", "/"])
+def test_clone_urls_without_dot_git_work_for_every_client(forge: Forge, tmp_path: Path, suffix: str) -> None:
+    """GitHub and Gitea accept `https://host/owner/name` as a clone URL; so does forgehand."""
+    import subprocess
+
+    url = forge.url.removesuffix(".git") + suffix
+    host_url = url.replace("http://", f"http://x:{forge.token}@")
+    out = subprocess.run(
+        ["git", "clone", "-q", host_url, str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"GIT_TERMINAL_PROMPT": "0", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "cli" / "README.md").exists()
+    callbacks = pygit2.RemoteCallbacks(credentials=pygit2.UserPass("x", forge.token))
+    pygit2.clone_repository(url, str(tmp_path / "libgit2"), callbacks=callbacks)
+    assert (tmp_path / "libgit2" / "README.md").exists()
+    porcelain.clone(url, str(tmp_path / "dulwich"), username="x", password=forge.token)
+    assert (tmp_path / "dulwich" / "README.md").exists()
