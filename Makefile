@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint types imports sandbox-image test-db bench clean
+.PHONY: run test lint types imports provision sandbox-image test-db bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,13 @@ run: $(STAMP)
 	$(BIN)/forgehand serve
 
 ## make test: lint, types, import contracts and the whole test suite (real Docker included)
-test: $(STAMP) lint types imports sandbox-image
+test: $(STAMP) lint types imports provision sandbox-image
 	$(BIN)/pytest -q
+
+# What the suite needs beyond Python and git (Docker engine, debootstrap, chromium), installed and
+# started when missing (apt-get, as root or with sudo).
+provision:
+	deploy/scripts/provision-test-host
 
 # The sandbox image (offline debootstrap recipe when no registry answers); cached, so a second run is quick.
 sandbox-image: $(STAMP)
@@ -36,7 +41,7 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 ## database-touching tests only (CI runs these again with FORGEHAND_TEST_DATABASE_URL=postgresql+asyncpg://...)
-test-db: $(STAMP) sandbox-image
+test-db: $(STAMP) provision sandbox-image
 	$(BIN)/pytest -q -m db
 
 bench: $(STAMP)

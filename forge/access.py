@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from forge.errors import Forbidden, InvalidInput, NotFound
+from forge.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 
 
 class Scope(StrEnum):
@@ -209,6 +209,9 @@ def require(principal: Principal, action: Action, resource: Resource, *, what: s
     if can(principal, action, resource):
         return
     if isinstance(resource, Instance | AccountRef):
+        if not principal.is_authenticated:
+            # Nothing is hidden by answering 401 here: instance actions exist on every server.
+            raise Unauthenticated("sign in or send a token")
         raise Forbidden("you are not allowed to do this")
     role = effective_role(principal, resource)
     needed_role, needed_scope = _REPO_RULES[action]

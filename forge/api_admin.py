@@ -9,12 +9,14 @@ from forge import accounts, audit, tokens, websessions
 from forge.access import INSTANCE, Action, require
 from forge.accounts import AccountRead
 from forge.audit import AuditRead
+from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession, TokenCacheDep
 from forge.schemas import AccountUpdate, BotCreate, TokenCreate, UserCreate, UserCreated
 from forge.security import generate_password
 
 
 class AdminController(Controller):
+    guards = [signed_in]
     path = "/api/v1/admin"
     tags = ["admin"]
 

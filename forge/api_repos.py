@@ -9,6 +9,7 @@ from litestar.response import Stream
 
 from forge import accounts, repositories
 from forge.access import Action, Scope
+from forge.auth import signed_in
 from forge.deps import ActorDep, BusDep, DbSession, SettingsDep, StoreDep
 from forge.errors import Forbidden, InvalidInput, Unauthenticated
 from forge.git import (
@@ -60,7 +61,7 @@ class BranchRuleCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 class RepoController(Controller):
     tags = ["repositories"]
 
-    @post("/api/v1/user/repos", summary="Create a repository owned by the caller")
+    @post("/api/v1/user/repos", summary="Create a repository owned by the caller", guards=[signed_in])
     async def create(
         self,
         db_session: DbSession,

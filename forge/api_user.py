@@ -6,6 +6,7 @@ from litestar import Controller, delete, get, post
 from litestar.params import JSONBody, Parameter
 
 from forge import tokens
+from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession, PrincipalDep, TokenCacheDep
 from forge.errors import Unauthenticated
 from forge.models import Account
@@ -21,6 +22,7 @@ async def _caller(db_session: DbSession, actor: ActorDep) -> Account:
 
 
 class UserController(Controller):
+    guards = [signed_in]
     path = "/api/v1/user"
     tags = ["user"]
 

@@ -20,13 +20,15 @@ from sqlalchemy import text
 
 import webhooks
 from forge import __doc__ as forge_doc
+from forge.access import Scope
 from forge.api_admin import AdminController
+from forge.api_contract import ContractJsonPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthMiddleware, AuthState
-from forge.csrf import before_request
 from forge.db import Database
 from forge.deps import DEPENDENCIES
+from forge.edges import before_request
 from forge.events import EventBus
 from forge.git import RepoStore, install_hooks
 from forge.git.smart_http import GitHttpConfig
@@ -47,8 +49,16 @@ from tasks.routes import TaskController, UserTaskController
 from tasks.settings_pages import TaskSettingsPages
 from tasks.system import TaskSystem
 from tasks.webhook_gate import WebhookGate
+from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 HERE = Path(__file__).parent
+_HOOK_EVENTS = (*POLICY_EVENTS, *NOTIFY_EVENTS)
+# The closed vocabularies of request bodies, as enums in the OpenAPI document (component.field).
+_API_ENUMS = {
+    "TokenCreate.scopes": [s.value for s in Scope],
+    "HookCreate.events": _HOOK_EVENTS,
+    "HookUpdate.events": _HOOK_EVENTS,
+}
 
 
 @get("/healthz", include_in_schema=False, media_type=MediaType.JSON)
@@ -153,9 +163,10 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             version=VERSION,
             description=(forge_doc or "").strip(),
             path="/api/schema",
-            render_plugins=[ScalarRenderPlugin()],
+            render_plugins=[ScalarRenderPlugin(), ContractJsonPlugin(enums=_API_ENUMS)],
         ),
-        compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude=[r".*\.git/.*"]),
+        # Git routes (opt "git") stream packs that are compressed already.
+        compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude_opt_key="git"),
         request_max_body_size=settings.max_body_bytes,
         state=State(state),
         lifespan=[lifespan],

@@ -41,6 +41,14 @@ def actor_of(connection: ASGIConnection) -> Actor:  # type: ignore[type-arg]
     return Actor(principal=principal, client_addr=client_addr(connection), request_id=request_id(connection))
 
 
+def signed_in(connection: ASGIConnection, _: object) -> None:  # type: ignore[type-arg]
+    """Guard for endpoints that exist only for an account (`/api/v1/user`, `/api/v1/admin`): an
+    anonymous caller gets 401 before its body is even decoded, so clients prompt for a token instead
+    of reporting a validation error."""
+    if not actor_of(connection).principal.is_authenticated:
+        raise Unauthenticated("sign in or send a token")
+
+
 def _basic_password(value: str) -> str:
     try:
         decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")

@@ -33,6 +33,16 @@ class ForgehandGroup(click.Group):
             sys.exit(2)
 
 
+async def _require_migrated(db: Database) -> None:
+    """Commands other than `serve` (which migrates on start) and `db upgrade` need the schema."""
+    from forge.migrate import current_revision, head_revision
+
+    current, head = await current_revision(db.engine), head_revision()
+    if current != head:
+        state = "has no forgehand tables yet" if current is None else f"is at revision {current}, not {head}"
+        raise click.ClickException(f"the database {state}: run `forgehand db upgrade` first")
+
+
 def _settings(**overrides: Any) -> Settings:
     return prepare_data_dir(load_settings(**{k: v for k, v in overrides.items() if v is not None}))
 
@@ -41,6 +51,7 @@ def _run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
     async def go() -> T:
         db = Database(settings.effective_database_url)
         try:
+            await _require_migrated(db)
             return await fn(db)
         finally:
             await db.dispose()

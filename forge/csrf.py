@@ -13,7 +13,6 @@ from forge import audit, websessions
 from forge.auth import actor_of
 from forge.deps import SAFE_METHODS
 from forge.errors import Forbidden
-from forge.text import reject_nul_in_url
 from forge.websessions import SessionInfo
 
 FIELD = "csrf_token"
@@ -31,12 +30,6 @@ async def _given(request: Request[Any, Any, Any]) -> str | None:
         value = (await request.form()).get(FIELD)
         return value if isinstance(value, str) else None
     return None
-
-
-async def before_request(request: Request[Any, Any, Any]) -> None:
-    """The app's `before_request` hook: URL hygiene, then CSRF."""
-    await reject_nul_in_url(request)
-    await check_csrf(request)
 
 
 async def check_csrf(request: Request[Any, Any, Any]) -> None:

@@ -104,7 +104,13 @@ async def info_refs(
     return Stream(body, media_type=advertisement_content_type(svc), headers=NO_CACHE_HEADERS)
 
 
-@post("/{owner:str}/{name:str}/git-upload-pack", include_in_schema=False, request_max_body_size=None, opt=GIT_OPT)
+@post(
+    "/{owner:str}/{name:str}/git-upload-pack",
+    include_in_schema=False,
+    request_max_body_size=None,
+    opt=GIT_OPT,
+    status_code=200,  # Litestar's POST default is 201; libgit2, dulwich and JGit accept only 200
+)
 async def upload_pack(
     request: Request[Any, Any, Any], db_session: DbSession, owner: FromPath[str], name: FromPath[str]
 ) -> Response[Any]:
@@ -127,7 +133,13 @@ async def upload_pack(
     return Stream(proc.output(), media_type=result_content_type(UPLOAD_PACK), headers=NO_CACHE_HEADERS)
 
 
-@post("/{owner:str}/{name:str}/git-receive-pack", include_in_schema=False, request_max_body_size=None, opt=GIT_OPT)
+@post(
+    "/{owner:str}/{name:str}/git-receive-pack",
+    include_in_schema=False,
+    request_max_body_size=None,
+    opt=GIT_OPT,
+    status_code=200,
+)
 async def receive_pack(
     request: Request[Any, Any, Any], db_session: DbSession, owner: FromPath[str], name: FromPath[str]
 ) -> Response[Any]:

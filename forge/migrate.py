@@ -5,6 +5,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -26,3 +29,13 @@ def upgrade(url: str, revision: str = "head") -> None:
 async def upgrade_async(url: str, revision: str = "head") -> None:
     # env.py calls asyncio.run, which cannot nest inside a running loop: use a thread.
     await asyncio.to_thread(upgrade, url, revision)
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at (None: never migrated)."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

@@ -50,9 +50,18 @@ class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
 PUBLIC_EXTRAS = ("conflicts", "blockers", "head_sha", "state")
 
 
-def _wants_html(request: Request[Any, Any, Any]) -> bool:
+def is_git_request(request: Request[Any, Any, Any]) -> bool:
+    """A git smart-HTTP request: routed to a git handler (clone URLs with or without `.git`), or,
+    when routing did not get that far, a path that names a `.git` repository."""
+    handler = request.scope.get("route_handler")
+    if handler is not None and handler.opt.get("git"):
+        return True
     path = request.url.path
-    if path.startswith("/api/") or ".git/" in path or path.endswith(".git"):
+    return ".git/" in path or path.endswith(".git")
+
+
+def _wants_html(request: Request[Any, Any, Any]) -> bool:
+    if request.url.path.startswith("/api/") or is_git_request(request):
         return False
     return "text/html" in request.headers.get("accept", "")
 
@@ -84,8 +93,7 @@ def _http_code(exc: HTTPException) -> tuple[str, str]:
 def _auth_headers(request: Request[Any, Any, Any], status: int) -> dict[str, str]:
     if status != 401:
         return {}
-    path = request.url.path
-    if ".git/" in path or path.endswith(".git"):
+    if is_git_request(request):
         return {"WWW-Authenticate": 'Basic realm="forgehand", charset="UTF-8"'}
     return {"WWW-Authenticate": 'Bearer realm="forgehand"'}
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.access import INSTANCE, Action, require
 from forge.audit import Actor
+from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession
 from forge.errors import Unavailable
 from forge.models import Repository
@@ -276,6 +277,7 @@ class RepoHooksController(Controller):
 
 class InstanceHooksController(Controller):
     path = "/api/v1/admin/hooks"
+    guards = [signed_in]
     tags = ["webhooks"]
     dependencies = HOOK_DEPENDENCIES
 

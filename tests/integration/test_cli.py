@@ -126,3 +126,15 @@ def test_repos_import_keeps_branches_and_tags(data_dir: Path, db_url: str, tmp_p
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     r = run(data_dir, db_url, "repos", "import", "https://example.org/x.git", "--owner", "ana")
     assert r.returncode == 2
+
+
+def test_commands_on_an_unmigrated_database_say_to_run_db_upgrade(data_dir: Path, tmp_path: Path) -> None:
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'never-migrated.db'}"
+    for args in (["users", "create", "bob"], ["users", "list"], ["audit", "tail"]):
+        out = run(data_dir, db_url, *args)
+        assert out.returncode != 0, args
+        assert "Traceback" not in out.stderr, out.stderr
+        assert "run `forgehand db upgrade`" in out.stderr, out.stderr
+    assert run(data_dir, db_url, "db", "upgrade").returncode == 0
+    created = run(data_dir, db_url, "users", "create", "bob", "--password", "correct horse battery")
+    assert created.returncode == 0, created.stderr

@@ -1,0 +1,39 @@
+"""The app's `before_request`: the checks every request passes, in order, before any handler runs.
+
+Each check lives with its concern; this module only fixes their order. A check raises a
+`ForgeError` (rendered as problem details or an error page) or, for `OPTIONS`, answers itself."""
+
+from typing import Any
+
+from litestar import Request, Response
+from litestar.status_codes import HTTP_204_NO_CONTENT
+
+from forge.csrf import check_csrf
+from forge.int_bounds import refuse_out_of_range_ints
+from forge.json_limits import refuse_deep_json
+from forge.text import reject_nul_in_url
+
+
+def options_response(request: Request[Any, Any, Any]) -> Response[None] | None:
+    """`OPTIONS` answers every method its path serves.
+
+    Litestar keeps one route per handler registration and answers `OPTIONS` from the last one, so
+    a path served by several controllers (GET in one, PATCH in another) listed only some."""
+    if request.method != "OPTIONS":
+        return None
+    template = request.scope.get("path_template")
+    methods = {"OPTIONS"}
+    for route in request.app.routes:
+        if route.path_format == template:
+            methods.update(getattr(route, "methods", ()))
+    return Response(None, status_code=HTTP_204_NO_CONTENT, headers={"Allow": ", ".join(sorted(methods))})
+
+
+async def before_request(request: Request[Any, Any, Any]) -> Response[None] | None:
+    await reject_nul_in_url(request)
+    await refuse_out_of_range_ints(request)
+    if (answer := options_response(request)) is not None:
+        return answer
+    await check_csrf(request)
+    await refuse_deep_json(request)
+    return None
