@@ -22,9 +22,9 @@ from forge.models import AuditEvent, Collaborator, Repository
 from forge.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
+from webhooks.deliverer import Deliverer
 from webhooks.models import WebhookEndpoint
 from webhooks.outbound import Outbound
-from webhooks.outbox import Deliverer
 from webhooks.runtime import wire
 
 from .test_webhooks_support import LOOPBACK, config, make_repo, receiver

@@ -23,13 +23,15 @@ from forge.db import Database
 from forge.events import Event, EventBus, TaskRef
 from forge.models import AuditEvent, Repository
 from forge.settings import Settings
-from webhooks import outbox as outbox_mod
+from webhooks import schedule as outbox_mod
 from webhooks import service
 from webhooks.config import WebhooksConfig
 from webhooks.consumer import Verifier
+from webhooks.deliverer import Deliverer
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
 from webhooks.outbound import Outbound
-from webhooks.outbox import RETRY_SCHEDULE, Deliverer, OutboxWriter
+from webhooks.outbox import OutboxWriter
+from webhooks.schedule import RETRY_SCHEDULE
 from webhooks.schemas import HookUpdate
 
 from .test_webhooks_support import Clock, Seen, config, free_port, make_endpoint, make_repo, receiver
@@ -326,7 +328,7 @@ from forge.db import Database
 from forge.settings import load_settings
 from webhooks.config import WebhooksConfig
 from webhooks.outbound import Outbound
-from webhooks.outbox import Deliverer
+from webhooks.deliverer import Deliverer
 from webhooks.urlguard import AllowList
 
 values = json.loads(sys.argv[1])

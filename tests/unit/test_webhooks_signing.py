@@ -11,8 +11,8 @@ import jwt
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from webhooks.outbox import RETRY_SCHEDULE, parse_retry_after, retry_delay
 from webhooks.protocol import decode_secret, encode_secret, kid_for, normalize_audience
+from webhooks.schedule import RETRY_SCHEDULE, parse_retry_after, retry_delay
 from webhooks.signing import SigningKey, new_secret, redacted, request_headers, sign_jwt
 
 
