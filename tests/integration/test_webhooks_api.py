@@ -22,12 +22,11 @@ from forge.models import AuditEvent, Collaborator, Repository
 from forge.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
+from tests.support.webhooks import LOOPBACK, config, make_repo, receiver
 from webhooks.deliverer import Deliverer
 from webhooks.models import WebhookEndpoint
 from webhooks.outbound import Outbound
 from webhooks.runtime import wire
-
-from .test_webhooks_support import LOOPBACK, config, make_repo, receiver
 
 ADMIN_HOOKS = "/api/v1/admin/hooks"
 REPO_HOOKS = "/api/v1/repos/ana/demo/hooks"

@@ -23,6 +23,7 @@ from forge.db import Database
 from forge.events import Event, EventBus, TaskRef
 from forge.models import AuditEvent, Repository
 from forge.settings import Settings
+from tests.support.webhooks import Clock, Seen, config, free_port, make_endpoint, make_repo, receiver
 from webhooks import schedule as outbox_mod
 from webhooks import service
 from webhooks.config import WebhooksConfig
@@ -33,8 +34,6 @@ from webhooks.outbound import Outbound
 from webhooks.outbox import OutboxWriter
 from webhooks.schedule import RETRY_SCHEDULE
 from webhooks.schemas import HookUpdate
-
-from .test_webhooks_support import Clock, Seen, config, free_port, make_endpoint, make_repo, receiver
 
 
 def task_ref() -> TaskRef:
