@@ -45,7 +45,8 @@ class _Pages:
     """Rendering and actions of one authorized scope."""
 
     def __init__(self, request: Req, scope: HookScope) -> None:
-        self.request, self.scope, self.s, self.repo = request, scope, scope.session, scope.repo
+        self.request, self.scope = request, scope
+        self.s, self.actor, self.cfg, self.repo = scope.session, scope.actor, scope.config, scope.repo
         self.base = scope.pages_base
 
     def _ctx(self) -> dict[str, Any]:
@@ -62,7 +63,7 @@ class _Pages:
             self.request,
             "webhooks/list.html",
             status_code=status_code,
-            hooks=[service.to_read(e, self.repo) for e in endpoints],
+            hooks=[self.scope.read(e) for e in endpoints],
             **self._ctx(),
             **context,
         )
@@ -73,7 +74,7 @@ class _Pages:
             self.request,
             "webhooks/detail.html",
             status_code=status_code,
-            hook=service.to_read(endpoint, self.repo),
+            hook=self.scope.read(endpoint),
             deliveries=deliveries,
             queued=self.request.query_params.get("queued", ""),
             **self._ctx(),
@@ -89,15 +90,13 @@ class _Pages:
                 failure_policy=_failure_policy(form.failure_policy) or "closed",
                 active=True,
             )
-            endpoint, secret = await service.create_endpoint(
-                self.s, self.scope.actor, self.scope.config, self.repo, data
-            )
+            endpoint, secret = await service.create_endpoint(self.s, self.actor, self.cfg, self.repo, data)
         except ForgeError as exc:
             return await self.list_page(status_code=exc.status, error=exc.detail, form=form)
         return await self.detail_page(endpoint, created_secret=secret, created_kid=endpoint.secret_kid)
 
     async def edit(self, hook_id: int, form: HookForm) -> Template | Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
+        endpoint = await self.scope.endpoint(hook_id)
         try:
             data = HookUpdate(
                 url=form.url.strip() or None,
@@ -107,7 +106,7 @@ class _Pages:
             )
             if endpoint.kind == "notify":
                 data.failure_policy = None
-            await service.update_endpoint(self.s, self.scope.actor, self.scope.config, self.repo, endpoint, data)
+            await service.update_endpoint(self.s, self.actor, self.cfg, self.repo, endpoint, data)
         except ForgeError as exc:
             return await self.detail_page(endpoint, status_code=exc.status, error=exc.detail)
         if endpoint.active:
@@ -115,47 +114,45 @@ class _Pages:
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
 
     async def rotate(self, hook_id: int, step: str) -> Template | Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        cfg = self.scope.config
+        endpoint = await self.scope.endpoint(hook_id)
+        cfg = self.cfg
         try:
             if step == "generate":
-                endpoint, secret, kid = await service.rotate_generate(
-                    self.s, self.scope.actor, cfg, self.repo, endpoint
-                )
+                endpoint, secret, kid = await service.rotate_generate(self.s, self.actor, cfg, self.repo, endpoint)
                 return await self.detail_page(endpoint, created_secret=secret, created_kid=kid, rotated=True)
             if step == "promote":
-                await service.rotate_promote(self.s, self.scope.actor, cfg, self.repo, endpoint)
+                await service.rotate_promote(self.s, self.actor, cfg, self.repo, endpoint)
             else:
-                await service.rotate_retire(self.s, self.scope.actor, cfg, self.repo, endpoint)
+                await service.rotate_retire(self.s, self.actor, cfg, self.repo, endpoint)
         except ForgeError as exc:
             return await self.detail_page(endpoint, status_code=exc.status, error=exc.detail)
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
 
     async def ping(self, hook_id: int) -> Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        row = await service.ping(self.s, self.scope.actor, self.scope.config, self.repo, endpoint)
+        endpoint = await self.scope.endpoint(hook_id)
+        row = await service.ping(self.s, self.actor, self.cfg, self.repo, endpoint)
         self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}?queued={row.wid}", status_code=303)
 
     async def delete(self, hook_id: int) -> Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        await service.delete_endpoint(self.s, self.scope.actor, self.repo, endpoint)
+        endpoint = await self.scope.endpoint(hook_id)
+        await service.delete_endpoint(self.s, self.actor, self.repo, endpoint)
         return Redirect(self.base, status_code=303)
 
     async def delivery_page(self, hook_id: int, delivery_id: int) -> Template:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
+        endpoint = await self.scope.endpoint(hook_id)
         detail = await service.get_delivery(self.s, endpoint, delivery_id)
         return page(
             self.request,
             "webhooks/delivery.html",
-            hook=service.to_read(endpoint, self.repo),
+            hook=self.scope.read(endpoint),
             d=detail,
             **self._ctx(),
         )
 
     async def redeliver(self, hook_id: int, delivery_id: int) -> Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        row = await service.redeliver(self.s, self.scope.actor, self.scope.config, self.repo, endpoint, delivery_id)
+        endpoint = await self.scope.endpoint(hook_id)
+        row = await service.redeliver(self.s, self.actor, self.cfg, self.repo, endpoint, delivery_id)
         self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}?queued={row.wid}", status_code=303)
 
@@ -177,8 +174,7 @@ class HookPages(Controller):
 
     @get("/{hook_id:int}")
     async def detail(self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int]) -> Template:
-        endpoint = await service.get_endpoint(hook_scope.session, hook_scope.repo, hook_id)
-        return await _Pages(request, hook_scope).detail_page(endpoint)
+        return await _Pages(request, hook_scope).detail_page(await hook_scope.endpoint(hook_id))
 
     @post("/{hook_id:int}/edit")
     async def edit(

@@ -29,78 +29,67 @@ class HooksController(Controller):
 
     @get("/", summary="The scope's webhook endpoints")
     async def list_hooks(self, hook_scope: ScopeDep) -> list[HookRead]:
-        endpoints = await service.list_endpoints(hook_scope.session, hook_scope.repo)
-        return [service.to_read(e, hook_scope.repo) for e in endpoints]
+        return [hook_scope.read(e) for e in await service.list_endpoints(hook_scope.session, hook_scope.repo)]
 
     @post("/", summary="Create an endpoint (its secret is in this answer only)")
     async def create_hook(self, hook_scope: ScopeDep, data: JSONBody[HookCreate]) -> HookWithSecret:
         s = hook_scope
         endpoint, secret = await service.create_endpoint(s.session, s.actor, s.config, s.repo, data)
-        return HookWithSecret(hook=service.to_read(endpoint, s.repo), secret=secret, kid=endpoint.secret_kid)
+        return HookWithSecret(hook=s.read(endpoint), secret=secret, kid=endpoint.secret_kid)
 
     @get("/{hook_id:int}", summary="One endpoint")
     async def get_hook(self, hook_scope: ScopeDep, hook_id: FromPath[int]) -> HookRead:
-        return service.to_read(
-            await service.get_endpoint(hook_scope.session, hook_scope.repo, hook_id), hook_scope.repo
-        )
+        return hook_scope.read(await hook_scope.endpoint(hook_id))
 
     @patch("/{hook_id:int}", summary="Change an endpoint (active=true re-enables a disabled one)")
     async def update_hook(self, hook_scope: ScopeDep, hook_id: FromPath[int], data: JSONBody[HookUpdate]) -> HookRead:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
-        endpoint = await service.update_endpoint(s.session, s.actor, s.config, s.repo, endpoint, data)
+        endpoint = await service.update_endpoint(s.session, s.actor, s.config, s.repo, await s.endpoint(hook_id), data)
         if endpoint.active:
             s.wake_after_commit()  # pending rows of a re-enabled endpoint go now
-        return service.to_read(endpoint, s.repo)
+        return s.read(endpoint)
 
     @delete("/{hook_id:int}", summary="Delete an endpoint (pending notifications go with it)")
     async def delete_hook(self, hook_scope: ScopeDep, hook_id: FromPath[int]) -> None:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
-        await service.delete_endpoint(s.session, s.actor, s.repo, endpoint)
+        await service.delete_endpoint(s.session, s.actor, s.repo, await s.endpoint(hook_id))
 
     @post("/{hook_id:int}/ping", summary="Queue a ping", status_code=202)
     async def ping_hook(self, hook_scope: ScopeDep, hook_id: FromPath[int]) -> Queued:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
-        row = await service.ping(s.session, s.actor, s.config, s.repo, endpoint)
+        row = await service.ping(s.session, s.actor, s.config, s.repo, await s.endpoint(hook_id))
         s.wake_after_commit()
         return _queued(row)
 
     @post("/{hook_id:int}/rotate", summary="Stage a next secret (answered once)", status_code=200)
     async def rotate_hook(self, hook_scope: ScopeDep, hook_id: FromPath[int]) -> HookWithSecret:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
+        endpoint = await s.endpoint(hook_id)
         endpoint, secret, kid = await service.rotate_generate(s.session, s.actor, s.config, s.repo, endpoint)
-        return HookWithSecret(hook=service.to_read(endpoint, s.repo), secret=secret, kid=kid)
+        return HookWithSecret(hook=s.read(endpoint), secret=secret, kid=kid)
 
     @post("/{hook_id:int}/rotate/promote", summary="Sign with the next secret from now on", status_code=200)
     async def promote_secret(self, hook_scope: ScopeDep, hook_id: FromPath[int]) -> HookRead:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
-        endpoint = await service.rotate_promote(s.session, s.actor, s.config, s.repo, endpoint)
-        return service.to_read(endpoint, s.repo)
+        return s.read(await service.rotate_promote(s.session, s.actor, s.config, s.repo, await s.endpoint(hook_id)))
 
     @post("/{hook_id:int}/rotate/retire", summary="Forget the second secret", status_code=200)
     async def retire_secret(self, hook_scope: ScopeDep, hook_id: FromPath[int]) -> HookRead:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
-        endpoint = await service.rotate_retire(s.session, s.actor, s.config, s.repo, endpoint)
-        return service.to_read(endpoint, s.repo)
+        return s.read(await service.rotate_retire(s.session, s.actor, s.config, s.repo, await s.endpoint(hook_id)))
 
     @get("/{hook_id:int}/deliveries", summary="The endpoint's delivery log, newest first")
     async def list_deliveries(
         self, hook_scope: ScopeDep, hook_id: FromPath[int], limit: Limit = 50, before: Before = None
     ) -> list[DeliveryRead]:
-        endpoint = await service.get_endpoint(hook_scope.session, hook_scope.repo, hook_id)
+        endpoint = await hook_scope.endpoint(hook_id)
         return await service.list_deliveries(hook_scope.session, endpoint, limit=limit, before=before)
 
     @get("/{hook_id:int}/deliveries/{delivery_id:int}", summary="One attempt: request and response")
     async def get_delivery(
         self, hook_scope: ScopeDep, hook_id: FromPath[int], delivery_id: FromPath[int]
     ) -> DeliveryDetail:
-        endpoint = await service.get_endpoint(hook_scope.session, hook_scope.repo, hook_id)
-        return await service.get_delivery(hook_scope.session, endpoint, delivery_id)
+        return await service.get_delivery(hook_scope.session, await hook_scope.endpoint(hook_id), delivery_id)
 
     @post(
         "/{hook_id:int}/deliveries/{delivery_id:int}/redeliver",
@@ -109,7 +98,7 @@ class HooksController(Controller):
     )
     async def redeliver(self, hook_scope: ScopeDep, hook_id: FromPath[int], delivery_id: FromPath[int]) -> Queued:
         s = hook_scope
-        endpoint = await service.get_endpoint(s.session, s.repo, hook_id)
+        endpoint = await s.endpoint(hook_id)
         row = await service.redeliver(s.session, s.actor, s.config, s.repo, endpoint, delivery_id)
         s.wake_after_commit()
         return _queued(row)

@@ -20,9 +20,12 @@ from forge.db import Database
 from forge.deps import SAFE_METHODS, ActorDep
 from forge.errors import Unauthenticated, Unavailable
 from forge.models import Repository
+from webhooks import service
 from webhooks.config import WebhooksConfig
+from webhooks.models import WebhookEndpoint
 from webhooks.outbox import wake_after_commit
 from webhooks.runtime import WebhooksRuntime
+from webhooks.schemas import HookRead
 
 # Route option of the pages: an anonymous visitor is sent to sign in before any access check
 # (the REST API answers what the access rule says instead).
@@ -50,6 +53,13 @@ class HookScope:
     @property
     def name(self) -> str:
         return f"{self.repo.owner.login}/{self.repo.name}" if self.repo else "this instance"
+
+    async def endpoint(self, hook_id: int) -> WebhookEndpoint:
+        """One endpoint of this scope (404 for another scope's)."""
+        return await service.get_endpoint(self.session, self.repo, hook_id)
+
+    def read(self, endpoint: WebhookEndpoint) -> HookRead:
+        return service.to_read(endpoint, self.repo)
 
     def wake_after_commit(self) -> None:
         """Let the deliverer go as soon as this request's transaction commits."""

@@ -337,3 +337,19 @@ async def test_admin_pages(hc: AsyncTestClient[Litestar], make: Accounts) -> Non
     assert ok.status_code == 200 and "whsec_" in ok.text
     rotated = await hc.post("/admin/hooks/1/rotate/generate", data={"csrf_token": csrf_from(ok.text)})
     assert rotated.status_code == 200 and "Next secret staged" in rotated.text
+
+
+async def test_anonymous_visitors_are_sent_to_sign_in_before_any_access_check(
+    hc: AsyncTestClient[Litestar], make: Accounts, db: Database, repo: Repository
+) -> None:
+    # The pages ask for a session first (even where the repository would answer 404); the REST
+    # API answers what the access rule says. A refusal leaves no transaction open behind it:
+    # the write that follows at once goes through.
+    for path in ("/ana/demo/settings/hooks", "/admin/hooks", "/nobody/nothing/settings/hooks"):
+        page = await hc.get(path, follow_redirects=False)
+        assert page.status_code == 401, (path, page.status_code)
+    assert (await hc.get(REPO_HOOKS)).status_code == 404
+    assert (await hc.post(f"{REPO_HOOKS}/1/ping")).status_code == 404
+    owner = bearer(await make.token("ana", "webhooks:admin"))
+    body = {"url": "http://127.0.0.1:9/hook", "kind": "notify", "events": ["task.created"]}
+    assert (await hc.post(REPO_HOOKS, json=body, headers=owner)).status_code == 201
