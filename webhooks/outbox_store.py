@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-import structlog
 from sqlalchemy import (
     Integer,
     Table,
@@ -27,19 +26,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
 from forge.db import Database, UTCDateTime
-from webhooks import metrics
+from webhooks import health, metrics
 from webhooks.config import WebhooksConfig, unseal
 from webhooks.logwriter import DELIVERIES
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
 from webhooks.protocol import NOTIFY_EVENTS
-from webhooks.schedule import AUTO_DISABLE_AFTER, KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
+from webhooks.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
 from webhooks.signing import SigningKey
-
-log = structlog.get_logger("forgehand.webhooks")
-SYSTEM = Actor.system("webhooks")
 
 
 @dataclass
@@ -362,7 +356,7 @@ class OutboxStore:
         for c, a in failed:
             endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
             if endpoint is not None:
-                self._health(session, endpoint, a, now)
+                health.note_failure(session, endpoint, status=a.status, error=a.error or a.result, now=now)
         if failed:
             await session.flush()
         # A success clears `failing_since` and stamps `last_success_at`; skipped for an endpoint
@@ -385,32 +379,6 @@ class OutboxStore:
                 self._stamped[endpoint_id] = now
         for endpoint_id in failed_ids - succeeded:
             self._stamped.pop(endpoint_id, None)
-
-    def _health(self, session: AsyncSession, endpoint: WebhookEndpoint, a: Attempt, now: datetime) -> None:
-        if a.result == "ok":
-            endpoint.failing_since = None
-            endpoint.last_success_at = now
-            return
-        if endpoint.failing_since is None:
-            endpoint.failing_since = now
-        if not endpoint.active:
-            return
-        reason = None
-        if a.status == 410:
-            reason = f"disabled on {now:%Y-%m-%d %H:%M} UTC: the endpoint answered 410 Gone"
-        elif now - endpoint.failing_since >= AUTO_DISABLE_AFTER:
-            reason = (
-                f"disabled on {now:%Y-%m-%d %H:%M} UTC: every delivery failed since "
-                f"{endpoint.failing_since:%Y-%m-%d %H:%M} UTC (last: {a.error or a.result})"
-            )
-        if reason is not None:
-            endpoint.active = False
-            endpoint.disabled_reason = reason
-            endpoint.disabled_at = now
-            audit.record(session, SYSTEM, "webhook.disable", f"hook:{endpoint.id}", reason=reason, url=endpoint.url)
-            log.warning("webhook endpoint disabled", hook=endpoint.id, reason=reason)
-
-    # -- order and housekeeping ---------------------------------------------------------------------
 
     async def next_due_in(self) -> float | None:
         """Seconds until a row can be claimed (0: now), None when no row ever can as things stand.
