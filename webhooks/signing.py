@@ -5,11 +5,13 @@ HMAC over `id.timestamp.body`, a different scheme from the JWT)."""
 import base64
 import hashlib
 import hmac
+import json
 import secrets
 import uuid
 from dataclasses import dataclass
 
 import jwt
+from jwt.algorithms import HMACAlgorithm
 
 from forge.version import VERSION
 from webhooks.protocol import NOT_BEFORE_SKEW, SECRET_BYTES, encode_secret, kid_for, normalize_audience, sha256_hex
@@ -56,7 +58,34 @@ def sign_jwt(
         "type": event_type,
         "body_sha256": sha256_hex(body),
     }
-    return jwt.encode(claims, key.key, algorithm="HS256", headers={"kid": key.kid}), jti
+    payload = json.dumps(claims, separators=(",", ":")).encode()  # as `jwt.encode` serialises claims
+    return _JWS.encode(payload, key.key, "HS256", headers={"kid": key.kid}), jti
+
+
+class _CheckedOnceHS256(HMACAlgorithm):
+    """PyJWT's HS256, with its per-call key checks (is this secret a PEM, SSH or DER key, a JWK?)
+    done once per key: they were most of the cost of a token, and our keys are random bytes
+    that only change with a rotation. Signing itself is PyJWT's."""
+
+    def __init__(self) -> None:
+        super().__init__(HMACAlgorithm.SHA256)
+        self._checked: set[bytes] = set()
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        if isinstance(key, bytes) and key in self._checked:
+            return key
+        prepared = super().prepare_key(key)
+        if len(self._checked) >= 1024:
+            self._checked.clear()
+        self._checked.add(prepared)
+        return prepared
+
+
+# `sign_jwt` is `jwt.encode(claims, key, "HS256", headers={"kid": ...})` byte for byte (the claims
+# serialised as PyJWT does, then PyJWT's JWS encoder), through one encoder built once whose HS256
+# checks each key once.
+_JWS = jwt.PyJWS(algorithms=[])
+_JWS.register_algorithm("HS256", _CheckedOnceHS256())
 
 
 def standard_signature(keys: list[SigningKey], wid: str, timestamp: int, body: bytes) -> str:
