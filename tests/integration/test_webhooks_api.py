@@ -353,3 +353,18 @@ async def test_anonymous_visitors_are_sent_to_sign_in_before_any_access_check(
     owner = bearer(await make.token("ana", "webhooks:admin"))
     body = {"url": "http://127.0.0.1:9/hook", "kind": "notify", "events": ["task.created"]}
     assert (await hc.post(REPO_HOOKS, json=body, headers=owner)).status_code == 201
+
+
+async def test_the_scope_is_authorized_before_the_body_is_validated(
+    hc: AsyncTestClient[Litestar], make: Accounts, repo: Repository
+) -> None:
+    # The scope dependency answers first: who may not manage the scope learns nothing from the
+    # body's validation; who may gets the validation error.
+    await make.user("eve")
+    eve = bearer(await make.token("eve", "webhooks:admin"))
+    ana = bearer(await make.token("ana", "webhooks:admin"))
+    invalid = {"url": 5}
+    assert (await hc.post(ADMIN_HOOKS, json=invalid, headers=eve)).status_code == 403
+    assert (await hc.post(REPO_HOOKS, json=invalid, headers=eve)).status_code == 404
+    assert (await hc.post(REPO_HOOKS, json=invalid, headers=ana)).status_code == 422
+    assert (await hc.patch(f"{REPO_HOOKS}/1", json={"nope": 1}, headers=eve)).status_code == 404
