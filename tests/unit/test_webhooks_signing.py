@@ -134,22 +134,17 @@ def test_retry_after_is_honoured_within_base_and_twice_base() -> None:
     assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
 
 
+def _token(key: SigningKey, subject: str) -> tuple[str, str]:
+    args = {"issuer": "fh-1", "audience": "https://h.example/", "wid": "w1", "event_type": "stop", "body": b"{}"}
+    return sign_jwt(key, subject=subject, budget=5, now=1_000_000, **args)  # type: ignore[arg-type]
+
+
 def test_tokens_are_pyjwt_tokens_byte_for_byte_and_keys_are_still_checked() -> None:
     # The one encoder built once gives exactly what `jwt.encode` gives, for every key (current and
     # next during a rotation), including a non-ASCII subject.
     for key in (new_secret()[0], new_secret()[0]):
         for subject in ("forgehand:task:t", "forgehand:repo:é"):
-            token, jti = sign_jwt(
-                key,
-                issuer="fh-1",
-                subject=subject,
-                audience="https://h.example/",
-                wid="w1",
-                event_type="stop",
-                body=b"{}",
-                budget=5,
-                now=1_000_000,
-            )
+            token, jti = _token(key, subject)
             claims = jwt.decode(token, options={"verify_signature": False})
             assert claims["jti"] == jti and claims["sub"] == subject
             assert token == jwt.encode(claims, key.key, algorithm="HS256", headers={"kid": key.kid})
@@ -158,14 +153,4 @@ def test_tokens_are_pyjwt_tokens_byte_for_byte_and_keys_are_still_checked() -> N
     for bad in (b"-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n", b'{"kty": "oct", "k": "aaaa"}'):
         for _ in range(2):
             with pytest.raises(jwt.InvalidKeyError):
-                sign_jwt(
-                    SigningKey("k", bad),
-                    issuer="i",
-                    subject="s",
-                    audience="https://h.example/",
-                    wid="w",
-                    event_type="stop",
-                    body=b"",
-                    budget=1,
-                    now=1,
-                )
+                _token(SigningKey("k", bad), "s")
