@@ -49,7 +49,8 @@ from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 if TYPE_CHECKING:
     from webhooks.decoding import PolicyAnswer
     from webhooks.envelope import RepoRef, TaskMeta
-    from webhooks.policy import EndpointResult, PolicyDispatcher, PolicyOutcome
+    from webhooks.policy import PolicyDispatcher, PolicyOutcome
+    from webhooks.policy_call import EndpointResult
     from webhooks.runtime import WebhooksRuntime, wire
 
 __all__ = [
@@ -71,7 +72,7 @@ _LAZY = {
     "WebhooksRuntime": "webhooks.runtime",
     "PolicyDispatcher": "webhooks.policy",
     "PolicyOutcome": "webhooks.policy",
-    "EndpointResult": "webhooks.policy",
+    "EndpointResult": "webhooks.policy_call",
     "PolicyAnswer": "webhooks.decoding",
     "RepoRef": "webhooks.envelope",
     "TaskMeta": "webhooks.envelope",

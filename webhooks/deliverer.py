@@ -1,6 +1,7 @@
-"""The notification deliverer: the loop that leases due outbox rows, posts them and records every
-attempt (a pipeline: database work overlaps the sends). Claiming and recording rows, the retry
-schedule and endpoint health are `webhooks.outbox`; delivery guarantees are described there.
+"""The notification deliverer: the loop that leases due outbox rows, signs and posts them and
+records every attempt (a pipeline: database work overlaps the sends). It holds an `OutboxStore`
+(`webhooks.outbox_store`: claiming and recording rows, endpoint health); the retry schedule is
+`webhooks.schedule`, the delivery guarantees are described in `webhooks.outbox`.
 """
 
 import asyncio
@@ -8,26 +9,25 @@ import contextlib
 import random
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import structlog
-from sqlalchemy import case, func, select, type_coerce
-from sqlalchemy.orm import aliased
 
-from forge.db import Database, UTCDateTime
-from webhooks import outbox
+from forge.db import Database
+from webhooks import schedule
 from webhooks.config import WebhooksConfig
-from webhooks.models import WebhookEndpoint, WebhookOutbox
 from webhooks.outbound import Outbound, OutboundError
-from webhooks.outbox import LEASE, LEASE_MARGIN, LOG_RESPONSE_BYTES, Attempt, Claimed, OutboxStore, parse_retry_after
+from webhooks.outbox_store import Attempt, Claimed, OutboxStore
 from webhooks.protocol import NOTIFY_EVENTS
+from webhooks.schedule import LEASE, LEASE_MARGIN, parse_retry_after
 from webhooks.signing import redacted, request_headers, sign_jwt
 
 log = structlog.get_logger("forgehand.webhooks")
+LOG_RESPONSE_BYTES = 64 * 1024  # of a response body, kept in the delivery log
 
 
-class Deliverer(OutboxStore):
-    """Claims due outbox rows and delivers them; `run()` loops until `stop()`."""
+class Deliverer:
+    """Claims due outbox rows through its `store` and delivers them; `run()` loops until `stop()`."""
 
     def __init__(
         self,
@@ -40,8 +40,10 @@ class Deliverer(OutboxStore):
         poll_interval: float = 1.0,
         batch: int | None = None,
         window: int | None = None,
+        store: OutboxStore | None = None,
     ) -> None:
-        super().__init__(db, cfg, rng=rng, lease=lease, batch=batch)
+        self.cfg = cfg
+        self.store = store or OutboxStore(db, cfg, rng=rng, lease=lease, batch=batch)
         self.outbound = outbound
         self.poll_interval = poll_interval
         # Rows leased at a time by the loop (`run`): enough for the database work to overlap the
@@ -68,7 +70,7 @@ class Deliverer(OutboxStore):
             wid=c.wid,
             event_type=c.event_type,
             body=c.body,
-            budget=outbox.TOTAL_TIMEOUT,
+            budget=schedule.TOTAL_TIMEOUT,
             now=now,
         )
         headers = request_headers(
@@ -91,8 +93,8 @@ class Deliverer(OutboxStore):
                 c.url,
                 headers,
                 c.body,
-                total_timeout=outbox.TOTAL_TIMEOUT,
-                connect_timeout=outbox.CONNECT_TIMEOUT,
+                total_timeout=schedule.TOTAL_TIMEOUT,
+                connect_timeout=schedule.CONNECT_TIMEOUT,
                 max_response=LOG_RESPONSE_BYTES,
             )
         except OutboundError as exc:
@@ -129,7 +131,7 @@ class Deliverer(OutboxStore):
 
     async def run_once(self) -> int:
         """Claim what is due, deliver it concurrently, record each attempt; returns how many."""
-        claimed = await self.claim()
+        claimed = await self.store.claim()
         if not claimed:
             return 0
         limit = asyncio.Semaphore(max(1, self.cfg.delivery_concurrency))
@@ -140,28 +142,21 @@ class Deliverer(OutboxStore):
 
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(c)) for c in claimed]
-        await self.record_many([t.result() for t in tasks])
+        await self.store.record_many([t.result() for t in tasks])
         return len(claimed)
 
+    # -- the store, as the deliverer uses it -------------------------------------------------------
+
+    async def claim(self, limit: int | None = None) -> list[Claimed]:
+        """Lease due rows for this deliverer (`OutboxStore.claim`)."""
+        return await self.store.claim(limit)
+
+    async def record(self, c: Claimed, a: Attempt) -> None:
+        await self.store.record_many([(c, a)])
+
     async def next_due_in(self) -> float | None:
-        """Seconds until a row can be claimed (0: now), None when no row ever can as things stand.
-        Rows of inactive endpoints, rows waiting behind an older one, and leased rows (until their
-        lease ends) do not count, so an idle deliverer only reads."""
-        older = aliased(WebhookOutbox)
-        ready_at = case(
-            (WebhookOutbox.lease_until > WebhookOutbox.next_attempt_at, WebhookOutbox.lease_until),
-            else_=WebhookOutbox.next_attempt_at,
-        )
-        stmt = (
-            select(func.min(type_coerce(ready_at, UTCDateTime())))
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookOutbox.endpoint_id)
-            .where(WebhookOutbox.state == "pending", WebhookEndpoint.active.is_(True), ~self._blocked(older))
-        )
-        async with self.db.session() as session:
-            when: datetime | None = (await session.execute(stmt)).scalar_one_or_none()
-        if when is None:
-            return None
-        return max(0.0, (when - self.cfg.clock()).total_seconds())
+        """Seconds until a row can be claimed (`OutboxStore.next_due_in`)."""
+        return await self.store.next_due_in()
 
     def wake(self) -> None:
         """Deliver now (thread-safe; called after a transaction that wrote outbox rows commits)."""
@@ -217,14 +212,14 @@ class Deliverer(OutboxStore):
                     if self._stopping:
                         if finished:
                             batch, finished[:] = list(finished), []
-                            await self.record_many(batch)
+                            await self.store.record_many(batch)
                         if not inflight:
                             return
                         await self._wake.wait()
                         continue
                     if time.monotonic() - self._last_housekeeping > 60:
                         self._last_housekeeping = time.monotonic()
-                        await self.housekeeping()
+                        await self.store.housekeeping()
                     sending = sum(1 for t in inflight if not t.done())
                     if finished and sending and len(finished) < threshold and window - sending < threshold:
                         # No room to claim yet: what finished is recorded with the next claim (one
@@ -239,7 +234,7 @@ class Deliverer(OutboxStore):
                     limit = room if claim_more and room >= threshold else 0
                     if batch or limit:
                         # Record what finished and claim more in one transaction (one commit).
-                        claimed = await self.record_and_claim(batch, limit)
+                        claimed = await self.store.record_and_claim(batch, limit)
                         if limit:
                             # Fewer than asked: nothing else is claimable now (a recorded row, new
                             # rows or a poke set this again), so no empty claim follows.
@@ -255,7 +250,7 @@ class Deliverer(OutboxStore):
                             await self._wake.wait()  # a send finished, or new rows were committed
                         continue
                     # Idle, and the last claim found nothing.
-                    due = await self.next_due_in()
+                    due = await self.store.next_due_in()
                     if due == 0:
                         due = 0.2  # due, yet not claimable: another deliverer was quicker
                 except Exception:

@@ -1,5 +1,7 @@
 """Web pages for webhook endpoints: `/admin/hooks` (instance) and `/{owner}/{name}/settings/hooks`
-(a repository). The same services as the REST API; forms work without JavaScript."""
+(a repository). One set of handlers serves both scopes (the `hook_scope` dependency of
+`webhooks.scope`, which sends anonymous visitors to sign in first); the same services as the REST
+API; forms work without JavaScript."""
 
 from typing import Any
 
@@ -7,22 +9,16 @@ import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import INSTANCE, Action, require
-from forge.audit import Actor
-from forge.deps import ActorDep, DbSession
-from forge.errors import ForgeError, Unauthenticated
-from forge.models import Repository
+from forge.errors import ForgeError
 from forge.pages import page
 from webhooks import service
 from webhooks.models import WebhookEndpoint
-from webhooks.outbox import wake_after_commit
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
-from webhooks.repo_access import repo_for_hooks_admin
-from webhooks.routes import HOOK_DEPENDENCIES, RuntimeDep
-from webhooks.runtime import WebhooksRuntime
 from webhooks.schemas import FailurePolicy, HookCreate, HookUpdate
+from webhooks.scope import HOOK_DEPENDENCIES, SIGN_IN_FIRST, HookScope, ScopeDep
+
+Req = Request[Any, Any, Any]
 
 
 class HookForm(msgspec.Struct, kw_only=True):
@@ -45,30 +41,18 @@ def _failure_policy(value: str) -> FailurePolicy | None:
     return "closed" if value == "closed" else None
 
 
-def _signed_in(request: Request[Any, Any, Any]) -> None:
-    principal = request.scope.get("user")
-    if principal is None or not principal.is_authenticated:
-        raise Unauthenticated("sign in first", code="unauthenticated")
-
-
 class _Pages:
-    """Rendering and actions of one scope (a repository, or the instance when `repo` is None)."""
+    """Rendering and actions of one authorized scope."""
 
-    def __init__(
-        self,
-        request: Request[Any, Any, Any],
-        session: AsyncSession,
-        actor: Actor,
-        runtime: WebhooksRuntime,
-        repo: Repository | None,
-        base: str,
-    ) -> None:
-        self.request, self.s, self.actor, self.rt, self.repo, self.base = request, session, actor, runtime, repo, base
+    def __init__(self, request: Req, scope: HookScope) -> None:
+        self.request, self.scope = request, scope
+        self.s, self.actor, self.cfg, self.repo = scope.session, scope.actor, scope.config, scope.repo
+        self.base = scope.pages_base
 
     def _ctx(self) -> dict[str, Any]:
         return {
             "base": self.base,
-            "scope_name": f"{self.repo.owner.login}/{self.repo.name}" if self.repo else "this instance",
+            "scope_name": self.scope.name,
             "policy_events": POLICY_EVENTS,
             "notify_events": NOTIFY_EVENTS,
         }
@@ -79,7 +63,7 @@ class _Pages:
             self.request,
             "webhooks/list.html",
             status_code=status_code,
-            hooks=[service.to_read(e, self.repo) for e in endpoints],
+            hooks=[self.scope.read(e) for e in endpoints],
             **self._ctx(),
             **context,
         )
@@ -90,7 +74,7 @@ class _Pages:
             self.request,
             "webhooks/detail.html",
             status_code=status_code,
-            hook=service.to_read(endpoint, self.repo),
+            hook=self.scope.read(endpoint),
             deliveries=deliveries,
             queued=self.request.query_params.get("queued", ""),
             **self._ctx(),
@@ -106,13 +90,13 @@ class _Pages:
                 failure_policy=_failure_policy(form.failure_policy) or "closed",
                 active=True,
             )
-            endpoint, secret = await service.create_endpoint(self.s, self.actor, self.rt.config, self.repo, data)
+            endpoint, secret = await service.create_endpoint(self.s, self.actor, self.cfg, self.repo, data)
         except ForgeError as exc:
             return await self.list_page(status_code=exc.status, error=exc.detail, form=form)
         return await self.detail_page(endpoint, created_secret=secret, created_kid=endpoint.secret_kid)
 
     async def edit(self, hook_id: int, form: HookForm) -> Template | Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
+        endpoint = await self.scope.endpoint(hook_id)
         try:
             data = HookUpdate(
                 url=form.url.strip() or None,
@@ -122,16 +106,16 @@ class _Pages:
             )
             if endpoint.kind == "notify":
                 data.failure_policy = None
-            await service.update_endpoint(self.s, self.actor, self.rt.config, self.repo, endpoint, data)
+            await service.update_endpoint(self.s, self.actor, self.cfg, self.repo, endpoint, data)
         except ForgeError as exc:
             return await self.detail_page(endpoint, status_code=exc.status, error=exc.detail)
         if endpoint.active:
-            wake_after_commit(self.s, self.rt.wake)
+            self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
 
     async def rotate(self, hook_id: int, step: str) -> Template | Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        cfg = self.rt.config
+        endpoint = await self.scope.endpoint(hook_id)
+        cfg = self.cfg
         try:
             if step == "generate":
                 endpoint, secret, kid = await service.rotate_generate(self.s, self.actor, cfg, self.repo, endpoint)
@@ -145,274 +129,89 @@ class _Pages:
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
 
     async def ping(self, hook_id: int) -> Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        row = await service.ping(self.s, self.actor, self.rt.config, self.repo, endpoint)
-        wake_after_commit(self.s, self.rt.wake)
+        endpoint = await self.scope.endpoint(hook_id)
+        row = await service.ping(self.s, self.actor, self.cfg, self.repo, endpoint)
+        self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}?queued={row.wid}", status_code=303)
 
     async def delete(self, hook_id: int) -> Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
+        endpoint = await self.scope.endpoint(hook_id)
         await service.delete_endpoint(self.s, self.actor, self.repo, endpoint)
         return Redirect(self.base, status_code=303)
 
     async def delivery_page(self, hook_id: int, delivery_id: int) -> Template:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
+        endpoint = await self.scope.endpoint(hook_id)
         detail = await service.get_delivery(self.s, endpoint, delivery_id)
         return page(
             self.request,
             "webhooks/delivery.html",
-            hook=service.to_read(endpoint, self.repo),
+            hook=self.scope.read(endpoint),
             d=detail,
             **self._ctx(),
         )
 
     async def redeliver(self, hook_id: int, delivery_id: int) -> Redirect:
-        endpoint = await service.get_endpoint(self.s, self.repo, hook_id)
-        row = await service.redeliver(self.s, self.actor, self.rt.config, self.repo, endpoint, delivery_id)
-        wake_after_commit(self.s, self.rt.wake)
+        endpoint = await self.scope.endpoint(hook_id)
+        row = await service.redeliver(self.s, self.actor, self.cfg, self.repo, endpoint, delivery_id)
+        self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}?queued={row.wid}", status_code=303)
 
 
-async def _repo_pages(
-    request: Request[Any, Any, Any],
-    session: AsyncSession,
-    actor: Actor,
-    runtime: WebhooksRuntime,
-    owner: str,
-    name: str,
-) -> _Pages:
-    _signed_in(request)
-    repo = await repo_for_hooks_admin(session, actor.principal, owner, name)
-    return _Pages(request, session, actor, runtime, repo, f"/{repo.owner.login}/{repo.name}/settings/hooks")
+class HookPages(Controller):
+    """The pages of one scope; mounted by the two subclasses below, never on its own."""
+
+    include_in_schema = False
+    dependencies = HOOK_DEPENDENCIES
+    opt = {SIGN_IN_FIRST: True}
+
+    @get("/")
+    async def index(self, request: Req, hook_scope: ScopeDep) -> Template:
+        return await _Pages(request, hook_scope).list_page()
+
+    @post("/")
+    async def create(self, request: Req, hook_scope: ScopeDep, data: URLEncodedBody[HookForm]) -> Template:
+        return await _Pages(request, hook_scope).create(data)
+
+    @get("/{hook_id:int}")
+    async def detail(self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int]) -> Template:
+        return await _Pages(request, hook_scope).detail_page(await hook_scope.endpoint(hook_id))
+
+    @post("/{hook_id:int}/edit")
+    async def edit(
+        self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int], data: URLEncodedBody[HookForm]
+    ) -> Template | Redirect:
+        return await _Pages(request, hook_scope).edit(hook_id, data)
+
+    @post("/{hook_id:int}/rotate/{step:str}")
+    async def rotate(
+        self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int], step: FromPath[str]
+    ) -> Template | Redirect:
+        return await _Pages(request, hook_scope).rotate(hook_id, step)
+
+    @post("/{hook_id:int}/ping")
+    async def ping(self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int]) -> Redirect:
+        return await _Pages(request, hook_scope).ping(hook_id)
+
+    @post("/{hook_id:int}/delete")
+    async def delete(self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int]) -> Redirect:
+        return await _Pages(request, hook_scope).delete(hook_id)
+
+    @get("/{hook_id:int}/deliveries/{delivery_id:int}")
+    async def delivery(
+        self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int], delivery_id: FromPath[int]
+    ) -> Template:
+        return await _Pages(request, hook_scope).delivery_page(hook_id, delivery_id)
+
+    @post("/{hook_id:int}/deliveries/{delivery_id:int}/redeliver")
+    async def redeliver(
+        self, request: Req, hook_scope: ScopeDep, hook_id: FromPath[int], delivery_id: FromPath[int]
+    ) -> Redirect:
+        return await _Pages(request, hook_scope).redeliver(hook_id, delivery_id)
 
 
-def _instance_pages(
-    request: Request[Any, Any, Any], session: AsyncSession, actor: Actor, runtime: WebhooksRuntime
-) -> _Pages:
-    _signed_in(request)
-    require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
-    return _Pages(request, session, actor, runtime, None, "/admin/hooks")
-
-
-Req = Request[Any, Any, Any]
-
-
-class InstanceHookPages(Controller):
+class InstanceHookPages(HookPages):
     path = "/admin/hooks"
-    include_in_schema = False
-    dependencies = HOOK_DEPENDENCIES
-
-    @get("/")
-    async def index(
-        self, request: Req, db_session: DbSession, actor: ActorDep, webhooks_runtime: RuntimeDep
-    ) -> Template:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).list_page()
-
-    @post("/")
-    async def create(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        data: URLEncodedBody[HookForm],
-    ) -> Template:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).create(data)
-
-    @get("/{hook_id:int}")
-    async def detail(
-        self, request: Req, db_session: DbSession, actor: ActorDep, webhooks_runtime: RuntimeDep, hook_id: FromPath[int]
-    ) -> Template:
-        pages = _instance_pages(request, db_session, actor, webhooks_runtime)
-        return await pages.detail_page(await service.get_endpoint(db_session, None, hook_id))
-
-    @post("/{hook_id:int}/edit")
-    async def edit(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        hook_id: FromPath[int],
-        data: URLEncodedBody[HookForm],
-    ) -> Template | Redirect:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).edit(hook_id, data)
-
-    @post("/{hook_id:int}/rotate/{step:str}")
-    async def rotate(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        hook_id: FromPath[int],
-        step: FromPath[str],
-    ) -> Template | Redirect:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).rotate(hook_id, step)
-
-    @post("/{hook_id:int}/ping")
-    async def ping(
-        self, request: Req, db_session: DbSession, actor: ActorDep, webhooks_runtime: RuntimeDep, hook_id: FromPath[int]
-    ) -> Redirect:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).ping(hook_id)
-
-    @post("/{hook_id:int}/delete")
-    async def delete(
-        self, request: Req, db_session: DbSession, actor: ActorDep, webhooks_runtime: RuntimeDep, hook_id: FromPath[int]
-    ) -> Redirect:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).delete(hook_id)
-
-    @get("/{hook_id:int}/deliveries/{delivery_id:int}")
-    async def delivery(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        hook_id: FromPath[int],
-        delivery_id: FromPath[int],
-    ) -> Template:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).delivery_page(hook_id, delivery_id)
-
-    @post("/{hook_id:int}/deliveries/{delivery_id:int}/redeliver")
-    async def redeliver(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        hook_id: FromPath[int],
-        delivery_id: FromPath[int],
-    ) -> Redirect:
-        return await _instance_pages(request, db_session, actor, webhooks_runtime).redeliver(hook_id, delivery_id)
 
 
-class RepoHookPages(Controller):
+class RepoHookPages(HookPages):
     path = "/{owner:str}/{name:str}/settings/hooks"
-    include_in_schema = False
-    dependencies = HOOK_DEPENDENCIES
-
-    @get("/")
-    async def index(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-    ) -> Template:
-        return await (await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)).list_page()
-
-    @post("/")
-    async def create(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        data: URLEncodedBody[HookForm],
-    ) -> Template:
-        return await (await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)).create(data)
-
-    @get("/{hook_id:int}")
-    async def detail(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-    ) -> Template:
-        pages = await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)
-        return await pages.detail_page(await service.get_endpoint(db_session, pages.repo, hook_id))
-
-    @post("/{hook_id:int}/edit")
-    async def edit(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-        data: URLEncodedBody[HookForm],
-    ) -> Template | Redirect:
-        return await (await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)).edit(hook_id, data)
-
-    @post("/{hook_id:int}/rotate/{step:str}")
-    async def rotate(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-        step: FromPath[str],
-    ) -> Template | Redirect:
-        return await (await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)).rotate(
-            hook_id, step
-        )
-
-    @post("/{hook_id:int}/ping")
-    async def ping(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-    ) -> Redirect:
-        return await (await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)).ping(hook_id)
-
-    @post("/{hook_id:int}/delete")
-    async def delete(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-    ) -> Redirect:
-        return await (await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)).delete(hook_id)
-
-    @get("/{hook_id:int}/deliveries/{delivery_id:int}")
-    async def delivery(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-        delivery_id: FromPath[int],
-    ) -> Template:
-        pages = await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)
-        return await pages.delivery_page(hook_id, delivery_id)
-
-    @post("/{hook_id:int}/deliveries/{delivery_id:int}/redeliver")
-    async def redeliver(
-        self,
-        request: Req,
-        db_session: DbSession,
-        actor: ActorDep,
-        webhooks_runtime: RuntimeDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        hook_id: FromPath[int],
-        delivery_id: FromPath[int],
-    ) -> Redirect:
-        pages = await _repo_pages(request, db_session, actor, webhooks_runtime, owner, name)
-        return await pages.redeliver(hook_id, delivery_id)

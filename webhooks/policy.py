@@ -8,14 +8,18 @@ the repository's, each by id); an `allow` with an `input_override` changes the i
 endpoint sees (so redactions compose); the first `deny` ends the dispatch (a deny wins anyway).
 Any deny wins, then any ask, then allow. A failed endpoint counts as its `failure_policy` says:
 `closed` as a deny, `open` as no opinion (logged), `hold` as an ask.
+
+A dispatch: check the event (the gate), read the endpoints (the per-repository cache of
+`webhooks.registry`), call each in turn (`webhooks.policy_call`: sign, send, strict decode),
+combine the answers into the decision, and hand the log rows to the caller's transaction or the
+background log writer (`webhooks.logwriter`).
 """
 
 import asyncio
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import structlog
@@ -25,43 +29,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.db import Database
 from webhooks import envelope, metrics, registry
 from webhooks.config import WebhooksConfig
-from webhooks.decoding import Decision, PolicyAnswer, ProtocolViolation, decode_policy_response
+from webhooks.decoding import Decision
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.logwriter import DELIVERIES, DeliveryLogWriter, LogRow
 from webhooks.models import WebhookDelivery, WebhookEndpoint
-from webhooks.outbound import Outbound, OutboundError, Reply
-from webhooks.protocol import DEFAULT_BUDGET, MAX_BUDGET, MAX_POLICY_RESPONSE, POLICY_EVENTS
-from webhooks.signing import SigningKey, redacted, request_headers, sign_jwt
+from webhooks.outbound import Outbound
+from webhooks.policy_call import FAILURES, EndpointCaller, EndpointResult, Target
+from webhooks.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
-
-ResultClass = Literal[
-    "ok", "denied", "asked", "http_error", "protocol_error", "timeout", "connection_error", "over_capacity"
-]
-FAILURES: frozenset[str] = frozenset({"http_error", "protocol_error", "timeout", "connection_error", "over_capacity"})
-RETRY_BACKOFF = 0.25
-LOG_RESPONSE_BYTES = 64 * 1024
-
-
-class EndpointResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What one endpoint did in one dispatch."""
-
-    endpoint_id: int
-    url: str
-    result: ResultClass
-    decision: Decision | None  # what the consumer answered (None: no opinion, or it failed)
-    effective: Decision | None  # what it counts as (a failure per failure_policy; None: no opinion)
-    failure_policy: str
-    reason: str
-    status: int | None
-    attempts: int
-    latency_ms: float
-    detail: str  # short, safe to show (never the raw response)
-    delivery_id: str
-
-    @property
-    def failed(self) -> bool:
-        return self.result in FAILURES
 
 
 class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,13 +75,6 @@ class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
         return [r for r in self.results if r.failed]
 
 
-class _Target(msgspec.Struct, frozen=True):
-    id: int
-    url: str
-    failure_policy: str
-    key: SigningKey
-
-
 def _clamp_budget(deadline: float | None) -> float:
     if deadline is None:
         return DEFAULT_BUDGET
@@ -127,12 +96,12 @@ class PolicyDispatcher:
         self.db = db
         self.cfg = cfg
         self.outbound = outbound
-        self._slots = asyncio.Semaphore(max(1, cfg.policy_concurrency))
-        self._cache: registry.GenerationCache[int, list[tuple[frozenset[str], _Target]]] = registry.GenerationCache()
+        self.caller = EndpointCaller(cfg, outbound)
+        self._cache: registry.GenerationCache[int, list[tuple[frozenset[str], Target]]] = registry.GenerationCache()
         self._refreshing: dict[int, asyncio.Task[None]] = {}
         self.log_writer = DeliveryLogWriter(db)
 
-    async def _targets(self, source: AsyncSession | Database | None, repo_id: int, event_type: str) -> list[_Target]:
+    async def _targets(self, source: AsyncSession | Database | None, repo_id: int, event_type: str) -> list[Target]:
         """The active policy endpoints of this repository (instance ones first) taking this event.
         Cached per repository until an endpoint changes in this process, for at most
         `registry.TTL` seconds (changes made by another process); reloaded in the background
@@ -163,7 +132,7 @@ class PolicyDispatcher:
         finally:
             self._refreshing.pop(repo_id, None)
 
-    async def _load(self, session: AsyncSession, repo_id: int) -> list[tuple[frozenset[str], _Target]]:
+    async def _load(self, session: AsyncSession, repo_id: int) -> list[tuple[frozenset[str], Target]]:
         stmt = (
             select(WebhookEndpoint)
             .where(
@@ -174,7 +143,7 @@ class PolicyDispatcher:
             .order_by(WebhookEndpoint.repo_id.is_not(None), WebhookEndpoint.id)
         )
         return [
-            (frozenset(e.events or ()), _Target(e.id, e.url, e.failure_policy, self.cfg.signing_key(e)))
+            (frozenset(e.events or ()), Target(e.id, e.url, e.failure_policy, self.cfg.signing_key(e)))
             for e in (await session.execute(stmt)).scalars()
         ]
 
@@ -217,7 +186,7 @@ class PolicyDispatcher:
         at = self.cfg.clock()
         for target in targets:
             body, subject = envelope.for_policy(event_type, wid, self.cfg.instance_id, repo, task_meta, current, at)
-            result, answer = await self._call(target, event_type, wid, subject, body, budget, end, log_rows)
+            result, answer = await self.caller.call(target, event_type, wid, subject, body, budget, end, log_rows)
             results.append(result)
             metrics.DISPATCHES.labels(event=event_type, result=result.result).inc()
             if answer is not None:
@@ -297,167 +266,3 @@ class PolicyDispatcher:
             task.cancel()
         self._refreshing.clear()
         await self.log_writer.aclose()
-
-    async def _call(
-        self,
-        target: _Target,
-        event_type: str,
-        wid: str,
-        subject: str,
-        body: bytes,
-        budget: float,
-        end: float,
-        log_rows: list[LogRow],
-    ) -> tuple[EndpointResult, PolicyAnswer | None]:
-        t0 = time.monotonic()
-        attempts = 0
-
-        def finish(
-            result: ResultClass,
-            *,
-            answer: PolicyAnswer | None = None,
-            status: int | None = None,
-            detail: str = "",
-        ) -> tuple[EndpointResult, PolicyAnswer | None]:
-            decision = answer.decision if answer is not None else None
-            if result in FAILURES:
-                effective: Decision | None = {"closed": "deny", "hold": "ask"}.get(target.failure_policy)  # type: ignore[assignment]
-                reason = f"hook dispatch failed: {event_type}: {result} (delivery {wid})"
-            else:
-                effective = decision
-                reason = answer.reason if answer is not None else ""
-            return (
-                EndpointResult(
-                    endpoint_id=target.id,
-                    url=target.url,
-                    result=result,
-                    decision=decision,
-                    effective=effective,
-                    failure_policy=target.failure_policy,
-                    reason=reason,
-                    status=status,
-                    attempts=attempts,
-                    latency_ms=round((time.monotonic() - t0) * 1000, 3),
-                    detail=detail[:300],
-                    delivery_id=wid,
-                ),
-                answer if result not in FAILURES else None,
-            )
-
-        while True:
-            remaining = end - time.monotonic()
-            if remaining <= 0:
-                return finish("timeout", detail="the dispatch deadline passed before this endpoint was called")
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._slots.acquire()
-            except TimeoutError:
-                return finish("over_capacity", detail="no free slot before the deadline")
-            attempts += 1
-            started_at = self.cfg.clock()
-            a0 = time.monotonic()
-            try:
-                now = int(time.time())
-                token, jti = sign_jwt(
-                    target.key,
-                    issuer=self.cfg.instance_id,
-                    subject=subject,
-                    audience=target.url,
-                    wid=wid,
-                    event_type=event_type,
-                    body=body,
-                    budget=budget,
-                    now=now,
-                )
-                headers = request_headers(
-                    token=token, event_type=event_type, wid=wid, notification_keys=None, timestamp=now, body=body
-                )
-                outcome: Any = await self.outbound.post(
-                    target.url,
-                    headers,
-                    body,
-                    total_timeout=end - time.monotonic(),
-                    max_response=MAX_POLICY_RESPONSE,
-                )
-            except OutboundError as exc:
-                outcome = exc
-            finally:
-                self._slots.release()
-            if isinstance(outcome, OutboundError):
-                failure: ResultClass = "timeout" if outcome.kind == "timeout" else "connection_error"
-                log_rows.append(
-                    self._log_row(
-                        target,
-                        wid,
-                        jti,
-                        event_type,
-                        attempts,
-                        headers,
-                        body,
-                        None,
-                        failure,
-                        outcome.detail,
-                        a0,
-                        started_at,
-                    )
-                )
-                retry = outcome.kind == "connection_error" and attempts == 1
-                if retry and end - time.monotonic() > RETRY_BACKOFF:
-                    await asyncio.sleep(RETRY_BACKOFF)
-                    continue
-                return finish(failure, detail=outcome.detail)
-            reply: Reply = outcome
-            result: ResultClass
-            answer: PolicyAnswer | None = None
-            detail = ""
-            if not 200 <= reply.status < 300:
-                result = "http_error"
-                detail = f"HTTP {reply.status}" + (" (redirects are not followed)" if 300 <= reply.status < 400 else "")
-            else:
-                try:
-                    answer = decode_policy_response(event_type, reply.body, truncated=reply.truncated)
-                except ProtocolViolation as exc:
-                    result, detail = "protocol_error", str(exc)
-                else:
-                    result = {"deny": "denied", "ask": "asked"}.get(answer.decision or "", "ok")  # type: ignore[assignment]
-            log_rows.append(
-                self._log_row(
-                    target, wid, jti, event_type, attempts, headers, body, reply, result, detail, a0, started_at
-                )
-            )
-            return finish(result, answer=answer, status=reply.status, detail=detail)
-
-    @staticmethod
-    def _log_row(
-        target: _Target,
-        wid: str,
-        jti: str,
-        event_type: str,
-        attempt: int,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        reply: Reply | None,
-        result: str,
-        error: str,
-        a0: float,
-        started_at: datetime,
-    ) -> LogRow:
-        return {
-            "endpoint_id": target.id,
-            "wid": wid,
-            "jti": jti,
-            "kind": "policy",
-            "event_type": event_type,
-            "attempt": attempt,
-            "url": target.url,
-            "request_headers": redacted(headers),
-            "request_body": body,
-            "response_status": reply.status if reply is not None else None,
-            "response_headers": [list(h) for h in reply.headers] if reply is not None else [],
-            "response_body": reply.body[:LOG_RESPONSE_BYTES] if reply is not None else b"",
-            "response_truncated": bool(reply is not None and (reply.truncated or len(reply.body) > LOG_RESPONSE_BYTES)),
-            "duration_ms": int((time.monotonic() - a0) * 1000),
-            "result": result,
-            "error": error[:500],
-            "started_at": started_at,
-        }

@@ -1,4 +1,6 @@
-"""Signing: the HS256 JWT of every request and the Standard Webhooks headers of notifications."""
+"""Signing: the HS256 JWT of every request (PyJWT, the library the consumer SDK verifies with, so
+the project has one token implementation) and the Standard Webhooks headers of notifications (an
+HMAC over `id.timestamp.body`, a different scheme from the JWT)."""
 
 import base64
 import hashlib
@@ -7,8 +9,9 @@ import json
 import secrets
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any
+
+import jwt
+from jwt.algorithms import HMACAlgorithm
 
 from forge.version import VERSION
 from webhooks.protocol import NOT_BEFORE_SKEW, SECRET_BYTES, encode_secret, kid_for, normalize_audience, sha256_hex
@@ -55,26 +58,34 @@ def sign_jwt(
         "type": event_type,
         "body_sha256": sha256_hex(body),
     }
-    return encode_hs256(key, claims), jti
+    payload = json.dumps(claims, separators=(",", ":")).encode()  # as `jwt.encode` serialises claims
+    return _JWS.encode(payload, key.key, "HS256", headers={"kid": key.kid}), jti
 
 
-@lru_cache(maxsize=1024)
-def _header_segment(kid: str) -> bytes:
-    header = {"alg": "HS256", "kid": kid, "typ": "JWT"}
-    return _b64url(json.dumps(header, separators=(",", ":"), sort_keys=True).encode())
+class _CheckedOnceHS256(HMACAlgorithm):
+    """PyJWT's HS256, with its per-call key checks (is this secret a PEM, SSH or DER key, a JWK?)
+    done once per key: they were most of the cost of a token, and our keys are random bytes
+    that only change with a rotation. Signing itself is PyJWT's."""
+
+    def __init__(self) -> None:
+        super().__init__(HMACAlgorithm.SHA256)
+        self._checked: set[bytes] = set()
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        if isinstance(key, bytes) and key in self._checked:
+            return key
+        prepared = super().prepare_key(key)
+        if len(self._checked) >= 1024:
+            self._checked.clear()
+        self._checked.add(prepared)
+        return prepared
 
 
-def _b64url(data: bytes) -> bytes:
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
-
-
-def encode_hs256(key: SigningKey, claims: dict[str, Any]) -> str:
-    """An HS256 JWT, byte for byte what `jwt.encode(claims, key, "HS256", headers={"kid", "typ"})`
-    produces (sorted compact header, compact claims in insertion order), at a fraction of the cost:
-    the header segment is computed once per key id."""
-    signing_input = _header_segment(key.kid) + b"." + _b64url(json.dumps(claims, separators=(",", ":")).encode())
-    signature = hmac.new(key.key, signing_input, hashlib.sha256).digest()
-    return (signing_input + b"." + _b64url(signature)).decode("ascii")
+# `sign_jwt` is `jwt.encode(claims, key, "HS256", headers={"kid": ...})` byte for byte (the claims
+# serialised as PyJWT does, then PyJWT's JWS encoder), through one encoder built once whose HS256
+# checks each key once.
+_JWS = jwt.PyJWS(algorithms=[])
+_JWS.register_algorithm("HS256", _CheckedOnceHS256())
 
 
 def standard_signature(keys: list[SigningKey], wid: str, timestamp: int, body: bytes) -> str:

@@ -39,7 +39,7 @@ from forge.db import Database, utcnow
 from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
-from tests.integration.test_webhooks_support import LOOPBACK, free_port, make_endpoint, make_repo
+from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
 from webhooks import envelope
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.models import WebhookDelivery, WebhookOutbox

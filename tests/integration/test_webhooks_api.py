@@ -22,12 +22,11 @@ from forge.models import AuditEvent, Collaborator, Repository
 from forge.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
+from tests.support.webhooks import LOOPBACK, config, make_repo, receiver
+from webhooks.deliverer import Deliverer
 from webhooks.models import WebhookEndpoint
 from webhooks.outbound import Outbound
-from webhooks.outbox import Deliverer
 from webhooks.runtime import wire
-
-from .test_webhooks_support import LOOPBACK, config, make_repo, receiver
 
 ADMIN_HOOKS = "/api/v1/admin/hooks"
 REPO_HOOKS = "/api/v1/repos/ana/demo/hooks"
@@ -338,3 +337,34 @@ async def test_admin_pages(hc: AsyncTestClient[Litestar], make: Accounts) -> Non
     assert ok.status_code == 200 and "whsec_" in ok.text
     rotated = await hc.post("/admin/hooks/1/rotate/generate", data={"csrf_token": csrf_from(ok.text)})
     assert rotated.status_code == 200 and "Next secret staged" in rotated.text
+
+
+async def test_anonymous_visitors_are_sent_to_sign_in_before_any_access_check(
+    hc: AsyncTestClient[Litestar], make: Accounts, db: Database, repo: Repository
+) -> None:
+    # The pages ask for a session first (even where the repository would answer 404); the REST
+    # API answers what the access rule says. A refusal leaves no transaction open behind it:
+    # the write that follows at once goes through.
+    for path in ("/ana/demo/settings/hooks", "/admin/hooks", "/nobody/nothing/settings/hooks"):
+        page = await hc.get(path, follow_redirects=False)
+        assert page.status_code == 401, (path, page.status_code)
+    assert (await hc.get(REPO_HOOKS)).status_code == 404
+    assert (await hc.post(f"{REPO_HOOKS}/1/ping")).status_code == 404
+    owner = bearer(await make.token("ana", "webhooks:admin"))
+    body = {"url": "http://127.0.0.1:9/hook", "kind": "notify", "events": ["task.created"]}
+    assert (await hc.post(REPO_HOOKS, json=body, headers=owner)).status_code == 201
+
+
+async def test_the_scope_is_authorized_before_the_body_is_validated(
+    hc: AsyncTestClient[Litestar], make: Accounts, repo: Repository
+) -> None:
+    # The scope dependency answers first: who may not manage the scope learns nothing from the
+    # body's validation; who may gets the validation error.
+    await make.user("eve")
+    eve = bearer(await make.token("eve", "webhooks:admin"))
+    ana = bearer(await make.token("ana", "webhooks:admin"))
+    invalid = {"url": 5}
+    assert (await hc.post(ADMIN_HOOKS, json=invalid, headers=eve)).status_code == 403
+    assert (await hc.post(REPO_HOOKS, json=invalid, headers=eve)).status_code == 404
+    assert (await hc.post(REPO_HOOKS, json=invalid, headers=ana)).status_code == 422
+    assert (await hc.patch(f"{REPO_HOOKS}/1", json={"nope": 1}, headers=eve)).status_code == 404

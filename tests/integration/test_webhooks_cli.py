@@ -11,11 +11,10 @@ import uuid
 import httpx
 from click.testing import CliRunner
 
+from tests.support.webhooks import free_port
 from webhooks.cli import hooks_group
 from webhooks.protocol import encode_secret, kid_for
 from webhooks.signing import SigningKey, request_headers, sign_jwt
-
-from .test_webhooks_support import free_port
 
 KEY = os.urandom(32)
 

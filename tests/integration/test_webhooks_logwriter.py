@@ -18,13 +18,12 @@ from forge.db import Database
 from forge.events import AccountRef, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
+from tests.support.webhooks import Seen, config, make_endpoint, make_repo, receiver
 from webhooks import logwriter, service
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.models import WebhookDelivery
 from webhooks.outbound import Outbound
 from webhooks.policy import PolicyDispatcher, PolicyOutcome
-
-from .test_webhooks_support import Seen, config, make_endpoint, make_repo, receiver
 
 pytestmark = pytest.mark.db
 

@@ -23,16 +23,18 @@ from forge.db import Database
 from forge.events import Event, EventBus, TaskRef
 from forge.models import AuditEvent, Repository
 from forge.settings import Settings
-from webhooks import outbox as outbox_mod
+from tests.support.webhooks import Clock, Seen, config, free_port, make_endpoint, make_repo, receiver
+from webhooks import schedule as outbox_mod
 from webhooks import service
 from webhooks.config import WebhooksConfig
 from webhooks.consumer import Verifier
+from webhooks.deliverer import Deliverer
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
 from webhooks.outbound import Outbound
-from webhooks.outbox import RETRY_SCHEDULE, Deliverer, OutboxWriter
+from webhooks.outbox import OutboxWriter
+from webhooks.outbox_store import OutboxStore
+from webhooks.schedule import RETRY_SCHEDULE
 from webhooks.schemas import HookUpdate
-
-from .test_webhooks_support import Clock, Seen, config, free_port, make_endpoint, make_repo, receiver
 
 
 def task_ref() -> TaskRef:
@@ -326,7 +328,7 @@ from forge.db import Database
 from forge.settings import load_settings
 from webhooks.config import WebhooksConfig
 from webhooks.outbound import Outbound
-from webhooks.outbox import Deliverer
+from webhooks.deliverer import Deliverer
 from webhooks.urlguard import AllowList
 
 values = json.loads(sys.argv[1])
@@ -436,3 +438,22 @@ async def test_an_idle_deliverer_only_counts_rows_it_could_claim(rig: Rig, db: D
             assert e is not None
             e.active = False
         assert await rig.deliverer.next_due_in() is None  # a paused endpoint's rows never make it spin
+
+
+async def test_the_deliverer_holds_its_store_and_sends_what_that_store_claims(
+    db: Database, settings: Settings, repo: Repository
+) -> None:
+    cfg = config(settings)
+    store = OutboxStore(db, cfg, batch=1)
+    deliverer = Deliverer(db, cfg, Outbound(cfg.allow), store=store)
+    assert deliverer.store is store and not isinstance(deliverer, OutboxStore)
+    with receiver() as r:
+        endpoint, _ = await make_endpoint(db, cfg, repo, r.url)
+        async with db.session(write=True) as s:
+            for _ in range(2):
+                await service.ping(s, Actor.system("t"), cfg, repo, endpoint)
+        assert await deliverer.run_once() == 1  # the store's batch of one
+        assert await deliverer.run_once() == 1
+        assert await deliverer.run_once() == 0
+    assert len(r.seen) == 2
+    await deliverer.outbound.aclose()

@@ -19,14 +19,13 @@ from forge.db import Database
 from forge.events import AccountRef, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
+from tests.support.webhooks import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
 from webhooks import service
 from webhooks.consumer import Consumer, HookRequest, Verifier, allow, ask, deny
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.models import WebhookDelivery
 from webhooks.policy import PolicyDispatcher
 from webhooks.reference import make_consumer, make_server
-
-from .test_webhooks_support import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
 
 TASK = TaskRef(id=str(uuid.uuid4()), number=7, url="http://testserver.local/ana/demo/tasks/7")
 META = TaskMeta(

@@ -25,6 +25,7 @@ from forge.events import AccountRef, EventBus, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
 from tests.support.accounts import Accounts
+from tests.support.webhooks import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver
 from webhooks import registry, service
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.models import WebhookEndpoint
@@ -33,8 +34,6 @@ from webhooks.policy import PolicyDispatcher, PolicyOutcome
 from webhooks.protocol import decode_secret
 from webhooks.runtime import wire
 from webhooks.schemas import HookUpdate
-
-from .test_webhooks_support import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver
 
 pytestmark = pytest.mark.db
 

@@ -10,14 +10,14 @@ from sqlalchemy import select
 from forge.db import Database
 from forge.events import AccountRef, TaskRef
 from forge.settings import Settings
+from tests.support.webhooks import Canary, config, make_repo, receiver
+from webhooks.deliverer import Deliverer
 from webhooks.envelope import RepoRef, TaskMeta
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.outbound import Outbound, OutboundError
-from webhooks.outbox import Deliverer, enqueue
+from webhooks.outbox import enqueue
 from webhooks.policy import PolicyDispatcher
 from webhooks.urlguard import AllowList, validate_url
-
-from .test_webhooks_support import Canary, config, make_repo, receiver
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import jwt
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from webhooks.outbox import RETRY_SCHEDULE, parse_retry_after, retry_delay
 from webhooks.protocol import decode_secret, encode_secret, kid_for, normalize_audience
+from webhooks.schedule import RETRY_SCHEDULE, parse_retry_after, retry_delay
 from webhooks.signing import SigningKey, new_secret, redacted, request_headers, sign_jwt
 
 
@@ -132,3 +132,25 @@ def test_retry_after_is_honoured_within_base_and_twice_base() -> None:
     assert parse_retry_after("120", now) == 120
     assert parse_retry_after((now + timedelta(minutes=7)).strftime("%a, %d %b %Y %H:%M:%S GMT"), now) == 420
     assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
+
+
+def _token(key: SigningKey, subject: str) -> tuple[str, str]:
+    args = {"issuer": "fh-1", "audience": "https://h.example/", "wid": "w1", "event_type": "stop", "body": b"{}"}
+    return sign_jwt(key, subject=subject, budget=5, now=1_000_000, **args)  # type: ignore[arg-type]
+
+
+def test_tokens_are_pyjwt_tokens_byte_for_byte_and_keys_are_still_checked() -> None:
+    # The one encoder built once gives exactly what `jwt.encode` gives, for every key (current and
+    # next during a rotation), including a non-ASCII subject.
+    for key in (new_secret()[0], new_secret()[0]):
+        for subject in ("forgehand:task:t", "forgehand:repo:é"):
+            token, jti = _token(key, subject)
+            claims = jwt.decode(token, options={"verify_signature": False})
+            assert claims["jti"] == jti and claims["sub"] == subject
+            assert token == jwt.encode(claims, key.key, algorithm="HS256", headers={"kid": key.kid})
+    # PyJWT's refusal of secrets that are really asymmetric keys or JWKs still holds (checked once
+    # per key, not skipped).
+    for bad in (b"-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n", b'{"kty": "oct", "k": "aaaa"}'):
+        for _ in range(2):
+            with pytest.raises(jwt.InvalidKeyError):
+                _token(SigningKey("k", bad), "s")

@@ -1,5 +1,5 @@
-"""Helpers for the webhooks tests (no tests here): real HTTP receivers on 127.0.0.1, a canary
-listener, a controllable clock, repositories and endpoints made through the real services."""
+"""What the webhooks tests share: real HTTP receivers on 127.0.0.1, a canary listener, a
+controllable clock, repositories and endpoints made through the real services."""
 
 import socket
 import threading
