@@ -42,7 +42,7 @@ DESCRIPTIONS = {
     "415": "Body is not JSON",
     "422": "Input does not validate (see `errors`), or the URL has invalid characters",
     "502": "A policy hook could not be asked or refused to answer (failure policy `closed`)",
-    "503": "The service this needs is not set up",
+    "503": "Busy (retry after `Retry-After`), or a service this needs is not set up",
 }
 
 
@@ -90,8 +90,9 @@ def _statuses(method: str, path: str, operation: Mapping[str, Any]) -> list[str]
     params = operation.get("parameters", [])
     has_body = "requestBody" in operation
     has_query = any(p.get("in") == "query" for p in params)
-    # 422 for every operation: a URL with a NUL character is invalid input wherever it points.
-    out = ["401", "403", "422"]
+    # Every operation: 422 (a URL with a NUL character is invalid input wherever it points) and 503
+    # (the database pool stayed full: retry after `Retry-After`).
+    out = ["401", "403", "422", "503"]
     if has_body or has_query or "400" in operation.get("responses", {}):
         out.append("400")
     if has_body:
@@ -102,8 +103,6 @@ def _statuses(method: str, path: str, operation: Mapping[str, Any]) -> list[str]
         out.append("409")
         if "/tasks" in path:
             out.append("502")
-        if "/hooks" in path:
-            out.append("503")
     return sorted(set(out))
 
 

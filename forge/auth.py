@@ -45,6 +45,8 @@ def signed_in(connection: ASGIConnection, _: object) -> None:  # type: ignore[ty
     """Guard for endpoints that exist only for an account (`/api/v1/user`, `/api/v1/admin`): an
     anonymous caller gets 401 before its body is even decoded, so clients prompt for a token instead
     of reporting a validation error."""
+    if connection.scope.get("method") == "OPTIONS":
+        return  # what a path allows is no secret (and preflights carry no credentials)
     if not actor_of(connection).principal.is_authenticated:
         raise Unauthenticated("sign in or send a token")
 

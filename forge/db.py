@@ -74,12 +74,20 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+#: How long a request waits for a pooled connection before it is answered 503 with Retry-After
+#: (`forge.problems`): a full pool is back-pressure, not a server error after 30 s.
+POOL_TIMEOUT_SECONDS = 5.0
+POOL_SIZE = 10
+POOL_MAX_OVERFLOW = 10
+
+
 def create_engine(url: str) -> AsyncEngine:
+    pool = {"pool_size": POOL_SIZE, "max_overflow": POOL_MAX_OVERFLOW, "pool_timeout": POOL_TIMEOUT_SECONDS}
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 15})
+        engine = create_async_engine(url, connect_args={"timeout": 15}, **pool)
         _install_sqlite_hooks(engine)
         return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+    return create_async_engine(url, pool_pre_ping=True, **pool)
 
 
 class Database:

@@ -21,6 +21,8 @@ from litestar.exceptions import (
 )
 from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from forge import audit
 from forge.auth import actor_of, request_id
@@ -180,7 +182,25 @@ def handle_bad_encoding(request: Request[Any, Any, Any], exc: UnicodeDecodeError
     return _render(request, problem, {})
 
 
+def handle_database_busy(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The connection pool stayed full (or SQLite's write lock stayed taken) for the whole wait:
+    the server is busy, nothing went wrong, and the client may retry."""
+    if isinstance(exc, OperationalError) and "database is locked" not in str(exc.orig):
+        return handle_unexpected(request, exc)
+    log.warning("database busy", request_id=request_id(request), path=request.url.path, error=type(exc).__name__)
+    problem = Problem(
+        title="Service unavailable",
+        status=503,
+        detail="the server is busy; retry in a moment",
+        code="database_busy",
+        request_id=request_id(request),
+    )
+    return _render(request, problem, {"Retry-After": "1"})
+
+
 EXCEPTION_HANDLERS: dict[type[Exception] | int, Any] = {
+    SQLAlchemyTimeoutError: handle_database_busy,
+    OperationalError: handle_database_busy,
     ForgeError: handle_forge_error,
     UnicodeDecodeError: handle_bad_encoding,
     HTTPException: handle_http_exception,

@@ -187,3 +187,29 @@ async def test_anonymous_calls_to_account_endpoints_are_401(app: Litestar, clien
             assert r.json()["code"] == "unauthenticated"
             checked += 1
     assert checked >= 20, checked
+
+
+async def test_a_full_connection_pool_is_a_503_with_retry_after(app: Litestar, make: Accounts) -> None:
+    """Back-pressure, not a server error: while every pooled connection is taken, a request waits the
+    pool timeout (5 s, not 30) and is answered 503 `database_busy` with `Retry-After`."""
+    import asyncio
+    import time
+
+    from forge.db import POOL_MAX_OVERFLOW, POOL_SIZE, POOL_TIMEOUT_SECONDS
+
+    await make.user("ana")
+    token = await make.token("ana", "repo:read")
+    async with AsyncTestClient(app) as client:
+        engine = app.state.db.engine
+        held = [await engine.connect() for _ in range(POOL_SIZE + POOL_MAX_OVERFLOW)]
+        try:
+            started = time.monotonic()
+            r = await client.get("/api/v1/repos", headers={"Authorization": f"Bearer {token}"})
+            waited = time.monotonic() - started
+        finally:
+            await asyncio.gather(*(c.close() for c in held))
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == "database_busy" and r.headers["retry-after"] == "1"
+        assert waited < POOL_TIMEOUT_SECONDS * 3
+        again = await client.get("/api/v1/repos", headers={"Authorization": f"Bearer {token}"})
+        assert again.status_code == 200
