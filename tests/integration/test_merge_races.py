@@ -18,8 +18,8 @@ import pytest
 from forge.db import Database
 from forge.settings import Settings
 from tests.integration.test_forge_git import git
-from tests.integration.test_reviews_merge import TASKS, World, _world, agent_commits
 from tests.support.accounts import LiveServer, run_sync
+from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 
 pytestmark = pytest.mark.db
 
@@ -84,7 +84,7 @@ async def _with_db(settings: Settings, fn: Callable[[Database], Any]) -> Any:
 
 @pytest.fixture
 def env(live_server: LiveServer, settings: Settings) -> Iterator[Env]:
-    world = run_sync(_with_db(settings, lambda db: _world(db, settings)))
+    world = run_sync(_with_db(settings, lambda db: build_task_world(db, settings)))
     yield Env(url=live_server.url, world=world, settings=settings)
 
 
