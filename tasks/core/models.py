@@ -8,6 +8,7 @@ from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, 
 from sqlalchemy.orm import Mapped, mapped_column
 
 from forge.db import Base, utcnow
+from tasks.core.states import ApprovalState
 
 
 def _uuid() -> str:
@@ -142,7 +143,7 @@ class Approval(Base):
     held: Mapped[bool] = mapped_column(Boolean, default=False)  # failure policy `hold`, not a consumer's ask
     requested_by: Mapped[str] = mapped_column(String(2048), default="")  # the endpoint URL(s)
     delivery_id: Mapped[str] = mapped_column(String(64), default="")
-    state: Mapped[str] = mapped_column(String(16), default="pending")
+    state: Mapped[str] = mapped_column(String(16), default=ApprovalState.PENDING.value)
     decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     decision_reason: Mapped[str] = mapped_column(Text, default="")
     decided_at: Mapped[datetime | None] = mapped_column(nullable=True)

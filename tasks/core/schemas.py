@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
 RuntimeName = Literal["builtin", "command"]
@@ -56,7 +57,6 @@ class ApprovalRead(msgspec.Struct, kw_only=True):
     decision_reason: str
 
 
-Verdict = Literal["approve", "request_changes", "comment"]
 MergeStrategyName = Literal["merge", "squash", "fast-forward"]
 
 
@@ -69,7 +69,7 @@ class ReviewCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
 
 
 class ReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    verdict: Verdict
+    verdict: ReviewVerdict
     body: Annotated[str, msgspec.Meta(max_length=50_000)] = ""
     # The head commit the review was written against (default: the task's head now).
     commit_sha: Annotated[str, msgspec.Meta(max_length=64)] = ""

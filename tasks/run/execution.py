@@ -26,7 +26,7 @@ from sandbox import (
 from tasks.core import repo_settings
 from tasks.core.models import Approval, Run, Task
 from tasks.core.policy import ApprovedCall, GateContext, policy_record
-from tasks.core.states import ApprovalState, FailureReason, RunKind
+from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops
@@ -163,18 +163,22 @@ class Execution(Settling):
             outcome = await self._supervise(ctx)
         except Stopped as exc:
             stopped = exc.reason is None
-            outcome = Outcome(status="failed", failure_reason=exc.reason, error=str(exc))
+            outcome = Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
         except ProvisionFailed as exc:
-            outcome = Outcome(status="failed", failure_reason=exc.reason, error=str(exc))
+            outcome = Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
         except asyncio.CancelledError:
             cancelled = True
             outcome = Outcome(
-                status="failed", failure_reason=FailureReason.INTERRUPTED, error="interrupted: the worker shut down"
+                status=RunState.FAILED,
+                failure_reason=FailureReason.INTERRUPTED,
+                error="interrupted: the worker shut down",
             )
         except Exception as exc:
             log.exception("run failed unexpectedly", run_id=self.run_id)
             outcome = Outcome(
-                status="failed", failure_reason=FailureReason.INTERNAL, error=f"internal error: {type(exc).__name__}"
+                status=RunState.FAILED,
+                failure_reason=FailureReason.INTERNAL,
+                error=f"internal error: {type(exc).__name__}",
             )
         if ctx is not None:
             self.turns, self.prompt_tokens, self.completion_tokens = ctx.turns, ctx.prompt_tokens, ctx.completion_tokens
@@ -325,7 +329,7 @@ class Execution(Settling):
                     try:
                         return runtime_task.result()
                     except RuntimeUnavailable as exc:
-                        return Outcome(status="failed", failure_reason=exc.reason, error=str(exc))
+                        return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
                 if stop_wait in done:
                     raise Stopped(None, "stopped by request")
                 now = time.monotonic()

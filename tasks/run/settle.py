@@ -83,13 +83,7 @@ class Settling:
                 await self.system("sandbox_removed", "sandbox removed", t0)
             except Exception as exc:
                 log.warning("sandbox removal failed", run_id=self.run_id, error=str(exc))
-        run_state = (
-            RunState.STOPPED
-            if stopped
-            else {"succeeded": RunState.SUCCEEDED, "failed": RunState.FAILED, "blocked": RunState.BLOCKED}[
-                outcome.status
-            ]
-        )
+        run_state = RunState.STOPPED if stopped else outcome.status
         snap: gitops.Snapshot | None = None
         if self.workspace is not None and self.start_sha:
             t0 = time.monotonic()
@@ -133,7 +127,7 @@ class Settling:
                             level="warning",
                         ),
                     )
-            if outcome.status == "succeeded" or stopped or outcome.failure_reason is not None:
+            if outcome.status is RunState.SUCCEEDED or stopped or outcome.failure_reason is not None:
                 changed = snap.changed_files if snap else []
                 with contextlib.suppress(Exception):
                     await env.gate.stop(

@@ -122,7 +122,7 @@ class TaskWorker:
     async def start(self) -> None:
         _LIVE_WORKERS.add(self.id)
         await self.recover(reap_containers=True)
-        self.hub.listen(self._on_notify)
+        self.hub.listen(self.on_task_changed)
         self._bg = [
             asyncio.create_task(self._claim_loop()),
             asyncio.create_task(self._heartbeat_loop()),
@@ -133,7 +133,7 @@ class TaskWorker:
     async def close(self) -> None:
         """Stop claiming; runs still going end as `interrupted` (with their WIP snapshot)."""
         self._closing = True
-        self.hub.unlisten(self._on_notify)
+        self.hub.unlisten(self.on_task_changed)
         for bg in self._bg:
             bg.cancel()
         for bg in self._bg:
@@ -147,10 +147,15 @@ class TaskWorker:
         if self._own_engine:
             await self.engine.close()
 
+    @property
+    def woken(self) -> bool:
+        """A wake-up is pending (the claim loop has not looked since): for tests and the bench."""
+        return self._wake.is_set()
+
     def wake(self) -> None:
         self._wake.set()
 
-    def _on_notify(self, task_id: int) -> None:
+    def on_task_changed(self, task_id: int) -> None:
         # Called from any thread: a stop request, a new run. Look soon, on our own loop.
         self._wake.set()
         self._check_stops.set()

@@ -9,7 +9,6 @@ import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
-from forge.access import Action, require
 from forge.audit import Actor
 from forge.errors import InvalidInput
 from forge.repositories import RepoResource
@@ -17,6 +16,7 @@ from forge.settings import Settings
 from forge.text import require_no_nul
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box
+from tasks.services import rules
 
 Seconds = Annotated[int, msgspec.Meta(ge=1, le=7 * 24 * 3600)]
 
@@ -72,7 +72,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
 async def update(
     session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, change: RepoTaskSettingsUpdate
 ) -> RepoTaskSettingsRead:
-    require(actor.principal, Action.REPO_ADMIN, res)
+    rules.require_configure(actor.principal, res)
     if change.model_base_url:
         parts = urlsplit(require_no_nul(change.model_base_url, "a model URL"))
         if parts.scheme not in {"http", "https"} or not parts.hostname:

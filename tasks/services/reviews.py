@@ -138,7 +138,7 @@ class ReviewService:
         return out
 
     async def status(self, task: Task) -> ReviewStatus:
-        rules = await repo_settings.merge_rules(self.session, task.repo_id)
+        merge_rules = await repo_settings.merge_rules(self.session, task.repo_id)
         rows = (
             (await self.session.execute(select(Review).where(Review.task_id == task.id).order_by(Review.id)))
             .scalars()
@@ -158,27 +158,29 @@ class ReviewService:
             login = author.login
             if r.verdict == ReviewVerdict.REQUEST_CHANGES:
                 asking.append(login)
-            elif (
-                r.commit_sha == task.head_sha
-                and author_id != task.agent_id
-                and not (rules.approval_not_by_starter and author_id == task.started_by_id)
+            elif r.commit_sha == task.head_sha and rules.approval_counts(
+                author_id, task, not_by_starter=merge_rules.approval_not_by_starter
             ):
                 approvers.append(login)
         blockers = []
         if task.state != TaskState.AWAITING_REVIEW:
             blockers.append(f"the task is {task.state}, not awaiting review")
-        if len(approvers) < rules.required_approvals:
-            who = " from someone other than the person who started the task" if rules.approval_not_by_starter else ""
+        if len(approvers) < merge_rules.required_approvals:
+            who = (
+                " from someone other than the person who started the task"
+                if merge_rules.approval_not_by_starter
+                else ""
+            )
             blockers.append(
-                f"{rules.required_approvals} approval(s) of the current head needed{who}, {len(approvers)} given"
+                f"{merge_rules.required_approvals} approval(s) of the current head needed{who}, {len(approvers)} given"
             )
         if asking:
             blockers.append("changes requested by " + ", ".join(sorted(asking)))
         return ReviewStatus(
             head_sha=task.head_sha,
             approvals=sorted(approvers),
-            required_approvals=rules.required_approvals,
-            approval_not_by_starter=rules.approval_not_by_starter,
+            required_approvals=merge_rules.required_approvals,
+            approval_not_by_starter=merge_rules.approval_not_by_starter,
             change_requests=sorted(asking),
             blockers=blockers,
         )
@@ -200,7 +202,7 @@ class ReviewService:
                 head_sha=task.head_sha,
             )
         body = require_no_nul(data.body, "a review").strip()
-        if ReviewVerdict(data.verdict) is not ReviewVerdict.APPROVE and not body and not data.comments:
+        if data.verdict is not ReviewVerdict.APPROVE and not body and not data.comments:
             raise InvalidInput("say something: a body or inline comments", code="review_empty")
         comments: list[ReviewComment] = []
         if data.comments:
@@ -224,7 +226,7 @@ class ReviewService:
                         task_id=task.id, path=path, side=given.side, line=given.line, body=text, quoted=quoted
                     )
                 )
-        if ReviewVerdict(data.verdict) is not ReviewVerdict.REQUEST_CHANGES:
+        if data.verdict is not ReviewVerdict.REQUEST_CHANGES:
             return sha, body, comments, [], None
         earlier = (
             (
@@ -272,9 +274,7 @@ class ReviewService:
             self.session.add(c)
         await self.session.flush()
         login = actor.principal.login
-        notes = [
-            Pending(kind="notice", payload=Notice(text=f"{login} {VERBS[ReviewVerdict(data.verdict)]} ({sha[:12]})"))
-        ]
+        notes = [Pending(kind="notice", payload=Notice(text=f"{login} {VERBS[data.verdict]} ({sha[:12]})"))]
         run = None
         if prompt is not None:
             prompt = await self.tasks.life.check_prompt(

@@ -83,6 +83,12 @@ def require_review(principal: Principal, res: RepoResource, task: Task) -> None:
         raise Forbidden("the task's agent cannot review its own work", code="agent_cannot_review")
 
 
+def approval_counts(account_id: int, task: Task, *, not_by_starter: bool) -> bool:
+    """An approval of the current head counts unless it is the agent's own or, when the merge
+    rules say so, the starter's."""
+    return account_id != task.agent_id and not (not_by_starter and account_id == task.started_by_id)
+
+
 def may_merge(principal: Principal, res: RepoResource, task: Task) -> bool:
     return can(principal, Action.REVIEW_WRITE, res) and not is_agent(principal, task)
 

@@ -2,12 +2,28 @@
 
 import json
 import unicodedata
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from litestar.response import Template
 
 from forge import repositories
 from forge.access import Principal
+from forge.errors import ForgeError
 from forge.repositories import RepoResource
 from tasks.services import rules
+
+Done = TypeVar("Done")
+
+
+async def or_form_error(action: Awaitable[Done], again: Callable[[ForgeError], Awaitable[Template]]) -> Done | Template:
+    """A form's action, or the page again showing why it was refused (a 404 stays a 404)."""
+    try:
+        return await action
+    except ForgeError as exc:
+        if exc.status == 404:
+            raise
+        return await again(exc)
 
 
 def repo_context(res: RepoResource, principal: Principal, base_url: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import msgspec
 
 from forge.errors import InvalidInput
 from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, TaskCreate
+from tasks.core.states import ReviewVerdict
 
 
 class StartForm(msgspec.Struct, kw_only=True):
@@ -31,7 +32,7 @@ class DecisionForm(msgspec.Struct, kw_only=True):
 
 
 class ReviewForm(msgspec.Struct, kw_only=True):
-    verdict: str = "comment"
+    verdict: str = ReviewVerdict.COMMENT.value
     body: str = ""
     # One inline comment (the per-line form), optional.
     path: str = ""
@@ -71,13 +72,10 @@ def approval_decide(data: DecisionForm) -> ApprovalDecide:
 
 
 def review_create(form: ReviewForm) -> ReviewCreate:
-    verdict: Literal["approve", "request_changes", "comment"] = (
-        "approve"
-        if form.verdict == "approve"
-        else "request_changes"
-        if form.verdict == "request_changes"
-        else "comment"
-    )
+    try:
+        verdict = ReviewVerdict(form.verdict)
+    except ValueError:
+        verdict = ReviewVerdict.COMMENT
     comments = []
     if form.path and form.line.isascii() and form.line.isdigit() and form.comment.strip():
         side: Literal["base", "head"] = "base" if form.side == "base" else "head"

@@ -2,6 +2,7 @@
 summary, the reviews so far (markdown, sanitised), the merge rules' verdict and the merge form.
 Same actions as the REST API; forms work without JavaScript."""
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Controller, Request, get, post
@@ -13,12 +14,12 @@ from forge.pages import page
 from forge.render import markdown_async
 from tasks.http.actions import merge_task, submit_review
 from tasks.http.deps import DEPENDENCIES, REPO_TASKS, TaskScope, TaskScopeDep
-from tasks.http.pages.common import repo_context
+from tasks.http.pages.common import or_form_error, repo_context
 from tasks.http.pages.forms import MergeForm, ReviewForm, merge_create, review_create
 from tasks.services import rules
-from tasks.services.reviews import ReviewService
+from tasks.services.reviews import VERBS, ReviewService
 
-VERDICTS = {"approve": "approved", "request_changes": "requested changes", "comment": "commented"}
+VERDICTS = {verdict.value: text for verdict, text in VERBS.items()}
 
 
 async def review_page(
@@ -68,6 +69,13 @@ class ReviewPages(Controller):
     include_in_schema = False
     dependencies = DEPENDENCIES
 
+    @staticmethod
+    def again(request: Request[Any, Any, Any], scope: TaskScope) -> Callable[[ForgeError], Awaitable[Template]]:
+        async def render(exc: ForgeError) -> Template:
+            return await review_page(request, scope, error=exc.detail, status_code=exc.status)
+
+        return render
+
     @get("/{number:str}/review")
     async def review(self, request: Request[Any, Any, Any], task_scope: TaskScopeDep) -> Template:
         return await review_page(request, task_scope)
@@ -76,12 +84,9 @@ class ReviewPages(Controller):
     async def submit(
         self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, data: URLEncodedBody[ReviewForm]
     ) -> Template | Redirect:
-        try:
-            read = await submit_review(task_scope, review_create(data))
-        except ForgeError as exc:
-            if exc.status == 404:
-                raise
-            return await review_page(request, task_scope, error=exc.detail, status_code=exc.status)
+        read = await or_form_error(submit_review(task_scope, review_create(data)), self.again(request, task_scope))
+        if isinstance(read, Template):
+            return read
         base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
         # A change request starts a run: follow it on the task page.
         return Redirect(base if read.run is not None else f"{base}/review#reviews", status_code=303)
@@ -90,10 +95,7 @@ class ReviewPages(Controller):
     async def merge(
         self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, data: URLEncodedBody[MergeForm]
     ) -> Template | Redirect:
-        try:
-            await merge_task(task_scope, merge_create(data))
-        except ForgeError as exc:
-            if exc.status == 404:
-                raise
-            return await review_page(request, task_scope, error=exc.detail, status_code=exc.status)
+        merged = await or_form_error(merge_task(task_scope, merge_create(data)), self.again(request, task_scope))
+        if isinstance(merged, Template):
+            return merged
         return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}/review", status_code=303)

@@ -14,7 +14,7 @@ from tasks.core import transcript
 from tasks.core.schemas import MessageCreate
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
 from tasks.http.deps import DEPENDENCIES, REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep
-from tasks.http.pages.common import repo_context, visible_json
+from tasks.http.pages.common import or_form_error, repo_context, visible_json
 from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
 from tasks.services import rules
 
@@ -68,12 +68,12 @@ class TaskPages(Controller):
     async def start(
         self, request: Request[Any, Any, Any], repo_scope: RepoScopeDep, data: URLEncodedBody[StartForm]
     ) -> Template | Redirect:
-        try:
-            read = await start_task(repo_scope, task_create(data))
-        except ForgeError as exc:
-            if exc.status == 404:
-                raise
+        async def again(exc: ForgeError) -> Template:
             return await list_page(request, repo_scope, form=data, error=exc.detail, status_code=exc.status)
+
+        read = await or_form_error(start_task(repo_scope, task_create(data)), again)
+        if isinstance(read, Template):
+            return read
         return Redirect(f"/{read.repository}/tasks/{read.number}", status_code=303)
 
     @get("/{number:str}")

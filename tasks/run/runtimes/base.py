@@ -5,13 +5,13 @@ A runtime drives one run inside a started sandbox. It reports everything through
 database, the repository or the sandbox's spec; later CLI-agent runtimes fit the same shape."""
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from sandbox import Sandbox
 from tasks.core.policy import ApprovalRequest, ApprovedCall, GateContext, PolicyGate
-from tasks.core.states import FailureReason, RunKind
+from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Kind, Payload
 
 __all__ = [
@@ -24,8 +24,6 @@ __all__ = [
     "RuntimeLimits",
     "RuntimeUnavailable",
 ]
-
-OutcomeStatus = Literal["succeeded", "failed", "blocked"]
 
 
 class RuntimeLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,7 +41,7 @@ class ModelEndpoint(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Outcome(msgspec.Struct, kw_only=True):
-    status: OutcomeStatus
+    status: RunState  # succeeded, failed or blocked
     summary: str = ""
     error: str = ""
     failure_reason: FailureReason | None = None

@@ -19,7 +19,7 @@ from sandbox import (
     write_workspace_file,
 )
 from tasks.core.policy import ApprovalRequest, ApprovedCall, GateDecision, input_hash, policy_record
-from tasks.core.states import FailureReason, RunKind
+from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.model_client import TOOL_NAMES, ModelFailure, chat
@@ -87,7 +87,7 @@ class BuiltinRuntime:
             while True:
                 if ctx.turns >= ctx.limits.turn_limit:
                     return Outcome(
-                        status="failed",
+                        status=RunState.FAILED,
                         failure_reason=FailureReason.TURN_LIMIT,
                         error=f"turn limit reached ({ctx.limits.turn_limit} turns)",
                         summary=summary,
@@ -96,7 +96,9 @@ class BuiltinRuntime:
                 try:
                     answer = await chat(client, ctx.model, messages)
                 except ModelFailure as exc:
-                    return Outcome(status="failed", failure_reason=exc.reason, error=str(exc), conversation=messages)
+                    return Outcome(
+                        status=RunState.FAILED, failure_reason=exc.reason, error=str(exc), conversation=messages
+                    )
                 ctx.turns += 1
                 usage = answer["usage"]
                 ctx.prompt_tokens += int(usage.get("prompt_tokens") or 0)
@@ -115,7 +117,7 @@ class BuiltinRuntime:
                 budget = ctx.limits.token_budget
                 if budget and ctx.prompt_tokens + ctx.completion_tokens > budget:
                     return Outcome(
-                        status="failed",
+                        status=RunState.FAILED,
                         failure_reason=FailureReason.TOKEN_BUDGET,
                         error=f"token budget of {budget} exceeded",
                         conversation=messages,
@@ -128,7 +130,7 @@ class BuiltinRuntime:
                         continued = True
                         messages.append({"role": "user", "content": decision.model_context})
                         continue
-                    return Outcome(status="succeeded", summary=final, conversation=messages)
+                    return Outcome(status=RunState.SUCCEEDED, summary=final, conversation=messages)
                 question = ""
                 approval: ApprovalRequest | None = None
                 ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
@@ -153,7 +155,7 @@ class BuiltinRuntime:
                     result, is_error, extra = await self._tool(ctx, call)
                     if extra.get("policy_failure"):
                         return Outcome(
-                            status="failed",
+                            status=RunState.FAILED,
                             failure_reason=FailureReason.POLICY,
                             error=extra["policy_failure"],
                             conversation=messages,
@@ -177,9 +179,9 @@ class BuiltinRuntime:
                     # After every tool result of the turn (the API wants those right after the call).
                     messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(notes)})
                 if question:
-                    return Outcome(status="blocked", question=question, summary=summary, conversation=messages)
+                    return Outcome(status=RunState.BLOCKED, question=question, summary=summary, conversation=messages)
                 if approval is not None:
-                    return Outcome(status="blocked", approval=approval, summary=summary, conversation=messages)
+                    return Outcome(status=RunState.BLOCKED, approval=approval, summary=summary, conversation=messages)
 
     async def _resume_approved(
         self, ctx: RunContext, decided: ApprovedCall, messages: list[dict[str, Any]]
@@ -218,7 +220,7 @@ class BuiltinRuntime:
         result, _, extra = await self._run_tool(ctx, call_id, name, dict(decided.tool_input))
         if extra.get("question"):
             await ctx.emit("question", Question(text=extra["question"], tool_call_id=call_id))
-            return Outcome(status="blocked", question=extra["question"], conversation=messages)
+            return Outcome(status=RunState.BLOCKED, question=extra["question"], conversation=messages)
         messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
         if extra.get("model_context"):
             messages.append({"role": "system", "content": "Policy note:\n" + extra["model_context"]})

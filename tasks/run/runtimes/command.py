@@ -6,7 +6,7 @@ import codecs
 
 from sandbox import OutputChunk
 from tasks.core.schemas import argv_of
-from tasks.core.states import FailureReason
+from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice, Output
 from tasks.run.runtimes.base import Outcome, RunContext
 
@@ -54,7 +54,7 @@ class CommandRuntime:
             )
         if result.oom_killed:
             return Outcome(
-                status="failed",
+                status=RunState.FAILED,
                 failure_reason=FailureReason.OOM,
                 error="the command ran out of memory",
                 exit_code=result.exit_code,
@@ -64,7 +64,7 @@ class CommandRuntime:
             # before the per-command limit is the run's wall-clock limit, and is said as such.
             hit_wall_clock = result.duration < ctx.limits.tool_timeout - 1
             return Outcome(
-                status="failed",
+                status=RunState.FAILED,
                 failure_reason=FailureReason.TIMEOUT,
                 error="the run passed its wall-clock limit"
                 if hit_wall_clock
@@ -72,9 +72,9 @@ class CommandRuntime:
                 exit_code=result.exit_code,
             )
         if result.exit_code == 0:
-            return Outcome(status="succeeded", summary=f"`{' '.join(argv)}` exited 0", exit_code=0)
+            return Outcome(status=RunState.SUCCEEDED, summary=f"`{' '.join(argv)}` exited 0", exit_code=0)
         return Outcome(
-            status="failed",
+            status=RunState.FAILED,
             failure_reason=FailureReason.EXIT_CODE,
             error=f"the command exited with status {result.exit_code}",
             exit_code=result.exit_code,
