@@ -3,6 +3,8 @@ and the services built on a session. The composition root builds one and puts it
 `app.state.tasks`."""
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -45,6 +47,12 @@ class TaskSystem:
         return TaskService(
             session, bus=self.bus, store=self.store, settings=self.settings, gate=self.gate, changed=self.hub.notify
         )
+
+    @asynccontextmanager
+    async def new(self, *, write: bool = False) -> AsyncIterator[TaskService]:
+        """The task service on a session of its own, outside a request (CLI, scripts, tests)."""
+        async with self.db.session(write=write) as session:
+            yield self.service(session)
 
     def merge_service(self) -> MergeService:
         return MergeService(self.db, self.service)

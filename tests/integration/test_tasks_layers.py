@@ -120,11 +120,10 @@ async def add_tasks(db: Database, settings: Settings, n: int) -> None:
     actor = await ana(db)
     try:
         for i in range(n):
-            async with db.session(write=True) as s:
+            async with system.new(write=True) as svc:
+                s = svc.session
                 res = await repositories.load(s, actor.principal, "ana", "demo")
-                task = await system.service(s).start(
-                    actor, res, TaskCreate(goal=f"t{i}", agent="fixer", command="true")
-                )
+                task = await svc.start(actor, res, TaskCreate(goal=f"t{i}", agent="fixer", command="true"))
                 run = (await s.execute(select(Run).where(Run.task_id == task.id))).scalar_one()
                 if i % 3 == 1:
                     run.state = RunState.BLOCKED
