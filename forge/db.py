@@ -129,7 +129,8 @@ class Database:
     async def session(self, *, write: bool = False) -> AsyncIterator[AsyncSession]:
         """A session whose transaction commits on success and rolls back on error.
 
-        `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE)."""
+        `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE). What `after_commit`
+        registered on it runs once it has committed."""
         async with self.sessionmaker() as session:
             if write:
                 await session.connection(execution_options={IMMEDIATE: True})
