@@ -3,7 +3,6 @@ or denies the goal and each tool call of the builtin runtime, and forgehand obey
 
 import asyncio
 import json
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -106,27 +105,12 @@ def test_denied_tool_call_is_not_run_and_the_model_is_told(policy_settings: Sett
 class ByInputConsumer(PolicyConsumer):
     """Denies a pre_tool_use whose input mentions `evil`; asks the agent to go on once at `stop`."""
 
-    def __init__(self) -> None:
-        super().__init__({})
-        outer = self
-        handler = self.server.RequestHandlerClass
-
-        def do_post(h: BaseHTTPRequestHandler) -> None:
-            body = json.loads(h.rfile.read(int(h.headers.get("content-length", "0"))))
-            outer.seen.append(body)
-            answer: dict[str, Any] | None = None
-            if body["type"] == "pre_tool_use" and "evil" in json.dumps(body["data"]["tool_input"]):
-                answer = {"permission": {"decision": "deny", "reason": "no evil"}}
-            if body["type"] == "stop":
-                answer = {"model_context": "one more thing: add done.txt"}
-            data = json.dumps(answer).encode() if answer is not None else b""
-            h.send_response(200)
-            h.send_header("content-type", "application/json")
-            h.send_header("content-length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-
-        handler.do_POST = do_post  # type: ignore[attr-defined]
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        if body["type"] == "pre_tool_use" and "evil" in json.dumps(body["data"]["tool_input"]):
+            return 200, {"permission": {"decision": "deny", "reason": "no evil"}}
+        if body["type"] == "stop":
+            return 200, {"model_context": "one more thing: add done.txt"}
+        return 200, None
 
 
 def _run_builtin(settings: Settings, consumer: PolicyConsumer, turns: list[Any], events: list[str]) -> Any:

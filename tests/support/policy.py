@@ -18,10 +18,11 @@ from tests.support.tasks import Env, seed, serve
 
 
 class PolicyConsumer:
-    """Answers each policy event with a scripted JSON body (or status)."""
+    """Answers each policy event with a scripted JSON body (or status): `answers` by event type,
+    or a subclass's `answer` (which may act before it answers)."""
 
-    def __init__(self, answers: dict[str, tuple[int, dict[str, Any] | None]]) -> None:
-        self.answers = answers
+    def __init__(self, answers: dict[str, tuple[int, dict[str, Any] | None]] | None = None) -> None:
+        self.answers = answers or {}
         self.seen: list[dict[str, Any]] = []
         outer = self
 
@@ -29,7 +30,7 @@ class PolicyConsumer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
                 outer.seen.append(body)
-                status, answer = outer.answers.get(body["type"], (200, None))
+                status, answer = outer.answer(body)
                 data = json.dumps(answer).encode() if answer is not None else b""
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -43,6 +44,9 @@ class PolicyConsumer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        return self.answers.get(body["type"], (200, None))
 
     def types(self) -> list[str]:
         return [b["type"] for b in self.seen]
