@@ -40,15 +40,10 @@ from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
-from tasks.approval_routes import ApprovalController
-from tasks.pages import MyTaskPages, TaskPages
-from tasks.repo_settings import RepoTaskSettingsController
-from tasks.review_pages import ReviewPages
-from tasks.review_routes import ReviewController
-from tasks.routes import TaskController, UserTaskController
-from tasks.settings_pages import TaskSettingsPages
+from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
+from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
+from tasks.run.webhook_gate import WebhookGate
 from tasks.system import TaskSystem
-from tasks.webhook_gate import WebhookGate
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 HERE = Path(__file__).parent
@@ -129,16 +124,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             AdminController,
             RepoController,
             BrowseController,
-            TaskController,
-            ApprovalController,
-            ReviewController,
-            UserTaskController,
-            RepoTaskSettingsController,
+            *TASK_API_HANDLERS,
             *webhooks.ROUTE_HANDLERS,
-            TaskPages,
-            ReviewPages,
-            TaskSettingsPages,
-            MyTaskPages,
+            *TASK_PAGE_HANDLERS,
             *GIT_ROUTES,
             AuthPages,
             HomePages,

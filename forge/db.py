@@ -5,11 +5,12 @@ with `BEGIN IMMEDIATE` so that two writers queue on the lock instead of failing 
 "database is locked" when a read transaction tries to upgrade. PostgreSQL needs none of this.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
 from sqlalchemy import DateTime, MetaData, TypeDecorator, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -24,6 +25,9 @@ NAMING = {
 }
 
 IMMEDIATE = "forgehand_immediate"
+_AFTER_COMMIT = "forgehand_after_commit"
+
+log = structlog.get_logger("forgehand.db")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -90,6 +94,37 @@ def create_engine(url: str) -> AsyncEngine:
     return create_async_engine(url, pool_pre_ping=True, **pool)
 
 
+def after_commit(session: AsyncSession, key: Hashable, fn: Callable[[], None]) -> None:
+    """Run `fn` once the session's current transaction has committed; drop it on rollback.
+
+    For effects that must follow a commit and never precede it (waking a worker or a live view:
+    woken early, it reads the old rows and sleeps again). One `key` registers once per transaction,
+    so ten events of one task wake its readers once. `fn` runs on the committing thread; an error
+    in it is logged, never raised (the commit has happened)."""
+    info = session.info
+    if _AFTER_COMMIT not in info:
+        info[_AFTER_COMMIT] = {}
+        sync = session.sync_session
+        event.listen(sync, "after_commit", _run_after_commit)
+        event.listen(sync, "after_rollback", _drop_after_commit)
+    info[_AFTER_COMMIT].setdefault(key, fn)
+
+
+def _run_after_commit(sync_session: Any) -> None:
+    hooks: dict[Hashable, Callable[[], None]] = sync_session.info.get(_AFTER_COMMIT, {})
+    pending = list(hooks.values())
+    hooks.clear()
+    for fn in pending:
+        try:
+            fn()
+        except Exception:
+            log.exception("an after-commit hook failed")
+
+
+def _drop_after_commit(sync_session: Any) -> None:
+    sync_session.info.get(_AFTER_COMMIT, {}).clear()
+
+
 class Database:
     """Engine plus session factories; one per process."""
 
@@ -102,7 +137,8 @@ class Database:
     async def session(self, *, write: bool = False) -> AsyncIterator[AsyncSession]:
         """A session whose transaction commits on success and rolls back on error.
 
-        `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE)."""
+        `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE). What `after_commit`
+        registered on it runs once it has committed."""
         async with self.sessionmaker() as session:
             if write:
                 await session.connection(execution_options={IMMEDIATE: True})

@@ -1,7 +1,12 @@
-"""What the app (or `forgehand worker`) holds for tasks: the live hub, the policy gate and the
-worker. The composition root builds one and puts it on `app.state.tasks`."""
+"""What the app (or `forgehand worker`) holds for tasks: the live hub, the policy gate, the worker,
+and the services built on a session. The composition root builds one and puts it on
+`app.state.tasks`."""
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
 from forge.db import Database
@@ -9,10 +14,12 @@ from forge.events import EventBus
 from forge.git import RepoStore
 from forge.settings import Settings
 from sandbox import SandboxEngine
-from tasks.live import LiveHub
-from tasks.policy import AllowAll, PolicyGate
-from tasks.webhook_gate import WebhookGate
-from tasks.worker import TaskWorker
+from tasks.core.live import LiveHub
+from tasks.core.policy import AllowAll, PolicyGate
+from tasks.run.webhook_gate import WebhookGate
+from tasks.run.worker import TaskWorker
+from tasks.services.merge import MergeService
+from tasks.services.tasks import TaskService
 
 
 class TaskSystem:
@@ -33,6 +40,22 @@ class TaskSystem:
         self.gate: PolicyGate = gate or AllowAll()
         self.hub = hub or LiveHub()
         self.worker: TaskWorker | None = None
+
+    def service(self, session: AsyncSession) -> TaskService:
+        """The task service on `session`. What it changes wakes live views and the worker (they
+        listen to the hub) once the session commits."""
+        return TaskService(
+            session, bus=self.bus, store=self.store, settings=self.settings, gate=self.gate, changed=self.hub.notify
+        )
+
+    @asynccontextmanager
+    async def new(self, *, write: bool = False) -> AsyncIterator[TaskService]:
+        """The task service on a session of its own, outside a request (CLI, scripts, tests)."""
+        async with self.db.session(write=write) as session:
+            yield self.service(session)
+
+    def merge_service(self) -> MergeService:
+        return MergeService(self.db, self.service)
 
     def make_worker(self, *, engine: SandboxEngine | None = None, extra_secrets: tuple[str, ...] = ()) -> TaskWorker:
         return TaskWorker(
@@ -55,12 +78,6 @@ class TaskSystem:
         if self.worker is not None:
             await self.worker.close()
             self.worker = None
-
-    def changed(self, task_id: int) -> None:
-        """A task changed (after commit): wake live views and the worker."""
-        self.hub.notify(task_id)
-        if self.worker is not None:
-            self.worker.wake()
 
 
 async def run_worker_process(settings: Settings) -> None:

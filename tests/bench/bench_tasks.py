@@ -31,7 +31,7 @@ import pytest
 from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
 from sandbox import DEFAULT_IMAGE
-from tests.docker.test_tasks_run import seed
+from tests.support.tasks import seed
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 TASKS = "/api/v1/repos/ana/demo/tasks"

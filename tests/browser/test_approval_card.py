@@ -25,8 +25,8 @@ from tests.browser.ui import (
     start_task,
     transcript,
 )
-from tests.docker.test_tasks_policy import PolicyConsumer
 from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.policy import PolicyConsumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 

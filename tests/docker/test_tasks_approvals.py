@@ -17,9 +17,9 @@ from forge.db import Database
 from forge.git import RepoStore
 from forge.models import AuditEvent
 from forge.settings import Settings
-from tests.docker.test_tasks_policy import PolicyConsumer, _served
-from tests.docker.test_tasks_run import Env, all_events, tree_files, wait_state
 from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.policy import PolicyConsumer, served_with_policy
+from tests.support.tasks import Env, all_events, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -54,7 +54,7 @@ async def _audit_actions(settings: Settings) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def policy_settings(settings: Settings, sandbox_image: str) -> Settings:
-    from tests.docker.test_tasks_run import task_settings
+    from tests.support.tasks import task_settings
 
     return msgspec.structs.replace(task_settings(settings), webhooks_allowed_hosts="127.0.0.1")
 
@@ -107,7 +107,7 @@ def test_approve_runs_exactly_the_parked_input_once(policy_settings: Settings) -
                 done = await wait_state(c, 1, "awaiting_review", "failed", "blocked", timeout=90)
                 return done, await all_events(c, 1)
 
-        for env in _served(settings, consumer, ["pre_tool_use"]):
+        for env in served_with_policy(settings, consumer, ["pre_tool_use"]):
             done, events = asyncio.run(check(env))
             files = tree_files(env.repo_path, done["head_sha"])
             audit = asyncio.run(_audit_actions(env.settings))
@@ -147,7 +147,7 @@ def test_concurrent_decisions_one_wins_and_a_denial_reaches_the_model(policy_set
                 assert len(done["runs"]) == 2  # one decision, one resumed run
                 return done
 
-        for env in _served(settings, consumer, ["pre_tool_use"]):
+        for env in served_with_policy(settings, consumer, ["pre_tool_use"]):
             done = asyncio.run(check(env))
             files = tree_files(env.repo_path, done["head_sha"])
     assert done["state"] == "awaiting_review", done
@@ -195,7 +195,7 @@ def test_hold_parks_the_call_then_stop_cancels_and_time_expires(policy_settings:
                 )
                 assert r.status_code == 409, r.text
 
-        for env in _served(settings, consumer, ["pre_tool_use"], failure="hold"):
+        for env in served_with_policy(settings, consumer, ["pre_tool_use"], failure="hold"):
             asyncio.run(check(env))
     assert consumer.types().count("pre_tool_use") >= 2
     assert len(model.requests) == 2  # neither task went past its parked call
@@ -237,8 +237,8 @@ async def _bot_token(settings: Settings) -> str:
 
 
 def test_the_approved_input_is_the_rewritten_one_and_a_denial_reason_is_a_prompt(policy_settings: Settings) -> None:
-    from tests.docker.test_tasks_run import seed, serve
     from tests.support.model import tool_calls
+    from tests.support.tasks import seed, serve
 
     rewrite = PolicyConsumer(
         {
@@ -262,9 +262,9 @@ def test_the_approved_input_is_the_rewritten_one_and_a_denial_reason_is_a_prompt
     with ScriptedModel(turns) as model:
         settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
         token, path = asyncio.run(seed(settings))
-        from tests.docker.test_tasks_policy import _hook_token
+        from tests.support.policy import make_hook_token
 
-        hook_token = asyncio.run(_hook_token(settings))
+        hook_token = asyncio.run(make_hook_token(settings))
         bot = asyncio.run(_bot_token(settings))
         for url in serve(settings):
             for consumer, events in ((rewrite, ["pre_tool_use"]), (asker, ["pre_tool_use", "user_prompt_submit"])):

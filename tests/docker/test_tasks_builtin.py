@@ -7,7 +7,8 @@ import time
 import pytest
 
 from forge.settings import Settings
-from tests.docker.test_tasks_run import (
+from tests.support.model import ScriptedModel, error, reply, tool_call, tool_calls
+from tests.support.tasks import (
     SECRET,
     Env,
     all_events,
@@ -17,7 +18,6 @@ from tests.docker.test_tasks_run import (
     tree_files,
     wait_state,
 )
-from tests.support.model import ScriptedModel, error, reply, tool_call, tool_calls
 
 pytestmark = pytest.mark.docker
 

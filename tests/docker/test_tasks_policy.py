@@ -3,85 +3,23 @@ or denies the goal and each tool call of the builtin runtime, and forgehand obey
 
 import asyncio
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from forge import accounts, tokens
-from forge.audit import Actor
-from forge.db import Database
 from forge.settings import Settings
-from tests.docker.test_tasks_run import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.policy import PolicyConsumer, make_hook_token, served_with_policy
+from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
-
-
-class PolicyConsumer:
-    """Answers each policy event with a scripted JSON body (or status)."""
-
-    def __init__(self, answers: dict[str, tuple[int, dict[str, Any] | None]]) -> None:
-        self.answers = answers
-        self.seen: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                outer.seen.append(body)
-                status, answer = outer.answers.get(body["type"], (200, None))
-                data = json.dumps(answer).encode() if answer is not None else b""
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def types(self) -> list[str]:
-        return [b["type"] for b in self.seen]
 
 
 @pytest.fixture
 def policy_settings(settings: Settings, sandbox_image: str) -> Settings:
     return msgspec.structs.replace(task_settings(settings), webhooks_allowed_hosts="127.0.0.1")
-
-
-async def _hook_token(settings: Settings) -> str:
-    db = Database(settings.effective_database_url)
-    try:
-        async with db.session(write=True) as s:
-            ana = await accounts.require_by_login(s, "ana")
-            return (await tokens.create(s, Actor.system("test"), ana, "hooks", ["webhooks:admin"], None)).token
-    finally:
-        await db.dispose()
-
-
-def _served(settings: Settings, consumer: PolicyConsumer, events: list[str], failure: str = "closed") -> Iterator[Env]:
-    token, path = asyncio.run(seed(settings))
-    hook_token = asyncio.run(_hook_token(settings))
-    for url in serve(settings):
-        import httpx
-
-        r = httpx.post(
-            f"{url}/api/v1/repos/ana/demo/hooks",
-            json={"url": consumer.url, "kind": "policy", "events": events, "failure_policy": failure},
-            headers={"Authorization": f"Bearer {hook_token}"},
-            timeout=30,
-        )
-        assert r.status_code == 201, r.text
-        yield Env(url=url, settings=settings, token=token, repo_path=path)
 
 
 def test_denied_goal_is_refused_and_nothing_is_stored(policy_settings: Settings) -> None:
@@ -99,7 +37,7 @@ def test_denied_goal_is_refused_and_nothing_is_stored(policy_settings: Settings)
             assert "not here" in r.json()["detail"]
             assert (await c.get("/api/v1/repos/ana/demo/tasks")).json() == []
 
-    for env in _served(policy_settings, consumer, ["user_prompt_submit"]):
+    for env in served_with_policy(policy_settings, consumer, ["user_prompt_submit"]):
         asyncio.run(check(env))
     assert consumer.types() == ["user_prompt_submit"]
     assert consumer.seen[0]["data"]["prompt"] == "rm -rf"
@@ -117,7 +55,7 @@ def test_failing_consumer_fails_closed_with_502(policy_settings: Settings) -> No
             assert r.status_code == 502 and r.json()["code"] == "hook_dispatch_failed", r.text
             assert "hook dispatch failed: user_prompt_submit: http_error (delivery " in r.json()["detail"]
 
-    for env in _served(policy_settings, consumer, ["user_prompt_submit"]):
+    for env in served_with_policy(policy_settings, consumer, ["user_prompt_submit"]):
         asyncio.run(check(env))
 
 
@@ -141,7 +79,7 @@ def test_denied_tool_call_is_not_run_and_the_model_is_told(policy_settings: Sett
                 done = await wait_state(c, 1, "failed", "stopped", "awaiting_review", "blocked", timeout=90)
                 return done, await all_events(c, 1)
 
-        for env in _served(settings, consumer, ["pre_tool_use"]):
+        for env in served_with_policy(settings, consumer, ["pre_tool_use"]):
             done, events = asyncio.run(check(env))
             assert "evil.txt" not in tree_files(env.repo_path, done["head_sha"])
         # The model saw the synthetic result, with the reason quoted and never the consumer's context.
@@ -167,27 +105,12 @@ def test_denied_tool_call_is_not_run_and_the_model_is_told(policy_settings: Sett
 class ByInputConsumer(PolicyConsumer):
     """Denies a pre_tool_use whose input mentions `evil`; asks the agent to go on once at `stop`."""
 
-    def __init__(self) -> None:
-        super().__init__({})
-        outer = self
-        handler = self.server.RequestHandlerClass
-
-        def do_post(h: BaseHTTPRequestHandler) -> None:
-            body = json.loads(h.rfile.read(int(h.headers.get("content-length", "0"))))
-            outer.seen.append(body)
-            answer: dict[str, Any] | None = None
-            if body["type"] == "pre_tool_use" and "evil" in json.dumps(body["data"]["tool_input"]):
-                answer = {"permission": {"decision": "deny", "reason": "no evil"}}
-            if body["type"] == "stop":
-                answer = {"model_context": "one more thing: add done.txt"}
-            data = json.dumps(answer).encode() if answer is not None else b""
-            h.send_response(200)
-            h.send_header("content-type", "application/json")
-            h.send_header("content-length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-
-        handler.do_POST = do_post  # type: ignore[attr-defined]
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        if body["type"] == "pre_tool_use" and "evil" in json.dumps(body["data"]["tool_input"]):
+            return 200, {"permission": {"decision": "deny", "reason": "no evil"}}
+        if body["type"] == "stop":
+            return 200, {"model_context": "one more thing: add done.txt"}
+        return 200, None
 
 
 def _run_builtin(settings: Settings, consumer: PolicyConsumer, turns: list[Any], events: list[str]) -> Any:
@@ -201,7 +124,7 @@ def _run_builtin(settings: Settings, consumer: PolicyConsumer, turns: list[Any],
                 done = await wait_state(c, 1, "failed", "stopped", "awaiting_review", "blocked", timeout=90)
                 return done, await all_events(c, 1)
 
-        for env in _served(s, consumer, events):
+        for env in served_with_policy(s, consumer, events):
             done, transcript = asyncio.run(check(env))
             files = tree_files(env.repo_path, done["head_sha"])
         return done, transcript, files, model.requests
@@ -280,7 +203,7 @@ def test_reference_consumer_denies_bash_in_a_real_task(policy_settings: Settings
     with ScriptedModel(turns) as model:
         settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
         token, path = asyncio.run(seed(settings))
-        hook_token = asyncio.run(_hook_token(settings))
+        hook_token = asyncio.run(make_hook_token(settings))
         for url in serve(settings):
             r = httpx.post(
                 f"{url}/api/v1/repos/ana/demo/hooks",

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from forge.settings import Settings
-from tests.docker.test_tasks_run import Env, seed, serve, task_settings, wait_state
+from tests.support.tasks import Env, seed, serve, task_settings, wait_state
 
 pytestmark = pytest.mark.docker
 

@@ -13,9 +13,9 @@ import pygit2
 import pytest
 
 from forge.settings import Settings
-from tests.docker.test_tasks_policy import PolicyConsumer, _served
-from tests.docker.test_tasks_run import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.policy import PolicyConsumer, served_with_policy
+from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -124,7 +124,7 @@ def test_a_denied_change_request_stores_nothing(review_settings: Settings) -> No
             notices = [e["payload"]["text"] for e in events if e["kind"] == "notice"]
             assert any("the change request is in $FORGEHAND_PROMPT" in n for n in notices)
 
-    for env in _served(review_settings, consumer, ["user_prompt_submit"]):
+    for env in served_with_policy(review_settings, consumer, ["user_prompt_submit"]):
         asyncio.run(check(env))
     kinds = [b["data"]["kind"] for b in consumer.seen if b["type"] == "user_prompt_submit"]
     assert kinds == ["goal", "review", "review"]

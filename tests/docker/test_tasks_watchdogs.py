@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from forge.settings import Settings
-from tests.docker.test_tasks_run import (
+from tests.support.model import ScriptedModel, tool_call
+from tests.support.tasks import (
     Env,
     all_events,
     containers_of,
@@ -21,7 +22,6 @@ from tests.docker.test_tasks_run import (
     tree_files,
     wait_state,
 )
-from tests.support.model import ScriptedModel, tool_call
 
 pytestmark = pytest.mark.docker
 

@@ -14,8 +14,8 @@ import pytest
 
 from forge.db import Database
 from forge.settings import Settings
-from tests.integration.test_reviews_merge import TASKS, World, _world
 from tests.support.accounts import LiveServer, run_sync
+from tests.support.task_world import TASKS, World, build_task_world
 
 pytestmark = pytest.mark.db
 
@@ -28,7 +28,7 @@ def settings(settings: Settings) -> Settings:
 async def _make_world(settings: Settings) -> World:
     db = Database(settings.effective_database_url)
     try:
-        return await _world(db, settings)
+        return await build_task_world(db, settings)
     finally:
         await db.dispose()
 

@@ -4,95 +4,30 @@ on the task branch (the worker's part is tested in tests/docker). Real database,
 import asyncio
 from typing import Any
 
-import msgspec
 import pygit2
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge import accounts, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
-from forge.events import Event, EventBus
+from forge.events import Event
 from forge.git import RepoStore
 from forge.git.bare import write_commit
-from forge.git.schemas import Identity
 from forge.models import AuditEvent
 from forge.settings import Settings
-from tasks.models import Task
+from tasks.core.models import Task
+from tests.support.task_world import AGENT, TASKS, World, agent_commits, bare_repo, build_task_world
 
 pytestmark = pytest.mark.db
 
 SYSTEM = Actor.system("test")
-TASKS = "/api/v1/repos/ana/demo/tasks"
-AGENT = Identity(name="fixer", email="fixer@bots.local")
-BASE_FILES = {"old.txt": b"one\ntwo\nthree\n", "keep.txt": b"keep\n"}
-
-
-class World(msgspec.Struct):
-    tokens: dict[str, str]
-    store_root: str
-
-    def h(self, who: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.tokens[who]}"}
-
-
-async def _world(db: Database, settings: Settings) -> World:
-    store = RepoStore(settings.data_dir / "repos")
-    out: dict[str, str] = {}
-    try:
-        async with db.session(write=True) as s:
-            ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
-            for login in ("wendy", "olga", "rita"):
-                await accounts.create_user(s, SYSTEM, login, "correct horse battery")
-            await accounts.create_bot(s, SYSTEM, "fixer")
-            repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=False)
-            res = await repositories.resource_for(s, repo, SYSTEM.principal)
-            for login, role in (("fixer", "write"), ("wendy", "write"), ("olga", "write"), ("rita", "read")):
-                await repositories.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
-            everything = ["repo:write", "tasks:write", "reviews:write", "webhooks:admin"]
-            for login in ("ana", "wendy", "olga", "rita", "fixer"):
-                who = await accounts.require_by_login(s, login)
-                out[login] = (await tokens.create(s, SYSTEM, who, "t", everything, None)).token
-            out["ana-tasks-only"] = (
-                await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write"], None)
-            ).token
-        await store.write(("ana", "demo"), write_commit, branch="main", files=BASE_FILES, message="base", author=AGENT)
-        return World(tokens=out, store_root=str(settings.data_dir / "repos"))
-    finally:
-        await store.close()
 
 
 @pytest.fixture
 async def world(db: Database, settings: Settings) -> World:
-    return await _world(db, settings)
-
-
-def _repo(settings: Settings) -> pygit2.Repository:
-    return pygit2.Repository(str(settings.data_dir / "repos" / "ana" / "demo.git"))
-
-
-async def agent_commits(db: Database, settings: Settings, number: int, files: dict[str, bytes], msg: str) -> str:
-    """Stand in for a run that ended well: commit onto the task branch, task awaiting review."""
-    store = RepoStore(settings.data_dir / "repos")
-    try:
-        async with db.session(write=True) as s:
-            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
-            branch, parent = task.branch, task.head_sha or task.base_sha
-        repo = _repo(settings)
-        tree = {e.name: repo[e.id].data for e in repo[parent].peel(pygit2.Tree) if e.type_str == "blob"}
-        tree.update(files)
-        repo.references.create(f"refs/heads/{branch}", parent, force=True)
-        commit = await store.write(("ana", "demo"), write_commit, branch=branch, files=tree, message=msg, author=AGENT)
-        async with db.session(write=True) as s:
-            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
-            task.head_sha = commit
-            task.state = "awaiting_review"
-            task.summary = msg
-            return task.head_sha
-    finally:
-        await store.close()
+    return await build_task_world(db, settings)
 
 
 async def start_task(client: AsyncTestClient[Litestar], world: World) -> dict[str, Any]:
@@ -189,7 +124,7 @@ async def test_review_request_changes_then_approve_and_merge(
     assert r.status_code == 200, r.text
     merged = r.json()
     assert merged["state"] == "merged" and merged["merge_strategy"] == "merge" and merged["merged_by"] == "ana"
-    repo = _repo(settings)
+    repo = bare_repo(settings)
     tip = repo.revparse_single("refs/heads/main").peel(pygit2.Commit)
     assert str(tip.id) == merged["merged_sha"]
     assert [str(p) for p in tip.parent_ids][1] == new_head
@@ -231,7 +166,7 @@ async def test_two_approvals_at_once_and_squash_deleting_the_branch(
     assert status["approvals"] == ["olga", "wendy"] and status["blockers"] == []
     r = await client.post(f"{t}/merge", json={"strategy": "squash", "expected_head_sha": head}, headers=world.h("ana"))
     assert r.status_code == 200, r.text
-    repo = _repo(settings)
+    repo = bare_repo(settings)
     tip = repo.revparse_single("refs/heads/main").peel(pygit2.Commit)
     assert len(tip.parent_ids) == 1 and tip.tree["new.txt"].data == b"new\n"
     assert tip.message.startswith("Greet (task #1)") and "Approved-by: olga" in tip.message
@@ -249,7 +184,7 @@ async def test_conflict_is_reported_file_by_file_and_nothing_moves(
         await store.write(("ana", "demo"), write_commit, branch="main", files=files, message="meanwhile", author=AGENT)
     finally:
         await store.close()
-    before = str(_repo(settings).revparse_single("refs/heads/main").id)
+    before = str(bare_repo(settings).revparse_single("refs/heads/main").id)
     r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
     assert r.status_code == 201
     for strategy in ("merge", "squash"):
@@ -258,7 +193,7 @@ async def test_conflict_is_reported_file_by_file_and_nothing_moves(
         assert sorted(c["path"] for c in r.json()["conflicts"]) == ["keep.txt", "old.txt"]
     r = await client.post(f"{TASKS}/1/merge", json={"strategy": "fast-forward"}, headers=world.h("ana"))
     assert r.status_code == 409 and r.json()["code"] in ("merge_conflict", "not_fast_forward"), r.text
-    assert str(_repo(settings).revparse_single("refs/heads/main").id) == before
+    assert str(bare_repo(settings).revparse_single("refs/heads/main").id) == before
     assert (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()["state"] == "awaiting_review"
 
 
@@ -366,7 +301,7 @@ async def test_a_squash_whose_database_commit_was_lost_is_found_again(
     )
     assert r.status_code == 200, r.text
     assert r.json()["merged_sha"] == squashed and r.json()["merge_strategy"] == "already_merged"
-    assert str(_repo(settings).revparse_single("refs/heads/main").id) == squashed  # no second commit
+    assert str(bare_repo(settings).revparse_single("refs/heads/main").id) == squashed  # no second commit
 
 
 async def test_hostile_bytes_are_refused_or_stored_safely(

@@ -19,13 +19,13 @@ from forge.events import EventBus
 from forge.git import RepoStore
 from forge.models import AuditEvent
 from forge.settings import Settings
-from tasks import transcript
-from tasks.models import Task
-from tasks.policy import AllowAll
-from tasks.schemas import TaskCreate
-from tasks.service import TaskService
-from tasks.states import TaskState
-from tasks.transcript import Notice, Output, Pending
+from tasks.core import transcript
+from tasks.core.models import Task
+from tasks.core.policy import AllowAll
+from tasks.core.schemas import TaskCreate
+from tasks.core.states import TaskState
+from tasks.core.transcript import Notice, Output, Pending
+from tasks.services.tasks import TaskService
 from tests.support.accounts import LiveServer
 
 SYSTEM = Actor.system("test")

@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from forge.db import Database
 from forge.models import AuditEvent
-from tasks.models import RepoTaskSettings
+from tasks.core.models import RepoTaskSettings
 from tests.support.accounts import Accounts
 
 

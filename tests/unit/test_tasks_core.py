@@ -5,9 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forge.errors import InvalidState, NotFound
-from tasks.service import parse_number, slugify
-from tasks.states import TRANSITIONS, TaskState, check_transition
-from tasks.transcript import REDACTED, HeadTail, Redactor, cap_text
+from tasks.core.states import TRANSITIONS, TaskState, check_transition
+from tasks.core.transcript import REDACTED, HeadTail, Redactor, cap_text
+from tasks.services.tasks import parse_number, slugify
 
 SECRET = "sk-live-0123456789abcdef"
 

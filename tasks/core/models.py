@@ -1,0 +1,212 @@
+"""SQLAlchemy models of tasks: the task, its runs, its transcript, and the per-repository counter."""
+
+import uuid as uuid_mod
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from forge.db import Base, utcnow
+from tasks.core.states import ApprovalState
+
+
+def _uuid() -> str:
+    return str(uuid_mod.uuid4())
+
+
+class TaskCounter(Base):
+    """The last task number given out in a repository. Incremented in the transaction that
+    creates the task, so numbers are gap-free and unique under concurrency."""
+
+    __tablename__ = "task_counters"
+
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    last_number: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "number", name="uq_tasks_repo_number"),
+        Index("ix_tasks_repo_state", "repo_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(200))
+    goal: Mapped[str] = mapped_column(Text)
+    runtime: Mapped[str] = mapped_column(String(32))
+    # For the `command` runtime: an argv list, or a string run with `bash -lc`.
+    command: Mapped[Any] = mapped_column(JSON, nullable=True)
+    agent_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"), index=True)
+    started_by_id: Mapped[int | None] = mapped_column(
+        ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    base: Mapped[str] = mapped_column(String(255))
+    branch: Mapped[str] = mapped_column(String(255))
+    base_sha: Mapped[str] = mapped_column(String(64), default="")
+    head_sha: Mapped[str] = mapped_column(String(64), default="")
+    head_is_wip: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set when merged: how, by whom, the resulting commit on the base.
+    merge_strategy: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    merged_sha: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    merged_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    merged_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    summary: Mapped[str] = mapped_column(Text, default="")
+    error: Mapped[str] = mapped_column(Text, default="")
+    failure_reason: Mapped[str] = mapped_column(String(32), default="")
+    question: Mapped[str] = mapped_column(Text, default="")
+    queued_message: Mapped[str] = mapped_column(Text, default="")
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True)
+    # The transcript's sequence counter: incremented (row-locked) in each writing transaction.
+    last_seq: Mapped[int] = mapped_column(Integer, default=0)
+    # The builtin runtime's conversation, carried from one run to the next (answer, message).
+    conversation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class Run(Base):
+    """One attempt: one container life."""
+
+    __tablename__ = "task_runs"
+    __table_args__ = (
+        UniqueConstraint("task_id", "seq", name="uq_task_runs_task_seq"),
+        Index("ix_task_runs_state_id", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    # What this run was asked (the goal, a message, an answer).
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default="")
+    failure_reason: Mapped[str] = mapped_column(String(32), default="")
+    owner: Mapped[str] = mapped_column(String(200), default="")
+    heartbeat_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    stop_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    container_id: Mapped[str] = mapped_column(String(80), default="")
+    start_sha: Mapped[str] = mapped_column(String(64), default="")
+    end_sha: Mapped[str] = mapped_column(String(64), default="")
+    turns: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class TranscriptEvent(Base):
+    __tablename__ = "transcript_events"
+    __table_args__ = (UniqueConstraint("task_id", "seq", name="uq_transcript_events_task_seq"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="CASCADE"), nullable=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(16))
+    schema_version: Mapped[int] = mapped_column(Integer, default=1)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class Approval(Base):
+    """A tool call parked for a person: a policy consumer answered `ask` (or failed with failure
+    policy `hold`). Bound to the exact input by its hash; approving runs exactly that input."""
+
+    __tablename__ = "task_approvals"
+    __table_args__ = (Index("ix_task_approvals_state_expires", "state", "expires_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    # The run that asked, and the run that resumed after the decision.
+    run_id: Mapped[int] = mapped_column(ForeignKey("task_runs.id", ondelete="CASCADE"))
+    resume_run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="SET NULL"), nullable=True)
+    tool_use_id: Mapped[str] = mapped_column(String(200))
+    tool_name: Mapped[str] = mapped_column(String(64))
+    tool_input: Mapped[Any] = mapped_column(JSON)
+    input_hash: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    held: Mapped[bool] = mapped_column(Boolean, default=False)  # failure policy `hold`, not a consumer's ask
+    requested_by: Mapped[str] = mapped_column(String(2048), default="")  # the endpoint URL(s)
+    delivery_id: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(16), default=ApprovalState.PENDING.value)
+    decided_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    decision_reason: Mapped[str] = mapped_column(Text, default="")
+    decided_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    expires_at: Mapped[datetime] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Review(Base):
+    """A person's (or a bot's) verdict on a task's branch, bound to the head commit it was written
+    against: a later head leaves it (and its inline comments) outdated, not lost."""
+
+    __tablename__ = "task_reviews"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True, default=_uuid)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    author_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    verdict: Mapped[str] = mapped_column(String(20))  # approve, request_changes, comment
+    body: Mapped[str] = mapped_column(Text, default="")
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    # request_changes: the follow-up run it started.
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReviewComment(Base):
+    """An inline comment on one line of the diff under review (`side` base: the old line number,
+    head: the new one), with the quoted line so it still reads right once outdated."""
+
+    __tablename__ = "task_review_comments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    review_id: Mapped[int] = mapped_column(ForeignKey("task_reviews.id", ondelete="CASCADE"), index=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    path: Mapped[str] = mapped_column(String(4096))
+    side: Mapped[str] = mapped_column(String(8))
+    line: Mapped[int] = mapped_column(Integer)
+    body: Mapped[str] = mapped_column(Text)
+    quoted: Mapped[str] = mapped_column(Text, default="")
+    commit_sha: Mapped[str] = mapped_column(String(64))
+    # The change-request run this comment was handed to (null: not yet sent to the agent).
+    sent_run_id: Mapped[int | None] = mapped_column(ForeignKey("task_runs.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class RepoTaskSettings(Base):
+    """A repository's overrides of the instance's task settings (null: use the instance's).
+    Set by repository admins; the model key is stored encrypted (forge.security.SecretBox)."""
+
+    __tablename__ = "repo_task_settings"
+
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    model_base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    model_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    model_api_key_enc: Mapped[str | None] = mapped_column(Text, nullable=True)
+    turn_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tool_timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    idle_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    wall_clock_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    token_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Merge rules (null: the defaults, 1 approval, anyone's, branch kept).
+    required_approvals: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    approval_not_by_starter: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -1,0 +1,183 @@
+"""Wire shapes of the tasks API (msgspec structs). New fields get defaults; types never change."""
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from tasks.core.states import ReviewVerdict
+from tasks.core.transcript import EventRead
+
+RuntimeName = Literal["builtin", "command"]
+GOAL_MAX = 20_000
+BODY_MAX = 20_000
+
+
+class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    goal: Annotated[str, msgspec.Meta(max_length=GOAL_MAX)]
+    agent: Annotated[str, msgspec.Meta(min_length=1, max_length=40)]
+    runtime: RuntimeName | None = None
+    # `command` runtime: an argv list, or one string run with `bash -lc`.
+    command: (
+        Annotated[str, msgspec.Meta(max_length=10_000)]
+        | Annotated[list[Annotated[str, msgspec.Meta(max_length=10_000)]], msgspec.Meta(max_length=1000)]
+        | None
+    ) = None
+    base: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    title: Annotated[str, msgspec.Meta(max_length=200)] = ""
+
+
+class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    body: Annotated[str, msgspec.Meta(max_length=BODY_MAX)]
+
+
+class ApprovalDecide(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    decision: Literal["approve", "deny"]
+    reason: Annotated[str, msgspec.Meta(max_length=2000)] = ""
+    # Optional binding: refuse unless the parked input still has this hash (what the person saw).
+    input_hash: Annotated[str, msgspec.Meta(max_length=64)] = ""
+
+
+class ApprovalRead(msgspec.Struct, kw_only=True):
+    id: str
+    # pending, approved, denied, expired (nobody decided in time), cancelled (the task stopped)
+    state: str
+    tool_use_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    input_hash: str  # SHA-256 of the canonical JSON of tool_input
+    reason: str  # the consumer's reason, or the failure that held the call
+    held: bool  # failure policy `hold` parked it (the endpoint failed), not a consumer's ask
+    requested_by: str  # the endpoint URL
+    run: int  # the run that asked
+    created_at: datetime
+    expires_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    decision_reason: str
+
+
+MergeStrategyName = Literal["merge", "squash", "fast-forward"]
+
+
+class ReviewCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    line: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+    body: Annotated[str, msgspec.Meta(max_length=BODY_MAX)]
+    # head: a line number of the task's version (added or unchanged lines); base: of the old one.
+    side: Literal["base", "head"] = "head"
+
+
+class ReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    verdict: ReviewVerdict
+    body: Annotated[str, msgspec.Meta(max_length=50_000)] = ""
+    # The head commit the review was written against (default: the task's head now).
+    commit_sha: Annotated[str, msgspec.Meta(max_length=64)] = ""
+    comments: Annotated[list[ReviewCommentCreate], msgspec.Meta(max_length=200)] = []
+
+
+class ReviewCommentRead(msgspec.Struct, kw_only=True):
+    id: int
+    path: str
+    side: str
+    line: int
+    body: str
+    quoted: str  # the line as it read when the comment was written
+    commit_sha: str
+    outdated: bool  # written against an older head than the task's
+
+
+class ReviewRead(msgspec.Struct, kw_only=True):
+    id: str
+    verdict: str
+    body: str
+    author: str | None
+    commit_sha: str
+    outdated: bool
+    created_at: datetime
+    comments: list[ReviewCommentRead]
+    run: int | None  # request_changes: the follow-up run it started
+
+
+class ReviewStatus(msgspec.Struct, kw_only=True):
+    """What the merge rules say right now."""
+
+    head_sha: str
+    approvals: list[str]  # who approved the current head (counted ones)
+    required_approvals: int
+    approval_not_by_starter: bool
+    change_requests: list[str]  # reviewers whose latest verdict asks for changes
+    blockers: list[str]  # why a merge would be refused now (empty: the rules hold)
+
+
+class MergeCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    strategy: MergeStrategyName = "merge"
+    # Refuse unless the task's head is still this commit (what the person reviewed).
+    expected_head_sha: Annotated[str, msgspec.Meta(max_length=64)] = ""
+
+
+class RunRead(msgspec.Struct, kw_only=True):
+    number: int
+    kind: str
+    state: str
+    exit_code: int | None
+    error: str
+    failure_reason: str | None
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+    container_id: str
+    start_sha: str
+    end_sha: str
+    skipped: list[dict[str, str]]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class TaskRead(msgspec.Struct, kw_only=True):
+    number: int
+    repository: str
+    title: str
+    goal: str
+    state: str
+    runtime: str
+    command: str | list[str] | None
+    agent: str
+    started_by: str | None
+    base: str
+    branch: str
+    base_sha: str
+    head_sha: str
+    head_is_wip: bool
+    summary: str
+    error: str
+    failure_reason: str | None
+    question: str
+    queued_message: str
+    queue_position: int | None
+    html_url: str
+    created_at: datetime
+    updated_at: datetime
+    runs: list[RunRead]
+    # The tool call waiting for a person, when the task is blocked on one.
+    pending_approval: ApprovalRead | None = None
+    # Once merged: the strategy, the resulting commit on the base, who merged it and when.
+    merge_strategy: str | None = None
+    merged_sha: str | None = None
+    merged_by: str | None = None
+    merged_at: datetime | None = None
+
+
+class TranscriptPage(msgspec.Struct, kw_only=True):
+    events: list[EventRead]
+    next_after: int  # pass as `after` for the next page
+    complete: bool  # no more events right now
+
+
+def argv_of(command: str | list[str] | None) -> list[str]:
+    if command is None or command == "" or command == []:
+        raise ValueError("the command runtime needs a command")
+    if isinstance(command, str):
+        return ["bash", "-lc", command]
+    return list(command)

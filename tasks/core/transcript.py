@@ -1,0 +1,266 @@
+"""Transcripts: typed payloads, secret redaction, output caps, and the append path.
+
+Each event gets a per-task `seq` from the counter on the task row, incremented with
+`UPDATE ... RETURNING` in the transaction that inserts the event. The row lock (PostgreSQL) or
+the database write lock (SQLite, BEGIN IMMEDIATE) is held until commit, so events of one task
+commit in `seq` order: a reader resuming after N can never miss a lower number committed later.
+The public contract is docs/transcript.md.
+"""
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import msgspec
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.db import utcnow
+from tasks.core.models import Run, Task, TranscriptEvent
+
+SCHEMA_VERSION = 1
+TOOL_OUTPUT_CAP = 64 * 1024
+
+Kind = Literal[
+    "prompt", "assistant", "tool_call", "tool_result", "stdout", "stderr", "notice", "system", "summary", "question"
+]
+KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
+
+
+class Prompt(msgspec.Struct, kw_only=True, tag="prompt"):
+    text: str
+    source: str = "start"  # start, message, answer, retry, review
+    author: str = ""
+
+
+class Assistant(msgspec.Struct, kw_only=True, tag="assistant"):
+    text: str
+
+
+class ToolCall(msgspec.Struct, kw_only=True, tag="tool_call"):
+    id: str
+    name: str
+    input: Any = None
+
+
+class ToolResult(msgspec.Struct, kw_only=True, tag="tool_result"):
+    id: str
+    name: str
+    output: str
+    is_error: bool = False
+    omitted_bytes: int = 0
+
+
+class Output(msgspec.Struct, kw_only=True, tag="output"):
+    text: str
+    omitted_bytes: int = 0
+
+
+class Notice(msgspec.Struct, kw_only=True, tag="notice"):
+    text: str
+    level: Literal["info", "warning", "error"] = "info"
+
+
+class System(msgspec.Struct, kw_only=True, tag="system"):
+    phase: str
+    text: str
+    duration_ms: int | None = None
+    detail: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Summary(msgspec.Struct, kw_only=True, tag="summary"):
+    text: str
+
+
+class Question(msgspec.Struct, kw_only=True, tag="question"):
+    text: str
+    tool_call_id: str = ""
+
+
+Payload = Prompt | Assistant | ToolCall | ToolResult | Output | Notice | System | Summary | Question
+
+_PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
+    Prompt: ("prompt",),
+    Assistant: ("assistant",),
+    ToolCall: ("tool_call",),
+    ToolResult: ("tool_result",),
+    Output: ("stdout", "stderr"),
+    Notice: ("notice",),
+    System: ("system",),
+    Summary: ("summary",),
+    Question: ("question",),
+}
+
+
+class EventRead(msgspec.Struct, kw_only=True):
+    """One transcript event as the API and SSE show it (schema_version 1)."""
+
+    seq: int
+    kind: str
+    at: datetime
+    run: int | None  # the run's attempt number within the task
+    schema_version: int
+    payload: dict[str, Any]
+
+
+class Pending(msgspec.Struct, kw_only=True):
+    kind: Kind
+    payload: Payload
+    run_id: int | None = None
+    at: datetime = msgspec.field(default_factory=utcnow)
+
+
+# --- redaction ---------------------------------------------------------------------------------
+
+REDACTED = "[REDACTED]"
+
+
+class Redactor:
+    """Replaces known secrets. `feed` works on a stream: a secret split across two chunks is still
+    found, because the longest tail that could start a secret is held back until the next chunk."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        # Short values would redact half the transcript and protect nothing.
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
+        self._carry: dict[str, str] = {}
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def _held_back(self, text: str) -> int:
+        """Length of the longest suffix of `text` that is a proper prefix of a secret."""
+        best = 0
+        for secret in self.secrets:
+            for n in range(min(len(secret) - 1, len(text)), best, -1):
+                if text.endswith(secret[:n]):
+                    best = n
+                    break
+        return best
+
+    def feed(self, stream: str, text: str) -> str:
+        if not self.secrets:
+            return text
+        text = self.redact(self._carry.pop(stream, "") + text)
+        hold = self._held_back(text)
+        if hold:
+            self._carry[stream] = text[-hold:]
+            text = text[:-hold]
+        return text
+
+    def flush(self, stream: str) -> str:
+        return self.redact(self._carry.pop(stream, ""))
+
+
+def redact_value(redactor: Redactor, value: Any) -> Any:
+    if isinstance(value, str):
+        return redactor.redact(value)
+    if isinstance(value, list):
+        return [redact_value(redactor, v) for v in value]
+    if isinstance(value, dict):
+        return {k: redact_value(redactor, v) for k, v in value.items()}
+    return value
+
+
+# --- capping -----------------------------------------------------------------------------------
+
+
+class HeadTail:
+    """Keeps the first and last `cap/2` bytes of a stream and counts what is in between."""
+
+    def __init__(self, cap: int = TOOL_OUTPUT_CAP) -> None:
+        self.half = cap // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.omitted = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        if len(self.tail) > self.half:
+            drop = len(self.tail) - self.half
+            self.omitted += drop
+            del self.tail[:drop]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", "replace")
+        tail = self.tail.decode("utf-8", "replace")
+        if self.omitted:
+            return f"{head}\n[... {self.omitted} bytes omitted ...]\n{tail}"
+        return head + tail
+
+
+def cap_text(text: str, cap: int = TOOL_OUTPUT_CAP) -> tuple[str, int]:
+    buf = HeadTail(cap)
+    buf.add(text.encode("utf-8", "replace"))
+    return buf.text(), buf.omitted
+
+
+# --- storing and reading -----------------------------------------------------------------------
+
+
+def payload_dict(payload: Payload) -> dict[str, Any]:
+    raw: dict[str, Any] = msgspec.to_builtins(payload)
+    raw.pop("type", None)
+    return raw
+
+
+async def append(session: AsyncSession, task_id: int, events: Sequence[Pending]) -> list[int]:
+    """Insert events with the next sequence numbers of the task (in the caller's transaction)."""
+    if not events:
+        return []
+    for ev in events:
+        if ev.kind not in _PAYLOAD_KIND[type(ev.payload)]:
+            raise ValueError(f"payload {type(ev.payload).__name__} is not a {ev.kind} event")
+    stmt = (
+        update(Task)
+        .where(Task.id == task_id)
+        .values(last_seq=Task.last_seq + len(events))
+        .returning(Task.last_seq)
+        .execution_options(synchronize_session=False)
+    )
+    last = int((await session.execute(stmt)).scalar_one())
+    first = last - len(events) + 1
+    session.add_all(
+        TranscriptEvent(
+            task_id=task_id,
+            seq=first + i,
+            run_id=ev.run_id,
+            at=ev.at,
+            kind=ev.kind,
+            schema_version=SCHEMA_VERSION,
+            payload=payload_dict(ev.payload),
+        )
+        for i, ev in enumerate(events)
+    )
+    await session.flush()
+    return list(range(first, last + 1))
+
+
+async def read(session: AsyncSession, task_id: int, *, after: int = 0, limit: int = 500) -> list[EventRead]:
+    stmt = (
+        select(TranscriptEvent, Run.seq)
+        .outerjoin(Run, Run.id == TranscriptEvent.run_id)
+        .where(TranscriptEvent.task_id == task_id, TranscriptEvent.seq > after)
+        .order_by(TranscriptEvent.seq)
+        .limit(limit)
+    )
+    rows = (await session.execute(stmt)).all()
+    return [
+        EventRead(
+            seq=ev.seq,
+            kind=ev.kind,
+            at=ev.at,
+            run=run_seq,
+            schema_version=ev.schema_version,
+            payload=dict(ev.payload or {}),
+        )
+        for ev, run_seq in rows
+    ]

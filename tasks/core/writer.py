@@ -1,0 +1,145 @@
+"""The run's transcript writer: redacts, batches and stores events, then wakes live readers.
+
+Output chunks are redacted as a stream (a secret split across two chunks is still caught),
+batched for a few milliseconds and written in one transaction, so a command printing hundreds of
+thousands of lines costs a handful of writes per second, not one per line."""
+
+import asyncio
+import contextlib
+import time
+
+import msgspec
+import structlog
+
+from forge.db import Database
+from tasks.core import transcript
+from tasks.core.live import LiveHub
+from tasks.core.transcript import Kind, Output, Payload, Pending, Redactor, redact_value
+
+log = structlog.get_logger("forgehand.tasks")
+
+_STREAMS = ("stdout", "stderr")
+MAX_EVENT_TEXT = 64 * 1024
+
+
+class TranscriptWriter:
+    def __init__(
+        self,
+        db: Database,
+        hub: LiveHub,
+        task_id: int,
+        run_id: int | None,
+        redactor: Redactor,
+        *,
+        flush_interval: float = 0.05,
+        max_buffer: int = 512,
+    ) -> None:
+        self.db = db
+        self.hub = hub
+        self.task_id = task_id
+        self.run_id = run_id
+        self.redactor = redactor
+        self.flush_interval = flush_interval
+        self.max_buffer = max_buffer
+        self._buffer: list[Pending] = []
+        self._kick = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._loop_task: asyncio.Task[None] | None = None
+        self.last_activity = time.monotonic()
+        self.count = 0
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop())
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def _redacted(self, kind: Kind, payload: Payload) -> list[Pending]:
+        out: list[Pending] = []
+        if isinstance(payload, Output) and kind in _STREAMS:
+            text = self.redactor.feed(kind, payload.text)
+            if text or payload.omitted_bytes:
+                out.append(
+                    Pending(
+                        kind=kind, payload=Output(text=text, omitted_bytes=payload.omitted_bytes), run_id=self.run_id
+                    )
+                )
+            return out
+        # Anything else ends the output streams: what they held back goes first.
+        for stream in _STREAMS:
+            rest = self.redactor.flush(stream)
+            if rest:
+                out.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
+        raw = redact_value(self.redactor, msgspec.to_builtins(payload))
+        out.append(Pending(kind=kind, payload=msgspec.convert(raw, type(payload)), run_id=self.run_id))
+        return out
+
+    async def emit(self, kind: Kind, payload: Payload, *, activity: bool = True) -> None:
+        if activity:
+            self.touch()
+        self._buffer.extend(self._redacted(kind, payload))
+        if len(self._buffer) >= self.max_buffer:
+            await self.flush()
+        else:
+            self._kick.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._kick.wait()
+            self._kick.clear()
+            await asyncio.sleep(self.flush_interval)
+            try:
+                await self.flush()
+            except Exception:  # the next flush retries what is still buffered
+                log.exception("transcript flush failed", task_id=self.task_id)
+                await asyncio.sleep(0.5)
+
+    @staticmethod
+    def _coalesce(events: list[Pending]) -> list[Pending]:
+        out: list[Pending] = []
+        for ev in events:
+            prev = out[-1] if out else None
+            if (
+                prev is not None
+                and ev.kind in _STREAMS
+                and prev.kind == ev.kind
+                and isinstance(prev.payload, Output)
+                and isinstance(ev.payload, Output)
+                and not prev.payload.omitted_bytes
+                and not ev.payload.omitted_bytes
+                and len(prev.payload.text) + len(ev.payload.text) <= MAX_EVENT_TEXT
+            ):
+                out[-1] = Pending(
+                    kind=prev.kind,
+                    payload=Output(text=prev.payload.text + ev.payload.text),
+                    run_id=prev.run_id,
+                    at=prev.at,
+                )
+            else:
+                out.append(ev)
+        return out
+
+    async def flush(self) -> None:
+        async with self._lock:
+            if not self._buffer:
+                return
+            events, self._buffer = self._coalesce(self._buffer), []
+            try:
+                async with self.db.session(write=True) as session:
+                    await transcript.append(session, self.task_id, events)
+            except BaseException:
+                self._buffer[:0] = events
+                raise
+            self.count += len(events)
+        self.hub.notify(self.task_id)
+
+    async def close(self) -> None:
+        for stream in _STREAMS:
+            rest = self.redactor.flush(stream)
+            if rest:
+                self._buffer.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        await self.flush()

@@ -1,0 +1,101 @@
+"""The live transcript over Server-Sent Events (docs/transcript.md), with Litestar's
+`ServerSentEvent`: replay from the database after `Last-Event-ID` (or `?after=`), then follow;
+`event: state` (no id) while the task is active, a `: heartbeat` comment after 15 s of silence,
+and `event: end` once the task rests and everything was sent."""
+
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get
+from litestar.params import QueryParameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from tasks.core import transcript
+from tasks.core.models import Task
+from tasks.core.states import TaskState
+from tasks.http.deps import DEPENDENCIES, TASK, TaskScopeDep
+from tasks.system import TaskSystem
+
+HEARTBEAT_SECONDS = 15.0
+RETRY_MS = 2000
+PAGE = 1000
+
+_json = msgspec.json.Encoder()
+
+
+def _message(ev: transcript.EventRead) -> ServerSentEventMessage:
+    return ServerSentEventMessage(id=ev.seq, event=ev.kind, data=_json.encode(ev).decode())
+
+
+async def sse_stream(
+    system: TaskSystem,
+    task_id: int,
+    after: int,
+    *,
+    heartbeat: float = HEARTBEAT_SECONDS,
+    poll: float = 1.0,
+) -> AsyncIterator[ServerSentEventMessage]:
+    """Replay from the database after `after`, then follow; end once the task rests and all is sent."""
+    db = system.db
+    last = after
+    last_write = time.monotonic()
+    seen_state = ""
+    # A frame of its own (not `ServerSentEvent(retry_duration=...)`, which glues the field onto
+    # the first event): the client learns the delay before anything else arrives.
+    yield ServerSentEventMessage(data=None, retry=RETRY_MS)
+    with system.hub.waiter(task_id) as waiter:
+        while True:
+            async with db.session() as s:
+                # State first: a resting state is committed after every event of the run that ended.
+                task_state = await s.get(Task, task_id, populate_existing=True)
+                resting = task_state is None or TaskState(task_state.state).is_resting
+                events = await transcript.read(s, task_id, after=last, limit=PAGE)
+            if task_state is not None and task_state.state != seen_state and not resting:
+                # No id: a state is not a transcript event (resuming replays events, not states).
+                seen_state = task_state.state
+                yield ServerSentEventMessage(event="state", data=_json.encode({"state": seen_state}).decode())
+            for ev in events:
+                yield _message(ev)
+            if events:
+                last = events[-1].seq
+                last_write = time.monotonic()
+                if len(events) == PAGE:
+                    continue
+            if resting:
+                state_name = task_state.state if task_state is not None else "gone"
+                end = {"state": state_name, "last_seq": last}
+                yield ServerSentEventMessage(event="end", data=_json.encode(end).decode())
+                return
+            remaining = heartbeat - (time.monotonic() - last_write)
+            if remaining <= 0:
+                yield ServerSentEventMessage(data=None, comment="heartbeat")
+                last_write = time.monotonic()
+                continue
+            await waiter.wait(min(poll, remaining))
+
+
+def resume_point(request: Request[Any, Any, Any], after: int | None) -> int:
+    start = after or 0
+    last_event_id = request.headers.get("last-event-id", "").strip()
+    if last_event_id.isdigit() and len(last_event_id) < 10:
+        start = max(start, int(last_event_id))
+    return start
+
+
+class TaskEventsController(Controller):
+    tags = ["tasks"]
+    dependencies = DEPENDENCIES
+
+    @get(TASK + "/events", summary="The live transcript (Server-Sent Events; resumes from Last-Event-ID)")
+    async def events(
+        self,
+        request: Request[Any, Any, Any],
+        task_scope: TaskScopeDep,
+        after: Annotated[int | None, QueryParameter(name="after", ge=0, le=2**31)] = None,
+    ) -> ServerSentEvent:
+        return ServerSentEvent(
+            sse_stream(task_scope.system, task_scope.task.id, resume_point(request, after)),
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )

@@ -1,0 +1,101 @@
+"""The review page of a task: the diff under review with inline comment forms, the agent's
+summary, the reviews so far (markdown, sanitised), the merge rules' verdict and the merge form.
+Same actions as the REST API; forms work without JavaScript."""
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from litestar import Controller, Request, get, post
+from litestar.params import URLEncodedBody
+from litestar.response import Redirect, Template
+
+from forge.errors import ForgeError
+from forge.pages import page
+from forge.render import markdown_async
+from tasks.http.actions import merge_task, submit_review
+from tasks.http.deps import DEPENDENCIES, REPO_TASKS, TaskScope, TaskScopeDep
+from tasks.http.pages.common import or_form_error, repo_context
+from tasks.http.pages.forms import MergeForm, ReviewForm, merge_create, review_create
+from tasks.services import rules
+from tasks.services.reviews import VERBS, ReviewService
+
+VERDICTS = {verdict.value: text for verdict, text in VERBS.items()}
+
+
+async def review_page(
+    request: Request[Any, Any, Any], scope: TaskScope, *, error: str | None = None, status_code: int = 200
+) -> Template:
+    """The page as it is now (after a failed form: read again, in a fresh session)."""
+    async with scope.system.db.session() as s:
+        res, svc, task = await scope.reload(s)
+        reviews = ReviewService(svc)
+        comparison = None
+        diff_error = None
+        if task.head_sha:
+            try:
+                comparison = await reviews.comparison(res, task)
+            except ForgeError as exc:
+                diff_error = exc.detail
+        listed = await reviews.reviews(task)
+        bodies = {r.id: await markdown_async(r.body) for r in listed if r.body}
+        # Current-head comments under their lines: (path, side, line) -> comments.
+        inline: dict[tuple[str, str, int], list[Any]] = {}
+        for r in listed:
+            for c in r.comments:
+                if not c.outdated:
+                    inline.setdefault((c.path, c.side, c.line), []).append((r.author, c))
+        principal = scope.actor.principal
+        return page(
+            request,
+            "tasks/review.html",
+            status_code=status_code,
+            task=await svc.to_read(task, res),
+            cmp=comparison,
+            diff_error=diff_error,
+            reviews=listed,
+            bodies=bodies,
+            inline=inline,
+            verdicts=VERDICTS,
+            status=await reviews.status(task),
+            summary_html=await markdown_async(task.summary) if task.summary else "",
+            can_review=rules.may_review(principal, res),
+            error=error,
+            **repo_context(res, principal, svc.base_url),
+        )
+
+
+class ReviewPages(Controller):
+    path = REPO_TASKS
+    include_in_schema = False
+    dependencies = DEPENDENCIES
+
+    @staticmethod
+    def again(request: Request[Any, Any, Any], scope: TaskScope) -> Callable[[ForgeError], Awaitable[Template]]:
+        async def render(exc: ForgeError) -> Template:
+            return await review_page(request, scope, error=exc.detail, status_code=exc.status)
+
+        return render
+
+    @get("/{number:str}/review")
+    async def review(self, request: Request[Any, Any, Any], task_scope: TaskScopeDep) -> Template:
+        return await review_page(request, task_scope)
+
+    @post("/{number:str}/reviews")
+    async def submit(
+        self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, data: URLEncodedBody[ReviewForm]
+    ) -> Template | Redirect:
+        read = await or_form_error(submit_review(task_scope, review_create(data)), self.again(request, task_scope))
+        if isinstance(read, Template):
+            return read
+        base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
+        # A change request starts a run: follow it on the task page.
+        return Redirect(base if read.run is not None else f"{base}/review#reviews", status_code=303)
+
+    @post("/{number:str}/merge")
+    async def merge(
+        self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, data: URLEncodedBody[MergeForm]
+    ) -> Template | Redirect:
+        merged = await or_form_error(merge_task(task_scope, merge_create(data)), self.again(request, task_scope))
+        if isinstance(merged, Template):
+            return merged
+        return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}/review", status_code=303)

@@ -1,0 +1,117 @@
+"""The repository's task settings in the browser (repository admins): the model endpoint, the
+watchdog limits and the merge rules, over the instance's defaults. Same service as
+`PUT .../task-settings`; the model key is write-only (never shown, kept unless replaced)."""
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.params import FromPath, URLEncodedBody
+from litestar.response import Redirect, Template
+
+from forge import repositories
+from forge.access import Action
+from forge.deps import ActorDep, DatabaseDep, SettingsDep
+from forge.errors import ForgeError, InvalidInput
+from forge.pages import page
+from tasks.core.models import RepoTaskSettings
+from tasks.http.pages.common import repo_context
+from tasks.services import repo_settings
+
+INT_FIELDS = (
+    "turn_limit",
+    "tool_timeout_seconds",
+    "idle_seconds",
+    "wall_clock_seconds",
+    "token_budget",
+    "required_approvals",
+)
+
+
+class TaskSettingsForm(msgspec.Struct, kw_only=True):
+    model_base_url: str = ""
+    model_name: str = ""
+    model_api_key: str = ""
+    remove_model_api_key: str = ""
+    turn_limit: str = ""
+    tool_timeout_seconds: str = ""
+    idle_seconds: str = ""
+    wall_clock_seconds: str = ""
+    token_budget: str = ""
+    required_approvals: str = ""
+    approval_not_by_starter: str = ""
+    delete_branch_on_merge: str = ""
+    csrf_token: str = ""
+
+
+def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpdate:
+    """Blank means "the instance's default"; bad numbers are refused like the REST body would be."""
+    values: dict[str, Any] = {
+        "model_base_url": form.model_base_url.strip()[:500] or None,
+        "model_name": form.model_name.strip()[:200] or None,
+        "approval_not_by_starter": bool(form.approval_not_by_starter),
+        "delete_branch_on_merge": bool(form.delete_branch_on_merge),
+    }
+    if form.remove_model_api_key:
+        values["model_api_key"] = ""
+    elif form.model_api_key:
+        values["model_api_key"] = form.model_api_key[:4096]
+    for name in INT_FIELDS:
+        raw = getattr(form, name).strip()
+        if raw:
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > 10:
+                raise InvalidInput(f"{name.replace('_', ' ')}: a whole number, or blank for the default")
+            values[name] = int(raw)
+    try:
+        return msgspec.convert(values, repo_settings.RepoTaskSettingsUpdate)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(str(exc).replace("$.", "")) from None
+
+
+class TaskSettingsPages(Controller):
+    path = "/{owner:str}/{name:str}/settings/tasks"
+    include_in_schema = False
+
+    async def _render(
+        self, request: Request[Any, Any, Any], db: Any, actor: Any, owner: str, name: str, **extra: Any
+    ) -> Template:
+        async with db.session() as s:
+            res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
+            current = repo_settings.settings_read(await s.get(RepoTaskSettings, res.repo.id))
+            context = repo_context(res, actor.principal, request.app.state.settings.effective_base_url)
+        return page(request, "tasks/settings.html", current=current, **context, **extra)
+
+    @get("/")
+    async def settings_page(
+        self,
+        request: Request[Any, Any, Any],
+        db: DatabaseDep,
+        actor: ActorDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+    ) -> Template:
+        return await self._render(request, db, actor, owner, name, error=None, notice=None)
+
+    @post("/")
+    async def save(
+        self,
+        request: Request[Any, Any, Any],
+        db: DatabaseDep,
+        actor: ActorDep,
+        settings: SettingsDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: URLEncodedBody[TaskSettingsForm],
+    ) -> Template | Redirect:
+        try:
+            change = settings_update(data)
+            async with db.session(write=True) as s:
+                res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
+                await repo_settings.update(s, settings, actor, res, change)
+        except ForgeError as exc:
+            if exc.status == 404:
+                raise
+            return await self._render(
+                request, db, actor, owner, name, error=exc.detail, notice=None, status_code=exc.status
+            )
+        return await self._render(request, db, actor, owner, name, error=None, notice="Saved.")

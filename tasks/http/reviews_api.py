@@ -1,0 +1,44 @@
+"""REST for reviews and merge: submit and list reviews, the diff under review, the merge rules'
+verdict, and the merge itself (see tasks/services/reviews.py and tasks/services/merge.py)."""
+
+from litestar import Controller, get, post
+from litestar.params import JSONBody
+
+from forge.git.schemas import Comparison
+from tasks.core.schemas import MergeCreate, ReviewCreate, ReviewRead, ReviewStatus, TaskRead
+from tasks.http.actions import merge_task, submit_review
+from tasks.http.deps import DEPENDENCIES, TASK, TaskScopeDep
+from tasks.services.reviews import ReviewService
+
+
+class ReviewController(Controller):
+    tags = ["reviews"]
+    dependencies = DEPENDENCIES
+
+    @get(TASK + "/compare", summary="The diff under review: base...head at the task's head commit")
+    async def compare(self, task_scope: TaskScopeDep) -> Comparison:
+        return await ReviewService(task_scope.svc).comparison(task_scope.res, task_scope.task)
+
+    @get(TASK + "/reviews", summary="The task's reviews, oldest first (outdated ones included)")
+    async def list_reviews(self, task_scope: TaskScopeDep) -> list[ReviewRead]:
+        return await ReviewService(task_scope.svc).reviews(task_scope.task)
+
+    @post(
+        TASK + "/reviews",
+        summary="Review the task's head: approve, request changes (starts a follow-up run) or comment",
+        status_code=201,
+    )
+    async def submit(self, task_scope: TaskScopeDep, data: JSONBody[ReviewCreate]) -> ReviewRead:
+        return await submit_review(task_scope, data)
+
+    @get(TASK + "/review-status", summary="Whether the merge rules hold now, and why not")
+    async def status(self, task_scope: TaskScopeDep) -> ReviewStatus:
+        return await ReviewService(task_scope.svc).status(task_scope.task)
+
+    @post(
+        TASK + "/merge",
+        summary="Merge the task into its base (409 with a reason when the rules or a conflict refuse it)",
+        status_code=200,
+    )
+    async def merge(self, task_scope: TaskScopeDep, data: JSONBody[MergeCreate]) -> TaskRead:
+        return await merge_task(task_scope, data)

@@ -1,0 +1,20 @@
+"""Every route handler of tasks, for the composition root (forge/app.py)."""
+
+from tasks.http.approvals_api import ApprovalController
+from tasks.http.events import TaskEventsController
+from tasks.http.pages.reviews import ReviewPages
+from tasks.http.pages.settings import TaskSettingsPages
+from tasks.http.pages.tasks import MyTaskPages, TaskPages
+from tasks.http.reviews_api import ReviewController
+from tasks.http.settings_api import RepoTaskSettingsController
+from tasks.http.tasks_api import TaskController, UserTaskController
+
+API_HANDLERS = [
+    TaskController,
+    TaskEventsController,
+    ApprovalController,
+    ReviewController,
+    UserTaskController,
+    RepoTaskSettingsController,
+]
+PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, MyTaskPages]

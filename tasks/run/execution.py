@@ -1,0 +1,386 @@
+"""One run's execution, from claimed to settled: load what the run needs, provision the workspace
+and the sandbox (after the policy's `session_start`), run the runtime under the stop request and
+the watchdogs (idle, wall clock), then settle (tasks/run/settle.py). Given a `RunEnv`, never the
+worker."""
+
+import asyncio
+import contextlib
+import errno
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+from sqlalchemy import select, update
+
+from forge.models import Account, Repository
+from sandbox import (
+    EngineUnavailable,
+    ImageMissing,
+    Limits,
+    MiB,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    prepare_workspace,
+    weakenings_in_effect,
+)
+from tasks.core import repo_settings
+from tasks.core.models import Approval, Run, Task
+from tasks.core.policy import ApprovedCall, GateContext, policy_record
+from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
+from tasks.core.transcript import Notice, Redactor, System
+from tasks.core.writer import TranscriptWriter
+from tasks.run import gitops
+from tasks.run.env import RunEnv
+from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits, RuntimeUnavailable
+from tasks.run.settle import Settling
+
+log = structlog.get_logger("forgehand.tasks")
+
+
+class Stopped(Exception):
+    """The run was asked to stop (or a watchdog stopped it)."""
+
+    def __init__(self, reason: FailureReason | None, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ProvisionFailed(Exception):
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+_WATCHDOG_ONLY = (
+    "the workspace limit is enforced by a watchdog only (FORGEHAND_TASK_WORKSPACE_QUOTA=watchdog): "
+    "a fast writer can pass it before the run is stopped"
+)
+
+# session_start's `source` (hooks-protocol.md): a person's decision on an approval resumes the
+# task like an answer does.
+_SESSION_SOURCE: dict[RunKind, Any] = {
+    RunKind.START: "start",
+    RunKind.RETRY: "retry",
+    RunKind.MESSAGE: "message",
+    RunKind.ANSWER: "answer",
+    RunKind.REVIEW: "review",
+    RunKind.APPROVAL: "answer",
+}
+
+
+def _ms(t0: float) -> int:
+    return int((time.monotonic() - t0) * 1000)
+
+
+class Execution(Settling):
+    """One run, from claimed to settled."""
+
+    def __init__(self, env: RunEnv, run_id: int, stop: asyncio.Event) -> None:
+        self.env = env
+        self.settings = env.settings  # until the repository's overrides are loaded
+        self.run_id = run_id
+        self.stop_event = stop
+        self.sandbox: Sandbox | None = None
+        self.workspace: Path | None = None
+        self.start_sha = ""
+        self.writer: TranscriptWriter | None = None
+        self.turns = self.prompt_tokens = self.completion_tokens = 0
+        self.turns = self.prompt_tokens = self.completion_tokens = 0
+
+    async def _load(self) -> None:
+        async with self.env.db.session() as s:
+            run = await s.get(Run, self.run_id)
+            assert run is not None
+            task = await s.get(Task, run.task_id)
+            assert task is not None
+            repo = await s.get(Repository, run.repo_id)
+            assert repo is not None
+            agent = await s.get(Account, task.agent_id)
+            starter = await s.get(Account, run.requested_by_id) if run.requested_by_id else None
+            self.run_uuid, self.run_seq, self.kind = run.uuid, run.seq, RunKind(run.kind)
+            self.prompt = run.prompt
+            self.task_id, self.task_uuid, self.number = task.id, task.uuid, task.number
+            self.title, self.goal, self.runtime_name = task.title, task.goal, task.runtime
+            self.command = task.command
+            self.branch, self.base_sha = task.branch, task.base_sha
+            self.conversation = list(task.conversation or [])
+            self.approved: ApprovedCall | None = None
+            if self.kind is RunKind.APPROVAL:
+                decided = (
+                    await s.execute(select(Approval).where(Approval.resume_run_id == run.id))
+                ).scalar_one_or_none()
+                if decided is not None:
+                    decider = await s.get(Account, decided.decided_by_id) if decided.decided_by_id else None
+                    self.approved = ApprovedCall(
+                        tool_use_id=decided.tool_use_id,
+                        tool_name=decided.tool_name,
+                        tool_input=dict(decided.tool_input or {}),
+                        input_hash=decided.input_hash,
+                        approved=decided.state == ApprovalState.APPROVED,
+                        decided_by=decider.login if decider else "",
+                        reason=decided.decision_reason,
+                    )
+            self.repo_key = (repo.owner.login.lower(), repo.name.lower())
+            self.full_name = f"{repo.owner.login}/{repo.name}"
+            self.repo_uuid = repo.uuid
+            # The instance's settings with this repository's overrides (model endpoint, limits).
+            self.settings = await repo_settings.effective(s, self.env.settings, repo.id)
+            self.agent_login = agent.login if agent else "agent"
+            self.starter_login = starter.login if starter else ""
+            self.starter_type = "Bot" if starter is not None and starter.is_bot else "User"
+
+    def gate_ctx(self) -> GateContext:
+        base = self.env.settings.effective_base_url
+        return GateContext(
+            repository=self.full_name,
+            repo_uuid=self.repo_uuid,
+            task_uuid=self.task_uuid,
+            task_number=self.number,
+            task_url=f"{base}/{self.full_name}/tasks/{self.number}",
+            run_uuid=self.run_uuid,
+            run_seq=self.run_seq,
+            actor_login=self.starter_login,
+            actor_type="Bot" if self.starter_type == "Bot" else "User",
+            agent_login=self.agent_login,
+        )
+
+    async def system(self, phase: str, text: str, t0: float | None = None, **detail: Any) -> None:
+        assert self.writer is not None
+        await self.writer.emit(
+            "system", System(phase=phase, text=text, duration_ms=_ms(t0) if t0 is not None else None, detail=detail)
+        )
+
+    async def run(self) -> None:
+        await self._load()
+        settings = self.settings
+        redactor = Redactor([settings.model_api_key, settings.secret_key, *self.env.extra_secrets])
+        self.writer = TranscriptWriter(self.env.db, self.env.hub, self.task_id, self.run_id, redactor)
+        self.writer.start()
+        outcome: Outcome
+        stopped = False
+        cancelled = False
+        ctx: RunContext | None = None
+        try:
+            await self.system(
+                "claimed", f"run {self.run_seq} ({self.kind.value}) claimed by worker {self.env.worker_id}"
+            )
+            ctx = await self._provision()
+            outcome = await self._supervise(ctx)
+        except Stopped as exc:
+            stopped = exc.reason is None
+            outcome = Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
+        except ProvisionFailed as exc:
+            outcome = Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
+        except asyncio.CancelledError:
+            cancelled = True
+            outcome = Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.INTERRUPTED,
+                error="interrupted: the worker shut down",
+            )
+        except Exception as exc:
+            log.exception("run failed unexpectedly", run_id=self.run_id)
+            outcome = Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.INTERNAL,
+                error=f"internal error: {type(exc).__name__}",
+            )
+        if ctx is not None:
+            self.turns, self.prompt_tokens, self.completion_tokens = ctx.turns, ctx.prompt_tokens, ctx.completion_tokens
+        # Settle even when cancelled: shield the cleanup so a shutdown cannot leave a container behind.
+        settle = asyncio.ensure_future(self.settle(outcome, stopped))
+        try:
+            await asyncio.shield(settle)
+        except asyncio.CancelledError:
+            cancelled = True
+            await settle
+        if cancelled:
+            raise asyncio.CancelledError
+
+    # --- provisioning -------------------------------------------------------------------------
+
+    async def _provision(self) -> RunContext:
+        env = self.env
+        settings = self.settings
+        runtime = env.runtimes.get(self.runtime_name)
+        if runtime is None:
+            raise ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
+        gate_ctx = self.gate_ctx()
+        decision = await env.gate.session_start(
+            gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=env.image
+        )
+        record = policy_record(decision)
+        if record is not None:
+            await self._emit("system", record)
+        if decision.user_message:
+            await self._emit("notice", Notice(text=decision.user_message))
+        if decision.decision != "allow":
+            raise ProvisionFailed(FailureReason.POLICY, f"a policy refused the run: {decision.reason or 'denied'}")
+        model: ModelEndpoint | None = None
+        if runtime.needs_model():
+            if not (settings.model_base_url and settings.model_name):
+                raise ProvisionFailed(FailureReason.MODEL_UNREACHABLE, "no model endpoint is configured")
+            model = ModelEndpoint(
+                base_url=settings.model_base_url,
+                model=settings.model_name,
+                api_key=settings.model_api_key,
+                timeout=settings.model_timeout_seconds,
+            )
+        # Workspace: the task branch if it exists, else the base, at a recorded sha.
+        t0 = time.monotonic()
+        limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
+        try:
+            head = await env.store.read(self.repo_key, gitops.branch_sha, self.branch)
+            self.workspace = settings.data_dir.resolve() / "workspaces" / self.task_uuid / self.run_uuid
+            mount_limit = limit_mb * MiB if quota == "mount" else None
+            await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=mount_limit)
+            files = await env.store.read(self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace)
+            self.start_sha = head or self.base_sha  # only now: a partial checkout is never snapshotted
+        except Exception as exc:
+            log.exception("workspace preparation failed", run_id=self.run_id)
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise ProvisionFailed(
+                    FailureReason.DISK_LIMIT, f"the checkout does not fit the workspace limit of {limit_mb} MiB"
+                ) from exc
+            raise ProvisionFailed(FailureReason.WORKSPACE, f"the workspace could not be prepared: {exc}") from exc
+        await self._set_run(start_sha=self.start_sha)
+        await self.system(
+            "workspace",
+            f"workspace prepared from {'the task branch' if head else 'the base'} "
+            f"at {self.start_sha[:12]} ({files} files), limit {limit_mb} MiB ({quota})",
+            t0,
+            sha=self.start_sha,
+            files=files,
+            limit_mb=limit_mb,
+            quota=quota,
+        )
+        if quota == "watchdog":
+            await self._emit("notice", Notice(text=f"{_WATCHDOG_ONLY} ({limit_mb} MiB)", level="warning"))
+        self._check_stop()
+        # Sandbox.
+        t0 = time.monotonic()
+        spec = SandboxSpec(
+            image=env.image,
+            workspace=self.workspace,
+            instance=env.instance,
+            task=self.task_uuid,
+            run=self.run_uuid,
+            limits=Limits(
+                wall_clock_seconds=settings.task_wall_clock_seconds,
+                exec_timeout_seconds=settings.task_tool_timeout_seconds,
+                workspace_bytes=limit_mb * MiB,
+            ),
+        )
+        try:
+            self.sandbox = await env.engine.start(spec)
+        except ImageMissing as exc:
+            raise ProvisionFailed(
+                FailureReason.IMAGE_MISSING, f"the sandbox image {env.image} is missing: run `forgehand sandbox build`"
+            ) from exc
+        except EngineUnavailable as exc:
+            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"no Docker engine answered: {exc}") from exc
+        except SandboxError as exc:
+            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"the sandbox could not start: {exc}") from exc
+        await self._set_run(container_id=self.sandbox.id)
+        weakened = weakenings_in_effect(spec)
+        await self.system(
+            "sandbox", f"sandbox {self.sandbox.name} started", t0, container=self.sandbox.name, weakened=weakened
+        )
+        self._check_stop()
+        t0 = time.monotonic()
+        if decision.model_context and runtime.needs_model():
+            self.conversation.append({"role": "system", "content": decision.model_context})
+        ctx = RunContext(
+            sandbox=self.sandbox,
+            kind=self.kind,
+            goal=self.goal,
+            prompt=self.prompt,
+            command=self.command,
+            conversation=self.conversation,
+            limits=RuntimeLimits(
+                turn_limit=settings.task_turn_limit,
+                tool_timeout=settings.task_tool_timeout_seconds,
+                token_budget=settings.task_token_budget,
+            ),
+            gate=env.gate,
+            gate_ctx=gate_ctx,
+            emit=self._emit,
+            model=model,
+            approval=self.approved,
+        )
+        self.runtime = runtime
+        await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
+        return ctx
+
+    async def _emit(self, kind: Any, payload: Any) -> None:
+        assert self.writer is not None
+        await self.writer.emit(kind, payload)
+
+    def _check_stop(self) -> None:
+        if self.stop_event.is_set():
+            raise Stopped(None, "stopped by request")
+
+    async def _set_run(self, **values: Any) -> None:
+        async with self.env.db.session(write=True) as s:
+            await s.execute(
+                update(Run).where(Run.id == self.run_id).values(**values).execution_options(synchronize_session=False)
+            )
+
+    async def _supervise(self, ctx: RunContext) -> Outcome:
+        """Run the runtime under the stop request and the watchdogs (idle, wall clock)."""
+        settings = self.settings
+        assert self.writer is not None
+        runtime_task = asyncio.ensure_future(self.runtime.run(ctx))
+        stop_wait = asyncio.ensure_future(self.stop_event.wait())
+        deadline = time.monotonic() + settings.task_wall_clock_seconds
+        idle = settings.task_idle_seconds
+        warned = False
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {runtime_task, stop_wait}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                )
+                if runtime_task in done:
+                    if self.sandbox is not None and await self.sandbox.check_disk_limit():
+                        raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
+                    try:
+                        return runtime_task.result()
+                    except RuntimeUnavailable as exc:
+                        return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
+                if stop_wait in done:
+                    raise Stopped(None, "stopped by request")
+                if self.sandbox is not None and self.sandbox.disk_limit_reached:
+                    raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
+                now = time.monotonic()
+                if now > deadline:
+                    raise Stopped(
+                        FailureReason.TIMEOUT,
+                        f"the run passed its wall-clock limit of {settings.task_wall_clock_seconds} s",
+                    )
+                quiet = now - self.writer.last_activity
+                if quiet > idle:
+                    raise Stopped(FailureReason.IDLE, f"no activity for {idle:g} s: stopped as idle")
+                if quiet > idle * 2 / 3 and not warned:
+                    warned = True
+                    await self.writer.emit(
+                        "notice",
+                        Notice(text=f"no activity for {quiet:.0f} s; the run stops at {idle:g} s", level="warning"),
+                        activity=False,
+                    )
+                elif quiet < idle * 2 / 3:
+                    warned = False
+        finally:
+            stop_wait.cancel()
+            if not runtime_task.done():
+                # Removing the sandbox ends any exec at once; then the runtime task unwinds.
+                if self.sandbox is not None:
+                    with contextlib.suppress(Exception):
+                        await self.sandbox.remove()
+                runtime_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(runtime_task, 30)
+
+    def _disk_limit_text(self) -> str:
+        return f"the workspace reached its limit of {self.settings.task_workspace_limit_mb} MiB: stopped (disk_limit)"

@@ -1,0 +1,92 @@
+"""The runtime interface: what the worker hands a runtime, and what a runtime hands back.
+
+A runtime drives one run inside a started sandbox. It reports everything through `RunContext.emit`
+(transcript events, redacted and stored by the worker) and returns an `Outcome`. It never sees the
+database, the repository or the sandbox's spec; later CLI-agent runtimes fit the same shape."""
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import msgspec
+
+from sandbox import Sandbox
+from tasks.core.policy import ApprovalRequest, ApprovedCall, GateContext, PolicyGate
+from tasks.core.states import FailureReason, RunKind, RunState
+from tasks.core.transcript import Kind, Payload
+
+__all__ = [
+    "ApprovalRequest",
+    "ApprovedCall",
+    "ModelEndpoint",
+    "Outcome",
+    "RunContext",
+    "Runtime",
+    "RuntimeLimits",
+    "RuntimeUnavailable",
+]
+
+
+class RuntimeLimits(msgspec.Struct, frozen=True, kw_only=True):
+    turn_limit: int = 50
+    tool_timeout: float = 600.0
+    token_budget: int = 0  # 0 = none
+    output_cap: int = 16 * 1024 * 1024  # per command of the `command` runtime
+
+
+class ModelEndpoint(msgspec.Struct, frozen=True, kw_only=True):
+    base_url: str
+    model: str
+    api_key: str = ""
+    timeout: float = 120.0
+
+
+class Outcome(msgspec.Struct, kw_only=True):
+    status: RunState  # succeeded, failed or blocked
+    summary: str = ""
+    error: str = ""
+    failure_reason: FailureReason | None = None
+    question: str = ""
+    exit_code: int | None = None
+    # The builtin runtime's conversation after this run (stored on the task for the next one).
+    conversation: list[dict[str, Any]] | None = None
+    # status "blocked" on a tool call that waits for a person's approval (not a question).
+    approval: ApprovalRequest | None = None
+
+
+Emit = Callable[[Kind, Payload], Awaitable[None]]
+
+
+class RunContext(msgspec.Struct, kw_only=True):
+    sandbox: Sandbox
+    kind: RunKind
+    goal: str
+    prompt: str  # what this run was asked: the goal, a message, an answer
+    command: str | list[str] | None
+    conversation: list[dict[str, Any]]
+    limits: RuntimeLimits
+    gate: PolicyGate
+    gate_ctx: GateContext
+    emit: Emit
+    model: ModelEndpoint | None = None
+    # An `approval` run: the decision on the parked call the run resumes with.
+    approval: ApprovedCall | None = None
+    # Token and turn accounting (the worker stores them on the run).
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Runtime(Protocol):
+    name: str
+
+    def needs_model(self) -> bool: ...
+
+    async def run(self, ctx: RunContext) -> Outcome: ...
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime cannot run here (no model configured...): the run fails with this message."""
+
+    def __init__(self, message: str, reason: FailureReason) -> None:
+        super().__init__(message)
+        self.reason = reason

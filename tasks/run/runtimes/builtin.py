@@ -1,0 +1,389 @@
+"""The `builtin` runtime: an agent loop on the host speaking OpenAI-compatible chat completions.
+
+The model endpoint and its key stay on the host; only tool executions reach the sandbox (exec for
+`bash`, host-side safe file access for the file tools). The conversation is carried from one run
+to the next (an answer to `ask_user` becomes that call's tool result)."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from forge.text import without_nul
+from sandbox import (
+    SandboxError,
+    list_workspace,
+    read_workspace_file,
+    write_workspace_file,
+)
+from tasks.core.policy import ApprovalRequest, ApprovedCall, GateDecision, input_hash, policy_record
+from tasks.core.states import FailureReason, RunKind, RunState
+from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
+from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
+from tasks.run.runtimes.model_client import TOOL_NAMES, ModelFailure, chat
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+SYSTEM_PROMPT = """You are a coding agent working in a git work tree at /workspace (your current directory).
+Use the tools to inspect and change files and to run commands; there is no network.
+When the goal is reached, call report_summary with a short summary of what you changed, then stop calling tools.
+If you cannot continue without a person's decision, call ask_user with one clear question."""
+
+
+class ToolError(Exception):
+    pass
+
+
+def _str_arg(args: dict[str, Any], name: str, *, default: str | None = None) -> str:
+    value = args.get(name, default)
+    if not isinstance(value, str):
+        raise ToolError(f"argument {name!r} must be a string")
+    return value
+
+
+class BuiltinRuntime:
+    name = "builtin"
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._transport = transport
+
+    def needs_model(self) -> bool:
+        return True
+
+    def _resume(self, ctx: RunContext) -> list[dict[str, Any]]:
+        messages = list(ctx.conversation)
+        if not messages:
+            return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": ctx.prompt}]
+        pending = _pending_tool_calls(messages)
+        if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
+            return messages  # the parked call is answered by `_resume_approved`
+        if ctx.kind == RunKind.ANSWER and pending:
+            for call in pending:
+                is_question = call.get("function", {}).get("name") == "ask_user"
+                content = ctx.prompt if is_question else "not run: the run ended before this call"
+                messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
+            return messages
+        for call in pending:
+            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": "not run: the run ended"})
+        if ctx.kind == RunKind.RETRY:
+            messages.append({"role": "user", "content": "The previous attempt ended early. Continue with the goal."})
+        else:
+            messages.append({"role": "user", "content": ctx.prompt})
+        return messages
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        if ctx.model is None:
+            raise RuntimeUnavailable("no model endpoint is configured", FailureReason.MODEL_UNREACHABLE)
+        messages = self._resume(ctx)
+        summary = ""
+        continued = False
+        if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
+            parked = await self._resume_approved(ctx, ctx.approval, messages)
+            if parked is not None:
+                return parked
+        async with httpx.AsyncClient(transport=self._transport, follow_redirects=False) as client:
+            while True:
+                if ctx.turns >= ctx.limits.turn_limit:
+                    return Outcome(
+                        status=RunState.FAILED,
+                        failure_reason=FailureReason.TURN_LIMIT,
+                        error=f"turn limit reached ({ctx.limits.turn_limit} turns)",
+                        summary=summary,
+                        conversation=messages,
+                    )
+                try:
+                    answer = await chat(client, ctx.model, messages)
+                except ModelFailure as exc:
+                    return Outcome(
+                        status=RunState.FAILED, failure_reason=exc.reason, error=str(exc), conversation=messages
+                    )
+                ctx.turns += 1
+                usage = answer["usage"]
+                ctx.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+                ctx.completion_tokens += int(usage.get("completion_tokens") or 0)
+                message = answer["message"]
+                content = message.get("content") or ""
+                calls = message.get("tool_calls") or []
+                if not isinstance(calls, list):
+                    calls = []
+                stored: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+                if calls:
+                    stored["tool_calls"] = calls
+                messages.append(stored)
+                if isinstance(content, str) and content.strip():
+                    await ctx.emit("assistant", Assistant(text=content))
+                budget = ctx.limits.token_budget
+                if budget and ctx.prompt_tokens + ctx.completion_tokens > budget:
+                    return Outcome(
+                        status=RunState.FAILED,
+                        failure_reason=FailureReason.TOKEN_BUDGET,
+                        error=f"token budget of {budget} exceeded",
+                        conversation=messages,
+                    )
+                if not calls:
+                    final = summary or (content.strip() if isinstance(content, str) else "")
+                    decision = await ctx.gate.stop(ctx.gate_ctx, summary=final, turns=ctx.turns, changed_files=[])
+                    await _record(ctx, decision)
+                    if decision.model_context.strip() and not continued:
+                        continued = True
+                        messages.append({"role": "user", "content": decision.model_context})
+                        continue
+                    return Outcome(status=RunState.SUCCEEDED, summary=final, conversation=messages)
+                question = ""
+                approval: ApprovalRequest | None = None
+                ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
+                # Two calls with one id in a turn cannot be told apart by a policy consumer
+                # (decisions are bound to the id): none of them runs (fail closed).
+                duplicated = {i for i in ids if ids.count(i) > 1}
+                notes: list[str] = []  # policy model_context: for the model only, never inside a tool result
+                for call in calls:
+                    call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
+                    if question or approval is not None:
+                        waiting = "the user" if question else "a person's approval of an earlier call"
+                        messages.append(
+                            {"role": "tool", "tool_call_id": call_id, "content": f"not run: waiting for {waiting}"}
+                        )
+                        continue
+                    if call_id in duplicated:
+                        result = f"error: the tool call id {call_id!r} is used twice in this turn; nothing was run"
+                        name = str((call.get("function") or {}).get("name") or "") if isinstance(call, dict) else ""
+                        await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=result, is_error=True))
+                        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+                        continue
+                    result, is_error, extra = await self._tool(ctx, call)
+                    if extra.get("policy_failure"):
+                        return Outcome(
+                            status=RunState.FAILED,
+                            failure_reason=FailureReason.POLICY,
+                            error=extra["policy_failure"],
+                            conversation=messages,
+                        )
+                    if extra.get("approval") is not None:
+                        approval = extra["approval"]
+                        if extra.get("model_context"):
+                            notes.append(extra["model_context"])
+                        continue  # the decision becomes this call's result in the approval run
+                    if extra.get("question"):
+                        question = extra["question"]
+                        await ctx.emit("question", Question(text=question, tool_call_id=call_id))
+                        continue  # the answer becomes this call's result in the next run
+                    if extra.get("summary"):
+                        summary = extra["summary"]
+                    if extra.get("model_context"):
+                        notes.append(extra["model_context"])
+                    messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+                    _ = is_error
+                if notes:
+                    # After every tool result of the turn (the API wants those right after the call).
+                    messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(notes)})
+                if question:
+                    return Outcome(status=RunState.BLOCKED, question=question, summary=summary, conversation=messages)
+                if approval is not None:
+                    return Outcome(status=RunState.BLOCKED, approval=approval, summary=summary, conversation=messages)
+
+    async def _resume_approved(
+        self, ctx: RunContext, decided: ApprovedCall, messages: list[dict[str, Any]]
+    ) -> Outcome | None:
+        """Answer the parked call with the person's decision. Approving runs exactly the approved
+        input: the one stored with the approval (what the person saw), checked intact by its hash."""
+        call = next((c for c in _pending_tool_calls(messages) if c.get("id") == decided.tool_use_id), None)
+        for other in _pending_tool_calls(messages):
+            if other is not call:
+                messages.append(
+                    {"role": "tool", "tool_call_id": other.get("id", ""), "content": "not run: the run ended"}
+                )
+        if call is None:
+            await ctx.emit(
+                "notice", Notice(text="the approved call is not pending any more; nothing was run", level="warning")
+            )
+            return None
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "")
+        call_id = decided.tool_use_id
+        # What runs is the input stored with the approval (what the person saw), checked intact.
+        if name != decided.tool_name or input_hash(decided.tool_input) != decided.input_hash:
+            text = "error: the decision does not match this call's input; it was not executed"
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            return None
+        if not decided.approved:
+            why = decided.reason or "no reason given"
+            text = (
+                f"error: a person denied this {name} call; it was not executed. Do not retry it unless the user "
+                f"asks; explain this to the user. Reason: {why}"
+            )
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+            return None
+        result, _, extra = await self._run_tool(ctx, call_id, name, dict(decided.tool_input))
+        if extra.get("question"):
+            await ctx.emit("question", Question(text=extra["question"], tool_call_id=call_id))
+            return Outcome(status=RunState.BLOCKED, question=extra["question"], conversation=messages)
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        if extra.get("model_context"):
+            messages.append({"role": "system", "content": "Policy note:\n" + extra["model_context"]})
+        return None
+
+    async def _tool(self, ctx: RunContext, call: Any) -> tuple[str, bool, dict[str, Any]]:
+        """Run one tool call; every problem goes back to the model as a tool error."""
+        if not isinstance(call, dict):
+            return "error: malformed tool call", True, {}
+        call_id = str(call.get("id") or "")
+        if len(call_id) > MAX_CALL_ID or "\x00" in call_id:
+            # It names the call in the transcript, the hooks and approvals: keep it storable.
+            return f"error: a tool call id must be at most {MAX_CALL_ID} characters, without NUL", True, {}
+        fn = call.get("function") or {}
+        name = str(fn.get("name") or "") if isinstance(fn, dict) else ""
+        raw_args = fn.get("arguments", "{}") if isinstance(fn, dict) else "{}"
+        try:
+            args = json.loads(raw_args, parse_constant=_no_constant) if isinstance(raw_args, str) else raw_args
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            args = None
+            parse_error = f"error: the arguments are not valid JSON ({exc}); send a JSON object"
+        await ctx.emit("tool_call", ToolCall(id=call_id, name=name, input=args if args is not None else raw_args))
+        if name not in TOOL_NAMES:
+            text = f"error: unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}"
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            return text, True, {}
+        if args is None:
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=parse_error, is_error=True))
+            return parse_error, True, {}
+        decision = await ctx.gate.pre_tool_use(ctx.gate_ctx, tool_use_id=call_id, tool_name=name, tool_input=args)
+        await _record(ctx, decision)
+        if decision.user_message:
+            await ctx.emit("notice", Notice(text=decision.user_message))
+        if decision.decision == "ask":
+            # A consumer asks a person (or an endpoint with failure policy `hold` failed): the call
+            # is parked as an approval and the run blocks; nothing runs until someone decides.
+            # The input a person approves is the one that would run: an earlier endpoint's
+            # rewrite (input_override) included, as the asking endpoint saw it.
+            request = ApprovalRequest(
+                tool_use_id=call_id,
+                tool_name=name,
+                tool_input=decision.input_override or args,
+                reason=without_nul(decision.reason)[:4000],
+                held=decision.held,
+                requested_by=without_nul(decision.decided_by)[:2048],
+                delivery_id=str((decision.dispatch or {}).get("delivery_id") or ""),
+            )
+            return "", False, {"approval": request, "model_context": decision.model_context}
+        if decision.failed:
+            # Fail closed: the run stops (the tool is not run), the reason names the delivery.
+            return decision.reason, True, {"policy_failure": decision.reason}
+        if decision.decision != "allow":
+            reason = decision.reason or "no reason given"
+            text = (
+                f"error: an external policy blocked this {name} call; it was not executed and retrying it will be "
+                f"denied again. Explain this to the user. Reason: {reason}"
+            )
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
+            return text, True, {"model_context": decision.model_context} if decision.model_context else {}
+        if decision.input_override:
+            args = decision.input_override
+        return await self._run_tool(ctx, call_id, name, args, decision.model_context)
+
+    async def _run_tool(
+        self, ctx: RunContext, call_id: str, name: str, args: dict[str, Any], context: str = ""
+    ) -> tuple[str, bool, dict[str, Any]]:
+        """Execute an allowed call, record its result and send `post_tool_use`."""
+        extra: dict[str, Any] = {}
+        try:
+            output = await self._execute(ctx, name, args, extra)
+            is_error = False
+        except (ToolError, SandboxError, OSError) as exc:
+            output = f"error: {exc}"
+            is_error = True
+        if "question" in extra:
+            return "", False, extra
+        text, omitted = cap_text(output, TOOL_OUTPUT_CAP)
+        await ctx.emit(
+            "tool_result", ToolResult(id=call_id, name=name, output=text, is_error=is_error, omitted_bytes=omitted)
+        )
+        after = await ctx.gate.post_tool_use(
+            ctx.gate_ctx,
+            tool_use_id=call_id,
+            tool_name=name,
+            tool_response=None if is_error else text,
+            tool_error=text if is_error else None,
+        )
+        await _record(ctx, after)
+        if after.user_message:
+            await ctx.emit("notice", Notice(text=after.user_message))
+        contexts = [c for c in (context, after.model_context) if c.strip()]
+        if contexts:
+            extra["model_context"] = "\n\n".join(contexts)
+        return text, is_error, extra
+
+    async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, str]) -> str:
+        root = Path(ctx.sandbox.spec.workspace)
+        if name == "bash":
+            command = _str_arg(args, "command")
+            buf = HeadTail(TOOL_OUTPUT_CAP)
+            async with ctx.sandbox.stream(
+                ["bash", "-lc", command], timeout=ctx.limits.tool_timeout, output_cap=64 * 1024 * 1024
+            ) as running:
+                async for chunk in running:
+                    buf.add(chunk.data)
+            result = running.result
+            status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+            return f"{status}\n{buf.text()}"
+        if name == "read_file":
+            data = await asyncio.to_thread(read_workspace_file, root, _str_arg(args, "path"), MAX_FILE_BYTES)
+            return data.decode("utf-8", "replace")
+        if name == "write_file":
+            path, content = _str_arg(args, "path"), _str_arg(args, "content")
+            await asyncio.to_thread(write_workspace_file, root, path, content.encode(), MAX_FILE_BYTES)
+            return f"wrote {len(content.encode())} bytes to {path}"
+        if name == "edit_file":
+            path = _str_arg(args, "path")
+            old, new = _str_arg(args, "old_string"), _str_arg(args, "new_string")
+            if not old:
+                raise ToolError("old_string must not be empty")
+            text = (await asyncio.to_thread(read_workspace_file, root, path, MAX_FILE_BYTES)).decode("utf-8")
+            count = text.count(old)
+            if count != 1:
+                raise ToolError(f"old_string occurs {count} times in {path}; it must occur exactly once")
+            await asyncio.to_thread(write_workspace_file, root, path, text.replace(old, new).encode(), MAX_FILE_BYTES)
+            return f"edited {path}"
+        if name == "list_files":
+            entries = await asyncio.to_thread(list_workspace, root, _str_arg(args, "path", default=""))
+            return "\n".join(f"{e.name}{'/' if e.kind == 'dir' else ''}" for e in entries) or "(empty)"
+        if name == "ask_user":
+            extra["question"] = _str_arg(args, "question")
+            return ""
+        if name == "report_summary":
+            extra["summary"] = _str_arg(args, "summary")
+            return "summary recorded"
+        if name == "record_progress":
+            note = _str_arg(args, "note")
+            await ctx.emit("notice", Notice(text=note))
+            return "noted"
+        raise ToolError(f"unknown tool {name!r}")
+
+
+MAX_CALL_ID = 200
+
+
+def _no_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not a JSON number")
+
+
+def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool calls of the last assistant message that have no result yet."""
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.get("role") == "assistant":
+            answered = {m.get("tool_call_id") for m in messages[i + 1 :] if m.get("role") == "tool"}
+            return [c for c in msg.get("tool_calls") or [] if isinstance(c, dict) and c.get("id") not in answered]
+    return []
+
+
+async def _record(ctx: RunContext, decision: GateDecision) -> None:
+    """Each policy dispatch is a transcript event: a reviewer sees why a call was blocked."""
+    record = policy_record(decision)
+    if record is not None:
+        await ctx.emit("system", record)

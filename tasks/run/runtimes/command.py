@@ -1,0 +1,81 @@
+"""The `command` runtime: one command line in the sandbox; its output is the transcript, exit 0 is success.
+
+It needs no model, which makes it the runtime of the `make run` demo and of CI checks."""
+
+import codecs
+
+from sandbox import OutputChunk
+from tasks.core.schemas import argv_of
+from tasks.core.states import FailureReason, RunState
+from tasks.core.transcript import Notice, Output
+from tasks.run.runtimes.base import Outcome, RunContext
+
+
+class CommandRuntime:
+    name = "command"
+
+    def needs_model(self) -> bool:
+        return False
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        argv = argv_of(ctx.command)
+        if ctx.prompt and ctx.kind in ("message", "answer", "review"):
+            what = "change request" if ctx.kind == "review" else ctx.kind
+            await ctx.emit(
+                "notice",
+                Notice(
+                    text=f"the command runtime has no conversation: the {what} is in $FORGEHAND_PROMPT, "
+                    "the command runs again"
+                ),
+            )
+        decoders = {
+            "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
+            "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
+        }
+        env = {"FORGEHAND_TASK_GOAL": ctx.goal, "FORGEHAND_PROMPT": ctx.prompt}
+        async with ctx.sandbox.stream(
+            argv, env=env, timeout=ctx.limits.tool_timeout, output_cap=ctx.limits.output_cap, queue_chunks=64
+        ) as running:
+            chunk: OutputChunk
+            async for chunk in running:
+                text = decoders[chunk.stream].decode(chunk.data)
+                if text:
+                    await ctx.emit(chunk.stream, Output(text=text))
+        for stream, decoder in decoders.items():
+            rest = decoder.decode(b"", final=True)
+            if rest:
+                await ctx.emit(stream, Output(text=rest))  # type: ignore[arg-type]
+        result = running.result
+        ctx.turns = 1
+        if result.truncated_bytes:
+            await ctx.emit(
+                "notice",
+                Notice(text=f"output over the cap: {result.truncated_bytes} bytes were not kept", level="warning"),
+            )
+        if result.oom_killed:
+            return Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.OOM,
+                error="the command ran out of memory",
+                exit_code=result.exit_code,
+            )
+        if result.timed_out:
+            # The sandbox cuts every command at whatever is left of its wall clock: a cut well
+            # before the per-command limit is the run's wall-clock limit, and is said as such.
+            hit_wall_clock = result.duration < ctx.limits.tool_timeout - 1
+            return Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.TIMEOUT,
+                error="the run passed its wall-clock limit"
+                if hit_wall_clock
+                else f"the command did not finish within {ctx.limits.tool_timeout:g} s",
+                exit_code=result.exit_code,
+            )
+        if result.exit_code == 0:
+            return Outcome(status=RunState.SUCCEEDED, summary=f"`{' '.join(argv)}` exited 0", exit_code=0)
+        return Outcome(
+            status=RunState.FAILED,
+            failure_reason=FailureReason.EXIT_CODE,
+            error=f"the command exited with status {result.exit_code}",
+            exit_code=result.exit_code,
+        )

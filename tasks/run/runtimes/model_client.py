@@ -1,0 +1,117 @@
+"""The builtin runtime's side of the model: the tool schema it offers and one chat completion
+against an OpenAI-compatible endpoint (retrying 429/5xx with Retry-After, and connection errors).
+The model gateway will sit behind this."""
+
+import asyncio
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from forge.db import utcnow
+from tasks.core.states import FailureReason
+from tasks.run.runtimes.base import ModelEndpoint
+
+MAX_ATTEMPTS = 5
+MAX_RETRY_AFTER = 60.0
+
+
+def tool_fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+_S = {"type": "string"}
+TOOLS: list[dict[str, Any]] = [
+    tool_fn(
+        "bash",
+        "Run a shell command in the sandbox (bash -lc); returns exit code and output.",
+        {"command": _S},
+        ["command"],
+    ),
+    tool_fn("read_file", "Read a text file of the work tree.", {"path": _S}, ["path"]),
+    tool_fn(
+        "write_file", "Create or replace a file of the work tree.", {"path": _S, "content": _S}, ["path", "content"]
+    ),
+    tool_fn(
+        "edit_file",
+        "Replace one exact occurrence of old_string with new_string in a file.",
+        {"path": _S, "old_string": _S, "new_string": _S},
+        ["path", "old_string", "new_string"],
+    ),
+    tool_fn("list_files", "List a directory of the work tree.", {"path": _S}, []),
+    tool_fn(
+        "ask_user",
+        "Ask the person who started the task a question and wait for the answer.",
+        {"question": _S},
+        ["question"],
+    ),
+    tool_fn("report_summary", "Report what was done (shown to reviewers).", {"summary": _S}, ["summary"]),
+    tool_fn("record_progress", "Record a short progress note.", {"note": _S}, ["note"]),
+]
+TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
+
+
+class ModelFailure(Exception):
+    def __init__(self, reason: FailureReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def retry_after(resp: httpx.Response, attempt: int) -> float:
+    base = min(2.0**attempt * 0.5, MAX_RETRY_AFTER)
+    raw = resp.headers.get("retry-after", "").strip()
+    if raw:
+        try:
+            return min(max(float(raw), 0.0), MAX_RETRY_AFTER)
+        except ValueError:
+            try:
+                return min(max((parsedate_to_datetime(raw) - utcnow()).total_seconds(), 0.0), MAX_RETRY_AFTER)
+            except (TypeError, ValueError):
+                pass
+    return base
+
+
+async def chat(client: httpx.AsyncClient, model: ModelEndpoint, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One chat completion, retrying 429/5xx (honouring Retry-After) and connection errors."""
+    url = model.base_url.rstrip("/") + "/chat/completions"
+    headers = {"Authorization": f"Bearer {model.api_key}"} if model.api_key else {}
+    body = {"model": model.model, "messages": messages, "tools": TOOLS}
+    last_error = ""
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            resp = await client.post(url, json=body, headers=headers, timeout=model.timeout)
+        except httpx.TimeoutException:
+            last_error = f"the model endpoint did not answer within {model.timeout:g} s"
+            await asyncio.sleep(min(2.0**attempt * 0.5, 10))
+            continue
+        except httpx.TransportError as exc:
+            last_error = f"the model endpoint is unreachable ({type(exc).__name__})"
+            await asyncio.sleep(min(2.0**attempt * 0.5, 10))
+            continue
+        if resp.status_code == 429 or resp.status_code >= 500:
+            last_error = f"the model endpoint answered {resp.status_code}"
+            await asyncio.sleep(retry_after(resp, attempt))
+            continue
+        if resp.status_code != 200:
+            raise ModelFailure(FailureReason.MODEL_ERROR, f"the model endpoint answered {resp.status_code}")
+        try:
+            data = resp.json()
+            message = data["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise ModelFailure(FailureReason.MODEL_ERROR, "the model endpoint sent a malformed answer") from None
+        if not isinstance(message, dict):
+            raise ModelFailure(FailureReason.MODEL_ERROR, "the model endpoint sent a malformed answer")
+        return {"message": message, "usage": data.get("usage") or {}}
+    reason = (
+        FailureReason.MODEL_UNREACHABLE
+        if "unreachable" in last_error or "within" in last_error
+        else FailureReason.MODEL_ERROR
+    )
+    raise ModelFailure(reason, f"{last_error} (after {MAX_ATTEMPTS} attempts)")

@@ -1,0 +1,223 @@
+"""Settling a run: remove the sandbox, take the snapshot commit of the workspace, tell the policy
+the run stopped, and record the outcome (the run's and the task's new state, a parked call, the
+next queued message) in one transaction."""
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+
+from forge.db import utcnow
+from forge.git import Identity
+from forge.models import Repository
+from sandbox import Sandbox
+from sandbox import remove_workspace as sandbox_remove_workspace
+from tasks.core.models import Run
+from tasks.core.parked import park
+from tasks.core.policy import GateContext
+from tasks.core.states import FailureReason, RunKind, RunState, TaskState
+from tasks.core.transcript import Notice, Pending, Prompt, Summary
+from tasks.core.writer import TranscriptWriter
+from tasks.run import gitops
+from tasks.run.env import RunEnv
+from tasks.run.runtimes.base import Outcome
+
+log = structlog.get_logger("forgehand.tasks")
+
+
+def run_data(run: Run) -> dict[str, Any]:
+    return {
+        "kind": run.kind,
+        "state": run.state,
+        "exit_code": run.exit_code,
+        "failure_reason": run.failure_reason or None,
+        "error": run.error,
+        "end_sha": run.end_sha,
+    }
+
+
+def remove_workspace(path: Path) -> None:
+    sandbox_remove_workspace(path)  # unmounts the workspace's quota filesystem and deletes its image first
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()  # the task's directory, when this was its last workspace
+
+
+class Settling:
+    """The settling steps of `Execution` (what it loaded and provisioned, declared here)."""
+
+    env: RunEnv
+    run_id: int
+    task_id: int
+    run_seq: int
+    number: int
+    title: str
+    full_name: str
+    branch: str
+    agent_login: str
+    repo_key: tuple[str, str]
+    sandbox: Sandbox | None
+    workspace: Path | None
+    start_sha: str
+    writer: TranscriptWriter | None
+    turns: int
+    prompt_tokens: int
+    completion_tokens: int
+
+    async def system(self, phase: str, text: str, t0: float | None = None, **detail: Any) -> None:
+        raise NotImplementedError
+
+    def gate_ctx(self) -> GateContext:
+        raise NotImplementedError
+
+    async def settle(self, outcome: Outcome, stopped: bool) -> None:
+        env = self.env
+        assert self.writer is not None
+        if self.sandbox is not None:
+            t0 = time.monotonic()
+            try:
+                await self.sandbox.remove()
+                await self.system("sandbox_removed", "sandbox removed", t0)
+            except Exception as exc:
+                log.warning("sandbox removal failed", run_id=self.run_id, error=str(exc))
+        run_state = RunState.STOPPED if stopped else outcome.status
+        snap: gitops.Snapshot | None = None
+        if self.workspace is not None and self.start_sha:
+            t0 = time.monotonic()
+            wip = run_state in (RunState.FAILED, RunState.STOPPED)
+            try:
+                snap = await env.store.write(
+                    self.repo_key,
+                    gitops.snapshot_commit,
+                    self.workspace,
+                    branch=self.branch,
+                    parent_sha=self.start_sha,
+                    message=self.commit_message(outcome, run_state, wip),
+                    author=self._agent_identity(),
+                    committer=Identity(name="forgehand", email=f"forgehand@{self._host()}"),
+                    limits=gitops.SnapshotLimits(max_file_bytes=env.settings.task_max_file_bytes),
+                )
+            except Exception as exc:
+                log.exception("snapshot failed", run_id=self.run_id)
+                await self.writer.emit("notice", Notice(text=f"the snapshot commit failed: {exc}", level="error"))
+            else:
+                if snap.committed:
+                    kind = "work-in-progress snapshot" if wip else "snapshot"
+                    text = f"{kind} {snap.sha[:12]} on {self.branch}: {len(snap.changed_files)} files changed"
+                else:
+                    text = "no changes: no new commit"
+                await self.system(
+                    "snapshot",
+                    text,
+                    t0,
+                    sha=snap.sha,
+                    committed=snap.committed,
+                    wip=wip and snap.committed,
+                    changed_files=snap.changed_files[:200],
+                    skipped=[{"path": s.path, "reason": s.reason} for s in snap.skipped[:200]],
+                )
+                if snap.skipped:
+                    await self.writer.emit(
+                        "notice",
+                        Notice(
+                            text="not committed: " + "; ".join(f"{s.path} ({s.reason})" for s in snap.skipped[:20]),
+                            level="warning",
+                        ),
+                    )
+            if outcome.status is RunState.SUCCEEDED or stopped or outcome.failure_reason is not None:
+                changed = snap.changed_files if snap else []
+                with contextlib.suppress(Exception):
+                    await env.gate.stop(
+                        self.gate_ctx(),
+                        summary=outcome.summary,
+                        turns=self.turns,
+                        changed_files=changed,
+                    )
+        if outcome.summary:
+            await self.writer.emit("summary", Summary(text=outcome.summary))
+        if outcome.error and not stopped:
+            await self.writer.emit("notice", Notice(text=outcome.error, level="error"))
+        await self.writer.close()
+        await self.finish_in_db(outcome, run_state, snap)
+        if self.workspace is not None:
+            await asyncio.to_thread(remove_workspace, self.workspace)
+
+    def _host(self) -> str:
+        return urlsplit(self.env.settings.effective_base_url).hostname or "localhost"
+
+    def _agent_identity(self) -> Identity:
+        return Identity(name=self.agent_login, email=f"{self.agent_login.lower()}@bots.{self._host()}")
+
+    def commit_message(self, outcome: Outcome, state: RunState, wip: bool) -> str:
+        ref = f"{self.full_name}#{self.number}, run {self.run_seq}"
+        if wip:
+            why = outcome.error or state.value
+            return f"WIP: {self.title}\n\nWork in progress: the run ended {state.value} ({why}).\n\nTask {ref}\n"
+        body = f"\n\n{outcome.summary}" if outcome.summary else ""
+        return f"{self.title}{body}\n\nTask {ref}\n"
+
+    async def finish_in_db(self, outcome: Outcome, run_state: RunState, snap: gitops.Snapshot | None) -> None:
+        env = self.env
+        async with env.db.session(write=True) as s:
+            life = env.lifecycle(s)
+            run = await s.get(Run, self.run_id)
+            task = await life.lock_id(self.task_id)
+            repo = await s.get(Repository, task.repo_id)
+            assert run is not None and repo is not None
+            run.state = run_state
+            run.exit_code = outcome.exit_code
+            run.error = "" if run_state is RunState.STOPPED else outcome.error
+            run.failure_reason = (
+                (outcome.failure_reason.value if outcome.failure_reason else "") if run_state is RunState.FAILED else ""
+            )
+            run.finished_at = utcnow()
+            run.turns = self.turns
+            run.prompt_tokens = self.prompt_tokens
+            run.completion_tokens = self.completion_tokens
+            if snap is not None:
+                run.end_sha = snap.sha
+                run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
+                if snap.committed or not task.head_sha:
+                    task.head_sha = snap.sha
+                    task.head_is_wip = snap.committed and run_state in (RunState.FAILED, RunState.STOPPED)
+            if outcome.conversation is not None:
+                task.conversation = outcome.conversation
+            if outcome.summary:
+                task.summary = outcome.summary
+            await life.publish("run.finished", task, repo, run=run, data=run_data(run))
+            current = TaskState(task.state)
+            if current is not TaskState.RUNNING:
+                return  # settled elsewhere (recovered as interrupted by another worker)
+            if run_state is RunState.STOPPED:
+                task.queued_message = ""
+                await life.set_state(task, repo, TaskState.STOPPED, run=run)
+            elif run_state is RunState.BLOCKED:
+                task.question = outcome.question
+                if outcome.approval is not None:
+                    await park(
+                        life, task, repo, run, outcome.approval, ttl_seconds=env.settings.task_approval_ttl_seconds
+                    )
+                await life.set_state(task, repo, TaskState.BLOCKED, run=run)
+            elif task.queued_message:
+                body, task.queued_message = task.queued_message, ""
+                nxt = await life.new_run(task, RunKind.MESSAGE, body, None)
+                if run_state is RunState.FAILED:
+                    task.error = outcome.error
+                    task.failure_reason = outcome.failure_reason.value if outcome.failure_reason else ""
+                await life.append(
+                    task.id, [Pending(kind="prompt", payload=Prompt(text=body, source="message"), run_id=nxt.id)]
+                )
+                await life.set_state(task, repo, TaskState.QUEUED, run=nxt)
+            elif run_state is RunState.SUCCEEDED:
+                task.error = ""
+                task.failure_reason = ""
+                await life.set_state(task, repo, TaskState.AWAITING_REVIEW, run=run)
+            else:
+                task.error = outcome.error
+                task.failure_reason = (
+                    outcome.failure_reason.value if outcome.failure_reason else FailureReason.INTERNAL.value
+                )
+                await life.set_state(task, repo, TaskState.FAILED, run=run)

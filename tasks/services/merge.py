@@ -1,0 +1,251 @@
+"""Merging a reviewed task into its base branch.
+
+Order (nothing moves until everything agreed):
+1. read: the task is awaiting review, its head is the one the caller expects, the merge rules hold
+   (`ReviewService.status`), and pygit2 merges `base` and `head` in memory without conflicts
+   (conflicts are reported file by file and the task stays in review);
+2. the `pre_merge` policy hook (outside any transaction: a slow consumer never holds a database
+   lock), which can deny with a reason;
+3. write: the task row is locked and checked again, then the base ref is moved with a
+   compare-and-swap against the base commit the merge was computed from, so a concurrent push
+   (or merge) is never overwritten: the loser gets 409 `base_moved` and nothing changed;
+4. the task becomes `merged`, `task.merged` is published, the branch is kept or deleted (a
+   repository setting), all in the same transaction as the audit row.
+A head that is already contained in the base (pushed by hand, or a merge whose database commit
+was lost) marks the task merged without a new commit."""
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge import audit
+from forge.access import Action
+from forge.audit import Actor
+from forge.db import Database, utcnow
+from forge.errors import BadGateway, Forbidden, InvalidState
+from forge.git import merge as git_merge
+from forge.git.errors import (
+    BaseMoved,
+    MergeConflicts,
+    NotFastForward,
+    NothingToMerge,
+    RefConflict,
+    RefNotFound,
+    UnrelatedHistories,
+)
+from forge.git.merge import MergePlan, plan_merge
+from forge.git.schemas import Identity
+from forge.models import Account
+from forge.repositories import load
+from tasks.core import repo_settings
+from tasks.core.lifecycle import gate_context
+from tasks.core.models import Task
+from tasks.core.schemas import MergeCreate
+from tasks.core.states import TaskState
+from tasks.core.transcript import Notice, Pending
+from tasks.services import branches, rules
+from tasks.services.reviews import ReviewService
+from tasks.services.tasks import TaskService
+
+
+class MergeRefused(InvalidState):
+    """409 with the reason (and, for conflicts, the files)."""
+
+
+def _conflict_error(plan_or_exc: MergePlan | MergeConflicts) -> MergeRefused:
+    files = [{"path": c.path, "kind": c.kind} for c in plan_or_exc.conflicts]
+    paths = ", ".join(f["path"] for f in files[:20])
+    return MergeRefused(
+        f"the branch conflicts with {len(files)} file(s) of the base: {paths}", code="merge_conflict", conflicts=files
+    )
+
+
+def _identity(login: str, base_url: str) -> Identity:
+    host = urlsplit(base_url).hostname or "localhost"
+    return Identity(name=login, email=f"{login.lower()}@users.{host}")
+
+
+def _message(task: Task, strategy: str, url: str, approvals: list[str]) -> str:
+    # `Task-Head:` lets a merge whose database commit was lost be recognised (branches.find_merged).
+    trailer = f"Task {url}\nTask-Head: {task.head_sha}" + "".join(f"\nApproved-by: {a}" for a in approvals)
+    summary = f"\n\n{task.summary.strip()}" if task.summary.strip() else ""
+    if strategy == "squash":
+        return f"{task.title} (task #{task.number}){summary}\n\n{trailer}\n"
+    return f"Merge task #{task.number}: {task.title}\n\nBranch {task.branch} into {task.base}.{summary}\n\n{trailer}\n"
+
+
+class MergeService:
+    def __init__(self, db: Database, make_service: Callable[[AsyncSession], TaskService]) -> None:
+        # `make_service(session)`: the task service on that session (bus, store, settings, gate).
+        self.db = db
+        self.make_service = make_service
+
+    async def merge(self, actor: Actor, owner: str, name: str, number: int, data: MergeCreate) -> int:
+        """Merge the task; returns its id. Raises a ForgeError (409 with a reason) when refused."""
+        async with self.db.session() as s:
+            svc: TaskService = self.make_service(s)
+            res = await load(s, actor.principal, owner, name, Action.TASK_READ)
+            task = await svc.get(res, number)
+            rules.require_merge(actor.principal, res, task)
+            reviews = ReviewService(svc)
+            self._check_head(task, data)
+            status = await reviews.status(task)
+            if status.blockers:
+                raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
+            try:
+                plan = await svc.store.read(res.key, plan_merge, task.base, task.head_sha, data.strategy)
+            except RefNotFound:
+                raise MergeRefused(f"the base branch {task.base!r} is gone", code="base_not_found") from None
+            # Contained in the base already (and not simply unchanged): it was merged another way;
+            # or a squash of this head is on the base (a merge whose database commit was lost).
+            already = plan.up_to_date and task.head_sha != task.base_sha
+            merged_sha = plan.base_sha
+            if not already:
+                squashed = await svc.store.read(res.key, branches.find_merged, task.base, task.base_sha, task.head_sha)
+                if squashed is not None:
+                    already, merged_sha = True, squashed
+            if not already:
+                self._check_plan(plan)
+            agent = await s.get(Account, task.agent_id)
+            ctx = gate_context(
+                task, res.full_name, res.repo.uuid, svc.base_url, actor.principal, agent.login if agent else ""
+            )
+            comparison = await reviews.comparison(res, task)
+            hook = {
+                "base": task.base,
+                "head": task.branch,
+                "head_sha": task.head_sha,
+                "strategy": data.strategy,
+                "approvals": status.approvals,
+                "diffstat": {
+                    "files": comparison.stats.files,
+                    "additions": comparison.stats.additions,
+                    "deletions": comparison.stats.deletions,
+                },
+            }
+            gate = svc.gate
+            url = f"{svc.base_url}/{res.full_name}/tasks/{task.number}"
+            message = _message(task, data.strategy, url, status.approvals)
+            head_sha, base_sha, task_id = task.head_sha, plan.base_sha, task.id
+        if not already:
+            decision = await gate.pre_merge(ctx, merge=hook)
+            if decision.failed:
+                raise BadGateway(decision.reason, code="hook_dispatch_failed")
+            if decision.decision != "allow":
+                raise Forbidden(
+                    decision.user_message or decision.reason or "a policy refused the merge", code="policy_denied"
+                )
+
+        async with self.db.session(write=True) as s:
+            svc = self.make_service(s)
+            res = await load(s, actor.principal, owner, name, Action.TASK_READ)
+            task = await svc.life.lock(await svc.get(res, number))
+            # Everything may have changed while the hook was asked: check again under the lock.
+            self._check_head(task, data, head_sha)
+            status = await ReviewService(svc).status(task)
+            if status.blockers:
+                raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
+            merge_rules = await repo_settings.merge_rules(s, task.repo_id)
+            if not already:
+                try:
+                    result = await svc.store.write(
+                        res.key,
+                        git_merge,
+                        base_branch=task.base,
+                        head_sha=head_sha,
+                        strategy=data.strategy,
+                        expected_base_sha=base_sha,
+                        author=_identity(actor.principal.login, svc.base_url),
+                        committer=_identity(actor.principal.login, svc.base_url),
+                        message=message,
+                    )
+                except BaseMoved:
+                    raise MergeRefused(
+                        f"{task.base} moved while the merge was prepared (a push or another merge); "
+                        "nothing was changed, try again",
+                        code="base_moved",
+                    ) from None
+                except MergeConflicts as exc:
+                    raise _conflict_error(exc) from None
+                except NotFastForward:
+                    raise MergeRefused(
+                        f"{task.base} has moved on: fast-forward is not possible", code="not_fast_forward"
+                    ) from None
+                except NothingToMerge:
+                    raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
+                except UnrelatedHistories:
+                    raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
+                except RefConflict:
+                    raise MergeRefused(
+                        f"{task.base} is being updated by someone else; nothing was changed, try again",
+                        code="base_moved",
+                    ) from None
+                merged_sha = result.new_base_sha
+            task.merge_strategy = data.strategy if not already else "already_merged"
+            task.merged_sha = merged_sha
+            task.merged_by_id = actor.principal.account_id
+            task.merged_at = utcnow()
+            deleted = False
+            if merge_rules.delete_branch_on_merge:
+                deleted = await svc.store.write(res.key, branches.delete_branch, task.branch, head_sha)
+            what = "merged" if not already else "found already merged"
+            text = f"{actor.principal.login} {what} {task.branch} into {task.base} ({data.strategy}): {merged_sha[:12]}"
+            if deleted:
+                text += f"; {task.branch} deleted"
+            await svc.life.append(task.id, [Pending(kind="notice", payload=Notice(text=text))])
+            await svc.life.set_state(task, res.repo, TaskState.MERGED, actor=actor.principal)
+            await svc.life.publish(
+                "task.merged",
+                task,
+                res.repo,
+                actor=actor.principal,
+                data={
+                    "strategy": task.merge_strategy,
+                    "base": task.base,
+                    "base_sha_before": base_sha,
+                    "merged_sha": merged_sha,
+                    "head": task.branch,
+                    "head_sha": head_sha,
+                    "approvals": status.approvals,
+                    "branch_deleted": deleted,
+                },
+            )
+            audit.record(
+                s,
+                actor,
+                "task.merge",
+                f"{res.full_name}#{task.number}",
+                strategy=task.merge_strategy,
+                merged_sha=merged_sha,
+                head_sha=head_sha,
+            )
+        return task_id
+
+    @staticmethod
+    def _check_head(task: Task, data: MergeCreate, planned: str | None = None) -> None:
+        if task.state != TaskState.AWAITING_REVIEW:
+            raise InvalidState(f"the task is {task.state}, not awaiting review", code="task_not_in_review")
+        expected = data.expected_head_sha.strip().lower()
+        if expected and expected != task.head_sha:
+            raise MergeRefused(
+                f"the task's head is {task.head_sha[:12]}, not {expected[:12]}: review the new changes first",
+                code="stale_head",
+                head_sha=task.head_sha,
+            )
+        if planned is not None and planned != task.head_sha:
+            raise MergeRefused("the task's head moved while the merge was prepared", code="stale_head")
+
+    @staticmethod
+    def _check_plan(plan: MergePlan) -> None:
+        if plan.conflicts:
+            raise _conflict_error(plan)
+        if plan.blocker == "not_fast_forward":
+            raise MergeRefused(
+                f"{plan.base_branch} has moved on: fast-forward is not possible (use merge or squash)",
+                code="not_fast_forward",
+            )
+        if plan.blocker == "nothing_to_merge":
+            raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge")
+        if plan.blocker == "unrelated_histories":
+            raise MergeRefused("the branch and the base share no history", code="unrelated_histories")

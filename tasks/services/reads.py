@@ -1,0 +1,155 @@
+"""The read model of tasks: `TaskRead`s for a page of tasks in a constant number of queries
+(runs, pending approvals, accounts and the queue, each one query for the whole page), whatever
+the page size; and `ApprovalRead`s the same way."""
+
+from collections.abc import Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.models import Account
+from forge.repositories import RepoResource
+from tasks.core.models import Approval, Run, Task
+from tasks.core.parked import is_due
+from tasks.core.schemas import ApprovalRead, RunRead, TaskRead
+from tasks.core.states import ApprovalState, RunState, TaskState
+
+
+def approval_read(a: Approval, run_seq: int, decided_by: str | None) -> ApprovalRead:
+    # A pending approval past its time reads as expired even before the sweeper settles it.
+    state = ApprovalState.EXPIRED if a.state == ApprovalState.PENDING and is_due(a) else a.state
+    return ApprovalRead(
+        id=a.uuid,
+        state=state,
+        tool_use_id=a.tool_use_id,
+        tool_name=a.tool_name,
+        tool_input=a.tool_input if isinstance(a.tool_input, dict) else {},
+        input_hash=a.input_hash,
+        reason=a.reason,
+        held=a.held,
+        requested_by=a.requested_by,
+        run=run_seq,
+        created_at=a.created_at,
+        expires_at=a.expires_at,
+        decided_by=decided_by,
+        decided_at=a.decided_at,
+        decision_reason=a.decision_reason,
+    )
+
+
+async def logins(session: AsyncSession, ids: set[int]) -> dict[int, str]:
+    """Account id -> login, one query."""
+    rows = await session.execute(select(Account.id, Account.login).where(Account.id.in_(ids)))
+    return {int(i): str(login) for i, login in rows.tuples()}
+
+
+async def approval_reads(session: AsyncSession, approvals: Sequence[Approval]) -> list[ApprovalRead]:
+    run_ids = {a.run_id for a in approvals}
+    seqs = dict((await session.execute(select(Run.id, Run.seq).where(Run.id.in_(run_ids)))).tuples().all())
+    names = await logins(session, {a.decided_by_id for a in approvals if a.decided_by_id})
+    return [
+        approval_read(a, seqs.get(a.run_id, 0), names.get(a.decided_by_id) if a.decided_by_id else None)
+        for a in approvals
+    ]
+
+
+def run_read(r: Run) -> RunRead:
+    return RunRead(
+        number=r.seq,
+        kind=r.kind,
+        state=r.state,
+        exit_code=r.exit_code,
+        error=r.error,
+        failure_reason=r.failure_reason or None,
+        turns=r.turns,
+        prompt_tokens=r.prompt_tokens,
+        completion_tokens=r.completion_tokens,
+        container_id=r.container_id,
+        start_sha=r.start_sha,
+        end_sha=r.end_sha,
+        skipped=[{"path": str(s.get("path", "")), "reason": str(s.get("reason", ""))} for s in r.skipped],
+        created_at=r.created_at,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+    )
+
+
+async def _queue_positions(session: AsyncSession, runs: dict[int, list[Run]], tasks: Sequence[Task]) -> dict[int, int]:
+    """task id -> 1-based place of its first queued run among all queued runs (one query)."""
+    first = {
+        t.id: min(r.id for r in runs.get(t.id, []) if r.state == RunState.QUEUED)
+        for t in tasks
+        if t.state == TaskState.QUEUED and any(r.state == RunState.QUEUED for r in runs.get(t.id, []))
+    }
+    # One grouped count: for each first queued run, the queued runs before it.
+    ahead = Run.__table__.alias("ahead")
+    rows = await session.execute(
+        select(Run.id, func.count(ahead.c.id))
+        .select_from(Run)
+        .outerjoin(ahead, (ahead.c.state == RunState.QUEUED) & (ahead.c.id < Run.id))
+        .where(Run.id.in_(set(first.values())))
+        .group_by(Run.id)
+    )
+    counts = {int(run_id): int(n) for run_id, n in rows.tuples()}
+    return {task_id: counts.get(run_id, 0) + 1 for task_id, run_id in first.items()}
+
+
+async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[Task, RepoResource]]) -> list[TaskRead]:
+    tasks = [t for t, _ in page]
+    ids = [t.id for t in tasks]
+    runs: dict[int, list[Run]] = {}
+    for r in (await session.execute(select(Run).where(Run.task_id.in_(ids)).order_by(Run.seq))).scalars():
+        runs.setdefault(r.task_id, []).append(r)
+    blocked = [t.id for t in tasks if t.state == TaskState.BLOCKED]
+    pending: dict[int, Approval] = {}
+    for a in (
+        await session.execute(
+            select(Approval)
+            .where(Approval.task_id.in_(blocked), Approval.state == ApprovalState.PENDING)
+            .order_by(Approval.id)
+        )
+    ).scalars():
+        pending[a.task_id] = a  # the latest one (as `parked.pending_for`)
+    wanted = {t.agent_id for t in tasks} | {t.started_by_id for t in tasks if t.started_by_id}
+    wanted |= {t.merged_by_id for t in tasks if t.merged_by_id}
+    names = await logins(session, wanted)
+    positions = await _queue_positions(session, runs, tasks)
+    seq_of = {r.id: r.seq for rs in runs.values() for r in rs}
+    out = []
+    for task, res in page:
+        parked = pending.get(task.id)
+        out.append(
+            TaskRead(
+                merge_strategy=task.merge_strategy or None,
+                merged_sha=task.merged_sha or None,
+                merged_by=names.get(task.merged_by_id) if task.merged_by_id else None,
+                merged_at=task.merged_at,
+                # A pending approval has no decider yet.
+                pending_approval=approval_read(parked, seq_of.get(parked.run_id, 0), None) if parked else None,
+                number=task.number,
+                repository=res.full_name,
+                title=task.title,
+                goal=task.goal,
+                state=task.state,
+                runtime=task.runtime,
+                command=task.command,
+                agent=names.get(task.agent_id, ""),
+                started_by=names.get(task.started_by_id) if task.started_by_id else None,
+                base=task.base,
+                branch=task.branch,
+                base_sha=task.base_sha,
+                head_sha=task.head_sha,
+                head_is_wip=task.head_is_wip,
+                summary=task.summary,
+                error=task.error,
+                failure_reason=task.failure_reason or None,
+                question=task.question,
+                queued_message=task.queued_message,
+                queue_position=positions.get(task.id),
+                html_url=f"{base_url}/{res.full_name}/tasks/{task.number}",
+                created_at=task.created_at,
+                updated_at=task.updated_at,
+                runs=[run_read(r) for r in runs.get(task.id, [])],
+            )
+        )
+    return out

@@ -1,0 +1,106 @@
+"""Per-repository task settings: the model endpoint and the watchdog limits a repository's admins
+may set for its tasks, over the instance's defaults. The model key is stored encrypted and never
+shown again (`model_api_key_set` says whether one is stored); it is never passed into a sandbox."""
+
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge import audit
+from forge.audit import Actor
+from forge.errors import InvalidInput
+from forge.repositories import RepoResource
+from forge.settings import Settings
+from forge.text import require_no_nul
+from tasks.core.models import RepoTaskSettings
+from tasks.core.repo_settings import secret_box
+from tasks.services import rules
+
+Seconds = Annotated[int, msgspec.Meta(ge=1, le=7 * 24 * 3600)]
+
+
+class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
+    model_base_url: str | None
+    model_name: str | None
+    model_api_key_set: bool
+    turn_limit: int | None
+    tool_timeout_seconds: int | None
+    idle_seconds: int | None
+    wall_clock_seconds: int | None
+    token_budget: int | None
+    # Merge rules of the repository's tasks (null: 1 approval, anyone's, the branch kept).
+    required_approvals: int | None = None
+    approval_not_by_starter: bool | None = None
+    delete_branch_on_merge: bool | None = None
+
+
+class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Every field is an override; null (or absent) means "use the instance's setting".
+    `model_api_key`: a new key, "" to remove the stored one, absent to keep it."""
+
+    model_base_url: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    model_name: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    model_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    turn_limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
+    tool_timeout_seconds: Seconds | None = None
+    idle_seconds: Seconds | None = None
+    wall_clock_seconds: Seconds | None = None
+    token_budget: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] | None = None
+    required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
+    approval_not_by_starter: bool | None = None
+    delete_branch_on_merge: bool | None = None
+
+
+def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
+    return RepoTaskSettingsRead(
+        model_base_url=row.model_base_url if row else None,
+        model_name=row.model_name if row else None,
+        model_api_key_set=bool(row and row.model_api_key_enc),
+        turn_limit=row.turn_limit if row else None,
+        tool_timeout_seconds=row.tool_timeout_seconds if row else None,
+        idle_seconds=row.idle_seconds if row else None,
+        wall_clock_seconds=row.wall_clock_seconds if row else None,
+        token_budget=row.token_budget if row else None,
+        required_approvals=row.required_approvals if row else None,
+        approval_not_by_starter=row.approval_not_by_starter if row else None,
+        delete_branch_on_merge=row.delete_branch_on_merge if row else None,
+    )
+
+
+async def update(
+    session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, change: RepoTaskSettingsUpdate
+) -> RepoTaskSettingsRead:
+    rules.require_configure(actor.principal, res)
+    if change.model_base_url:
+        parts = urlsplit(require_no_nul(change.model_base_url, "a model URL"))
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise InvalidInput("the model endpoint is an http(s) URL", code="invalid_model_url")
+    row = await session.get(RepoTaskSettings, res.repo.id)
+    if row is None:
+        row = RepoTaskSettings(repo_id=res.repo.id)
+        session.add(row)
+    row.model_base_url = change.model_base_url or None
+    row.model_name = require_no_nul(change.model_name, "a model name") if change.model_name else None
+    if change.model_api_key is not None:
+        row.model_api_key_enc = secret_box(settings).encrypt(change.model_api_key) if change.model_api_key else None
+    row.turn_limit = change.turn_limit
+    row.tool_timeout_seconds = change.tool_timeout_seconds
+    row.idle_seconds = change.idle_seconds
+    row.wall_clock_seconds = change.wall_clock_seconds
+    row.token_budget = change.token_budget
+    row.required_approvals = change.required_approvals
+    row.approval_not_by_starter = change.approval_not_by_starter
+    row.delete_branch_on_merge = change.delete_branch_on_merge
+    await session.flush()
+    audit.record(
+        session,
+        actor,
+        "repo.task_settings.update",
+        res.full_name,
+        # What changed, never the key itself.
+        **{k: v for k, v in msgspec.structs.asdict(change).items() if k != "model_api_key" and v is not None},
+        model_api_key="changed" if change.model_api_key is not None else "kept",
+    )
+    return settings_read(row)

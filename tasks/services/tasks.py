@@ -1,0 +1,401 @@
+"""The task use cases: start, message, answer, retry, stop, close, and the reads that find a task.
+REST and pages call these (through `tasks.http.actions`); each checks who may act
+(`tasks.services.rules`), takes its steps through `tasks.core.lifecycle` (transition check,
+events, transcript, the after-commit wake-up) and writes an audit row, in the caller's transaction."""
+
+import re
+import uuid as uuid_mod
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge import accounts, audit
+from forge.access import Principal
+from forge.audit import Actor
+from forge.db import utcnow
+from forge.errors import InvalidInput, InvalidState, NotFound
+from forge.events import EventBus
+from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
+from forge.git.errors import InvalidRefName
+from forge.models import Account, Repository
+from forge.repositories import RepoResource, resource_for
+from forge.settings import Settings
+from tasks.core import repo_settings
+from tasks.core.lifecycle import (
+    Changed,
+    Lifecycle,
+    PromptCheck,
+    allocate_number,
+    gate_context,
+    precheck_prompt,
+    queue_position,
+)
+from tasks.core.models import Approval, Run, Task, TaskCounter
+from tasks.core.parked import cancel_pending
+from tasks.core.policy import GateContext, PolicyGate, PromptKind
+from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead, argv_of
+from tasks.core.states import ApprovalState, RunKind, RunState, TaskState
+from tasks.core.transcript import Notice, Pending, Prompt
+from tasks.services import rules
+from tasks.services.reads import task_reads
+
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def slugify(text: str, limit: int = 40) -> str:
+    slug = _SLUG.sub("-", text.lower()).strip("-")[:limit].strip("-")
+    return slug or "task"
+
+
+def title_from_goal(goal: str) -> str:
+    first = goal.strip().splitlines()[0] if goal.strip() else "task"
+    return first[:120].rstrip() + ("…" if len(first) > 120 else "")
+
+
+def parse_number(raw: str) -> int:
+    """Task numbers are positive integers written plainly; anything else is 404."""
+    if not raw.isascii() or not raw.isdigit() or raw.startswith("0") or len(raw) > 9:
+        raise NotFound("task not found", code="task_not_found")
+    return int(raw)
+
+
+def prompt_event(text: str, source: str, author: str, run: Run) -> Pending:
+    return Pending(kind="prompt", payload=Prompt(text=text, source=source, author=author), run_id=run.id)
+
+
+def notice(text: str, run: Run | None = None) -> Pending:
+    return Pending(kind="notice", payload=Notice(text=text), run_id=run.id if run is not None else None)
+
+
+class TaskService:
+    def __init__(
+        self,
+        session: AsyncSession,
+        *,
+        bus: EventBus,
+        store: RepoStore,
+        settings: Settings,
+        gate: PolicyGate,
+        changed: Changed | None = None,
+    ) -> None:
+        self.session = session
+        self.bus = bus
+        self.store = store
+        self.settings = settings
+        self.gate = gate
+        self.life = Lifecycle(session, bus=bus, base_url=settings.effective_base_url, gate=gate, changed=changed)
+
+    @property
+    def base_url(self) -> str:
+        return self.settings.effective_base_url
+
+    # --- reads --------------------------------------------------------------------------------
+
+    async def get(self, res: RepoResource, number: int) -> Task:
+        task = (
+            await self.session.execute(select(Task).where(Task.repo_id == res.repo.id, Task.number == number))
+        ).scalar_one_or_none()
+        if task is None:
+            raise NotFound("task not found", code="task_not_found")
+        return task
+
+    async def list_tasks(self, res: RepoResource, *, state: str | None = None, limit: int = 100) -> Sequence[Task]:
+        stmt = select(Task).where(Task.repo_id == res.repo.id).order_by(Task.number.desc()).limit(limit)
+        if state:
+            try:
+                stmt = stmt.where(Task.state == TaskState(state))
+            except ValueError:
+                raise InvalidInput(f"unknown state {state!r}", code="invalid_state_filter") from None
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def list_for_user(self, principal: Principal, *, limit: int = 100) -> list[tuple[Task, RepoResource]]:
+        """Tasks the account started or works on as the agent, where it still may read tasks."""
+        if principal.account_id is None:
+            return []
+        stmt = (
+            select(Task)
+            .where((Task.started_by_id == principal.account_id) | (Task.agent_id == principal.account_id))
+            .order_by(Task.updated_at.desc())
+            .limit(limit)
+        )
+        tasks = (await self.session.execute(stmt)).scalars().all()
+        repo_ids = {t.repo_id for t in tasks}
+        repos = {
+            r.id: r
+            for r in (await self.session.execute(select(Repository).where(Repository.id.in_(repo_ids)))).scalars()
+        }
+        resources: dict[int, RepoResource | None] = {}
+        out: list[tuple[Task, RepoResource]] = []
+        for task in tasks:
+            if task.repo_id not in resources:
+                repo = repos.get(task.repo_id)
+                res = await resource_for(self.session, repo, principal) if repo is not None else None
+                resources[task.repo_id] = res if res is not None and rules.may_read(principal, res) else None
+            found = resources[task.repo_id]
+            if found is not None:
+                out.append((task, found))
+        return out
+
+    async def to_read(self, task: Task, res: RepoResource) -> TaskRead:
+        [read] = await task_reads(self.session, self.base_url, [(task, res)])
+        return read
+
+    async def to_reads(self, page: Sequence[tuple[Task, RepoResource]]) -> list[TaskRead]:
+        """A page of tasks in a constant number of queries (see `tasks.services.reads`)."""
+        return await task_reads(self.session, self.base_url, page)
+
+    async def gate_ctx(self, task: Task, res: RepoResource, actor: Actor) -> GateContext:
+        return await self.life.gate_ctx(task, res.full_name, res.repo.uuid, actor.principal)
+
+    async def precheck_prompt(self, ctx: GateContext, text: str, kind: PromptKind) -> PromptCheck:
+        return await precheck_prompt(self.gate, ctx, text, kind)
+
+    # --- start --------------------------------------------------------------------------------
+
+    async def _agent(self, res: RepoResource, login: str) -> Account:
+        agent = await accounts.get_by_login(self.session, login)
+        if agent is None or not agent.is_bot or agent.disabled:
+            raise InvalidInput(f"{login!r} is not an active bot account", code="invalid_agent")
+        agent_principal = Principal(account_id=agent.id, login=agent.login, type="Bot", via="session")
+        if not rules.may_work_as_agent(agent_principal, await resource_for(self.session, res.repo, agent_principal)):
+            raise InvalidInput(f"the bot {agent.login!r} needs write access to {res.full_name}", code="invalid_agent")
+        return agent
+
+    async def precheck_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> PromptCheck:
+        """Validate a start and ask `user_prompt_submit` before any write, about the task the
+        start will most likely create (a fresh uuid, the next number)."""
+        task, agent = await self._prepare_start(actor, res, data)
+        last = await self.session.get(TaskCounter, res.repo.id)
+        task.number = (last.last_number if last is not None else 0) + 1
+        task.uuid = str(uuid_mod.uuid4())
+        ctx = gate_context(task, res.full_name, res.repo.uuid, self.base_url, actor.principal, agent.login)
+        return await self.precheck_prompt(ctx, task.goal, "goal")
+
+    async def start(
+        self, actor: Actor, res: RepoResource, data: TaskCreate, *, checked: PromptCheck | None = None
+    ) -> Task:
+        task, agent = await self._prepare_start(actor, res, data)
+        task.number = await allocate_number(self.session, res.repo.id)
+        task.branch = f"agent/{task.number}-{slugify(task.title)}"
+        if checked is not None:
+            task.uuid = checked.task_uuid
+        ctx = gate_context(task, res.full_name, res.repo.uuid, self.base_url, actor.principal, agent.login)
+        goal = await self.life.check_prompt(ctx, task.goal, "goal", checked)
+        task.goal = goal
+        self.session.add(task)
+        await self.session.flush()
+        run = await self.life.new_run(task, RunKind.START, goal, actor.principal.account_id)
+        await self.life.append(task.id, [prompt_event(goal, "start", actor.principal.login, run)])
+        audit.record(
+            self.session,
+            actor,
+            "task.start",
+            f"{res.full_name}#{task.number}",
+            runtime=task.runtime,
+            agent=agent.login,
+            base=task.base,
+        )
+        await self.life.publish("task.created", task, res.repo, actor=actor.principal)
+        await self.life.publish(
+            "task.state_changed",
+            task,
+            res.repo,
+            actor=actor.principal,
+            run=run,
+            data={
+                "from": None,
+                "to": TaskState.QUEUED.value,
+                "queue_position": await queue_position(self.session, task),
+            },
+        )
+        return task
+
+    def _command(self, data: TaskCreate, runtime: str) -> str | list[str] | None:
+        if runtime != "command":
+            if data.command is not None:
+                raise InvalidInput("`command` is for the command runtime", code="invalid_command")
+            return None
+        try:
+            command = data.command if isinstance(data.command, str) else list(data.command or [])
+            argv_of(command)
+        except ValueError:
+            raise InvalidInput("the command runtime needs a command", code="command_required") from None
+        if isinstance(command, list) and any("\x00" in a for a in command):
+            raise InvalidInput("command arguments may not contain NUL", code="invalid_command")
+        return command
+
+    async def _prepare_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> tuple[Task, Account]:
+        """Everything a start checks, and the task it would create (not added, no number yet)."""
+        rules.require_start(actor.principal, res)
+        goal = data.goal.strip()
+        if not goal:
+            raise InvalidInput("the goal is required", code="goal_required")
+        runtime = data.runtime or ("command" if data.command is not None else "builtin")
+        command = self._command(data, runtime)
+        if runtime != "command":
+            effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
+            if not (effective.model_base_url and effective.model_name):
+                raise InvalidInput(
+                    "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
+                    "use the command runtime or configure one",
+                    code="model_not_configured",
+                )
+        agent = await self._agent(res, data.agent)
+        base = data.base.strip() or res.repo.default_branch
+        try:
+            validate_branch_name(base)
+            resolved = await self.store.read(res.key, resolve_ref, base)
+        except (RefNotFound, InvalidRefName):
+            raise InvalidInput(f"the base branch {base!r} does not exist", code="base_not_found") from None
+        if resolved.kind != "branch":
+            raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
+        task = Task(
+            repo_id=res.repo.id,
+            number=0,
+            title=data.title.strip() or title_from_goal(goal),
+            goal=goal,
+            runtime=runtime,
+            command=command,
+            agent_id=agent.id,
+            started_by_id=actor.principal.account_id,
+            base=base,
+            branch="",
+            base_sha=resolved.sha,
+            head_sha="",
+            state=TaskState.QUEUED,
+            conversation=[],
+        )
+        return task, agent
+
+    # --- actions on a task --------------------------------------------------------------------
+
+    async def _valid_message(self, task: Task, data: MessageCreate) -> str:
+        body = data.body.strip()
+        if not body:
+            raise InvalidInput("the message is empty", code="body_required")
+        state = TaskState(task.state)
+        if state.is_terminal:
+            raise InvalidState(f"the task is {state.value}", code="invalid_task_state")
+        if state is TaskState.BLOCKED and await self._approval_pending(task):
+            raise InvalidState(
+                "a tool call waits for approval: approve or deny it first (a denial's reason reaches the agent)",
+                code="approval_pending",
+            )
+        return body
+
+    @staticmethod
+    def _valid_answer(task: Task, data: MessageCreate) -> str:
+        body = data.body.strip()
+        if not body:
+            raise InvalidInput("the answer is empty", code="body_required")
+        if task.state != TaskState.BLOCKED or not task.question:
+            raise InvalidState("the task has no pending question", code="no_pending_question")
+        return body
+
+    async def _approval_pending(self, task: Task) -> bool:
+        found = await self.session.execute(
+            select(Approval.id).where(Approval.task_id == task.id, Approval.state == ApprovalState.PENDING).limit(1)
+        )
+        return found.first() is not None
+
+    async def precheck(
+        self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate, kind: PromptKind
+    ) -> PromptCheck:
+        """Validate a message or an answer and ask `user_prompt_submit` before any write."""
+        rules.require_act(actor.principal, res)
+        body = await self._valid_message(task, data) if kind == "message" else self._valid_answer(task, data)
+        return await self.precheck_prompt(await self.gate_ctx(task, res, actor), body, kind)
+
+    async def message(
+        self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate, *, checked: PromptCheck | None = None
+    ) -> Task:
+        rules.require_act(actor.principal, res)
+        task = await self.life.lock(task)
+        body = await self._valid_message(task, data)
+        body = await self.life.check_prompt(await self.gate_ctx(task, res, actor), body, "message", checked)
+        target = f"{res.full_name}#{task.number}"
+        login = actor.principal.login
+        if TaskState(task.state).is_active:
+            task.queued_message = f"{task.queued_message}\n\n{body}" if task.queued_message else body
+            await self.life.append(task.id, [notice(f"{login} queued a message for the next run")])
+            audit.record(self.session, actor, "task.message", target, queued=True)
+            return task
+        run = await self.life.enqueue(task, res.repo, RunKind.MESSAGE, body, actor.principal)
+        await self.life.append(task.id, [prompt_event(body, "message", login, run)])
+        audit.record(self.session, actor, "task.message", target, queued=False)
+        return task
+
+    async def answer(
+        self, actor: Actor, res: RepoResource, task: Task, data: MessageCreate, *, checked: PromptCheck | None = None
+    ) -> Task:
+        rules.require_act(actor.principal, res)
+        task = await self.life.lock(task)
+        body = self._valid_answer(task, data)
+        body = await self.life.check_prompt(await self.gate_ctx(task, res, actor), body, "answer", checked)
+        run = await self.life.enqueue(task, res.repo, RunKind.ANSWER, body, actor.principal)
+        await self.life.append(task.id, [prompt_event(body, "answer", actor.principal.login, run)])
+        audit.record(self.session, actor, "task.answer", f"{res.full_name}#{task.number}")
+        return task
+
+    async def retry(self, actor: Actor, res: RepoResource, task: Task) -> Task:
+        rules.require_act(actor.principal, res)
+        task = await self.life.lock(task)
+        if task.state not in (TaskState.FAILED, TaskState.STOPPED):
+            raise InvalidState(
+                f"only failed or stopped tasks can be retried (this one is {task.state})", code="invalid_task_state"
+            )
+        last = (
+            await self.session.execute(select(Run).where(Run.task_id == task.id).order_by(Run.seq.desc()).limit(1))
+        ).scalar_one_or_none()
+        prompt = last.prompt if last is not None else task.goal
+        run = await self.life.enqueue(task, res.repo, RunKind.RETRY, prompt, actor.principal)
+        await self.life.append(task.id, [notice(f"{actor.principal.login} retried the task", run)])
+        audit.record(self.session, actor, "task.retry", f"{res.full_name}#{task.number}")
+        return task
+
+    async def close(self, actor: Actor, res: RepoResource, task: Task) -> Task:
+        rules.require_act(actor.principal, res)
+        task = await self.life.lock(task)
+        if task.state == TaskState.CLOSED:
+            return task
+        await self.life.set_state(task, res.repo, TaskState.CLOSED, actor=actor.principal)
+        await self.life.append(task.id, [notice(f"{actor.principal.login} closed the task")])
+        audit.record(self.session, actor, "task.close", f"{res.full_name}#{task.number}")
+        return task
+
+    async def request_stop(self, actor: Actor, res: RepoResource, task: Task) -> Run | None:
+        """Stop: a queued or blocked task stops now; a running one is flagged for its worker.
+        Returns the run that still has to end (the caller kills its sandbox and waits)."""
+        rules.require_stop(actor.principal, res, task)
+        task = await self.life.lock(task)
+        state = TaskState(task.state)
+        if state is TaskState.STOPPED:
+            return None  # idempotent
+        if state not in (TaskState.QUEUED, TaskState.RUNNING, TaskState.BLOCKED):
+            raise InvalidState(f"a {state.value} task is not running", code="invalid_task_state")
+        task.queued_message = ""
+        active = (
+            (
+                await self.session.execute(
+                    select(Run).where(Run.task_id == task.id, Run.state.in_([RunState.QUEUED, RunState.RUNNING]))
+                )
+            )
+            .scalars()
+            .all()
+        )
+        pending: Run | None = None
+        for run in active:
+            if run.state == RunState.QUEUED:
+                run.state = RunState.CANCELLED
+                run.finished_at = utcnow()
+            else:
+                run.stop_requested = True
+                pending = run
+        audit.record(self.session, actor, "task.stop", f"{res.full_name}#{task.number}")
+        await self.life.append(task.id, [notice(f"{actor.principal.login} stopped the task")])
+        if pending is None:
+            task.question = ""
+            await cancel_pending(self.life, task, res.repo, actor=actor.principal)
+            await self.life.set_state(task, res.repo, TaskState.STOPPED, actor=actor.principal)
+        return pending

@@ -1,0 +1,78 @@
+"""A policy consumer on 127.0.0.1 that answers each policy event with a scripted body (or
+status), and a served task world whose repository sends those events to it."""
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+from forge import accounts, tokens
+from forge.audit import Actor
+from forge.db import Database
+from forge.settings import Settings
+from tests.support.tasks import Env, seed, serve
+
+
+class PolicyConsumer:
+    """Answers each policy event with a scripted JSON body (or status): `answers` by event type,
+    or a subclass's `answer` (which may act before it answers)."""
+
+    def __init__(self, answers: dict[str, tuple[int, dict[str, Any] | None]] | None = None) -> None:
+        self.answers = answers or {}
+        self.seen: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
+                outer.seen.append(body)
+                status, answer = outer.answer(body)
+                data = json.dumps(answer).encode() if answer is not None else b""
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        return self.answers.get(body["type"], (200, None))
+
+    def types(self) -> list[str]:
+        return [b["type"] for b in self.seen]
+
+
+async def make_hook_token(settings: Settings) -> str:
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.require_by_login(s, "ana")
+            return (await tokens.create(s, Actor.system("test"), ana, "hooks", ["webhooks:admin"], None)).token
+    finally:
+        await db.dispose()
+
+
+def served_with_policy(
+    settings: Settings, consumer: PolicyConsumer, events: list[str], failure: str = "closed"
+) -> Iterator[Env]:
+    token, path = asyncio.run(seed(settings))
+    admin_token = asyncio.run(make_hook_token(settings))
+    for url in serve(settings):
+        r = httpx.post(
+            f"{url}/api/v1/repos/ana/demo/hooks",
+            json={"url": consumer.url, "kind": "policy", "events": events, "failure_policy": failure},
+            headers={"Authorization": f"Bearer {admin_token}"},
+            timeout=30,
+        )
+        assert r.status_code == 201, r.text
+        yield Env(url=url, settings=settings, token=token, repo_path=path)

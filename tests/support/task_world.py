@@ -1,0 +1,83 @@
+"""A task world without a worker (reviews, merges, prompt prechecks): users with different
+roles, a bot, a repository with a base commit, tokens; and `agent_commits`, which stands in for a
+run that ended well with a real commit on the task branch."""
+
+import msgspec
+import pygit2
+from sqlalchemy import select
+
+from forge import accounts, repositories, tokens
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import EventBus
+from forge.git import RepoStore
+from forge.git.bare import write_commit
+from forge.git.schemas import Identity
+from forge.settings import Settings
+from tasks.core.models import Task
+from tasks.core.states import TaskState
+
+SYSTEM = Actor.system("test")
+TASKS = "/api/v1/repos/ana/demo/tasks"
+AGENT = Identity(name="fixer", email="fixer@bots.local")
+BASE_FILES = {"old.txt": b"one\ntwo\nthree\n", "keep.txt": b"keep\n"}
+
+
+class World(msgspec.Struct):
+    tokens: dict[str, str]
+    store_root: str
+
+    def h(self, who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[who]}"}
+
+
+async def build_task_world(db: Database, settings: Settings) -> World:
+    store = RepoStore(settings.data_dir / "repos")
+    out: dict[str, str] = {}
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
+            for login in ("wendy", "olga", "rita"):
+                await accounts.create_user(s, SYSTEM, login, "correct horse battery")
+            await accounts.create_bot(s, SYSTEM, "fixer")
+            repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=False)
+            res = await repositories.resource_for(s, repo, SYSTEM.principal)
+            for login, role in (("fixer", "write"), ("wendy", "write"), ("olga", "write"), ("rita", "read")):
+                await repositories.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
+            everything = ["repo:write", "tasks:write", "reviews:write", "webhooks:admin"]
+            for login in ("ana", "wendy", "olga", "rita", "fixer"):
+                who = await accounts.require_by_login(s, login)
+                out[login] = (await tokens.create(s, SYSTEM, who, "t", everything, None)).token
+            out["ana-tasks-only"] = (
+                await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write"], None)
+            ).token
+        await store.write(("ana", "demo"), write_commit, branch="main", files=BASE_FILES, message="base", author=AGENT)
+        return World(tokens=out, store_root=str(settings.data_dir / "repos"))
+    finally:
+        await store.close()
+
+
+def bare_repo(settings: Settings) -> pygit2.Repository:
+    return pygit2.Repository(str(settings.data_dir / "repos" / "ana" / "demo.git"))
+
+
+async def agent_commits(db: Database, settings: Settings, number: int, files: dict[str, bytes], msg: str) -> str:
+    """Stand in for a run that ended well: commit onto the task branch, task awaiting review."""
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+            branch, parent = task.branch, task.head_sha or task.base_sha
+        repo = bare_repo(settings)
+        tree = {e.name: repo[e.id].data for e in repo[parent].peel(pygit2.Tree) if e.type_str == "blob"}
+        tree.update(files)
+        repo.references.create(f"refs/heads/{branch}", parent, force=True)
+        commit = await store.write(("ana", "demo"), write_commit, branch=branch, files=tree, message=msg, author=AGENT)
+        async with db.session(write=True) as s:
+            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+            task.head_sha = commit
+            task.state = TaskState.AWAITING_REVIEW
+            task.summary = msg
+            return task.head_sha
+    finally:
+        await store.close()

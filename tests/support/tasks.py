@@ -1,0 +1,153 @@
+"""A task world against a real server: seed a user, a bot with write access and a repository,
+serve the app on 127.0.0.1 (with its worker), and read tasks and transcripts over HTTP."""
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import msgspec
+import pygit2
+
+from forge import accounts, repositories, tokens
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import EventBus
+from forge.git import Identity, RepoStore
+from forge.git.bare import write_commit
+from forge.settings import Settings
+
+SECRET = "sk-live-0123456789abcdefXYZ"
+SYSTEM = Actor.system("test")
+
+
+class Env(msgspec.Struct):
+    url: str
+    settings: Settings
+    token: str
+    repo_path: Path
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=httpx.Timeout(120)
+        )
+
+
+async def seed(settings: Settings) -> tuple[str, Path]:
+    db = Database(settings.effective_database_url)
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
+            await accounts.create_bot(s, SYSTEM, "fixer")
+            repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            res = await repositories.resource_for(s, repo, SYSTEM.principal)
+            await repositories.set_collaborator(s, SYSTEM, res, "fixer", "write")
+            created = await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write", "reviews:write"], None)
+        await store.write(
+            ("ana", "demo"),
+            write_commit,
+            branch="main",
+            files={"old.txt": b"old\n", "lib/keep.py": b"print('keep')\n", "run.sh": b"#!/bin/sh\necho hi\n"},
+            modes={"run.sh": 0o100755},
+            message="seed",
+            author=Identity(name="ana", email="ana@example.com"),
+        )
+        return created.token, store.path(("ana", "demo"))
+    finally:
+        await store.close()
+        await db.dispose()
+
+
+def serve(settings: Settings) -> Iterator[str]:
+    import socket
+    import threading
+
+    import uvicorn
+
+    from forge.app import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    served = msgspec.structs.replace(settings, host="127.0.0.1", port=port, base_url=f"http://127.0.0.1:{port}")
+    server = uvicorn.Server(uvicorn.Config(create_app(served), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=90)
+
+
+def task_settings(settings: Settings, **kw: Any) -> Settings:
+    base: dict[str, Any] = {"run_worker": True, "model_api_key": SECRET, "task_wall_clock_seconds": 600}
+    base.update(kw)
+    return msgspec.structs.replace(settings, **base)
+
+
+async def start(c: httpx.AsyncClient, command: Any, **kw: Any) -> dict[str, Any]:
+    r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "do it", "agent": "fixer", "command": command, **kw})
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+async def wait_state(c: httpx.AsyncClient, number: int, *states: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        r = await c.get(f"/api/v1/repos/ana/demo/tasks/{number}")
+        body: dict[str, Any] = r.json()
+        if body["state"] in states:
+            return body
+        assert time.monotonic() < deadline, f"task stayed {body['state']}: {body}"
+        await asyncio.sleep(0.2)
+
+
+async def all_events(c: httpx.AsyncClient, number: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        r = await c.get(f"/api/v1/repos/ana/demo/tasks/{number}/transcript", params={"after": after, "limit": 1000})
+        page = r.json()
+        out += page["events"]
+        after = page["next_after"]
+        if not page["events"]:
+            return out
+
+
+def output_text(events: list[dict[str, Any]], kind: str = "stdout") -> str:
+    return "".join(e["payload"]["text"] for e in events if e["kind"] == kind)
+
+
+def tree_files(repo_path: Path, sha: str) -> dict[str, tuple[int, bytes]]:
+    repo = pygit2.Repository(str(repo_path))
+    out: dict[str, tuple[int, bytes]] = {}
+
+    def walk(tree: pygit2.Tree, prefix: str) -> None:
+        for entry in tree:
+            obj = repo[entry.id]
+            if entry.filemode == pygit2.enums.FileMode.TREE:
+                walk(obj, f"{prefix}{entry.name}/")
+            else:
+                out[f"{prefix}{entry.name}"] = (entry.filemode, obj.data)
+
+    walk(repo[sha].peel(pygit2.Commit).tree, "")
+    return out
+
+
+def containers_of(settings: Settings) -> list[Any]:
+    client = docker.from_env()
+    try:
+        return list(client.containers.list(all=True, filters={"label": f"forgehand.instance={settings.instance_id}"}))
+    finally:
+        client.close()
