@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import text
@@ -16,6 +18,15 @@ from forge.db import Database, create_engine
 from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.accounts import Accounts, LiveServer
+
+
+# Property tests check what holds, not how fast the machine is: on a loaded 2-CPU runner the default
+# 200 ms deadline and the "generation is slow" health check failed tests that were correct. Example
+# counts stay as each test sets them.
+hypothesis_settings.register_profile(
+    "forgehand", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+hypothesis_settings.load_profile("forgehand")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
