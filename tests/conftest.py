@@ -19,7 +19,6 @@ from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.accounts import Accounts, LiveServer
 
-
 # Property tests check what holds, not how fast the machine is: on a loaded 2-CPU runner the default
 # 200 ms deadline and the "generation is slow" health check failed tests that were correct. Example
 # counts stay as each test sets them.
