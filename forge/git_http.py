@@ -13,7 +13,7 @@ from litestar import Request, Response, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 
-from forge import repositories
+from forge import pushes, repositories
 from forge.access import Action, Role, Scope, can
 from forge.audit import Actor
 from forge.auth import actor_of
@@ -133,7 +133,7 @@ async def receive_pack(
 ) -> Response[Any]:
     res = await _authorize(request, db_session, owner, name, RECEIVE_PACK)
     actor = actor_of(request)
-    ctx = await repositories.push_context(db_session, res, actor.principal)
+    ctx = await pushes.push_context(db_session, res, actor.principal)
     store: RepoStore = request.app.state.repo_store
     config = _config(request)
     body = decode_request_body(
@@ -174,7 +174,7 @@ async def _run_push(
             fresh = await session.get(type(res.repo), res.repo.id)
             if fresh is not None:
                 await session.refresh(fresh, ["owner"])
-                await repositories.record_push(session, bus, actor, RepoResource(repo=fresh), accepted)
+                await pushes.record_push(session, bus, actor, RepoResource(repo=fresh), accepted)
 
 
 GIT_ROUTES = [info_refs, upload_pack, receive_pack]
