@@ -403,6 +403,7 @@ class Execution:
         self.stop_event = stop
         self.sandbox: Sandbox | None = None
         self.workspace: Path | None = None
+        self.checkout: gitops.Checkout | None = None
         self.start_sha = ""
         self.writer: TranscriptWriter | None = None
 
@@ -547,7 +548,8 @@ class Execution:
             self.workspace = prepare_workspace(
                 settings.data_dir.resolve() / "workspaces" / self.task_uuid / self.run_uuid
             )
-            files = await w.store.read(self.repo_key, gitops.checkout_tree, self.start_sha, self.workspace)
+            self.checkout = await w.store.read(self.repo_key, gitops.checkout_tree, self.start_sha, self.workspace)
+            files = self.checkout.files
         except Exception as exc:
             log.exception("workspace preparation failed", run_id=self.run_id)
             raise _ProvisionFailed(FailureReason.WORKSPACE, f"the workspace could not be prepared: {exc}") from exc
@@ -713,10 +715,15 @@ class Execution:
                     author=self._agent_identity(),
                     committer=Identity(name="forgehand", email=f"forgehand@{self._host()}"),
                     limits=gitops.SnapshotLimits(max_file_bytes=w.settings.task_max_file_bytes),
+                    written=self.checkout.written if self.checkout else None,
                 )
             except Exception as exc:
                 log.exception("snapshot failed", run_id=self.run_id)
                 await self.writer.emit("notice", Notice(text=f"the snapshot commit failed: {exc}", level="error"))
+                if not stopped:  # a run whose work could not be committed fails: never "success, nothing to review"
+                    big = isinstance(exc, gitops.SnapshotTooLarge)
+                    outcome.failure_reason = FailureReason.SNAPSHOT_TOO_LARGE if big else FailureReason.SNAPSHOT_FAILED
+                    outcome.status, outcome.error, run_state = "failed", f"the snapshot failed: {exc}", RunState.FAILED
             else:
                 if snap.committed:
                     kind = "work-in-progress snapshot" if wip else "snapshot"
