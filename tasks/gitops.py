@@ -32,7 +32,7 @@ def snapshot_commit(
     author: Identity,
     committer: Identity,
     limits: SnapshotLimits,
-    written: frozenset[str] | None = None,
+    manifest: Checkout | None = None,
 ) -> Snapshot:
     """Commit the agent's accepted changes onto `branch` (`forge.git.snapshot.snapshot`)."""
     return snapshot(
@@ -44,7 +44,7 @@ def snapshot_commit(
         author=author,
         committer=committer,
         limits=limits,
-        written=written,
+        manifest=manifest,
     )
 
 

@@ -715,7 +715,7 @@ class Execution:
                     author=self._agent_identity(),
                     committer=Identity(name="forgehand", email=f"forgehand@{self._host()}"),
                     limits=gitops.SnapshotLimits(max_file_bytes=w.settings.task_max_file_bytes),
-                    written=self.checkout.written if self.checkout else None,
+                    manifest=self.checkout,
                 )
             except Exception as exc:
                 log.exception("snapshot failed", run_id=self.run_id)

@@ -17,6 +17,7 @@ Blocking: call through `RepoStore.read/write` (a worker thread)."""
 import hashlib
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,9 @@ _COMMIT = int(FileMode.COMMIT)
 _EXEC = int(FileMode.BLOB_EXECUTABLE)
 _BLOB = int(FileMode.BLOB)
 _CHUNK = 1 << 20
+# File times come from a coarse kernel clock: a file written this close to the end of the
+# checkout could be changed again within the same tick, unseen by its times ("racy git").
+_RACY_NS = 100_000_000
 
 
 class SnapshotLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,11 +61,15 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Checkout(msgspec.Struct, frozen=True, kw_only=True):
-    """What `checkout` wrote: the leaves (files and symlinks) by path, and what it could not."""
+    """What `checkout` wrote: the leaves (files and symlinks) by path, and what it could not.
+
+    `stats` holds (inode, size, mtime, ctime) of the files written: a file whose stat is still the
+    same was not touched (the change time cannot be set from user space), so it is not re-read."""
 
     files: int
     written: frozenset[str]
     not_written: list[Skipped]
+    stats: dict[str, tuple[int, int, int, int]] = {}
 
 
 class SnapshotTooLarge(Exception):
@@ -87,6 +95,7 @@ def checkout(repo: pygit2.Repository, sha: str, dest: Path, *, owner: tuple[int,
     commit = repo[sha].peel(pygit2.Commit)
     written: set[str] = set()
     not_written: list[Skipped] = []
+    stats: dict[str, tuple[int, int, int, int]] = {}
 
     def write(tree: pygit2.Tree, into: Path, rel: str) -> None:
         for entry in tree:
@@ -117,13 +126,18 @@ def checkout(repo: pygit2.Repository, sha: str, dest: Path, *, owner: tuple[int,
                     elif owner is None or os.geteuid() != 0:
                         target.chmod(0o666)
                 _owned(target, owner, directory=False)
+                st = target.lstat()
             except OSError as exc:
                 not_written.append(Skipped(path=path, reason=f"the host refused it: {exc.strerror}"))
                 continue
             written.add(path)
+            if entry.filemode != _LINK:
+                stats[path] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     write(commit.tree, dest, "")
-    return Checkout(files=len(written), written=frozenset(written), not_written=not_written)
+    settled = time.time_ns() - _RACY_NS
+    stats = {p: v for p, v in stats.items() if v[3] < settled}
+    return Checkout(files=len(written), written=frozenset(written), not_written=not_written, stats=stats)
 
 
 def flatten(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> Iterator[tuple[str, Entry]]:
@@ -136,16 +150,16 @@ def flatten(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str = "") -> Ite
             yield path, (entry.filemode, entry.id)
 
 
-def expected_checkout(repo: pygit2.Repository, sha: str) -> frozenset[str]:
-    """The leaves `checkout` writes for `sha` on a host that refuses nothing (when the manifest
-    of the real checkout is gone)."""
+def expected_checkout(repo: pygit2.Repository, sha: str) -> Checkout:
+    """What `checkout` writes for `sha` on a host that refuses nothing, without stats (when the
+    manifest of the real checkout is gone)."""
     tree = repo[sha].peel(pygit2.Commit).tree
     written = set()
     for path, (mode, _) in flatten(repo, tree):
         parts = path.split("/")
         if mode != _COMMIT and not any(p.casefold().rstrip(" .") == ".git" for p in parts):
             written.add(path)
-    return frozenset(written)
+    return Checkout(files=len(written), written=frozenset(written), not_written=[])
 
 
 def _blob_id(fd: int, size: int) -> pygit2.Oid:
@@ -156,15 +170,24 @@ def _blob_id(fd: int, size: int) -> pygit2.Oid:
     return pygit2.Oid(hex=h.hexdigest())
 
 
+def _read(fd: int, limit: int) -> bytes:
+    chunks = []
+    while limit > 0 and (chunk := os.read(fd, min(limit, _CHUNK))):
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
 class _Overlay:
     """The agent's accepted changes against one base tree, found by walking the work tree."""
 
-    def __init__(self, repo: pygit2.Repository, base: pygit2.Tree, written: frozenset[str], limits: SnapshotLimits):
+    def __init__(self, repo: pygit2.Repository, base: pygit2.Tree, manifest: Checkout, limits: SnapshotLimits):
         self.repo = repo
         self.limits = limits
         self.base = dict(flatten(repo, base))
-        self.written = written
-        self.kept = {p for p in self.base if p not in written}  # never judged, never replaced
+        self.written = manifest.written
+        self.stats = manifest.stats
+        self.kept = {p for p in self.base if p not in self.written}  # never judged, never replaced
         self.base_dirs = {p[:i] for p in self.base for i in range(len(p)) if p[i] == "/"}
         self.kept_dirs = {p[:i] for p in self.kept for i in range(len(p)) if p[i] == "/"}
         self.changes: dict[str, Entry | None] = {}
@@ -236,21 +259,25 @@ class _Overlay:
     def file(self, dir_fd: int, name: str, path: str, st: os.stat_result) -> None:
         base = self.base.get(path)
         mode = _EXEC if st.st_mode & 0o100 else _BLOB
+        if base is not None and self.stats.get(path) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+            return  # untouched since the checkout wrote it
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
         except OSError as exc:
             self.refuse(path, f"unreadable: {exc.strerror}")
             return
-        with os.fdopen(fd, "rb") as fh:
+        try:
             if st.st_size > self.limits.max_file_bytes:
-                if base is not None and base[0] != _LINK and base[1] == _blob_id(fh.fileno(), st.st_size):
+                if base is not None and base[0] != _LINK and base[1] == _blob_id(fd, st.st_size):
                     if (base[0] == _EXEC) != (mode == _EXEC):
                         self.change(path, (mode, base[1]), 0)  # only the executable bit changed
                     return
                 limit = self.limits.max_file_bytes
                 self.refuse(path, f"{st.st_size} bytes, over the {limit} byte limit")
                 return
-            data = fh.read(self.limits.max_file_bytes + 1)
+            data = _read(fd, self.limits.max_file_bytes + 1)
+        finally:
+            os.close(fd)
         if len(data) > self.limits.max_file_bytes:
             self.refuse(path, "grew over the size limit while being read")
             return
@@ -343,12 +370,12 @@ def snapshot(
     author: Identity,
     committer: Identity,
     limits: SnapshotLimits,
-    written: frozenset[str] | None = None,
+    manifest: Checkout | None = None,
 ) -> Snapshot:
-    """Commit the agent's accepted changes to the checkout of `parent_sha` (whose manifest is
-    `written`) onto `branch` (created at `parent_sha` if missing). Nothing changed: no commit."""
+    """Commit the agent's accepted changes to the checkout of `parent_sha` (`manifest` is what
+    `checkout` returned) onto `branch` (created at `parent_sha` if missing). Nothing changed: no commit."""
     base_tree = repo[parent_sha].peel(pygit2.Commit).tree
-    overlay = _Overlay(repo, base_tree, expected_checkout(repo, parent_sha) if written is None else written, limits)
+    overlay = _Overlay(repo, base_tree, manifest or expected_checkout(repo, parent_sha), limits)
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
     try:
         overlay.walk(root, "")

@@ -147,7 +147,7 @@ def _check(tmp: Path, base_leaves: dict[str, Leaf], ops: list[tuple[Any, ...]]) 
         author=ANA,
         committer=ANA,
         limits=limits,
-        written=co.written,
+        manifest=co,
     )
     base = tree_entries(repo, base_sha)
     final = tree_entries(repo, snap.sha)
@@ -204,7 +204,7 @@ def _check(tmp: Path, base_leaves: dict[str, Leaf], ops: list[tuple[Any, ...]]) 
     assert fsck.returncode == 0, fsck.stdout + fsck.stderr
 
 
-@settings(max_examples=int(os.environ.get("SNAPSHOT_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(base=st.dictionaries(st.sampled_from(PATHS), leaf, max_size=14), ops=st.lists(op, max_size=10))
 def test_snapshot_differs_from_its_base_by_exactly_the_accepted_changes(base: dict[str, Leaf], ops: list[Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
