@@ -17,9 +17,9 @@ import pytest
 
 from forge.db import Database
 from forge.settings import Settings
-from tests.integration.test_forge_git import git
 from tests.integration.test_reviews_merge import TASKS, World, _world, agent_commits
 from tests.support.accounts import LiveServer, run_sync
+from tests.support.git import git
 
 pytestmark = pytest.mark.db
 
