@@ -210,6 +210,19 @@ async def test_agent_branches_are_reserved(root: Path, seeded: Path, tmp_path: P
         assert ref_of(seeded, "refs/heads/agent/task-1") is not None
 
 
+async def test_confusing_ref_names_are_refused(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
+    async with serve(root, tmp_path) as server:
+        work = await _clone_and_commit(client, server, tmp_path)
+        for ref, why in [
+            ("refs/heads/HEAD", "'HEAD' is not a branch or tag name"),
+            ("refs/tags/head", "'head' is not a branch or tag name"),
+            ("refs/heads/Agent/task-1", "agent/* branches are reserved for forgehand tasks"),
+        ]:
+            result = await client.run("push", "origin", f"HEAD:{ref}", cwd=work, check=False)
+            assert result.returncode != 0 and why in result.output, result.output
+            assert ref_of(seeded, ref) is None
+
+
 async def test_archived_repository_refuses_pushes(root: Path, seeded: Path, tmp_path: Path, client: Client) -> None:
     async with serve(root, tmp_path) as server:
         server.contexts["alice/proj"] = PushContext(default_branch="main", archived=True, is_admin=True)
