@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pygit2
 
-from forge.git import Identity
 from forge.git.snapshot import Checkout, Skipped, Snapshot, SnapshotLimits, SnapshotTooLarge, checkout, snapshot
 from sandbox.spec import SANDBOX_GID, SANDBOX_UID
 
@@ -22,30 +21,9 @@ def checkout_tree(repo: pygit2.Repository, sha: str, dest: Path) -> Checkout:
     return checkout(repo, sha, dest, owner=(SANDBOX_UID, SANDBOX_GID))
 
 
-def snapshot_commit(
-    repo: pygit2.Repository,
-    workspace: Path,
-    *,
-    branch: str,
-    parent_sha: str,
-    message: str,
-    author: Identity,
-    committer: Identity,
-    limits: SnapshotLimits,
-    manifest: Checkout | None = None,
-) -> Snapshot:
-    """Commit the agent's accepted changes onto `branch` (`forge.git.snapshot.snapshot`)."""
-    return snapshot(
-        repo,
-        workspace,
-        branch=branch,
-        parent_sha=parent_sha,
-        message=message,
-        author=author,
-        committer=committer,
-        limits=limits,
-        manifest=manifest,
-    )
+# Commit the agent's accepted changes onto the task branch: `forge.git.snapshot.snapshot` (pass
+# the `Checkout` that `checkout_tree` returned as `manifest`).
+snapshot_commit = snapshot
 
 
 def branch_sha(repo: pygit2.Repository, branch: str) -> str | None:

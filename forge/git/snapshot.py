@@ -268,9 +268,7 @@ class _Overlay:
             return
         try:
             if st.st_size > self.limits.max_file_bytes:
-                if base is not None and base[0] != _LINK and base[1] == _blob_id(fd, st.st_size):
-                    if (base[0] == _EXEC) != (mode == _EXEC):
-                        self.change(path, (mode, base[1]), 0)  # only the executable bit changed
+                if self._same(path, base, mode, _blob_id(fd, st.st_size)):
                     return
                 limit = self.limits.max_file_bytes
                 self.refuse(path, f"{st.st_size} bytes, over the {limit} byte limit")
@@ -281,16 +279,22 @@ class _Overlay:
         if len(data) > self.limits.max_file_bytes:
             self.refuse(path, "grew over the size limit while being read")
             return
-        oid = pygit2.hash(data)
-        if base is not None and base[0] != _LINK and base[1] == oid:
-            if (base[0] == _EXEC) != (mode == _EXEC):
-                self.change(path, (mode, oid), 0)
-            return  # unchanged: the base's exact mode stays (a 100664 included)
+        if self._same(path, base, mode, pygit2.hash(data)):
+            return
         problem = blob_problem(name, data)
         if problem is not None:
             self.refuse(path, problem)
             return
         self.change(path, (mode, self.repo.create_blob(data)), len(data))
+
+    def _same(self, path: str, base: Entry | None, mode: int, oid: pygit2.Oid) -> bool:
+        """Whether the file holds the base's content. Then the base's exact mode stays (a 100664
+        included), unless the executable bit alone changed: that is a change."""
+        if base is None or base[0] in (_LINK, _COMMIT) or base[1] != oid:
+            return False
+        if (base[0] == _EXEC) != (mode == _EXEC):
+            self.change(path, (mode, oid), 0)
+        return True
 
     def deletions(self) -> None:
         """What the checkout wrote and the work tree no longer holds was deleted by the agent,

@@ -28,7 +28,7 @@ from forge.git.smart_http import (
     advertise_refs,
     run_service,
 )
-from tests.support.git import Client, Server, serve
+from tests.support.git import Client, Server, pack_objects, serve
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 
@@ -280,13 +280,7 @@ def _commands(old: str, new: str, ref: str) -> bytes:
 
 
 def _pack_for(path: Path, work: Path, rev: str, base: str) -> bytes:
-    return subprocess.run(
-        ["git", "pack-objects", "--stdout", "--revs", "-q"],
-        cwd=work,
-        input=f"{rev}\n^{base}\n".encode(),
-        capture_output=True,
-        check=True,
-    ).stdout
+    return pack_objects(work, rev, base)
 
 
 @pytest.mark.parametrize("kind", ["garbage", "truncated", "empty", "bad-object"])

@@ -28,7 +28,7 @@ from forge.models import AuditEvent, PushRecord, Repository
 from forge.pushes import PushRecorder
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
-from tests.support.git import git
+from tests.support.git import git, pack_objects
 from webhooks.config import WebhooksConfig
 from webhooks.models import WebhookOutbox
 from webhooks.schemas import HookCreate
@@ -98,13 +98,7 @@ def _rev(work: Path, rev: str) -> str:
 
 def _receive_pack_request(url: str, token: str, work: Path) -> bytes:
     old, new = _rev(work, "origin/main"), _rev(work, "HEAD")
-    pack = subprocess.run(
-        ["git", "pack-objects", "--stdout", "--revs", "-q"],
-        cwd=work,
-        input=f"{new}\n^{old}\n".encode(),
-        capture_output=True,
-        check=True,
-    ).stdout
+    pack = pack_objects(work, new, old)
     body = pkt_line(f"{old} {new} refs/heads/main\0report-status agent=test\n") + FLUSH_PKT + pack
     auth = base64.b64encode(f"x:{token}".encode()).decode()
     head = [

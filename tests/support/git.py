@@ -393,6 +393,17 @@ def work_leaves(root: Path) -> dict[str, Leaf]:
     return out
 
 
+def pack_objects(work: Path, rev: str, base: str) -> bytes:
+    """The pack a push of `rev` over `base` sends, built in the clone `work`."""
+    return subprocess.run(
+        ["git", "pack-objects", "--stdout", "--revs", "-q"],
+        cwd=work,
+        input=f"{rev}\n^{base}\n".encode(),
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
 def fsck_strict(repo_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["git", f"--git-dir={repo_path}", "fsck", "--strict", "--no-dangling", "--no-progress"],
