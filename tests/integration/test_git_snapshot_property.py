@@ -205,7 +205,15 @@ def _check(tmp: Path, base_leaves: dict[str, Leaf], ops: list[tuple[Any, ...]]) 
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(base=st.dictionaries(st.sampled_from(PATHS), leaf, max_size=14), ops=st.lists(op, max_size=10))
-def test_snapshot_differs_from_its_base_by_exactly_the_accepted_changes(base: dict[str, Leaf], ops: list[Any]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+@given(
+    base=st.dictionaries(st.sampled_from(PATHS), leaf, max_size=14),
+    many=st.integers(min_value=0, max_value=300),
+    ops=st.lists(op, max_size=10),
+)
+def test_snapshot_differs_from_its_base_by_exactly_the_accepted_changes(
+    base: dict[str, Leaf], many: int, ops: list[Any]
+) -> None:
+    base = {**base, **{f"many/f{i}": (BLOB, b"%d\n" % i) for i in range(many)}}
+    # tmpfs when there is one: each example writes two checkouts, and file creation dominates
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         _check(Path(tmp), base, ops)
