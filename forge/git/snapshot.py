@@ -224,10 +224,8 @@ class _Overlay:
                     continue
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISDIR(st.st_mode):
-                try:
-                    child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-                except OSError as exc:
-                    self.refuse(path, f"directory could not be opened: {exc.strerror}")
+                child = self._open(dir_fd, name, path, os.O_DIRECTORY, "directory could not be opened")
+                if child is None:
                     continue
                 try:
                     self.walk(child, path + "/")
@@ -243,6 +241,13 @@ class _Overlay:
                 self.file(dir_fd, name, path, st)
             else:
                 self.refuse(path, "not a regular file, directory or symlink")
+
+    def _open(self, dir_fd: int, name: str, path: str, flags: int, what: str) -> int | None:
+        try:
+            return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | flags, dir_fd=dir_fd)
+        except OSError as exc:
+            self.refuse(path, f"{what}: {exc.strerror}")
+            return None
 
     def link(self, dir_fd: int, name: str, path: str) -> None:
         target = os.readlink(name, dir_fd=dir_fd)
@@ -261,10 +266,8 @@ class _Overlay:
         mode = _EXEC if st.st_mode & 0o100 else _BLOB
         if base is not None and self.stats.get(path) == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
             return  # untouched since the checkout wrote it
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-        except OSError as exc:
-            self.refuse(path, f"unreadable: {exc.strerror}")
+        fd = self._open(dir_fd, name, path, os.O_NONBLOCK, "unreadable")
+        if fd is None:
             return
         try:
             if st.st_size > self.limits.max_file_bytes:
