@@ -389,7 +389,10 @@ async def test_a_snapshot_that_cannot_be_written_fails_the_run(env: Env) -> None
     objects = env.repo_path / "objects"
     async with env.client() as c:
         await start(c, "sleep 3; echo one > new.txt")
-        await wait_state(c, 1, "running")
+        deadline = time.monotonic() + 120
+        while "runtime" not in {e["payload"].get("phase") for e in await all_events(c, 1) if e["kind"] == "system"}:
+            assert time.monotonic() < deadline, "the runtime did not start"
+            await asyncio.sleep(0.1)
         objects.rename(env.repo_path / "objects.away")
         objects.write_text("")  # the object store is gone: nothing can be read or written
         try:
