@@ -31,12 +31,14 @@ from forge.deps import DEPENDENCIES
 from forge.edges import before_request
 from forge.events import EventBus
 from forge.git import RepoStore, install_hooks
+from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
 from forge.pages_repos import RepoListPages, RepoPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
+from forge.pushes import PushRecorder
 from forge.settings import Settings
 from forge.tokens import TokenCache
 from forge.version import VERSION
@@ -90,9 +92,11 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     # the task core asks before guarded actions.
     hooks = webhooks.wire(bus, settings, database)
     task_system = TaskSystem(database, settings, store, bus, gate=WebhookGate(hooks.policy, database))
+    push_recorder = PushRecorder(database, bus, PushJournal(settings.data_dir / "push-journal"), store.root)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await push_recorder.start()  # records what a crash left in the push journal
         if settings.run_worker:
             await task_system.start_worker()
             await hooks.start()
@@ -101,6 +105,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         finally:
             await hooks.stop()
             await task_system.stop_worker()
+            await push_recorder.stop()
             await store.close()
             if db is None:
                 await database.dispose()
@@ -113,6 +118,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         "bus": bus,
         "repo_store": store,
         "git_config": git_config,
+        "push_recorder": push_recorder,
         "tasks": task_system,
         "webhooks": hooks,
     }

@@ -6,21 +6,17 @@ clone public repositories; otherwise HTTP Basic with a token as password. A call
 read gets 404 (anonymous callers get 401 with `WWW-Authenticate`, so git asks for a token).
 Pushes are checked against the push rules before git runs and again in the pre-receive hook."""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import Request, Response, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 
-from forge import repositories
+from forge import pushes, repositories
 from forge.access import Action, Role, Scope, can
-from forge.audit import Actor
 from forge.auth import actor_of
-from forge.db import Database
 from forge.deps import DbSession
 from forge.errors import Forbidden, NotFound, Unauthenticated
-from forge.events import EventBus
 from forge.git import PushSession, RepoStore, advertise_refs, decode_request_body
 from forge.git.smart_http import (
     NO_CACHE_HEADERS,
@@ -145,7 +141,7 @@ async def receive_pack(
 ) -> Response[Any]:
     res = await _authorize(request, db_session, owner, name, RECEIVE_PACK)
     actor = actor_of(request)
-    ctx = await repositories.push_context(db_session, res, actor.principal)
+    ctx = await pushes.push_context(db_session, res, actor.principal)
     store: RepoStore = request.app.state.repo_store
     config = _config(request)
     body = decode_request_body(
@@ -159,34 +155,15 @@ async def receive_pack(
         rejection = push.rejection()
         push.close()
         return Response(rejection, media_type=result_content_type(RECEIVE_PACK), headers=NO_CACHE_HEADERS)
+    recorder: pushes.PushRecorder = request.app.state.push_recorder
+    entry = await recorder.begin(push, res, actor)  # journaled before git may move a ref
     try:
         proc = await push.start()  # consumes the body; PushTooLarge before any output
     except BaseException:
-        await push.__aexit__(None, None, None)
+        recorder.abandon(entry, push)
         raise
-    db: Database = request.app.state.db
-    bus: EventBus = request.app.state.bus
-    return Stream(
-        _run_push(push, proc, db, bus, actor, res),
-        media_type=result_content_type(RECEIVE_PACK),
-        headers=NO_CACHE_HEADERS,
-    )
-
-
-async def _run_push(
-    push: PushSession, proc: GitServiceProcess, db: Database, bus: EventBus, actor: Actor, res: RepoResource
-) -> AsyncIterator[bytes]:
-    async with push:
-        async for chunk in proc.output():
-            yield chunk
-        accepted = push.accepted()
-    if accepted:
-        # After git finished: the refs moved, now record them and publish `repo.pushed`.
-        async with db.session(write=True) as session:
-            fresh = await session.get(type(res.repo), res.repo.id)
-            if fresh is not None:
-                await session.refresh(fresh, ["owner"])
-                await repositories.record_push(session, bus, actor, RepoResource(repo=fresh), accepted)
+    body = recorder.stream(entry, push, proc)
+    return Stream(body, media_type=result_content_type(RECEIVE_PACK), headers=NO_CACHE_HEADERS)
 
 
 GIT_ROUTES = [info_refs, upload_pack, receive_pack]

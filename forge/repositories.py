@@ -16,13 +16,10 @@ from forge import accounts, audit
 from forge.access import INSTANCE, Action, Principal, Role, Visibility, can, effective_role, require
 from forge.audit import Actor
 from forge.errors import Conflict, Forbidden, InvalidInput, NotFound
-from forge.events import AccountRef, Event, EventBus
+from forge.events import EventBus
 from forge.git import (
     Identity,
     InvalidName,
-    ProtectionRule,
-    PushContext,
-    RefUpdate,
     RepoStore,
     list_branches,
     validate_branch_name,
@@ -30,7 +27,7 @@ from forge.git import (
 )
 from forge.git.bare import default_branch as storage_default_branch
 from forge.git.bare import set_default_branch
-from forge.models import Account, BranchRule, Collaborator, PushRecord, Repository
+from forge.models import Account, BranchRule, Collaborator, Repository
 from forge.text import NUL, require_no_nul
 
 RoleName = Literal["read", "write", "admin"]
@@ -398,52 +395,6 @@ async def remove_branch_rule(session: AsyncSession, actor: Actor, res: RepoResou
         raise NotFound("no such branch rule", code="branch_rule_not_found")
     audit.record(session, actor, "repo.branch_rule.remove", res.full_name, pattern=rule.pattern)
     await session.delete(rule)
-
-
-async def push_context(session: AsyncSession, res: RepoResource, principal: Principal) -> PushContext:
-    """What the push rules need for this pusher on this repository."""
-    rules = [
-        ProtectionRule(pattern=r.pattern, allow_force_push=r.allow_force_push, allow_deletion=r.allow_deletion)
-        for r in await branch_rules(session, res.repo)
-    ]
-    role = effective_role(principal, res)
-    return PushContext(
-        is_admin=role is Role.ADMIN,
-        is_internal=principal.via == "internal",
-        archived=res.repo.archived,
-        default_branch=res.repo.default_branch,
-        protect_default_branch=res.repo.protect_default_branch,
-        rules=rules,
-        pusher=principal.login or None,
-    )
-
-
-async def record_push(
-    session: AsyncSession, bus: EventBus, actor: Actor, res: RepoResource, updates: list[RefUpdate]
-) -> None:
-    """Record an accepted push (refs before and after) and publish `repo.pushed`."""
-    if not updates:
-        return
-    refs = [{"ref": u.ref, "before": u.old, "after": u.new} for u in updates]
-    session.add(
-        PushRecord(
-            repo_id=res.repo.id, pusher_id=actor.principal.account_id, token_id=actor.principal.token_id, refs=refs
-        )
-    )
-    audit.record(session, actor, "repo.push", res.full_name, refs=refs)
-    await bus.publish(
-        session,
-        Event(
-            type="repo.pushed",
-            repo_id=res.repo.id,
-            repo_uuid=res.repo.uuid,
-            repository=res.full_name,
-            actor=AccountRef(login=actor.principal.login, type="Bot" if actor.principal.type == "Bot" else "User")
-            if actor.principal.account_id is not None
-            else None,
-            data={"refs": refs},
-        ),
-    )
 
 
 async def list_visible(session: AsyncSession, principal: Principal, *, owner: str | None = None) -> list[RepoResource]:

@@ -131,6 +131,8 @@ def post_receive(stdin: bytes, environ: dict[str, str]) -> int:
     with Path(log).open("ab") as fh:
         for update in _read_updates(stdin):
             fh.write(encoder.encode({"old": update.old, "new": update.new, "ref": update.ref}) + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())  # the push journal reads it after a crash
     return 0
 
 

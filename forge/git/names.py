@@ -140,6 +140,20 @@ def is_valid_ref_name(ref: str) -> bool:
     return True
 
 
+def confusing_ref_name(ref: str) -> str | None:
+    """Why a valid ref still must not be pushed: a branch or tag called ``HEAD`` (in any case;
+    ``git branch HEAD`` refuses it, and clients read ``refs/heads/HEAD`` as the symbolic ref), or
+    one whose name starts with ``-`` (an option to every git command that is given it)."""
+    for namespace in ("refs/heads/", "refs/tags/"):
+        if ref.startswith(namespace):
+            short = ref.removeprefix(namespace)
+            if short.casefold() == "head":
+                return f"{short!r} is not a branch or tag name"
+            if short.startswith("-"):
+                return "branch and tag names must not start with '-'"
+    return None
+
+
 # --- tree paths -----------------------------------------------------------------------------------
 
 _DOT_GIT_LIKE = re.compile(r"\.git[. ]*|git~\d+", re.IGNORECASE)

@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from forge.git.names import is_valid_ref_name
+from forge.git.names import confusing_ref_name, is_valid_ref_name
 
 ZERO_SHAS = frozenset({"0" * 40, "0" * 64})
 
@@ -110,8 +110,15 @@ def protection_for(ref: str, ctx: PushContext) -> Protection | None:
     )
 
 
-def _is_reserved(ref: str, ctx: PushContext) -> bool:
-    return any(ref.startswith(p) or ref == p.rstrip("/") for p in ctx.reserved_prefixes)
+def _reserved_prefix(ref: str, ctx: PushContext) -> str | None:
+    """The reserved prefix ``ref`` falls under, in any case (``Agent/x`` is as reserved as
+    ``agent/x``: on a case-insensitive client the two are one ref)."""
+    folded = ref.casefold()
+    for prefix in ctx.reserved_prefixes:
+        p = prefix.casefold()
+        if folded.startswith(p) or folded == p.rstrip("/"):
+            return prefix
+    return None
 
 
 def needs_fast_forward_check(update: RefUpdate, ctx: PushContext) -> bool:
@@ -141,8 +148,11 @@ def check_ref_update(update: RefUpdate, ctx: PushContext, *, fast_forward: bool 
         return refuse("invalid_ref", "invalid ref name")
     if not ref.startswith(tuple(ctx.allowed_namespaces)):
         return refuse("namespace", "only branches and tags can be pushed")
-    if _is_reserved(ref, ctx) and not (ctx.is_internal or ctx.is_admin):
-        prefix = next(p for p in ctx.reserved_prefixes if ref.startswith(p) or ref == p.rstrip("/"))
+    confusing = confusing_ref_name(ref)
+    if confusing is not None:
+        return refuse("invalid_ref", confusing)
+    prefix = _reserved_prefix(ref, ctx)
+    if prefix is not None and not (ctx.is_internal or ctx.is_admin):
         shown = prefix.removeprefix("refs/heads/")
         return refuse("reserved", f"{shown}* branches are reserved for forgehand tasks")
     protection = protection_for(ref, ctx)

@@ -103,6 +103,8 @@ class FailureReason(StrEnum):
     POLICY = "policy"
     APPROVAL_EXPIRED = "approval_expired"
     EXIT_CODE = "exit_code"
+    SNAPSHOT_TOO_LARGE = "snapshot_too_large"
+    SNAPSHOT_FAILED = "snapshot_failed"
     INTERNAL = "internal"
 
 

@@ -84,6 +84,7 @@ class Execution(Settling):
         self.stop_event = stop
         self.sandbox: Sandbox | None = None
         self.workspace: Path | None = None
+        self.checkout: gitops.Checkout | None = None
         self.start_sha = ""
         self.writer: TranscriptWriter | None = None
         self.turns = self.prompt_tokens = self.completion_tokens = 0
@@ -236,7 +237,10 @@ class Execution(Settling):
             self.workspace = settings.data_dir.resolve() / "workspaces" / self.task_uuid / self.run_uuid
             mount_limit = limit_mb * MiB if quota == "mount" else None
             await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=mount_limit)
-            files = await env.store.read(self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace)
+            self.checkout = await env.store.read(
+                self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace
+            )
+            files = self.checkout.files
             self.start_sha = head or self.base_sha  # only now: a partial checkout is never snapshotted
         except Exception as exc:
             log.exception("workspace preparation failed", run_id=self.run_id)

@@ -61,6 +61,7 @@ class Settling:
     repo_key: tuple[str, str]
     sandbox: Sandbox | None
     workspace: Path | None
+    checkout: gitops.Checkout | None
     start_sha: str
     writer: TranscriptWriter | None
     turns: int
@@ -99,10 +100,16 @@ class Settling:
                     author=self._agent_identity(),
                     committer=Identity(name="forgehand", email=f"forgehand@{self._host()}"),
                     limits=gitops.SnapshotLimits(max_file_bytes=env.settings.task_max_file_bytes),
+                    manifest=self.checkout,
                 )
             except Exception as exc:
                 log.exception("snapshot failed", run_id=self.run_id)
                 await self.writer.emit("notice", Notice(text=f"the snapshot commit failed: {exc}", level="error"))
+                if not stopped:  # a run whose work could not be committed fails: never "success, nothing to review"
+                    big = isinstance(exc, gitops.SnapshotTooLarge)
+                    outcome.failure_reason = FailureReason.SNAPSHOT_TOO_LARGE if big else FailureReason.SNAPSHOT_FAILED
+                    outcome.status, outcome.error = RunState.FAILED, f"the snapshot failed: {exc}"
+                    run_state = RunState.FAILED
             else:
                 if snap.committed:
                     kind = "work-in-progress snapshot" if wip else "snapshot"

@@ -16,7 +16,7 @@ from pathlib import Path
 from forge.git import bare
 from forge.git.names import repo_path
 from forge.git.schemas import Identity
-from tests.integration.test_git_smart_http import Client, serve
+from tests.support.git import Client, serve
 
 FILES = 5000
 COMMITS = 2000

@@ -235,3 +235,50 @@ async def test_event_stream_announces_the_state_live_then_ends(env: Env) -> None
     assert states and states[-1] == "running" and states == list(dict.fromkeys(states)), states
     assert frames[-1] == ("end", {"state": "awaiting_review", "last_seq": frames[-2][1]["seq"]})
     assert any(e == "stdout" and "done" in d["payload"]["text"] for e, d in frames)
+
+
+async def test_the_task_branch_keeps_what_the_agent_did_not_touch(env: Env) -> None:
+    repo = pygit2.Repository(str(env.repo_path))
+    head = repo.references["refs/heads/main"].peel(pygit2.Commit)
+    builder = repo.TreeBuilder(head.tree)
+    big = repo.create_blob(b"x" * (env.settings.task_max_file_bytes + 1))
+    builder.insert("big.bin", big, pygit2.enums.FileMode.BLOB)
+    builder.insert("abs-link", repo.create_blob(b"/etc/passwd"), pygit2.enums.FileMode.LINK)
+    builder.insert("vendor", pygit2.Oid(hex="12" * 20), pygit2.enums.FileMode.COMMIT)
+    sig = pygit2.Signature("ana", "ana@example.com")
+    repo.create_commit("refs/heads/main", sig, sig, "odd base", builder.write(), [head.id])
+    async with env.client() as c:
+        await start(c, "echo one > new.txt")
+        done = await wait_state(c, 1, "awaiting_review", "failed")
+        assert done["state"] == "awaiting_review", done
+        assert done["runs"][0]["skipped"] == []
+    new = repo[done["head_sha"]].peel(pygit2.Commit)
+    diff = new.tree.diff_to_tree(repo[done["base_sha"]].peel(pygit2.Commit).tree, swap=True)
+    assert [d.new_file.path for d in diff.deltas] == ["new.txt"]
+
+
+async def test_a_change_over_the_file_cap_fails_the_run_as_snapshot_too_large(env: Env) -> None:
+    async with env.client() as c:
+        await start(c, "mkdir many && cd many && seq 1 50001 | xargs touch")
+        done = await wait_state(c, 1, "failed", "awaiting_review", timeout=300)
+        assert done["state"] == "failed" and done["failure_reason"] == "snapshot_too_large", done
+        assert done["head_sha"] in (None, "", done["base_sha"])
+
+
+async def test_a_snapshot_that_cannot_be_written_fails_the_run(env: Env) -> None:
+    objects = env.repo_path / "objects"
+    async with env.client() as c:
+        await start(c, "sleep 3; echo one > new.txt")
+        deadline = time.monotonic() + 120
+        while "runtime" not in {e["payload"].get("phase") for e in await all_events(c, 1) if e["kind"] == "system"}:
+            assert time.monotonic() < deadline, "the runtime did not start"
+            await asyncio.sleep(0.1)
+        objects.rename(env.repo_path / "objects.away")
+        objects.write_text("")  # the object store is gone: nothing can be read or written
+        try:
+            done = await wait_state(c, 1, "failed", "awaiting_review")
+        finally:
+            objects.unlink()
+            (env.repo_path / "objects.away").rename(objects)
+        assert done["state"] == "failed" and done["failure_reason"] == "snapshot_failed", done
+        assert "snapshot" in done["error"]

@@ -1,40 +1,12 @@
 """The real `git` CLI against a real forgehand server on 127.0.0.1: clone, fetch, push, rules."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
-
-
-def git(
-    *args: str, cwd: Path | None = None, check: bool = True, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    base_env = {
-        **os.environ,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "HOME": str(cwd or Path.cwd()),
-        "GIT_AUTHOR_NAME": "Ana",
-        "GIT_AUTHOR_EMAIL": "ana@example.org",
-        "GIT_COMMITTER_NAME": "Ana",
-        "GIT_COMMITTER_EMAIL": "ana@example.org",
-    }
-    result = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**base_env, **(env or {})},
-        timeout=120,
-        check=False,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
+from tests.support.git import git
 
 
 class Forge:

@@ -15,8 +15,8 @@ import pytest
 
 from forge.db import Database
 from forge.settings import Settings
-from tests.integration.test_forge_git import git
 from tests.support.accounts import LiveServer, run_sync
+from tests.support.git import git
 from tests.support.policy import PolicyConsumer
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from forge.git.refrules import (
     ProtectionRule,
@@ -150,3 +152,31 @@ def test_sha256_zero_ids() -> None:
     z = "0" * 64
     u = RefUpdate(old="a" * 64, new=z, ref="refs/heads/main")
     assert u.is_delete and code(u) == "protected_deletion"
+
+
+def _case_variants(word: str) -> st.SearchStrategy[str]:
+    return st.tuples(*[st.sampled_from(sorted({c.lower(), c.upper()})) for c in word]).map("".join)
+
+
+_suffix = st.text(alphabet="abcxyz019-_", min_size=1, max_size=12).filter(lambda s: not s.startswith("-"))
+
+
+@given(prefix=_case_variants("agent"), rest=_suffix)
+def test_reserved_prefixes_are_reserved_in_any_case(prefix: str, rest: str) -> None:
+    ref = f"refs/heads/{prefix}/{rest}"
+    assert code(update(ref, old=Z)) == "reserved"
+    assert code(update(ref, old=Z), PushContext(default_branch="main", is_internal=True)) is None
+
+
+@given(head=_case_variants("head"), namespace=st.sampled_from(["refs/heads/", "refs/tags/"]))
+def test_head_is_never_a_branch_or_tag(head: str, namespace: str) -> None:
+    admin = PushContext(default_branch="main", is_admin=True, is_internal=True)
+    assert code(update(namespace + head, old=Z)) == "invalid_ref"
+    assert code(update(namespace + head, old=Z), admin) == "invalid_ref"
+
+
+@given(name=_suffix)
+def test_option_like_and_ordinary_names(name: str) -> None:
+    assert code(update(f"refs/heads/-{name}", old=Z)) == "invalid_ref"
+    assert code(update(f"refs/heads/feature/{name}", old=Z)) is None
+    assert code(update(f"refs/heads/{name}/HEAD", old=Z)) is None  # a component, not the name
