@@ -26,7 +26,7 @@ def test_this_process_is_not_gone() -> None:
 
 
 def test_a_live_process_is_not_gone_and_an_exited_one_is() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # noqa: S603
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         start = process_start(child.pid)
         assert start is not None
