@@ -104,14 +104,31 @@ class InFlight:
         self._invoke = invoke
         self._creations: dict[Future[str], Creation] = {}
         self._cleanups: set[Future[None]] = set()
+        self._lock = threading.Lock()  # done callbacks run in the pool's threads
         self.closed = False
+
+    def _track(self, future: Future[Any], creation: Creation | None = None) -> None:
+        def forget(done: Future[Any]) -> None:
+            with self._lock:
+                self._creations.pop(done, None)
+                self._cleanups.discard(done)
+
+        with self._lock:
+            if creation is None:
+                self._cleanups.add(future)
+            else:
+                self._creations[future] = creation
+        future.add_done_callback(forget)
+
+    def _pending(self, *, creations: bool = True) -> list[Future[Any]]:
+        with self._lock:
+            return [*(self._creations if creations else ()), *self._cleanups]
 
     async def create(self, kwargs: dict[str, Any], *, timeout: float) -> str:  # noqa: ASYNC109 (bounds a thread)
         """The id of a started container; on any failure or cancellation none is left."""
         creation = Creation()
         future: Future[str] = self._executor.submit(self._invoke, lambda c: create_and_start(c, kwargs, creation))
-        self._creations[future] = creation
-        future.add_done_callback(lambda f: self._creations.pop(f, None))
+        self._track(future, creation)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except BaseException as exc:
@@ -135,19 +152,19 @@ class InFlight:
         except RuntimeError:  # the pool is shut down: a thread of its own (joined at exit)
             threading.Thread(target=remove, name="forgehand-docker-cleanup").start()
             return
-        self._cleanups.add(future)
-        future.add_done_callback(self._cleanups.discard)
+        self._track(future)
 
     async def drain(self, grace: float) -> None:
         """Abandon every creation in flight and wait up to `grace` seconds for them and the removals."""
         self.closed = True
         # Not cancelled: a creation that has not begun sees itself abandoned and creates nothing.
-        for creation in list(self._creations.values()):
+        with self._lock:
+            creations = list(self._creations.values())
+        for creation in creations:
             if handed_over := creation.abandon():
                 self.remove_later(handed_over)
-        pending: list[Future[Any]] = [*self._creations, *self._cleanups]
-        if pending:
+        if pending := self._pending():
             await asyncio.to_thread(futures_wait, pending, grace)
         # Removals queued by callers that resumed meanwhile.
-        if self._cleanups:
-            await asyncio.to_thread(futures_wait, list(self._cleanups), grace)
+        if pending := self._pending(creations=False):
+            await asyncio.to_thread(futures_wait, pending, grace)
