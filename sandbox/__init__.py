@@ -12,7 +12,8 @@
             s.result                                           # ExecResult
             sb.disk_limit_reached                              # the workspace was seen full
         remove_workspace(ws)                                   # unmounts, deletes the image
-        await reap(engine, "inst", keep={"r2"})                # after a crash, periodically
+        await reap(engine, "inst", keep={"r2"})                # after a crash, periodically;
+                                                               # also any whose creator is gone
 
 The defaults and what each one stops: docs/security.md.
 """

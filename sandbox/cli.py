@@ -61,10 +61,11 @@ def ls_cmd(instance: str | None, docker_host: str | None) -> None:
     async def run() -> None:
         async with SandboxEngine(docker_host) as engine:
             rows = await list_sandboxes(engine, instance)
-        table = Table("container", "instance", "task", "run", "status", "created", "weakened")
+        table = Table("container", "instance", "task", "run", "status", "created", "weakened", "creator")
         for row in rows:
             created = dt.datetime.fromtimestamp(row.created, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-            table.add_row(row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-")
+            creator = "gone" if row.orphaned else (row.host or "-")
+            table.add_row(row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-", creator)
         Console().print(table)
 
     try:
@@ -83,7 +84,7 @@ def ls_cmd(instance: str | None, docker_host: str | None) -> None:
 @click.option("--keep", multiple=True, help="Run id to keep (repeatable).")
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
 def reap_cmd(instance: str | None, keep: tuple[str, ...], docker_host: str | None) -> None:
-    """Remove every sandbox of an instance except the kept runs."""
+    """Remove every sandbox of an instance except the kept runs, and any whose creator is gone."""
     if not instance:
         # Never every instance at once: another forgehand on this engine would lose its sandboxes.
         raise click.UsageError("name the instance: --instance ID or FORGEHAND_INSTANCE_ID (see `forgehand sandbox ls`)")

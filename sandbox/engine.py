@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
-from docker.models.containers import _create_container_args
 
-from .errors import EngineUnavailable, ImageMissing, SandboxError, SandboxGone, SpecRefused
+from .creation import InFlight, remove_container
+from .errors import EngineUnavailable, SandboxError, SandboxGone, SpecRefused
 from .execution import (
     OOM_COUNTER,
     ExecResult,
@@ -31,6 +31,7 @@ from .execution import (
     validate_exec_env,
 )
 from .image import DEFAULT_IMAGE, BuildResult, build_image, image_is_current
+from .owner import current_owner
 from .quota import QuotaKind, WorkspaceWatch
 from .spec import WORKSPACE_DIR, SandboxSpec, container_create_kwargs
 
@@ -67,6 +68,7 @@ class SandboxEngine:
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="forgehand-docker")
         self._client: docker.DockerClient | None = None
         self._client_lock = threading.Lock()
+        self._in_flight = InFlight(self._executor, self._invoke)
 
     async def __aenter__(self) -> "SandboxEngine":
         return self
@@ -74,7 +76,13 @@ class SandboxEngine:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def close(self) -> None:
+    async def close(self, *, grace: float | None = None) -> None:
+        """Abandon creations in flight and wait (bounded by `grace`, default api_timeout) for them.
+
+        A creating thread cannot be interrupted; abandoned, it removes what it made (creation.py).
+        Only then does the client close.
+        """
+        await self._in_flight.drain(self.api_timeout if grace is None else grace)
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -146,39 +154,35 @@ class SandboxEngine:
         return await loop.run_in_executor(self._executor, lambda: build_image(tag, force=force, base_url=self.base_url))
 
     async def start(self, spec: SandboxSpec, *, name: str | None = None) -> "Sandbox":
-        """Create and start a sandbox; its idle process runs until stop or the wall clock."""
+        """Create and start a sandbox; its idle process runs until stop or the wall clock.
+
+        Cancelled (or timed out, or the engine closed) at any point, it leaves no container
+        behind (see creation.py).
+        """
+        if self._in_flight.closed:
+            raise EngineUnavailable("the sandbox engine is closed")
         workspace = Path(spec.workspace)
         if not await asyncio.to_thread(workspace.is_dir):
             raise SpecRefused(f"workspace {str(workspace)!r} is not a directory on this host")
         name = name or _container_name(spec)
         kwargs = container_create_kwargs(spec, name=name)
+        kwargs["labels"] = {**kwargs["labels"], **current_owner().labels()}
         # Measured before the container exists, so the host's wall clock ends no later than the
         # idle process's and the host, not the container's death, ends a command at the limit.
         started_at = time.monotonic()
-
-        def create(c: docker.DockerClient) -> str:
-            args = _create_container_args({**kwargs, "version": c.api._version})
-            try:
-                return str(c.api.create_container(**args)["Id"])
-            except docker.errors.ImageNotFound as exc:
-                raise ImageMissing(f"image {spec.image!r} is not on the engine") from exc
-            except docker.errors.APIError as exc:
-                raise SpecRefused(f"the engine refused the sandbox: {exc.explanation or exc}") from exc
-
-        container_id = await self.call(create)
-
-        def start(c: docker.DockerClient) -> None:
-            try:
-                c.api.start(container_id)
-            except docker.errors.APIError as exc:
-                with contextlib.suppress(docker.errors.APIError):
-                    c.api.remove_container(container_id, force=True, v=True)
-                raise SpecRefused(f"the engine could not start the sandbox: {exc.explanation or exc}") from exc
-
-        await self.call(start)
-        sandbox = Sandbox(self, container_id, name, spec, started_at=started_at)
-        if sandbox.workspace_quota == "mount":
-            await sandbox.verify_workspace_mount()
+        container_id = await self._in_flight.create(kwargs, timeout=self.api_timeout * 2)  # create + start
+        sandbox: Sandbox | None = None
+        try:
+            if self._in_flight.closed:
+                raise EngineUnavailable("the sandbox engine closed while the sandbox was being created")
+            sandbox = Sandbox(self, container_id, name, spec, started_at=started_at)
+            if sandbox.workspace_quota == "mount":
+                await sandbox.verify_workspace_mount()
+        except BaseException:
+            if sandbox is not None:
+                sandbox.cancel_wall_clock()
+            self._in_flight.remove_later(container_id)
+            raise
         return sandbox
 
 
@@ -422,16 +426,7 @@ class Sandbox:
         self._removed = True
         self.cancel_wall_clock()
 
-        def remove(c: docker.DockerClient) -> None:
-            try:
-                c.api.remove_container(self.id, force=True, v=True)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:  # 409: removal already in progress
-                    raise
-
-        await self.engine.call(remove)
+        await self.engine.call(lambda c: remove_container(c, self.id))
 
     async def _enforce_wall_clock(self) -> None:
         await asyncio.sleep(max(0.0, self.remaining))

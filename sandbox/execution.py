@@ -491,9 +491,11 @@ class ExecStream:
 
     def _close_socket(self) -> None:
         if self._sock is not None:
-            with contextlib.suppress(OSError):
-                raw = getattr(self._sock, "_sock", self._sock)
-                raw.shutdown(socket.SHUT_RDWR)
+            # A SocketIO wrapper that the pump thread closed already has `_sock` None.
+            raw = getattr(self._sock, "_sock", self._sock)
+            if raw is not None:
+                with contextlib.suppress(OSError):
+                    raw.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 self._sock.close()
 

@@ -1,4 +1,16 @@
-"""Finding and removing sandboxes by their labels, so a crash never leaves one running."""
+"""Finding and removing sandboxes by their labels, so a crash never leaves one running.
+
+Which containers `reap(engine, instance, keep)` removes (docs/operator.md, "Sandboxes after a crash"):
+
+1. Its own instance's sandboxes (`forgehand.instance`) whose run is not in `keep` (the caller's live
+   runs), except the idle containers of a `SandboxPool` alive in this process.
+2. Any instance's sandboxes whose creating process is provably gone (`owner.creator_gone`): the
+   `forgehand.host` label is this host's name and either the kernel has rebooted since (another
+   boot id) or, in the same pid namespace, that pid no longer runs the process that created it.
+
+Nothing else: a sandbox of another instance whose creator is alive, on another host, in another
+pid namespace, or without creator labels is never touched.
+"""
 
 import asyncio
 from collections.abc import Collection
@@ -8,6 +20,7 @@ import docker.errors
 import msgspec
 
 from .engine import SandboxEngine
+from .owner import LABEL_HOST, LABEL_OWNER, creator_gone
 from .pool import LIVE_POOLS, POOL_RUN_PREFIX, pool_identity
 from .spec import LABEL_INSTANCE, LABEL_RUN, LABEL_TASK, LABEL_WEAKENED
 
@@ -22,6 +35,9 @@ class SandboxInfo(msgspec.Struct, frozen=True, kw_only=True):
     run: str
     created: int  # unix seconds
     weakened: str = ""  # the label listing loosened defaults, empty when fully hardened
+    host: str = ""  # the creating process's host and identity (owner.py); empty on older containers
+    owner: str = ""
+    orphaned: bool = False  # its creator is provably gone (owner.creator_gone)
 
 
 async def list_sandboxes(engine: SandboxEngine, instance: str | None = None) -> list[SandboxInfo]:
@@ -54,13 +70,23 @@ async def list_sandboxes(engine: SandboxEngine, instance: str | None = None) -> 
                 run=run,
                 created=int(str(row.get("Created", 0))),
                 weakened=str(labels.get(LABEL_WEAKENED, "")),
+                host=str(labels.get(LABEL_HOST, "")),
+                owner=str(labels.get(LABEL_OWNER, "")),
+                orphaned=creator_gone({str(k): str(v) for k, v in labels.items()}),
             )
         )
     return sorted(out, key=lambda s: (s.created, s.name))
 
 
-async def reap(engine: SandboxEngine, instance: str, keep: Collection[str] = frozenset()) -> list[SandboxInfo]:
-    """Remove (kill first if needed) every sandbox of `instance` whose run id is not in `keep`.
+async def reap(
+    engine: SandboxEngine,
+    instance: str,
+    keep: Collection[str] = frozenset(),
+    *,
+    orphans: bool = True,
+) -> list[SandboxInfo]:
+    """Remove (kill first if needed) every sandbox of `instance` whose run id is not in `keep`, and,
+    with `orphans`, every sandbox whose creating process is provably gone (the module doc).
 
     Idle containers of a `SandboxPool` alive in this process are kept too.
 
@@ -69,7 +95,11 @@ async def reap(engine: SandboxEngine, instance: str, keep: Collection[str] = fro
     if not instance:
         raise ValueError("reap needs an instance id; it never removes other instances' sandboxes")
     live_pools = {f"{POOL_RUN_PREFIX}{pool_id}" for pool_id in LIVE_POOLS}
-    doomed = [s for s in await list_sandboxes(engine, instance) if s.run not in keep and s.run not in live_pools]
+    doomed = [
+        s
+        for s in await list_sandboxes(engine, None if orphans else instance)
+        if (s.instance == instance and s.run not in keep and s.run not in live_pools) or s.orphaned
+    ]
 
     async def remove(info: SandboxInfo) -> bool:
         def call(c: docker.DockerClient) -> bool:

@@ -1,0 +1,229 @@
+"""No sandbox leaks when its creation is cut off: cancelled, the engine closed, the process killed.
+
+The docker SDK blocks in threads that a cancelled `await` cannot stop; these tests stop a creation at
+each point (inside create, between create and start, right after start) and at random delays, and
+then look at the engine for anything left with the test's labels.
+"""
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from docker.api.client import APIClient
+
+from sandbox import EngineUnavailable, SandboxEngine, list_sandboxes, prepare_workspace, reap, remove_workspace
+
+from .conftest import INSTANCE, SpecFactory
+
+POINTS = ["in_create", "between_create_and_start", "after_start"]
+
+
+class Gate:
+    """Holds the creating thread at one point until released, and says when it got there."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.created = threading.Event()  # the engine answered the create (the container exists)
+
+    def hold(self) -> None:
+        self.reached.set()
+        self.release.wait(30)
+
+    async def wait_reached(self) -> None:
+        assert await asyncio.to_thread(self.reached.wait, 30), "the creating thread never got there"
+
+
+@pytest.fixture
+def gate_at(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Gate]]:
+    gates: list[Gate] = []
+
+    def install(point: str) -> Gate:
+        gate = Gate()
+        gates.append(gate)
+        create, start = APIClient.create_container, APIClient.start
+
+        def held_create(self: APIClient, *args: Any, **kwargs: Any) -> Any:
+            if point == "in_create":
+                gate.hold()  # the request goes out after the caller gave up
+            try:
+                return create(self, *args, **kwargs)
+            finally:
+                gate.created.set()
+
+        def held_start(self: APIClient, *args: Any, **kwargs: Any) -> Any:
+            if point == "between_create_and_start":
+                gate.hold()
+            result = start(self, *args, **kwargs)
+            if point == "after_start":
+                gate.hold()
+            return result
+
+        monkeypatch.setattr(APIClient, "create_container", held_create)
+        monkeypatch.setattr(APIClient, "start", held_start)
+        return gate
+
+    yield install
+    for gate in gates:  # never leave a thread parked
+        gate.release.set()
+
+
+async def _left(engine: SandboxEngine, run_prefix: str) -> list[str]:
+    return [s.name for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith(run_prefix)]
+
+
+async def _none_left_soon(engine: SandboxEngine, run_prefix: str, within: float = 15.0) -> list[str]:
+    deadline = time.monotonic() + within
+    while (left := await _left(engine, run_prefix)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("how", ["cancel", "close"])
+@pytest.mark.parametrize("point", POINTS)
+async def test_cut_off_at_each_point_leaves_nothing(
+    sandbox_image: str, make_spec: SpecFactory, gate_at: Callable[[str], Gate], point: str, how: str
+) -> None:
+    gate = gate_at(point)
+    run = f"{how}-{point}"
+    engine = SandboxEngine()
+    try:
+        starting = asyncio.create_task(engine.start(make_spec(run=run)))
+        await gate.wait_reached()
+        if how == "cancel":
+            starting.cancel()
+            gate.release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await starting
+            # The creating thread cleans up by itself, once the engine has answered.
+            assert await asyncio.to_thread(gate.created.wait, 30)
+            assert await _none_left_soon(engine, run) == []
+        else:
+            closing = asyncio.create_task(engine.close())
+            await asyncio.sleep(0.1)
+            assert not closing.done()  # close waits for the creation
+            gate.release.set()
+            await closing
+            with pytest.raises(EngineUnavailable):
+                await starting
+            async with SandboxEngine() as fresh:
+                assert await _left(fresh, run) == []  # close waited: nothing to poll for
+    finally:
+        await engine.close()
+
+
+async def test_random_cancellations_leave_nothing(engine: SandboxEngine, make_spec: SpecFactory) -> None:
+    rng = random.Random(os.environ.get("FORGEHAND_TEST_SEED", "13"))
+    outcomes = {"cancelled": 0, "completed": 0}
+    for trial in range(20):
+        starting = asyncio.create_task(engine.start(make_spec(run=f"rcancel-{trial}")))
+        await asyncio.sleep(rng.uniform(0, 0.6))
+        starting.cancel()
+        try:
+            sandbox = await starting
+        except asyncio.CancelledError:
+            outcomes["cancelled"] += 1
+        else:  # finished before the cancel: the caller holds it and removes it
+            outcomes["completed"] += 1
+            await sandbox.remove()
+    assert await _none_left_soon(engine, "rcancel-") == [], outcomes
+    assert outcomes["cancelled"] > 0, outcomes
+
+
+async def test_random_shutdowns_leave_nothing(
+    sandbox_image: str, make_spec: SpecFactory, docker_client: docker.DockerClient
+) -> None:
+    rng = random.Random(os.environ.get("FORGEHAND_TEST_SEED", "13"))
+    outcomes = {"cancelled": 0, "closed": 0, "completed": 0}
+    for trial in range(20):
+        engine = SandboxEngine()
+        starts = [asyncio.create_task(engine.start(make_spec(run=f"rclose-{trial}-{i}"))) for i in range(2)]
+        await asyncio.sleep(rng.uniform(0, 0.6))
+        # What a server's shutdown does: cancel the runs, then close the engine.
+        starts[0].cancel()
+        await engine.close()
+        for outcome in await asyncio.gather(*starts, return_exceptions=True):
+            if isinstance(outcome, asyncio.CancelledError):
+                outcomes["cancelled"] += 1
+            elif isinstance(outcome, EngineUnavailable):
+                outcomes["closed"] += 1
+            else:  # started before the close: its holder's to remove (the engine is closed now)
+                assert not isinstance(outcome, BaseException), outcome
+                outcomes["completed"] += 1
+                outcome.cancel_wall_clock()
+                docker_client.api.remove_container(outcome.id, force=True)
+    async with SandboxEngine() as fresh:
+        assert await _left(fresh, "rclose-") == [], outcomes  # close waited: nothing to poll for
+    assert outcomes["cancelled"] + outcomes["closed"] > 0, outcomes
+
+
+_CREATOR = """
+import asyncio, sys
+from pathlib import Path
+from sandbox import Limits, SandboxEngine, SandboxSpec
+
+async def main() -> None:
+    instance, image, workspace = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    async with SandboxEngine() as engine:
+        for i in range(50):
+            spec = SandboxSpec(image=image, workspace=workspace, instance=instance, task="t", run=f"r{i}",
+                               limits=Limits(wall_clock_seconds=300))
+            sb = await engine.start(spec)
+            print(sb.id, flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def creator_workspace(tmp_path: Path) -> Iterator[Path]:
+    ws = prepare_workspace(tmp_path / "creator-ws")
+    yield ws
+    remove_workspace(ws)
+
+
+async def test_killed_creator_is_reaped_by_any_worker_but_a_live_one_never(
+    engine: SandboxEngine, sandbox_image: str, creator_workspace: Path, docker_client: docker.DockerClient
+) -> None:
+    other = f"{INSTANCE}-creator"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CREATOR, other, sandbox_image, str(creator_workspace)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        started = [await asyncio.to_thread(proc.stdout.readline) for _ in range(2)]
+        assert all(line.strip() for line in started), started
+        # Alive: another instance's start on this host (the worker's reap) never touches them.
+        removed = await reap(engine, INSTANCE, keep=set())
+        assert not [s for s in removed if s.instance == other]
+        mine = await list_sandboxes(engine, other)
+        assert {line.strip() for line in started} <= {s.id for s in mine}
+        assert all(not s.orphaned and s.host for s in mine)
+        # Killed in the middle of creating the next one.
+        await asyncio.sleep(random.uniform(0, 0.4))
+        os.kill(proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 30)
+        left = await list_sandboxes(engine, other)
+        assert len(left) >= 2 and all(s.orphaned for s in left)
+        removed = await reap(engine, INSTANCE, keep=set())
+        assert {s.id for s in left} <= {s.id for s in removed}
+        assert await list_sandboxes(engine, other) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(30)
+        for c in docker_client.containers.list(all=True, filters={"label": f"forgehand.instance={other}"}):
+            c.remove(force=True)
