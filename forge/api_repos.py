@@ -134,8 +134,7 @@ class RepoController(Controller):
     async def delete_collaborator(
         self, db_session: DbSession, actor: ActorDep, path_repo: PathRepoDep, login: FromPath[str]
     ) -> None:
-        res = await path_repo.load(Action.REPO_ADMIN)
-        await repo_collaborators.remove_collaborator(db_session, actor, res, login)
+        await repo_collaborators.remove_collaborator(db_session, actor, await path_repo.load(Action.REPO_ADMIN), login)
 
     @get(REPO + "/branch-rules", summary="Branch protection rules")
     async def get_branch_rules(self, db_session: DbSession, path_repo: PathRepoDep) -> list[BranchRuleRead]:
@@ -159,8 +158,7 @@ class RepoController(Controller):
     async def delete_branch_rule(
         self, db_session: DbSession, actor: ActorDep, path_repo: PathRepoDep, rule_id: FromPath[int]
     ) -> None:
-        res = await path_repo.load(Action.REPO_ADMIN)
-        await branch_rules.remove_branch_rule(db_session, actor, res, rule_id)
+        await branch_rules.remove_branch_rule(db_session, actor, await path_repo.load(Action.REPO_ADMIN), rule_id)
 
 
 class BrowseController(Controller):

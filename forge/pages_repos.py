@@ -29,7 +29,7 @@ from forge.git import (
     read_blob,
 )
 from forge.git.errors import RepoError
-from forge.pages import page
+from forge.pages import WebForm, page
 from forge.render import highlight_async, markdown_async
 from forge.repo_lifecycle import RepoCreate, RepoUpdate
 from forge.repositories import RepoResource
@@ -88,12 +88,11 @@ VIEWS = {"views": Provide(provide_views, sync_to_thread=False)}
 ViewsDep = NamedDependency[RepoViews]
 
 
-class NewRepoForm(msgspec.Struct, kw_only=True):
+class NewRepoForm(WebForm):
     name: str = ""
     description: str = ""
     visibility: str = "private"
     auto_init: str = ""
-    csrf_token: str = ""
 
 
 class RepoListPages(Controller):
@@ -213,25 +212,22 @@ class RepoPages(Controller):
         return view.render("repos/compare.html", cmp=comparison, error=error, spec=spec.strip("/"))
 
 
-class SettingsForm(msgspec.Struct, kw_only=True):
+class SettingsForm(WebForm):
     description: str = ""
     visibility: str = "private"
     default_branch: str = ""
     archived: str = ""
-    csrf_token: str = ""
 
 
-class CollaboratorForm(msgspec.Struct, kw_only=True):
+class CollaboratorForm(WebForm):
     login: str = ""
     role: str = "read"
-    csrf_token: str = ""
 
 
-class RuleForm(msgspec.Struct, kw_only=True):
+class RuleForm(WebForm):
     pattern: str = ""
     allow_force_push: str = ""
     allow_deletion: str = ""
-    csrf_token: str = ""
 
 
 class RepoSettingsPages(Controller):
