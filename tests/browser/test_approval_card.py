@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ForgeServer
-from tests.browser.ui import (
+from tests.support.browser import ForgeServer
+from tests.support.browser_ui import (
     add_collaborator,
     add_policy_hook,
     approval_card,
@@ -25,8 +25,8 @@ from tests.browser.ui import (
     start_task,
     transcript,
 )
-from tests.docker.test_tasks_policy import PolicyConsumer
 from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.policy import PolicyConsumer
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
 

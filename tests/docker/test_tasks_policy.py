@@ -3,9 +3,8 @@ or denies the goal and each tool call of the builtin runtime, and forgehand obey
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -18,39 +17,9 @@ from forge.db import Database
 from forge.settings import Settings
 from tests.docker.test_tasks_run import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.policy import PolicyConsumer
 
 pytestmark = pytest.mark.docker
-
-
-class PolicyConsumer:
-    """Answers each policy event with a scripted JSON body (or status)."""
-
-    def __init__(self, answers: dict[str, tuple[int, dict[str, Any] | None]]) -> None:
-        self.answers = answers
-        self.seen: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                outer.seen.append(body)
-                status, answer = outer.answers.get(body["type"], (200, None))
-                data = json.dumps(answer).encode() if answer is not None else b""
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def types(self) -> list[str]:
-        return [b["type"] for b in self.seen]
 
 
 @pytest.fixture

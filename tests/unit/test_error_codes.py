@@ -24,9 +24,7 @@ def _trees() -> list[tuple[Path, ast.Module]]:
 def _error_statuses(trees: list[tuple[Path, ast.Module]]) -> dict[str, int]:
     """Class name -> status, for forge.errors and every subclass of them defined in the tree."""
     statuses = {
-        name: cls.status
-        for name, cls in vars(errors).items()
-        if isinstance(cls, type) and issubclass(cls, ForgeError)
+        name: cls.status for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, ForgeError)
     }
     defined = [n for _, t in trees for n in ast.walk(t) if isinstance(n, ast.ClassDef)]
     changed = True
