@@ -3,7 +3,7 @@
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from sqlalchemy import select
@@ -112,6 +112,22 @@ async def _ensure_free(session: AsyncSession, login: str) -> None:
         raise Conflict(f"the login {login!r} is taken", code="login_taken")
 
 
+async def _add_account(
+    session: AsyncSession, login: str, kind: AccountType, display_name: str, **fields: Any
+) -> Account:
+    """Add a new account row (flushed, so it has an id); the login was checked to be valid and free."""
+    account = Account(
+        login=login,
+        login_key=login.lower(),
+        type=kind,
+        display_name=require_no_nul(display_name[:200], "a display name"),
+        **fields,
+    )
+    session.add(account)
+    await session.flush()
+    return account
+
+
 async def create_user(
     session: AsyncSession,
     actor: Actor,
@@ -124,16 +140,9 @@ async def create_user(
     validate_login(login)
     validate_password(password)
     await _ensure_free(session, login)
-    account = Account(
-        login=login,
-        login_key=login.lower(),
-        type=AccountType.USER,
-        display_name=require_no_nul(display_name[:200], "a display name"),
-        password_hash=await hash_password(password),
-        is_admin=is_admin,
+    account = await _add_account(
+        session, login, AccountType.USER, display_name, password_hash=await hash_password(password), is_admin=is_admin
     )
-    session.add(account)
-    await session.flush()
     audit.record(session, actor, "user.create", login, is_admin=is_admin)
     return account
 
@@ -143,16 +152,9 @@ async def create_bot(
 ) -> Account:
     validate_login(login)
     await _ensure_free(session, login)
-    account = Account(
-        login=login,
-        login_key=login.lower(),
-        type=AccountType.BOT,
-        display_name=require_no_nul(display_name[:200], "a display name"),
-        password_hash=None,
-        owner_id=owner.id if owner else None,
+    account = await _add_account(
+        session, login, AccountType.BOT, display_name, password_hash=None, owner_id=owner.id if owner else None
     )
-    session.add(account)
-    await session.flush()
     audit.record(session, actor, "bot.create", login, owner=owner.login if owner else None)
     return account
 

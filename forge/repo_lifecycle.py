@@ -3,6 +3,7 @@
 then writes the row, then the bare repository (through `forge.git.RepoStore`), so a refusal or a
 database error leaves nothing half-done."""
 
+from collections.abc import Callable
 from typing import Annotated
 
 import msgspec
@@ -40,20 +41,21 @@ class RepoUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     protect_default_branch: bool | None = None
 
 
-def _invalid(exc: InvalidName) -> InvalidInput:
-    return InvalidInput(str(exc), code=Code.INVALID_NAME)
+def _check_name(validate: Callable[[str], object], name: str) -> None:
+    """A name the git layer accepts, or 422 `invalid_name` with its reason."""
+    try:
+        validate(name)
+    except InvalidName as exc:
+        raise InvalidInput(str(exc), code=Code.INVALID_NAME) from None
 
 
 async def _new_row(
     session: AsyncSession, owner: Account, name: str, visibility: str, description: str, default_branch: str | None
 ) -> Repository:
     """Validate a new repository and add its row (flushed, not committed: git comes next)."""
-    try:
-        validate_repo_name(name)
-        if default_branch is not None:
-            validate_branch_name(default_branch)
-    except InvalidName as exc:
-        raise _invalid(exc) from None
+    _check_name(validate_repo_name, name)
+    if default_branch is not None:
+        _check_name(validate_branch_name, default_branch)
     if visibility not in {v.value for v in Visibility}:
         raise InvalidInput("visibility is private, internal or public", code=Code.INVALID_VISIBILITY)
     full_name = f"{owner.login}/{name}"
@@ -157,19 +159,13 @@ async def update(
         require_no_nul(change.description, "a description")
     new_branch = change.default_branch if change.default_branch not in (None, repo.default_branch) else None
     if new_branch is not None:
-        try:
-            validate_branch_name(new_branch)
-        except InvalidName as exc:
-            raise _invalid(exc) from None
+        _check_name(validate_branch_name, new_branch)
         names = {b.name for b in await store.read(res.key, list_branches)}
         if names and new_branch not in names:
             raise InvalidInput(f"there is no branch {new_branch!r}", code=Code.BRANCH_NOT_FOUND)
     new_name = change.name if change.name not in (None, repo.name) else None
     if new_name is not None:
-        try:
-            validate_repo_name(new_name)
-        except InvalidName as exc:
-            raise _invalid(exc) from None
+        _check_name(validate_repo_name, new_name)
         if new_name.lower() != repo.name_key and await find(session, repo.owner.login, new_name) is not None:
             raise Conflict(f"{repo.owner.login}/{new_name} already exists", code=Code.REPO_EXISTS)
 

@@ -3,10 +3,8 @@ for its `pre_merge` policy hook (the merge must lose cleanly, the push must surv
 clone pushed after a merge (the push loses), and the two racing from threads (never an overwrite).
 Also the `pre_merge` hook denying with a reason. Real git CLI, real HTTP, real policy consumer."""
 
-import json
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +18,7 @@ from forge.settings import Settings
 from tests.integration.test_forge_git import git
 from tests.integration.test_reviews_merge import TASKS, World, _world, agent_commits
 from tests.support.accounts import LiveServer, run_sync
+from tests.support.policy import PolicyConsumer
 
 pytestmark = pytest.mark.db
 
@@ -29,32 +28,15 @@ def settings(settings: Settings) -> Settings:  # loopback policy consumers are a
     return msgspec.structs.replace(settings, webhooks_allowed_hosts="127.0.0.1")
 
 
-class Consumer:
+class Consumer(PolicyConsumer):
     """A policy endpoint whose answer to `pre_merge` is a callback (it may act before answering)."""
 
     def __init__(self) -> None:
         self.on_merge: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda body: None
-        self.seen: list[dict[str, Any]] = []
-        outer = self
+        super().__init__({})
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                outer.seen.append(body)
-                answer = outer.on_merge(body) if body["type"] == "pre_merge" else None
-                data = json.dumps(answer).encode() if answer is not None else b""
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        return 200, self.on_merge(body) if body["type"] == "pre_merge" else None
 
 
 class Env(msgspec.Struct):

@@ -19,7 +19,7 @@ class PolicyConsumer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
                 outer.seen.append(body)
-                status, answer = outer.answers.get(body["type"], (200, None))
+                status, answer = outer.respond(body)
                 data = json.dumps(answer).encode() if answer is not None else b""
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -33,6 +33,10 @@ class PolicyConsumer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        """The status and JSON answer to one event (no body: no opinion). Subclasses may script more."""
+        return self.answers.get(body["type"], (200, None))
 
     def types(self) -> list[str]:
         return [b["type"] for b in self.seen]
