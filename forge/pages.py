@@ -204,7 +204,7 @@ def _expiry(value: str) -> int | None:
     if not value:
         return None
     if not (value.isascii() and value.isdecimal()):
-        raise InvalidInput("expiry must be a number of days", code="invalid_expiry")
+        raise InvalidInput("expiry must be a number of days", code=Code.INVALID_EXPIRY)
     return int(value)
 
 

@@ -38,8 +38,8 @@ def _error_statuses(trees: list[tuple[Path, ast.Module]]) -> dict[str, int]:
     return statuses
 
 
-def _code_literals(trees: list[tuple[Path, ast.Module]]) -> list[tuple[str, str, str]]:
-    """(where, callee, code) for each `code="..."` keyword argument in the tree."""
+def _code_arguments(trees: list[tuple[Path, ast.Module]]) -> list[tuple[str, str, str]]:
+    """(where, callee, code) for each `code="..."` or `code=Code.NAME` keyword argument in the tree."""
     found = []
     for path, tree in trees:
         for node in ast.walk(tree):
@@ -48,18 +48,27 @@ def _code_literals(trees: list[tuple[Path, ast.Module]]) -> list[tuple[str, str,
             func = node.func
             callee = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
             for kw in node.keywords:
-                if kw.arg == "code" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                    found.append((f"{path.relative_to(ROOT)}:{node.lineno}", callee, kw.value.value))
+                value = kw.value
+                if kw.arg != "code":
+                    continue
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    code = value.value
+                elif isinstance(value, ast.Attribute) and getattr(value.value, "id", None) == "Code":
+                    member = Code.__members__.get(value.attr)
+                    code = member.value if member is not None else f"Code.{value.attr}"
+                else:
+                    continue
+                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", callee, code))
     return found
 
 
 def test_every_code_in_the_source_is_registered_with_the_status_it_is_raised_with() -> None:
     trees = _trees()
     statuses = _error_statuses(trees)
-    literals = _code_literals(trees)
-    assert len(literals) > 100  # the scan sees the raise sites of forge/, tasks/ and webhooks/
+    arguments = _code_arguments(trees)
+    assert len(arguments) > 100  # the scan sees the raise sites of forge/, tasks/ and webhooks/
     wrong = []
-    for where, callee, code in literals:
+    for where, callee, code in arguments:
         try:
             lookup(code, statuses.get(callee))
         except UnknownErrorCode as exc:
