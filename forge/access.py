@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from forge.error_codes import Code
 from forge.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 
 
@@ -49,9 +50,9 @@ def parse_scopes(names: Iterable[str]) -> frozenset[Scope]:
             result.add(Scope(name.strip()))
         except ValueError:
             valid = ", ".join(s.value for s in Scope)
-            raise InvalidInput(f"unknown scope {name!r} (valid: {valid})", code="invalid_scope") from None
+            raise InvalidInput(f"unknown scope {name!r} (valid: {valid})", code=Code.INVALID_SCOPE) from None
     if not result:
-        raise InvalidInput("a token needs at least one scope", code="invalid_scope")
+        raise InvalidInput("a token needs at least one scope", code=Code.INVALID_SCOPE)
     return frozenset(result)
 
 
@@ -221,5 +222,5 @@ def require(principal: Principal, action: Action, resource: Resource, *, what: s
     if role < needed_role:
         raise Forbidden(f"this needs the {needed_role.name.lower()} role on the repository")
     if not principal.has_scope(needed_scope):
-        raise Forbidden(f"this token lacks the {needed_scope.value!r} scope", code="insufficient_scope")
-    raise Forbidden("the repository is archived (read-only)", code="repo_archived")
+        raise Forbidden(f"this token lacks the {needed_scope.value!r} scope", code=Code.INSUFFICIENT_SCOPE)
+    raise Forbidden("the repository is archived (read-only)", code=Code.REPO_ARCHIVED)

@@ -3,7 +3,7 @@
 import re
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from sqlalchemy import select
@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge import audit
 from forge.audit import Actor
 from forge.db import Database, utcnow
+from forge.error_codes import Code
 from forge.errors import Conflict, InvalidInput, NotFound, RateLimited, Unauthenticated
 from forge.models import Account, AccountType
 from forge.security import hash_password, verify_password
@@ -62,18 +63,18 @@ def validate_login(login: str) -> str:
     if not _LOGIN_RE.fullmatch(login):
         raise InvalidInput(
             "a login is 1-39 letters, digits or single hyphens, not starting or ending with a hyphen",
-            code="invalid_login",
+            code=Code.INVALID_LOGIN,
         )
     if login.lower() in RESERVED_LOGINS:
-        raise InvalidInput(f"{login!r} is reserved", code="invalid_login")
+        raise InvalidInput(f"{login!r} is reserved", code=Code.INVALID_LOGIN)
     return login
 
 
 def validate_password(password: str) -> str:
     if len(password) < MIN_PASSWORD:
-        raise InvalidInput(f"a password needs at least {MIN_PASSWORD} characters", code="weak_password")
+        raise InvalidInput(f"a password needs at least {MIN_PASSWORD} characters", code=Code.WEAK_PASSWORD)
     if len(password) > 1024:
-        raise InvalidInput("a password is at most 1024 characters", code="invalid_password")
+        raise InvalidInput("a password is at most 1024 characters", code=Code.INVALID_PASSWORD)
     return password
 
 
@@ -103,13 +104,29 @@ async def get_by_login(session: AsyncSession, login: str) -> Account | None:
 async def require_by_login(session: AsyncSession, login: str) -> Account:
     account = await get_by_login(session, login)
     if account is None:
-        raise NotFound(f"no account {login!r}", code="account_not_found")
+        raise NotFound(f"no account {login!r}", code=Code.ACCOUNT_NOT_FOUND)
     return account
 
 
 async def _ensure_free(session: AsyncSession, login: str) -> None:
     if await get_by_login(session, login) is not None:
-        raise Conflict(f"the login {login!r} is taken", code="login_taken")
+        raise Conflict(f"the login {login!r} is taken", code=Code.LOGIN_TAKEN)
+
+
+async def _add_account(
+    session: AsyncSession, login: str, kind: AccountType, display_name: str, **fields: Any
+) -> Account:
+    """Add a new account row (flushed, so it has an id); the login was checked to be valid and free."""
+    account = Account(
+        login=login,
+        login_key=login.lower(),
+        type=kind,
+        display_name=require_no_nul(display_name[:200], "a display name"),
+        **fields,
+    )
+    session.add(account)
+    await session.flush()
+    return account
 
 
 async def create_user(
@@ -124,16 +141,9 @@ async def create_user(
     validate_login(login)
     validate_password(password)
     await _ensure_free(session, login)
-    account = Account(
-        login=login,
-        login_key=login.lower(),
-        type=AccountType.USER,
-        display_name=require_no_nul(display_name[:200], "a display name"),
-        password_hash=await hash_password(password),
-        is_admin=is_admin,
+    account = await _add_account(
+        session, login, AccountType.USER, display_name, password_hash=await hash_password(password), is_admin=is_admin
     )
-    session.add(account)
-    await session.flush()
     audit.record(session, actor, "user.create", login, is_admin=is_admin)
     return account
 
@@ -143,16 +153,9 @@ async def create_bot(
 ) -> Account:
     validate_login(login)
     await _ensure_free(session, login)
-    account = Account(
-        login=login,
-        login_key=login.lower(),
-        type=AccountType.BOT,
-        display_name=require_no_nul(display_name[:200], "a display name"),
-        password_hash=None,
-        owner_id=owner.id if owner else None,
+    account = await _add_account(
+        session, login, AccountType.BOT, display_name, password_hash=None, owner_id=owner.id if owner else None
     )
-    session.add(account)
-    await session.flush()
     audit.record(session, actor, "bot.create", login, owner=owner.login if owner else None)
     return account
 
@@ -160,7 +163,7 @@ async def create_bot(
 async def set_disabled(session: AsyncSession, actor: Actor, login: str, disabled: bool) -> Account:
     account = await require_by_login(session, login)
     if disabled and account.id == actor.principal.account_id:
-        raise InvalidInput("you cannot disable your own account", code="cannot_disable_self")
+        raise InvalidInput("you cannot disable your own account", code=Code.CANNOT_DISABLE_SELF)
     account.disabled = disabled
     audit.record(session, actor, "user.disable" if disabled else "user.enable", account.login)
     return account
@@ -227,6 +230,6 @@ async def authenticate_password(db: Database, settings: Settings, actor: Actor, 
         await audit.settle_attempt(session, attempt_id, reason)
     if reason is not None or account is None:
         if reason == "disabled":
-            raise Unauthenticated("this account is disabled", code="account_disabled")
-        raise Unauthenticated("wrong login or password", code="bad_credentials")
+            raise Unauthenticated("this account is disabled", code=Code.ACCOUNT_DISABLED)
+        raise Unauthenticated("wrong login or password", code=Code.BAD_CREDENTIALS)
     return account

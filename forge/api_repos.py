@@ -7,16 +7,19 @@ from litestar import Controller, Response, delete, get, patch, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from litestar.response import Stream
 
-from forge import accounts, repositories
+from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
 from forge.access import Action, Scope
 from forge.auth import signed_in
-from forge.deps import ActorDep, BusDep, DbSession, SettingsDep, StoreDep
+from forge.branch_rules import BranchRuleRead
+from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep, StoreDep
+from forge.error_codes import Code
 from forge.errors import Forbidden, InvalidInput, Unauthenticated
 from forge.git import (
     BranchInfo,
     CommitDiff,
     CommitPage,
     Comparison,
+    NotATree,
     TagInfo,
     TreeListing,
     commit_diff,
@@ -30,17 +33,11 @@ from forge.git import (
     stream_blob,
 )
 from forge.git.schemas import BlobInfo
-from forge.repositories import BranchRuleRead, CollaboratorRead, RepoRead, RepoUpdate, RoleName, VisibilityName
+from forge.repo_collaborators import CollaboratorRead
+from forge.repo_lifecycle import RepoCreate, RepoUpdate
+from forge.repositories import RepoRead, RoleName
 
 REPO = "/api/v1/repos/{owner:str}/{name:str}"
-
-
-class RepoCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    name: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
-    description: Annotated[str, msgspec.Meta(max_length=1000)] = ""
-    visibility: VisibilityName = "private"
-    auto_init: bool = False
-    default_branch: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "main"
 
 
 class RepoDelete(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -68,43 +65,28 @@ class RepoController(Controller):
         actor: ActorDep,
         store: StoreDep,
         bus: BusDep,
-        settings: SettingsDep,
+        base_url: BaseUrlDep,
         data: JSONBody[RepoCreate],
     ) -> RepoRead:
         principal = actor.principal
         if principal.account_id is None:
             raise Unauthenticated("sign in or send a token")
         if not principal.has_scope(Scope.REPO_WRITE):
-            raise Forbidden("this token lacks the 'repo:write' scope", code="insufficient_scope")
-        owner = await accounts.require_by_login(db_session, principal.login)
-        repo = await repositories.create(
-            db_session,
-            store,
-            bus,
-            actor,
-            owner,
-            data.name,
-            description=data.description,
-            visibility=data.visibility,
-            default_branch=data.default_branch,
-            auto_init=data.auto_init,
-        )
+            raise Forbidden("this token lacks the 'repo:write' scope", code=Code.INSUFFICIENT_SCOPE)
+        repo = await repo_lifecycle.create_own(db_session, store, bus, actor, data)
         res = await repositories.resource_for(db_session, repo, principal)
-        return repositories.to_read(res, principal, settings.effective_base_url)
+        return repositories.to_read(res, principal, base_url)
 
     @get("/api/v1/repos", summary="Repositories the caller can read")
     async def list_repos(
-        self, db_session: DbSession, actor: ActorDep, settings: SettingsDep, owner: FromQuery[str | None] = None
+        self, db_session: DbSession, actor: ActorDep, base_url: BaseUrlDep, owner: FromQuery[str | None] = None
     ) -> list[RepoRead]:
         found = await repositories.list_visible(db_session, actor.principal, owner=owner)
-        return [repositories.to_read(r, actor.principal, settings.effective_base_url) for r in found]
+        return [repositories.to_read(r, actor.principal, base_url) for r in found]
 
     @get(REPO, summary="A repository")
-    async def get_repo(
-        self, db_session: DbSession, actor: ActorDep, settings: SettingsDep, owner: FromPath[str], name: FromPath[str]
-    ) -> RepoRead:
-        res = await repositories.load(db_session, actor.principal, owner, name)
-        return repositories.to_read(res, actor.principal, settings.effective_base_url)
+    async def get_repo(self, path_repo: PathRepoDep, actor: ActorDep, base_url: BaseUrlDep) -> RepoRead:
+        return repositories.to_read(await path_repo.load(), actor.principal, base_url)
 
     @patch(REPO, summary="Rename, describe, change visibility, default branch or archive")
     async def update_repo(
@@ -112,14 +94,13 @@ class RepoController(Controller):
         db_session: DbSession,
         actor: ActorDep,
         store: StoreDep,
-        settings: SettingsDep,
-        owner: FromPath[str],
-        name: FromPath[str],
+        base_url: BaseUrlDep,
+        path_repo: PathRepoDep,
         data: JSONBody[RepoUpdate],
     ) -> RepoRead:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        res = await repositories.update(db_session, store, actor, res, data)
-        return repositories.to_read(res, actor.principal, settings.effective_base_url)
+        res = await path_repo.load(Action.REPO_ADMIN)
+        res = await repo_lifecycle.update(db_session, store, actor, res, data)
+        return repositories.to_read(res, actor.principal, base_url)
 
     @delete(REPO, summary="Delete a repository (instance admins; body {confirm: 'owner/name'})", status_code=204)
     async def delete_repo(
@@ -127,64 +108,45 @@ class RepoController(Controller):
         db_session: DbSession,
         actor: ActorDep,
         store: StoreDep,
-        owner: FromPath[str],
-        name: FromPath[str],
+        path_repo: PathRepoDep,
         data: JSONBody[RepoDelete],
     ) -> None:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        await repositories.remove(db_session, store, actor, res, data.confirm)
+        res = await path_repo.load(Action.REPO_ADMIN)
+        await repo_lifecycle.remove(db_session, store, actor, res, data.confirm)
 
     @get(REPO + "/collaborators", summary="Collaborators and their roles")
-    async def collaborators(
-        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str]
-    ) -> list[CollaboratorRead]:
+    async def collaborators(self, db_session: DbSession, path_repo: PathRepoDep) -> list[CollaboratorRead]:
         # Who has access is for collaborators with write access, not for every reader.
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_WRITE)
-        return await repositories.list_collaborators(db_session, res)
+        return await repo_collaborators.list_collaborators(db_session, await path_repo.load(Action.REPO_WRITE))
 
     @put(REPO + "/collaborators/{login:str}", summary="Add a collaborator or change its role")
     async def put_collaborator(
         self,
         db_session: DbSession,
         actor: ActorDep,
-        owner: FromPath[str],
-        name: FromPath[str],
+        path_repo: PathRepoDep,
         login: FromPath[str],
         data: JSONBody[CollaboratorPut],
     ) -> CollaboratorRead:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        return await repositories.set_collaborator(db_session, actor, res, login, data.role)
+        res = await path_repo.load(Action.REPO_ADMIN)
+        return await repo_collaborators.set_collaborator(db_session, actor, res, login, data.role)
 
     @delete(REPO + "/collaborators/{login:str}", summary="Remove a collaborator", status_code=204)
     async def delete_collaborator(
-        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str], login: FromPath[str]
+        self, db_session: DbSession, actor: ActorDep, path_repo: PathRepoDep, login: FromPath[str]
     ) -> None:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        await repositories.remove_collaborator(db_session, actor, res, login)
+        await repo_collaborators.remove_collaborator(db_session, actor, await path_repo.load(Action.REPO_ADMIN), login)
 
     @get(REPO + "/branch-rules", summary="Branch protection rules")
-    async def get_branch_rules(
-        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str]
-    ) -> list[BranchRuleRead]:
-        res = await repositories.load(db_session, actor.principal, owner, name)
-        return [
-            BranchRuleRead(
-                id=r.id, pattern=r.pattern, allow_force_push=r.allow_force_push, allow_deletion=r.allow_deletion
-            )
-            for r in await repositories.branch_rules(db_session, res.repo)
-        ]
+    async def get_branch_rules(self, db_session: DbSession, path_repo: PathRepoDep) -> list[BranchRuleRead]:
+        return await branch_rules.list_rules(db_session, await path_repo.load())
 
     @post(REPO + "/branch-rules", summary="Protect branches matching a pattern")
     async def add_branch_rule(
-        self,
-        db_session: DbSession,
-        actor: ActorDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        data: JSONBody[BranchRuleCreate],
+        self, db_session: DbSession, actor: ActorDep, path_repo: PathRepoDep, data: JSONBody[BranchRuleCreate]
     ) -> BranchRuleRead:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        return await repositories.add_branch_rule(
+        res = await path_repo.load(Action.REPO_ADMIN)
+        return await branch_rules.add_branch_rule(
             db_session,
             actor,
             res,
@@ -195,10 +157,9 @@ class RepoController(Controller):
 
     @delete(REPO + "/branch-rules/{rule_id:int}", summary="Remove a branch rule", status_code=204)
     async def delete_branch_rule(
-        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str], rule_id: FromPath[int]
+        self, db_session: DbSession, actor: ActorDep, path_repo: PathRepoDep, rule_id: FromPath[int]
     ) -> None:
-        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
-        await repositories.remove_branch_rule(db_session, actor, res, rule_id)
+        await branch_rules.remove_branch_rule(db_session, actor, await path_repo.load(Action.REPO_ADMIN), rule_id)
 
 
 class BrowseController(Controller):
@@ -208,80 +169,53 @@ class BrowseController(Controller):
     tags = ["browse"]
 
     @get("/branches", summary="Branches")
-    async def branches(
-        self, db_session: DbSession, actor: ActorDep, store: StoreDep, owner: FromPath[str], name: FromPath[str]
-    ) -> list[BranchInfo]:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+    async def branches(self, path_repo: PathRepoDep, store: StoreDep) -> list[BranchInfo]:
+        res = await path_repo.load()
         return await store.read(res.key, list_branches)
 
     @get("/tags", summary="Tags")
-    async def tags_(
-        self, db_session: DbSession, actor: ActorDep, store: StoreDep, owner: FromPath[str], name: FromPath[str]
-    ) -> list[TagInfo]:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+    async def tags_(self, path_repo: PathRepoDep, store: StoreDep) -> list[TagInfo]:
+        res = await path_repo.load()
         return await store.read(res.key, list_tags)
 
     @get("/commits", summary="Commit log, newest first")
     async def commits(
         self,
-        db_session: DbSession,
-        actor: ActorDep,
+        path_repo: PathRepoDep,
         store: StoreDep,
-        owner: FromPath[str],
-        name: FromPath[str],
         sha: Annotated[str | None, Parameter(max_length=255)] = None,
         path: Annotated[str | None, Parameter(max_length=4096)] = None,
         page: Annotated[int, Parameter(ge=1, le=100_000)] = 1,
         per_page: Annotated[int, Parameter(ge=1, le=100)] = 30,
     ) -> CommitPage:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+        res = await path_repo.load()
         return await store.read(res.key, log, sha, page=page, per_page=per_page, path=path)
 
     @get("/commits/{sha:str}", summary="One commit with its diff against its first parent")
-    async def commit(
-        self,
-        db_session: DbSession,
-        actor: ActorDep,
-        store: StoreDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        sha: FromPath[str],
-    ) -> CommitDiff:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+    async def commit(self, path_repo: PathRepoDep, store: StoreDep, sha: FromPath[str]) -> CommitDiff:
+        res = await path_repo.load()
         return await store.read(res.key, commit_diff, sha)
 
     @get(["/contents", "/contents/{path:path}"], summary="A directory listing or a file")
     async def contents(
         self,
-        db_session: DbSession,
-        actor: ActorDep,
+        path_repo: PathRepoDep,
         store: StoreDep,
-        owner: FromPath[str],
-        name: FromPath[str],
         path: FromPath[str] = "/",
         ref: Annotated[str | None, Parameter(max_length=255)] = None,
     ) -> TreeListing | BlobInfo:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+        res = await path_repo.load()
         rel = path.strip("/")
         try:
             return await store.read(res.key, list_tree, ref, rel)
-        except Exception as exc:  # a file, not a directory
-            if getattr(exc, "code", None) != "not_a_tree":
-                raise
-        return await store.read(res.key, read_blob, ref, rel)
+        except NotATree:  # a file, not a directory
+            return await store.read(res.key, read_blob, ref, rel)
 
     @get("/raw/{ref:str}/{path:path}", summary="A file's bytes, with a safe content type")
     async def raw(
-        self,
-        db_session: DbSession,
-        actor: ActorDep,
-        store: StoreDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        ref: FromPath[str],
-        path: FromPath[str],
+        self, path_repo: PathRepoDep, store: StoreDep, ref: FromPath[str], path: FromPath[str]
     ) -> Response[Any]:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+        res = await path_repo.load()
         found = await store.read(res.key, raw_file, ref, path.strip("/"))
         headers = {**found.headers, "Content-Length": str(found.size)}
         if found.data is not None:
@@ -290,17 +224,9 @@ class BrowseController(Controller):
         return Stream(stream_blob(store.path(res.key), found.sha), headers=headers, media_type=found.content_type)
 
     @get("/compare/{spec:path}", summary="Compare base...head (merge base, commits, per-file diff, diffstat)")
-    async def compare_refs(
-        self,
-        db_session: DbSession,
-        actor: ActorDep,
-        store: StoreDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        spec: FromPath[str],
-    ) -> Comparison:
-        res = await repositories.load(db_session, actor.principal, owner, name)
+    async def compare_refs(self, path_repo: PathRepoDep, store: StoreDep, spec: FromPath[str]) -> Comparison:
+        res = await path_repo.load()
         base, sep, head = spec.strip("/").partition("...")
         if not sep or not base or not head:
-            raise InvalidInput("compare needs base...head", code="invalid_compare")
+            raise InvalidInput("compare needs base...head", code=Code.INVALID_COMPARE)
         return await store.read(res.key, compare, base, head)

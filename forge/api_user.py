@@ -8,6 +8,7 @@ from litestar.params import JSONBody, Parameter
 from forge import tokens
 from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession, PrincipalDep, TokenCacheDep
+from forge.error_codes import Code
 from forge.errors import Unauthenticated
 from forge.models import Account
 from forge.schemas import TokenCreate, UserRead
@@ -17,7 +18,7 @@ async def _caller(db_session: DbSession, actor: ActorDep) -> Account:
     account_id = actor.principal.account_id
     account = await db_session.get(Account, account_id) if account_id is not None else None
     if account is None:
-        raise Unauthenticated("sign in or send a token", code="unauthenticated")
+        raise Unauthenticated("sign in or send a token", code=Code.UNAUTHENTICATED)
     return account
 
 
@@ -30,7 +31,7 @@ class UserController(Controller):
     async def get_user(self, principal: PrincipalDep) -> UserRead:
         # Answered from what authentication resolved: the hot path of every bot, no extra query.
         if principal.account_id is None or principal.created_at is None or principal.type == "Anonymous":
-            raise Unauthenticated("sign in or send a token", code="unauthenticated")
+            raise Unauthenticated("sign in or send a token", code=Code.UNAUTHENTICATED)
         scopes = principal.scopes
         return UserRead(
             id=principal.account_id,

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import msgspec
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.access import Principal
@@ -102,6 +102,16 @@ async def record_refusal(db: Database, actor: Actor, action: str, target: str = 
         session.add(_row(actor, action, target, "refused", detail))
 
 
+def _refused(action: str, since: datetime, target: str | None, client_addr: str | None) -> list[ColumnElement[bool]]:
+    """The refusals of `action` since `since`, for one target and/or one client address."""
+    where = [AuditEvent.action == action, AuditEvent.result == "refused", AuditEvent.at >= since]
+    if target is not None:
+        where.append(AuditEvent.target == target)
+    if client_addr is not None:
+        where.append(AuditEvent.client_addr == client_addr)
+    return where
+
+
 async def count_refusals_since(
     session: AsyncSession,
     action: str,
@@ -110,13 +120,7 @@ async def count_refusals_since(
     target: str | None = None,
     client_addr: str | None = None,
 ) -> int:
-    stmt = select(func.count(AuditEvent.id)).where(
-        AuditEvent.action == action, AuditEvent.result == "refused", AuditEvent.at >= since
-    )
-    if target is not None:
-        stmt = stmt.where(AuditEvent.target == target)
-    if client_addr is not None:
-        stmt = stmt.where(AuditEvent.client_addr == client_addr)
+    stmt = select(func.count(AuditEvent.id)).where(*_refused(action, since, target, client_addr))
     return int((await session.execute(stmt)).scalar_one())
 
 
@@ -128,13 +132,7 @@ async def oldest_refusal_since(
     target: str | None = None,
     client_addr: str | None = None,
 ) -> datetime | None:
-    stmt = select(func.min(AuditEvent.at)).where(
-        AuditEvent.action == action, AuditEvent.result == "refused", AuditEvent.at >= since
-    )
-    if target is not None:
-        stmt = stmt.where(AuditEvent.target == target)
-    if client_addr is not None:
-        stmt = stmt.where(AuditEvent.client_addr == client_addr)
+    stmt = select(func.min(AuditEvent.at)).where(*_refused(action, since, target, client_addr))
     value = (await session.execute(stmt)).scalar_one()
     if value is None:
         return None

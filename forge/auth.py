@@ -12,6 +12,7 @@ from forge import audit, tokens, websessions
 from forge.access import ANONYMOUS, Principal
 from forge.audit import Actor
 from forge.db import Database
+from forge.error_codes import Code
 from forge.errors import Unauthenticated
 
 
@@ -55,10 +56,10 @@ def _basic_password(value: str) -> str:
     try:
         decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
     except ValueError:  # binascii.Error, UnicodeDecodeError, and non-ASCII input
-        raise Unauthenticated("malformed Basic credentials", code="invalid_credentials") from None
+        raise Unauthenticated("malformed Basic credentials", code=Code.INVALID_CREDENTIALS) from None
     _user, sep, password = decoded.partition(":")
     if not sep:
-        raise Unauthenticated("malformed Basic credentials", code="invalid_credentials")
+        raise Unauthenticated("malformed Basic credentials", code=Code.INVALID_CREDENTIALS)
     return password
 
 
@@ -75,7 +76,7 @@ class AuthMiddleware(AbstractAuthenticationMiddleware):
                     # Account passwords are never accepted here: git and scripts use a token.
                     secret = _basic_password(value)
                 else:
-                    raise Unauthenticated("unsupported authorization scheme", code="invalid_credentials")
+                    raise Unauthenticated("unsupported authorization scheme", code=Code.INVALID_CREDENTIALS)
                 principal = await tokens.resolve(state.db, state.token_cache, secret)
             except Unauthenticated as exc:
                 actor = Actor(

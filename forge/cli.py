@@ -274,7 +274,7 @@ def repos_group() -> None:
 @click.option("--visibility", type=click.Choice(["private", "internal", "public"]), default="private")
 def repos_import(source: str, owner: str, name: str | None, visibility: str) -> None:
     """Import a repository on this machine (a path or a file:// URL): all branches and tags."""
-    from forge import repositories
+    from forge import repo_lifecycle
     from forge.git import RepoStore
 
     settings = _settings()
@@ -285,7 +285,7 @@ def repos_import(source: str, owner: str, name: str | None, visibility: str) -> 
         try:
             async with db.session(write=True) as session:
                 owner_row = await accounts.require_by_login(session, owner)
-                repo = await repositories.import_existing(
+                repo = await repo_lifecycle.import_existing(
                     session, store, CLI_ACTOR, owner_row, repo_name, source, visibility=visibility
                 )
                 return f"{owner_row.login}/{repo.name} (default branch {repo.default_branch})"

@@ -12,6 +12,7 @@ from litestar import Request
 from forge import audit, websessions
 from forge.auth import actor_of
 from forge.deps import SAFE_METHODS
+from forge.error_codes import Code
 from forge.errors import Forbidden
 from forge.websessions import SessionInfo
 
@@ -46,6 +47,8 @@ async def check_csrf(request: Request[Any, Any, Any]) -> None:
     if not websessions.tokens_match(expected, await _given(request)):
         actor = actor_of(request)
         await audit.record_refusal(request.app.state.db, actor, "auth.csrf", request.url.path[:300])
-        exc = Forbidden("the form has expired or did not come from this site; reload and try again", code="csrf_failed")
+        exc = Forbidden(
+            "the form has expired or did not come from this site; reload and try again", code=Code.CSRF_FAILED
+        )
         exc.audited = True
         raise exc

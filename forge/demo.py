@@ -3,7 +3,7 @@ write access to it, so a newcomer can clone, push, browse and start a task at on
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, repositories
+from forge import accounts, repo_collaborators, repo_lifecycle, repositories
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import EventBus
@@ -37,7 +37,7 @@ async def seed(db: Database, store: RepoStore, bus: EventBus, admin_login: str) 
         bot = await accounts.get_by_login(session, DEMO_BOT) or await accounts.create_bot(
             session, actor, DEMO_BOT, owner=admin, display_name="Demo agent"
         )
-        repo = await repositories.create(
+        repo = await repo_lifecycle.create(
             session, store, bus, actor, admin, DEMO_REPO, description="forgehand's demo repository", auto_init=False
         )
         res = await repositories.resource_for(session, repo, actor.principal)
@@ -49,7 +49,7 @@ async def seed(db: Database, store: RepoStore, bus: EventBus, admin_login: str) 
             message="Demo: a tiny Python project",
             author=Identity(name=admin.login, email=f"{admin.login}@users.noreply.forgehand"),
         )
-        await repositories.set_collaborator(session, actor, res, bot.login, "write")
+        await repo_collaborators.set_collaborator(session, actor, res, bot.login, "write")
         return await _name(session, res)
 
 

@@ -1,19 +1,27 @@
-"""Dependencies shared by API routes and web pages (Litestar `Provide`)."""
+"""Dependencies shared by API routes and web pages (Litestar `Provide`).
+
+Handlers name what they need (`db_session: DbSession`, `path_repo: PathRepoDep` ...) and get it here:
+the request's transaction, who is asking, the app's shared objects, and the repository the path
+names (`path_repo`), which the handler loads through the access rule."""
 
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Request
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
+from forge import repositories
+from forge.access import Action, Principal
 from forge.audit import Actor
 from forge.auth import actor_of
 from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
+from forge.repositories import RepoResource
 from forge.settings import Settings
 from forge.tokens import TokenCache
 
@@ -38,28 +46,56 @@ def provide_principal(request: Request[Any, Any, Any]) -> Principal:
     return actor_of(request).principal
 
 
-def provide_settings(state: State) -> Settings:
+def _from_state(*path: str) -> Provide:
+    """A dependency that hands out one of the app's shared objects (`state.<path>`)."""
+
+    def provide(state: State) -> Any:
+        value: Any = state
+        for attr in path:
+            value = getattr(value, attr)
+        return value
+
+    return Provide(provide, sync_to_thread=False)
+
+
+def provide_base_url(state: State) -> str:
     settings: Settings = state.settings
-    return settings
+    return settings.effective_base_url
 
 
-def provide_db(state: State) -> Database:
-    db: Database = state.db
-    return db
+@dataclass
+class PathRepo:
+    """The repository the path names (`{owner}/{name}`), for the caller. The handler loads it
+    (`await path_repo.load(action)`: find, then the access rule; below read access 404). Not in
+    the dependency itself: a dependency that raises leaves the request's transaction open, since
+    Litestar 2 does not clean up the generator dependencies resolved before it."""
+
+    session: AsyncSession
+    principal: Principal
+    owner: str
+    name: str
+
+    async def load(self, action: Action = Action.REPO_READ) -> RepoResource:
+        return await repositories.load(self.session, self.principal, self.owner, self.name, action)
 
 
-def provide_token_cache(state: State) -> TokenCache:
-    cache: TokenCache = state.auth.token_cache
-    return cache
+def provide_path_repo(
+    db_session: NamedDependency[AsyncSession], actor: NamedDependency[Actor], owner: FromPath[str], name: FromPath[str]
+) -> PathRepo:
+    return PathRepo(db_session, actor.principal, owner, name)
 
 
 DEPENDENCIES = {
     "db_session": Provide(provide_db_session),
     "actor": Provide(provide_actor, sync_to_thread=False),
     "principal": Provide(provide_principal, sync_to_thread=False),
-    "settings": Provide(provide_settings, sync_to_thread=False),
-    "db": Provide(provide_db, sync_to_thread=False),
-    "token_cache": Provide(provide_token_cache, sync_to_thread=False),
+    "settings": _from_state("settings"),
+    "base_url": Provide(provide_base_url, sync_to_thread=False),
+    "db": _from_state("db"),
+    "token_cache": _from_state("auth", "token_cache"),
+    "store": _from_state("repo_store"),
+    "bus": _from_state("bus"),
+    "path_repo": Provide(provide_path_repo, sync_to_thread=False),
 }
 
 # Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).
@@ -67,21 +103,9 @@ DbSession = NamedDependency[AsyncSession]
 ActorDep = NamedDependency[Actor]
 PrincipalDep = NamedDependency[Principal]
 SettingsDep = NamedDependency[Settings]
+BaseUrlDep = NamedDependency[str]
 DatabaseDep = NamedDependency[Database]
 TokenCacheDep = NamedDependency[TokenCache]
-
-
-def provide_store(state: State) -> RepoStore:
-    store: RepoStore = state.repo_store
-    return store
-
-
-def provide_bus(state: State) -> EventBus:
-    bus: EventBus = state.bus
-    return bus
-
-
-DEPENDENCIES["store"] = Provide(provide_store, sync_to_thread=False)
-DEPENDENCIES["bus"] = Provide(provide_bus, sync_to_thread=False)
 StoreDep = NamedDependency[RepoStore]
 BusDep = NamedDependency[EventBus]
+PathRepoDep = NamedDependency[PathRepo]

@@ -14,6 +14,7 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import CookieParameter, HeaderParameter, ParameterKwarg, PathParameter, QueryParameter
 from litestar.typing import FieldDefinition
 
+from forge.error_codes import Code
 from forge.errors import InvalidInput, NotFound
 
 INT_MIN: Final = -(2**63)
@@ -75,10 +76,10 @@ async def refuse_out_of_range_ints(request: Request[Any, Any, Any]) -> None:
     """`before_request`: see the module docstring."""
     for value in request.path_params.values():
         if isinstance(value, int) and not isinstance(value, bool) and not in_range(value):
-            raise NotFound("not found", code="not_found")
+            raise NotFound("not found")
     keys = int_query_keys(request.route_handler)
     if not keys:
         return
     for key, raw in request.query_params.multi_items():
         if key in keys and _query_int_out_of_range(raw):
-            raise InvalidInput(f"query parameter {key!r} is out of range", code="out_of_range")
+            raise InvalidInput(f"query parameter {key!r} is out of range", code=Code.OUT_OF_RANGE)

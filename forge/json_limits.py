@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from litestar import Request
 
+from forge.error_codes import Code
 from forge.errors import ForgeError
 
 #: Deeper than any request or response shape of the API (the deepest is ~6 levels) by a wide margin.
@@ -18,10 +19,8 @@ _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-class JsonTooDeep(ForgeError):
-    status = 400
-    default_code = "json_too_deep"
-    title = "JSON nested too deeply"
+class JsonTooDeep(ForgeError, code=Code.JSON_TOO_DEEP, title="JSON nested too deeply"):
+    pass
 
 
 def max_depth(data: bytes) -> int:

@@ -5,14 +5,18 @@ from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, post
+from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
+from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, audit, repositories, tokens, websessions
 from forge.access import INSTANCE, Action, Principal, Scope, can, require
 from forge.audit import Actor
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
+from forge.error_codes import Code
 from forge.errors import ForgeError, InvalidInput, Unauthenticated
 from forge.models import Account
 from forge.security import generate_password, random_id
@@ -36,16 +40,28 @@ def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **c
     )
 
 
-def _require_signed_in(request: Request[Any, Any, Any]) -> None:
-    principal = request.scope.get("user")
+class WebForm(msgspec.Struct, kw_only=True):
+    """A form posted by a page. `forge.csrf` checks the token before any handler runs."""
+
+    csrf_token: str = ""
+
+
+def signed_in(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """Guard: pages for signed-in people (anonymous GETs are sent to the sign-in page)."""
+    principal = connection.scope.get("user")
     if principal is None or not principal.is_authenticated:
-        raise Unauthenticated("sign in first", code="unauthenticated")
+        raise Unauthenticated("sign in first", code=Code.UNAUTHENTICATED)
 
 
-class SignInForm(msgspec.Struct, kw_only=True):
+def instance_admin(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    """Guard: pages for instance admins."""
+    signed_in(connection, handler)
+    require(connection.scope["user"], Action.INSTANCE_ADMIN, INSTANCE)
+
+
+class SignInForm(WebForm):
     login: str = ""
     password: str = ""
-    csrf_token: str = ""
     next: str = "/"
 
 
@@ -166,15 +182,21 @@ class HomePages(Controller):
         return page(request, "dashboard.html", repos=repos)
 
 
-class TokenForm(msgspec.Struct, kw_only=True):
+class TokenForm(WebForm):
     name: str = ""
     scopes: list[str] | str = msgspec.field(default_factory=list)
     expires_days: str = ""
-    csrf_token: str = ""
 
 
 def _form_scopes(value: list[str] | str) -> list[str]:
     return [value] if isinstance(value, str) else value
+
+
+async def _create_token(db_session: AsyncSession, actor: Actor, owner: Account, form: TokenForm) -> tokens.TokenCreated:
+    """A token from the form, for the signed-in person (Tokens) or, by an admin, for a bot."""
+    return await tokens.create(
+        db_session, actor, owner, form.name, _form_scopes(form.scopes), _expiry(form.expires_days)
+    )
 
 
 def _expiry(value: str) -> int | None:
@@ -182,13 +204,14 @@ def _expiry(value: str) -> int | None:
     if not value:
         return None
     if not (value.isascii() and value.isdecimal()):
-        raise InvalidInput("expiry must be a number of days", code="invalid_expiry")
+        raise InvalidInput("expiry must be a number of days", code=Code.INVALID_EXPIRY)
     return int(value)
 
 
 class TokenPages(Controller):
     path = "/settings/tokens"
     include_in_schema = False
+    guards = [signed_in]
 
     async def _render(
         self,
@@ -211,7 +234,6 @@ class TokenPages(Controller):
 
     @get("/")
     async def list_page(self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep) -> Template:
-        _require_signed_in(request)
         return await self._render(request, db_session, actor)
 
     @post("/")
@@ -222,49 +244,33 @@ class TokenPages(Controller):
         actor: ActorDep,
         data: URLEncodedBody[TokenForm],
     ) -> Template:
-        _require_signed_in(request)
         me = await db_session.get(Account, actor.principal.account_id)
         assert me is not None
         try:
-            created = await tokens.create(
-                db_session, actor, me, data.name, _form_scopes(data.scopes), _expiry(data.expires_days)
-            )
+            created = await _create_token(db_session, actor, me, data)
         except ForgeError as exc:
             return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail)
         return await self._render(request, db_session, actor, created=created)
 
     @post("/{token_id:int}/revoke")
     async def revoke(
-        self,
-        request: Request[Any, Any, Any],
-        db_session: DbSession,
-        actor: ActorDep,
-        token_cache: TokenCacheDep,
-        token_id: FromPath[int],
+        self, db_session: DbSession, actor: ActorDep, token_cache: TokenCacheDep, token_id: FromPath[int]
     ) -> Redirect:
-        _require_signed_in(request)
         await tokens.revoke(db_session, actor, token_id, token_cache)
         return Redirect("/settings/tokens", status_code=303)
 
 
-class NewAccountForm(msgspec.Struct, kw_only=True):
+class NewAccountForm(WebForm):
     login: str = ""
     kind: str = "user"
     is_admin: str = ""
     owner: str = ""
-    csrf_token: str = ""
-
-
-class BotTokenForm(msgspec.Struct, kw_only=True):
-    name: str = ""
-    scopes: list[str] | str = msgspec.field(default_factory=list)
-    expires_days: str = ""
-    csrf_token: str = ""
 
 
 class AdminPages(Controller):
     path = "/admin"
     include_in_schema = False
+    guards = [instance_admin]
 
     async def _render(
         self, request: Request[Any, Any, Any], db_session: DbSession, status_code: int = 200, **context: Any
@@ -280,9 +286,7 @@ class AdminPages(Controller):
         )
 
     @get("/")
-    async def index(self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep) -> Template:
-        _require_signed_in(request)
-        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+    async def index(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
         return await self._render(request, db_session)
 
     @post("/accounts")
@@ -293,8 +297,6 @@ class AdminPages(Controller):
         actor: ActorDep,
         data: URLEncodedBody[NewAccountForm],
     ) -> Template:
-        _require_signed_in(request)
-        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         try:
             if data.kind == "bot":
                 owner = await accounts.require_by_login(db_session, data.owner) if data.owner.strip() else None
@@ -314,26 +316,15 @@ class AdminPages(Controller):
 
     @post("/accounts/{login:str}/disable")
     async def disable(
-        self,
-        request: Request[Any, Any, Any],
-        db_session: DbSession,
-        actor: ActorDep,
-        token_cache: TokenCacheDep,
-        login: FromPath[str],
+        self, db_session: DbSession, actor: ActorDep, token_cache: TokenCacheDep, login: FromPath[str]
     ) -> Redirect:
-        _require_signed_in(request)
-        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         account = await accounts.set_disabled(db_session, actor, login, True)
         await websessions.destroy_all_for(db_session, account.id)
         token_cache.clear()
         return Redirect("/admin", status_code=303)
 
     @post("/accounts/{login:str}/enable")
-    async def enable(
-        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, login: FromPath[str]
-    ) -> Redirect:
-        _require_signed_in(request)
-        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+    async def enable(self, db_session: DbSession, actor: ActorDep, login: FromPath[str]) -> Redirect:
         await accounts.set_disabled(db_session, actor, login, False)
         return Redirect("/admin", status_code=303)
 
@@ -344,15 +335,10 @@ class AdminPages(Controller):
         db_session: DbSession,
         actor: ActorDep,
         login: FromPath[str],
-        data: URLEncodedBody[BotTokenForm],
+        data: URLEncodedBody[TokenForm],
     ) -> Template:
-        _require_signed_in(request)
-        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         try:
-            owner = await accounts.require_by_login(db_session, login)
-            created = await tokens.create(
-                db_session, actor, owner, data.name, _form_scopes(data.scopes), _expiry(data.expires_days)
-            )
+            created = await _create_token(db_session, actor, await accounts.require_by_login(db_session, login), data)
         except ForgeError as exc:
             return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
         return await self._render(request, db_session, created=created)
@@ -362,10 +348,7 @@ class AdminPages(Controller):
         self,
         request: Request[Any, Any, Any],
         db_session: DbSession,
-        actor: ActorDep,
         before: Annotated[int | None, Parameter(ge=1)] = None,
     ) -> Template:
-        _require_signed_in(request)
-        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         rows = await audit.tail(db_session, limit=100, before_id=before)
         return page(request, "audit.html", rows=rows, next_before=rows[-1].id if len(rows) == 100 else None)

@@ -26,11 +26,13 @@ from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from forge import audit
 from forge.auth import actor_of, request_id
+from forge.error_codes import Code, lookup
 from forge.errors import ForgeError, RateLimited
 from forge.git.errors import RepoError
 
 log = structlog.get_logger("forgehand")
 PROBLEM_JSON = "application/problem+json"
+CATCH_ALL_CODES = frozenset({Code.BAD_REQUEST, Code.SERVER_ERROR})
 
 
 class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -46,6 +48,11 @@ class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
     blockers: list[str] | None = None  # merge: the rules that do not hold
     head_sha: str | None = None  # stale head / commit: the task's head now
     state: str | None = None  # the state that refused the action
+
+    def __post_init__(self) -> None:
+        # Every problem response carries a registered code, with its registered status; the two
+        # catch-alls stand for whichever 4xx or 5xx the framework raised.
+        lookup(self.code, None if self.code in CATCH_ALL_CODES else self.status)
 
 
 # The ForgeError extras that are part of the API (others stay internal).
@@ -68,28 +75,28 @@ def _wants_html(request: Request[Any, Any, Any]) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
 
-def _http_code(exc: HTTPException) -> tuple[str, str]:
+def _http_code(exc: HTTPException) -> tuple[Code, str]:
     status = exc.status_code
     if isinstance(exc, ValidationException):
-        return "validation_failed", "Invalid input"
+        return Code.VALIDATION_FAILED, "Invalid input"
     if type(exc) is ClientException and status == 400:
         # Litestar raises a bare ClientException when the body cannot be decoded at all.
-        return "malformed_body", "Malformed request body"
+        return Code.MALFORMED_BODY, "Malformed request body"
     if isinstance(exc, NotFoundException):
-        return "not_found", "Not found"
+        return Code.NOT_FOUND, "Not found"
     if isinstance(exc, MethodNotAllowedException):
-        return "method_not_allowed", "Method not allowed"
+        return Code.METHOD_NOT_ALLOWED, "Method not allowed"
     if isinstance(exc, NotAuthorizedException):
-        return "unauthenticated", "Authentication required"
+        return Code.UNAUTHENTICATED, "Authentication required"
     if isinstance(exc, PermissionDeniedException):
-        return "forbidden", "Forbidden"
+        return Code.FORBIDDEN, "Forbidden"
     if status == 413:
-        return "payload_too_large", "Payload too large"
+        return Code.PAYLOAD_TOO_LARGE, "Payload too large"
     if status == 415:
-        return "unsupported_media_type", "Unsupported media type"
+        return Code.UNSUPPORTED_MEDIA_TYPE, "Unsupported media type"
     if status == 429:
-        return "rate_limited", "Too many requests"
-    return "bad_request" if status < 500 else "server_error", exc.__class__.__name__
+        return Code.RATE_LIMITED, "Too many requests"
+    return Code.BAD_REQUEST if status < 500 else Code.SERVER_ERROR, exc.__class__.__name__
 
 
 def _auth_headers(request: Request[Any, Any, Any], status: int) -> dict[str, str]:
@@ -143,7 +150,7 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
         title="Internal server error",
         status=HTTP_500_INTERNAL_SERVER_ERROR,
         detail="internal server error",
-        code="server_error",
+        code=Code.SERVER_ERROR,
         request_id=rid,
     )
     return _render(request, problem, {})
@@ -176,7 +183,7 @@ def handle_bad_encoding(request: Request[Any, Any, Any], exc: UnicodeDecodeError
         title="Invalid input",
         status=422,
         detail="the request body is not valid UTF-8",
-        code="invalid_encoding",
+        code=Code.INVALID_ENCODING,
         request_id=request_id(request),
     )
     return _render(request, problem, {})
@@ -192,7 +199,7 @@ def handle_database_busy(request: Request[Any, Any, Any], exc: Exception) -> Res
         title="Service unavailable",
         status=503,
         detail="the server is busy; retry in a moment",
-        code="database_busy",
+        code=Code.DATABASE_BUSY,
         request_id=request_id(request),
     )
     return _render(request, problem, {"Retry-After": "1"})
@@ -227,33 +234,9 @@ async def audit_refusal(exc: Exception, scope: Any) -> None:
     )
 
 
-_REPO_ERROR_STATUS = {
-    "invalid_name": 422,
-    "invalid_ref_name": 422,
-    "invalid_path": 422,
-    "repo_not_found": 404,
-    "repo_exists": 409,
-    "ref_not_found": 404,
-    "path_not_found": 404,
-    "not_a_blob": 422,
-    "not_a_tree": 422,
-    "import_failed": 422,
-    "git_protocol_error": 400,
-    "unsupported_service": 403,
-    "unsupported_encoding": 415,
-    "push_too_large": 413,
-    "ref_conflict": 409,
-    "base_moved": 409,
-    "merge_conflict": 409,
-    "not_fast_forward": 409,
-    "nothing_to_merge": 409,
-    "unrelated_histories": 409,
-}
-
-
 def handle_repo_error(request: Request[Any, Any, Any], exc: RepoError) -> Response[Any]:
-    """Errors of the git layer: a table from its stable codes to HTTP statuses."""
-    status = _REPO_ERROR_STATUS.get(exc.code, 500)
+    """Errors of the git layer: their stable codes are registered with their HTTP statuses."""
+    status = lookup(exc.code).status
     detail = str(exc) if status < 500 else "the git operation failed"
     if status >= 500:
         log.error("git layer error", request_id=request_id(request), code=exc.code, error=str(exc))

@@ -6,6 +6,7 @@ from typing import Any
 
 from litestar import Request
 
+from forge.error_codes import Code
 from forge.errors import InvalidInput
 
 NUL = "\x00"
@@ -17,11 +18,11 @@ def without_nul(value: str) -> str:
 
 def require_no_nul(value: str, what: str) -> str:
     if NUL in value:
-        raise InvalidInput(f"{what} must not contain NUL characters", code="invalid_characters")
+        raise InvalidInput(f"{what} must not contain NUL characters", code=Code.INVALID_CHARACTERS)
     return value
 
 
 async def reject_nul_in_url(request: Request[Any, Any, Any]) -> None:
     """`before_request`: paths and query strings with NUL never reach a handler."""
     if NUL in request.url.path or NUL in "".join(f"{k}{v}" for k, v in request.query_params.multi_items()):
-        raise InvalidInput("the URL contains a NUL character", code="invalid_characters")
+        raise InvalidInput("the URL contains a NUL character", code=Code.INVALID_CHARACTERS)

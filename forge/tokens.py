@@ -12,6 +12,7 @@ from forge import audit
 from forge.access import AccountRef, Action, Principal, Scope, expand_scopes, parse_scopes, require
 from forge.audit import Actor
 from forge.db import Database, utcnow
+from forge.error_codes import Code
 from forge.errors import InvalidInput, NotFound, Unauthenticated
 from forge.models import AccessToken, Account
 from forge.security import generate_token, looks_like_token, sha256_hex
@@ -64,16 +65,16 @@ async def create(
     require(actor.principal, Action.ACCOUNT_MANAGE, AccountRef(owner.id, owner.owner_id))
     name = require_no_nul(name.strip(), "a token name")
     if not name or len(name) > 100:
-        raise InvalidInput("a token name is 1-100 characters", code="invalid_token_name")
+        raise InvalidInput("a token name is 1-100 characters", code=Code.INVALID_TOKEN_NAME)
     granted = parse_scopes(scopes)
     if Scope.ADMIN in granted and not owner.is_admin:
-        raise InvalidInput("only instance admins can hold the 'admin' scope", code="invalid_scope")
+        raise InvalidInput("only instance admins can hold the 'admin' scope", code=Code.INVALID_SCOPE)
     if owner.disabled:
-        raise InvalidInput("the account is disabled", code="account_disabled")
+        raise InvalidInput("the account is disabled", code=Code.ACCOUNT_DISABLED)
     expires_at = None
     if expires_days is not None:
         if not 1 <= expires_days <= MAX_EXPIRY_DAYS:
-            raise InvalidInput(f"expiry is 1-{MAX_EXPIRY_DAYS} days", code="invalid_expiry")
+            raise InvalidInput(f"expiry is 1-{MAX_EXPIRY_DAYS} days", code=Code.INVALID_EXPIRY)
         expires_at = utcnow() + timedelta(days=expires_days)
     secret = generate_token()
     row = AccessToken(
@@ -102,12 +103,12 @@ async def revoke(session: AsyncSession, actor: Actor, token_id: int, cache: "Tok
     row = await session.get(AccessToken, token_id)
     owner = await session.get(Account, row.account_id) if row else None
     if row is None or owner is None:
-        raise NotFound(f"no token {token_id}", code="token_not_found")
+        raise NotFound(f"no token {token_id}", code=Code.TOKEN_NOT_FOUND)
     # Someone who may not manage the owner's tokens does not learn that the token exists.
     try:
         require(actor.principal, Action.ACCOUNT_MANAGE, AccountRef(owner.id, owner.owner_id))
     except Exception:
-        raise NotFound(f"no token {token_id}", code="token_not_found") from None
+        raise NotFound(f"no token {token_id}", code=Code.TOKEN_NOT_FOUND) from None
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         audit.record(session, actor, "token.revoke", f"token:{row.id}", owner=owner.login)
@@ -152,7 +153,7 @@ class TokenCache:
 async def resolve(db: Database, cache: TokenCache, secret: str) -> Principal:
     """Turn a presented token into a principal, or raise Unauthenticated with a stable code."""
     if not looks_like_token(secret):
-        raise Unauthenticated("malformed token", code="invalid_token")
+        raise Unauthenticated("malformed token", code=Code.INVALID_TOKEN)
     token_hash = sha256_hex(secret)
     cached = cache.get(token_hash)
     if cached is not None:
@@ -166,15 +167,15 @@ async def resolve(db: Database, cache: TokenCache, secret: str) -> Principal:
             )
         ).one_or_none()
     if found is None:
-        raise Unauthenticated("unknown token", code="invalid_token")
+        raise Unauthenticated("unknown token", code=Code.INVALID_TOKEN)
     row, account = found
     now = utcnow()
     if row.revoked_at is not None:
-        raise Unauthenticated("this token was revoked", code="token_revoked")
+        raise Unauthenticated("this token was revoked", code=Code.TOKEN_REVOKED)
     if row.expires_at is not None and row.expires_at <= now:
-        raise Unauthenticated("this token has expired", code="token_expired")
+        raise Unauthenticated("this token has expired", code=Code.TOKEN_EXPIRED)
     if account.disabled:
-        raise Unauthenticated("this account is disabled", code="account_disabled")
+        raise Unauthenticated("this account is disabled", code=Code.ACCOUNT_DISABLED)
     granted = [Scope(s) for s in row.scopes.split()]
     # An admin scope held by an account that is no longer admin grants nothing extra.
     if not account.is_admin:

@@ -7,19 +7,17 @@ No Chromium or no Docker engine is a failure here, never a skip. Screenshots go 
 `build/test-artifacts/`; a failing test also leaves a screenshot, the page HTML, the browser
 console and a Playwright trace there (named after the test)."""
 
-import asyncio
 import os
 import re
 import socket
 import threading
 import time
-from collections.abc import Coroutine, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import docker
 import docker.errors
-import msgspec
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 from rich.console import Console
@@ -30,9 +28,8 @@ from forge.db import Database
 from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
 from sandbox import DEFAULT_IMAGE, build_image
-from tests.browser.ui import sign_in
-
-T = TypeVar("T")
+from tests.support.browser import ForgeServer, run_async
+from tests.support.browser_ui import sign_in
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "build" / "test-artifacts"
@@ -73,27 +70,6 @@ def pytest_runtest_makereport(
     report = yield
     item.stash.setdefault(_REPORTS, {})[report.when] = report
     return report
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to completion on a loop of its own, in a thread of its own: browser tests are
-    synchronous (Playwright's sync API holds the main thread's loop), so set-up that needs the async
-    services (seeding accounts, repositories, ...) goes through here."""
-    out: list[T] = []
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            out.append(asyncio.run(coro))
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-    return out[0]
 
 
 def _safe_name(nodeid: str) -> str:
@@ -191,18 +167,6 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
     """The sandbox image, built once (cached across sessions) by the same function as the CLI."""
     build_image(DEFAULT_IMAGE, console=Console(stderr=True))
     return DEFAULT_IMAGE
-
-
-class ForgeServer(msgspec.Struct):
-    """A live forgehand and the instance admin whose password the test knows."""
-
-    url: str
-    settings: Settings
-    admin_login: str
-    admin_password: str
-
-    def at(self, path: str) -> str:
-        return self.url + path
 
 
 async def _prepare(settings: Settings) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ForgeServer
-from tests.browser.ui import (
+from tests.support.browser import ForgeServer
+from tests.support.browser_ui import (
     add_collaborator,
     add_policy_hook,
     approval_card,

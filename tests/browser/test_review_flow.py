@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ForgeServer
-from tests.browser.ui import (
+from tests.support.browser import ForgeServer
+from tests.support.browser_ui import (
     add_collaborator,
     comment_on_line,
     create_bot,

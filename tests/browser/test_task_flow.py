@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ForgeServer
-from tests.browser.ui import (
+from tests.support.browser import ForgeServer
+from tests.support.browser_ui import (
     add_collaborator,
     create_bot,
     create_repo,

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from sqlalchemy import select
 
-from forge import accounts, repositories, tokens
+from forge import accounts, repo_collaborators, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.git import RepoStore
@@ -35,7 +35,7 @@ async def _reader_token(settings: Settings) -> str:
         async with db.session(write=True) as s:
             rita = await accounts.create_user(s, SYSTEM, "rita", "correct horse battery")
             repo = await repositories.load(s, SYSTEM.principal, "ana", "demo")
-            await repositories.set_collaborator(s, SYSTEM, repo, "rita", "read")
+            await repo_collaborators.set_collaborator(s, SYSTEM, repo, "rita", "read")
             return (await tokens.create(s, SYSTEM, rita, "t", ["repo:read", "tasks:write"], None)).token
     finally:
         await store.close()

@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
 
-from forge import accounts, repositories, tokens
+from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import EventBus
@@ -47,10 +47,10 @@ async def build_world(db: Database, settings: Settings) -> World:
                 await accounts.create_user(s, SYSTEM, login, "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
             await accounts.create_user(s, SYSTEM, "human", "correct horse battery")
-            repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
             for login, role in (("fixer", "write"), ("wendy", "write"), ("rita", "read"), ("human", "write")):
-                await repositories.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
+                await repo_collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
             full = ["repo:write", "tasks:write"]
             for login in ("ana", "wendy", "rita", "olga"):
                 owner = await accounts.require_by_login(s, login)

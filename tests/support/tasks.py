@@ -12,7 +12,7 @@ import httpx
 import msgspec
 import pygit2
 
-from forge import accounts, repositories, tokens
+from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import EventBus
@@ -43,9 +43,9 @@ async def seed(settings: Settings) -> tuple[str, Path]:
         async with db.session(write=True) as s:
             ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
-            repo = await repositories.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
-            await repositories.set_collaborator(s, SYSTEM, res, "fixer", "write")
+            await repo_collaborators.set_collaborator(s, SYSTEM, res, "fixer", "write")
             created = await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write", "reviews:write"], None)
         await store.write(
             ("ana", "demo"),
