@@ -30,9 +30,10 @@ from .errors import (
     WorkspacePathRefused,
     WorkspaceQuotaUnavailable,
 )
-from .execution import ExecResult, ExecStream, OutputChunk
+from .execution import ExecResult, ExecStream
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
 from .pool import SandboxPool
+from .pump import OutputChunk
 from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
 from .reaper import SandboxInfo, list_sandboxes, reap
 from .spec import (

@@ -16,6 +16,10 @@ from typing import Any
 
 import docker
 import docker.errors
+
+# docker-py's own translation of `containers.create` keywords into the low-level API's (a private
+# helper of the pinned docker<8): the low-level create returns the id before any further call, so a
+# container that exists is always known and can be removed. Re-implementing it would drift.
 from docker.models.containers import _create_container_args
 
 from .errors import EngineUnavailable, ImageMissing, SpecRefused

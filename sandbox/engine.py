@@ -26,12 +26,12 @@ from .execution import (
     OOM_COUNTER,
     ExecResult,
     ExecStream,
-    OutputChunk,
     validate_argv,
     validate_exec_env,
 )
 from .image import DEFAULT_IMAGE, BuildResult, build_image, image_is_current
 from .owner import current_owner
+from .pump import OutputChunk
 from .quota import QuotaKind, WorkspaceWatch
 from .spec import WORKSPACE_DIR, SandboxSpec, container_create_kwargs
 

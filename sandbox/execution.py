@@ -10,20 +10,19 @@ output cap are read, counted and discarded (so the host's memory stays flat), an
 import asyncio
 import contextlib
 import socket
-import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from .errors import SpecRefused
+from .pump import Channel, End, OutputChunk, Pump, StdinWriter
 
 if TYPE_CHECKING:
     from .engine import Sandbox
 
-StreamName = Literal["stdout", "stderr"]
 
 # A shell function (builtins only: during a fork bomb there is no pid to spare for `ps` or a
 # subshell) that kills a process and everything it started. It stops (so nothing forks any more)
@@ -61,7 +60,6 @@ forgehand_reap() {
 # second after the host's deadline and still works when the host's kill cannot start: a fork bomb
 # leaves no pid for a killer exec), and when the command exits it kills whatever the command left
 # running in the background, unless asked to keep it.
-PID_MARKER = b"\x1eforgehand-pid:"
 WRAPPER = (
     _REAP_FN
     + """\
@@ -102,15 +100,6 @@ done
 exit 3
 """
 
-_STREAMS: dict[int, StreamName] = {1: "stdout", 2: "stderr"}
-_RECV_SIZE = 256 * 1024
-_POLL = 0.2  # how often blocked threads look at their cancel flag
-
-
-class OutputChunk(msgspec.Struct, frozen=True):
-    stream: StreamName
-    data: bytes
-
 
 class ExecResult(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None  # None when the command could not be reaped (it outlived every kill)
@@ -145,184 +134,6 @@ def validate_exec_env(env: Mapping[str, str] | None) -> list[str] | None:
             raise SpecRefused(f"bad environment entry {key!r}")
         items.append(f"{key}={value}")
     return items
-
-
-class _End:
-    """Marks the end of the output (or the pump's failure)."""
-
-    def __init__(self, error: BaseException | None = None) -> None:
-        self.error = error
-
-
-class _Channel:
-    """Thread -> event loop queue, bounded by a semaphore so the producing thread blocks when full."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_items: int) -> None:
-        self._loop = loop
-        self._queue: asyncio.Queue[OutputChunk | _End] = asyncio.Queue()
-        self._slots = threading.Semaphore(max_items)
-        self.abandoned = threading.Event()
-
-    def put(self, item: OutputChunk) -> bool:
-        while not self._slots.acquire(timeout=_POLL):
-            if self.abandoned.is_set():
-                return False
-        if self.abandoned.is_set():
-            return False
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-        return True
-
-    def end(self, item: _End) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop may be closed already
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
-
-    async def get(self) -> OutputChunk | _End:
-        item = await self._queue.get()
-        if isinstance(item, OutputChunk):
-            self._slots.release()
-        return item
-
-
-class _Pump:
-    """Reads Docker's multiplexed stream (8-byte frame headers) in a thread; applies the output cap."""
-
-    def __init__(self, sock: Any, channel: _Channel, cap: int) -> None:
-        self._sock = sock
-        self._raw: socket.socket = getattr(sock, "_sock", sock)
-        self._channel = channel
-        self._cap = cap
-        self.delivered = 0
-        self.truncated = 0
-        self.pid: int | None = None
-        self._marker_pending = True
-        self._marker_buf = b""
-        self._pending = b""
-        self.cancel = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="forgehand-exec-pump", daemon=True)
-
-    def take_prebuffered(self) -> None:
-        """Call before any thread touches the socket (it briefly makes the socket non-blocking)."""
-        self._pending = self._prebuffered()
-
-    def _prebuffered(self) -> bytes:
-        # http.client may have read past the upgrade response's headers into its buffer.
-        fp = getattr(getattr(getattr(getattr(self._sock, "_response", None), "raw", None), "_fp", None), "fp", None)
-        if fp is None:
-            return b""
-        self._raw.setblocking(False)
-        try:
-            data: bytes = fp.peek(_RECV_SIZE)
-            if data:
-                fp.read(len(data))
-        except (OSError, ValueError):
-            data = b""
-        finally:
-            self._raw.settimeout(_POLL)
-        return data
-
-    def _run(self) -> None:
-        error: BaseException | None = None
-        header = bytearray()
-        remaining = 0
-        stream = 1
-        buf = bytearray(_RECV_SIZE)
-        try:
-            pending, self._pending = self._pending, b""
-            self._raw.settimeout(_POLL)
-            while not self.cancel.is_set():
-                if pending:
-                    data, pending = memoryview(pending), b""
-                    n = len(data)
-                else:
-                    try:
-                        n = self._raw.recv_into(buf)
-                    except TimeoutError:
-                        continue
-                    except OSError:
-                        break  # closed by cancel, or the engine went away
-                    if n == 0:
-                        break
-                    data = memoryview(buf)[:n]
-                pos = 0
-                while pos < n:
-                    if remaining == 0:
-                        take = min(8 - len(header), n - pos)
-                        header += data[pos : pos + take]
-                        pos += take
-                        if len(header) == 8:
-                            stream = header[0]
-                            remaining = int.from_bytes(header[4:8], "big")
-                            header.clear()
-                        continue
-                    take = min(remaining, n - pos)
-                    pos += take
-                    remaining -= take
-                    if self.delivered >= self._cap and not self._marker_pending:
-                        self.truncated += take  # past the cap: count it, don't even copy it
-                        continue
-                    if not self._deliver(stream, bytes(data[pos - take : pos])):
-                        return
-        except BaseException as exc:  # reported to the consumer, never lost in a thread
-            error = exc
-        finally:
-            self._channel.end(_End(error))
-
-    def _deliver(self, stream: int, payload: bytes) -> bool:
-        if stream == 2 and self._marker_pending:
-            payload = self._take_marker(payload)
-            if not payload:
-                return True
-        name = _STREAMS.get(stream)
-        if name is None:
-            return True  # stdin echo (0) never happens without a tty; ignore anything else
-        room = self._cap - self.delivered
-        if room <= 0:
-            self.truncated += len(payload)
-            return True
-        if len(payload) > room:
-            self.truncated += len(payload) - room
-            payload = payload[:room]
-        self.delivered += len(payload)
-        return self._channel.put(OutputChunk(name, payload))
-
-    def _take_marker(self, payload: bytes) -> bytes:
-        self._marker_buf += payload
-        if len(self._marker_buf) < len(PID_MARKER) and PID_MARKER.startswith(self._marker_buf):
-            return b""  # the marker was split across frames; wait for more
-        self._marker_pending = False
-        buf, self._marker_buf = self._marker_buf, b""
-        if not buf.startswith(PID_MARKER):
-            return buf  # no wrapper (sh missing?): everything is output
-        line, nl, rest = buf[len(PID_MARKER) :].partition(b"\n")
-        if not nl:
-            self._marker_pending = True
-            self._marker_buf = buf
-            return b""
-        with contextlib.suppress(ValueError):
-            self.pid = int(line)
-        return rest
-
-
-class _StdinWriter:
-    def __init__(self, sock: Any, data: bytes, cancel: threading.Event) -> None:
-        self._raw: socket.socket = getattr(sock, "_sock", sock)
-        self._data = data
-        self._cancel = cancel
-        self.thread = threading.Thread(target=self._run, name="forgehand-exec-stdin", daemon=True)
-
-    def _run(self) -> None:
-        view = memoryview(self._data)
-        off = 0
-        try:
-            while off < len(view) and not self._cancel.is_set():
-                try:
-                    off += self._raw.send(view[off : off + _RECV_SIZE])
-                except (TimeoutError, BlockingIOError):
-                    continue
-            # Half-close: the command sees end of input, its output keeps coming.
-            self._raw.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the exec ended or was cancelled before reading all of its input
 
 
 class ExecStream:
@@ -361,13 +172,13 @@ class ExecStream:
         self._done = False
         self._result: ExecResult | None = None
         self._exec_id = ""
-        self._pump: _Pump | None = None
+        self._pump: Pump | None = None
         self._sock: Any = None
         self._watchdog: asyncio.Task[None] | None = None
         self._timed_out = False
         self._t0 = 0.0
         self._t_end: float | None = None
-        self._channel: _Channel | None = None
+        self._channel: Channel | None = None
 
     async def __aenter__(self) -> "ExecStream":
         await self._begin()
@@ -385,7 +196,7 @@ class ExecStream:
         await self._begin()
         assert self._channel is not None
         item = await self._channel.get()
-        if isinstance(item, _End):
+        if isinstance(item, End):
             self._t_end = time.monotonic()
             await self._finish(item)
             raise StopAsyncIteration
@@ -455,15 +266,15 @@ class ExecStream:
             lambda c: c.api.exec_start(self._exec_id, socket=True, tty=False), container=True
         )
         loop = asyncio.get_running_loop()
-        self._channel = _Channel(loop, self._queue_chunks)
-        self._pump = _Pump(self._sock, self._channel, self._cap)
+        self._channel = Channel(loop, self._queue_chunks)
+        self._pump = Pump(self._sock, self._channel, self._cap)
         self._pump.take_prebuffered()
         # A stream dropped without aclose() must not leave its threads waiting for a reader.
         weakref.finalize(self, self._channel.abandoned.set)
         weakref.finalize(self, self._pump.cancel.set)
         self._pump.thread.start()
         if self._stdin is not None:
-            _StdinWriter(self._sock, self._stdin, self._pump.cancel).thread.start()
+            StdinWriter(self._sock, self._stdin, self._pump.cancel).thread.start()
         self._watchdog = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
@@ -499,7 +310,7 @@ class ExecStream:
             with contextlib.suppress(OSError):
                 self._sock.close()
 
-    async def _finish(self, end: _End) -> None:
+    async def _finish(self, end: End) -> None:
         self._done = True
         if self._watchdog is not None:
             self._watchdog.cancel()

@@ -5,27 +5,27 @@ import asyncio
 import socket
 import struct
 
-from sandbox.execution import PID_MARKER, OutputChunk, _Channel, _End, _Pump
+from sandbox.pump import PID_MARKER, Channel, End, OutputChunk, Pump
 
 
 def frame(stream: int, data: bytes) -> bytes:
     return struct.pack(">BxxxL", stream, len(data)) + data
 
 
-async def collect(pump: _Pump, channel: _Channel) -> list[OutputChunk]:
+async def collect(pump: Pump, channel: Channel) -> list[OutputChunk]:
     out: list[OutputChunk] = []
     while True:
         item = await channel.get()
-        if isinstance(item, _End):
+        if isinstance(item, End):
             assert item.error is None
             return out
         out.append(item)
 
 
-async def run_pump(payload: bytes, *, cap: int = 1 << 20, split: int = 3) -> tuple[_Pump, list[OutputChunk]]:
+async def run_pump(payload: bytes, *, cap: int = 1 << 20, split: int = 3) -> tuple[Pump, list[OutputChunk]]:
     a, b = socket.socketpair()
-    channel = _Channel(asyncio.get_running_loop(), 4)
-    pump = _Pump(b, channel, cap)
+    channel = Channel(asyncio.get_running_loop(), 4)
+    pump = Pump(b, channel, cap)
     pump.thread.start()
     # Dribble the bytes in tiny writes so headers and payloads arrive split at every offset.
     for i in range(0, len(payload), split):
@@ -78,8 +78,8 @@ async def test_slow_consumer_slows_the_producer() -> None:
     a, b = socket.socketpair()
     b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    channel = _Channel(asyncio.get_running_loop(), 4)
-    pump = _Pump(b, channel, 1 << 30)
+    channel = Channel(asyncio.get_running_loop(), 4)
+    pump = Pump(b, channel, 1 << 30)
     pump.thread.start()
     a.setblocking(False)
     sent = 0
@@ -99,7 +99,7 @@ async def test_slow_consumer_slows_the_producer() -> None:
     received = 0
     while True:
         item = await channel.get()
-        if isinstance(item, _End):
+        if isinstance(item, End):
             break
         received += len(item.data)
     assert received == (sent // len(block)) * 1000 + max(0, sent % len(block) - 8)
