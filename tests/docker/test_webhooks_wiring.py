@@ -7,7 +7,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pytest
 
 from forge.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
+from tests.support.http import LoopbackServer
 from webhooks.consumer import Verifier
 
 
@@ -41,7 +42,7 @@ class Consumer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -5,7 +5,7 @@ stall until its own dispatch timed out)."""
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -15,6 +15,7 @@ import pytest
 from forge.db import Database
 from forge.settings import Settings
 from tests.support.accounts import LiveServer, run_sync
+from tests.support.http import LoopbackServer
 from tests.support.task_world import TASKS, World, build_task_world
 
 pytestmark = pytest.mark.db
@@ -60,7 +61,7 @@ class WritingConsumer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

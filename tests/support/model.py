@@ -9,10 +9,12 @@ Each test scripts the model's turns; the server answers them in order and record
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import msgspec
+
+from tests.support.http import LoopbackServer
 
 
 class Turn(msgspec.Struct, kw_only=True):
@@ -97,7 +99,7 @@ class ScriptedModel:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -5,7 +5,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -14,6 +14,7 @@ from forge import accounts, tokens
 from forge.audit import Actor
 from forge.db import Database
 from forge.settings import Settings
+from tests.support.http import LoopbackServer
 from tests.support.tasks import Env, seed, serve
 
 
@@ -41,7 +42,7 @@ class PolicyConsumer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/policy"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from forge.audit import Actor
 from forge.db import Database, utcnow
 from forge.models import Account, Repository
 from forge.settings import Settings
+from tests.support.http import LoopbackServer
 from webhooks.config import WebhooksConfig
 from webhooks.models import WebhookEndpoint
 from webhooks.outbound import Outbound
@@ -54,7 +55,7 @@ class Receiver:
     port: int = 0
     seen: list[Seen] = field(default_factory=list)
     connections: int = 0
-    _server: ThreadingHTTPServer | None = None
+    _server: LoopbackServer | None = None
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -93,7 +94,7 @@ class Receiver:
 
             do_GET = do_POST  # noqa: N815
 
-        class Server(ThreadingHTTPServer):
+        class Server(LoopbackServer):
             daemon_threads = True
             block_on_close = False
 
