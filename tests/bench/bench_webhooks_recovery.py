@@ -39,14 +39,13 @@ async def delivered(rig: Rig, wids: set[str], timeout: float = 120.0) -> None:
 
 
 async def test_bench_drain_after_recovery(db: Database, settings: Settings) -> None:
-    rig = Rig(db, settings)
     up = {"ok": False}
 
     def answer(_: Seen) -> tuple[int, list[tuple[str, str]], bytes]:
         return (200, [], b"") if up["ok"] else (503, [], b"down")
 
     repo = await make_repo(db)
-    try:
+    async with Rig(db, settings) as rig:
         with receiver(answer) as r:
             endpoint, _ = await make_endpoint(db, rig.cfg, repo, r.url)
             backlog = spread(repo)
@@ -77,8 +76,6 @@ async def test_bench_drain_after_recovery(db: Database, settings: Settings) -> N
             await delivered(rig, {x.id for x in fresh})
             fresh_s = time.perf_counter() - t0
             await rig.deliverer.stop()
-    finally:
-        await rig.out.aclose()
     print(
         f"\nbacklog drain after recovery ({EVENTS} events over {TASKS} tasks, heads tried twice while down,"
         f" next retry 5 min away, {db.engine.dialect.name}):"

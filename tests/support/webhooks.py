@@ -267,6 +267,12 @@ class Rig:
         self.out = Outbound(self.cfg.allow)
         self.deliverer = Deliverer(db, self.cfg, self.out)
 
+    async def __aenter__(self) -> "Rig":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.out.aclose()
+
     def _wake(self) -> None:
         self.woken += 1
 
