@@ -12,7 +12,7 @@ tried it again."""
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, or_, update
+from sqlalchemy import Table, and_, bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from forge.db import UTCDateTime
@@ -21,23 +21,24 @@ from webhooks.models import WebhookOutbox
 OUTBOX = cast(Table, WebhookOutbox.__table__)
 
 
-def _catch_up_statement() -> Any:
+def _catch_up_statement(pg: bool) -> Any:
     o = OUTBOX.c
     now = bindparam("_now", type_=UTCDateTime())
-    return (
-        update(OUTBOX)
-        .where(
-            o.endpoint_id.in_(bindparam("_ids", expanding=True)),
-            o.state == "pending",
-            o.next_attempt_at > now,
-            # Not again for a row whose last attempt was the previous catch-up (flapping).
-            or_(o.caught_up_at_attempt.is_(None), o.attempts > o.caught_up_at_attempt + 1),
-        )
-        .values(next_attempt_at=now, caught_up_at_attempt=o.attempts)
+    waiting = and_(
+        o.endpoint_id.in_(bindparam("_ids", expanding=True)),
+        o.state == "pending",
+        o.next_attempt_at > now,
+        # Not again for a row whose last attempt was the previous catch-up (flapping).
+        or_(o.caught_up_at_attempt.is_(None), o.attempts > o.caught_up_at_attempt + 1),
     )
+    if pg:
+        # Rows locked by another deliverer's recording transaction are skipped, not waited for:
+        # two recordings catching up each other's rows would otherwise deadlock.
+        waiting = o.id.in_(select(o.id).where(waiting).with_for_update(skip_locked=True))
+    return update(OUTBOX).where(waiting).values(next_attempt_at=now, caught_up_at_attempt=o.attempts)
 
 
-_CATCH_UP = _catch_up_statement()
+_CATCH_UP = {pg: _catch_up_statement(pg) for pg in (False, True)}
 
 
 async def catch_up(conn: AsyncConnection, endpoint_ids: set[int], now: datetime) -> int:
@@ -45,5 +46,6 @@ async def catch_up(conn: AsyncConnection, endpoint_ids: set[int], now: datetime)
     caller's transaction); returns how many rows moved."""
     if not endpoint_ids:
         return 0
-    result = await conn.execute(_CATCH_UP, {"_ids": sorted(endpoint_ids), "_now": now})
+    pg = conn.dialect.name == "postgresql"
+    result = await conn.execute(_CATCH_UP[pg], {"_ids": sorted(endpoint_ids), "_now": now})
     return int(getattr(result, "rowcount", 0) or 0)
