@@ -44,6 +44,8 @@ class Deliverer:
     ) -> None:
         self.cfg = cfg
         self.store = store or OutboxStore(db, cfg, rng=rng, lease=lease, batch=batch)
+        if self.store.wake is None:
+            self.store.wake = self.wake  # a recovery made rows due: claim them now, not at the next poll
         self.outbound = outbound
         self.poll_interval = poll_interval
         # Rows leased at a time by the loop (`run`): enough for the database work to overlap the

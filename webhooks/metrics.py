@@ -22,3 +22,6 @@ DELIVERY_SECONDS = Histogram(
 )
 OUTBOX_DEPTH = Gauge("forgehand_webhook_outbox_depth", "Notifications not yet delivered")
 OUTBOX_OLDEST = Gauge("forgehand_webhook_outbox_oldest_seconds", "Age of the oldest undelivered notification")
+CAUGHT_UP = Counter(
+    "forgehand_webhook_caught_up_total", "Waiting notifications made due at once by their endpoint's recovery"
+)

@@ -76,6 +76,9 @@ class WebhookOutbox(Base):
     lease_until: Mapped[datetime | None] = mapped_column(nullable=True)
     claim_token: Mapped[str | None] = mapped_column(String(36), nullable=True)
     manual: Mapped[bool] = mapped_column(Boolean, default=False)  # a redelivery or a ping
+    # `attempts` when an endpoint's recovery last moved this row's retry to now: a row whose
+    # last attempt was that catch-up is not caught up again before a scheduled attempt.
+    caught_up_at_attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
     last_error: Mapped[str | None] = mapped_column(String(40), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -5,6 +5,7 @@ described in `webhooks.outbox`, the schedule in `webhooks.schedule`."""
 
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -27,10 +28,11 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import Database, UTCDateTime
-from webhooks import health, metrics
+from webhooks import health, metrics, recovery
 from webhooks.config import WebhooksConfig, unseal
 from webhooks.logwriter import DELIVERIES
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.outbox import wake_after_commit
 from webhooks.protocol import NOTIFY_EVENTS
 from webhooks.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
 from webhooks.signing import SigningKey
@@ -202,8 +204,10 @@ class OutboxStore:
         rng: random.Random | None = None,
         lease: timedelta = LEASE,
         batch: int | None = None,
+        wake: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
+        self.wake = wake  # called after a commit that made rows due at once (a recovery)
         self.cfg = cfg
         self.rng = rng or random.Random()
         self.lease = lease
@@ -375,6 +379,12 @@ class OutboxStore:
         }
         if succeeded:
             await conn.execute(_SUCCESS_UPDATE, {"_ids": list(succeeded), "_now": now})
+            # Failing before (or in) this batch and answering now: its waiting rows go at once.
+            moved = await recovery.catch_up(conn, succeeded & (failing | failed_ids), now)
+            if moved:
+                metrics.CAUGHT_UP.inc(moved)
+                if self.wake is not None:
+                    wake_after_commit(session, self.wake)
             for endpoint_id in succeeded:
                 self._stamped[endpoint_id] = now
         for endpoint_id in failed_ids - succeeded:

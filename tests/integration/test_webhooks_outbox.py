@@ -9,10 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -20,79 +18,19 @@ from standardwebhooks.webhooks import Webhook
 
 from forge.audit import Actor
 from forge.db import Database
-from forge.events import Event, EventBus, TaskRef
+from forge.events import EventBus
 from forge.models import AuditEvent, Repository
 from forge.settings import Settings
-from tests.support.webhooks import Clock, Seen, config, free_port, make_endpoint, make_repo, receiver
+from tests.support.webhooks import Rig, Seen, config, event, free_port, make_endpoint, make_repo, receiver, task_ref
 from webhooks import schedule as outbox_mod
 from webhooks import service
-from webhooks.config import WebhooksConfig
 from webhooks.consumer import Verifier
 from webhooks.deliverer import Deliverer
-from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.models import WebhookEndpoint
 from webhooks.outbound import Outbound
-from webhooks.outbox import OutboxWriter
 from webhooks.outbox_store import OutboxStore
 from webhooks.schedule import RETRY_SCHEDULE
 from webhooks.schemas import HookUpdate
-
-
-def task_ref() -> TaskRef:
-    return TaskRef(id=str(uuid.uuid4()), number=1)
-
-
-def event(repo: Repository, etype: str = "task.created", task: TaskRef | None = None, **data: Any) -> Event:
-    return Event(
-        type=etype,  # type: ignore[arg-type]
-        repo_id=repo.id,
-        repo_uuid=repo.uuid,
-        repository=f"ana/{repo.name}",
-        task=task,
-        data=data,
-    )
-
-
-class Rig:
-    """A clock-controlled writer and deliverer on one database."""
-
-    def __init__(self, db: Database, settings: Settings) -> None:
-        self.db = db
-        self.clock = Clock()
-        self.cfg: WebhooksConfig = config(settings, clock=self.clock)
-        self.bus = EventBus()
-        self.woken = 0
-        self.bus.subscribe(OutboxWriter(self.cfg, wake=self._wake))
-        self.out = Outbound(self.cfg.allow)
-        self.deliverer = Deliverer(db, self.cfg, self.out)
-
-    def _wake(self) -> None:
-        self.woken += 1
-
-    async def publish(self, *events: Event) -> None:
-        async with self.db.session(write=True) as s:
-            for e in events:
-                await self.bus.publish(s, e)
-
-    async def drain(self) -> int:
-        """Deliver until nothing is due now."""
-        total = 0
-        while n := await self.deliverer.run_once():
-            total += n
-        return total
-
-    async def rows(self) -> list[WebhookOutbox]:
-        async with self.db.session() as s:
-            return list((await s.execute(select(WebhookOutbox).order_by(WebhookOutbox.id))).scalars())
-
-    async def log(self) -> list[WebhookDelivery]:
-        async with self.db.session() as s:
-            return list((await s.execute(select(WebhookDelivery).order_by(WebhookDelivery.id))).scalars())
-
-    async def endpoint(self, endpoint_id: int) -> WebhookEndpoint:
-        async with self.db.session() as s:
-            e = await s.get(WebhookEndpoint, endpoint_id)
-            assert e is not None
-            return e
 
 
 @pytest.fixture

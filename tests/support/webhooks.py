@@ -1,9 +1,11 @@
 """What the webhooks tests share: real HTTP receivers on 127.0.0.1, a canary listener, a
-controllable clock, repositories and endpoints made through the real services."""
+controllable clock, repositories and endpoints made through the real services, and `Rig` (a
+clock-controlled outbox writer and deliverer on one database)."""
 
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -11,14 +13,19 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from sqlalchemy import select
+
 from forge.audit import Actor
 from forge.db import Database, utcnow
+from forge.events import Event, EventBus, TaskRef
 from forge.models import Account, Repository
 from forge.settings import Settings
 from tests.support.http import LoopbackServer
 from webhooks.config import WebhooksConfig
-from webhooks.models import WebhookEndpoint
+from webhooks.deliverer import Deliverer
+from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
 from webhooks.outbound import Outbound
+from webhooks.outbox import OutboxWriter
 from webhooks.schemas import HookCreate
 from webhooks.service import create_endpoint
 from webhooks.urlguard import AllowList
@@ -231,3 +238,67 @@ async def make_endpoint(
             HookCreate(url=url, kind=kind, events=events, failure_policy=failure_policy),  # type: ignore[arg-type]
         )
     return endpoint, secret
+
+
+def task_ref() -> TaskRef:
+    return TaskRef(id=str(uuid.uuid4()), number=1)
+
+
+def event(repo: Repository, etype: str = "task.created", task: TaskRef | None = None, **data: Any) -> Event:
+    return Event(
+        type=etype,  # type: ignore[arg-type]
+        repo_id=repo.id,
+        repo_uuid=repo.uuid,
+        repository=f"ana/{repo.name}",
+        task=task,
+        data=data,
+    )
+
+
+class Rig:
+    """A clock-controlled writer and deliverer on one database."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.clock = Clock()
+        self.cfg: WebhooksConfig = config(settings, clock=self.clock)
+        self.bus = EventBus()
+        self.woken = 0
+        self.bus.subscribe(OutboxWriter(self.cfg, wake=self._wake))
+        self.out = Outbound(self.cfg.allow)
+        self.deliverer = Deliverer(db, self.cfg, self.out)
+
+    async def __aenter__(self) -> "Rig":
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.out.aclose()
+
+    def _wake(self) -> None:
+        self.woken += 1
+
+    async def publish(self, *events: Event) -> None:
+        async with self.db.session(write=True) as s:
+            for e in events:
+                await self.bus.publish(s, e)
+
+    async def drain(self) -> int:
+        """Deliver until nothing is due now."""
+        total = 0
+        while n := await self.deliverer.run_once():
+            total += n
+        return total
+
+    async def rows(self) -> list[WebhookOutbox]:
+        async with self.db.session() as s:
+            return list((await s.execute(select(WebhookOutbox).order_by(WebhookOutbox.id))).scalars())
+
+    async def log(self) -> list[WebhookDelivery]:
+        async with self.db.session() as s:
+            return list((await s.execute(select(WebhookDelivery).order_by(WebhookDelivery.id))).scalars())
+
+    async def endpoint(self, endpoint_id: int) -> WebhookEndpoint:
+        async with self.db.session() as s:
+            e = await s.get(WebhookEndpoint, endpoint_id)
+            assert e is not None
+            return e
