@@ -15,6 +15,15 @@ from tasks.core.schemas import ApprovalRead, RunRead, TaskRead
 from tasks.core.states import ApprovalState, RunState, TaskState
 
 
+async def release(session: AsyncSession) -> None:
+    """End a read-only session's transaction so its pooled connection goes back to the pool
+    before a wait (a policy call, a stream, a queued write); the next read takes one again. What
+    it loaded stays loaded (the sessions do not expire on commit). Never call it on a session
+    with pending writes: it would commit them."""
+    if session.in_transaction():
+        await session.commit()
+
+
 def approval_read(a: Approval, run_seq: int, decided_by: str | None) -> ApprovalRead:
     # A pending approval past its time reads as expired even before the sweeper settles it.
     state = ApprovalState.EXPIRED if a.state == ApprovalState.PENDING and is_due(a) else a.state
