@@ -7,10 +7,18 @@ machine is shared). Issue 13: a read session held across a wait used to jam the 
 import asyncio
 import time
 from collections import defaultdict
+from typing import Any
 
 import httpx
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
 
+from forge.db import Database
+from forge.settings import Settings
+from tasks.core.policy import AllowAll, GateContext, GateDecision, PromptKind
+from tasks.system import TaskSystem
 from tests.support.accounts import LiveServer
+from tests.support.task_world import build_task_world
 from tests.support.tasks import seed
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
@@ -126,3 +134,32 @@ async def test_tasks_under_load(live_server: LiveServer) -> None:
     for n, got in seqs.items():
         assert got == list(range(1, got[-1] + 1)), f"task {n}: a gap in {got}"
         assert got[-1] == targets[n] == before[n] + delivered[n]
+
+
+class CountingGate(AllowAll):
+    """A policy that takes its time, and notes how many pooled connections are out meanwhile."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.checked_out: list[int] = []
+
+    async def user_prompt_submit(
+        self, ctx: GateContext, *, prompt: str, kind: PromptKind, session: Any = None
+    ) -> GateDecision:
+        self.checked_out.append(self.db.engine.pool.checkedout())  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
+        return await super().user_prompt_submit(ctx, prompt=prompt, kind=kind, session=session)
+
+
+async def test_no_connection_is_held_while_the_policy_is_asked(
+    app: Litestar, client: AsyncTestClient[Litestar], db: Database, settings: Settings
+) -> None:
+    world = await build_task_world(db, settings)
+    system: TaskSystem = app.state.tasks
+    gate = CountingGate(system.db)
+    system.gate = gate
+    body = {"goal": "g", "agent": "fixer", "runtime": "command", "command": ["true"]}
+    assert (await client.post(TASKS, json=body, headers=world.h("ana"))).status_code == 201
+    r = await client.post(f"{TASKS}/1/messages", json={"body": "more"}, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    assert gate.checked_out == [0, 0]
