@@ -5,6 +5,8 @@ with `BEGIN IMMEDIATE` so that two writers queue on the lock instead of failing 
 "database is locked" when a read transaction tries to upgrade. PostgreSQL needs none of this.
 """
 
+import asyncio
+import weakref
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -13,6 +15,7 @@ from typing import Any
 import structlog
 from sqlalchemy import DateTime, MetaData, TypeDecorator, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
 
@@ -83,6 +86,8 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
 POOL_TIMEOUT_SECONDS = 5.0
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 10
+#: How long a SQLite writer waits for its turn (the engine's `busy_timeout`) before the same 503.
+WRITE_TURN_SECONDS = 15.0
 
 
 def create_engine(url: str) -> AsyncEngine:
@@ -132,14 +137,35 @@ class Database:
         self.url = url
         self.engine = create_engine(url)
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite writers queue in-process, before taking a pooled connection: queued on the
+        # database's lock instead, each would sit on a connection for up to `busy_timeout`, and a
+        # burst of writes would starve every read of the pool. One lock per event loop.
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] | None = (
+            weakref.WeakKeyDictionary() if url.startswith("sqlite") else None
+        )
+
+    @asynccontextmanager
+    async def _write_turn(self, write: bool) -> AsyncIterator[None]:
+        if not write or self._turns is None:
+            yield
+            return
+        lock = self._turns.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+        try:
+            await asyncio.wait_for(lock.acquire(), WRITE_TURN_SECONDS)
+        except TimeoutError:
+            raise PoolTimeout(f"no write turn within {WRITE_TURN_SECONDS:.0f} s") from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     @asynccontextmanager
     async def session(self, *, write: bool = False) -> AsyncIterator[AsyncSession]:
         """A session whose transaction commits on success and rolls back on error.
 
-        `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE). What `after_commit`
-        registered on it runs once it has committed."""
-        async with self.sessionmaker() as session:
+        `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE), after its turn among
+        this process's writers. What `after_commit` registered on it runs once it has committed."""
+        async with self._write_turn(write), self.sessionmaker() as session:
             if write:
                 await session.connection(execution_options={IMMEDIATE: True})
             try:

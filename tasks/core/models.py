@@ -5,10 +5,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from forge.db import Base, utcnow
 from tasks.core.states import ApprovalState
+
+SKIPPED_SAMPLE = 20  # refused paths shown in a run's JSON; the rest are paginated
 
 
 def _uuid() -> str:
@@ -101,10 +103,44 @@ class Run(Base):
     turns: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    skipped: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # The paths the snapshot refused: how many, the first `SKIPPED_SAMPLE` on the row (what task
+    # JSON shows), and all of them in `task_run_skipped` (their own paginated endpoint). An agent
+    # that writes 100,000 files would otherwise make every read of its task megabytes long.
+    skipped_sample: Mapped[list[dict[str, Any]]] = mapped_column("skipped", JSON, default=list)
+    skipped_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    skipped_rows: Mapped[list["RunSkipped"]] = relationship(
+        lazy="noload", cascade="save-update, merge", passive_deletes=True
+    )
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+    @property
+    def skipped(self) -> list[dict[str, Any]]:
+        """The sample (the full list is `task_run_skipped`)."""
+        return self.skipped_sample
+
+    @skipped.setter
+    def skipped(self, paths: list[dict[str, Any]]) -> None:
+        """Whatever list the snapshot produced (`{path, reason, ...}` each), once per run: the
+        count, the sample, and every entry as a row of its own (inserted with the run's flush)."""
+        entries = [{k: str(v) for k, v in p.items()} for p in paths]
+        self.skipped_count = len(entries)
+        self.skipped_sample = entries[:SKIPPED_SAMPLE]
+        self.skipped_rows = [
+            RunSkipped(idx=i, path=e.get("path", ""), reason=e.get("reason", "")) for i, e in enumerate(entries)
+        ]
+
+
+class RunSkipped(Base):
+    """One path a run's snapshot refused, in the order the snapshot reported it."""
+
+    __tablename__ = "task_run_skipped"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("task_runs.id", ondelete="CASCADE"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text, default="")
 
 
 class TranscriptEvent(Base):

@@ -129,10 +129,26 @@ class RunRead(msgspec.Struct, kw_only=True):
     container_id: str
     start_sha: str
     end_sha: str
+    # The first paths the snapshot refused (`{path, reason}`, at most 20); all `skipped_count` of
+    # them: `GET .../tasks/{n}/runs/{number}/skipped`.
     skipped: list[dict[str, str]]
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    skipped_count: int = 0
+
+
+class SkippedPath(msgspec.Struct, kw_only=True):
+    path: str
+    reason: str
+
+
+class SkippedPage(msgspec.Struct, kw_only=True):
+    """A page of the paths a run's snapshot refused, in the order it reported them."""
+
+    items: list[SkippedPath]
+    total: int
+    next_cursor: str | None  # pass as `cursor` for the next page; null on the last one
 
 
 class TaskRead(msgspec.Struct, kw_only=True):

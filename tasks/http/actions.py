@@ -1,6 +1,7 @@
 """The shape every prompt-carrying write of the task routes takes, written once for REST and pages:
 the policy's `user_prompt_submit` precheck runs outside the write transaction (in the request's
-read session, so a slow consumer never holds the database's write lock), then one write
+read session, whose connection goes back to the pool first: a slow consumer holds neither the
+database's write lock nor a pooled connection), then one write
 transaction re-reads what it changes and stores it (see `PromptCheck`). Wake-ups follow that
 commit by themselves (`tasks.core.lifecycle`)."""
 
@@ -26,6 +27,7 @@ from tasks.core.schemas import (
 from tasks.core.states import RunState
 from tasks.http.deps import RepoScope, TaskScope
 from tasks.services.approvals import ApprovalService
+from tasks.services.reads import release
 from tasks.services.reviews import ReviewService
 from tasks.services.tasks import TaskService
 from tasks.system import TaskSystem
@@ -45,6 +47,7 @@ async def precheck_then_write(
     """`precheck` on the request's read session, then `write` on a fresh write transaction where
     the repository (and the caller's access) and the task are read again."""
     checked = await precheck(scope.svc, scope.res, scope.task)
+    await release(scope.session)  # the write may queue for its turn: not on a read connection
     async with scope.system.db.session(write=True) as s:
         res, svc, task = await scope.reload(s)
         return await write(svc, res, task, checked)
@@ -54,6 +57,7 @@ async def start_task(scope: RepoScope, data: TaskCreate) -> TaskRead:
     """Start a task (REST and the start form); the goal's policy check runs before the write."""
     actor = scope.actor
     checked = await scope.svc.precheck_start(actor, scope.res, data)
+    await release(scope.session)
     async with scope.system.db.session(write=True) as s:
         res, svc = await scope.load_repo(s)
         task = await svc.start(actor, res, data, checked=checked)
@@ -87,6 +91,7 @@ async def act_on_task(scope: TaskScope, action: Act, body: MessageCreate | None)
 
 async def stop_and_wait(scope: TaskScope, timeout: float = STOP_WAIT_SECONDS) -> TaskRead:  # noqa: ASYNC109
     """Stop; when a run was running, wait until its worker removed the sandbox and settled."""
+    await release(scope.session)
     async with scope.system.db.session(write=True) as s:
         res, svc, task = await scope.reload(s)
         pending = await svc.request_stop(scope.actor, res, task)
@@ -145,6 +150,7 @@ async def submit_review(scope: TaskScope, data: ReviewCreate) -> ReviewRead:
 
 async def merge_task(scope: TaskScope, data: MergeCreate) -> TaskRead:
     """Merge (the service runs its own read, `pre_merge` hook, then write); the task as it is now."""
+    await release(scope.session)
     await scope.system.merge_service().merge(scope.actor, scope.owner, scope.name, scope.number, data)
     async with scope.system.db.session() as s:
         res, svc, task = await scope.reload(s)

@@ -2,7 +2,14 @@
 `RepoAssignment`: `{owner}/{name}` becomes the repository with the caller's access (404 below the
 role that reads tasks) and `{number}` the task, loaded once per request in a read-only session the
 dependency holds for the request. Handlers that write open their own write transaction (after a
-policy precheck outside it: `tasks.http.actions`) and re-read there with `reload`."""
+policy precheck outside it: `tasks.http.actions`) and re-read there with `reload`.
+
+Nothing holds that session's pooled connection across a wait: a handler ends its read
+transaction (`tasks.services.reads.release`) before a policy precheck's HTTP call, a write
+transaction (which may queue for its turn), or `stop_and_wait`; a read that follows takes a
+connection again. Plain reads keep theirs to the end (re-queueing on the pool per query would
+only slow them). Litestar closes the session before a streamed response (SSE) starts, and the
+stream takes a connection only for each read (`tasks.http.events`)."""
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass

@@ -11,6 +11,7 @@ import msgspec
 from litestar import Controller, Request, get
 from litestar.params import QueryParameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from tasks.core import transcript
 from tasks.core.models import Task
@@ -47,11 +48,18 @@ async def sse_stream(
     yield ServerSentEventMessage(data=None, retry=RETRY_MS)
     with system.hub.waiter(task_id) as waiter:
         while True:
-            async with db.session() as s:
-                # State first: a resting state is committed after every event of the run that ended.
-                task_state = await s.get(Task, task_id, populate_existing=True)
-                resting = task_state is None or TaskState(task_state.state).is_resting
-                events = await transcript.read(s, task_id, after=last, limit=PAGE)
+            # A follower holds a pooled connection only for this read, never while it waits.
+            try:
+                async with db.session() as s:
+                    # State first: a resting state is committed after every event of the run that ended.
+                    task_state = await s.get(Task, task_id, populate_existing=True)
+                    resting = task_state is None or TaskState(task_state.state).is_resting
+                    events = await transcript.read(s, task_id, after=last, limit=PAGE)
+            except PoolTimeout:
+                # The pool stayed full (a burst): a stream already under way cannot answer 503;
+                # it reads again shortly, from where it was (nothing is skipped).
+                await waiter.wait(poll)
+                continue
             if task_state is not None and task_state.state != seen_state and not resting:
                 # No id: a state is not a transcript event (resuming replays events, not states).
                 seen_state = task_state.state

@@ -8,6 +8,7 @@ from forge.git.schemas import Comparison
 from tasks.core.schemas import MergeCreate, ReviewCreate, ReviewRead, ReviewStatus, TaskRead
 from tasks.http.actions import merge_task, submit_review
 from tasks.http.deps import DEPENDENCIES, TASK, TaskScopeDep
+from tasks.services import rules
 from tasks.services.reviews import ReviewService
 
 
@@ -17,11 +18,13 @@ class ReviewController(Controller):
 
     @get(TASK + "/compare", summary="The diff under review: base...head at the task's head commit")
     async def compare(self, task_scope: TaskScopeDep) -> Comparison:
+        rules.require_read_contents(task_scope.actor.principal, task_scope.res)  # a diff shows files
         return await ReviewService(task_scope.svc).comparison(task_scope.res, task_scope.task)
 
     @get(TASK + "/reviews", summary="The task's reviews, oldest first (outdated ones included)")
     async def list_reviews(self, task_scope: TaskScopeDep) -> list[ReviewRead]:
-        return await ReviewService(task_scope.svc).reviews(task_scope.task)
+        quoted = rules.may_read_contents(task_scope.actor.principal, task_scope.res)
+        return await ReviewService(task_scope.svc).reviews(task_scope.task, quoted=quoted)
 
     @post(
         TASK + "/reviews",

@@ -4,15 +4,16 @@ one action (tasks/http/actions.py) or read, and returns a schema."""
 from typing import Annotated
 
 from litestar import Controller, get, post
-from litestar.params import JSONBody, QueryParameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from forge.access import Action
 from forge.deps import ActorDep, DbSession
 from forge.errors import Unauthenticated
 from tasks.core import transcript
-from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead, TranscriptPage
+from tasks.core.schemas import MessageCreate, SkippedPage, TaskCreate, TaskRead, TranscriptPage
 from tasks.http.actions import act_on_task, start_task, stop_and_wait
 from tasks.http.deps import DEPENDENCIES, TASK, TASKS, RepoScopeDep, SystemDep, TaskScopeDep
+from tasks.services.reads import skipped_page
 
 
 class TaskController(Controller):
@@ -74,6 +75,16 @@ class TaskController(Controller):
         events = await transcript.read(task_scope.session, task.id, after=after, limit=limit)
         next_after = events[-1].seq if events else after
         return TranscriptPage(events=events, next_after=next_after, complete=next_after >= task.last_seq)
+
+    @get(TASK + "/runs/{run:str}/skipped", summary="The paths a run's snapshot refused, paginated")
+    async def skipped(
+        self,
+        task_scope: TaskScopeDep,
+        run: FromPath[str],
+        cursor: Annotated[str, QueryParameter(name="cursor", max_length=16)] = "",
+        limit: Annotated[int, QueryParameter(name="limit", ge=1, le=1000)] = 100,
+    ) -> SkippedPage:
+        return await skipped_page(task_scope.session, task_scope.task, run, cursor, limit)
 
 
 class UserTaskController(Controller):

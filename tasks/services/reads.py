@@ -7,12 +7,22 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.errors import InvalidInput, NotFound
 from forge.models import Account
 from forge.repositories import RepoResource
-from tasks.core.models import Approval, Run, Task
+from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due
-from tasks.core.schemas import ApprovalRead, RunRead, TaskRead
+from tasks.core.schemas import ApprovalRead, RunRead, SkippedPage, SkippedPath, TaskRead
 from tasks.core.states import ApprovalState, RunState, TaskState
+
+
+async def release(session: AsyncSession) -> None:
+    """End a read-only session's transaction so its pooled connection goes back to the pool
+    before a wait (a policy call, a stream, a queued write); the next read takes one again. What
+    it loaded stays loaded (the sessions do not expire on commit). Never call it on a session
+    with pending writes: it would commit them."""
+    if session.in_transaction():
+        await session.commit()
 
 
 def approval_read(a: Approval, run_seq: int, decided_by: str | None) -> ApprovalRead:
@@ -68,6 +78,7 @@ def run_read(r: Run) -> RunRead:
         start_sha=r.start_sha,
         end_sha=r.end_sha,
         skipped=[{"path": str(s.get("path", "")), "reason": str(s.get("reason", ""))} for s in r.skipped],
+        skipped_count=r.skipped_count,
         created_at=r.created_at,
         started_at=r.started_at,
         finished_at=r.finished_at,
@@ -153,3 +164,33 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
             )
         )
     return out
+
+
+async def skipped_page(session: AsyncSession, task: Task, run_seq: str, cursor: str, limit: int) -> SkippedPage:
+    """The paths run `run_seq` (as written in the path) of the task refused, after `cursor` (an
+    opaque position)."""
+    run = None
+    if run_seq.isascii() and run_seq.isdigit() and len(run_seq) < 10:
+        stmt = select(Run).where(Run.task_id == task.id, Run.seq == int(run_seq))
+        run = (await session.execute(stmt)).scalar_one_or_none()
+    if run is None:
+        raise NotFound(f"task #{task.number} has no run {run_seq[:12]!r}")
+    if cursor and not (cursor.isdigit() and len(cursor) < 10):
+        raise InvalidInput("cursor: not a cursor this endpoint gave out", code="validation_failed")
+    after = int(cursor) if cursor else -1
+    rows = (
+        await session.execute(
+            select(RunSkipped)
+            .where(RunSkipped.run_id == run.id, RunSkipped.idx > after)
+            .order_by(RunSkipped.idx)
+            .limit(limit + 1)
+        )
+    ).scalars()
+    page = list(rows)
+    more = len(page) > limit
+    page = page[:limit]
+    return SkippedPage(
+        items=[SkippedPath(path=r.path, reason=r.reason) for r in page],
+        total=run.skipped_count,
+        next_cursor=str(page[-1].idx) if more else None,
+    )

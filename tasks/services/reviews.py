@@ -87,7 +87,9 @@ class ReviewService:
         except RefNotFound:
             raise InvalidState(f"the base branch {task.base!r} is gone", code="base_not_found") from None
 
-    async def reviews(self, task: Task) -> list[ReviewRead]:
+    async def reviews(self, task: Task, *, quoted: bool = True) -> list[ReviewRead]:
+        """`quoted=False` blanks the lines comments quote (for a reader without `repo:read`:
+        `rules.may_read_contents`)."""
         rows = (
             (await self.session.execute(select(Review).where(Review.task_id == task.id).order_by(Review.id)))
             .scalars()
@@ -127,7 +129,7 @@ class ReviewService:
                             side=c.side,
                             line=c.line,
                             body=c.body,
-                            quoted=c.quoted,
+                            quoted=c.quoted if quoted else "",
                             commit_sha=c.commit_sha,
                             outdated=c.commit_sha != task.head_sha,
                         )

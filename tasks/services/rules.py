@@ -7,7 +7,9 @@ Beyond the role:
 - the task's own agent never decides its own parked calls, reviews or merges its own work
   (`ask` means ask a person; a review is someone else's);
 - stopping is for the person who started the task, its agent, or a repository admin;
-- only an account (not an anonymous principal) starts a task: runs are requested by someone."""
+- only an account (not an anonymous principal) starts a task: runs are requested by someone;
+- file contents shown through a task (its diff, the line a review comment quotes) are the
+  repository's: they need `repo:read` on top of `tasks:read` (`may_read_contents`)."""
 
 from forge.access import Action, Principal, Role, can, effective_role, require
 from forge.errors import Forbidden
@@ -25,6 +27,17 @@ def may_read(principal: Principal, res: RepoResource) -> bool:
 
 def require_read(principal: Principal, res: RepoResource) -> None:
     require(principal, Action.TASK_READ, res)
+
+
+def may_read_contents(principal: Principal, res: RepoResource) -> bool:
+    """A task's diff and the lines its review comments quote: what `repo:read` reads. A token with
+    `tasks:read` alone sees the task, its transcript and the diff's absence, never the files."""
+    return can(principal, Action.TASK_READ, res) and can(principal, Action.REPO_READ, res)
+
+
+def require_read_contents(principal: Principal, res: RepoResource) -> None:
+    require(principal, Action.TASK_READ, res)
+    require(principal, Action.REPO_READ, res)
 
 
 def may_start(principal: Principal, res: RepoResource) -> bool:

@@ -38,7 +38,7 @@ from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead, argv_of
 from tasks.core.states import ApprovalState, RunKind, RunState, TaskState
 from tasks.core.transcript import Notice, Pending, Prompt
 from tasks.services import rules
-from tasks.services.reads import task_reads
+from tasks.services.reads import release, task_reads
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -149,6 +149,9 @@ class TaskService:
         return await self.life.gate_ctx(task, res.full_name, res.repo.uuid, actor.principal)
 
     async def precheck_prompt(self, ctx: GateContext, text: str, kind: PromptKind) -> PromptCheck:
+        """On a read session only (a precheck precedes the write): its connection goes back to
+        the pool before the policy consumer is asked, however long that takes."""
+        await release(self.session)
         return await precheck_prompt(self.gate, ctx, text, kind)
 
     # --- start --------------------------------------------------------------------------------

@@ -31,12 +31,16 @@ async def review_page(
         reviews = ReviewService(svc)
         comparison = None
         diff_error = None
-        if task.head_sha:
+        principal = scope.actor.principal
+        contents = rules.may_read_contents(principal, res)
+        if not contents:
+            diff_error = "reading the diff needs the repo:read scope"
+        elif task.head_sha:
             try:
                 comparison = await reviews.comparison(res, task)
             except ForgeError as exc:
                 diff_error = exc.detail
-        listed = await reviews.reviews(task)
+        listed = await reviews.reviews(task, quoted=contents)
         bodies = {r.id: await markdown_async(r.body) for r in listed if r.body}
         # Current-head comments under their lines: (path, side, line) -> comments.
         inline: dict[tuple[str, str, int], list[Any]] = {}
@@ -44,7 +48,6 @@ async def review_page(
             for c in r.comments:
                 if not c.outdated:
                     inline.setdefault((c.path, c.side, c.line), []).append((r.author, c))
-        principal = scope.actor.principal
         return page(
             request,
             "tasks/review.html",
