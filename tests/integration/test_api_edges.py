@@ -192,7 +192,6 @@ async def test_anonymous_calls_to_account_endpoints_are_401(app: Litestar, clien
 async def test_a_full_connection_pool_is_a_503_with_retry_after(app: Litestar, make: Accounts) -> None:
     """Back-pressure, not a server error: while every pooled connection is taken, a request waits the
     pool timeout (5 s, not 30) and is answered 503 `database_busy` with `Retry-After`."""
-    import asyncio
     import time
 
     from forge.db import POOL_MAX_OVERFLOW, POOL_SIZE, POOL_TIMEOUT_SECONDS
@@ -201,13 +200,23 @@ async def test_a_full_connection_pool_is_a_503_with_retry_after(app: Litestar, m
     token = await make.token("ana", "repo:read")
     async with AsyncTestClient(app) as client:
         engine = app.state.db.engine
-        held = [await engine.connect() for _ in range(POOL_SIZE + POOL_MAX_OVERFLOW)]
+
+        # Taken and given back on the app's own event loop (the test client runs the app in a portal
+        # thread): asyncpg connections cannot cross loops.
+        async def take() -> list[Any]:
+            return [await engine.connect() for _ in range(POOL_SIZE + POOL_MAX_OVERFLOW)]
+
+        async def give_back(conns: list[Any]) -> None:
+            for conn in conns:
+                await conn.close()
+
+        held = client.blocking_portal.call(take)
         try:
             started = time.monotonic()
             r = await client.get("/api/v1/repos", headers={"Authorization": f"Bearer {token}"})
             waited = time.monotonic() - started
         finally:
-            await asyncio.gather(*(c.close() for c in held))
+            client.blocking_portal.call(give_back, held)
         assert r.status_code == 503, r.text
         assert r.json()["code"] == "database_busy" and r.headers["retry-after"] == "1"
         assert waited < POOL_TIMEOUT_SECONDS * 3
