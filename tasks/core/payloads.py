@@ -6,7 +6,7 @@ the Literal of its members, so mypy checks that the enums and the Literals forge
 may not import tasks) agree; tests/unit/test_event_payloads.py checks it at run time too."""
 
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from msgspec import UNSET, UnsetType
 
@@ -57,19 +57,26 @@ def run_finished(run: Run) -> events.RunFinished:
     )
 
 
+def _approval(a: Approval) -> dict[str, Any]:
+    """The fields both approval payloads share."""
+    return {
+        "approval_id": a.uuid,
+        "tool_use_id": a.tool_use_id,
+        "tool_name": a.tool_name,
+        "tool_input": a.tool_input,
+        "input_hash": a.input_hash,
+        "reason": a.reason,
+        "held": a.held,
+        "requested_by": a.requested_by,
+        "expires_at": a.expires_at.isoformat(),
+    }
+
+
 def approval_requested(a: Approval) -> events.ApprovalRequested:
     if ApprovalState(a.state) is not ApprovalState.PENDING:
         raise ValueError(f"approval {a.uuid} is {a.state}, not pending")
     return events.ApprovalRequested(
-        approval_id=a.uuid,
-        tool_use_id=a.tool_use_id,
-        tool_name=a.tool_name,
-        tool_input=a.tool_input,
-        input_hash=a.input_hash,
-        reason=a.reason,
-        held=a.held,
-        requested_by=a.requested_by,
-        expires_at=a.expires_at.isoformat(),
+        **_approval(a),
         state="pending",
     )
 
@@ -80,15 +87,7 @@ def approval_resolved(a: Approval, *, decision_reason: str | UnsetType = UNSET) 
     if state is ApprovalState.PENDING:
         raise ValueError(f"approval {a.uuid} is still pending")
     return events.ApprovalResolved(
-        approval_id=a.uuid,
-        tool_use_id=a.tool_use_id,
-        tool_name=a.tool_name,
-        tool_input=a.tool_input,
-        input_hash=a.input_hash,
-        reason=a.reason,
-        held=a.held,
-        requested_by=a.requested_by,
-        expires_at=a.expires_at.isoformat(),
+        **_approval(a),
         state=cast(events.ApprovalDecidedName, state.value),
         decision_reason=decision_reason,
     )
