@@ -24,7 +24,7 @@ from forge import audit
 from forge.access import Principal, Role, effective_role
 from forge.audit import Actor
 from forge.db import Database
-from forge.events import AccountRef, Event, EventBus
+from forge.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.smart_http import GitServiceProcess
@@ -78,14 +78,13 @@ async def record_push(
     await bus.publish(
         session,
         Event(
-            type="repo.pushed",
             repo_id=res.repo.id,
             repo_uuid=res.repo.uuid,
             repository=res.full_name,
             actor=AccountRef(login=actor.principal.login, type="Bot" if actor.principal.type == "Bot" else "User")
             if actor.principal.account_id is not None
             else None,
-            data={"refs": refs},
+            data=RepoPushed(refs=[PushedRef(ref=u.ref, before=u.old, after=u.new) for u in updates]),
         ),
     )
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import msgspec
 
-from forge.events import AccountRef, Event, RunRef, TaskRef
+from forge.events import AccountRef, Event, RunRef, TaskRef, data_of
 from forge.models import Repository
 from webhooks.protocol import SCHEMA_VERSION
 
@@ -81,7 +81,7 @@ def for_event(event: Event, instance: str) -> tuple[bytes, str]:
             agent=event.agent,
             occurred_at=event.at,
         ),
-        data=event.data,
+        data=data_of(event.data),
     )
     return encode(env), subject(event.task, event.repo_uuid, instance)
 

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge import audit
 from forge.audit import Actor
 from forge.errors import Conflict, InvalidInput, NotFound
-from forge.events import Event
+from forge.events import Event, Ping
 from forge.models import Repository
 from webhooks import envelope
 from webhooks.config import WebhooksConfig, seal
@@ -213,11 +213,15 @@ async def ping(
 ) -> WebhookOutbox:
     """Queue a `ping` notification for this endpoint (one attempt, shown in its log)."""
     event = Event(
-        type="ping",
         repo_id=repo.id if repo else None,
         repo_uuid=repo.uuid if repo else "",
         repository=f"{repo.owner.login}/{repo.name}" if repo else "",
-        data={"hook_id": endpoint.id, "url": endpoint.url, "events": list(endpoint.events), "kind": endpoint.kind},
+        data=Ping(
+            hook_id=endpoint.id,
+            url=endpoint.url,
+            events=list(endpoint.events),
+            kind="policy" if endpoint.kind == "policy" else "notify",
+        ),
         at=cfg.clock(),
     )
     body, subject = envelope.for_event(event, cfg.instance_id)

@@ -7,9 +7,9 @@ views and the worker (`forge.db.after_commit`): no handler has to remember to wa
 nobody is woken by a transaction that rolled back."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import msgspec
+from msgspec import UNSET
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.access import Principal
 from forge.db import after_commit, utcnow
 from forge.errors import BadGateway, Forbidden
-from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef
+from forge.events import AccountRef, Event, EventBus, EventPayload, EventType, RunRef, TaskRef
 from forge.models import Account, Repository
-from tasks.core import transcript
+from tasks.core import payloads, transcript
 from tasks.core.models import Run, Task, TaskCounter
 from tasks.core.policy import GateContext, GateDecision, PolicyGate, PromptKind
 from tasks.core.states import RunKind, RunState, TaskState, check_transition
@@ -154,14 +154,17 @@ class Lifecycle:
 
     async def publish(
         self,
-        type_: Any,
+        type_: EventType,
         task: Task,
         repo: Repository,
         *,
         actor: Principal | None = None,
         run: Run | None = None,
-        data: dict[str, Any] | None = None,
+        data: EventPayload,
     ) -> None:
+        """Publish `data` (its tag is the event type: `type_` says at the call site what it must be)."""
+        if data.type != type_:
+            raise ValueError(f"a {data.type} payload published as {type_}")
         full = f"{repo.owner.login}/{repo.name}"
         actor_ref = None
         if actor is not None and actor.account_id is not None:
@@ -169,7 +172,6 @@ class Lifecycle:
         await self.bus.publish(
             self.session,
             Event(
-                type=type_,
                 repo_id=repo.id,
                 repo_uuid=repo.uuid,
                 repository=full,
@@ -177,7 +179,7 @@ class Lifecycle:
                 run=RunRef(id=run.uuid, seq=run.seq) if run is not None else None,
                 actor=actor_ref,
                 agent=await account_ref(self.session, task.agent_id),
-                data=data or {},
+                data=data,
             ),
         )
         self.touched(task.id)
@@ -197,12 +199,13 @@ class Lifecycle:
         task.state = new
         task.updated_at = utcnow()
         await self.session.flush()
-        data: dict[str, Any] = {"from": old.value, "to": new.value}
-        if new is TaskState.QUEUED:
-            data["queue_position"] = await queue_position(self.session, task)
-        if task.failure_reason and new is TaskState.FAILED:
-            data["failure_reason"] = task.failure_reason
-            data["error"] = task.error
+        data = payloads.state_changed(
+            old,
+            new,
+            queue_position=await queue_position(self.session, task) if new is TaskState.QUEUED else UNSET,
+            reason=task.failure_reason,
+            error=task.error,
+        )
         await self.publish("task.state_changed", task, repo, actor=actor, run=run, data=data)
 
     async def append(self, task_id: int, events: Sequence[Pending]) -> list[int]:

@@ -14,7 +14,6 @@ Each step publishes `approval.requested` or `approval.resolved` and writes a tra
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,27 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.access import Principal
 from forge.db import Database, utcnow
 from forge.models import Repository
+from tasks.core import payloads
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Approval, Run, Task
 from tasks.core.policy import ApprovalRequest, input_hash
 from tasks.core.states import ApprovalState, FailureReason, TaskState
 from tasks.core.transcript import Notice, Pending
-
-
-def event_data(a: Approval, **more: Any) -> dict[str, Any]:
-    return {
-        "approval_id": a.uuid,
-        "tool_use_id": a.tool_use_id,
-        "tool_name": a.tool_name,
-        "tool_input": a.tool_input,
-        "input_hash": a.input_hash,
-        "reason": a.reason,
-        "held": a.held,
-        "requested_by": a.requested_by,
-        "expires_at": a.expires_at.isoformat(),
-        "state": a.state,
-        **more,
-    }
 
 
 async def park(
@@ -71,7 +55,7 @@ async def park(
     text = f"the {request.tool_name} call waits for approval ({why}"
     text += f": {request.reason})" if request.reason else ")"
     await life.append(task.id, [Pending(kind="notice", payload=Notice(text=text, level="warning"))])
-    await life.publish("approval.requested", task, repo, run=run, data=event_data(approval))
+    await life.publish("approval.requested", task, repo, run=run, data=payloads.approval_requested(approval))
     return approval
 
 
@@ -97,7 +81,7 @@ async def cancel_pending(life: Lifecycle, task: Task, repo: Repository, *, actor
     a.state = ApprovalState.CANCELLED
     a.decided_at = utcnow()
     a.decided_by_id = actor.account_id if actor is not None else None
-    await life.publish("approval.resolved", task, repo, actor=actor, data=event_data(a))
+    await life.publish("approval.resolved", task, repo, actor=actor, data=payloads.approval_resolved(a))
 
 
 async def expire_due(db: Database, lifecycle: Callable[[AsyncSession], Lifecycle]) -> list[int]:
@@ -138,7 +122,7 @@ async def expire_due(db: Database, lifecycle: Callable[[AsyncSession], Lifecycle
             minutes = max(1, round((a.expires_at - a.created_at).total_seconds() / 60))
             text = f"nobody decided the {a.tool_name} call within {minutes} min: the approval expired"
             await life.append(task.id, [Pending(kind="notice", payload=Notice(text=text, level="error"))])
-            await life.publish("approval.resolved", task, repo, data=event_data(a))
+            await life.publish("approval.resolved", task, repo, data=payloads.approval_resolved(a))
             if task.state == TaskState.BLOCKED:
                 task.error = f"{text}; retry to let the agent go on without it"
                 task.failure_reason = FailureReason.APPROVAL_EXPIRED.value

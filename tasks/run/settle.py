@@ -12,10 +12,12 @@ from urllib.parse import urlsplit
 import structlog
 
 from forge.db import utcnow
+from forge.events import RunFinished
 from forge.git import Identity
 from forge.models import Repository
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
+from tasks.core import payloads
 from tasks.core.models import Run
 from tasks.core.parked import park
 from tasks.core.policy import GateContext
@@ -29,15 +31,8 @@ from tasks.run.runtimes.base import Outcome
 log = structlog.get_logger("forgehand.tasks")
 
 
-def run_data(run: Run) -> dict[str, Any]:
-    return {
-        "kind": run.kind,
-        "state": run.state,
-        "exit_code": run.exit_code,
-        "failure_reason": run.failure_reason or None,
-        "error": run.error,
-        "end_sha": run.end_sha,
-    }
+def run_data(run: Run) -> RunFinished:
+    return payloads.run_finished(run)
 
 
 def remove_workspace(path: Path) -> None:

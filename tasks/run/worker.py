@@ -23,6 +23,7 @@ from forge.git import RepoStore
 from forge.models import Repository
 from forge.settings import Settings
 from sandbox import DEFAULT_IMAGE, EngineUnavailable, SandboxEngine, SandboxError, quota_unavailable_reason, reap
+from tasks.core import payloads
 from tasks.core.live import LiveHub
 from tasks.core.models import Run, Task
 from tasks.core.parked import expire_due
@@ -280,7 +281,7 @@ class TaskWorker:
                 run.heartbeat_at = utcnow()
                 run.started_at = utcnow()
                 await life.set_state(task, repo, TaskState.RUNNING, run=run)
-                await life.publish("run.started", task, repo, run=run, data={"kind": run.kind})
+                await life.publish("run.started", task, repo, run=run, data=payloads.run_started(run))
                 claimed.append((run.id, task.id))
         return claimed
 

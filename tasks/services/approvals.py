@@ -9,9 +9,10 @@ from forge.db import utcnow
 from forge.errors import InvalidState, NotFound
 from forge.repositories import RepoResource
 from forge.text import require_no_nul
+from tasks.core import payloads
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Approval, Task
-from tasks.core.parked import event_data, is_due
+from tasks.core.parked import is_due
 from tasks.core.schemas import ApprovalDecide, ApprovalRead
 from tasks.core.states import ApprovalState, RunKind, TaskState
 from tasks.core.transcript import Notice, Pending
@@ -109,7 +110,7 @@ class ApprovalService:
             res.repo,
             actor=actor.principal,
             run=run,
-            data=event_data(a, decision_reason=a.decision_reason),
+            data=payloads.approval_resolved(a, decision_reason=a.decision_reason),
         )
         audit.record(
             self.session,

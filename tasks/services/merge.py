@@ -24,6 +24,7 @@ from forge.access import Action
 from forge.audit import Actor
 from forge.db import Database, utcnow
 from forge.errors import BadGateway, Forbidden, InvalidState
+from forge.events import TaskMerged
 from forge.git import merge as git_merge
 from forge.git.errors import (
     BaseMoved,
@@ -38,7 +39,7 @@ from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
 from forge.models import Account
 from forge.repositories import load
-from tasks.core import repo_settings
+from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import gate_context
 from tasks.core.models import Task
 from tasks.core.schemas import MergeCreate
@@ -200,16 +201,16 @@ class MergeService:
                 task,
                 res.repo,
                 actor=actor.principal,
-                data={
-                    "strategy": task.merge_strategy,
-                    "base": task.base,
-                    "base_sha_before": base_sha,
-                    "merged_sha": merged_sha,
-                    "head": task.branch,
-                    "head_sha": head_sha,
-                    "approvals": status.approvals,
-                    "branch_deleted": deleted,
-                },
+                data=TaskMerged(
+                    strategy=payloads.merged_how(task.merge_strategy),
+                    base=task.base,
+                    base_sha_before=base_sha,
+                    merged_sha=merged_sha,
+                    head=task.branch,
+                    head_sha=head_sha,
+                    approvals=status.approvals,
+                    branch_deleted=deleted,
+                ),
             )
             audit.record(
                 s,

@@ -26,7 +26,7 @@ from forge.git.schemas import Comparison
 from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
 from forge.text import require_no_nul, without_nul
-from tasks.core import repo_settings
+from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Review, ReviewComment, Run, Task
 from tasks.core.schemas import ReviewCommentRead, ReviewCreate, ReviewRead, ReviewStatus
@@ -296,7 +296,7 @@ class ReviewService:
             res.repo,
             actor=actor.principal,
             run=run,
-            data=_review_data(review, comments),
+            data=payloads.review_submitted(review, comments),
         )
         audit.record(
             self.session,
@@ -322,13 +322,3 @@ async def _counts(session: Any, account: Account, repo: Repository) -> bool:
         via="session",
     )
     return rules.may_review(principal, await resource_for(session, repo, principal))
-
-
-def _review_data(review: Review, comments: Sequence[ReviewComment]) -> dict[str, Any]:
-    return {
-        "review_id": review.uuid,
-        "verdict": review.verdict,
-        "body": review.body,
-        "commit_sha": review.commit_sha,
-        "comments": [{"path": c.path, "side": c.side, "line": c.line, "body": c.body} for c in comments],
-    }

@@ -15,13 +15,13 @@ from forge.access import Principal
 from forge.audit import Actor
 from forge.db import utcnow
 from forge.errors import InvalidInput, InvalidState, NotFound
-from forge.events import EventBus
+from forge.events import EventBus, TaskCreated
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
 from forge.git.errors import InvalidRefName
 from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
-from tasks.core import repo_settings
+from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import (
     Changed,
     Lifecycle,
@@ -199,18 +199,16 @@ class TaskService:
             agent=agent.login,
             base=task.base,
         )
-        await self.life.publish("task.created", task, res.repo, actor=actor.principal)
+        await self.life.publish("task.created", task, res.repo, actor=actor.principal, data=TaskCreated())
         await self.life.publish(
             "task.state_changed",
             task,
             res.repo,
             actor=actor.principal,
             run=run,
-            data={
-                "from": None,
-                "to": TaskState.QUEUED.value,
-                "queue_position": await queue_position(self.session, task),
-            },
+            data=payloads.state_changed(
+                None, TaskState.QUEUED, queue_position=await queue_position(self.session, task)
+            ),
         )
         return task
 

@@ -36,7 +36,7 @@ import httpx
 from sqlalchemy import func, select
 
 from forge.db import Database, utcnow
-from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef
+from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskStateChanged
 from forge.models import Repository
 from forge.settings import Settings
 from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
@@ -197,12 +197,11 @@ def events_for(repo: Repository, n: int, tasks: int) -> list[Event]:
     refs = [TaskRef(id=str(uuid.uuid4()), number=i + 1) for i in range(tasks)]
     return [
         Event(
-            type="task.state_changed",
             repo_id=repo.id,
             repo_uuid=repo.uuid,
             repository=f"ana/{repo.name}",
             task=refs[i % tasks],
-            data={"seq": i, "from": "queued", "to": "running"},
+            data=TaskStateChanged(from_="queued", to="running"),
         )
         for i in range(n)
     ]

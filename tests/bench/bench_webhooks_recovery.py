@@ -18,7 +18,7 @@ from forge.db import Database
 from forge.events import Event
 from forge.models import Repository
 from forge.settings import Settings
-from tests.support.webhooks import Rig, Seen, event, make_endpoint, make_repo, receiver, task_ref
+from tests.support.webhooks import Rig, Seen, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
 from webhooks.models import WebhookEndpoint
 
@@ -28,7 +28,7 @@ TASKS = 30
 
 def spread(repo: Repository) -> list[Event]:
     tasks = [task_ref() for _ in range(TASKS)]
-    return [event(repo, "task.state_changed", tasks[i % TASKS], step=i // TASKS) for i in range(EVENTS)]
+    return [event(repo, numbered(i // TASKS), tasks[i % TASKS]) for i in range(EVENTS)]
 
 
 async def delivered(rig: Rig, wids: set[str], timeout: float = 120.0) -> None:

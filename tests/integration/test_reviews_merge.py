@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from forge.audit import Actor
 from forge.db import Database
-from forge.events import Event
+from forge.events import Event, TaskMerged
 from forge.git import RepoStore
 from forge.git.bare import write_commit
 from forge.models import AuditEvent
@@ -139,7 +139,8 @@ async def test_review_request_changes_then_approve_and_merge(
     types = [e.type for e in published]
     assert types.count("review.submitted") == 3 and types.count("task.merged") == 1
     [done] = [e for e in published if e.type == "task.merged"]
-    assert done.data["merged_sha"] == merged["merged_sha"] and done.data["strategy"] == "merge"
+    assert isinstance(done.data, TaskMerged)
+    assert done.data.merged_sha == merged["merged_sha"] and done.data.strategy == "merge"
     assert done.actor is not None and done.actor.login == "ana"
 
 

@@ -16,7 +16,7 @@ from forge.db import Database
 from forge.events import TaskRef
 from forge.models import Repository
 from forge.settings import Settings
-from tests.support.webhooks import Rig, Seen, config, event, make_endpoint, make_repo, receiver, task_ref
+from tests.support.webhooks import Rig, Seen, config, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
 from webhooks.deliverer import Deliverer
 from webhooks.models import WebhookEndpoint, WebhookOutbox
@@ -59,7 +59,7 @@ async def ping(rig: Rig, db: Database, repo: Repository, endpoint_id: int) -> We
 
 def steps_of(seen: list[Seen], task: TaskRef) -> list[int]:
     bodies = [json.loads(s.body) for s in seen]
-    return [b["data"]["step"] for b in bodies if b["type"] != "ping" and b["meta"]["task"]["id"] == task.id]
+    return [b["data"]["queue_position"] for b in bodies if b["type"] != "ping" and b["meta"]["task"]["id"] == task.id]
 
 
 @pytest.mark.parametrize("trigger", ["event", "ping"])
@@ -71,10 +71,10 @@ async def test_a_backlog_drains_at_once_when_the_endpoint_answers_again(
         with receiver(switch) as r:
             endpoint, _ = await make_endpoint(db, rig.cfg, repo, r.url)
             a, b, c = task_ref(), task_ref(), task_ref()
-            backlog = [event(repo, "task.state_changed", t, step=i) for t in (a, b) for i in range(3)]
+            backlog = [event(repo, numbered(i), t) for t in (a, b) for i in range(3)]
             await rig.publish(*backlog)
             await fail_until(rig, {backlog[0].id, backlog[3].id}, 3)  # a and b: next try ~30 min away
-            later = [event(repo, "task.state_changed", c, step=i) for i in range(3)]
+            later = [event(repo, numbered(i), c) for i in range(3)]
             await rig.publish(*later)
             await fail_until(rig, {later[0].id}, 2)  # c: next try ~5 min away
             backlog += later
@@ -91,7 +91,7 @@ async def test_a_backlog_drains_at_once_when_the_endpoint_answers_again(
                 t0 = time.monotonic()
                 d = task_ref()
                 if trigger == "event":
-                    fresh = event(repo, "task.created", d, step=0)
+                    fresh = event(repo, None, d)
                     await rig.publish(fresh)
                 else:
                     await ping(rig, db, repo, endpoint.id)
@@ -123,7 +123,7 @@ async def test_a_flapping_endpoint_gets_the_schedule_plus_one_catch_up_per_recov
         with receiver(switch) as r:
             endpoint, _ = await make_endpoint(db, rig.cfg, repo, r.url)
             a, b = task_ref(), task_ref()
-            events = [event(repo, "task.state_changed", t, step=i) for t in (a, b) for i in range(2)]
+            events = [event(repo, numbered(i), t) for t in (a, b) for i in range(2)]
             await rig.publish(*events)
             heads = {events[0].id, events[2].id}
             await fail_until(rig, heads, 2)  # two scheduled attempts each; next ~5 min away

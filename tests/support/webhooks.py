@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from forge.audit import Actor
 from forge.db import Database, utcnow
-from forge.events import Event, EventBus, TaskRef
+from forge.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, TaskStateChanged
 from forge.models import Account, Repository
 from forge.settings import Settings
 from tests.support.http import LoopbackServer
@@ -244,15 +244,15 @@ def task_ref() -> TaskRef:
     return TaskRef(id=str(uuid.uuid4()), number=1)
 
 
-def event(repo: Repository, etype: str = "task.created", task: TaskRef | None = None, **data: Any) -> Event:
+def event(repo: Repository, payload: EventPayload | None = None, task: TaskRef | None = None) -> Event:
     return Event(
-        type=etype,  # type: ignore[arg-type]
-        repo_id=repo.id,
-        repo_uuid=repo.uuid,
-        repository=f"ana/{repo.name}",
-        task=task,
-        data=data,
+        repo_id=repo.id, repo_uuid=repo.uuid, repository=f"ana/{repo.name}", task=task, data=payload or TaskCreated()
     )
+
+
+def numbered(step: int) -> TaskStateChanged:
+    """A state change numbered by its queue position, so order checks can read the number back."""
+    return TaskStateChanged(from_="queued", to="queued", queue_position=step)
 
 
 class Rig:

@@ -1,0 +1,226 @@
+"""One event of every notification type through the outbox path (bus -> `OutboxWriter` -> outbox
+row, and `service.ping`): the envelope's `data` has the documented shape, key for key and in
+order, the tag never leaks into it, it decodes back to the payload it came from, and the table in
+docs/webhooks.md matches the structs."""
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from sqlalchemy import select
+
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import (
+    PAYLOADS,
+    ApprovalRequested,
+    ApprovalResolved,
+    Event,
+    EventBus,
+    EventPayload,
+    Ping,
+    PushedRef,
+    RepoPushed,
+    ReviewComment,
+    ReviewSubmitted,
+    RunFinished,
+    RunRef,
+    RunStarted,
+    TaskCreated,
+    TaskMerged,
+    TaskRef,
+    TaskStateChanged,
+)
+from forge.models import Repository
+from forge.settings import Settings
+from tests.support.payloads import doc_rows, payload_rows, render_rows
+from tests.support.webhooks import config, make_endpoint, make_repo
+from webhooks import service
+from webhooks.models import WebhookEndpoint, WebhookOutbox
+from webhooks.outbox import OutboxWriter
+from webhooks.protocol import NOTIFY_EVENTS
+
+SHA_A, SHA_B, ZEROS = "a" * 40, "b" * 40, "0" * 40
+APPROVAL: dict[str, Any] = {
+    "approval_id": "2b1f0c3e-0000-4000-8000-000000000001",
+    "tool_use_id": "call_1",
+    "tool_name": "bash",
+    "tool_input": {"command": "make deploy", "env": {"X": 1}},
+    "input_hash": "c" * 64,
+    "reason": "deploys need a person",
+    "held": False,
+    "requested_by": "https://hooks.example.com/policy",
+    "expires_at": "2026-12-01T10:30:00+00:00",
+}
+
+# (payload, the `data` object a consumer receives: the documented shape, in wire order)
+CASES: list[tuple[EventPayload, dict[str, Any]]] = [
+    (TaskCreated(), {}),
+    (
+        TaskStateChanged(from_=None, to="queued", queue_position=1),
+        {"from": None, "to": "queued", "queue_position": 1},
+    ),
+    (TaskStateChanged(from_="queued", to="running"), {"from": "queued", "to": "running"}),
+    (
+        TaskStateChanged(from_="queued", to="queued", queue_position=None),
+        {"from": "queued", "to": "queued", "queue_position": None},
+    ),
+    (
+        TaskStateChanged(from_="running", to="failed", failure_reason="timeout", error="ran for 1 h"),
+        {"from": "running", "to": "failed", "failure_reason": "timeout", "error": "ran for 1 h"},
+    ),
+    (RunStarted(kind="start"), {"kind": "start"}),
+    (
+        RunFinished(kind="review", state="failed", exit_code=2, failure_reason="exit_code", error="exit 2", end_sha=""),
+        {
+            "kind": "review",
+            "state": "failed",
+            "exit_code": 2,
+            "failure_reason": "exit_code",
+            "error": "exit 2",
+            "end_sha": "",
+        },
+    ),
+    (
+        RunFinished(kind="start", state="succeeded", exit_code=None, failure_reason=None, error="", end_sha=SHA_A),
+        {
+            "kind": "start",
+            "state": "succeeded",
+            "exit_code": None,
+            "failure_reason": None,
+            "error": "",
+            "end_sha": SHA_A,
+        },
+    ),
+    (ApprovalRequested(**APPROVAL, state="pending"), {**APPROVAL, "state": "pending"}),
+    (ApprovalResolved(**APPROVAL, state="expired"), {**APPROVAL, "state": "expired"}),
+    (
+        ApprovalResolved(**APPROVAL, state="denied", decision_reason="not today"),
+        {**APPROVAL, "state": "denied", "decision_reason": "not today"},
+    ),
+    (
+        ReviewSubmitted(
+            review_id="2b1f0c3e-0000-4000-8000-000000000002",
+            verdict="request_changes",
+            body="close, but",
+            commit_sha=SHA_A,
+            comments=[ReviewComment(path="src/a.py", side="head", line=3, body="off by one")],
+        ),
+        {
+            "review_id": "2b1f0c3e-0000-4000-8000-000000000002",
+            "verdict": "request_changes",
+            "body": "close, but",
+            "commit_sha": SHA_A,
+            "comments": [{"path": "src/a.py", "side": "head", "line": 3, "body": "off by one"}],
+        },
+    ),
+    (
+        TaskMerged(
+            strategy="squash",
+            base="main",
+            base_sha_before=SHA_A,
+            merged_sha=SHA_B,
+            head="agent/1-fix",
+            head_sha=SHA_A,
+            approvals=["wendy"],
+            branch_deleted=True,
+        ),
+        {
+            "strategy": "squash",
+            "base": "main",
+            "base_sha_before": SHA_A,
+            "merged_sha": SHA_B,
+            "head": "agent/1-fix",
+            "head_sha": SHA_A,
+            "approvals": ["wendy"],
+            "branch_deleted": True,
+        },
+    ),
+    (
+        RepoPushed(refs=[PushedRef(ref="refs/heads/main", before=ZEROS, after=SHA_B)]),
+        {"refs": [{"ref": "refs/heads/main", "before": ZEROS, "after": SHA_B}]},
+    ),
+]
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
+
+
+@pytest.fixture
+async def repo(db: Database) -> Repository:
+    return await make_repo(db)
+
+
+async def outbox_bodies(db: Database) -> list[dict[str, Any]]:
+    async with db.session() as s:
+        rows = (await s.execute(select(WebhookOutbox).order_by(WebhookOutbox.id))).scalars()
+        return [json.loads(r.body) for r in rows]
+
+
+def check_data(payload: EventPayload, body: dict[str, Any], expected: dict[str, Any]) -> None:
+    data = body["data"]
+    assert body["type"] == payload.type
+    assert list(data.items()) == list(expected.items())  # same keys, same values, same order
+    assert "type" not in data  # the union's tag is the envelope's `type`, never part of `data`
+    assert msgspec.convert({**data, "type": body["type"]}, EventPayload) == payload
+
+
+async def test_every_type_reaches_the_envelope_in_its_documented_shape(
+    db: Database, settings: Settings, repo: Repository
+) -> None:
+    cfg = config(settings)
+    endpoint, _ = await make_endpoint(db, cfg, repo, "http://127.0.0.1:1/all", events=list(NOTIFY_EVENTS))
+    bus = EventBus()
+    bus.subscribe(OutboxWriter(cfg))
+    task = TaskRef(id=str(uuid.uuid4()), number=1)
+    async with db.session(write=True) as s:
+        for payload, _ in CASES:
+            pushed = isinstance(payload, RepoPushed)
+            await bus.publish(
+                s,
+                Event(
+                    repo_id=repo.id,
+                    repo_uuid=repo.uuid,
+                    repository=f"ana/{repo.name}",
+                    task=None if pushed else task,
+                    run=RunRef(id=str(uuid.uuid4()), seq=1) if isinstance(payload, RunStarted | RunFinished) else None,
+                    data=payload,
+                ),
+            )
+    bodies = await outbox_bodies(db)
+    assert len(bodies) == len(CASES)
+    for (payload, expected), body in zip(CASES, bodies, strict=True):
+        check_data(payload, body, expected)
+        assert body["meta"]["task"] == (
+            None if isinstance(payload, RepoPushed) else {"id": task.id, "number": 1, "url": ""}
+        )
+
+    async with db.session(write=True) as s:  # ping goes through the service, not the bus
+        row = await service.ping(s, Actor.system("t"), cfg, repo, await s.get(WebhookEndpoint, endpoint.id))  # type: ignore[arg-type]
+        body = json.loads(row.body)
+    expected = {
+        "hook_id": endpoint.id,
+        "url": "http://127.0.0.1:1/all",
+        "events": list(NOTIFY_EVENTS),
+        "kind": "notify",
+    }
+    check_data(Ping(hook_id=endpoint.id, url=endpoint.url, events=list(NOTIFY_EVENTS), kind="notify"), body, expected)
+    assert {b["type"] for b in [*bodies, body]} == set(NOTIFY_EVENTS) == set(PAYLOADS)
+
+
+def test_the_docs_table_matches_the_payload_structs() -> None:
+    documented = doc_rows(DOCS.read_text(), "### Payloads")
+    assert documented == payload_rows(), "docs/webhooks.md, Payloads, should read:\n" + render_rows()
+
+
+def test_an_event_has_the_type_of_its_payload() -> None:
+    for etype, struct in PAYLOADS.items():
+        fields = {f.name for f in msgspec.structs.fields(struct)}
+        assert "type" not in fields  # the tag field is reserved for the tag
+        assert struct.__struct_config__.tag == etype
+    e = Event(repo_id=None, data=Ping(hook_id=1, url="https://h", events=["ping"], kind="notify"))
+    assert e.type == "ping"
+    with pytest.raises(msgspec.ValidationError):  # a payload decodes only with a tag it knows
+        msgspec.convert({"type": "task.renamed"}, EventPayload)
