@@ -97,6 +97,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await push_recorder.start()  # records what a crash left in the push journal
+        await task_system.start_recovery()  # finishes or drops merges a crash interrupted
         if settings.run_worker:
             await task_system.start_worker()
             await hooks.start()
@@ -105,6 +106,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         finally:
             await hooks.stop()
             await task_system.stop_worker()
+            await task_system.stop_recovery()
             await push_recorder.stop()
             await store.close()
             if db is None:

@@ -3,9 +3,11 @@ and the services built on a session. The composition root builds one and puts it
 `app.state.tasks`."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
@@ -18,8 +20,13 @@ from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll, PolicyGate
 from tasks.run.webhook_gate import WebhookGate
 from tasks.run.worker import TaskWorker
+from tasks.services import merge_intents
 from tasks.services.merge import MergeService
 from tasks.services.tasks import TaskService
+
+log = structlog.get_logger("forgehand.tasks")
+
+RECONCILE_SECONDS = 300.0
 
 
 class TaskSystem:
@@ -40,6 +47,7 @@ class TaskSystem:
         self.gate: PolicyGate = gate or AllowAll()
         self.hub = hub or LiveHub()
         self.worker: TaskWorker | None = None
+        self._recovery: asyncio.Task[None] | None = None
 
     def service(self, session: AsyncSession) -> TaskService:
         """The task service on `session`. What it changes wakes live views and the worker (they
@@ -68,6 +76,26 @@ class TaskSystem:
             engine=engine,
             extra_secrets=extra_secrets,
         )
+
+    async def start_recovery(self) -> None:
+        """Finish or drop the merges a crash interrupted, now and every `RECONCILE_SECONDS`."""
+        await merge_intents.reconcile(self.db, self.service)
+        self._recovery = asyncio.create_task(self._recovery_loop())
+
+    async def stop_recovery(self) -> None:
+        if self._recovery is not None:
+            self._recovery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recovery
+            self._recovery = None
+
+    async def _recovery_loop(self) -> None:
+        while True:
+            await asyncio.sleep(RECONCILE_SECONDS)
+            try:
+                await merge_intents.reconcile(self.db, self.service)
+            except Exception:
+                log.exception("reconciling merges failed")
 
     async def start_worker(self) -> TaskWorker:
         self.worker = self.make_worker()

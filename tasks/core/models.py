@@ -246,3 +246,21 @@ class RepoTaskSettings(Base):
     approval_not_by_starter: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class MergeIntent(Base):
+    """A merge about to move a base ref, committed before the compare-and-swap: recovery finishes
+    it (the ref moved) or drops it (it did not) when the merging process died in between. It is
+    deleted in the transaction that marks the task merged, so a merge is recorded exactly once."""
+
+    __tablename__ = "task_merge_intents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    base: Mapped[str] = mapped_column(String(255))
+    base_sha: Mapped[str] = mapped_column(String(64))  # the base the merge was computed from
+    head_sha: Mapped[str] = mapped_column(String(64))
+    strategy: Mapped[str] = mapped_column(String(16))
+    actor_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    owner: Mapped[str] = mapped_column(String(200))  # host:pid of the merging process
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

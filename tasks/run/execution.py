@@ -31,7 +31,7 @@ from tasks.core.policy import ApprovedCall, GateContext, policy_record
 from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
-from tasks.run import gitops
+from tasks.run import gitops, recovery
 from tasks.run.env import RunEnv
 from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits, RuntimeUnavailable
 from tasks.run.settle import Settling
@@ -234,12 +234,13 @@ class Execution(Settling):
         limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
         try:
             head = await env.store.read(self.repo_key, gitops.branch_sha, self.branch)
-            self.workspace = settings.data_dir.resolve() / "workspaces" / self.task_uuid / self.run_uuid
+            self.workspace = recovery.workspace_of(env, self.task_uuid, self.run_uuid)
             mount_limit = limit_mb * MiB if quota == "mount" else None
             await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=mount_limit)
             self.checkout = await env.store.read(
                 self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace
             )
+            await asyncio.to_thread(gitops.save_manifest, self.workspace, self.checkout)
             files = self.checkout.files
             self.start_sha = head or self.base_sha  # only now: a partial checkout is never snapshotted
         except Exception as exc:

@@ -4,11 +4,12 @@ agent can write, and the sandbox's `.git` (if it made one) is never read.
 
 Blocking functions: call them through `RepoStore.read/write` (a worker thread)."""
 
-__all__ = ["Checkout", "Skipped", "Snapshot", "SnapshotLimits", "SnapshotTooLarge"]
+__all__ = ["Checkout", "Skipped", "Snapshot", "SnapshotLimits", "SnapshotTooLarge"]  # and the functions below
 
 import contextlib
 from pathlib import Path
 
+import msgspec
 import pygit2
 
 from forge.git.snapshot import Checkout, Skipped, Snapshot, SnapshotLimits, SnapshotTooLarge, checkout, snapshot
@@ -33,3 +34,25 @@ def branch_sha(repo: pygit2.Repository, branch: str) -> str | None:
     with contextlib.suppress(Exception):
         return str(repo[ref.target].peel(pygit2.Commit).id)
     return None
+
+
+def manifest_path(workspace: Path) -> Path:
+    """Where a workspace's checkout manifest lives: beside it, out of the agent's reach."""
+    return workspace.with_name(workspace.name + ".manifest")
+
+
+def save_manifest(workspace: Path, manifest: Checkout) -> None:
+    """Persist the checkout manifest, so that recovery can snapshot the workspace of a run whose
+    server died as the settle step would have (written whole, then renamed into place)."""
+    target = manifest_path(workspace)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(msgspec.msgpack.encode(manifest))
+    tmp.replace(target)
+
+
+def load_manifest(workspace: Path) -> Checkout | None:
+    """The saved manifest, or None (missing or unreadable: the snapshot then recomputes it)."""
+    try:
+        return msgspec.msgpack.decode(manifest_path(workspace).read_bytes(), type=Checkout)
+    except (OSError, msgspec.DecodeError):
+        return None

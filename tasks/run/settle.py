@@ -15,6 +15,7 @@ from forge.db import utcnow
 from forge.events import RunFinished
 from forge.git import Identity
 from forge.models import Repository
+from forge.settings import Settings
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
 from tasks.core import payloads
@@ -38,7 +39,25 @@ def run_data(run: Run) -> RunFinished:
 def remove_workspace(path: Path) -> None:
     sandbox_remove_workspace(path)  # unmounts the workspace's quota filesystem and deletes its image first
     with contextlib.suppress(OSError):
+        gitops.manifest_path(path).unlink()
+    with contextlib.suppress(OSError):
         path.parent.rmdir()  # the task's directory, when this was its last workspace
+
+
+def host_of(settings: Settings) -> str:
+    return urlsplit(settings.effective_base_url).hostname or "localhost"
+
+
+def agent_identity(settings: Settings, login: str) -> Identity:
+    return Identity(name=login, email=f"{login.lower()}@bots.{host_of(settings)}")
+
+
+def forge_identity(settings: Settings) -> Identity:
+    return Identity(name="forgehand", email=f"forgehand@{host_of(settings)}")
+
+
+def wip_message(title: str, ref: str, state: str, why: str) -> str:
+    return f"WIP: {title}\n\nWork in progress: the run ended {state} ({why}).\n\nTask {ref}\n"
 
 
 class Settling:
@@ -92,8 +111,8 @@ class Settling:
                     branch=self.branch,
                     parent_sha=self.start_sha,
                     message=self.commit_message(outcome, run_state, wip),
-                    author=self._agent_identity(),
-                    committer=Identity(name="forgehand", email=f"forgehand@{self._host()}"),
+                    author=agent_identity(env.settings, self.agent_login),
+                    committer=forge_identity(env.settings),
                     limits=gitops.SnapshotLimits(max_file_bytes=env.settings.task_max_file_bytes),
                     manifest=self.checkout,
                 )
@@ -147,17 +166,10 @@ class Settling:
         if self.workspace is not None:
             await asyncio.to_thread(remove_workspace, self.workspace)
 
-    def _host(self) -> str:
-        return urlsplit(self.env.settings.effective_base_url).hostname or "localhost"
-
-    def _agent_identity(self) -> Identity:
-        return Identity(name=self.agent_login, email=f"{self.agent_login.lower()}@bots.{self._host()}")
-
     def commit_message(self, outcome: Outcome, state: RunState, wip: bool) -> str:
         ref = f"{self.full_name}#{self.number}, run {self.run_seq}"
         if wip:
-            why = outcome.error or state.value
-            return f"WIP: {self.title}\n\nWork in progress: the run ended {state.value} ({why}).\n\nTask {ref}\n"
+            return wip_message(self.title, ref, state.value, outcome.error or state.value)
         body = f"\n\n{outcome.summary}" if outcome.summary else ""
         return f"{self.title}{body}\n\nTask {ref}\n"
 

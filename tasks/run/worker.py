@@ -3,7 +3,8 @@ snapshot commit and settles the task. In-process (the app's lifespan) or `forgeh
 
 Concurrency: at most `task_concurrency` runs per worker and `task_repo_concurrency` running runs per
 repository. Each owned run carries the worker's id and a heartbeat; at start-up (and periodically)
-runs whose owner is gone are failed as `interrupted` and their containers reaped."""
+runs whose owner is gone are failed as `interrupted` (their workspaces snapshotted as the WIP
+commit, then removed) and their containers reaped (tasks/run/recovery.py)."""
 
 import asyncio
 import contextlib
@@ -20,7 +21,7 @@ from sqlalchemy import func, select, update
 from forge.db import Database, utcnow
 from forge.events import EventBus
 from forge.git import RepoStore
-from forge.models import Repository
+from forge.models import Account, Repository
 from forge.settings import Settings
 from sandbox import DEFAULT_IMAGE, EngineUnavailable, SandboxEngine, SandboxError, quota_unavailable_reason, reap
 from tasks.core import payloads
@@ -30,11 +31,12 @@ from tasks.core.parked import expire_due
 from tasks.core.policy import PolicyGate
 from tasks.core.states import FailureReason, RunState, TaskState
 from tasks.core.transcript import Notice, Pending
+from tasks.run import recovery
 from tasks.run.env import RunEnv
 from tasks.run.execution import Execution
 from tasks.run.runtimes import default_runtimes
 from tasks.run.runtimes.base import Runtime
-from tasks.run.settle import run_data
+from tasks.run.settle import remove_workspace, run_data
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -189,15 +191,20 @@ class TaskWorker:
     # --- recovery -----------------------------------------------------------------------------
 
     async def recover(self, *, reap_containers: bool) -> None:
+        """Runs whose worker is gone: reap their containers, snapshot their surviving workspaces
+        as the work-in-progress commit, end them `interrupted` recording the branch's tip, remove
+        their workspaces; then sweep workspaces (and quota mounts) no live run owns."""
         keep: set[str] = set()
-        async with self.db.session(write=True) as s:
+        gone: list[int] = []
+        async with self.db.session() as s:
             runs = (await s.execute(select(Run).where(Run.state == RunState.RUNNING))).scalars().all()
             for run in runs:
                 if run.owner == self.id or not owner_gone(run.owner, run.heartbeat_at):
                     keep.add(run.uuid)
-                    continue
-                await self._settle_interrupted(s, run)
-        if reap_containers:
+                else:
+                    gone.append(run.id)
+        if reap_containers or gone:
+            # Before any snapshot: a container still writing into its workspace is gone first.
             try:
                 removed = await reap(self.engine, self.instance, keep=keep)
             except (EngineUnavailable, SandboxError) as exc:
@@ -205,20 +212,65 @@ class TaskWorker:
             else:
                 if removed:
                     log.info("reaped orphaned sandboxes", count=len(removed))
+        for run_id in gone:
+            try:
+                await self._recover_run(run_id)
+            except Exception:
+                log.exception("recovering an interrupted run failed", run_id=run_id)
+        keep |= await self._live_run_uuids()
+        swept = await asyncio.to_thread(recovery.sweep, recovery.workspaces_root(self.env), keep)
+        if swept:
+            log.info("removed workspaces no live run owns", count=len(swept))
 
-    async def _settle_interrupted(self, s: Any, run: Run) -> None:
-        task = await s.get(Task, run.task_id)
+    async def _live_run_uuids(self) -> set[str]:
+        # Runs that started while this recovery ran (another worker's) keep their workspaces too.
+        async with self.db.session() as s:
+            return set((await s.execute(select(Run.uuid).where(Run.state == RunState.RUNNING))).scalars().all())
+
+    async def _recover_run(self, run_id: int) -> None:
+        async with self.db.session() as s:
+            run = await s.get(Run, run_id)
+            task = await s.get(Task, run.task_id) if run is not None else None
+            repo = await s.get(Repository, run.repo_id) if run is not None else None
+            agent = await s.get(Account, task.agent_id) if task is not None else None
+            if run is None or task is None or repo is None or run.state != RunState.RUNNING:
+                return
+            found = await recovery.salvage(self.env, run, task, repo, agent.login if agent else "agent")
+            workspace = recovery.workspace_of(self.env, task.uuid, run.uuid)
+        async with self.db.session(write=True) as s:
+            run = await s.get(Run, run_id)
+            if run is None or run.state != RunState.RUNNING:
+                return  # settled by another worker meanwhile
+            await self._settle_interrupted(s, run, found)
+        await asyncio.to_thread(remove_workspace, workspace)
+
+    async def _settle_interrupted(self, s: Any, run: Run, found: recovery.Salvage) -> None:
+        task = await self.env.lifecycle(s).lock_id(run.task_id)
         repo = await s.get(Repository, run.repo_id)
         run.state = RunState.FAILED
         run.failure_reason = FailureReason.INTERRUPTED
-        run.error = "interrupted: the worker running it went away"
+        run.error = recovery.INTERRUPTED
         run.finished_at = utcnow()
-        if task is None or repo is None:
+        if repo is None:
             return
         life = self.env.lifecycle(s)
-        await life.append(
-            task.id, [Pending(kind="notice", payload=Notice(text=run.error, level="error"), run_id=run.id)]
-        )
+        notices = [Pending(kind="notice", payload=Notice(text=run.error, level="error"), run_id=run.id)]
+        snap = found.snapshot
+        if snap is not None:
+            run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
+            if snap.committed:
+                files = len(snap.changed_files)
+                text = f"work-in-progress snapshot {snap.sha[:12]} on {task.branch}: {files} files changed"
+                notices.append(Pending(kind="notice", payload=Notice(text=text), run_id=run.id))
+        if found.error:
+            notices.append(Pending(kind="notice", payload=Notice(text=found.error, level="error"), run_id=run.id))
+        # What the branch holds is the task's head: a snapshot taken now, or one that landed
+        # before the crash cut the run's end off.
+        if found.tip is not None and found.tip != task.head_sha and run.start_sha:
+            run.end_sha = found.tip
+            task.head_sha = found.tip
+            task.head_is_wip = bool(snap is not None and snap.committed) or found.tip_is_wip
+        await life.append(task.id, notices)
         await life.publish("run.finished", task, repo, run=run, data=run_data(run))
         if TaskState(task.state) in (TaskState.RUNNING, TaskState.QUEUED):
             task.failure_reason = FailureReason.INTERRUPTED

@@ -17,14 +17,13 @@ was lost) marks the task merged without a new commit."""
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
 from forge.access import Action
 from forge.audit import Actor
-from forge.db import Database, utcnow
+from forge.db import Database
 from forge.errors import BadGateway, Forbidden, InvalidState
-from forge.events import TaskMerged
 from forge.git import merge as git_merge
 from forge.git.errors import (
     BaseMoved,
@@ -39,13 +38,14 @@ from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
 from forge.models import Account
 from forge.repositories import load
-from tasks.core import payloads, repo_settings
+from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context
-from tasks.core.models import Task
+from tasks.core.models import MergeIntent, Task
 from tasks.core.schemas import MergeCreate
 from tasks.core.states import TaskState
-from tasks.core.transcript import Notice, Pending
 from tasks.services import branches, rules
+from tasks.services import merge_intents as intents
+from tasks.services.merge_intents import record_merged
 from tasks.services.reviews import ReviewService
 from tasks.services.tasks import TaskService
 
@@ -138,89 +138,81 @@ class MergeService:
                     decision.user_message or decision.reason or "a policy refused the merge", code="policy_denied"
                 )
 
-        async with self.db.session(write=True) as s:
-            svc = self.make_service(s)
-            res = await load(s, actor.principal, owner, name, Action.TASK_READ)
-            task = await svc.life.lock(await svc.get(res, number))
-            # Everything may have changed while the hook was asked: check again under the lock.
-            self._check_head(task, data, head_sha)
-            status = await ReviewService(svc).status(task)
-            if status.blockers:
-                raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
-            merge_rules = await repo_settings.merge_rules(s, task.repo_id)
-            if not already:
-                try:
-                    result = await svc.store.write(
-                        res.key,
-                        git_merge,
-                        base_branch=task.base,
-                        head_sha=head_sha,
-                        strategy=data.strategy,
-                        expected_base_sha=base_sha,
-                        author=_identity(actor.principal.login, svc.base_url),
-                        committer=_identity(actor.principal.login, svc.base_url),
-                        message=message,
-                    )
-                except BaseMoved:
-                    raise MergeRefused(
-                        f"{task.base} moved while the merge was prepared (a push or another merge); "
-                        "nothing was changed, try again",
-                        code="base_moved",
-                    ) from None
-                except MergeConflicts as exc:
-                    raise _conflict_error(exc) from None
-                except NotFastForward:
-                    raise MergeRefused(
-                        f"{task.base} has moved on: fast-forward is not possible", code="not_fast_forward"
-                    ) from None
-                except NothingToMerge:
-                    raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
-                except UnrelatedHistories:
-                    raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
-                except RefConflict:
-                    raise MergeRefused(
-                        f"{task.base} is being updated by someone else; nothing was changed, try again",
-                        code="base_moved",
-                    ) from None
-                merged_sha = result.new_base_sha
-            task.merge_strategy = data.strategy if not already else "already_merged"
-            task.merged_sha = merged_sha
-            task.merged_by_id = actor.principal.account_id
-            task.merged_at = utcnow()
-            deleted = False
-            if merge_rules.delete_branch_on_merge:
-                deleted = await svc.store.write(res.key, branches.delete_branch, task.branch, head_sha)
-            what = "merged" if not already else "found already merged"
-            text = f"{actor.principal.login} {what} {task.branch} into {task.base} ({data.strategy}): {merged_sha[:12]}"
-            if deleted:
-                text += f"; {task.branch} deleted"
-            await svc.life.append(task.id, [Pending(kind="notice", payload=Notice(text=text))])
-            await svc.life.set_state(task, res.repo, TaskState.MERGED, actor=actor.principal)
-            await svc.life.publish(
-                "task.merged",
-                task,
-                res.repo,
-                actor=actor.principal,
-                data=TaskMerged(
-                    strategy=payloads.merged_how(task.merge_strategy),
-                    base=task.base,
-                    base_sha_before=base_sha,
+        # The intent is committed before the ref can move (a crash in between is finished or
+        # dropped by `merge_intents.reconcile`), and deleted with the task's `merged` state.
+        intent = None
+        if not already:
+            intent = await intents.record(self.db, task_id, base_sha, head_sha, data.strategy, actor)
+        moved = False
+        try:
+            async with self.db.session(write=True) as s:
+                svc = self.make_service(s)
+                res = await load(s, actor.principal, owner, name, Action.TASK_READ)
+                task = await svc.life.lock(await svc.get(res, number))
+                # Everything may have changed while the hook was asked: check again under the lock.
+                self._check_head(task, data, head_sha)
+                status = await ReviewService(svc).status(task)
+                if status.blockers:
+                    raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
+                merge_rules = await repo_settings.merge_rules(s, task.repo_id)
+                if not already:
+                    try:
+                        result = await svc.store.write(
+                            res.key,
+                            git_merge,
+                            base_branch=task.base,
+                            head_sha=head_sha,
+                            strategy=data.strategy,
+                            expected_base_sha=base_sha,
+                            author=_identity(actor.principal.login, svc.base_url),
+                            committer=_identity(actor.principal.login, svc.base_url),
+                            message=message,
+                        )
+                    except BaseMoved:
+                        raise MergeRefused(
+                            f"{task.base} moved while the merge was prepared (a push or another merge); "
+                            "nothing was changed, try again",
+                            code="base_moved",
+                        ) from None
+                    except MergeConflicts as exc:
+                        raise _conflict_error(exc) from None
+                    except NotFastForward:
+                        raise MergeRefused(
+                            f"{task.base} has moved on: fast-forward is not possible", code="not_fast_forward"
+                        ) from None
+                    except NothingToMerge:
+                        raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
+                    except UnrelatedHistories:
+                        raise MergeRefused(
+                            "the branch and the base share no history", code="unrelated_histories"
+                        ) from None
+                    except RefConflict:
+                        raise MergeRefused(
+                            f"{task.base} is being updated by someone else; nothing was changed, try again",
+                            code="base_moved",
+                        ) from None
+                    moved = True  # from here on, recovery finishes what this does not
+                    merged_sha = result.new_base_sha
+                await record_merged(
+                    svc,
+                    res,
+                    task,
+                    actor,
+                    strategy=data.strategy if not already else "already_merged",
                     merged_sha=merged_sha,
-                    head=task.branch,
-                    head_sha=head_sha,
+                    base_sha=base_sha,
                     approvals=status.approvals,
-                    branch_deleted=deleted,
-                ),
-            )
-            audit.record(
-                s,
-                actor,
-                "task.merge",
-                f"{res.full_name}#{task.number}",
-                strategy=task.merge_strategy,
-                merged_sha=merged_sha,
-                head_sha=head_sha,
-            )
+                    delete_branch=merge_rules.delete_branch_on_merge,
+                    what="merged" if not already else "found already merged",
+                )
+                await s.execute(delete(MergeIntent).where(MergeIntent.task_id == task.id))
+        except BaseException:
+            if intent is not None and not moved:
+                await intents.drop(self.db, intent)
+            raise
+        finally:
+            if intent is not None:
+                intents.settled(intent)
         return task_id
 
     @staticmethod
