@@ -29,6 +29,7 @@ from forge.auth import AuthMiddleware, AuthState
 from forge.db import Database
 from forge.deps import DEPENDENCIES
 from forge.edges import before_request
+from forge.error_codes import Code
 from forge.events import EventBus
 from forge.git import RepoStore, install_hooks
 from forge.git.journal import PushJournal
@@ -159,7 +160,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             version=VERSION,
             description=(forge_doc or "").strip(),
             path="/api/schema",
-            render_plugins=[ScalarRenderPlugin(), ContractJsonPlugin(enums=_API_ENUMS)],
+            render_plugins=[ScalarRenderPlugin(), ContractJsonPlugin(enums=_API_ENUMS, codes=[c.value for c in Code])],
         ),
         # Git routes (opt "git") stream packs that are compressed already.
         compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude_opt_key="git"),

@@ -55,8 +55,10 @@ async def dispatcher(db: Database, settings: Settings) -> AsyncIterator[PolicyDi
     await out.aclose()
 
 
-async def dispatch(d: PolicyDispatcher, repo: Repository, source: Any = None) -> PolicyOutcome:
-    return await d.dispatch(source, "pre_tool_use", repo=RepoRef.of(repo), task_meta=META, data=TOOL)
+async def dispatch(
+    d: PolicyDispatcher, repo: Repository, source: Any = None, deadline: float | None = None
+) -> PolicyOutcome:
+    return await d.dispatch(source, "pre_tool_use", repo=RepoRef.of(repo), task_meta=META, data=TOOL, deadline=deadline)
 
 
 async def logged(db: Database, **where: Any) -> list[WebhookDelivery]:
@@ -85,13 +87,15 @@ async def test_rows_of_a_clean_dispatch_are_there_after_flush_log(
 async def test_nothing_is_lost_across_many_concurrent_dispatches(
     db: Database, settings: Settings, dispatcher: PolicyDispatcher, repo: Repository
 ) -> None:
-    waves, per_wave = 3, 120  # 720 rows in all: more than one batch (MAX_BATCH) of them
+    # 720 rows in all: more than one batch (MAX_BATCH) of them. Sixty at a time, each with the longest
+    # deadline: what is checked is the log writer, not how fast a loaded runner answers 120 at once.
+    waves, per_wave = 6, 60
     with receiver() as a, receiver() as b:
         first, _ = await make_endpoint(db, config(settings), repo, a.url, kind="policy")
         second, _ = await make_endpoint(db, config(settings), repo, b.url, kind="policy")
         outcomes: list[PolicyOutcome] = []
         for _ in range(waves):  # later waves hand rows over while earlier ones are being written
-            outcomes += await asyncio.gather(*(dispatch(dispatcher, repo) for _ in range(per_wave)))
+            outcomes += await asyncio.gather(*(dispatch(dispatcher, repo, deadline=10.0) for _ in range(per_wave)))
         await dispatcher.flush_log()
     assert all(o.decision == "allow" and len(o.results) == 2 for o in outcomes)
     async with db.session() as s:
