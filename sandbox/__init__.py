@@ -37,6 +37,7 @@ from .pump import OutputChunk
 from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
 from .reaper import SandboxInfo, list_sandboxes, reap
 from .spec import (
+    CHANNEL_DIR,
     GiB,
     Limits,
     MiB,
@@ -56,6 +57,7 @@ from .workspace import (
 )
 
 __all__ = [
+    "CHANNEL_DIR",
     "DEFAULT_IMAGE",
     "IMAGE_VERSION",
     "BuildResult",

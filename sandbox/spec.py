@@ -29,6 +29,9 @@ SANDBOX_GID = 1000
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 WORKSPACE_DIR = "/workspace"
 HOME_DIR = "/home/agent"
+# The run's channel to forgehand (AGENTS.md decision 1): a host directory of Unix sockets, mounted
+# read-only. Sockets need no network namespace; connect() works on a read-only mount.
+CHANNEL_DIR = "/run/forgehand"
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -81,6 +84,9 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     weaken: Weakenings = msgspec.field(default_factory=Weakenings)
     extra_labels: dict[str, str] = msgspec.field(default_factory=dict)
     pool: str = ""  # set by SandboxPool on the containers it starts ahead of time
+    # Host directory of the run's sockets (model gateway, hook bridge...), mounted read-only at
+    # CHANNEL_DIR; None: no channel (the command runtime, the builtin runtime's tool sandbox).
+    channel_dir: Path | None = None
 
     @property
     def user(self) -> str:
@@ -116,6 +122,12 @@ def validate_spec(spec: SandboxSpec) -> None:
     ws = Path(spec.workspace)
     if not ws.is_absolute():
         raise SpecRefused(f"workspace must be an absolute host path, got {str(ws)!r}")
+    if spec.channel_dir is not None:
+        channel = Path(spec.channel_dir)
+        if not channel.is_absolute():
+            raise SpecRefused(f"channel_dir must be an absolute host path, got {str(channel)!r}")
+        if channel.resolve() == ws.resolve():
+            raise SpecRefused("channel_dir may not be the workspace")
     for name, value in (("instance", spec.instance), ("task", spec.task), ("run", spec.run)):
         if not _LABEL_VALUE.match(value):
             raise SpecRefused(f"label {name}={value!r} must match {_LABEL_VALUE.pattern}")
@@ -201,7 +213,8 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
             "/tmp": f"rw,noexec,nosuid,nodev,size={lim.tmp_bytes},mode=1777",  # noqa: S108 (a path in the container)
             HOME_DIR: f"rw,noexec,nosuid,nodev,size={lim.home_bytes},uid={uid},gid={gid},mode=0700",
         },
-        # The only host path the container sees. No Docker socket, no other binds, no volumes.
+        # The only host paths the container sees: the workspace and (read-only) the run's channel
+        # directory. No Docker socket, no other binds, no volumes.
         "mounts": [
             {
                 "Target": WORKSPACE_DIR,
@@ -209,7 +222,8 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
                 "Type": "bind",
                 "ReadOnly": False,
                 "BindOptions": {"Propagation": "rprivate"},
-            }
+            },
+            *_channel_mount(spec),
         ],
         "pids_limit": lim.pids,
         "mem_limit": lim.memory_bytes,
@@ -229,3 +243,17 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
     if name is not None:
         kwargs["name"] = name
     return kwargs
+
+
+def _channel_mount(spec: SandboxSpec) -> list[dict[str, Any]]:
+    if spec.channel_dir is None:
+        return []
+    return [
+        {
+            "Target": CHANNEL_DIR,
+            "Source": str(spec.channel_dir),
+            "Type": "bind",
+            "ReadOnly": True,
+            "BindOptions": {"Propagation": "rprivate"},
+        }
+    ]

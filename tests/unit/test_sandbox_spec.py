@@ -198,3 +198,22 @@ def test_kwargs_are_accepted_by_the_docker_sdk() -> None:
     assert "Binds" not in hc or not hc["Binds"]
     assert args["user"] == "1000:1000"
     assert args["name"] == "n"
+
+
+def test_channel_dir_is_mounted_read_only_and_nothing_else_is_added() -> None:
+    kw = container_create_kwargs(msgspec.structs.replace(make(), channel_dir=Path("/run/fh/r7")))
+    assert kw["mounts"][1] == {
+        "Target": "/run/forgehand",
+        "Source": "/run/fh/r7",
+        "Type": "bind",
+        "ReadOnly": True,
+        "BindOptions": {"Propagation": "rprivate"},
+    }
+    assert len(kw["mounts"]) == 2
+    assert weakenings_in_effect(msgspec.structs.replace(make(), channel_dir=Path("/run/fh/r7"))) == []
+
+
+@pytest.mark.parametrize("channel", ["relative/dir", "/srv/ws/1"])
+def test_channel_dir_must_be_absolute_and_not_the_workspace(channel: str) -> None:
+    with pytest.raises(SpecRefused):
+        container_create_kwargs(msgspec.structs.replace(make(), channel_dir=Path(channel)))
