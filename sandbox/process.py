@@ -202,7 +202,12 @@ class SandboxProcess:
         if not self._started or self._exited.is_set():
             return
         self.killed = True
+        await self._terminate()
+
+    async def _terminate(self) -> None:
         await kill_exec(self._sb, self._pump)
+        # Give the output a moment to end after the kill; then stop reading whatever is left
+        # (a process that slipped out of the kill and still holds the pipe).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._exited.wait(), self._kill_grace)
         self._stop_reading()
@@ -353,8 +358,4 @@ class SandboxProcess:
         if self._exited.is_set():
             return
         self.timed_out = True
-        await kill_exec(self._sb, self._pump)
-        # Give the output a moment to end after the kill; then stop reading whatever is left.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._exited.wait(), self._kill_grace)
-        self._stop_reading()
+        await self._terminate()
