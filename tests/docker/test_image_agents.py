@@ -63,6 +63,8 @@ def test_cli_build_agents_is_idempotent_and_fails_clearly_without_npm(
 
 
 async def test_installed_agents_and_the_missing_cases(engine: SandboxEngine, agents_image: str) -> None:
+    cached = await engine.ensure_agents_image(agents_image)
+    assert cached.recipe == "cached" and not cached.built
     assert await installed_agents(engine, agents_image) == {"claude-code": CLAUDE_VERSION}
     assert await engine.require_agent("claude-code", agents_image) == CLAUDE_VERSION
     with pytest.raises(AgentMissing, match="has no codex") as caught:
