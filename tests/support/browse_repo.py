@@ -23,7 +23,7 @@ Some *markdown* and a [safe link](https://example.org/).
 <script>window.__owned = 1</script>
 <iframe src="https://evil.example/"></iframe>
 <a href="javascript:alert(1)">click</a>
-<img src="x" onerror="window.__owned = 2">
+<img src="x" alt="a picture" onerror="window.__owned = 2">
 """
 
 HUGE_BYTES = 2 * 1024 * 1024
