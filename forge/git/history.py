@@ -66,21 +66,51 @@ def _names(repo: pygit2.Repository, tree_id: pygit2.Oid) -> set[str]:
     return {decode_text(e.raw_name or b"") for e in repo[tree_id].peel(pygit2.Tree)}
 
 
-def _changed_names(repo: pygit2.Repository, old: pygit2.Oid | None, new: pygit2.Oid | None) -> set[str]:
-    """The entry names of a directory that differ between two versions of it (either may be
-    absent). libgit2's tree diff skips identical subtrees, so this is cheap for small changes."""
+#: Past this many unresolved names, one C-level tree diff beats a lookup per name.
+_LOOKUP_LIMIT: Final = 48
+
+
+class _Trees:
+    """The directory trees of the walk, by id, kept for the next commit: in a linear history a
+    commit's parent tree is the next commit's own, so each is read once."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+        self.cache: dict[pygit2.Oid, pygit2.Tree] = {}
+
+    def get(self, oid: pygit2.Oid) -> pygit2.Tree:
+        tree = self.cache.get(oid)
+        if tree is None:
+            if len(self.cache) >= 64:
+                self.cache.clear()
+            tree = self.cache[oid] = self.repo[oid].peel(pygit2.Tree)
+        return tree
+
+    def dir_id(self, root: pygit2.Oid, path: str) -> pygit2.Oid | None:
+        """The id of directory ``path`` in the commit tree ``root`` (the root's own id for "")."""
+        return root if not path else _dir_id(self.get(root), path)
+
+
+def _entry_ids(tree: pygit2.Tree | None, names: set[str]) -> dict[str, pygit2.Oid | None]:
+    if tree is None:
+        return dict.fromkeys(names)
+    return {name: _entry_id(tree, name) for name in names}
+
+
+def _changed_names(trees: _Trees, old: pygit2.Oid | None, new: pygit2.Oid | None, pending: set[str]) -> set[str]:
+    """Which of ``pending`` differ between two versions of a directory (either may be absent)."""
     if old is None and new is None:
         return set()
-    if old is None or new is None:
-        return _names(repo, old if new is None else new)  # type: ignore[arg-type]
-    old_tree = repo[old].peel(pygit2.Tree)
-    new_tree = repo[new].peel(pygit2.Tree)
-    diff = old_tree.diff_to_tree(new_tree)
+    old_tree = trees.get(old) if old is not None else None
+    new_tree = trees.get(new) if new is not None else None
+    if len(pending) <= _LOOKUP_LIMIT or old_tree is None or new_tree is None:
+        before, after = _entry_ids(old_tree, pending), _entry_ids(new_tree, pending)
+        return {name for name in pending if before[name] != after[name]}
     names: set[str] = set()
-    for delta in diff.deltas:
+    for delta in old_tree.diff_to_tree(new_tree).deltas:  # skips identical subtrees, in C
         raw = delta.new_file.raw_path or delta.old_file.raw_path
         names.add(decode_text(raw.split(b"/", 1)[0]))
-    return names
+    return names & pending
 
 
 def last_commits(
@@ -104,28 +134,28 @@ def last_commits(
     walked = 0
     if start is None or not pending:
         return LastCommits(commits=found, walked=0, complete=True)
+    trees = _Trees(repo)
     for commit in repo.walk(start.id, SortMode.TIME):
         if walked >= max_walk:
             break
         walked += 1
-        mine = _dir_id(commit.tree, norm)
-        parent_ids = [_dir_id(p.tree, norm) for p in commit.parents]
+        mine = trees.dir_id(commit.tree_id, norm)
+        parent_ids = [trees.dir_id(p.tree_id, norm) for p in commit.parents]
         if mine is not None and mine in parent_ids:
             continue  # the directory is the same as in a parent: nothing here differs from all
         if not parent_ids:
-            touched = _names(repo, mine) if mine is not None else set()
+            touched = _names(repo, mine) & pending if mine is not None else set()
         else:
             touched = set(pending)
             for parent in parent_ids:
-                touched &= _changed_names(repo, parent, mine)
+                touched = _changed_names(trees, parent, mine, touched)
                 if not touched:
                     break
-        hits = touched & pending
-        if hits:
+        if touched:
             info = commit_info(commit)
-            for name in hits:
+            for name in touched:
                 found[name] = info
-            pending -= hits
+            pending -= touched
             if not pending:
                 break
     return LastCommits(commits=found, walked=walked, complete=not pending)
