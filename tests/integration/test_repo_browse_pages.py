@@ -70,6 +70,7 @@ async def test_home_tree_switcher_and_readme(client: AsyncTestClient[Any], make:
     assert "<h1>Browse me</h1>" in readme and "<em>markdown</em>" in readme
     for hostile in ("<script", "<iframe", "javascript:", "onerror", "__owned"):
         assert hostile not in readme, hostile
+    assert re.search(r'aria-current="page"><svg class="icon icon-code"', home)  # the Code tab is current
     assert "<svg" in home and "📁" not in home and "📄" not in home  # inline SVG icons, no emoji
 
 
