@@ -16,9 +16,10 @@ from litestar.response import Template
 
 from forge.browse_render import ago, breadcrumbs, diff_views_async, exact, highlight_lines_async, url_path
 from forge.deps import StoreDep
+from forge.error_codes import Code
+from forge.errors import InvalidInput
 from forge.git import (
     BlobInfo,
-    PathNotFound,
     commit_diff,
     compare,
     is_markdown,
@@ -28,7 +29,6 @@ from forge.git import (
     read_blob,
 )
 from forge.git.blame import blame_file
-from forge.git.errors import RepoError
 from forge.git.history import path_history, tree_page
 from forge.pages_repos import REPO, VIEWS, Ref, RepoView, ViewsDep
 from forge.render import highlight_async, markdown_async
@@ -186,25 +186,18 @@ class RepoPages(Controller):
         self, views: ViewsDep, store: StoreDep, spec: FromPath[str], view_: View = "unified"
     ) -> Template:
         view = await views.load()
-        base, sep, head = spec.strip("/").partition("...")
-        comparison = None
-        error = None
-        files: list[Any] = []
-        if sep and base and head:
-            try:
-                comparison = await store.read(view.key, compare, base, head)
-                files = await diff_views_async(comparison.files, view_)
-            except (RepoError, PathNotFound) as exc:
-                error = str(exc)
-        else:
-            error = "compare needs base...head"
+        spec = spec.strip("/")
+        base, sep, head = spec.partition("...")
+        if not (sep and base and head):
+            # The API's refusal, as a page: the same status and code.
+            raise InvalidInput("compare needs base...head", code=Code.INVALID_COMPARE)
+        comparison = await store.read(view.key, compare, base, head)  # unknown refs: 404 ref_not_found
         return await Browse(view, store, None).render(
             "repos/compare.html",
             "/tree",
             cmp=comparison,
-            error=error,
-            spec=spec.strip("/"),
-            files=files,
+            spec=spec,
+            files=await diff_views_async(comparison.files, view_),
             diff_view=view_,
-            diff_base=f"/compare/{spec.strip('/')}",
+            diff_base=f"/compare/{spec}",
         )

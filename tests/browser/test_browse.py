@@ -92,6 +92,10 @@ def test_every_browsing_page_reads_well(
         expect(page.locator("#tags")).to_contain_text("v1.0")
         check_page(page, artifacts_dir, "browse-branches")
 
+        page.goto(forge.at(f"/{full}/compare/v1.0...main"))
+        expect(page.get_by_role("navigation", name="Changed files")).to_contain_text("src/app.py")
+        check_page(page, artifacts_dir, "browse-compare")
+
 
 def test_ref_switcher_by_keyboard(admin_page: Page, forge: ForgeServer, tmp_path: Path) -> None:
     page = admin_page

@@ -103,11 +103,14 @@ async def test_unknown_ref_and_path_are_404_with_codes(
         ("/ana/proj/commits/nope", "path_not_found"),
         ("/ana/proj/commits?ref=nope", "ref_not_found"),
         ("/ana/proj/commit/0123456789abcdef", "ref_not_found"),
+        ("/ana/proj/compare/main...nope", "ref_not_found"),
     ):
         r = await client.get(url, headers=HTML)
         assert r.status_code == 404, (url, r.status_code)
         assert f"code: {code}" in r.text, url
         assert (await client.get(url)).json()["code"] == code
+    r = await client.get("/ana/proj/compare/main", headers=HTML)
+    assert r.status_code == 422 and "code: invalid_compare" in r.text
     r = await client.get("/ana/proj/commit/" + history.head + "?view=sideways", headers=HTML)
     assert r.status_code in (400, 422)
     client.cookies.clear()
@@ -170,3 +173,11 @@ async def test_commit_page_parents_files_and_split_view(
     assert 'aria-current="true" class="on">Split</a>' in split
     assets = (await client.get(f"/ana/proj/commit/{history.big_files}", headers=HTML)).text
     assert "Binary file, not shown" in assets and "too large to show" in assets
+
+
+async def test_compare_page(client: AsyncTestClient[Any], make: Accounts, history: History) -> None:
+    await _proj(client, make, history)
+    r = await client.get(f"/ana/proj/compare/{history.docs_added}...feature/x?view=split", headers=HTML)
+    assert r.status_code == 200
+    assert "1 commits ahead" in r.text and "Greet the world" in r.text
+    assert 'class="diff code split"' in r.text and '<a href="#diff-1">' in r.text
