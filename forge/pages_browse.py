@@ -8,8 +8,6 @@ ref or path is the git layer's `RefNotFound`/`PathNotFound`, rendered as a 404 p
 
 from typing import Annotated, Any, Literal
 
-import msgspec
-import pygit2
 from litestar import Controller, get
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Template
@@ -29,25 +27,13 @@ from forge.git import (
     read_blob,
 )
 from forge.git.blame import blame_file
+from forge.git.browse import ref_names
 from forge.git.history import path_history, tree_page
 from forge.pages_repos import REPO, VIEWS, Ref, RepoView, ViewsDep
 from forge.render import highlight_async, markdown_async
 
 View = Annotated[Literal["unified", "split"], QueryParameter(name="view")]
 PageNo = Annotated[int, QueryParameter(name="page", ge=1, le=100_000)]
-
-
-class RefNames(msgspec.Struct, frozen=True, kw_only=True):
-    branches: list[str]
-    tags: list[str]
-
-
-def ref_names(repo: pygit2.Repository) -> RefNames:
-    """Branch names (the default first) and tag names, for the switcher."""
-    return RefNames(
-        branches=[b.name for b in list_branches(repo, with_commits=False)],
-        tags=[t.name for t in list_tags(repo)],
-    )
 
 
 class Browse:
@@ -61,7 +47,12 @@ class Browse:
     async def render(self, template: str, here: str, path: str = "", status_code: int = 200, **extra: Any) -> Template:
         refs = await self.store.read(self.view.key, ref_names)
         current = self.ref or self.view.res.repo.default_branch
-        kind = "branch" if current in refs.branches else "tag" if current in refs.tags else "commit"
+        if current.startswith(("refs/heads/", "refs/tags/")):  # a full ref name, shown as people say it
+            short = current.removeprefix("refs/heads/").removeprefix("refs/tags/")
+            kind = "branch" if current.startswith("refs/heads/") else "tag"
+            current = short
+        else:
+            kind = "branch" if current in refs.branches else "tag" if current in refs.tags else "commit"
         return self.view.render(
             template,
             status_code,

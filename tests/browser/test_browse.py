@@ -71,11 +71,15 @@ def test_every_browsing_page_reads_well(
         check_page(page, artifacts_dir, "browse-blame")
 
         page.get_by_role("link", name="History").last.click()
-        expect(page.locator("#commits li")).to_have_count(3)
+        expect(page.locator("#commits tr")).to_have_count(3)
         check_page(page, artifacts_dir, "browse-history")
 
         page.goto(forge.at(f"/{full}/commits"))
-        expect(page.locator("#commits li").first).to_contain_text("Add assets")
+        newest = page.locator("#commits tr").first
+        expect(newest).to_contain_text("Add assets")
+        expect(newest.get_by_role("link", name=history.big_files[:10])).to_have_attribute(
+            "href", f"/{full}/commit/{history.big_files}"
+        )
         check_page(page, artifacts_dir, "browse-log")
 
         page.goto(forge.at(f"/{full}/commit/{history.feature}"))

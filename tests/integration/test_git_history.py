@@ -8,6 +8,7 @@ import pytest
 
 from forge.git import bare
 from forge.git.blame import blame_file
+from forge.git.browse import ref_names
 from forge.git.errors import NotABlob, PathNotFound, RefNotFound
 from forge.git.history import last_commits, path_history, tree_page
 from forge.git.names import repo_path
@@ -107,3 +108,9 @@ def test_blame_refuses_binary_huge_and_long_files(repo: pygit2.Repository) -> No
         blame_file(repo, None, "src/nope.py")
     with pytest.raises(RefNotFound):
         blame_file(repo, "nope", "src/app.py")
+
+
+def test_ref_names_for_the_switcher(repo: pygit2.Repository) -> None:
+    names = ref_names(repo)
+    assert names.branches == ["main", "feature/x"]  # the default first
+    assert names.tags == ["v1.0"]

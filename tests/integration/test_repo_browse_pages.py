@@ -82,6 +82,10 @@ async def test_tag_folder_readme_and_breadcrumbs(
     assert '<span class="ref-kind">tag</span> <strong class="ref-name">v1.0</strong>' in at_tag
     assert "assets" not in at_tag.split('id="tree"')[1].split("</table>")[0]
     assert f"/ana/proj/commit/{history.app_changed}" in at_tag
+    full_ref = (await client.get("/ana/proj/tree?ref=refs/heads/feature/x", headers=HTML)).text
+    assert '<span class="ref-kind">branch</span> <strong class="ref-name">feature/x</strong>' in full_ref
+    at_sha = (await client.get(f"/ana/proj/tree?ref={history.initial}", headers=HTML)).text
+    assert f'<span class="ref-kind">commit</span> <strong class="ref-name">{history.initial[:10]}</strong>' in at_sha
     docs = (await client.get("/ana/proj/tree/src/lib", headers=HTML)).text
     crumbs = docs[docs.index('class="crumbs"') : docs.index("</nav>", docs.index('class="crumbs"'))]
     assert 'href="/ana/proj/tree">proj</a>' in crumbs and 'href="/ana/proj/tree/src">src</a>' in crumbs
@@ -144,7 +148,7 @@ async def test_log_and_path_history(client: AsyncTestClient[Any], make: Accounts
     assert "Greet the world" in on_feature and "Add assets" not in on_feature
     assert '<strong class="ref-name">feature/x</strong>' in on_feature
     own = (await client.get("/ana/proj/commits/src/app.py", headers=HTML)).text
-    listed = re.findall(r'<div class="summary"><a href="/ana/proj/commit/([0-9a-f]{40})"', own)
+    listed = re.findall(r'<td><div class="summary"><a href="/ana/proj/commit/([0-9a-f]{40})"', own)
     assert listed == [history.feature, history.app_changed, history.initial]
     assert "History of <span" in own
 
