@@ -26,6 +26,8 @@ from forge.git import (
     log,
     read_blob,
 )
+from forge.git.blame import DEFAULT_MAX_BYTES as BLAME_MAX_BYTES
+from forge.git.blame import DEFAULT_MAX_LINES as BLAME_MAX_LINES
 from forge.git.blame import blame_file
 from forge.git.browse import ref_names
 from forge.git.history import path_history, tree_page
@@ -120,7 +122,13 @@ class RepoPages(Controller):
         found = await store.read(view.key, blame_file, ref, path.strip("/"))
         html = await highlight_lines_async(found.path, found.lines)
         return await Browse(view, store, ref).render(
-            "repos/blame.html", f"/blame/{url_path(found.path)}", found.path, blame=found, html=html
+            "repos/blame.html",
+            f"/blame/{url_path(found.path)}",
+            found.path,
+            blame=found,
+            html=html,
+            max_kb=BLAME_MAX_BYTES // 1024,
+            max_lines=BLAME_MAX_LINES,
         )
 
     @get(["/commits", "/commits/{path:path}"])
