@@ -1,5 +1,6 @@
-"""Web pages for repositories: list, create, home (README), tree, file, commits, commit, branches,
-compare and settings. Same services as the REST API; forms work without JavaScript."""
+"""Web pages for repositories: list, create and settings, and how every repository page loads its
+repository (`RepoViews`) and renders (`RepoView`); the browsing pages are in `forge.pages_browse`.
+Same services as the REST API; forms work without JavaScript."""
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
