@@ -7,10 +7,11 @@ ref or path is the git layer's `RefNotFound`/`PathNotFound`, rendered as a 404 p
 """
 
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 from litestar import Controller, get
 from litestar.params import FromPath, QueryParameter
-from litestar.response import Template
+from litestar.response import Redirect, Template
 
 from forge.browse_render import ago, breadcrumbs, diff_views_async, exact, highlight_lines_async, url_path
 from forge.deps import StoreDep
@@ -18,11 +19,14 @@ from forge.error_codes import Code
 from forge.errors import InvalidInput
 from forge.git import (
     BlobInfo,
+    NotABlob,
+    NotATree,
     commit_diff,
     compare,
     is_markdown,
     list_branches,
     list_tags,
+    list_tree,
     log,
     read_blob,
 )
@@ -80,14 +84,24 @@ async def _readme_html(readme: BlobInfo | None) -> Any:
     return await highlight_async("x.txt", readme.text)
 
 
+def _at(view: RepoView, kind: str, path: str, ref: str | None) -> str:
+    query = f"?ref={quote(ref, safe='/')}" if ref else ""
+    return f"/{view.res.full_name}{kind}{url_path(path.strip('/'))}{query}"
+
+
 class RepoPages(Controller):
     path = REPO
     include_in_schema = False
     dependencies = VIEWS
 
-    async def _folder(self, views: ViewsDep, store: StoreDep, path: str, ref: str | None, template: str) -> Template:
+    async def _folder(
+        self, views: ViewsDep, store: StoreDep, path: str, ref: str | None, template: str
+    ) -> Template | Redirect:
         view = await views.load()
-        data = await store.read(view.key, tree_page, ref, path.strip("/"))
+        try:
+            data = await store.read(view.key, tree_page, ref, path.strip("/"))
+        except NotATree:  # a file's path under /tree/: show the file, as people expect
+            return Redirect(_at(view, "/blob/", path, ref), status_code=302)
         return await Browse(view, store, ref).render(
             template,
             f"/tree/{url_path(data.listing.path)}" if data.listing.path else "/tree",
@@ -99,17 +113,27 @@ class RepoPages(Controller):
         )
 
     @get("/")
-    async def home(self, views: ViewsDep, store: StoreDep, ref: Ref = None) -> Template:
+    async def home(self, views: ViewsDep, store: StoreDep, ref: Ref = None) -> Template | Redirect:
         return await self._folder(views, store, "", ref, "repos/home.html")
 
     @get(["/tree", "/tree/{path:path}"])
-    async def tree(self, views: ViewsDep, store: StoreDep, path: FromPath[str] = "/", ref: Ref = None) -> Template:
+    async def tree(
+        self, views: ViewsDep, store: StoreDep, path: FromPath[str] = "/", ref: Ref = None
+    ) -> Template | Redirect:
         return await self._folder(views, store, path, ref, "repos/tree.html")
 
     @get("/blob/{path:path}")
-    async def blob(self, views: ViewsDep, store: StoreDep, path: FromPath[str], ref: Ref = None) -> Template:
+    async def blob(self, views: ViewsDep, store: StoreDep, path: FromPath[str], ref: Ref = None) -> Template | Redirect:
         view = await views.load()
-        info = await store.read(view.key, read_blob, ref, path.strip("/"))
+        try:
+            info = await store.read(view.key, read_blob, ref, path.strip("/"))
+        except NotABlob as not_blob:
+            # A folder is listed instead; a submodule is neither, and stays the 422.
+            try:
+                await store.read(view.key, list_tree, ref, path.strip("/"))
+            except NotATree:
+                raise not_blob from None
+            return Redirect(_at(view, "/tree/", path, ref), status_code=302)
         code = await highlight_async(info.name, info.text) if info.text is not None else None
         rendered = await markdown_async(info.text) if info.text is not None and is_markdown(info.path) else None
         return await Browse(view, store, ref).render(

@@ -90,6 +90,16 @@ async def test_tag_folder_readme_and_breadcrumbs(
     crumbs = docs[docs.index('class="crumbs"') : docs.index("</nav>", docs.index('class="crumbs"'))]
     assert 'href="/ana/proj/tree">proj</a>' in crumbs and 'href="/ana/proj/tree/src">src</a>' in crumbs
     assert '<strong aria-current="page">lib</strong>' in crumbs
+    # a file's path under /tree/ shows the file, a folder's under /blob/ lists it
+    r = await client.get("/ana/proj/tree/src/app.py?ref=feature/x", headers=HTML, follow_redirects=False)
+    assert r.status_code == 302 and r.headers["location"] == "/ana/proj/blob/src/app.py?ref=feature/x"
+    r = await client.get("/ana/proj/blob/src/lib", headers=HTML, follow_redirects=False)
+    assert r.status_code == 302 and r.headers["location"] == "/ana/proj/tree/src/lib"
+    vendor = (await client.get("/ana/proj/tree/vendor", headers=HTML)).text
+    assert "(submodule)" in vendor and "icon-submodule" in vendor
+    assert "/ana/proj/blob/vendor/lib" not in vendor and "/ana/proj/tree/vendor/lib" not in vendor  # not a link
+    r = await client.get("/ana/proj/blob/vendor/lib", headers=HTML)
+    assert r.status_code == 422 and "code: not_a_blob" in r.text  # a submodule: no file, no folder
     folder = (await client.get("/ana/proj/tree/docs", headers=HTML)).text
     assert "<h1>The docs folder</h1>" in folder and "<em>these</em>" in folder
 

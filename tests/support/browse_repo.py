@@ -1,6 +1,6 @@
 """A repository to browse, made the way people make them: commits written with the `git` CLI
 (fixed dates, two authors, a branch merged with --no-ff, an annotated tag, a binary and a huge
-file, a folder with its own README, a README with hostile HTML) and pushed with `git push`.
+file, a submodule, a folder with its own README, a README with hostile HTML) and pushed with `git push`.
 
 `build_history(work)` returns the commit ids by name so tests can assert which commit a page
 names; `push_to(work, bare_path)` pushes every branch and tag into a bare repository."""
@@ -95,6 +95,8 @@ def build_history(work: Path) -> History:
     git("merge", "-q", "--no-ff", "-m", "Merge feature/x", "feature/x", cwd=work, env=env)
     merge = git("rev-parse", "HEAD", cwd=work).stdout.strip()
     _write(work, {"assets/logo.bin": bytes(range(256)) * 8, "assets/huge.txt": ("x" * 99 + "\n") * (HUGE_BYTES // 100)})
+    # A submodule entry (a gitlink: mode 160000 naming a commit of another repository).
+    git("update-index", "--add", "--cacheinfo", f"160000,{initial},vendor/lib", cwd=work)
     big_files = _commit(work, "Add assets", 5)
     return History(work, initial, app_changed, docs_added, feature, merge, big_files)
 
