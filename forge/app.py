@@ -37,7 +37,8 @@ from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
-from forge.pages_repos import RepoListPages, RepoPages, RepoSettingsPages
+from forge.pages_browse import RepoPages
+from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.pushes import PushRecorder
 from forge.settings import Settings

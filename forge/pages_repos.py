@@ -1,5 +1,6 @@
-"""Web pages for repositories: list, create, home (README), tree, file, commits, commit, branches,
-compare and settings. Same services as the REST API; forms work without JavaScript."""
+"""Web pages for repositories: list, create and settings, and how every repository page loads its
+repository (`RepoViews`) and renders (`RepoView`); the browsing pages are in `forge.pages_browse`.
+Same services as the REST API; forms work without JavaScript."""
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
-from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
+from litestar.params import Parameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,21 +17,7 @@ from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
 from forge.access import Action, Principal, can
 from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
 from forge.errors import ForgeError
-from forge.git import (
-    PathNotFound,
-    commit_diff,
-    compare,
-    find_readme,
-    is_markdown,
-    list_branches,
-    list_tags,
-    list_tree,
-    log,
-    read_blob,
-)
-from forge.git.errors import RepoError
 from forge.pages import WebForm, page
-from forge.render import highlight_async, markdown_async
 from forge.repo_lifecycle import RepoCreate, RepoUpdate
 from forge.repositories import RepoResource
 
@@ -135,81 +122,6 @@ class RepoListPages(Controller):
         except ForgeError as exc:
             return page(request, "repos/new.html", status_code=exc.status, error=exc.detail, form=data)
         return Redirect(f"/{repo.owner.login}/{repo.name}", status_code=303)
-
-
-class RepoPages(Controller):
-    path = REPO
-    include_in_schema = False
-    dependencies = VIEWS
-
-    @get("/")
-    async def home(self, views: ViewsDep, store: StoreDep) -> Template:
-        view = await views.load()
-        tree = await store.read(view.key, list_tree, None, "")
-        readme = await store.read(view.key, find_readme, None)
-        readme_html = None
-        if readme is not None and readme.text is not None:
-            readme_html = (
-                await markdown_async(readme.text)
-                if is_markdown(readme.path)
-                else await highlight_async("x.txt", readme.text)
-            )
-        return view.render("repos/home.html", tree=tree, readme=readme, readme_html=readme_html)
-
-    @get(["/tree", "/tree/{path:path}"])
-    async def tree(self, views: ViewsDep, store: StoreDep, path: FromPath[str] = "/", ref: Ref = None) -> Template:
-        view = await views.load()
-        listing = await store.read(view.key, list_tree, ref, path.strip("/"))
-        return view.render("repos/tree.html", tree=listing, ref=ref)
-
-    @get("/blob/{path:path}")
-    async def blob(self, views: ViewsDep, store: StoreDep, path: FromPath[str], ref: Ref = None) -> Template:
-        view = await views.load()
-        info = await store.read(view.key, read_blob, ref, path.strip("/"))
-        code = await highlight_async(info.name, info.text) if info.text is not None else None
-        rendered = await markdown_async(info.text) if info.text is not None and is_markdown(info.path) else None
-        return view.render("repos/blob.html", blob=info, code=code, rendered=rendered, ref=ref)
-
-    @get("/commits")
-    async def commits(
-        self,
-        views: ViewsDep,
-        store: StoreDep,
-        ref: Ref = None,
-        page_: Annotated[int, QueryParameter(name="page", ge=1, le=100_000)] = 1,
-    ) -> Template:
-        view = await views.load()
-        found = await store.read(view.key, log, ref, page=page_, per_page=30)
-        return view.render("repos/commits.html", commits=found, ref=ref)
-
-    @get("/commit/{sha:str}")
-    async def commit(self, views: ViewsDep, store: StoreDep, sha: FromPath[str]) -> Template:
-        view = await views.load()
-        return view.render("repos/commit.html", diff=await store.read(view.key, commit_diff, sha))
-
-    @get("/branches")
-    async def branches(self, views: ViewsDep, store: StoreDep) -> Template:
-        view = await views.load()
-        return view.render(
-            "repos/branches.html",
-            branches=await store.read(view.key, list_branches),
-            tags=await store.read(view.key, list_tags),
-        )
-
-    @get("/compare/{spec:path}")
-    async def compare_page(self, views: ViewsDep, store: StoreDep, spec: FromPath[str]) -> Template:
-        view = await views.load()
-        base, sep, head = spec.strip("/").partition("...")
-        comparison = None
-        error = None
-        if sep and base and head:
-            try:
-                comparison = await store.read(view.key, compare, base, head)
-            except (RepoError, PathNotFound) as exc:
-                error = str(exc)
-        else:
-            error = "compare needs base...head"
-        return view.render("repos/compare.html", cmp=comparison, error=error, spec=spec.strip("/"))
 
 
 class SettingsForm(WebForm):

@@ -21,6 +21,7 @@ from forge.git.schemas import (
     BranchInfo,
     CommitInfo,
     CommitPage,
+    RefNames,
     ResolvedRef,
     Signature,
     TagInfo,
@@ -168,6 +169,14 @@ def list_tags(repo: pygit2.Repository) -> list[TagInfo]:
             )
         )
     return tags
+
+
+def ref_names(repo: pygit2.Repository) -> RefNames:
+    """Every branch name (the default first) and tag name, without reading their commits."""
+    return RefNames(
+        branches=[b.name for b in list_branches(repo, with_commits=False)],
+        tags=[ref.removeprefix("refs/tags/") for ref in _ref_names(repo, "refs/tags/")],
+    )
 
 
 def head_commit(repo: pygit2.Repository) -> pygit2.Commit | None:

@@ -167,14 +167,26 @@ def blob_info(
 
 
 def find_readme(
-    repo: pygit2.Repository, ref: str | None = None, *, max_text_bytes: int = DEFAULT_TEXT_LIMIT
+    repo: pygit2.Repository,
+    ref: str | None = None,
+    *,
+    path: str = "",
+    max_text_bytes: int = DEFAULT_TEXT_LIMIT,
 ) -> BlobInfo | None:
-    """The README at the root of ``ref`` (``README.md`` first, any case), or ``None``."""
+    """The README in directory ``path`` (the root by default) of ``ref`` (``README.md`` first,
+    any case), or ``None``."""
+    norm = validate_tree_path(path) if path else ""
     commit = start_commit(repo, ref)
     if commit is None:
         return None
+    folder = commit.tree
+    if norm:
+        oid, mode = _lookup(commit.tree, norm)
+        if mode != FileMode.TREE:
+            return None
+        folder = repo[oid].peel(pygit2.Tree)
     best: tuple[int, str] | None = None
-    for entry in commit.tree:
+    for entry in folder:
         if entry.filemode not in (FileMode.BLOB, FileMode.BLOB_EXECUTABLE):
             continue
         name = decode_text(entry.raw_name or b"")
@@ -184,7 +196,8 @@ def find_readme(
             best = rank if best is None or rank < best else best
     if best is None:
         return None
-    return blob_info(repo, commit.tree, best[1], max_text_bytes=max_text_bytes, commit_sha=str(commit.id))
+    found = f"{norm}/{best[1]}" if norm else best[1]
+    return blob_info(repo, commit.tree, found, max_text_bytes=max_text_bytes, commit_sha=str(commit.id))
 
 
 def is_markdown(path: str) -> bool:

@@ -70,6 +70,13 @@ class TagInfo(msgspec.Struct, frozen=True, kw_only=True):
     commit: CommitInfo | None = None
 
 
+class RefNames(msgspec.Struct, frozen=True, kw_only=True):
+    """Branch names (the default first) and tag names: what a ref switcher lists."""
+
+    branches: list[str]
+    tags: list[str]
+
+
 class ResolvedRef(msgspec.Struct, frozen=True, kw_only=True):
     """What a user-supplied ref or commit id resolved to."""
 

@@ -9,39 +9,18 @@ Run: ``make bench``. Goals (issue 3): clone time at most 1.5x the local clone; s
 
 import asyncio
 import os
-import subprocess
 import time
 from pathlib import Path
 
 from forge.git import bare
 from forge.git.names import repo_path
 from forge.git.schemas import Identity
+from tests.support.bench_repo import fast_import_history
 from tests.support.git import Client, serve
 
 FILES = 5000
 COMMITS = 2000
 BIG = 200 * 1024 * 1024
-
-
-def _generate(path: Path) -> None:
-    """A repository of FILES files and COMMITS commits, written with git fast-import."""
-    lines: list[bytes] = []
-    for i in range(COMMITS):
-        msg = f"commit {i}\n".encode()
-        lines.append(b"commit refs/heads/main\n")
-        lines.append(f"committer Bench <b@example.com> {1_600_000_000 + i} +0000\n".encode())
-        lines.append(f"data {len(msg)}\n".encode() + msg)
-        if i == 0:
-            for f in range(FILES):
-                body = f"file {f}\n".encode() * 20
-                lines.append(f"M 100644 inline d{f % 50}/f{f}.txt\ndata {len(body)}\n".encode() + body)
-        else:
-            f = (i * 7) % FILES
-            body = f"file {f} change {i}\n".encode() * 20
-            lines.append(f"M 100644 inline d{f % 50}/f{f}.txt\ndata {len(body)}\n".encode() + body)
-        lines.append(b"\n")
-    subprocess.run(["git", f"--git-dir={path}", "fast-import", "--quiet"], input=b"".join(lines), check=True)
-    subprocess.run(["git", f"--git-dir={path}", "gc", "--quiet"], check=True)
 
 
 def _vm_hwm_kb() -> int:
@@ -72,7 +51,7 @@ async def test_clone_speed(tmp_path: Path) -> None:
     root = tmp_path / "repos"
     path = repo_path(root, "bench", "big")
     bare.init_repo(path)
-    _generate(path)
+    fast_import_history(path, files=FILES, commits=COMMITS)
     client = Client(tmp_path / "home")
     async with serve(root, tmp_path) as server:
         http_times, local_times = [], []

@@ -110,5 +110,5 @@ def test_a_parked_tool_call_is_shown_approved_and_run(
     [tool_message] = [m for m in model.requests[1]["messages"] if m["role"] == "tool"]
     assert tool_message["tool_call_id"] == "c1" and tool_message["content"].startswith("exit code 0")
     page.get_by_role("link", name="browse").click()
-    page.locator("#tree").get_by_role("link", name="approved.txt").click()
+    page.locator("#tree").get_by_role("link", name="approved.txt", exact=True).click()
     expect(page.locator("#code code")).to_have_text("<approved> & ran")

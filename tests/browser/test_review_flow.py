@@ -155,7 +155,7 @@ def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer
     page.goto(forge.at(f"/{repo}"))
     tree = page.locator("#tree")
     expect(tree).to_contain_text("hello.txt")
-    tree.get_by_role("link", name="hello.txt").click()
+    tree.get_by_role("link", name="hello.txt", exact=True).click()
     expect(page.locator("#code code")).to_have_text("hi")
 
     # The task page says so too.

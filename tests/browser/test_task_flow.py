@@ -76,6 +76,6 @@ def test_a_command_task_streams_its_transcript_and_waits_for_review(
     tree = page.locator("#tree")
     expect(tree).to_contain_text("hello.txt")
     expect(tree).to_contain_text("README.md")
-    tree.get_by_role("link", name="hello.txt").click()
+    tree.get_by_role("link", name="hello.txt", exact=True).click()
     expect(page).to_have_url(re.compile(r"/blob/hello\.txt\?ref=agent/1-"))
     expect(page.locator("#code code")).to_have_text("hello")
