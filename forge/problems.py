@@ -29,6 +29,7 @@ from forge.auth import actor_of, request_id
 from forge.error_codes import Code, lookup
 from forge.errors import ForgeError, RateLimited
 from forge.git.errors import RepoError
+from forge.page_context import base_context
 
 log = structlog.get_logger("forgehand")
 PROBLEM_JSON = "application/problem+json"
@@ -164,7 +165,7 @@ def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str
     if _wants_html(request):
         return Template(
             template_name="error.html",
-            context={"problem": problem, "request": request},
+            context={**base_context(request), "problem": problem},
             status_code=problem.status,
             headers=headers,
             media_type=MediaType.HTML,
