@@ -22,8 +22,8 @@ import webhooks
 from forge import __doc__ as forge_doc
 from forge.access import Principal, Scope
 from forge.api_admin import AdminController
-from forge.api_reference import API_REFERENCE_ASSETS, LocalSwaggerPlugin
 from forge.api_contract import ContractJsonPlugin
+from forge.api_reference import API_REFERENCE_ASSETS, LocalSwaggerPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthMiddleware, AuthState
@@ -116,6 +116,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
                 await database.dispose()
 
     prometheus = PrometheusConfig(app_name="forgehand", prefix="forgehand", group_path=True, exclude=["/metrics"])
+
     async def account_tasks(session: AsyncSession, principal: Principal) -> list[Any]:
         svc = task_system.service(session)
         return list(await svc.to_reads(await svc.list_for_user(principal, limit=20)))
