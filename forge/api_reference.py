@@ -52,9 +52,16 @@ class LocalSwaggerPlugin(SwaggerRenderPlugin):
   SwaggerUIBundle({{
     url: "/api/schema/openapi.json",
     dom_id: "#swagger-container",
-    deepLinking: true,
+    deepLinking: false,  // deep links put a link inside each operation's toggle button (nested controls)
     validatorUrl: null,
+    defaultModelsExpandDepth: -1,
     presets: [SwaggerUIBundle.presets.apis],
+    onComplete: () => {{
+      // Swagger UI leaves its server picker without a name.
+      for (const select of document.querySelectorAll("#swagger-container select:not([aria-label])")) {{
+        select.setAttribute("aria-label", select.closest(".servers") ? "Server" : "Choice");
+      }}
+    }},
   }});
 </script>
 </body>
