@@ -62,8 +62,8 @@ def test_every_account_page_at_desktop_and_phone(page: Page, site: ForgeServer, 
         page.get_by_role("button", name="Create token").click()
         expect(page.locator("#new-token")).to_have_text(re.compile(r"^fh_\w{40}$"))
         for name, path in (
+            ("account-tokens-created", None),  # the page the creation redirected to
             ("account-dashboard", "/"),
-            ("account-tokens-created", None),
             ("account-tokens", "/settings/tokens/"),
             ("account-settings", "/settings/account/"),
             ("account-profile", f"/{site.admin_login}"),
