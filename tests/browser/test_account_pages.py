@@ -50,6 +50,16 @@ def press_tab_until_focused(page: Page, selector: str, *, limit: int = 60) -> No
     raise AssertionError(f"Tab never reached {selector}")
 
 
+def type_password_change(page: Page, current: str, new: str) -> None:
+    """Fill the password form from the keyboard (Tab between its fields) and send it with Enter."""
+    press_tab_until_focused(page, "#current_password")
+    for i, text in enumerate((current, new, new)):
+        if i:
+            page.keyboard.press("Tab")
+        page.keyboard.type(text)
+    page.keyboard.press("Enter")
+
+
 def test_every_account_page_at_desktop_and_phone(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
     make_user(site, "pia")
     with no_foreign_requests(page, site.url):
@@ -138,22 +148,10 @@ def test_password_change_by_keyboard_only(page: Page, site: ForgeServer, artifac
     with no_foreign_requests(page, site.url):
         sign_in(page, site.url, "kim", PASSWORD)
         page.goto(site.at("/settings/account/"))
-        press_tab_until_focused(page, "#current_password")
-        page.keyboard.type("not the password")
-        page.keyboard.press("Tab")
-        page.keyboard.type(new)
-        page.keyboard.press("Tab")
-        page.keyboard.type(new)
-        page.keyboard.press("Enter")
+        type_password_change(page, "not the password", new)
         expect(page.locator("#password-error")).to_contain_text("current password is wrong")
         check_page(page, artifacts_dir, "account-password-refused")
-        press_tab_until_focused(page, "#current_password")
-        page.keyboard.type(PASSWORD)
-        page.keyboard.press("Tab")
-        page.keyboard.type(new)
-        page.keyboard.press("Tab")
-        page.keyboard.type(new)
-        page.keyboard.press("Enter")
+        type_password_change(page, PASSWORD, new)
         expect(page.locator("#password-notice")).to_contain_text("Password changed")
         check_page(page, artifacts_dir, "account-password-changed")
         expect(page.get_by_role("button", name="Sign out")).to_be_visible()  # this session stays
