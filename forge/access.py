@@ -213,7 +213,14 @@ def require(principal: Principal, action: Action, resource: Resource, *, what: s
         if not principal.is_authenticated:
             # Nothing is hidden by answering 401 here: instance actions exist on every server.
             raise Unauthenticated("sign in or send a token")
-        raise Forbidden("you are not allowed to do this")
+        if principal.is_admin and not principal.has_scope(Scope.ADMIN):
+            # An admin's narrower token: the `admin` scope is what is missing, so say so.
+            raise Forbidden(f"this token lacks the {Scope.ADMIN.value!r} scope", code=Code.INSUFFICIENT_SCOPE)
+        if isinstance(resource, Instance):
+            raise Forbidden("this needs an instance admin")
+        if principal.account_id in {resource.account_id, resource.owner_id}:
+            raise Forbidden("a token cannot manage tokens or account settings: use a signed-in browser session")
+        raise Forbidden("you may manage only your own account and your bots")
     role = effective_role(principal, resource)
     needed_role, needed_scope = _REPO_RULES[action]
     visible_from = Role.WRITE if action is Action.TASK_READ else Role.READ

@@ -9,11 +9,12 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
+from forge import audit, websessions
+from forge.access import INSTANCE, Action, require
 from forge.audit import Actor
 from forge.db import Database, utcnow
 from forge.error_codes import Code
-from forge.errors import Conflict, InvalidInput, NotFound, RateLimited, Unauthenticated
+from forge.errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from forge.models import Account, AccountType
 from forge.security import hash_password, verify_password
 from forge.settings import Settings
@@ -233,3 +234,60 @@ async def authenticate_password(db: Database, settings: Settings, actor: Actor, 
             raise Unauthenticated("this account is disabled", code=Code.ACCOUNT_DISABLED)
         raise Unauthenticated("wrong login or password", code=Code.BAD_CREDENTIALS)
     return account
+
+
+async def change_password(
+    db: Database,
+    settings: Settings,
+    actor: Actor,
+    current: str,
+    new: str,
+    *,
+    keep_session: str | None,
+) -> None:
+    """The signed-in person changes their own password: the current one is checked (failures are
+    audited and rate-limited like sign-ins), every other session of the account ends, the one
+    `keep_session` names (the cookie of the request) stays. Tokens are separate credentials and
+    keep working (revoke them on the tokens page)."""
+    account_id = actor.principal.account_id
+    if account_id is None or actor.principal.via != "session":
+        # A token must not be able to take the account over.
+        raise Forbidden("change your password in a signed-in browser session")
+    validate_password(new)
+    target = actor.principal.login.lower()
+    since = audit.window_start(settings.signin_window_seconds)
+    async with db.session() as session:
+        failures = await audit.count_refusals_since(session, "user.password.change", since, target=target)
+        account = await session.get(Account, account_id)
+    if account is None:
+        raise Unauthenticated("sign in first", code=Code.UNAUTHENTICATED)
+    if failures >= settings.signin_max_failures:
+        await audit.record_refusal(db, actor, "user.password.change", target, reason="limited")
+        raise RateLimited("too many wrong passwords; try again later", retry_after=settings.signin_window_seconds)
+    if not await verify_password(account.password_hash, current):
+        await audit.record_refusal(db, actor, "user.password.change", target, reason="wrong_password")
+        raise Forbidden("the current password is wrong", code=Code.WRONG_PASSWORD)
+    new_hash = await hash_password(new)
+    async with db.session(write=True) as session:
+        row = await session.get(Account, account_id)
+        assert row is not None
+        row.password_hash = new_hash
+        ended = await websessions.destroy_all_for(session, account_id, keep=keep_session)
+        audit.record(session, actor, "user.password.change", row.login, other_sessions_ended=ended)
+
+
+async def set_password(
+    session: AsyncSession, actor: Actor, login: str, password: str, *, keep_session: str | None = None
+) -> int:
+    """An instance admin (or the operator's CLI) sets an account's password. Every session of that
+    account ends (but `keep_session`: an admin resetting their own password stays signed in);
+    returns how many sessions ended. Tokens keep working: they are separate credentials."""
+    require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+    validate_password(password)
+    account = await require_by_login(session, login)
+    if account.is_bot:
+        raise InvalidInput(f"{account.login} is a bot: bots have no password", code=Code.NO_PASSWORD)
+    account.password_hash = await hash_password(password)
+    ended = await websessions.destroy_all_for(session, account.id, keep=keep_session)
+    audit.record(session, actor, "user.password.reset", account.login, sessions_ended=ended)
+    return ended

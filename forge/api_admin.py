@@ -2,7 +2,7 @@
 
 from typing import Annotated
 
-from litestar import Controller, get, patch, post
+from litestar import Controller, get, patch, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
 from forge import accounts, audit, tokens, websessions
@@ -11,7 +11,15 @@ from forge.accounts import AccountRead
 from forge.audit import AuditRead
 from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession, TokenCacheDep
-from forge.schemas import AccountUpdate, BotCreate, TokenCreate, UserCreate, UserCreated
+from forge.schemas import (
+    AccountUpdate,
+    BotCreate,
+    PasswordSet,
+    PasswordSetResult,
+    TokenCreate,
+    UserCreate,
+    UserCreated,
+)
 from forge.security import generate_password
 
 
@@ -58,6 +66,18 @@ class AdminController(Controller):
                 await websessions.destroy_all_for(db_session, account.id)
                 token_cache.clear()
         return await accounts.to_read(db_session, account)
+
+    @put("/accounts/{login:str}/password", summary="Set a person's password (their sessions end)")
+    async def set_password(
+        self, db_session: DbSession, actor: ActorDep, login: FromPath[str], data: JSONBody[PasswordSet]
+    ) -> PasswordSetResult:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        password = data.password or generate_password()
+        ended = await accounts.set_password(db_session, actor, login, password)
+        account = await accounts.require_by_login(db_session, login)
+        return PasswordSetResult(
+            login=account.login, password=None if data.password else password, sessions_ended=ended
+        )
 
     @post("/accounts/{login:str}/tokens", summary="Create a token for an account (e.g. a bot)")
     async def create_token(

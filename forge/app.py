@@ -11,18 +11,19 @@ from litestar.config.compression import CompressionConfig
 from litestar.datastructures import State
 from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
 from forge import __doc__ as forge_doc
-from forge.access import Scope
+from forge.access import Principal, Scope
 from forge.api_admin import AdminController
 from forge.api_contract import ContractJsonPlugin
+from forge.api_reference import API_REFERENCE_ASSETS, LocalSwaggerPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthMiddleware, AuthState
@@ -37,6 +38,7 @@ from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
+from forge.pages_account import AccountPages, ProfilePages
 from forge.pages_browse import RepoPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
@@ -115,6 +117,11 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
                 await database.dispose()
 
     prometheus = PrometheusConfig(app_name="forgehand", prefix="forgehand", group_path=True, exclude=["/metrics"])
+
+    async def account_tasks(session: AsyncSession, principal: Principal) -> list[Any]:
+        svc = task_system.service(session)
+        return list(await svc.to_reads(await svc.list_for_user(principal, limit=20)))
+
     state: dict[str, Any] = {
         "settings": settings,
         "db": database,
@@ -125,6 +132,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         "push_recorder": push_recorder,
         "tasks": task_system,
         "webhooks": hooks,
+        "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/pages_account.py)
     }
     return Litestar(
         route_handlers=[
@@ -145,7 +153,10 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             RepoListPages,
             RepoPages,
             RepoSettingsPages,
+            AccountPages,
+            ProfilePages,  # `/{login}`: one segment, after every static one-segment route above
             create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
+            API_REFERENCE_ASSETS,
         ],
         dependencies=DEPENDENCIES,
         middleware=[
@@ -161,7 +172,11 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             version=VERSION,
             description=(forge_doc or "").strip(),
             path="/api/schema",
-            render_plugins=[ScalarRenderPlugin(), ContractJsonPlugin(enums=_API_ENUMS, codes=[c.value for c in Code])],
+            # The API reference is served from this instance (assets included): no request leaves it.
+            render_plugins=[
+                LocalSwaggerPlugin(),
+                ContractJsonPlugin(enums=_API_ENUMS, codes=[c.value for c in Code]),
+            ],
         ),
         # Git routes (opt "git") stream packs that are compressed already.
         compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude_opt_key="git"),

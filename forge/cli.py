@@ -186,6 +186,27 @@ def users_disable(login: str) -> None:
     click.echo(f"disabled {login}")
 
 
+@users.command("set-password")
+@click.argument("login")
+def users_set_password(login: str) -> None:
+    """Set a person's password, read from a prompt (twice) or, when stdin is not a terminal, its
+    first line; never from the command line. Their browser sessions end; tokens keep working."""
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"new password for {login}: ")
+        if getpass.getpass("again: ") != password:
+            raise click.UsageError("the passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    settings = _settings()
+
+    async def go(db: Database) -> int:
+        async with db.session(write=True) as session:
+            return await accounts.set_password(session, CLI_ACTOR, login, password)
+
+    ended = _run_db(settings, go)
+    click.echo(f"password of {login} set ({ended} session(s) signed out)")
+
+
 @main.group()
 def bots() -> None:
     """Manage bot accounts (they act only through tokens)."""

@@ -66,6 +66,9 @@ class Code(StrEnum):
     WEAK_PASSWORD = "weak_password", 422, "the password is too short"
     INVALID_PASSWORD = "invalid_password", 422, "the password is too long"
     ACCOUNT_NOT_FOUND = "account_not_found", 404, "no account with this login"
+    WRONG_PASSWORD = "wrong_password", 403, "the current password given to change it is wrong"
+    PASSWORD_MISMATCH = "password_mismatch", 422, "the new password and its repetition differ"
+    NO_PASSWORD = "no_password", 422, "bots have no password (they act through tokens)"
     LOGIN_TAKEN = "login_taken", 409, "another account has this login"
     CANNOT_DISABLE_SELF = "cannot_disable_self", 422, "an admin cannot disable their own account"
     ACCOUNT_DISABLED = "account_disabled", 401, "the account is disabled (422: a token for a disabled account)", (422,)

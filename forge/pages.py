@@ -13,31 +13,20 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, audit, repositories, tokens, websessions
-from forge.access import INSTANCE, Action, Principal, Scope, can, require
+from forge.access import INSTANCE, Action, Principal, Scope, require
 from forge.audit import Actor
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
 from forge.error_codes import Code
-from forge.errors import ForgeError, InvalidInput, Unauthenticated
-from forge.models import Account
+from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
+from forge.models import AccessToken, Account
+from forge.page_context import base_context
 from forge.security import generate_password, random_id
+from forge.settings import Settings
 
 
 def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **context: Any) -> Template:
     """Render a page with what every page needs (who is signed in, the CSRF token)."""
-    auth = request.scope.get("auth")
-    principal = request.scope.get("user")
-    csrf = auth.csrf_token if isinstance(auth, websessions.SessionInfo) else ""
-    return Template(
-        template_name=name,
-        context={
-            "me": principal if principal is not None and principal.is_authenticated else None,
-            "csrf_token": csrf,
-            "is_admin": principal is not None and can(principal, Action.INSTANCE_ADMIN, INSTANCE),
-            "request": request,
-            **context,
-        },
-        status_code=status_code,
-    )
+    return Template(template_name=name, context={**base_context(request), **context}, status_code=status_code)
 
 
 class WebForm(msgspec.Struct, kw_only=True):
@@ -208,6 +197,53 @@ def _expiry(value: str) -> int | None:
     return int(value)
 
 
+# The secret of a token just created travels from the POST to the page it redirects to in a
+# short-lived cookie scoped to that page (POST-redirect-GET: a reload never mints a second token);
+# the page that shows it clears the cookie, so it is shown once.
+NEW_TOKEN_COOKIE = "fh_new_token"
+_NEW_TOKEN_SECONDS = 120
+
+
+def _created_redirect(target: str, created: tokens.TokenCreated, settings: Settings) -> Redirect:
+    return Redirect(
+        target,
+        status_code=303,
+        cookies=[
+            Cookie(
+                key=NEW_TOKEN_COOKIE,
+                value=f"{created.info.id}.{created.token}",
+                httponly=True,
+                secure=settings.secure_cookies,
+                samesite="strict",
+                max_age=_NEW_TOKEN_SECONDS,
+                path=target.rstrip("/") or "/",
+            )
+        ],
+    )
+
+
+async def _take_created(
+    request: Request[Any, Any, Any], db_session: AsyncSession, *, owner_id: int | None = None
+) -> tokens.TokenCreated | None:
+    """The token the previous POST created, if the cookie names a live one (of `owner_id`, when
+    given) and carries its secret."""
+    token_id, _, secret = request.cookies.get(NEW_TOKEN_COOKIE, "").partition(".")
+    if not (token_id.isascii() and token_id.isdecimal()) or len(token_id) > 18 or len(secret) <= 8:
+        return None
+    row = await db_session.get(AccessToken, int(token_id))
+    if row is None or row.revoked_at is not None or not secret.endswith(row.last_eight):
+        return None
+    owner = await db_session.get(Account, row.account_id)
+    if owner is None or (owner_id is not None and owner.id != owner_id):
+        return None
+    return tokens.TokenCreated(token=secret, info=tokens.to_read(row, owner.login))
+
+
+def _clear_created(response: Template, path: str) -> Template:
+    response.cookies.append(Cookie(key=NEW_TOKEN_COOKIE, value="", max_age=0, path=path))
+    return response
+
+
 class TokenPages(Controller):
     path = "/settings/tokens"
     include_in_schema = False
@@ -219,18 +255,24 @@ class TokenPages(Controller):
         db_session: DbSession,
         actor: ActorDep,
         status_code: int = 200,
+        form: TokenForm | None = None,
         **context: Any,
     ) -> Template:
         me = await db_session.get(Account, actor.principal.account_id)
         assert me is not None
-        return page(
+        created = await _take_created(request, db_session, owner_id=me.id)
+        response = page(
             request,
             "tokens.html",
             status_code=status_code,
             tokens=await tokens.list_for(db_session, me),
             scopes=[s.value for s in Scope if s is not Scope.ADMIN or me.is_admin],
+            created=created,
+            form=form or TokenForm(),
+            chosen=_form_scopes(form.scopes) if form else [],
             **context,
         )
+        return _clear_created(response, "/settings/tokens") if NEW_TOKEN_COOKIE in request.cookies else response
 
     @get("/")
     async def list_page(self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep) -> Template:
@@ -242,15 +284,27 @@ class TokenPages(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         actor: ActorDep,
+        settings: SettingsDep,
         data: URLEncodedBody[TokenForm],
-    ) -> Template:
+    ) -> Template | Redirect:
         me = await db_session.get(Account, actor.principal.account_id)
         assert me is not None
         try:
             created = await _create_token(db_session, actor, me, data)
         except ForgeError as exc:
-            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail)
-        return await self._render(request, db_session, actor, created=created)
+            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail, form=data)
+        return _created_redirect("/settings/tokens/", created, settings)
+
+    @get("/{token_id:int}/revoke")
+    async def confirm_revoke(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, token_id: FromPath[int]
+    ) -> Template:
+        me = await db_session.get(Account, actor.principal.account_id)
+        assert me is not None
+        found = [t for t in await tokens.list_for(db_session, me) if t.id == token_id]
+        if not found:
+            raise NotFound(f"no token {token_id}", code=Code.TOKEN_NOT_FOUND)
+        return page(request, "token_revoke.html", token=found[0])
 
     @post("/{token_id:int}/revoke")
     async def revoke(
@@ -267,6 +321,10 @@ class NewAccountForm(WebForm):
     owner: str = ""
 
 
+class ResetPasswordForm(WebForm):
+    password: str = ""  # blank: a random one, shown once
+
+
 class AdminPages(Controller):
     path = "/admin"
     include_in_schema = False
@@ -276,14 +334,19 @@ class AdminPages(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, status_code: int = 200, **context: Any
     ) -> Template:
         rows = await accounts.list_accounts(db_session)
-        return page(
+        reads = [await accounts.to_read(db_session, a) for a in rows]
+        # A bot token created by the previous POST (POST-redirect-GET), shown once.
+        created = await _take_created(request, db_session)
+        response = page(
             request,
             "admin.html",
             status_code=status_code,
-            accounts=[await accounts.to_read(db_session, a) for a in rows],
+            accounts=reads,
             scopes=[s.value for s in Scope if s is not Scope.ADMIN],
+            created=created,
             **context,
         )
+        return _clear_created(response, "/admin") if NEW_TOKEN_COOKIE in request.cookies else response
 
     @get("/")
     async def index(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
@@ -334,14 +397,36 @@ class AdminPages(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         actor: ActorDep,
+        settings: SettingsDep,
         login: FromPath[str],
         data: URLEncodedBody[TokenForm],
-    ) -> Template:
+    ) -> Template | Redirect:
         try:
             created = await _create_token(db_session, actor, await accounts.require_by_login(db_session, login), data)
         except ForgeError as exc:
             return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
-        return await self._render(request, db_session, created=created)
+        return _created_redirect("/admin/", created, settings)
+
+    @post("/accounts/{login:str}/password")
+    async def reset_password(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        login: FromPath[str],
+        data: URLEncodedBody[ResetPasswordForm],
+    ) -> Template:
+        password = data.password or generate_password()
+        try:
+            await accounts.set_password(
+                db_session, actor, login, password, keep_session=request.cookies.get(websessions.SESSION_COOKIE)
+            )
+        except ForgeError as exc:
+            return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
+        notice = f"password of {login} set; their sessions were signed out"
+        if data.password:
+            return await self._render(request, db_session, notice=notice)
+        return await self._render(request, db_session, notice=notice, new_password=password, new_login=login)
 
     @get("/audit")
     async def audit_page(

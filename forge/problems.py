@@ -29,6 +29,7 @@ from forge.auth import actor_of, request_id
 from forge.error_codes import Code, lookup
 from forge.errors import ForgeError, RateLimited
 from forge.git.errors import RepoError
+from forge.page_context import SessionTemplate, base_context
 
 log = structlog.get_logger("forgehand")
 PROBLEM_JSON = "application/problem+json"
@@ -162,9 +163,11 @@ def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str
         target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""), safe="")
         return Redirect(f"/signin?next={target}", status_code=303)
     if _wants_html(request):
-        return Template(
+        # No `user` in the scope: routing refused the path before the auth middleware ran.
+        page_class = Template if "user" in request.scope else SessionTemplate
+        return page_class(
             template_name="error.html",
-            context={"problem": problem, "request": request},
+            context={**base_context(request), "problem": problem},
             status_code=problem.status,
             headers=headers,
             media_type=MediaType.HTML,

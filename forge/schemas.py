@@ -44,3 +44,15 @@ class BotCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 class AccountUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     disabled: bool | None = None
+
+
+class PasswordSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # Empty: a random password is generated and returned once. Length rules are the service's
+    # (weak_password, invalid_password), the same as the web form's.
+    password: Annotated[str, msgspec.Meta(max_length=4096)] = ""
+
+
+class PasswordSetResult(msgspec.Struct, kw_only=True):
+    login: str
+    password: str | None  # only when generated
+    sessions_ended: int

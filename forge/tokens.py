@@ -9,7 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
-from forge.access import AccountRef, Action, Principal, Scope, expand_scopes, parse_scopes, require
+from forge.access import AccountRef, Action, Principal, Scope, can, expand_scopes, parse_scopes, require
 from forge.audit import Actor
 from forge.db import Database, utcnow
 from forge.error_codes import Code
@@ -105,10 +105,11 @@ async def revoke(session: AsyncSession, actor: Actor, token_id: int, cache: "Tok
     if row is None or owner is None:
         raise NotFound(f"no token {token_id}", code=Code.TOKEN_NOT_FOUND)
     # Someone who may not manage the owner's tokens does not learn that the token exists.
-    try:
-        require(actor.principal, Action.ACCOUNT_MANAGE, AccountRef(owner.id, owner.owner_id))
-    except Exception:
-        raise NotFound(f"no token {token_id}", code=Code.TOKEN_NOT_FOUND) from None
+    ref = AccountRef(owner.id, owner.owner_id)
+    if not can(actor.principal, Action.ACCOUNT_MANAGE, ref):
+        if actor.principal.account_id not in {owner.id, owner.owner_id}:
+            raise NotFound(f"no token {token_id}", code=Code.TOKEN_NOT_FOUND)
+        require(actor.principal, Action.ACCOUNT_MANAGE, ref)  # their own: say why (a token, say)
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         audit.record(session, actor, "token.revoke", f"token:{row.id}", owner=owner.login)

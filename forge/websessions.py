@@ -80,8 +80,13 @@ async def destroy(session: AsyncSession, sid: str) -> None:
     await session.execute(delete(WebSession).where(WebSession.id_hash == sha256_hex(sid)))
 
 
-async def destroy_all_for(session: AsyncSession, account_id: int) -> None:
-    await session.execute(delete(WebSession).where(WebSession.account_id == account_id))
+async def destroy_all_for(session: AsyncSession, account_id: int, *, keep: str | None = None) -> int:
+    """End every session of the account (but the one whose cookie is `keep`); returns how many ended."""
+    stmt = delete(WebSession).where(WebSession.account_id == account_id)
+    if keep:
+        stmt = stmt.where(WebSession.id_hash != sha256_hex(keep))
+    result = await session.execute(stmt)
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def tokens_match(expected: str, given: str | None) -> bool:

@@ -9,9 +9,6 @@ console and a Playwright trace there (named after the test)."""
 
 import os
 import re
-import socket
-import threading
-import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,13 +19,8 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 from rich.console import Console
 
-from forge import accounts
-from forge.audit import Actor
-from forge.db import Database
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
 from sandbox import DEFAULT_IMAGE, build_image
-from tests.support.browser import ForgeServer, run_async
+from tests.support.browser import ForgeServer, serve_forge
 from tests.support.browser_ui import sign_in
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,8 +40,6 @@ CHROMIUM_ARGS = [
 DEFAULT_TIMEOUT_MS = 20_000
 expect.set_options(timeout=DEFAULT_TIMEOUT_MS)
 
-ADMIN_LOGIN = "ada"
-ADMIN_PASSWORD = "correct horse battery staple"
 
 _FAILURE_FILES = ("-failure.png", "-failure.html", "-console.txt", "-trace.zip")
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
@@ -169,23 +159,6 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
     return DEFAULT_IMAGE
 
 
-async def _prepare(settings: Settings) -> None:
-    await upgrade_async(settings.effective_database_url)
-    db = Database(settings.effective_database_url)
-    try:
-        async with db.session(write=True) as s:
-            await accounts.create_user(s, Actor.system("test"), ADMIN_LOGIN, ADMIN_PASSWORD, is_admin=True)
-    finally:
-        await db.dispose()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def forge_settings() -> dict[str, Any]:
     """Extra settings for `forge` (none here). A test module that needs a variant of the server
@@ -200,50 +173,14 @@ def forge(
     """The real app served by uvicorn on 127.0.0.1 in a thread: SQLite, the in-process task worker
     and the real sandbox image. One instance admin (`ADMIN_LOGIN` / `ADMIN_PASSWORD`), nothing else;
     `forge_settings` adds to (or overrides) its settings."""
-    import uvicorn
-
-    from forge.app import create_app
-
-    port = _free_port()
-    data_dir = tmp_path / "data"
-    defaults: dict[str, Any] = {
-        "data_dir": data_dir,
-        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}",
-        "host": "127.0.0.1",
-        "port": port,
-        "base_url": f"http://127.0.0.1:{port}",
-        "log_level": "warning",
-        "run_worker": True,
-        "seed_demo": False,
-        "webhooks_deliver": False,
-        "sandbox_image": sandbox_image,
-        "task_wall_clock_seconds": 600,
-    }
-    settings = prepare_data_dir(load_settings(environ={}, **{**defaults, **forge_settings}))
-    run_async(_prepare(settings))
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, name="forgehand-browser-test-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the forgehand test server did not start")
-        time.sleep(0.02)
+    label = ""
     try:
-        yield ForgeServer(
-            url=f"http://127.0.0.1:{port}",
-            settings=settings,
-            admin_login=ADMIN_LOGIN,
-            admin_password=ADMIN_PASSWORD,
-        )
+        with serve_forge(tmp_path, {"sandbox_image": sandbox_image, **forge_settings}) as server:
+            label = f"forgehand.instance={server.settings.instance_id}"
+            yield server
     finally:
-        server.should_exit = True
-        thread.join(timeout=90)
         # Whatever a failing test left running (the worker removes its sandboxes itself when all goes well).
-        label = f"forgehand.instance={settings.instance_id}"
-        for c in docker_client.containers.list(all=True, filters={"label": label}):
+        for c in docker_client.containers.list(all=True, filters={"label": label}) if label else []:
             c.remove(force=True)
 
 

@@ -1,16 +1,26 @@
-"""What browser tests share besides fixtures: the live server they get (`ForgeServer`) and how
-synchronous tests run async set-up (`run_async`)."""
+"""What browser tests share besides fixtures: the live server they get (`ForgeServer`, started by
+`serve_forge`) and how synchronous tests run async set-up (`run_async`)."""
 
 import asyncio
+import socket
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from forge.settings import Settings
+from forge import accounts
+from forge.audit import Actor
+from forge.db import Database
+from forge.migrate import upgrade_async
+from forge.settings import Settings, load_settings, prepare_data_dir
 
 T = TypeVar("T")
+ADMIN_LOGIN = "ada"
+ADMIN_PASSWORD = "correct horse battery staple"
 
 
 class ForgeServer(msgspec.Struct):
@@ -44,3 +54,65 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     if errors:
         raise errors[0]
     return out[0]
+
+
+async def _prepare(settings: Settings) -> None:
+    await upgrade_async(settings.effective_database_url)
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            await accounts.create_user(s, Actor.system("test"), ADMIN_LOGIN, ADMIN_PASSWORD, is_admin=True)
+    finally:
+        await db.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServer]:
+    """The real app served by uvicorn on 127.0.0.1 in a thread (SQLite under `tmp_path`, the
+    in-process worker unless `overrides` turn it off), with one instance admin."""
+    import uvicorn
+
+    from forge.app import create_app
+
+    port = _free_port()
+    defaults: dict[str, Any] = {
+        "data_dir": tmp_path / "data",
+        "database_url": f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}",
+        "host": "127.0.0.1",
+        "port": port,
+        "base_url": f"http://127.0.0.1:{port}",
+        "log_level": "warning",
+        "run_worker": True,
+        "seed_demo": False,
+        "webhooks_deliver": False,
+        "task_wall_clock_seconds": 600,
+    }
+    settings = prepare_data_dir(load_settings(environ={}, **{**defaults, **overrides}))
+    run_async(_prepare(settings))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, name="forgehand-browser-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the forgehand test server did not start")
+        time.sleep(0.02)
+    try:
+        yield ForgeServer(
+            url=f"http://127.0.0.1:{port}",
+            settings=settings,
+            admin_login=ADMIN_LOGIN,
+            admin_password=ADMIN_PASSWORD,
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=90)

@@ -1,0 +1,55 @@
+"""`forgehand users set-password LOGIN`, run as a real subprocess: the password comes from stdin
+(or a prompt), never from the command line; refusals are one line and exit status 2."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from forge.accounts import require_by_login
+from forge.cli import main
+from forge.db import Database
+from forge.security import verify_password
+from tests.support.accounts import Accounts
+
+FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
+NEW = "a brand new long password"
+
+
+def run(settings_dir: Path, db_url: str, *args: str, input_: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
+    env.update({"FORGEHAND_DATA_DIR": str(settings_dir), "FORGEHAND_DATABASE_URL": db_url})
+    return subprocess.run(
+        [FORGEHAND, *args], capture_output=True, text=True, env=env, input=input_, timeout=120, check=False
+    )
+
+
+def test_it_takes_no_password_argument() -> None:
+    r = CliRunner().invoke(main, ["users", "set-password", "--help"])
+    assert r.exit_code == 0 and "stdin" in r.output
+    r = CliRunner().invoke(main, ["users", "set-password", "ana", "--password", "x" * 12])
+    assert r.exit_code == 2 and "No such option" in r.output
+
+
+async def test_set_password_from_stdin(tmp_path: Path, db_url: str, make: Accounts, db: Database) -> None:
+    await make.user("ana")
+    await make.bot("fixer")
+    r = run(tmp_path / "data", db_url, "users", "set-password", "ana", input_=NEW + "\n")
+    assert r.returncode == 0, r.stderr
+    assert "password of ana set" in r.stdout and NEW not in r.stdout
+    async with db.session() as s:
+        ana = await require_by_login(s, "ana")
+        assert await verify_password(ana.password_hash, NEW)
+    for login, given, says in (
+        ("ana", "short\n", "at least 10 characters"),
+        ("ana", "x" * 1100 + "\n", "at most 1024"),
+        ("fixer", NEW + "\n", "bots have no password"),
+        ("nobody", NEW + "\n", "no account"),
+    ):
+        r = run(tmp_path / "data", db_url, "users", "set-password", login, input_=given)
+        assert r.returncode == 2, (login, r.stdout)
+        assert says in r.stderr and "Traceback" not in r.stderr
+    tail = run(tmp_path / "data", db_url, "audit", "tail", "-n", "20", input_="").stdout
+    assert "user.password.reset" in tail
