@@ -146,6 +146,7 @@ class Code(StrEnum):
     STALE_HEAD = "stale_head", 409, "the task's head moved; see `head_sha`"
     STALE_COMMIT = "stale_commit", 409, "the review was written against an older commit; see `head_sha`"
     MERGE_BLOCKED = "merge_blocked", 409, "merge rules do not hold; see `blockers`"
+    TASK_NO_CHANGES = "task_no_changes", 409, "the task's runs changed nothing: there is nothing to merge"
     REVIEW_EMPTY = "review_empty", 422, "a review needs a body or inline comments"
     COMMENT_EMPTY = "comment_empty", 422, "an inline comment is empty"
     COMMENT_OUTSIDE_DIFF = "comment_outside_diff", 422, "an inline comment points outside the diff"

@@ -136,6 +136,8 @@ class RunRead(msgspec.Struct, kw_only=True):
     started_at: datetime | None
     finished_at: datetime | None
     skipped_count: int = 0
+    # The run's work tree was its start tree: no commit, the task branch neither made nor moved.
+    no_changes: bool = False
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -183,6 +185,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     merged_sha: str | None = None
     merged_by: str | None = None
     merged_at: datetime | None = None
+    # The task's head is its base commit: its runs so far changed nothing (nothing to review or merge).
+    no_changes: bool = False
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

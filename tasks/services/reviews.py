@@ -178,6 +178,8 @@ class ReviewService:
             )
         if asking:
             blockers.append("changes requested by " + ", ".join(sorted(asking)))
+        if task.head_sha and task.head_sha == task.base_sha:
+            blockers.append("the task's runs changed nothing: there is nothing to merge")
         return ReviewStatus(
             head_sha=task.head_sha,
             approvals=sorted(approvers),
