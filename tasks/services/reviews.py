@@ -82,8 +82,10 @@ class ReviewService:
         """The diff under review: `base...head` at the task's head commit."""
         if not task.head_sha:
             raise InvalidState("the task has no commit yet", code="no_head")
+        # Once merged, the base holds the work: the diff stays the one from where the task started.
+        base = task.base_sha if task.state == TaskState.MERGED and task.base_sha else task.base
         try:
-            return await self.tasks.store.read(res.key, compare, task.base, task.head_sha)
+            return await self.tasks.store.read(res.key, compare, base, task.head_sha)
         except RefNotFound:
             raise InvalidState(f"the base branch {task.base!r} is gone", code="base_not_found") from None
 

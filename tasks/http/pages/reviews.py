@@ -13,8 +13,8 @@ from forge.errors import ForgeError
 from forge.pages import page
 from forge.render import markdown_async
 from tasks.http.actions import merge_task, submit_review
-from tasks.http.deps import DEPENDENCIES, REPO_TASKS, TaskScope, TaskScopeDep
-from tasks.http.pages.common import or_form_error, repo_context
+from tasks.http.deps import REPO_TASKS, TaskScope, TaskScopeDep
+from tasks.http.pages.common import PAGE_DEPENDENCIES, or_form_error, repo_context
 from tasks.http.pages.forms import MergeForm, ReviewForm, merge_create, review_create
 from tasks.services import rules
 from tasks.services.reviews import VERBS, ReviewService
@@ -70,7 +70,7 @@ async def review_page(
 class ReviewPages(Controller):
     path = REPO_TASKS
     include_in_schema = False
-    dependencies = DEPENDENCIES
+    dependencies = PAGE_DEPENDENCIES
 
     @staticmethod
     def again(request: Request[Any, Any, Any], scope: TaskScope) -> Callable[[ForgeError], Awaitable[Template]]:
