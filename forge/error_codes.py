@@ -151,6 +151,8 @@ class Code(StrEnum):
     REVIEW_EMPTY = "review_empty", 422, "a review needs a body or inline comments"
     COMMENT_EMPTY = "comment_empty", 422, "an inline comment is empty"
     COMMENT_OUTSIDE_DIFF = "comment_outside_diff", 422, "an inline comment points outside the diff"
+    REVIEW_DRAFT_FULL = "review_draft_full", 409, "the review draft holds the most comments one review carries"
+    REVIEW_COMMENT_NOT_FOUND = "review_comment_not_found", 404, "no such comment in the caller's review draft"
 
     # Webhooks.
     WEBHOOKS_UNAVAILABLE = "webhooks_unavailable", 503, "webhooks are not set up on this server"

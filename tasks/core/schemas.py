@@ -99,6 +99,13 @@ class ReviewRead(msgspec.Struct, kw_only=True):
     run: int | None  # request_changes: the follow-up run it started
 
 
+class ReviewDraftRead(msgspec.Struct, kw_only=True):
+    """The caller's pending review: inline comments not yet published (its next review publishes
+    them with its verdict). Only its author sees it."""
+
+    comments: list[ReviewCommentRead]
+
+
 class ReviewStatus(msgspec.Struct, kw_only=True):
     """What the merge rules say right now."""
 

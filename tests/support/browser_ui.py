@@ -219,7 +219,7 @@ def comment_on_line(page: Page, path: str, line: int, body: str) -> None:
     summary.click()
     form = page.locator("details.add-comment[open] form")
     form.get_by_label("Inline comment").fill(body)
-    form.get_by_role("button", name="Comment", exact=True).click()
+    form.get_by_role("button", name="Comment now", exact=True).click()
     expect(page).to_have_url(re.compile(r"/review(#reviews)?$"))
     expect(page.locator("table.diff .inline-comment", has_text=body)).to_be_visible()
 

@@ -40,6 +40,8 @@ class ReviewForm(msgspec.Struct, kw_only=True):
     line: str = ""
     comment: str = ""
     commit_sha: str = ""
+    # "draft": the inline comment goes onto the reviewer's pending review instead.
+    mode: str = ""
     csrf_token: str = ""
 
 
@@ -101,3 +103,14 @@ def merge_create(form: MergeForm) -> MergeCreate:
         "squash" if form.strategy == "squash" else "fast-forward" if form.strategy == "fast-forward" else "merge"
     )
     return MergeCreate(strategy=strategy, expected_head_sha=form.expected_head_sha[:64])
+
+
+def draft_comment(form: ReviewForm) -> ReviewCommentCreate:
+    """The per-line form's comment for the review draft (the same checks as the API's body)."""
+    raw: dict[str, object] = {"path": form.path, "side": form.side or "head", "body": form_text(form.comment)}
+    if form.line.isascii() and form.line.isdigit() and len(form.line) < 10:
+        raw["line"] = int(form.line)
+    try:
+        return msgspec.convert(raw, ReviewCommentCreate)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(str(exc).replace("$.", "")) from None
