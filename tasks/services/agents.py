@@ -51,3 +51,21 @@ async def start_options(
         runtimes=sorted(runtimes),
         model_configured=bool(effective.model_base_url and effective.model_name),
     )
+
+
+def self_merge_warning(bots: list[str], merge: repo_settings.MergeRules) -> str | None:
+    """Whether the merge rules let one bot start a task (for another bot to work on), approve it
+    and merge it, with no person involved: it takes two bots with write access, and rules that
+    one starter's approval satisfies (the agent never reviews or merges its own work)."""
+    if len(bots) < 2:
+        return None
+    if merge.required_approvals > 1 or (merge.required_approvals == 1 and merge.approval_not_by_starter):
+        return None
+    starter, agent = bots[0], bots[1]
+    steps = "and merge it without any approval" if merge.required_approvals == 0 else ", approve it and merge it"
+    return (
+        f"One bot could start, approve and merge its own task with no person involved: {starter} could start "
+        f"a task for {agent}{' ' if merge.required_approvals == 0 else ''}{steps} ({len(bots)} bots have write "
+        f"access: {', '.join(bots[:10])}). Require the approval of someone other than the person who started "
+        "the task, or more approvals."
+    )

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import select
 
 from forge.db import Database
 from forge.settings import Settings
@@ -194,3 +195,45 @@ async def test_a_read_collaborator_learns_that_tasks_need_write_access(
     assert (
         await client.get("/ana/nothing/tasks/1", headers={**world.h("rita"), "Accept": "text/html"})
     ).status_code == 404
+
+
+async def test_the_dashboard_lists_what_awaits_my_review(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start(client, world)
+    await start(client, world, title="Unchanged")
+    await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
+    dash = (await client.get("/", headers={**world.h("wendy"), "Accept": "text/html"})).text
+    assert 'hx-get="/tasks/awaiting-review"' in dash and 'href="/tasks/awaiting-review"' in dash
+    part = await client.get("/tasks/awaiting-review", headers={**world.h("wendy"), "HX-Request": "true"})
+    assert part.status_code == 200 and "<html" not in part.text
+    assert "ana/demo#1 Greet" in part.text and "Unchanged" not in part.text
+    # The agent is never asked to review its own work; once reviewed, it leaves the list.
+    assert "ana/demo#1" not in (await client.get("/tasks/awaiting-review", headers=world.h("fixer"))).text
+    r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 201
+    full = await client.get("/tasks/awaiting-review", headers=world.h("wendy"))
+    assert "<html" in full.text and "Nothing awaits your review." in full.text
+    assert "ana/demo#1 Greet" in (await client.get("/tasks/awaiting-review", headers=world.h("olga"))).text
+
+
+async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    from forge import accounts, repo_collaborators, repositories
+    from forge.models import Repository
+    from tests.support.task_world import SYSTEM
+
+    page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text
+    assert 'id="self-merge-warning"' not in page  # one bot: it never reviews its own work
+    async with db.session(write=True) as s:
+        await accounts.create_bot(s, SYSTEM, "helper")
+        repo = (await s.execute(select(Repository).where(Repository.name == "demo"))).scalar_one()
+        res = await repositories.resource_for(s, repo, SYSTEM.principal)
+        await repo_collaborators.set_collaborator(s, SYSTEM, res, "helper", "write")
+    page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text
+    assert 'id="self-merge-warning"' in page and "could start a task for" in page
+    token = csrf_from(page[page.index('id="task-settings"') :])
+    form = {"csrf_token": token, "required_approvals": "1", "approval_not_by_starter": "1"}
+    r = await client.post("/ana/demo/settings/tasks/", data=form, headers=world.h("ana"))
+    assert r.status_code == 200 and "Saved." in r.text and 'id="self-merge-warning"' not in r.text

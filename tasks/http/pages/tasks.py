@@ -28,7 +28,7 @@ from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_d
 from tasks.http.pages.status import waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
-from tasks.services import agents, rules
+from tasks.services import agents, inbox, rules
 
 # The task page renders this many events at most (the JSON transcript pages through all of them);
 # the live page asks for the items after its last one this many at a time.
@@ -195,3 +195,15 @@ class MyTaskPages(Controller):
             raise Unauthenticated("sign in first")
         svc = task_system.service(db_session)
         return page(request, "tasks/mine.html", tasks=await svc.to_reads(await svc.list_for_user(actor.principal)))
+
+    @get("/tasks/awaiting-review")
+    async def awaiting_review(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, task_system: SystemDep
+    ) -> Template:
+        """Tasks awaiting the signed-in person's review: a page, or (for the dashboard, htmx) its list."""
+        if actor.principal.account_id is None:
+            raise Unauthenticated("sign in first")
+        svc = task_system.service(db_session)
+        tasks = await svc.to_reads(await inbox.awaiting_review(db_session, actor.principal))
+        fragment = request.headers.get("hx-request") == "true"
+        return page(request, "tasks/awaiting.html", tasks=tasks, fragment=fragment)
