@@ -48,6 +48,7 @@
     const lines = pre.textContent.split("\n").length;
     if ((lines > 24 || pre.textContent.length > 3000) && !fold.querySelector("button.show-all")) {
       fold.classList.add("long");
+      pre.setAttribute("tabindex", "0");  // a box that scrolls is reachable by keyboard
       const b = document.createElement("button");
       b.type = "button"; b.className = "show-all"; b.setAttribute("aria-expanded", "false");
       b.textContent = "Show all"; b.dataset.label = "Show all";

@@ -6,6 +6,7 @@ from typing import Any
 from sqlalchemy import select
 
 from forge.db import Database
+from forge.settings import Settings
 from tasks.core import transcript
 from tasks.core.models import Run, Task
 from tasks.core.transcript import (
@@ -98,3 +99,14 @@ async def record_unknown_kind(db: Database, number: int) -> None:
                 payload={"model": "m-1", "input_tokens": 1200, "output_tokens": 80, "request": {"stream": True}},
             )
         )
+
+
+async def record_on_server(settings: Settings, number: int) -> int:
+    """`record` against a running server's database (browser tests)."""
+    db = Database(settings.effective_database_url)
+    try:
+        last = await record(db, number)
+        await record_unknown_kind(db, number)
+        return last
+    finally:
+        await db.dispose()

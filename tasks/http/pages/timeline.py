@@ -8,6 +8,7 @@ Pure and synchronous (markdown rendering is CPU work): call `build` in a worker 
 
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -118,6 +119,16 @@ class Item:
     @property
     def output(self) -> Text:
         return Text("".join(t for _, t in self.chunks))
+
+
+_IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
+
+
+def agent_markdown(text: str) -> Markup:
+    """The agent's markdown, sanitised; an image it gave no text gets an empty one (decorative),
+    so a screen reader does not read out its address."""
+    html = str(markdown(text))
+    return Markup(_IMG_WITHOUT_ALT.sub('<img alt=""', html))  # noqa: S704 (sanitised above; only an attribute added)
 
 
 def _json(value: Any) -> str:
@@ -242,7 +253,7 @@ def _item(e: EventRead) -> Item:
         # Verbatim: exactly what the agent was handed.
         return Item(kind="prompt", text=str(p.get("text", "")), label=f"{p.get('source', 'start')}{who}", **base)
     if e.kind in ("assistant", "summary"):
-        return Item(kind=e.kind, html=markdown(str(p.get("text", ""))), **base)
+        return Item(kind=e.kind, html=agent_markdown(str(p.get("text", ""))), **base)
     if e.kind == "tool_call":
         fields, hint = tool_fields(p.get("input"))
         return Item(
