@@ -186,9 +186,9 @@ def tool_fields(value: Any) -> tuple[list[Field], str]:
 def result_view(seq: int, p: dict[str, Any]) -> ToolResultView:
     output = str(p.get("output", ""))
     status = ""
-    head, _, rest = output.partition("\n")
+    head = output.partition("\n")[0]
     if head.startswith("exit code ") or head == "timed out":  # the builtin shell tool's first line
-        status, output = head, rest
+        status = head  # shown in the card's summary too; the output stays as the agent saw it
     stdout, stderr = p.get("stdout"), p.get("stderr")
     return ToolResultView(
         seq=seq,
