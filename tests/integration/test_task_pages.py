@@ -237,3 +237,20 @@ async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
     form = {"csrf_token": token, "required_approvals": "1", "approval_not_by_starter": "1"}
     r = await client.post("/ana/demo/settings/tasks/", data=form, headers=world.h("ana"))
     assert r.status_code == 200 and "Saved." in r.text and 'id="self-merge-warning"' not in r.text
+
+
+async def test_a_stopped_task_says_what_became_of_its_queued_message(
+    client: AsyncTestClient[Litestar], world: World
+) -> None:
+    await start(client, world)
+    r = await client.post(f"{TASKS}/1/messages", json={"body": "also add a README"}, headers=world.h("ana"))
+    assert r.status_code == 200 and r.json()["queued_message"] == "also add a README", r.text
+    page = text_of((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text)
+    assert "also add a README (delivered as the next run when this one ends)" in page
+    r = await client.post(f"{TASKS}/1/stop", headers=world.h("ana"))
+    assert r.status_code in (200, 202), r.text
+    stopped = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()
+    assert stopped["state"] == "stopped" and stopped["queued_message"] == ""
+    page = text_of((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text)
+    assert "the queued message was not delivered to the agent (retry, then send it again): also add a README" in page
+    assert "Stopped: retry it or close it." in page
