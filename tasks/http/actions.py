@@ -160,20 +160,21 @@ async def merge_task(scope: TaskScope, data: MergeCreate) -> TaskRead:
         return await svc.to_read(task, res)
 
 
-async def add_draft_comment(scope: TaskScope, data: ReviewCommentCreate) -> ReviewDraftRead:
-    """One inline comment onto the caller's review draft; the draft as it is now."""
+async def change_draft(
+    scope: TaskScope, change: Callable[[DraftService, RepoResource, Task], Awaitable[object]]
+) -> ReviewDraftRead:
+    """Change the caller's review draft in a write transaction; the draft as it is then."""
     await release(scope.session)
     async with scope.system.db.session(write=True) as s:
         res, svc, task = await scope.reload(s)
         drafts = DraftService(ReviewService(svc))
-        await drafts.add(scope.actor, res, task, data)
+        await change(drafts, res, task)
         return await drafts.read(scope.actor, res, task)
+
+
+async def add_draft_comment(scope: TaskScope, data: ReviewCommentCreate) -> ReviewDraftRead:
+    return await change_draft(scope, lambda drafts, res, task: drafts.add(scope.actor, res, task, data))
 
 
 async def remove_draft_comment(scope: TaskScope, comment_id: int) -> ReviewDraftRead:
-    await release(scope.session)
-    async with scope.system.db.session(write=True) as s:
-        res, svc, task = await scope.reload(s)
-        drafts = DraftService(ReviewService(svc))
-        await drafts.remove(scope.actor, res, task, comment_id)
-        return await drafts.read(scope.actor, res, task)
+    return await change_draft(scope, lambda drafts, res, task: drafts.remove(scope.actor, res, task, comment_id))

@@ -8,25 +8,12 @@ from forge.audit import Actor
 from forge.errors import InvalidState, NotFound
 from forge.repositories import RepoResource
 from tasks.core.models import Review, ReviewComment, Task
-from tasks.core.schemas import ReviewCommentCreate, ReviewCommentRead, ReviewDraftRead
+from tasks.core.schemas import ReviewCommentCreate, ReviewDraftRead
 from tasks.core.states import TaskState
 from tasks.services import rules
-from tasks.services.reviews import DRAFT, ReviewService
+from tasks.services.reviews import DRAFT, ReviewService, comment_read
 
 MAX_DRAFT_COMMENTS = 200  # what one review may carry (`ReviewCreate.comments`)
-
-
-def comment_read(c: ReviewComment, task: Task) -> ReviewCommentRead:
-    return ReviewCommentRead(
-        id=c.id,
-        path=c.path,
-        side=c.side,
-        line=c.line,
-        body=c.body,
-        quoted=c.quoted,
-        commit_sha=c.commit_sha,
-        outdated=c.commit_sha != task.head_sha,
-    )
 
 
 class DraftService:

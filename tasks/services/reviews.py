@@ -80,6 +80,19 @@ def change_request_prompt(body: str, comments: Sequence[ReviewComment], reviewer
     return "\n\n".join(parts)
 
 
+def comment_read(c: ReviewComment, task: Task, *, quoted: bool = True) -> ReviewCommentRead:
+    return ReviewCommentRead(
+        id=c.id,
+        path=c.path,
+        side=c.side,
+        line=c.line,
+        body=c.body,
+        quoted=c.quoted if quoted else "",
+        commit_sha=c.commit_sha,
+        outdated=c.commit_sha != task.head_sha,
+    )
+
+
 class ReviewService:
     def __init__(self, tasks: TaskService) -> None:
         self.tasks = tasks
@@ -135,19 +148,7 @@ class ReviewService:
                     outdated=r.commit_sha != task.head_sha,
                     created_at=r.created_at,
                     run=seqs.get(r.run_id) if r.run_id is not None else None,
-                    comments=[
-                        ReviewCommentRead(
-                            id=c.id,
-                            path=c.path,
-                            side=c.side,
-                            line=c.line,
-                            body=c.body,
-                            quoted=c.quoted if quoted else "",
-                            commit_sha=c.commit_sha,
-                            outdated=c.commit_sha != task.head_sha,
-                        )
-                        for c in by_review.get(r.id, [])
-                    ],
+                    comments=[comment_read(c, task, quoted=quoted) for c in by_review.get(r.id, [])],
                 )
             )
         return out

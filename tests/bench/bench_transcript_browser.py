@@ -6,32 +6,21 @@ Run: `make bench` (or `pytest -q -s tests/bench/bench_transcript_browser.py -o p
 
 import asyncio
 import os
-import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
-import uvicorn
 from playwright.sync_api import sync_playwright
 
-from forge.app import create_app
 from forge.db import Database
 from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.task_world import TASKS, build_task_world
+from tests.support.tasks import serve
 from tests.support.transcripts import every_kind, record
 
 EVENTS = 2000
 ROUNDS = 5
 CHROMIUM = os.environ.get("FORGEHAND_TEST_CHROMIUM", "/usr/bin/chromium")
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def _seed(settings: Settings, url: str) -> None:
@@ -58,15 +47,11 @@ async def _seed(settings: Settings, url: str) -> None:
 
 
 def test_render_a_transcript_of_2000_events(tmp_path: Path) -> None:
-    port = _port()
-    url = f"http://127.0.0.1:{port}"
     settings = prepare_data_dir(
         load_settings(
             environ={},
             data_dir=tmp_path / "data",
             database_url=f"sqlite+aiosqlite:///{tmp_path / 'f.db'}",
-            base_url=url,
-            port=port,
             log_level="warning",
             run_worker=False,
             seed_demo=False,
@@ -74,12 +59,7 @@ def test_render_a_transcript_of_2000_events(tmp_path: Path) -> None:
         )
     )
     asyncio.run(upgrade_async(settings.effective_database_url))
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
+    for url in serve(settings):
         asyncio.run(_seed(settings, url))
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"], headless=True)
@@ -105,6 +85,3 @@ def test_render_a_transcript_of_2000_events(tmp_path: Path) -> None:
             f"page load median {loads[ROUNDS // 2]:.0f} ms (min {loads[0]:.0f}, max {loads[-1]:.0f}); "
             f"server response median {servers[ROUNDS // 2]:.0f} ms"
         )
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)

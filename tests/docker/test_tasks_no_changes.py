@@ -9,7 +9,7 @@ import pygit2
 import pytest
 
 from forge.settings import Settings
-from tests.support.tasks import Env, seed, serve, start, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, serve_env, start, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -20,10 +20,7 @@ SCRIPT = 'if [ "$FORGEHAND_PROMPT" = "write it" ]; then echo hi > made.txt; fi; 
 
 @pytest.fixture
 def env(settings: Settings, sandbox_image: str) -> Iterator[Env]:
-    s = task_settings(settings)
-    token, path = asyncio.run(seed(s))
-    for url in serve(s):
-        yield Env(url=url, settings=s, token=token, repo_path=path)
+    yield from serve_env(settings)
 
 
 async def test_a_run_that_changes_nothing_leaves_no_branch_and_cannot_be_merged(env: Env) -> None:

@@ -49,6 +49,15 @@ PAGE_ACTIONS: dict[str, Act] = {
 }
 
 
+def run_number(raw: str | None) -> int | None:
+    """The run selector's value: a run number, or None (all runs; anything else shows all too)."""
+    return int(raw) if raw and raw.isascii() and raw.isdigit() and len(raw) < 9 else None
+
+
+def of_run(events: list[transcript.EventRead], run: int | None) -> list[transcript.EventRead]:
+    return events if run is None else [e for e in events if e.run == run]
+
+
 async def list_page(
     request: Request[Any, Any, Any],
     scope: RepoScope,
@@ -117,10 +126,10 @@ class TaskPages(Controller):
         run: Annotated[str | None, QueryParameter(name="run")] = None,
     ) -> Template:
         svc, res, task = task_scope.svc, task_scope.res, task_scope.task
-        run_filter = int(run) if run and run.isascii() and run.isdigit() and len(run) < 9 else None
+        run_filter = run_number(run)
         events = await transcript.read(task_scope.session, task.id, after=0, limit=PAGE_EVENTS)
         last_seq = events[-1].seq if events else 0
-        shown = [e for e in events if run_filter is None or e.run == run_filter]
+        shown = of_run(events, run_filter)
         read = await svc.to_read(task, res)
         parked = read.pending_approval
         principal = task_scope.actor.principal
@@ -158,8 +167,7 @@ class TaskPages(Controller):
         """The transcript's items after event `after`, rendered (what the live page appends).
         `X-Last-Seq` is the last event read (of every run); `X-More: yes` when there are more."""
         events = await transcript.read(task_scope.session, task_scope.task.id, after=after, limit=FRAGMENT_EVENTS)
-        run_filter = int(run) if run and run.isascii() and run.isdigit() and len(run) < 9 else None
-        shown = [e for e in events if run_filter is None or e.run == run_filter]
+        shown = of_run(events, run_number(run))
         reply = page(request, "tasks/_timeline_items.html", items=await asyncio.to_thread(timeline.build, shown))
         reply.headers["X-Last-Seq"] = str(events[-1].seq if events else after)
         reply.headers["X-More"] = "yes" if len(events) >= FRAGMENT_EVENTS else "no"
