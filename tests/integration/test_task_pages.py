@@ -84,6 +84,10 @@ async def test_the_live_fragment_and_the_run_filter(
     assert r.status_code == 200 and r.headers["x-last-seq"] == str(first) and r.headers["x-more"] == "no"
     assert r.text.count('class="ti ') == 2 and "snapshot" in r.text and "Fixed the" in r.text
     assert "<html" not in r.text  # a fragment, not a page
+    # A result whose call was sent earlier comes on its own, naming its call (the page moves it in).
+    after_call = first - 20 + 6  # `every_kind` has 20 events; the 6th is bash call c1, then its result
+    alone = await client.get(f"{PAGE}/1/timeline?after={after_call}", headers=world.h("wendy"))
+    assert alone.text.count('data-result-for="c1"') == 1 and 'data-tool-id="c1"' not in alone.text
     empty = await client.get(f"{PAGE}/1/timeline?after={first}", headers=world.h("wendy"))
     assert empty.headers["x-last-seq"] == str(first) and 'class="ti' not in empty.text
     # Run 2 has no events: the filter shows none, the run list offers both runs.
