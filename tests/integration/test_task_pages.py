@@ -258,3 +258,13 @@ async def test_a_stopped_task_says_what_became_of_its_queued_message(
     page = text_of((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text)
     assert "the queued message was not delivered to the agent (retry, then send it again): also add a README" in page
     assert "Stopped: retry it or close it." in page
+
+
+async def test_with_a_model_configured_the_form_defaults_to_the_builtin_runtime(
+    client: AsyncTestClient[Litestar], world: World
+) -> None:
+    body = {"model_base_url": "http://127.0.0.1:9/v1", "model_name": "m"}
+    r = await client.put("/api/v1/repos/ana/demo/task-settings", json=body, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text
+    assert '<option value="builtin" selected>' in page and "uses the configured model" in page

@@ -73,7 +73,11 @@ async def list_page(
     options = None
     if rules.may_start(principal, res):
         options = await agents.start_options(scope.session, svc.settings, res, RUNTIMES)
-    chosen = form or StartForm(agent=options.agents[0] if options and len(options.agents) == 1 else "")
+    # The API's default runtime is builtin; the form picks it only when it has a model to talk to.
+    chosen = form or StartForm(
+        agent=options.agents[0] if options and len(options.agents) == 1 else "",
+        runtime="builtin" if options and options.model_configured else "command",
+    )
     return page(
         request,
         "tasks/list.html",
