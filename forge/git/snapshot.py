@@ -380,7 +380,8 @@ def snapshot(
     manifest: Checkout | None = None,
 ) -> Snapshot:
     """Commit the agent's accepted changes to the checkout of `parent_sha` (`manifest` is what
-    `checkout` returned) onto `branch` (created at `parent_sha` if missing). Nothing changed: no commit."""
+    `checkout` returned) onto `branch` (created at `parent_sha` if missing). Nothing changed (the
+    tree is the start tree): no commit, and the branch is neither created nor moved."""
     base_tree = repo[parent_sha].peel(pygit2.Commit).tree
     overlay = _Overlay(repo, base_tree, manifest or expected_checkout(repo, parent_sha), limits)
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
@@ -397,9 +398,9 @@ def snapshot(
     current_sha = str(current.target) if current is not None else None
     head_sha = current_sha or parent_sha
     parent = repo[head_sha].peel(pygit2.Commit)
-    if parent.tree.id == tree_id:
-        if current_sha is None:
-            update_ref(repo, ref, head_sha, expected_old=None, message="task branch")
+    # Compared with the start tree, not the branch tip: a run that changed nothing must not
+    # revert what reached the branch while it ran, nor leave an empty task branch behind.
+    if tree_id in (base_tree.id, parent.tree.id):
         return Snapshot(sha=head_sha, committed=False, changed_files=[], skipped=skipped)
     diff = repo[tree_id].peel(pygit2.Tree).diff_to_tree(parent.tree, swap=True)
     changed = sorted({d.new_file.path or d.old_file.path for d in diff.deltas})

@@ -4,7 +4,7 @@ import uuid as uuid_mod
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from forge.db import Base, utcnow
@@ -103,6 +103,8 @@ class Run(Base):
     turns: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # The run's snapshot found the start tree unchanged: no commit, no task branch made or moved.
+    no_changes: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The paths the snapshot refused: how many, the first `SKIPPED_SAMPLE` on the row (what task
     # JSON shows), and all of them in `task_run_skipped` (their own paginated endpoint). An agent
     # that writes 100,000 files would otherwise make every read of its task megabytes long.

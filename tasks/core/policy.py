@@ -60,7 +60,8 @@ def policy_record(decision: GateDecision) -> "System | None":
         for e in d.get("endpoints", [])
     ]
     text = f"{d['event']}: {d['decision']}" + (f" ({'; '.join(parts)})" if parts else "")
-    return System(phase="policy", text=text, detail=d)
+    # The reason goes along: a reader of the transcript sees why a call was denied or held.
+    return System(phase="policy", text=text, detail={**d, "reason": decision.reason} if decision.reason else d)
 
 
 ALLOW = GateDecision()

@@ -99,6 +99,13 @@ class ReviewRead(msgspec.Struct, kw_only=True):
     run: int | None  # request_changes: the follow-up run it started
 
 
+class ReviewDraftRead(msgspec.Struct, kw_only=True):
+    """The caller's pending review: inline comments not yet published (its next review publishes
+    them with its verdict). Only its author sees it."""
+
+    comments: list[ReviewCommentRead]
+
+
 class ReviewStatus(msgspec.Struct, kw_only=True):
     """What the merge rules say right now."""
 
@@ -136,6 +143,8 @@ class RunRead(msgspec.Struct, kw_only=True):
     started_at: datetime | None
     finished_at: datetime | None
     skipped_count: int = 0
+    # The run's work tree was its start tree: no commit, the task branch neither made nor moved.
+    no_changes: bool = False
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -183,6 +192,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     merged_sha: str | None = None
     merged_by: str | None = None
     merged_at: datetime | None = None
+    # The task's head is its base commit: its runs so far changed nothing (nothing to review or merge).
+    no_changes: bool = False
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -19,7 +19,9 @@ from tasks.core.schemas import (
     ApprovalRead,
     MergeCreate,
     MessageCreate,
+    ReviewCommentCreate,
     ReviewCreate,
+    ReviewDraftRead,
     ReviewRead,
     TaskCreate,
     TaskRead,
@@ -28,6 +30,7 @@ from tasks.core.states import RunState
 from tasks.http.deps import RepoScope, TaskScope
 from tasks.services.approvals import ApprovalService
 from tasks.services.reads import release
+from tasks.services.review_drafts import DraftService
 from tasks.services.reviews import ReviewService
 from tasks.services.tasks import TaskService
 from tasks.system import TaskSystem
@@ -155,3 +158,23 @@ async def merge_task(scope: TaskScope, data: MergeCreate) -> TaskRead:
     async with scope.system.db.session() as s:
         res, svc, task = await scope.reload(s)
         return await svc.to_read(task, res)
+
+
+async def change_draft(
+    scope: TaskScope, change: Callable[[DraftService, RepoResource, Task], Awaitable[object]]
+) -> ReviewDraftRead:
+    """Change the caller's review draft in a write transaction; the draft as it is then."""
+    await release(scope.session)
+    async with scope.system.db.session(write=True) as s:
+        res, svc, task = await scope.reload(s)
+        drafts = DraftService(ReviewService(svc))
+        await change(drafts, res, task)
+        return await drafts.read(scope.actor, res, task)
+
+
+async def add_draft_comment(scope: TaskScope, data: ReviewCommentCreate) -> ReviewDraftRead:
+    return await change_draft(scope, lambda drafts, res, task: drafts.add(scope.actor, res, task, data))
+
+
+async def remove_draft_comment(scope: TaskScope, comment_id: int) -> ReviewDraftRead:
+    return await change_draft(scope, lambda drafts, res, task: drafts.remove(scope.actor, res, task, comment_id))

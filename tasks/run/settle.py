@@ -129,7 +129,7 @@ class Settling:
                     kind = "work-in-progress snapshot" if wip else "snapshot"
                     text = f"{kind} {snap.sha[:12]} on {self.branch}: {len(snap.changed_files)} files changed"
                 else:
-                    text = "no changes: no new commit"
+                    text = "no changes: no new commit, the task branch is left as it was"
                 await self.system(
                     "snapshot",
                     text,
@@ -194,6 +194,7 @@ class Settling:
             if snap is not None:
                 run.end_sha = snap.sha
                 run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
+                run.no_changes = not snap.committed
                 if snap.committed or not task.head_sha:
                     task.head_sha = snap.sha
                     task.head_is_wip = snap.committed and run_state in (RunState.FAILED, RunState.STOPPED)

@@ -226,6 +226,8 @@ class MergeService:
                 code="stale_head",
                 head_sha=task.head_sha,
             )
+        if task.head_sha == task.base_sha:  # every run changed nothing: an empty diff is never merged
+            raise MergeRefused("the task's runs changed nothing: there is nothing to merge", code="task_no_changes")
         if planned is not None and planned != task.head_sha:
             raise MergeRefused("the task's head moved while the merge was prepared", code="stale_head")
 

@@ -79,6 +79,7 @@ def run_read(r: Run) -> RunRead:
         end_sha=r.end_sha,
         skipped=[{"path": str(s.get("path", "")), "reason": str(s.get("reason", ""))} for s in r.skipped],
         skipped_count=r.skipped_count,
+        no_changes=r.no_changes,
         created_at=r.created_at,
         started_at=r.started_at,
         finished_at=r.finished_at,
@@ -161,6 +162,7 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
                 created_at=task.created_at,
                 updated_at=task.updated_at,
                 runs=[run_read(r) for r in runs.get(task.id, [])],
+                no_changes=bool(task.head_sha) and task.head_sha == task.base_sha,
             )
         )
     return out

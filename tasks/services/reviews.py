@@ -10,7 +10,10 @@
   quoted code, the comment), passed through `user_prompt_submit` like any prompt.
 - Merge rules (`repo_settings.merge_rules`): enough approvals of the current head (default 1),
   optionally not from the person who started the task; no reviewer whose latest verdict is
-  `request_changes`. The task's own agent cannot review it."""
+  `request_changes`. The task's own agent cannot review it.
+- A review draft (verdict `pending`, one per reviewer and task, seen only by its author): inline
+  comments gathered one by one (`tasks.services.review_drafts`) and published with the verdict
+  of the reviewer's next review, all at once. Drafts count for nothing and reach nobody until then."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +23,7 @@ from sqlalchemy import select
 from forge import audit
 from forge.access import Principal
 from forge.audit import Actor
+from forge.db import utcnow
 from forge.errors import InvalidInput, InvalidState
 from forge.git import RefNotFound, compare
 from forge.git.schemas import Comparison
@@ -29,12 +33,15 @@ from forge.text import require_no_nul, without_nul
 from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Review, ReviewComment, Run, Task
-from tasks.core.schemas import ReviewCommentRead, ReviewCreate, ReviewRead, ReviewStatus
+from tasks.core.schemas import ReviewCommentCreate, ReviewCommentRead, ReviewCreate, ReviewRead, ReviewStatus
 from tasks.core.states import ReviewVerdict, RunKind, TaskState
 from tasks.core.transcript import Notice, Pending, Prompt
 from tasks.services import rules
 from tasks.services.reads import logins
 from tasks.services.tasks import TaskService
+
+# The verdict of a review draft (not a `ReviewVerdict`: nobody submits it; `submit` replaces it).
+DRAFT = "pending"
 
 VERBS = {
     ReviewVerdict.APPROVE: "approved",
@@ -73,6 +80,19 @@ def change_request_prompt(body: str, comments: Sequence[ReviewComment], reviewer
     return "\n\n".join(parts)
 
 
+def comment_read(c: ReviewComment, task: Task, *, quoted: bool = True) -> ReviewCommentRead:
+    return ReviewCommentRead(
+        id=c.id,
+        path=c.path,
+        side=c.side,
+        line=c.line,
+        body=c.body,
+        quoted=c.quoted if quoted else "",
+        commit_sha=c.commit_sha,
+        outdated=c.commit_sha != task.head_sha,
+    )
+
+
 class ReviewService:
     def __init__(self, tasks: TaskService) -> None:
         self.tasks = tasks
@@ -82,8 +102,10 @@ class ReviewService:
         """The diff under review: `base...head` at the task's head commit."""
         if not task.head_sha:
             raise InvalidState("the task has no commit yet", code="no_head")
+        # Once merged, the base holds the work: the diff stays the one from where the task started.
+        base = task.base_sha if task.state == TaskState.MERGED and task.base_sha else task.base
         try:
-            return await self.tasks.store.read(res.key, compare, task.base, task.head_sha)
+            return await self.tasks.store.read(res.key, compare, base, task.head_sha)
         except RefNotFound:
             raise InvalidState(f"the base branch {task.base!r} is gone", code="base_not_found") from None
 
@@ -91,7 +113,11 @@ class ReviewService:
         """`quoted=False` blanks the lines comments quote (for a reader without `repo:read`:
         `rules.may_read_contents`)."""
         rows = (
-            (await self.session.execute(select(Review).where(Review.task_id == task.id).order_by(Review.id)))
+            (
+                await self.session.execute(
+                    select(Review).where(Review.task_id == task.id, Review.verdict != DRAFT).order_by(Review.id)
+                )
+            )
             .scalars()
             .all()
         )
@@ -122,19 +148,7 @@ class ReviewService:
                     outdated=r.commit_sha != task.head_sha,
                     created_at=r.created_at,
                     run=seqs.get(r.run_id) if r.run_id is not None else None,
-                    comments=[
-                        ReviewCommentRead(
-                            id=c.id,
-                            path=c.path,
-                            side=c.side,
-                            line=c.line,
-                            body=c.body,
-                            quoted=c.quoted if quoted else "",
-                            commit_sha=c.commit_sha,
-                            outdated=c.commit_sha != task.head_sha,
-                        )
-                        for c in by_review.get(r.id, [])
-                    ],
+                    comments=[comment_read(c, task, quoted=quoted) for c in by_review.get(r.id, [])],
                 )
             )
         return out
@@ -148,7 +162,7 @@ class ReviewService:
         )
         latest: dict[int, Review] = {}  # author -> latest approve / request_changes
         for r in rows:
-            if r.verdict != ReviewVerdict.COMMENT and r.author_id is not None:
+            if r.verdict not in (ReviewVerdict.COMMENT, DRAFT) and r.author_id is not None:
                 latest[r.author_id] = r
         approvers: list[str] = []
         asking: list[str] = []
@@ -178,6 +192,8 @@ class ReviewService:
             )
         if asking:
             blockers.append("changes requested by " + ", ".join(sorted(asking)))
+        if task.head_sha and task.head_sha == task.base_sha:
+            blockers.append("the task's runs changed nothing: there is nothing to merge")
         return ReviewStatus(
             head_sha=task.head_sha,
             approvals=sorted(approvers),
@@ -204,40 +220,24 @@ class ReviewService:
                 head_sha=task.head_sha,
             )
         body = require_no_nul(data.body, "a review").strip()
-        if data.verdict is not ReviewVerdict.APPROVE and not body and not data.comments:
+        draft = await self.draft(actor.principal, task)
+        drafted = bool(draft is not None and await self.draft_comments(draft))
+        if data.verdict is not ReviewVerdict.APPROVE and not body and not data.comments and not drafted:
             raise InvalidInput("say something: a body or inline comments", code="review_empty")
-        comments: list[ReviewComment] = []
-        if data.comments:
-            anchors = _anchors(await self.comparison(res, task))
-            for i, given in enumerate(data.comments):
-                path = require_no_nul(given.path, "a path")
-                text = require_no_nul(given.body, "a comment").strip()
-                if not text:
-                    raise InvalidInput(f"comment {i + 1} is empty", code="comment_empty")
-                quoted = anchors.get(path, {}).get(given.side, {}).get(given.line)
-                if quoted is not None:
-                    quoted = without_nul(quoted)  # the agent wrote it; the database cannot store NUL
-                if quoted is None:
-                    raise InvalidInput(
-                        f"comment {i + 1}: line {given.line} ({given.side}) of {path!r} is not in the diff",
-                        code="comment_outside_diff",
-                        index=i,
-                    )
-                comments.append(
-                    ReviewComment(
-                        task_id=task.id, path=path, side=given.side, line=given.line, body=text, quoted=quoted
-                    )
-                )
+        comments = await self.inline_comments(res, task, data.comments)
         if data.verdict is not ReviewVerdict.REQUEST_CHANGES:
             return sha, body, comments, [], None
         earlier = (
             (
                 await self.session.execute(
                     select(ReviewComment)
+                    .join(Review, Review.id == ReviewComment.review_id)
                     .where(
                         ReviewComment.task_id == task.id,
                         ReviewComment.commit_sha == sha,
                         ReviewComment.sent_run_id.is_(None),
+                        # Published comments, and the reviewer's own draft (published now), never others' drafts.
+                        (Review.verdict != DRAFT) | (Review.author_id == actor.principal.account_id),
                     )
                     .order_by(ReviewComment.id)
                 )
@@ -260,15 +260,13 @@ class ReviewService:
     ) -> Review:
         task = await self.tasks.life.lock(task)
         sha, body, comments, handed, prompt = await self._prepare(actor, res, task, data)
-        review = Review(
-            task_id=task.id,
-            repo_id=task.repo_id,
-            author_id=actor.principal.account_id,
-            verdict=data.verdict,
-            body=body,
-            commit_sha=sha,
-        )
-        self.session.add(review)
+        review = await self.draft(actor.principal, task)
+        drafted = await self.draft_comments(review) if review is not None else []
+        if review is None:
+            review = Review(task_id=task.id, repo_id=task.repo_id, author_id=actor.principal.account_id)
+            self.session.add(review)
+        # The draft, if any, becomes this review: its comments are published with the verdict.
+        review.verdict, review.body, review.commit_sha, review.created_at = data.verdict, body, sha, utcnow()
         await self.session.flush()
         for c in comments:
             c.review_id = review.id
@@ -296,7 +294,7 @@ class ReviewService:
             res.repo,
             actor=actor.principal,
             run=run,
-            data=payloads.review_submitted(review, comments),
+            data=payloads.review_submitted(review, [*drafted, *comments]),
         )
         audit.record(
             self.session,
@@ -305,9 +303,50 @@ class ReviewService:
             f"{res.full_name}#{task.number}",
             verdict=data.verdict,
             commit_sha=sha,
-            comments=len(comments),
+            comments=len(comments) + len(drafted),
         )
         return review
+
+    async def draft(self, principal: Principal, task: Task) -> Review | None:
+        """The principal's review draft of the task, if it has one."""
+        if principal.account_id is None:
+            return None
+        stmt = select(Review).where(
+            Review.task_id == task.id, Review.author_id == principal.account_id, Review.verdict == DRAFT
+        )
+        return (await self.session.execute(stmt)).scalars().first()
+
+    async def draft_comments(self, draft: Review) -> list[ReviewComment]:
+        stmt = select(ReviewComment).where(ReviewComment.review_id == draft.id).order_by(ReviewComment.id)
+        return list((await self.session.execute(stmt)).scalars().all())
+
+    async def inline_comments(
+        self, res: RepoResource, task: Task, given: Sequence[ReviewCommentCreate]
+    ) -> list[ReviewComment]:
+        """Inline comments checked against the diff under review (not added to the session)."""
+        comments: list[ReviewComment] = []
+        if not given:
+            return comments
+        anchors = _anchors(await self.comparison(res, task))
+        for i, one in enumerate(given):
+            path = require_no_nul(one.path, "a path")
+            text = require_no_nul(one.body, "a comment").strip()
+            if not text:
+                raise InvalidInput(f"comment {i + 1} is empty", code="comment_empty")
+            quoted = anchors.get(path, {}).get(one.side, {}).get(one.line)
+            if quoted is None:
+                raise InvalidInput(
+                    f"comment {i + 1}: line {one.line} ({one.side}) of {path!r} is not in the diff",
+                    code="comment_outside_diff",
+                    index=i,
+                )
+            # The agent wrote the line; the database cannot store NUL.
+            comments.append(
+                ReviewComment(
+                    task_id=task.id, path=path, side=one.side, line=one.line, body=text, quoted=without_nul(quoted)
+                )
+            )
+        return comments
 
 
 async def _counts(session: Any, account: Account, repo: Repository) -> bool:

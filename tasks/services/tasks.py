@@ -68,6 +68,14 @@ def notice(text: str, run: Run | None = None) -> Pending:
     return Pending(kind="notice", payload=Notice(text=text), run_id=run.id if run is not None else None)
 
 
+def dropped_message_notice(body: str) -> Pending:
+    quoted = body if len(body) <= 300 else body[:299] + "…"
+    text = (
+        f"The task was stopped: the queued message was not delivered to the agent (retry, then send it again): {quoted}"
+    )
+    return Pending(kind="notice", payload=Notice(text=text, level="warning"))
+
+
 class TaskService:
     def __init__(
         self,
@@ -375,6 +383,8 @@ class TaskService:
             return None  # idempotent
         if state not in (TaskState.QUEUED, TaskState.RUNNING, TaskState.BLOCKED):
             raise InvalidState(f"a {state.value} task is not running", code="invalid_task_state")
+        if task.queued_message:  # dropped, and said so: the sender must not think the agent has it
+            await self.life.append(task.id, [dropped_message_notice(task.queued_message)])
         task.queued_message = ""
         active = (
             (

@@ -32,6 +32,7 @@ from tests.support.tasks import (
     output_text,
     seed,
     serve,
+    serve_env,
     start,
     task_settings,
     tree_files,
@@ -45,10 +46,7 @@ SYSTEM = Actor.system("test")
 
 @pytest.fixture
 def env(settings: Settings, sandbox_image: str) -> Iterator[Env]:
-    s = task_settings(settings)
-    token, path = asyncio.run(seed(s))
-    for url in serve(s):
-        yield Env(url=url, settings=s, token=token, repo_path=path)
+    yield from serve_env(settings)
 
 
 async def test_command_task_commits_exactly_the_work_tree(env: Env) -> None:

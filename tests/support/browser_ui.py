@@ -97,10 +97,9 @@ def start_task(
     the task page. `command` is for the `command` runtime (it runs with `bash -lc` in the sandbox)."""
     page.goto(f"{base_url}/{full_name}/tasks/")
     form = page.locator(f"form[action='/{full_name}/tasks/']")
-    # The form's controls have no ids: their labels wrap them (the runtime label's text includes
-    # its options, "command" among them, hence the anchored patterns).
+    # The agent is a choice among the bots that may work on the repository.
     form.get_by_label(re.compile(r"^\s*Goal")).fill(goal)
-    form.get_by_label(re.compile(r"^\s*Agent")).fill(agent)
+    form.get_by_label(re.compile(r"^\s*Agent")).select_option(agent)
     form.get_by_label(re.compile(r"^\s*Runtime")).select_option(runtime)
     if command:
         form.get_by_label(re.compile(r"^\s*Command")).fill(command)
@@ -145,7 +144,7 @@ def transcript(page: Page) -> Locator:
 
 def transcript_output(page: Page) -> Locator:
     """The transcript's stdout/stderr chunks, one element each, whether rendered or streamed."""
-    return page.locator("#transcript .ev-stdout pre, #transcript .ev-stderr pre")
+    return page.locator("#transcript .ev-stdout .chunk, #transcript .ev-stderr .chunk")
 
 
 def mark_page(page: Page) -> None:
@@ -220,7 +219,7 @@ def comment_on_line(page: Page, path: str, line: int, body: str) -> None:
     summary.click()
     form = page.locator("details.add-comment[open] form")
     form.get_by_label("Inline comment").fill(body)
-    form.get_by_role("button", name="Comment", exact=True).click()
+    form.get_by_role("button", name="Comment now", exact=True).click()
     expect(page).to_have_url(re.compile(r"/review(#reviews)?$"))
     expect(page.locator("table.diff .inline-comment", has_text=body)).to_be_visible()
 

@@ -89,6 +89,14 @@ def serve(settings: Settings) -> Iterator[str]:
         thread.join(timeout=90)
 
 
+def serve_env(settings: Settings) -> Iterator[Env]:
+    """The seeded world (`seed`) served with the worker on (`task_settings`): a docker test's `env`."""
+    s = task_settings(settings)
+    token, path = asyncio.run(seed(s))
+    for url in serve(s):
+        yield Env(url=url, settings=s, token=token, repo_path=path)
+
+
 def task_settings(settings: Settings, **kw: Any) -> Settings:
     base: dict[str, Any] = {"run_worker": True, "model_api_key": SECRET, "task_wall_clock_seconds": 600}
     base.update(kw)

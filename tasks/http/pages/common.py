@@ -1,16 +1,26 @@
-"""What every task page shows about its repository, and how a page shows JSON to a person."""
+"""What every task page shows about its repository, how a page shows JSON to a person, and the
+pages' dependencies (a reader who sees the repository but not its tasks is told why)."""
 
 import json
 import unicodedata
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import msgspec
+from litestar import Request
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.params import FromPath
 from litestar.response import Template
 
 from forge import repositories
-from forge.access import Principal
-from forge.errors import ForgeError
+from forge.access import Action, Principal
+from forge.auth import actor_of
+from forge.error_codes import Code
+from forge.errors import Forbidden, ForgeError, NotFound
 from forge.repositories import RepoResource
+from tasks.core.schemas import TaskRead
+from tasks.http.deps import DEPENDENCIES, RepoScope, provide_repo_scope, task_system
 from tasks.services import rules
 
 Done = TypeVar("Done")
@@ -40,3 +50,64 @@ def visible_json(value: Any) -> str:
     text = json.dumps(value, indent=2, ensure_ascii=False)
     hidden = ("Cc", "Cf", "Co", "Cs", "Zl", "Zp")
     return "".join(f"\\u{ord(ch):04x}" if ch != "\n" and unicodedata.category(ch) in hidden else ch for ch in text)
+
+
+class Tokens(msgspec.Struct, kw_only=True):
+    prompt: int
+    completion: int
+    turns: int
+
+
+def run_tokens(read: TaskRead) -> Tokens:
+    """The model tokens the task's runs used so far (the runs' own counters)."""
+    return Tokens(
+        prompt=sum(r.prompt_tokens for r in read.runs),
+        completion=sum(r.completion_tokens for r in read.runs),
+        turns=sum(r.turns for r in read.runs),
+    )
+
+
+def usage_facts(usage: Any) -> list[tuple[str, str]]:
+    """A usage record (the model gateway's, when this instance has it) as `label value` pairs:
+    token counts with thousands separators, a cost when one is known."""
+    raw = msgspec.to_builtins(usage) if isinstance(usage, msgspec.Struct) else usage
+    if not isinstance(raw, dict):
+        return []
+    out = []
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value is None:
+            continue
+        label = key.replace("_", " ")
+        if "cost" in key:
+            out.append((label, f"{value:,.4f}".rstrip("0").rstrip(".")))
+        else:
+            out.append((label, f"{value:,}"))
+    return out
+
+
+async def provide_page_repo_scope(
+    request: Request[Any, Any, Any], state: State, owner: FromPath[str], name: FromPath[str]
+) -> AsyncGenerator[RepoScope, None]:
+    """`provide_repo_scope`, except that someone who can read the repository (a read collaborator)
+    learns that tasks need write access, instead of "repository not found" for a repository they
+    see. The REST API keeps its 404."""
+    scopes = provide_repo_scope(request, state, owner, name)
+    try:
+        scope = await scopes.__anext__()
+    except NotFound as hidden:
+        async with task_system(state).db.session() as s:
+            try:
+                await repositories.load(s, actor_of(request).principal, owner, name, Action.REPO_READ)
+            except ForgeError:
+                raise hidden from None
+        raise Forbidden(
+            f"Tasks of {owner}/{name} are for collaborators with write access; you can read the repository.",
+            code=Code.TASKS_NEED_WRITE,
+        ) from None
+    try:
+        yield scope
+    finally:
+        await scopes.aclose()
+
+
+PAGE_DEPENDENCIES = {**DEPENDENCIES, "repo_scope": Provide(provide_page_repo_scope)}

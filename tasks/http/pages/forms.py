@@ -40,6 +40,8 @@ class ReviewForm(msgspec.Struct, kw_only=True):
     line: str = ""
     comment: str = ""
     commit_sha: str = ""
+    # "draft": the inline comment goes onto the reviewer's pending review instead.
+    mode: str = ""
     csrf_token: str = ""
 
 
@@ -49,16 +51,27 @@ class MergeForm(msgspec.Struct, kw_only=True):
     csrf_token: str = ""
 
 
+def form_text(text: str) -> str:
+    """A textarea's value as typed: browsers send its line breaks as CRLF."""
+    return text.replace("\r\n", "\n")
+
+
 def task_create(data: StartForm) -> TaskCreate:
-    command: str | None = data.command if data.runtime == "command" else None
-    return TaskCreate(
-        goal=data.goal[:20_000],
-        agent=data.agent.strip()[:40] or "-",
-        runtime="command" if data.runtime == "command" else "builtin",
-        command=command,
-        base=data.base.strip()[:255],
-        title=data.title.strip()[:200],
-    )
+    """The start form as the API's body, checked against the same schema (same limits and
+    messages): an oversize goal is refused, never cut."""
+    raw: dict[str, object] = {
+        "goal": form_text(data.goal),
+        "agent": data.agent.strip() or "-",
+        "runtime": data.runtime or "command",
+        "base": data.base.strip(),
+        "title": data.title.strip(),
+    }
+    if data.runtime == "command":
+        raw["command"] = form_text(data.command)
+    try:
+        return msgspec.convert(raw, TaskCreate)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(str(exc).replace("$.", "")) from None
 
 
 def approval_decide(data: DecisionForm) -> ApprovalDecide:
@@ -90,3 +103,14 @@ def merge_create(form: MergeForm) -> MergeCreate:
         "squash" if form.strategy == "squash" else "fast-forward" if form.strategy == "fast-forward" else "merge"
     )
     return MergeCreate(strategy=strategy, expected_head_sha=form.expected_head_sha[:64])
+
+
+def draft_comment(form: ReviewForm) -> ReviewCommentCreate:
+    """The per-line form's comment for the review draft (the same checks as the API's body)."""
+    raw: dict[str, object] = {"path": form.path, "side": form.side or "head", "body": form_text(form.comment)}
+    if form.line.isascii() and form.line.isdigit() and len(form.line) < 10:
+        raw["line"] = int(form.line)
+    try:
+        return msgspec.convert(raw, ReviewCommentCreate)
+    except msgspec.ValidationError as exc:
+        raise InvalidInput(str(exc).replace("$.", "")) from None

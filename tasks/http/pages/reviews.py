@@ -6,17 +6,19 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import URLEncodedBody
+from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.errors import ForgeError
 from forge.pages import page
 from forge.render import markdown_async
-from tasks.http.actions import merge_task, submit_review
-from tasks.http.deps import DEPENDENCIES, REPO_TASKS, TaskScope, TaskScopeDep
-from tasks.http.pages.common import or_form_error, repo_context
-from tasks.http.pages.forms import MergeForm, ReviewForm, merge_create, review_create
+from tasks.core.schemas import ReviewDraftRead, ReviewRead
+from tasks.http.actions import add_draft_comment, merge_task, remove_draft_comment, submit_review
+from tasks.http.deps import REPO_TASKS, TaskScope, TaskScopeDep
+from tasks.http.pages.common import PAGE_DEPENDENCIES, or_form_error, repo_context
+from tasks.http.pages.forms import MergeForm, ReviewForm, draft_comment, merge_create, review_create
 from tasks.services import rules
+from tasks.services.review_drafts import DraftService
 from tasks.services.reviews import VERBS, ReviewService
 
 VERDICTS = {verdict.value: text for verdict, text in VERBS.items()}
@@ -42,12 +44,21 @@ async def review_page(
                 diff_error = exc.detail
         listed = await reviews.reviews(task, quoted=contents)
         bodies = {r.id: await markdown_async(r.body) for r in listed if r.body}
+        may_review = rules.may_review(principal, res, task)
+        draft = await DraftService(reviews).read(scope.actor, res, task) if may_review else None
+        pending = draft.comments if draft is not None else []
+        # Inline comments are markdown too (sanitised), published and pending alike.
+        comment_html = {
+            c.id: await markdown_async(c.body) for c in [*pending, *(c for r in listed for c in r.comments)]
+        }
         # Current-head comments under their lines: (path, side, line) -> comments.
         inline: dict[tuple[str, str, int], list[Any]] = {}
         for r in listed:
             for c in r.comments:
                 if not c.outdated:
-                    inline.setdefault((c.path, c.side, c.line), []).append((r.author, c))
+                    inline.setdefault((c.path, c.side, c.line), []).append((r.author, c, False))
+        for c in pending:
+            inline.setdefault((c.path, c.side, c.line), []).append((principal.login, c, True))
         return page(
             request,
             "tasks/review.html",
@@ -61,7 +72,9 @@ async def review_page(
             verdicts=VERDICTS,
             status=await reviews.status(task),
             summary_html=await markdown_async(task.summary) if task.summary else "",
-            can_review=rules.may_review(principal, res),
+            can_review=may_review,
+            pending=pending,
+            comment_html=comment_html,
             error=error,
             **repo_context(res, principal, svc.base_url),
         )
@@ -70,7 +83,7 @@ async def review_page(
 class ReviewPages(Controller):
     path = REPO_TASKS
     include_in_schema = False
-    dependencies = DEPENDENCIES
+    dependencies = PAGE_DEPENDENCIES
 
     @staticmethod
     def again(request: Request[Any, Any, Any], scope: TaskScope) -> Callable[[ForgeError], Awaitable[Template]]:
@@ -87,12 +100,35 @@ class ReviewPages(Controller):
     async def submit(
         self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, data: URLEncodedBody[ReviewForm]
     ) -> Template | Redirect:
-        read = await or_form_error(submit_review(task_scope, review_create(data)), self.again(request, task_scope))
+        base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
+        if data.mode == "draft":
+
+            async def add() -> ReviewDraftRead:
+                return await add_draft_comment(task_scope, draft_comment(data))
+
+            added = await or_form_error(add(), self.again(request, task_scope))
+            if isinstance(added, Template):
+                return added
+            return Redirect(f"{base}/review#pending-comments", status_code=303)
+
+        async def submit() -> ReviewRead:
+            return await submit_review(task_scope, review_create(data))
+
+        read = await or_form_error(submit(), self.again(request, task_scope))
         if isinstance(read, Template):
             return read
-        base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
         # A change request starts a run: follow it on the task page.
         return Redirect(base if read.run is not None else f"{base}/review#reviews", status_code=303)
+
+    @post("/{number:str}/review-draft/comments/{comment_id:int}/delete")
+    async def remove_pending(
+        self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, comment_id: FromPath[int]
+    ) -> Template | Redirect:
+        done = await or_form_error(remove_draft_comment(task_scope, comment_id), self.again(request, task_scope))
+        if isinstance(done, Template):
+            return done
+        base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
+        return Redirect(f"{base}/review#pending-comments", status_code=303)
 
     @post("/{number:str}/merge")
     async def merge(

@@ -14,9 +14,10 @@ from forge.access import Action
 from forge.deps import ActorDep, DatabaseDep, SettingsDep
 from forge.errors import ForgeError, InvalidInput
 from forge.pages import page
+from tasks.core import repo_settings as core_settings
 from tasks.core.models import RepoTaskSettings
 from tasks.http.pages.common import repo_context
-from tasks.services import repo_settings
+from tasks.services import agents, repo_settings
 
 INT_FIELDS = (
     "turn_limit",
@@ -79,7 +80,10 @@ class TaskSettingsPages(Controller):
             res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
             current = repo_settings.settings_read(await s.get(RepoTaskSettings, res.repo.id))
             context = repo_context(res, actor.principal, request.app.state.settings.effective_base_url)
-        return page(request, "tasks/settings.html", current=current, **context, **extra)
+            warning = agents.self_merge_warning(
+                await agents.eligible_agents(s, res), await core_settings.merge_rules(s, res.repo.id)
+            )
+        return page(request, "tasks/settings.html", current=current, merge_warning=warning, **context, **extra)
 
     @get("/")
     async def settings_page(

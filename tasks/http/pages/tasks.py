@@ -1,6 +1,7 @@
 """Web pages of tasks: the repository's task list (with a start form), the task page (state, runs,
 live transcript, question form, actions) and "my tasks". Same actions as the REST API."""
 
+import asyncio
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
@@ -11,12 +12,32 @@ from forge.deps import ActorDep, DbSession
 from forge.errors import ForgeError, NotFound, Unauthenticated
 from forge.pages import page
 from tasks.core import transcript
-from tasks.core.schemas import MessageCreate
+from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
-from tasks.http.deps import DEPENDENCIES, REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep
-from tasks.http.pages.common import or_form_error, repo_context, visible_json
+from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep
+from tasks.http.pages import timeline
+from tasks.http.pages.common import (
+    PAGE_DEPENDENCIES,
+    or_form_error,
+    repo_context,
+    run_tokens,
+    usage_facts,
+    visible_json,
+)
 from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
-from tasks.services import rules
+from tasks.http.pages.status import waiting_line
+from tasks.run import gitops
+from tasks.run.runtimes import RUNTIMES
+from tasks.services import agents, inbox, rules
+
+# The task page renders this many events at most (the JSON transcript pages through all of them);
+# the live page asks for the items after its last one this many at a time.
+PAGE_EVENTS = 5000
+FRAGMENT_EVENTS = 500
+# Kinds newer producers add (the model gateway's calls): the live page listens for them too.
+EXTRA_KINDS = ("model_call",)
+
+LIST_STATES = ("", "queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed")
 
 # The task page's forms post to /{number}/{action}.
 PAGE_ACTIONS: dict[str, Act] = {
@@ -26,6 +47,15 @@ PAGE_ACTIONS: dict[str, Act] = {
     "close": "close",
     "stop": "stop",
 }
+
+
+def run_number(raw: str | None) -> int | None:
+    """The run selector's value: a run number, or None (all runs; anything else shows all too)."""
+    return int(raw) if raw and raw.isascii() and raw.isdigit() and len(raw) < 9 else None
+
+
+def of_run(events: list[transcript.EventRead], run: int | None) -> list[transcript.EventRead]:
+    return events if run is None else [e for e in events if e.run == run]
 
 
 async def list_page(
@@ -39,21 +69,34 @@ async def list_page(
 ) -> Template:
     svc, res = scope.svc, scope.res
     tasks = await svc.to_reads([(t, res) for t in await svc.list_tasks(res, state=task_state or None)])
+    principal = scope.actor.principal
+    options = None
+    if rules.may_start(principal, res):
+        options = await agents.start_options(scope.session, svc.settings, res, RUNTIMES)
+    # The API's default runtime is builtin; the form picks it only when it has a model to talk to.
+    chosen = form or StartForm(
+        agent=options.agents[0] if options and len(options.agents) == 1 else "",
+        runtime="builtin" if options and options.model_configured else "command",
+    )
     return page(
         request,
         "tasks/list.html",
         status_code=status_code,
         tasks=tasks,
+        task_state=task_state or "",
+        states=LIST_STATES,
         error=error,
-        form=form or StartForm(),
-        **repo_context(res, scope.actor.principal, svc.base_url),
+        form=chosen,
+        options=options,
+        goal_max=GOAL_MAX,
+        **repo_context(res, principal, svc.base_url),
     )
 
 
 class TaskPages(Controller):
     path = REPO_TASKS
     include_in_schema = False
-    dependencies = DEPENDENCIES
+    dependencies = PAGE_DEPENDENCIES
 
     @get("/")
     async def list_tasks(
@@ -71,29 +114,69 @@ class TaskPages(Controller):
         async def again(exc: ForgeError) -> Template:
             return await list_page(request, repo_scope, form=data, error=exc.detail, status_code=exc.status)
 
-        read = await or_form_error(start_task(repo_scope, task_create(data)), again)
+        async def create() -> TaskRead:
+            return await start_task(repo_scope, task_create(data))  # a refused form shows again, kept
+
+        read = await or_form_error(create(), again)
         if isinstance(read, Template):
             return read
         return Redirect(f"/{read.repository}/tasks/{read.number}", status_code=303)
 
     @get("/{number:str}")
-    async def task_page(self, request: Request[Any, Any, Any], task_scope: TaskScopeDep) -> Template:
+    async def task_page(
+        self,
+        request: Request[Any, Any, Any],
+        task_scope: TaskScopeDep,
+        run: Annotated[str | None, QueryParameter(name="run")] = None,
+    ) -> Template:
         svc, res, task = task_scope.svc, task_scope.res, task_scope.task
-        events = await transcript.read(task_scope.session, task.id, after=0, limit=5000)
+        run_filter = run_number(run)
+        events = await transcript.read(task_scope.session, task.id, after=0, limit=PAGE_EVENTS)
+        last_seq = events[-1].seq if events else 0
+        shown = of_run(events, run_filter)
         read = await svc.to_read(task, res)
         parked = read.pending_approval
         principal = task_scope.actor.principal
+        branch_exists = bool(read.head_sha) and read.head_sha != read.base_sha
+        if not branch_exists and read.head_sha:  # a pushed branch, or one recovery left, still shows
+            branch_exists = await svc.store.read(res.key, gitops.branch_sha, read.branch) is not None
         return page(
             request,
             "tasks/task.html",
             task=read,
             # Autoescaped as text: the person sees the exact input, `<` and all.
             approval_input=visible_json(parked.tool_input) if parked else "",
-            events=events,
-            last_seq=events[-1].seq if events else 0,
+            items=await asyncio.to_thread(timeline.build, shown),
+            event_count=len(events),
+            truncated=len(events) >= PAGE_EVENTS,
+            run_filter=run_filter,
+            kinds=" ".join(dict.fromkeys((*transcript.KINDS, *EXTRA_KINDS))),
+            last_seq=last_seq,
+            waiting=waiting_line(read, task, principal, res),
+            branch_exists=branch_exists,
+            tokens=run_tokens(read),
+            usage_facts=usage_facts,
             may_stop=rules.may_stop(principal, res, task),
             **repo_context(res, principal, svc.base_url),
         )
+
+    @get("/{number:str}/timeline")
+    async def timeline_items(
+        self,
+        request: Request[Any, Any, Any],
+        task_scope: TaskScopeDep,
+        after: Annotated[int, QueryParameter(ge=0)] = 0,
+        run: Annotated[str | None, QueryParameter(name="run")] = None,
+    ) -> Template:
+        """The transcript's items after event `after`, rendered (what the live page appends).
+        `X-Last-Seq` is the last event read (of every run); `X-More: yes` when there are more."""
+        events = await transcript.read(task_scope.session, task_scope.task.id, after=after, limit=FRAGMENT_EVENTS)
+        shown = of_run(events, run_number(run))
+        reply = page(request, "tasks/_timeline_items.html", items=await asyncio.to_thread(timeline.build, shown))
+        reply.headers["X-Last-Seq"] = str(events[-1].seq if events else after)
+        reply.headers["X-More"] = "yes" if len(events) >= FRAGMENT_EVENTS else "no"
+        reply.headers["Cache-Control"] = "no-store"
+        return reply
 
     @post("/{number:str}/{action:str}")
     async def act(self, task_scope: TaskScopeDep, action: FromPath[str], data: URLEncodedBody[BodyForm]) -> Redirect:
@@ -114,7 +197,7 @@ class TaskPages(Controller):
 
 class MyTaskPages(Controller):
     include_in_schema = False
-    dependencies = DEPENDENCIES
+    dependencies = PAGE_DEPENDENCIES
 
     @get("/tasks")
     async def mine(
@@ -124,3 +207,15 @@ class MyTaskPages(Controller):
             raise Unauthenticated("sign in first")
         svc = task_system.service(db_session)
         return page(request, "tasks/mine.html", tasks=await svc.to_reads(await svc.list_for_user(actor.principal)))
+
+    @get("/tasks/awaiting-review")
+    async def awaiting_review(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, task_system: SystemDep
+    ) -> Template:
+        """Tasks awaiting the signed-in person's review: a page, or (for the dashboard, htmx) its list."""
+        if actor.principal.account_id is None:
+            raise Unauthenticated("sign in first")
+        svc = task_system.service(db_session)
+        tasks = await svc.to_reads(await inbox.awaiting_review(db_session, actor.principal))
+        fragment = request.headers.get("hx-request") == "true"
+        return page(request, "tasks/awaiting.html", tasks=tasks, fragment=fragment)

@@ -1,0 +1,28 @@
+"""a run records that it changed nothing (no commit, no task branch created or moved)
+
+Revision ID: 0014
+Revises: 0011
+Create Date: 2026-12-01 12:10:00
+
+Numbered after the migrations other branches add (0012, 0013): when they are merged, its
+`down_revision` becomes the last of them (the migration touches only `task_runs`).
+"""
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = '0014'
+down_revision: str | None = '0011'
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('task_runs', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('no_changes', sa.Boolean(), server_default=sa.false(), nullable=False))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('task_runs', schema=None) as batch_op:
+        batch_op.drop_column('no_changes')

@@ -1,0 +1,330 @@
+"""The transcript as a timeline for people: typed items built from the stored events. Prompts,
+assistant messages (sanitised markdown), tool calls as cards with their input shown as the agent
+wrote it (a command as the command, written content as content, an edit as a small diff) and
+their result, stdout/stderr runs, policy decisions, the system phases of a run folded into one
+line, and a generic item for kinds this page does not know (newer producers add kinds).
+
+Pure and synchronous (markdown rendering is CPU work): call `build` in a worker thread."""
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from markupsafe import Markup
+
+from forge.render import markdown
+from tasks.core.transcript import EventRead
+
+# Longer outputs and inputs are folded ("show all"), in their own scrolling box until then.
+FOLD_LINES = 24
+FOLD_CHARS = 3000
+SUMMARY_CHARS = 90
+DIFF_CONTEXT = 2
+# Keys whose value names the file a tool works on (builtin: path; Claude Code: file_path).
+PATH_KEYS = ("path", "file_path", "notebook_path")
+
+
+@dataclass
+class Text:
+    """A piece of text shown verbatim, folded when long."""
+
+    text: str
+    lines: int = 0
+    long: bool = False
+
+    def __post_init__(self) -> None:
+        self.lines = self.text.count("\n") + (0 if self.text.endswith("\n") or not self.text else 1)
+        self.long = self.lines > FOLD_LINES or len(self.text) > FOLD_CHARS
+
+
+@dataclass
+class DiffLine:
+    origin: str  # "+", "-", " ", or "@" for a hunk header
+    text: str
+
+
+@dataclass
+class Field:
+    """One argument of a tool call: a string as written, a diff, or other JSON pretty-printed."""
+
+    label: str
+    text: Text | None = None
+    diff: list[DiffLine] | None = None
+    is_json: bool = False
+
+
+@dataclass
+class ToolResultView:
+    seq: int
+    output: Text
+    status: str  # "exit code 0", "timed out", "" (not a shell command)
+    is_error: bool
+    omitted_bytes: int
+    stdout: Text | None = None
+    stderr: Text | None = None
+
+
+@dataclass
+class Phase:
+    name: str
+    text: str
+    duration_ms: int | None
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def took(self) -> str:
+        return duration(self.duration_ms)
+
+
+@dataclass
+class Endpoint:
+    url: str
+    result: str
+    decision: str
+    status: int | None
+    latency_ms: float | None
+
+
+@dataclass
+class Item:
+    kind: str  # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, generic
+    seq: int
+    run: int | None
+    at: datetime
+    text: str = ""
+    html: Markup | None = None
+    label: str = ""  # prompt source and author, notice level, output stream, generic kind
+    # tool
+    tool_id: str = ""
+    name: str = ""
+    hint: str = ""
+    fields: list[Field] = field(default_factory=list)
+    result: ToolResultView | None = None
+    # output
+    chunks: list[tuple[int, str]] = field(default_factory=list)
+    # phases
+    phases: list[Phase] = field(default_factory=list)
+    # policy
+    decision: str = ""
+    event: str = ""
+    reason: str = ""
+    endpoints: list[Endpoint] = field(default_factory=list)
+    # generic: the payload's other scalar fields, one line
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    last_seq: int = 0
+
+    @property
+    def output(self) -> Text:
+        return Text("".join(t for _, t in self.chunks))
+
+
+_IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
+
+
+def agent_markdown(text: str) -> Markup:
+    """The agent's markdown, sanitised; an image it gave no text gets an empty one (decorative),
+    so a screen reader does not read out its address."""
+    html = str(markdown(text))
+    return Markup(_IMG_WITHOUT_ALT.sub('<img alt=""', html))  # noqa: S704 (sanitised above; only an attribute added)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _one_line(text: str) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= SUMMARY_CHARS else first[: SUMMARY_CHARS - 1] + "…"
+
+
+def edit_diff(old: str, new: str) -> list[DiffLine]:
+    out: list[DiffLine] = []
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=DIFF_CONTEXT):
+        if line.startswith(("---", "+++")):
+            continue
+        if line.startswith("@@"):
+            out.append(DiffLine("@", line))
+        else:
+            out.append(DiffLine(line[:1] or " ", line[1:]))
+    return out
+
+
+def tool_fields(value: Any) -> tuple[list[Field], str]:
+    """The call's arguments as fields, and a one-line hint for its card's summary."""
+    if not isinstance(value, dict):
+        text = value if isinstance(value, str) else _json(value)
+        return [Field("input", Text(text), is_json=not isinstance(value, str))], _one_line(text)
+    fields: list[Field] = []
+    hint = ""
+    rest = dict(value)
+    path = next((str(rest[k]) for k in PATH_KEYS if isinstance(rest.get(k), str)), "")
+    old, new = rest.get("old_string"), rest.get("new_string")
+    if isinstance(old, str) and isinstance(new, str):
+        del rest["old_string"], rest["new_string"]
+        fields.append(Field(f"change to {path}" if path else "change", diff=edit_diff(old, new)))
+    for key, val in rest.items():
+        if isinstance(val, str):
+            fields.append(Field(key, Text(val)))
+        else:
+            fields.append(Field(key, Text(_json(val)), is_json=True))
+    command = rest.get("command")
+    if isinstance(command, str):
+        hint = _one_line(command)
+    elif path:
+        hint = path
+    else:
+        hint = next((_one_line(v) for v in rest.values() if isinstance(v, str) and v.strip()), "")
+    if fields and fields[0].diff is None:
+        # The main argument first: what a reader looks for (the command, the file).
+        fields.sort(key=lambda f: f.label not in ("command", *PATH_KEYS))
+    return fields, hint
+
+
+def result_view(seq: int, p: dict[str, Any]) -> ToolResultView:
+    output = str(p.get("output", ""))
+    status = ""
+    head = output.partition("\n")[0]
+    if head.startswith("exit code ") or head == "timed out":  # the builtin shell tool's first line
+        status = head  # shown in the card's summary too; the output stays as the agent saw it
+    stdout, stderr = p.get("stdout"), p.get("stderr")
+    return ToolResultView(
+        seq=seq,
+        output=Text(output),
+        status=status,
+        is_error=bool(p.get("is_error")),
+        omitted_bytes=int(p.get("omitted_bytes") or 0),
+        stdout=Text(stdout) if isinstance(stdout, str) and stdout else None,
+        stderr=Text(stderr) if isinstance(stderr, str) and stderr else None,
+    )
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _phase(p: dict[str, Any]) -> Phase:
+    detail = p.get("detail") or {}
+    files = detail.get("changed_files") if isinstance(detail, dict) else None
+    duration = p.get("duration_ms")
+    return Phase(
+        name=str(p.get("phase", "")),
+        text=str(p.get("text", "")),
+        duration_ms=duration if isinstance(duration, int) else None,
+        files=[str(f) for f in files] if isinstance(files, list) else [],
+    )
+
+
+def _policy(e: EventRead, p: dict[str, Any]) -> Item:
+    d = p.get("detail") or {}
+    endpoints = [
+        Endpoint(
+            url=str(x.get("url", "")),
+            result=str(x.get("result", "")),
+            decision=str(x.get("decision") or ""),
+            status=x.get("status") if isinstance(x.get("status"), int) else None,
+            latency_ms=x.get("latency_ms") if isinstance(x.get("latency_ms"), int | float) else None,
+        )
+        for x in d.get("endpoints", [])
+        if isinstance(x, dict)
+    ]
+    return Item(
+        kind="policy",
+        seq=e.seq,
+        run=e.run,
+        at=e.at,
+        text=str(p.get("text", "")),
+        event=str(d.get("event", "")),
+        decision=str(d.get("decision", "")),
+        reason=str(d.get("reason") or ""),
+        endpoints=endpoints,
+    )
+
+
+def _item(e: EventRead) -> Item:
+    p = e.payload
+    base: dict[str, Any] = {"seq": e.seq, "run": e.run, "at": e.at}
+    if e.kind == "prompt":
+        who = f" by {p['author']}" if p.get("author") else ""
+        # Verbatim: exactly what the agent was handed.
+        return Item(kind="prompt", text=str(p.get("text", "")), label=f"{p.get('source', 'start')}{who}", **base)
+    if e.kind in ("assistant", "summary"):
+        return Item(kind=e.kind, html=agent_markdown(str(p.get("text", ""))), **base)
+    if e.kind == "tool_call":
+        fields, hint = tool_fields(p.get("input"))
+        return Item(
+            kind="tool", tool_id=str(p.get("id", "")), name=str(p.get("name", "")), fields=fields, hint=hint, **base
+        )
+    if e.kind == "tool_result":
+        return Item(
+            kind="result",
+            tool_id=str(p.get("id", "")),
+            name=str(p.get("name", "")),
+            result=result_view(e.seq, p),
+            **base,
+        )
+    if e.kind in ("stdout", "stderr"):
+        return Item(kind="output", label=e.kind, chunks=[(e.seq, str(p.get("text", "")))], **base)
+    if e.kind == "notice":
+        return Item(kind="notice", text=str(p.get("text", "")), label=str(p.get("level", "info")), **base)
+    if e.kind == "question":
+        return Item(kind="question", text=str(p.get("text", "")), **base)
+    if e.kind == "system":
+        if p.get("phase") == "policy":
+            return _policy(e, p)
+        return Item(kind="phases", phases=[_phase(p)], **base)
+    facts = [(k, _scalar(v)) for k, v in p.items() if k != "text" and not isinstance(v, dict | list)]
+    nested = {k: v for k, v in p.items() if isinstance(v, dict | list)}
+    return Item(
+        kind="generic",
+        label=e.kind,
+        text=str(p.get("text", "")),
+        facts=facts,
+        fields=[Field(k, Text(_json(v)), is_json=True) for k, v in nested.items()],
+        **base,
+    )
+
+
+def build(events: list[EventRead]) -> list[Item]:
+    """Items in order: a tool's result goes into its call's card (when the call is among these
+    events), consecutive output chunks of one stream and consecutive phases of one run merge."""
+    items: list[Item] = []
+    calls: dict[str, Item] = {}
+    for e in events:
+        item = _item(e)
+        last = items[-1] if items else None
+        if item.kind == "result" and item.tool_id in calls and calls[item.tool_id].result is None:
+            calls[item.tool_id].result = item.result
+            calls[item.tool_id].last_seq = e.seq
+            continue
+        if (
+            last is not None
+            and last.run == item.run
+            and item.kind in ("output", "phases")
+            and last.kind == item.kind
+            and last.label == item.label
+        ):
+            last.chunks += item.chunks
+            last.phases += item.phases
+            last.last_seq = e.seq
+            continue
+        item.last_seq = e.seq
+        if item.kind == "tool" and item.tool_id:
+            calls[item.tool_id] = item
+        items.append(item)
+    return items
+
+
+def duration(ms: int | None) -> str:
+    """How long a phase took, for a person: `850 ms`, `2.4 s`, `3 min 5 s`."""
+    if ms is None:
+        return ""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"

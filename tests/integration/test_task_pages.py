@@ -1,0 +1,270 @@
+"""The task pages over HTTP (no worker): the transcript timeline of every kind of event, its live
+fragment, the run filter, the header's "waiting for", the start form's choices and refusals, the
+`merged` filter, and what a read collaborator is told. Real database, real git, real app."""
+
+import html
+import json
+import re
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+
+from forge.db import Database
+from forge.settings import Settings
+from tasks.core.schemas import GOAL_MAX
+from tests.support.task_world import TASKS, World, agent_commits, build_task_world
+from tests.support.transcripts import COMMAND, WRITTEN, record, record_unknown_kind
+from tests.support.web import csrf_from
+
+pytestmark = pytest.mark.db
+
+PAGE = "/ana/demo/tasks"
+
+
+@pytest.fixture
+async def world(db: Database, settings: Settings) -> World:
+    return await build_task_world(db, settings)
+
+
+async def start(client: AsyncTestClient[Litestar], world: World, **kw: Any) -> dict[str, Any]:
+    body = {"goal": "greet", "agent": "fixer", "command": "true", "title": "Greet", **kw}
+    r = await client.post(TASKS, json=body, headers=world.h("ana"))
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def text_of(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+async def test_the_timeline_shows_each_kind_as_written(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    await record(db, 1)
+    await record_unknown_kind(db, 1)
+    r = await client.get(f"{PAGE}/1", headers=world.h("wendy"))
+    assert r.status_code == 200, r.text
+    page = r.text
+    body = page[page.index('id="transcript"') :]
+    # The command as the command: no JSON quoting or escapes.
+    shown = html.unescape(body)
+    assert COMMAND in shown and json.dumps(COMMAND) not in shown
+    # The written file as its content, the edit as a diff.
+    assert WRITTEN in shown and json.dumps(WRITTEN) not in shown
+    assert '<span class="ddel">-two</span>' in body and '<span class="dadd">+TWO</span>' in body
+    # The shell result with its status, stdout and stderr as separate blocks.
+    assert 'class="badge">exit code 0</span>' in body
+    assert body.count('data-stream="stdout"') == 2 and body.count('data-stream="stderr"') == 1
+    assert "line one\n</span><span" in body  # two chunks of one stream, one block
+    assert "Show all (60 lines)" in body  # the long output folds
+    # Markdown, sanitised; the prompt verbatim.
+    assert "<strong>fix</strong>" in body and "<script>" not in body and "onerror" not in body
+    assert "Fix the <b>greeting</b>\n> quoted" in shown and "<b>greeting" not in body
+    # Phases folded into one line with their durations; the policy decision with its reason.
+    assert body.count("ti-phases") == 2
+    assert "420 ms" in body and "2.3 s" in body
+    assert "Reason: no network tools here" in body and "http://127.0.0.1:9/policy" in body
+    assert "greet.py</code></li>" in body  # the snapshot's changed files
+    # An unknown kind, generically.
+    assert "model call" in body and "input tokens" in body and "1200" in body
+    # Tool results sit in their calls' cards.
+    assert body.count("ti-result") == 0 and body.count("ti-tool") == 3
+
+
+async def test_the_live_fragment_and_the_run_filter(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    first = await record(db, 1)
+    r = await client.get(f"{PAGE}/1/timeline?after={first - 2}", headers=world.h("wendy"))
+    assert r.status_code == 200 and r.headers["x-last-seq"] == str(first) and r.headers["x-more"] == "no"
+    assert r.text.count('class="ti ') == 2 and "snapshot" in r.text and "Fixed the" in r.text
+    assert "<html" not in r.text  # a fragment, not a page
+    # A result whose call was sent earlier comes on its own, naming its call (the page moves it in).
+    after_call = first - 20 + 6  # `every_kind` has 20 events; the 6th is bash call c1, then its result
+    alone = await client.get(f"{PAGE}/1/timeline?after={after_call}", headers=world.h("wendy"))
+    assert alone.text.count('data-result-for="c1"') == 1 and 'data-tool-id="c1"' not in alone.text
+    empty = await client.get(f"{PAGE}/1/timeline?after={first}", headers=world.h("wendy"))
+    assert empty.headers["x-last-seq"] == str(first) and 'class="ti' not in empty.text
+    # Run 2 has no events: the filter shows none, the run list offers both runs.
+    only2 = await client.get(f"{PAGE}/1?run=2", headers=world.h("wendy"))
+    assert only2.status_code == 200 and 'class="ti ' not in only2.text
+    only1 = await client.get(f"{PAGE}/1?run=1", headers=world.h("wendy"))
+    assert 'value="1" selected' in only1.text and "Fixed the" in only1.text
+
+
+async def test_the_header_says_what_waits_for_whom(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start(client, world)
+    queued = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
+    assert "Waiting for a worker (#1 in the queue)." in queued
+    assert "prompt + 0 completion tokens" in queued
+    await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
+    review = text_of((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text)
+    assert "Waiting for your review" in review
+    bot = text_of((await client.get(f"{PAGE}/1", headers=world.h("fixer"))).text)
+    assert "Waiting for review by someone with write access." in bot  # the agent never reviews itself
+
+
+async def test_a_task_that_changed_nothing_offers_no_merge(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    from sqlalchemy import select
+
+    from tasks.core.models import Task
+
+    await start(client, world)
+    async with db.session(write=True) as s:
+        task = (await s.execute(select(Task).where(Task.number == 1))).scalar_one()
+        task.head_sha, task.state = task.base_sha, "awaiting_review"
+    page = text_of((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text)
+    assert "No changes: the agent's runs changed nothing." in page and "(not created: no changes yet)" in page
+    review = (await client.get(f"{PAGE}/1/review", headers=world.h("wendy"))).text
+    assert 'id="merge-form"' not in review and "nothing to merge" in review
+    r = await client.post(f"{TASKS}/1/merge", json={}, headers=world.h("wendy"))
+    assert r.status_code == 409 and r.json()["code"] == "task_no_changes", r.text
+    listed = (await client.get(f"{PAGE}/", headers=world.h("wendy"))).text
+    assert "no changes</span>" in listed
+
+
+async def test_the_start_form_offers_the_bots_and_runtimes_and_keeps_a_refused_goal(
+    client: AsyncTestClient[Litestar], world: World
+) -> None:
+    page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text
+    form = page[page.index('id="start-form"') :]
+    # Bots with write access only (fixer); people are never offered.
+    assert re.findall(r'<option value="([^"]+)"', form[: form.index('id="runtime"')]) == ["fixer"]
+    assert '<option value="builtin"' in form and '<option value="command"' in form
+    assert "none is configured" in form  # the builtin runtime's hint
+    assert "20,000 characters" in form
+    long_goal = "x" * (GOAL_MAX + 1)
+    data = {
+        "goal": long_goal,
+        "agent": "fixer",
+        "runtime": "command",
+        "command": "echo one\r\necho two",
+        "csrf_token": csrf_from(page),
+    }
+    r = await client.post(f"{PAGE}/", data=data, headers=world.h("ana"), follow_redirects=False)
+    assert r.status_code == 422, r.text
+    assert "length &lt;= 20000" in r.text and 'role="alert"' in r.text
+    assert long_goal in r.text and "echo one" in r.text and "echo two" in r.text  # the form is kept, whole
+    api = await client.post(
+        TASKS, json={"goal": long_goal, "agent": "fixer", "command": "true"}, headers=world.h("ana")
+    )
+    assert api.status_code == 422 and "length <= 20000" in api.text
+    # A multi-line command reaches the task as typed (LF line breaks, not CRLF).
+    ok = await client.post(
+        f"{PAGE}/", data={**data, "goal": "two lines"}, headers=world.h("ana"), follow_redirects=False
+    )
+    assert ok.status_code == 303, ok.text
+    task = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()
+    assert task["command"] == "echo one\necho two"
+
+
+async def test_the_merged_filter(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start(client, world)
+    await start(client, world, title="Other")
+    await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
+    r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 201, r.text
+    r = await client.post(f"{TASKS}/1/merge", json={}, headers=world.h("wendy"))
+    assert r.status_code == 200, r.text
+    merged = (await client.get(f"{PAGE}/?state=merged", headers=world.h("wendy"))).text
+    rows = merged[merged.index('id="task-list"') :]
+    assert "Greet" in rows and "Other" not in rows and 'aria-current="page">merged' in merged
+    # The merged task's diff stays visible on its review page.
+    review = (await client.get(f"{PAGE}/1/review", headers=world.h("wendy"))).text
+    assert 'data-path="hello.txt"' in review and 'id="merged"' in review
+
+
+async def test_a_read_collaborator_learns_that_tasks_need_write_access(
+    client: AsyncTestClient[Litestar], world: World
+) -> None:
+    await start(client, world)
+    r = await client.get(f"{PAGE}/1", headers={**world.h("rita"), "Accept": "text/html"})
+    assert r.status_code == 403 and "collaborators with write access" in r.text, r.text
+    assert "not found" not in r.text.lower()
+    listing = await client.get(f"{PAGE}/", headers={**world.h("rita"), "Accept": "text/html"})
+    assert listing.status_code == 403 and "collaborators with write access" in listing.text
+    # The REST API keeps hiding tasks below the write role; a stranger still gets 404 on pages.
+    assert (await client.get(f"{TASKS}/1", headers=world.h("rita"))).status_code == 404
+    assert (
+        await client.get("/ana/nothing/tasks/1", headers={**world.h("rita"), "Accept": "text/html"})
+    ).status_code == 404
+
+
+async def test_the_dashboard_lists_what_awaits_my_review(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start(client, world)
+    await start(client, world, title="Unchanged")
+    await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
+    dash = (await client.get("/", headers={**world.h("wendy"), "Accept": "text/html"})).text
+    assert 'hx-get="/tasks/awaiting-review"' in dash and 'href="/tasks/awaiting-review"' in dash
+    part = await client.get("/tasks/awaiting-review", headers={**world.h("wendy"), "HX-Request": "true"})
+    assert part.status_code == 200 and "<html" not in part.text
+    assert "ana/demo#1 Greet" in part.text and "Unchanged" not in part.text
+    # The agent is never asked to review its own work; once reviewed, it leaves the list.
+    assert "ana/demo#1" not in (await client.get("/tasks/awaiting-review", headers=world.h("fixer"))).text
+    r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 201
+    full = await client.get("/tasks/awaiting-review", headers=world.h("wendy"))
+    assert "<html" in full.text and "Nothing awaits your review." in full.text
+    assert "ana/demo#1 Greet" in (await client.get("/tasks/awaiting-review", headers=world.h("olga"))).text
+
+
+async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    from forge import accounts, repo_collaborators, repositories
+    from forge.models import Repository
+    from tests.support.task_world import SYSTEM
+
+    page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text
+    assert 'id="self-merge-warning"' not in page  # one bot: it never reviews its own work
+    async with db.session(write=True) as s:
+        await accounts.create_bot(s, SYSTEM, "helper")
+        repo = (await s.execute(select(Repository).where(Repository.name == "demo"))).scalar_one()
+        res = await repositories.resource_for(s, repo, SYSTEM.principal)
+        await repo_collaborators.set_collaborator(s, SYSTEM, res, "helper", "write")
+    page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text
+    assert 'id="self-merge-warning"' in page and "could start a task for" in page
+    token = csrf_from(page[page.index('id="task-settings"') :])
+    form = {"csrf_token": token, "required_approvals": "1", "approval_not_by_starter": "1"}
+    r = await client.post("/ana/demo/settings/tasks/", data=form, headers=world.h("ana"))
+    assert r.status_code == 200 and "Saved." in r.text and 'id="self-merge-warning"' not in r.text
+
+
+async def test_a_stopped_task_says_what_became_of_its_queued_message(
+    client: AsyncTestClient[Litestar], world: World
+) -> None:
+    await start(client, world)
+    r = await client.post(f"{TASKS}/1/messages", json={"body": "also add a README"}, headers=world.h("ana"))
+    assert r.status_code == 200 and r.json()["queued_message"] == "also add a README", r.text
+    page = text_of((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text)
+    assert "also add a README (delivered as the next run when this one ends)" in page
+    r = await client.post(f"{TASKS}/1/stop", headers=world.h("ana"))
+    assert r.status_code in (200, 202), r.text
+    stopped = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()
+    assert stopped["state"] == "stopped" and stopped["queued_message"] == ""
+    page = text_of((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text)
+    assert "the queued message was not delivered to the agent (retry, then send it again): also add a README" in page
+    assert "Stopped: retry it or close it." in page
+
+
+async def test_with_a_model_configured_the_form_defaults_to_the_builtin_runtime(
+    client: AsyncTestClient[Litestar], world: World
+) -> None:
+    body = {"model_base_url": "http://127.0.0.1:9/v1", "model_name": "m"}
+    r = await client.put("/api/v1/repos/ana/demo/task-settings", json=body, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text
+    assert '<option value="builtin" selected>' in page and "uses the configured model" in page

@@ -1,0 +1,98 @@
+"""The transcript timeline built from events: pairing, merging, folding, and inputs as written."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from tasks.core.transcript import EventRead
+from tasks.http.pages.timeline import FOLD_LINES, build, duration, edit_diff, tool_fields
+
+AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def ev(seq: int, kind: str, run: int | None = 1, **payload: Any) -> EventRead:
+    return EventRead(seq=seq, kind=kind, at=AT, run=run, schema_version=1, payload=payload)
+
+
+def test_a_result_goes_into_its_calls_card_and_an_orphan_stays_on_its_own() -> None:
+    items = build(
+        [
+            ev(1, "tool_call", id="a", name="bash", input={"command": "ls -la\necho done"}),
+            ev(2, "stdout", text="x\n"),
+            ev(3, "tool_result", id="a", name="bash", output="exit code 2\nboom"),
+            ev(4, "tool_result", id="zz", name="read_file", output="text"),
+        ]
+    )
+    assert [i.kind for i in items] == ["tool", "output", "result"]
+    call = items[0]
+    assert call.hint == "ls -la" and call.result is not None and call.result.status == "exit code 2"
+    assert call.result.output.text == "exit code 2\nboom"  # the output as the agent saw it
+    assert call.last_seq == 3 and items[2].tool_id == "zz"
+
+
+def test_outputs_and_phases_merge_only_within_one_stream_and_run() -> None:
+    items = build(
+        [
+            ev(1, "stdout", text="a"),
+            ev(2, "stdout", text="b"),
+            ev(3, "stderr", text="c"),
+            ev(4, "stdout", run=2, text="d"),
+            ev(5, "system", run=2, phase="workspace", text="w", duration_ms=5),
+            ev(6, "system", run=2, phase="sandbox", text="s", duration_ms=1500),
+            ev(7, "system", run=2, phase="policy", text="p", detail={"event": "stop", "decision": "allow"}),
+            ev(8, "system", run=2, phase="snapshot", text="n"),
+        ]
+    )
+    assert [(i.kind, i.label, i.run) for i in items] == [
+        ("output", "stdout", 1),
+        ("output", "stderr", 1),
+        ("output", "stdout", 2),
+        ("phases", "", 2),
+        ("policy", "", 2),
+        ("phases", "", 2),
+    ]
+    assert items[0].output.text == "ab" and items[0].last_seq == 2
+    assert [p.took for p in items[3].phases] == ["5 ms", "1.5 s"]
+
+
+def test_inputs_are_shown_as_written() -> None:
+    fields, hint = tool_fields({"path": "a.py", "content": 'x = "1"\n'})
+    assert hint == "a.py" and [(f.label, f.text.text if f.text else None) for f in fields] == [
+        ("path", "a.py"),
+        ("content", 'x = "1"\n'),
+    ]
+    fields, hint = tool_fields({"file_path": "b.txt", "old_string": "one\ntwo\n", "new_string": "one\n2\n"})
+    assert hint == "b.txt" and fields[0].label == "change to b.txt"
+    assert [(d.origin, d.text) for d in fields[0].diff or []] == [
+        ("@", "@@ -1,2 +1,2 @@"),
+        (" ", "one"),
+        ("-", "two"),
+        ("+", "2"),
+    ]
+    raw, hint = tool_fields('{"command": broken')
+    assert raw[0].text is not None and raw[0].text.text == '{"command": broken' and not raw[0].is_json
+    nested, _ = tool_fields({"options": {"depth": 2}})
+    assert nested[0].is_json and nested[0].text is not None and '"depth": 2' in nested[0].text.text
+
+
+def test_long_text_folds_and_durations_read_well() -> None:
+    [item] = build([ev(1, "stdout", text="".join(f"{i}\n" for i in range(FOLD_LINES + 1)))])
+    assert item.output.long and item.output.lines == FOLD_LINES + 1
+    [short] = build([ev(1, "stdout", text="one\ntwo")])
+    assert not short.output.long and short.output.lines == 2
+    assert [duration(x) for x in (None, 999, 2400, 185_000)] == ["", "999 ms", "2.4 s", "3 min 5 s"]
+    assert edit_diff("same\n", "same\n") == []
+
+
+def test_unknown_kinds_are_shown_generically_and_markdown_is_sanitised() -> None:
+    items = build(
+        [
+            ev(1, "model_call", model="m", input_tokens=10, request={"stream": True}),
+            ev(2, "assistant", text="**b** <script>x()</script> ![](pic.png)"),
+        ]
+    )
+    generic, said = items
+    assert (
+        generic.kind == "generic" and ("input_tokens", "10") in generic.facts and generic.fields[0].label == "request"
+    )
+    html = str(said.html)
+    assert "<strong>b</strong>" in html and "<script>" not in html and 'alt=""' in html
