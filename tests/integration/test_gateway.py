@@ -88,13 +88,15 @@ async def test_the_real_key_is_injected_on_the_host_and_streams_pass_through() -
 async def test_openai_chat_completions_get_a_bearer_key_and_usage_with_cost() -> None:
     prices = PriceTable({"scripted": Price(input=3.0, output=15.0)})
     with ScriptedModel([reply("done")]) as model:
-        async with open_channel(upstreams(openai_url=model.url), prices=prices, emit=(rec := Recorder())) as ch:
-            async with agent_client(ch) as c:
-                r = await c.post(
-                    "/v1/chat/completions",
-                    json={"model": "scripted", "messages": []},
-                    headers={"authorization": f"Bearer {ch.token}"},
-                )
+        async with (
+            open_channel(upstreams(openai_url=model.url), prices=prices, emit=(rec := Recorder())) as ch,
+            agent_client(ch) as c,
+        ):
+            r = await c.post(
+                "/v1/chat/completions",
+                json={"model": "scripted", "messages": []},
+                headers={"authorization": f"Bearer {ch.token}"},
+            )
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "done"
     assert model.headers[0]["authorization"] == f"Bearer {OPENAI_KEY}"
     (call,) = rec.model_calls()
@@ -109,9 +111,11 @@ async def test_cache_tokens_and_the_price_table_file(tmp_path) -> None:
     prices = load_prices(str(table))
     script = [text("cached", cache_read_tokens=1000, cache_write_tokens=200, input_tokens=50, output_tokens=20)]
     with ScriptedAnthropic(script) as api:
-        async with open_channel(upstreams(anthropic_url=api.url), prices=prices, emit=(rec := Recorder())) as ch:
-            async with agent_client(ch) as c:
-                r = await c.post("/v1/messages", json=MESSAGES, headers={"x-api-key": ch.token})
+        async with (
+            open_channel(upstreams(anthropic_url=api.url), prices=prices, emit=(rec := Recorder())) as ch,
+            agent_client(ch) as c,
+        ):
+            r = await c.post("/v1/messages", json=MESSAGES, headers={"x-api-key": ch.token})
     assert r.status_code == 200 and r.json()["content"][0]["text"] == "cached"
     (call,) = rec.model_calls()
     assert (call.cache_read_tokens, call.cache_write_tokens, call.input_tokens) == (1000, 200, 50)
@@ -122,12 +126,14 @@ async def test_budget_reached_mid_stream_cuts_the_stream_cleanly() -> None:
     long_text = "word " * 400  # ~500 tokens estimated from the deltas
     script = [text(long_text, pieces=40, output_tokens=500, event_delay=0.01), text("never")]
     with ScriptedAnthropic(script) as api:
-        async with open_channel(upstreams(anthropic_url=api.url), token_budget=100, emit=(rec := Recorder())) as ch:
-            async with agent_client(ch) as c:
-                h = {"x-api-key": ch.token}
-                r = await c.post("/v1/messages", json={**MESSAGES, "stream": True}, headers=h)
-                assert ch.budget_exhausted.is_set()
-                refused = await c.post("/v1/messages", json={**MESSAGES, "stream": True}, headers=h)
+        async with (
+            open_channel(upstreams(anthropic_url=api.url), token_budget=100, emit=(rec := Recorder())) as ch,
+            agent_client(ch) as c,
+        ):
+            h = {"x-api-key": ch.token}
+            r = await c.post("/v1/messages", json={**MESSAGES, "stream": True}, headers=h)
+            assert ch.budget_exhausted.is_set()
+            refused = await c.post("/v1/messages", json={**MESSAGES, "stream": True}, headers=h)
     events = _events(r.text)
     names = [n for n, _ in events]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
