@@ -6,11 +6,13 @@ budget (`budget`), and tokens live only in this process (`tokens`)."""
 from tasks.run.gateway.channel import SOCKET_NAME, HookHandler, KeySource, ProviderInfo, RunChannel, channel_name
 from tasks.run.gateway.metering import PriceTable, Usage, load_prices
 from tasks.run.gateway.proxy import Upstream
+from tasks.run.gateway.setup import ChannelUnavailable, build_channel, provider_of, sweep_channels
 from tasks.run.gateway.tokens import REGISTRY, TokenRegistry
 
 __all__ = [
     "REGISTRY",
     "SOCKET_NAME",
+    "ChannelUnavailable",
     "HookHandler",
     "KeySource",
     "PriceTable",
@@ -19,6 +21,9 @@ __all__ = [
     "TokenRegistry",
     "Upstream",
     "Usage",
+    "build_channel",
     "channel_name",
     "load_prices",
+    "provider_of",
+    "sweep_channels",
 ]
