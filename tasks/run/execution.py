@@ -71,6 +71,12 @@ _SESSION_SOURCE: dict[RunKind, Any] = {
 }
 
 
+def _budget_ends(outcome: Outcome) -> bool:
+    """A used-up budget ends the run unless it failed for a reason of its own first."""
+    model_reasons = (None, FailureReason.MODEL_ERROR, FailureReason.MODEL_UNREACHABLE, FailureReason.TOKEN_BUDGET)
+    return outcome.status is not RunState.FAILED or outcome.failure_reason in model_reasons
+
+
 def _ms(t0: float) -> int:
     return int((time.monotonic() - t0) * 1000)
 
@@ -405,9 +411,9 @@ class Execution(Settling):
                         outcome = runtime_task.result()
                     except RuntimeUnavailable as exc:
                         return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
-                    if channel is not None and channel.budget_exhausted.is_set() and outcome.status is RunState.FAILED:
-                        # However the runtime saw the refusal (a model error, a cut answer), the reason is the budget.
-                        outcome.failure_reason = FailureReason.TOKEN_BUDGET
+                    if channel is not None and channel.budget_exhausted.is_set() and _budget_ends(outcome):
+                        # However the runtime took the refusal or the cut answer, the budget ended the run.
+                        outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.TOKEN_BUDGET
                         outcome.error = outcome.error if "token budget" in outcome.error else channel.budget.text
                     return outcome
                 if stop_wait in done:
