@@ -227,6 +227,7 @@ class ScriptedAnthropic:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the real API
+            disable_nagle_algorithm = True  # each SSE event leaves at once (no 40 ms delayed-ACK stalls)
 
             def log_message(self, *args: Any) -> None:
                 pass
