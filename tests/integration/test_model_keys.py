@@ -11,7 +11,8 @@ from forge.models import Account, AuditEvent, ModelKey, Repository
 from forge.settings import Settings
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import model_access, secret_box
-from tests.support.accounts import Accounts
+from tests.support.accounts import PASSWORD, Accounts
+from tests.support.web import csrf_from, sign_in
 
 KEY = "sk-ant-personal-0123456789-WXYZ"
 
@@ -127,3 +128,21 @@ async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: 
     async with db.session() as session:
         access = await model_access(session, s, repo_id, None)
     assert access["openai"].source == "repository" and access["openai"].api_key == ""
+
+
+async def test_the_model_access_page_sets_and_removes_a_key(client: AsyncTestClient[Any], make: Accounts) -> None:
+    await make.user("ana")
+    await sign_in(client, "ana", PASSWORD)
+    assert 'href="/settings/model-keys/"' in (await client.get("/settings/tokens/")).text
+    page = await client.get("/settings/model-keys/")
+    assert page.status_code == 200 and "No key is set." in page.text
+    token = csrf_from(page.text)
+    r = await client.post("/settings/model-keys/openai", data={"api_key": KEY, "csrf_token": token})
+    assert r.status_code in (200, 303)
+    page = await client.get("/settings/model-keys/")
+    assert "ending in <code>WXYZ</code>" in page.text and KEY not in page.text
+    bad = await client.post("/settings/model-keys/openai", data={"api_key": "x", "csrf_token": token})
+    assert bad.status_code == 422 and "printable" in bad.text
+    r = await client.post("/settings/model-keys/openai/remove", data={"csrf_token": token})
+    assert r.status_code in (200, 303)
+    assert "ending in" not in (await client.get("/settings/model-keys/")).text
