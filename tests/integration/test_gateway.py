@@ -12,19 +12,11 @@ import httpx
 
 from tasks.run.gateway import PriceTable, load_prices
 from tasks.run.gateway.metering import Price
-from tests.support.anthropic import ScriptedAnthropic, hang, slow, status, text, tool_use
+from tests.support.anthropic import ScriptedAnthropic, hang, parse_sse, slow, status, text, tool_use
 from tests.support.gateway import ANTHROPIC_KEY, OPENAI_KEY, Recorder, agent_client, open_channel, upstreams
 from tests.support.model import ScriptedModel, error, reply
 
 MESSAGES = {"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
-
-
-def _events(body: str) -> list[tuple[str, dict]]:
-    out = []
-    for frame in body.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in frame.splitlines())
-        out.append((lines["event"], json.loads(lines["data"])))
-    return out
 
 
 async def test_missing_revoked_and_foreign_tokens_get_401_and_reach_nothing() -> None:
@@ -75,7 +67,7 @@ async def test_the_real_key_is_injected_on_the_host_and_streams_pass_through() -
         assert len(arrivals) >= 5
         assert arrivals[0][0] < api.finished_at[0] - 0.5
         body = b"".join(p for _, p in arrivals).decode()
-        events = _events(body)
+        events = parse_sse(body)
         assert [n for n, _ in events][-1] == "message_stop"
         assert "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta") == script[0].blocks[0].text
         (call,) = rec.model_calls()
@@ -134,7 +126,7 @@ async def test_budget_reached_mid_stream_cuts_the_stream_cleanly() -> None:
             r = await c.post("/v1/messages", json={**MESSAGES, "stream": True}, headers=h)
             assert ch.budget_exhausted.is_set()
             refused = await c.post("/v1/messages", json={**MESSAGES, "stream": True}, headers=h)
-    events = _events(r.text)
+    events = parse_sse(r.text)
     names = [n for n, _ in events]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert events[-2][1]["delta"]["stop_reason"] == "max_tokens"

@@ -125,6 +125,21 @@ def _stream_error(provider: str, message: str) -> bytes:
     return f"data: {json.dumps({'error': {'message': message, 'type': 'api_error'}})}\n\n".encode()
 
 
+async def _upstream_failed(send: Send, upstream: Upstream, exc: Exception, *, started: bool) -> tuple[int, str]:
+    """The agent's answer when the endpoint cannot be reached, or does not answer (or finish its
+    answer) in time: 502 or 504 in the provider's shape."""
+    if isinstance(exc, httpx.TimeoutException):
+        what = "finish its answer" if started else "answer"
+        status, kind, said = 504, "timeout_error", _TIMEOUT
+        text = f"the model endpoint did not {what} within {upstream.timeout:g} s"
+    else:
+        status, kind, said = 502, "api_error", _UNREACHABLE
+        text = "the model endpoint " + ("broke off its answer" if started else "is unreachable")
+        text += f" ({type(exc).__name__})"
+    await send_json(send, status, error_body(upstream.provider, status, kind, text), said)
+    return status, text
+
+
 async def forward(
     client: httpx.AsyncClient,
     upstream: Upstream,
@@ -169,14 +184,8 @@ async def forward(
     )
     try:
         resp = await client.send(request, stream=True)
-    except httpx.TimeoutException:
-        text = f"the model endpoint did not answer within {upstream.timeout:g} s"
-        await send_json(send, 504, error_body(upstream.provider, 504, "timeout_error", text), _TIMEOUT)
-        return done(504, text)
-    except httpx.TransportError as exc:
-        text = f"the model endpoint is unreachable ({type(exc).__name__})"
-        await send_json(send, 502, error_body(upstream.provider, 502, "api_error", text), _UNREACHABLE)
-        return done(502, text)
+    except httpx.TransportError as exc:  # timeouts included
+        return done(*await _upstream_failed(send, upstream, exc, started=False))
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
@@ -187,14 +196,8 @@ async def forward(
                     data += piece
                     if len(data) > MAX_JSON_ANSWER_BYTES:
                         raise httpx.ReadError("the answer is too large")
-            except httpx.TimeoutException:
-                text = f"the model endpoint did not finish its answer within {upstream.timeout:g} s"
-                await send_json(send, 504, error_body(upstream.provider, 504, "timeout_error", text), _TIMEOUT)
-                return done(504, text)
             except httpx.TransportError as exc:
-                text = f"the model endpoint broke off its answer ({type(exc).__name__})"
-                await send_json(send, 502, error_body(upstream.provider, 502, "api_error", text), _UNREACHABLE)
-                return done(502, text)
+                return done(*await _upstream_failed(send, upstream, exc, started=True))
             if resp.status_code == 200:
                 meter.finish_json(data)
             else:
