@@ -5,12 +5,16 @@ metered, budgets cut streams cleanly, and upstream trouble reaches the agent typ
 import asyncio
 import json
 import os
+import shutil
+import socket
 import stat
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
-from tasks.run.gateway import PriceTable, load_prices
+from tasks.run.gateway import PriceTable, load_prices, sweep_channels
 from tasks.run.gateway.metering import Price
 from tests.support.anthropic import ScriptedAnthropic, hang, parse_sse, slow, status, text, tool_use
 from tests.support.gateway import ANTHROPIC_KEY, OPENAI_KEY, Recorder, agent_client, open_channel, upstreams
@@ -210,3 +214,20 @@ async def test_openai_stream_error_for_unreachable_model_is_json_and_retry_is_pa
             first = await c.post("/v1/chat/completions", json={"model": "m", "messages": []}, headers=h)
             second = await c.post("/v1/chat/completions", json={"model": "m", "messages": []}, headers=h)
     assert first.status_code == 503 and second.status_code == 200
+
+
+async def test_the_sweep_removes_dead_channel_directories_only() -> None:
+    root = Path(tempfile.mkdtemp(prefix="fhs-", dir="/tmp"))
+    try:
+        dead = root / "0123456789abcdef"
+        dead.mkdir()
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(dead / "gateway.sock"))  # bound, never listening again: a crashed worker's
+        sock.close()
+        async with open_channel({}, root=root) as live:
+            swept = await asyncio.to_thread(sweep_channels, root, set())
+            assert swept == [dead] and not dead.exists()
+            assert live.host_dir.exists()  # served by a live process: kept whatever the database says
+        assert not live.host_dir.exists()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
