@@ -16,7 +16,7 @@ from tasks.core.transcript import Notice
 from tasks.run import runtimes
 from tasks.run.runtimes.base import Outcome, RunContext
 from tests.support.anthropic import ScriptedAnthropic, text
-from tests.support.model import ScriptedModel, reply, tool_call
+from tests.support.model import ScriptedModel, error, reply, tool_call
 from tests.support.tasks import SECRET, Env, all_events, seed, serve, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
@@ -138,3 +138,16 @@ async def test_budget_reached_mid_stream_ends_the_run_token_budget(
     run = done["runs"][0]
     assert run["model_provider"] == "anthropic" and run["model_key"] == "instance"
     assert 0 < run["usage"]["output_tokens"] < 2000
+
+
+async def test_upstream_errors_are_typed_failures_with_an_event_each(settings: Settings, sandbox_image: str) -> None:
+    with ScriptedModel([error(429, retry_after="0"), error(500), error(400)]) as model:
+        s = task_settings(settings, model_base_url=model.url, model_name="scripted")
+        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
+        for url in serve(s):
+            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
+                await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "fail", "agent": "fixer"})
+                done = await wait_state(c, 1, "failed", "awaiting_review")
+                events = await all_events(c, 1)
+    assert done["failure_reason"] == "model_error" and "answered 400" in done["error"], done
+    assert [e["payload"]["status"] for e in events if e["kind"] == "model_call"] == [429, 500, 400]
