@@ -26,8 +26,13 @@ MESSAGES = {"model": "claude-test", "max_tokens": 64, "messages": [{"role": "use
 async def test_missing_revoked_and_foreign_tokens_get_401_and_reach_nothing() -> None:
     with ScriptedAnthropic([text("never")], repeat_last=True) as api:
         ups = upstreams(anthropic_url=api.url)
-        async with open_channel(ups, run_id=1) as mine, open_channel(ups, run_id=2) as other:
+        async with (
+            open_channel(ups, run_id=1) as mine,
+            open_channel(ups, run_id=2) as other,
+            open_channel(ups, run_id=1) as twin,  # the same ids in another database: another run
+        ):
             async with agent_client(mine) as c:
+                twins = await c.post("/v1/messages", json=MESSAGES, headers={"x-api-key": twin.token})
                 missing = await c.post("/v1/messages", json=MESSAGES)
                 wrong = await c.post("/v1/messages", json=MESSAGES, headers={"x-api-key": "fhr_" + "x" * 43})
                 foreign = await c.post("/v1/messages", json=MESSAGES, headers={"x-api-key": other.token})
@@ -40,7 +45,7 @@ async def test_missing_revoked_and_foreign_tokens_get_401_and_reach_nothing() ->
         async with open_channel(ups, run_id=1) as again, agent_client(again) as c:
             revoked = await c.post("/v1/messages", json=MESSAGES, headers={"x-api-key": revoked_token})
             assert again.token != revoked_token
-        for r in (missing, wrong, foreign, hook, real, revoked):
+        for r in (missing, wrong, foreign, twins, hook, real, revoked):
             assert r.status_code == 401, r.text
             assert r.json()["error"]["type"] == "authentication_error"
         assert api.calls == []  # nothing was forwarded

@@ -82,9 +82,9 @@ class RunChannel:
         self.provider = provider
         self.upstreams = upstreams
         self.prices = prices
-        self.grant = RunGrant(task_id=task_id, run_id=run_id)
+        self.grant = RunGrant(task_id=task_id, run_id=run_id, run_uuid=run_uuid)
         self.registry = registry
-        self.token = registry.issue(task_id, run_id)
+        self.token = registry.issue(task_id, run_id, run_uuid)
         self.budget = Budget(token_budget)
         self.budget_exhausted = self.budget.exhausted
         self.usage = Usage()
@@ -151,7 +151,7 @@ class RunChannel:
             return
         self._closed = True
         self.registry.revoke(self.token)
-        self.registry.revoke_run(self.grant.run_id)
+        self.registry.revoke_run(self.grant)
         for task in list(self._active):
             task.cancel()
         if self._server is not None and self._serving is not None:

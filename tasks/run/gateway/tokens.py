@@ -16,6 +16,7 @@ TOKEN_PREFIX = "fhr_"
 class RunGrant(msgspec.Struct, frozen=True, kw_only=True):
     task_id: int
     run_id: int
+    run_uuid: str = ""  # unique across databases too (ids are not, e.g. two instances in one process)
 
 
 def _digest(token: str) -> str:
@@ -27,10 +28,10 @@ class TokenRegistry:
         self._grants: dict[str, RunGrant] = {}
         self._lock = threading.Lock()  # tokens are checked on the loop, issued and revoked from anywhere
 
-    def issue(self, task_id: int, run_id: int) -> str:
+    def issue(self, task_id: int, run_id: int, run_uuid: str = "") -> str:
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._lock:
-            self._grants[_digest(token)] = RunGrant(task_id=task_id, run_id=run_id)
+            self._grants[_digest(token)] = RunGrant(task_id=task_id, run_id=run_id, run_uuid=run_uuid)
         return token
 
     def check(self, token: str) -> RunGrant | None:
@@ -44,16 +45,17 @@ class TokenRegistry:
         """The token is live and belongs to exactly this run (another run's token is refused)."""
         found = self.check(token)
         return found is not None and hmac.compare_digest(
-            f"{found.task_id}:{found.run_id}", f"{grant.task_id}:{grant.run_id}"
+            f"{found.task_id}:{found.run_id}:{found.run_uuid}", f"{grant.task_id}:{grant.run_id}:{grant.run_uuid}"
         )
 
     def revoke(self, token: str) -> None:
         with self._lock:
             self._grants.pop(_digest(token), None)
 
-    def revoke_run(self, run_id: int) -> int:
+    def revoke_run(self, grant: RunGrant) -> int:
+        """Every token of this run (whatever was issued for it)."""
         with self._lock:
-            doomed = [d for d, g in self._grants.items() if g.run_id == run_id]
+            doomed = [d for d, g in self._grants.items() if g == grant]
             for digest in doomed:
                 del self._grants[digest]
         return len(doomed)
