@@ -59,6 +59,14 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
         return out
 
 
+class RequestHead(msgspec.Struct):
+    model: Any = None
+    stream: Any = None
+
+
+_REQUEST_HEAD = msgspec.json.Decoder(RequestHead)
+
+
 class CallResult(msgspec.Struct, kw_only=True):
     status: int
     model: str
@@ -157,11 +165,12 @@ async def forward(
     t0 = time.monotonic()
     meter = meter_for(upstream.provider)
     try:
-        request_json = json.loads(body) if body else {}
-    except ValueError:
-        request_json = None
-    model = str(request_json.get("model") or "") if isinstance(request_json, dict) else ""
-    stream = bool(request_json.get("stream")) if isinstance(request_json, dict) else False
+        # Only the two fields the gateway reads: an agent's request is often megabytes of context.
+        head = _REQUEST_HEAD.decode(body or b"{}")
+    except msgspec.DecodeError:
+        head = None
+    model = head.model if head is not None and isinstance(head.model, str) else ""
+    stream = head is not None and head.stream is True
     result = CallResult(status=0, model=model or upstream.model, stream=stream, meter=meter)
 
     def done(status: int, error: str = "") -> CallResult:
@@ -175,7 +184,7 @@ async def forward(
         await send_json(send, 403, error_body(upstream.provider, 403, "permission_error", text), _BUDGET)
         budget.cut()
         return done(403, text)
-    if not isinstance(request_json, dict):
+    if head is None:
         text = "the request body is not a JSON object"
         await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
         return done(400, text)
