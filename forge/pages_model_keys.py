@@ -15,6 +15,12 @@ from forge.models import Account
 from forge.pages import WebForm, page, signed_in
 
 
+async def _me(db_session: DbSession, actor: ActorDep) -> Account:
+    me = await db_session.get(Account, actor.principal.account_id)
+    assert me is not None  # the `signed_in` guard ran
+    return me
+
+
 class ModelKeyForm(WebForm):
     api_key: str = ""
     base_url: str = ""
@@ -33,8 +39,7 @@ class ModelKeyPages(Controller):
         status_code: int = 200,
         **extra: Any,
     ) -> Template:
-        me = await db_session.get(Account, actor.principal.account_id)
-        assert me is not None
+        me = await _me(db_session, actor)
         keys = await model_keys.list_for(db_session, me)
         return page(request, "model_keys.html", status_code=status_code, keys=keys, **extra)
 
@@ -52,8 +57,7 @@ class ModelKeyPages(Controller):
         provider: FromPath[str],
         data: URLEncodedBody[ModelKeyForm],
     ) -> Template | Redirect:
-        me = await db_session.get(Account, actor.principal.account_id)
-        assert me is not None
+        me = await _me(db_session, actor)
         change = model_keys.ModelKeyPut(api_key=data.api_key[:4096], base_url=data.base_url.strip()[:500] or None)
         try:
             await model_keys.put(db_session, settings, actor, me, provider, change)
@@ -63,7 +67,6 @@ class ModelKeyPages(Controller):
 
     @post("/{provider:str}/remove")
     async def remove(self, db_session: DbSession, actor: ActorDep, provider: FromPath[str]) -> Redirect:
-        me = await db_session.get(Account, actor.principal.account_id)
-        assert me is not None
+        me = await _me(db_session, actor)
         await model_keys.remove(db_session, actor, me, provider)
         return Redirect("/settings/model-keys/", status_code=303)
