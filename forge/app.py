@@ -40,6 +40,7 @@ from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
 from forge.pages_account import AccountPages, ProfilePages
 from forge.pages_browse import RepoPages
+from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.pushes import PushRecorder
@@ -149,6 +150,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             AuthPages,
             HomePages,
             TokenPages,
+            ModelKeyPages,
             AdminPages,
             RepoListPages,
             RepoPages,

@@ -1,7 +1,7 @@
 """a run records that it changed nothing (no commit, no task branch created or moved)
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-01 12:10:00
 
 Numbered after the migrations other branches add (0012, 0013): when they are merged, its
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = '0014'
-down_revision: str | None = '0011'
+down_revision: str | None = '0012'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
