@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
+from forge.access import AccountRef, Action, require
 from forge.audit import Actor
 from forge.error_codes import Code
 from forge.errors import InvalidInput, NotFound
@@ -79,6 +80,8 @@ async def get(session: AsyncSession, account: Account, provider: str) -> ModelKe
 async def put(
     session: AsyncSession, settings: Settings, actor: Actor, account: Account, provider: str, change: ModelKeyPut
 ) -> ModelKeyRead:
+    # Session only, like tokens: a leaked token must not point its owner's key at another endpoint.
+    require(actor.principal, Action.ACCOUNT_MANAGE, AccountRef(account.id, account.owner_id))
     name = require_provider(provider)
     key = change.api_key.strip()
     if len(key) < 8 or not key.isprintable() or any(c.isspace() for c in key):
@@ -101,6 +104,7 @@ async def put(
 
 
 async def remove(session: AsyncSession, actor: Actor, account: Account, provider: str) -> ModelKeyRead:
+    require(actor.principal, Action.ACCOUNT_MANAGE, AccountRef(account.id, account.owner_id))
     name = require_provider(provider)
     row = (await _rows(session, account.id)).get(name)
     if row is None:

@@ -21,14 +21,20 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+async def session_headers(client: AsyncTestClient[Any], login: str) -> dict[str, str]:
+    """A browser session for `login` on `client` (its cookie) and the CSRF header REST calls need."""
+    assert (await sign_in(client, login, PASSWORD)).status_code in (302, 303)
+    return {"X-CSRF-Token": csrf_from((await client.get("/settings/model-keys/")).text)}
+
+
 async def test_personal_keys_are_write_only_audited_and_private(
     client: AsyncTestClient[Any], make: Accounts, db: Database
 ) -> None:
     await make.user("ana")
     await make.user("bob")
-    ana = bearer(await make.token("ana", "repo:read"))
     bob = bearer(await make.token("bob", "repo:read"))
     path = "/api/v1/user/model-keys/anthropic"
+    ana = await session_headers(client, "ana")
     r = await client.get(path, headers=ana)
     assert r.status_code == 200 and r.json()["configured"] is False
     r = await client.put(path, json={"api_key": KEY, "base_url": "https://llm.example/"}, headers=ana)
@@ -40,7 +46,6 @@ async def test_personal_keys_are_write_only_audited_and_private(
     # Another person sees only their own (nothing).
     theirs = await client.get(path, headers=bob)
     assert theirs.json()["configured"] is False and "WXYZ" not in theirs.text
-    assert (await client.delete(path, headers=bob)).json()["code"] == "model_key_not_found"
     async with db.session() as s:
         row = (await s.execute(select(ModelKey))).scalar_one()
         assert KEY not in row.api_key_enc
@@ -52,19 +57,44 @@ async def test_personal_keys_are_write_only_audited_and_private(
     assert (await client.get(path, headers=ana)).json()["configured"] is False
 
 
+async def test_a_token_cannot_set_or_remove_its_owners_key(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    """A leaked token (any scope) must not point its owner's key at the thief's endpoint, nor remove it."""
+    await make.user("ana")
+    ana = await session_headers(client, "ana")
+    path = "/api/v1/user/model-keys/anthropic"
+    assert (await client.put(path, json={"api_key": KEY}, headers=ana)).status_code == 200
+    for scopes in (("repo:read",), ("repo:write", "tasks:write", "reviews:write")):
+        token = bearer(await make.token("ana", *scopes))
+        r = await client.put(
+            path, json={"api_key": "sk-thief-0000000000", "base_url": "https://evil.example/"}, headers=token
+        )
+        assert r.status_code == 403, r.text
+        r = await client.delete(path, headers=token)
+        assert r.status_code == 403, r.text
+    async with db.session() as s:
+        row = (await s.execute(select(ModelKey))).scalar_one()
+        assert row.base_url is None and row.last4 == "WXYZ"
+
+
 async def test_bad_provider_key_and_url_get_4xx_with_a_code(client: AsyncTestClient[Any], make: Accounts) -> None:
     await make.user("ana")
+    await make.user("bob")
+    bob = await session_headers(client, "bob")
+    assert (await client.delete("/api/v1/user/model-keys/openai", headers=bob)).json()["code"] == "model_key_not_found"
     ana = bearer(await make.token("ana", "repo:read"))
-    r = await client.put("/api/v1/user/model-keys/gemini", json={"api_key": KEY}, headers=ana)
-    assert r.status_code == 404 and r.json()["code"] == "unknown_model_provider"
     r = await client.get("/api/v1/user/model-keys/gemini", headers=ana)
     assert r.status_code == 404 and r.json()["code"] == "unknown_model_provider"
-    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": "short"}, headers=ana)
+    r = await client.put("/api/v1/user/model-keys/gemini", json={"api_key": KEY}, headers=bob)
+    assert r.status_code == 404 and r.json()["code"] == "unknown_model_provider"
+    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": "short"}, headers=bob)
     assert r.status_code == 422 and r.json()["code"] == "invalid_model_key"
-    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": KEY, "base_url": "ftp://x"}, headers=ana)
+    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": KEY, "base_url": "ftp://x"}, headers=bob)
     assert r.status_code == 422 and r.json()["code"] == "invalid_model_url"
-    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": KEY, "colour": 1}, headers=ana)
+    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": KEY, "colour": 1}, headers=bob)
     assert r.status_code == 400 or r.status_code == 422
+    client.cookies.clear()
     assert (await client.get("/api/v1/user/model-keys")).status_code == 401
 
 
@@ -90,7 +120,10 @@ async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: 
     assert access["anthropic"].source == "instance" and access["anthropic"].model == "claude-inst"
     assert access["anthropic"].base_url == "https://api.anthropic.com"
     # The person has a key, but the repository does not allow personal keys: still the instance's.
-    await client.put("/api/v1/user/model-keys/anthropic", json={"api_key": KEY}, headers=ana)
+    put = await client.put(
+        "/api/v1/user/model-keys/anthropic", json={"api_key": KEY}, headers=await session_headers(client, "ana")
+    )
+    assert put.status_code == 200, put.text
     # The repository sets its own Anthropic key: the repository's pays.
     r = await client.put(
         "/api/v1/repos/ana/demo/task-settings",
