@@ -1,6 +1,7 @@
 """Web pages of the host: sign-in/out, dashboard, tokens, admin. Thin: parse, authorize, call the
 same services as the REST API, render. Forms work without JavaScript (POST + redirect)."""
 
+import hmac
 from typing import Annotated, Any
 
 import msgspec
@@ -20,7 +21,7 @@ from forge.error_codes import Code
 from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.models import AccessToken, Account
 from forge.page_context import base_context
-from forge.security import generate_password, random_id
+from forge.security import generate_password, random_id, sha256_hex
 from forge.settings import Settings
 
 
@@ -231,7 +232,9 @@ async def _take_created(
     if not (token_id.isascii() and token_id.isdecimal()) or len(token_id) > 18 or len(secret) <= 8:
         return None
     row = await db_session.get(AccessToken, int(token_id))
-    if row is None or row.revoked_at is not None or not secret.endswith(row.last_eight):
+    # The whole secret must hash to the row's: a cookie planted by someone else (a sibling
+    # subdomain, plain http) cannot make the page show a secret that is not the token.
+    if row is None or row.revoked_at is not None or not hmac.compare_digest(sha256_hex(secret), row.token_hash):
         return None
     owner = await db_session.get(Account, row.account_id)
     if owner is None or (owner_id is not None and owner.id != owner_id):

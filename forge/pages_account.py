@@ -105,5 +105,8 @@ class ProfilePages(Controller):
             account=await accounts.to_read(db_session, account),
             repos=repos,
             is_self=is_self,
+            # Who is an instance admin, or disabled, is for the account itself and admins: a stranger
+            # picking targets learns nothing from a profile.
+            show_status=is_self or principal.is_admin,
             tasks=tasks,
         )

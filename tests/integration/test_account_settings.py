@@ -183,3 +183,17 @@ async def test_error_pages_keep_the_signed_in_header(client: AsyncTestClient[Any
         assert r.status_code == status, path
         assert "Sign out" in r.text and ">ana<" in r.text, path
         assert 'href="/settings/account/"' in r.text
+
+
+async def test_a_profile_tells_strangers_nothing_of_admin_status(client: AsyncTestClient[Any], make: Accounts) -> None:
+    await make.user("root", admin=True)
+    await make.user("bob")
+    for who in (None, "bob"):
+        client.cookies.clear()
+        if who:
+            await sign_in(client, who, PASSWORD)
+        r = await client.get("/root", headers={"Accept": "text/html"})
+        assert r.status_code == 200 and "instance admin" not in r.text
+    client.cookies.clear()
+    await sign_in(client, "root", PASSWORD)
+    assert "instance admin" in (await client.get("/root")).text  # the account itself sees it

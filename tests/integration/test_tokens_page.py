@@ -56,3 +56,20 @@ async def test_a_refused_form_keeps_its_values(client: AsyncTestClient[Any], mak
     assert r.status_code == 422 and 'id="token-error"' in r.text and "expiry is 1-3650 days" in r.text
     assert 'value="ci box"' in r.text and 'value="99999"' in r.text
     assert 'value="tasks:read" checked' in r.text
+
+
+async def test_a_planted_cookie_cannot_show_a_false_secret(client: AsyncTestClient[Any], make: Accounts) -> None:
+    """Someone who can set a cookie for the site names a real token and a made-up secret with the
+    right last eight characters: the page shows no secret (the victim would copy a useless one)."""
+    await make.user("ana")
+    await sign_in(client, "ana", PASSWORD)
+    csrf = csrf_from((await client.get("/settings/tokens/")).text)
+    form = {"name": "laptop", "scopes": "repo:read", "csrf_token": csrf}
+    await client.post("/settings/tokens/", data=form, follow_redirects=False)
+    real = re.search(r'id="new-token">(fh_\w+)<', (await client.get("/settings/tokens/")).text)
+    assert real
+    token_id = (await client.get("/api/v1/user/tokens")).json()[0]["id"]
+    fake = "fh_attackerchosen" + real.group(1)[-8:]
+    client.cookies.set("fh_new_token", f"{token_id}.{fake}", path="/settings/tokens/")
+    page = (await client.get("/settings/tokens/")).text
+    assert 'id="new-token"' not in page and fake not in page
