@@ -62,6 +62,29 @@ def _read(provider: str, row: ModelKey | None) -> ModelKeyRead:
     )
 
 
+def check_endpoint_url(url: str) -> str:
+    """A model endpoint as a person or a repository admin may set it: http(s), a host, and nothing the
+    gateway would not send as given (no userinfo, query or fragment: with `#` a URL would choose the
+    whole upstream path, `/v1/messages` dropped). Returns it unchanged; "" stays ""."""
+    if not url:
+        return url
+    bad = "\x00" in url or any(c.isspace() for c in url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a bad port raises)
+    except ValueError:
+        bad = True
+    else:
+        bad = bad or parts.scheme not in {"http", "https"} or not parts.hostname
+        bad = bad or "@" in parts.netloc or bool(parts.query) or bool(parts.fragment) or "?" in url or "#" in url
+    if bad:
+        raise InvalidInput(
+            "the model endpoint is an http(s) URL with a host, without credentials, query or fragment",
+            code=Code.INVALID_MODEL_URL,
+        )
+    return url
+
+
 async def _rows(session: AsyncSession, account_id: int) -> dict[str, ModelKey]:
     rows = (await session.execute(select(ModelKey).where(ModelKey.account_id == account_id))).scalars().all()
     return {r.provider: r for r in rows}
@@ -86,11 +109,7 @@ async def put(
     key = change.api_key.strip()
     if len(key) < 8 or not key.isprintable() or any(c.isspace() for c in key):
         raise InvalidInput("a model key is 8-4096 printable characters without spaces", code=Code.INVALID_MODEL_KEY)
-    base_url = (change.base_url or "").strip() or None
-    if base_url is not None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname or parts.username or "\x00" in base_url:
-            raise InvalidInput("the model endpoint is an http(s) URL", code=Code.INVALID_MODEL_URL)
+    base_url = check_endpoint_url((change.base_url or "").strip()) or None
     row = (await _rows(session, account.id)).get(name)
     if row is None:
         row = ModelKey(account_id=account.id, provider=name, api_key_enc="", last4="")

@@ -3,14 +3,13 @@ may set for its tasks, over the instance's defaults. The model key is stored enc
 shown again (`model_api_key_set` says whether one is stored); it is never passed into a sandbox."""
 
 from typing import Annotated
-from urllib.parse import urlsplit
 
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
 from forge.audit import Actor
-from forge.errors import InvalidInput
+from forge.model_keys import check_endpoint_url
 from forge.repositories import RepoResource
 from forge.settings import Settings
 from forge.text import require_no_nul
@@ -88,10 +87,7 @@ async def update(
 ) -> RepoTaskSettingsRead:
     rules.require_configure(actor.principal, res)
     for url in (change.model_base_url, change.anthropic_base_url):
-        if url:
-            parts = urlsplit(require_no_nul(url, "a model URL"))
-            if parts.scheme not in {"http", "https"} or not parts.hostname:
-                raise InvalidInput("the model endpoint is an http(s) URL", code="invalid_model_url")
+        check_endpoint_url(url or "")
     row = await session.get(RepoTaskSettings, res.repo.id)
     if row is None:
         row = RepoTaskSettings(repo_id=res.repo.id)

@@ -53,3 +53,24 @@ async def test_admins_set_overrides_and_the_key_stays_secret(
     assert (await client.get(path, headers=eve)).status_code == 404
     for bad in ({"model_base_url": "ftp://x"}, {"turn_limit": 0}, {"idle_seconds": -1}, {"colour": 1}):
         assert (await client.put(path, json=bad, headers=ana)).status_code == 422, bad
+
+
+async def test_a_model_url_cannot_choose_the_whole_upstream_path(client: AsyncTestClient[Any], make: Accounts) -> None:
+    """With a fragment or query the gateway's `/v1/messages` would be dropped (the URL chooses the
+    path on the host it names); userinfo would travel as credentials. Each is refused with its code."""
+    await make.user("ana")
+    ana = bearer(await make.token("ana", "repo:write"))
+    await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
+    path = "/api/v1/repos/ana/app/task-settings"
+    for field in ("model_base_url", "anthropic_base_url"):
+        for url in (
+            "http://10.0.0.5:2375/containers/create#",
+            "http://10.0.0.5:2375/containers/create?x=",
+            "https://user:pw@llm.example/v1",
+            "https://llm.example:99999/v1",
+            "gopher://llm.example/",
+        ):
+            r = await client.put(path, json={field: url}, headers=ana)
+            assert r.status_code == 422 and r.json()["code"] == "invalid_model_url", (field, url, r.text)
+    r = await client.put(path, json={"anthropic_base_url": "https://llm.example/anthropic"}, headers=ana)
+    assert r.status_code == 200, r.text
