@@ -68,6 +68,8 @@ class Task(Base):
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     # The builtin runtime's conversation, carried from one run to the next (answer, message).
     conversation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # A CLI agent's own session (Claude Code's session id): set by the first run, resumed by later ones.
+    agent_session_id: Mapped[str] = mapped_column(String(128), default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -103,6 +105,9 @@ class Run(Base):
     turns: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # The agent CLI that ran (e.g. "claude-code", "2.1.332"); empty for the builtin runtimes.
+    agent_name: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    agent_version: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # The paths the snapshot refused: how many, the first `SKIPPED_SAMPLE` on the row (what task
     # JSON shows), and all of them in `task_run_skipped` (their own paginated endpoint). An agent
     # that writes 100,000 files would otherwise make every read of its task megabytes long.
