@@ -10,6 +10,10 @@
             async with sb.stream(["make"]) as s:                # live output
                 async for chunk in s: ...                      # OutputChunk(stream, data)
             s.result                                           # ExecResult
+            async with sb.spawn(["cat"], timeout=60) as p:     # interactive: stdin open
+                await p.write(b"hi\n"); await p.close_stdin()
+                async for line in p.stdout_lines(): ...        # capped bytes lines
+            await p.wait()                                     # exit code (or None)
             sb.disk_limit_reached                              # the workspace was seen full
         remove_workspace(ws)                                   # unmounts, deletes the image
         await reap(engine, "inst", keep={"r2"})                # after a crash, periodically;
@@ -18,11 +22,13 @@
 The defaults and what each one stops: docs/security.md.
 """
 
-from .engine import Sandbox, SandboxEngine
+from .box import Sandbox
+from .engine import SandboxEngine
 from .errors import (
     EngineUnavailable,
     ImageBuildFailed,
     ImageMissing,
+    ProcessEnded,
     SandboxError,
     SandboxGone,
     SpecRefused,
@@ -33,6 +39,7 @@ from .errors import (
 from .execution import ExecResult, ExecStream
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
 from .pool import SandboxPool
+from .process import SandboxProcess, StdoutLine
 from .pump import OutputChunk
 from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
 from .reaper import SandboxInfo, list_sandboxes, reap
@@ -70,6 +77,7 @@ __all__ = [
     "Limits",
     "MiB",
     "OutputChunk",
+    "ProcessEnded",
     "QuotaKind",
     "Sandbox",
     "SandboxEngine",
@@ -77,8 +85,10 @@ __all__ = [
     "SandboxGone",
     "SandboxInfo",
     "SandboxPool",
+    "SandboxProcess",
     "SandboxSpec",
     "SpecRefused",
+    "StdoutLine",
     "Weakenings",
     "WorkspaceEntry",
     "WorkspaceFileTooLarge",

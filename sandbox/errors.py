@@ -36,6 +36,10 @@ class SandboxGone(SandboxError):
     """The container no longer exists or is not running (stopped, removed, wall clock passed)."""
 
 
+class ProcessEnded(SandboxError):
+    """An interactive process no longer takes input: its stdin was closed or it has exited."""
+
+
 class ImageBuildFailed(SandboxError):
     """A recipe step failed while building the sandbox image."""
 

@@ -12,7 +12,7 @@ import contextlib
 import socket
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -21,7 +21,7 @@ from .errors import SpecRefused
 from .pump import Channel, End, OutputChunk, Pump, StdinWriter
 
 if TYPE_CHECKING:
-    from .engine import Sandbox
+    from .box import Sandbox
 
 
 # A shell function (builtins only: during a fork bomb there is no pid to spare for `ps` or a
@@ -242,28 +242,13 @@ class ExecStream:
         if self._started:
             return
         self._started = True
-        sb = self._sb
-        # The in-container timeout fires a second after the host's, so the host's kill normally wins.
-        inner = f"{self._timeout + 1:.3f}"
-        keep = "1" if self._keep_background else "0"
-        cmd = ["/bin/sh", "-c", WRAPPER, "forgehand-exec", inner, keep, *self._argv]
         self._t0 = time.monotonic()
-        self._exec_id = await sb.engine_call(
-            lambda c: c.api.exec_create(
-                sb.id,
-                cmd,
-                stdout=True,
-                stderr=True,
-                stdin=self._stdin is not None,
-                tty=False,
-                user=sb.spec.user,
-                environment=self._env,
-                workdir=self._cwd,
-            )["Id"],
-            container=True,
-        )
-        self._sock = await sb.engine_call(
-            lambda c: c.api.exec_start(self._exec_id, socket=True, tty=False), container=True
+        self._exec_id, self._sock = await open_exec(
+            self._sb,
+            wrapped(self._argv, self._timeout, keep_background=self._keep_background),
+            env=self._env,
+            cwd=self._cwd,
+            stdin=self._stdin is not None,
         )
         loop = asyncio.get_running_loop()
         self._channel = Channel(loop, self._queue_chunks)
@@ -289,26 +274,10 @@ class ExecStream:
         self._close_socket()
 
     async def _kill(self) -> None:
-        pump = self._pump
-        # The pid marker is the wrapper's first write; give it a moment if the kill came very early.
-        for _ in range(10):
-            if pump is None or pump.pid is not None:
-                break
-            await asyncio.sleep(0.05)
-        if pump is None or pump.pid is None:
-            return
-        with contextlib.suppress(Exception):
-            await self._sb.run_quiet(["/bin/sh", "-c", KILLER, "forgehand-kill", str(pump.pid)], timeout=10)
+        await kill_exec(self._sb, self._pump)
 
     def _close_socket(self) -> None:
-        if self._sock is not None:
-            # A SocketIO wrapper that the pump thread closed already has `_sock` None.
-            raw = getattr(self._sock, "_sock", self._sock)
-            if raw is not None:
-                with contextlib.suppress(OSError):
-                    raw.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                self._sock.close()
+        close_exec_socket(self._sock)
 
     async def _finish(self, end: End) -> None:
         self._done = True
@@ -339,16 +308,76 @@ class ExecStream:
         )
 
     async def _exit_code(self, *, wait: bool = True) -> int | None:
-        # The output can end a moment before the engine has recorded the exit.
-        for _ in range(40 if wait else 1):
-            try:
-                info = await self._sb.engine_call(lambda c: c.api.exec_inspect(self._exec_id))
-            except Exception:
-                return None
-            if not info.get("Running"):
-                code = info.get("ExitCode")
-                return int(code) if code is not None else None
-            if self._timed_out:
-                return None
-            await asyncio.sleep(0.025)
-        return None
+        return await exec_exit_code(self._sb, self._exec_id, wait=wait, give_up=lambda: self._timed_out)
+
+
+# The pieces below are shared by ExecStream and the interactive SandboxProcess (process.py).
+
+
+def wrapped(argv: list[str], timeout: float, *, keep_background: bool = False) -> list[str]:
+    """The exec command line: argv under WRAPPER, whose own timeout fires a second after the host's."""
+    inner = f"{timeout + 1:.3f}"
+    return ["/bin/sh", "-c", WRAPPER, "forgehand-exec", inner, "1" if keep_background else "0", *argv]
+
+
+async def open_exec(sb: "Sandbox", cmd: list[str], *, env: list[str] | None, cwd: str, stdin: bool) -> tuple[str, Any]:
+    """Create and start an exec as the sandbox user; returns its id and the hijacked socket."""
+    exec_id: str = await sb.engine_call(
+        lambda c: c.api.exec_create(
+            sb.id,
+            cmd,
+            stdout=True,
+            stderr=True,
+            stdin=stdin,
+            tty=False,
+            user=sb.spec.user,
+            environment=env,
+            workdir=cwd,
+        )["Id"],
+        container=True,
+    )
+    sock = await sb.engine_call(lambda c: c.api.exec_start(exec_id, socket=True, tty=False), container=True)
+    return exec_id, sock
+
+
+async def kill_exec(sb: "Sandbox", pump: Pump | None) -> None:
+    """Kill a wrapped command and everything it started (its session and process tree)."""
+    # The pid marker is the wrapper's first write; give it a moment if the kill came very early.
+    for _ in range(10):
+        if pump is None or pump.pid is not None:
+            break
+        await asyncio.sleep(0.05)
+    if pump is None or pump.pid is None:
+        return
+    with contextlib.suppress(Exception):
+        await sb.run_quiet(["/bin/sh", "-c", KILLER, "forgehand-kill", str(pump.pid)], timeout=10)
+
+
+def close_exec_socket(sock: Any) -> None:
+    if sock is not None:
+        # A SocketIO wrapper that the pump thread closed already has `_sock` None.
+        raw = getattr(sock, "_sock", sock)
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+async def exec_exit_code(
+    sb: "Sandbox", exec_id: str, *, wait: bool = True, give_up: Callable[[], bool] = lambda: False
+) -> int | None:
+    """The exec's exit code, None while it runs (or when the engine no longer knows it)."""
+    # The output can end a moment before the engine has recorded the exit.
+    for _ in range(40 if wait else 1):
+        try:
+            info = await sb.engine_call(lambda c: c.api.exec_inspect(exec_id))
+        except Exception:
+            return None
+        if not info.get("Running"):
+            code = info.get("ExitCode")
+            return int(code) if code is not None else None
+        if give_up():
+            return None
+        await asyncio.sleep(0.025)
+    return None

@@ -22,7 +22,8 @@ from pathlib import Path
 import docker
 import msgspec
 
-from .engine import Sandbox, SandboxEngine
+from .box import Sandbox
+from .engine import SandboxEngine
 from .spec import LABEL_POOL, SandboxSpec
 from .workspace import prepare_workspace
 

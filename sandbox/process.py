@@ -1,0 +1,350 @@
+"""An interactive process in a started sandbox: stdin written while it runs, stdout read as lines.
+
+    async with await sb.spawn(["claude", "-p", ...], env=..., timeout=3600) as p:
+        await p.write(b'{"type": "user", ...}\\n')
+        async for line in p.stdout_lines():      # bytes, without the newline
+            if line.truncated: ...                # longer than line_cap: cut there
+        await p.close_stdin()
+        code = await p.wait()                     # int, or None when it could not be reaped
+
+It is the same docker exec as `Sandbox.stream` (execution.py: the wrapper with its pid marker, the
+process-tree kill, the in-container timeout; pump.py: the reader thread and its bounded channel),
+with stdin kept open on the exec's socket. Memory stays bounded whatever the process prints: a line
+is held up to `line_cap` bytes (the rest of it is counted and dropped), at most `queue_lines` lines
+wait for the consumer, and stderr keeps only its last `stderr_cap` bytes. A slow consumer slows the
+process down (its stdout pipe fills) instead of losing lines. The process is killed at its timeout,
+by `kill()` or leaving the `async with`, and ends with the sandbox: when the sandbox is removed its
+readers end (no hang), and `wait()` returns None.
+"""
+
+import asyncio
+import contextlib
+import socket
+import time
+import weakref
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from .errors import ProcessEnded
+from .execution import close_exec_socket, exec_exit_code, kill_exec, open_exec, wrapped
+from .pump import Channel, End, Pump
+
+if TYPE_CHECKING:
+    from .box import Sandbox
+
+DEFAULT_LINE_CAP = 4 << 20
+DEFAULT_STDERR_CAP = 64 << 10
+_NO_TOTAL_CAP = 1 << 62  # the pump's total cap: an agent may print gigabytes over hours, line by line
+_SEND_SIZE = 64 << 10
+
+
+class StdoutLine(bytes):
+    """One line of stdout without its newline; `truncated` when the line was longer than the cap
+    (`dropped` bytes past the cap were read and discarded)."""
+
+    truncated: bool = False
+    dropped: int = 0
+
+
+def _line(data: bytes | bytearray, dropped: int = 0) -> StdoutLine:
+    line = StdoutLine(data)
+    if dropped:
+        line.truncated = True
+        line.dropped = dropped
+    return line
+
+
+class LineSplitter:
+    """Splits stdout chunks into capped lines."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._buf = bytearray()
+        self._dropped = 0
+
+    def feed(self, data: bytes) -> list[StdoutLine]:
+        out: list[StdoutLine] = []
+        start = 0
+        while True:
+            nl = data.find(b"\n", start)
+            piece = data[start:] if nl < 0 else data[start:nl]
+            room = self._cap - len(self._buf)
+            if len(piece) > room:
+                self._dropped += len(piece) - max(room, 0)
+                piece = piece[: max(room, 0)]
+            self._buf += piece
+            if nl < 0:
+                return out
+            out.append(_line(self._buf, self._dropped))
+            self._buf = bytearray()
+            self._dropped = 0
+            start = nl + 1
+
+    def flush(self) -> StdoutLine | None:
+        if not self._buf and not self._dropped:
+            return None
+        line = _line(self._buf, self._dropped)
+        self._buf = bytearray()
+        self._dropped = 0
+        return line
+
+
+class SandboxProcess:
+    """A process started by `Sandbox.spawn`. Await it (or `async with` it) to start it; the first
+    `write` or `stdout_lines` starts it too."""
+
+    def __init__(
+        self,
+        sandbox: "Sandbox",
+        argv: list[str],
+        *,
+        env: list[str] | None,
+        cwd: str,
+        timeout: float,
+        line_cap: int = DEFAULT_LINE_CAP,
+        stderr_cap: int = DEFAULT_STDERR_CAP,
+        queue_lines: int = 16,
+        kill_grace: float = 5.0,
+    ) -> None:
+        self._sb = sandbox
+        self._argv = argv
+        self._env = env
+        self._cwd = cwd
+        self.timeout = timeout
+        self._line_cap = line_cap
+        self._stderr_cap = stderr_cap
+        self._kill_grace = kill_grace
+        self._lines: asyncio.Queue[StdoutLine | End] = asyncio.Queue(maxsize=max(1, queue_lines))
+        self._stderr = bytearray()
+        self._start_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._started = False
+        self._stdin_closed = False
+        self._exited = asyncio.Event()
+        self._exec_id = ""
+        self._sock: Any = None
+        self._pump: Pump | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._discard = False  # wait() without a reader: lines nobody will read are dropped
+        self._closing = False  # aclose(): every line from now on is dropped
+        self._output_ended = False
+        self._iterating = 0
+        self._error: BaseException | None = None
+        self.returncode: int | None = None
+        self.timed_out = False
+        self.killed = False
+        self.truncated_lines = 0
+        self.started_at = 0.0
+
+    # -- starting and ending ------------------------------------------------------------------
+
+    def __await__(self) -> Any:
+        return self._started_self().__await__()
+
+    async def _started_self(self) -> "SandboxProcess":
+        await self.start()
+        return self
+
+    async def __aenter__(self) -> "SandboxProcess":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+            self.started_at = time.monotonic()
+            self._exec_id, self._sock = await open_exec(
+                self._sb, wrapped(self._argv, self.timeout), env=self._env, cwd=self._cwd, stdin=True
+            )
+            channel = Channel(asyncio.get_running_loop(), 16)
+            self._pump = Pump(self._sock, channel, _NO_TOTAL_CAP)
+            self._pump.take_prebuffered()
+            weakref.finalize(self, channel.abandoned.set)
+            weakref.finalize(self, self._pump.cancel.set)
+            self._pump.thread.start()
+            self._reader = asyncio.create_task(self._read(channel))
+            self._watchdog = asyncio.create_task(self._watch())
+            self._sb.track(self)
+
+    @property
+    def running(self) -> bool:
+        return self._started and not self._exited.is_set()
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last `stderr_cap` bytes of stderr, decoded (undecodable bytes replaced)."""
+        return bytes(self._stderr).decode("utf-8", errors="replace")
+
+    async def wait(self) -> int | None:
+        """Wait for the exit; returns the exit code (None when it could not be known: the sandbox
+        went away). Lines nobody is reading from then on are discarded."""
+        await self.start()
+        self._discard = True
+        if not self._iterating:
+            self._drain()
+        await self._exited.wait()
+        if self._error is not None:
+            raise self._error
+        return self.returncode
+
+    async def kill(self) -> None:
+        """Kill the process and everything it started; returns once it has ended (bounded)."""
+        if not self._started or self._exited.is_set():
+            return
+        self.killed = True
+        await kill_exec(self._sb, self._pump)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._exited.wait(), self._kill_grace)
+        self._stop_reading()
+
+    async def aclose(self) -> None:
+        """Kill the process if it still runs and release everything."""
+        if not self._started:
+            self._started = True  # never start it after this
+            self._exited.set()
+            return
+        self._closing = True
+        self._drain()
+        if not self._exited.is_set():
+            await self.kill()
+        self._stop_reading()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self._reader is not None:
+            self._drain()
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._reader), self._kill_grace)
+
+    def sandbox_removed(self) -> None:
+        """Called by Sandbox.remove: stop reading a stream that no process writes to any more."""
+        self._stop_reading()
+
+    def _stop_reading(self) -> None:
+        if self._pump is not None:
+            self._pump.cancel.set()
+        close_exec_socket(self._sock)
+
+    # -- stdin --------------------------------------------------------------------------------
+
+    async def write(self, data: bytes) -> None:
+        """Send bytes to the process's stdin; waits while the process is not reading (backpressure).
+
+        Raises ProcessEnded when stdin was closed or the process has ended.
+        """
+        await self.start()
+        async with self._write_lock:
+            if self._stdin_closed or self._exited.is_set():
+                raise ProcessEnded("the process's stdin is closed" if self._stdin_closed else "the process has ended")
+            try:
+                await asyncio.to_thread(self._send_all, bytes(data))
+            except OSError as exc:
+                raise ProcessEnded(f"the process no longer reads its stdin: {exc}") from exc
+
+    def _send_all(self, data: bytes) -> None:
+        raw = getattr(self._sock, "_sock", self._sock)
+        view = memoryview(data)
+        off = 0
+        while off < len(view):
+            if self._exited.is_set() or (self._pump is not None and self._pump.cancel.is_set()):
+                raise BrokenPipeError("the process has ended")
+            try:
+                off += raw.send(view[off : off + _SEND_SIZE])
+            except (TimeoutError, BlockingIOError):
+                continue  # the socket's timeout is the pump's poll interval: look at the flags again
+
+    async def close_stdin(self) -> None:
+        """End of input for the process (a half-close: its output keeps coming). Idempotent."""
+        await self.start()
+        async with self._write_lock:
+            if self._stdin_closed:
+                return
+            self._stdin_closed = True
+            raw = getattr(self._sock, "_sock", self._sock)
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_WR)
+
+    # -- stdout -------------------------------------------------------------------------------
+
+    async def stdout_lines(self) -> AsyncIterator[StdoutLine]:
+        """Lines of stdout as they come, until the process's output ends. One reader at a time."""
+        await self.start()
+        self._iterating += 1
+        try:
+            while True:
+                if self._output_ended and self._lines.empty():
+                    break
+                item = await self._lines.get()
+                if isinstance(item, End):
+                    with contextlib.suppress(asyncio.QueueFull):
+                        self._lines.put_nowait(item)  # a later reader ends at once too
+                    break
+                yield item
+            if self._error is not None:
+                raise self._error
+        finally:
+            self._iterating -= 1
+
+    def _drain(self) -> None:
+        while not self._lines.empty():
+            self._lines.get_nowait()
+        if self._output_ended:
+            self._lines.put_nowait(End())
+
+    async def _deliver(self, line: StdoutLine) -> None:
+        if line.truncated:
+            self.truncated_lines += 1
+        if self._closing or (self._discard and not self._iterating):
+            self._drain()
+            return
+        await self._lines.put(line)
+
+    async def _read(self, channel: Channel) -> None:
+        splitter = LineSplitter(self._line_cap)
+        try:
+            while True:
+                item = await channel.get()
+                if isinstance(item, End):
+                    if item.error is not None and not (self.timed_out or self.killed):
+                        self._error = item.error
+                    break
+                if item.stream == "stderr":
+                    self._stderr += item.data
+                    if len(self._stderr) > self._stderr_cap:
+                        del self._stderr[: len(self._stderr) - self._stderr_cap]
+                    continue
+                for line in splitter.feed(item.data):
+                    await self._deliver(line)
+            last = splitter.flush()
+            if last is not None:
+                await self._deliver(last)
+        finally:
+            channel.abandoned.set()
+            close_exec_socket(self._sock)
+            # A reader waiting on an empty queue wakes on the marker; with lines still queued it
+            # finds `_output_ended` after the last one (so the marker never waits for room).
+            self._output_ended = True
+            with contextlib.suppress(asyncio.QueueFull):
+                self._lines.put_nowait(End())
+            try:
+                self.returncode = await exec_exit_code(self._sb, self._exec_id, give_up=lambda: self.timed_out)
+            finally:
+                self._exited.set()
+                if self._watchdog is not None:
+                    self._watchdog.cancel()
+
+    async def _watch(self) -> None:
+        await asyncio.sleep(max(0.0, self.started_at + self.timeout - time.monotonic()))
+        if self._exited.is_set():
+            return
+        self.timed_out = True
+        await kill_exec(self._sb, self._pump)
+        # Give the output a moment to end after the kill; then stop reading whatever is left.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._exited.wait(), self._kill_grace)
+        self._stop_reading()
