@@ -1,0 +1,360 @@
+"""A scripted Anthropic Messages server for tests: a real HTTP/1.1 server on 127.0.0.1.
+
+Each test scripts the model's turns; the server answers `POST /v1/messages` with them in order
+and records every request (path, query, headers, body), so a test can check what the client
+sent and which key reached it. It answers whatever model name it is given.
+
+    with ScriptedAnthropic([tool_use("Bash", {"command": "ls"}), text("done")]) as api:
+        env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "sk-test"}
+
+`api.url` is the base URL (no `/v1`), as Anthropic clients expect it. A request with
+`"stream": true` gets server-sent events framed as the real API frames them (`event:` and
+`data:` lines, chunked transfer encoding): `message_start` (usage with input and cache tokens),
+`ping`, `content_block_start`/`content_block_delta`/`content_block_stop` for each text block
+(`text_delta`) and tool call (`input_json_delta` with `partial_json` pieces), `message_delta`
+(`stop_reason`, `usage.output_tokens`) and `message_stop`. Without it, one JSON message.
+
+Turn builders: `text(...)`, `tool_use(name, input, id=None)`, `turn(*turns)` (several blocks in
+one answer), `status(429, retry_after=...)`, `status(500)`, `slow(seconds)`, `hang()`.
+`POST /v1/messages/count_tokens` answers without using a turn.
+"""
+
+import json
+import secrets
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import msgspec
+
+from tests.support.http import LoopbackServer
+
+
+class Block(msgspec.Struct, kw_only=True):
+    type: str  # "text" | "tool_use"
+    text: str = ""
+    name: str = ""
+    input: Any = None
+    id: str = ""
+
+
+class Turn(msgspec.Struct, kw_only=True):
+    status: int = 200
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    blocks: list[Block] = msgspec.field(default_factory=list)
+    stop_reason: str = "end_turn"
+    input_tokens: int = 10
+    output_tokens: int = 5
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    # a text block is sent in this many text_delta events (a tool call's JSON likewise)
+    pieces: int = 3
+    # seconds before the status line (a slow upstream) and between two SSE events (a slow stream)
+    delay: float = 0.0
+    event_delay: float = 0.0
+    hang: bool = False  # never answer: the client's timeout must end the call
+    raw: bytes | None = None  # a body sent as-is (error answers)
+
+
+class Recorded(msgspec.Struct, kw_only=True):
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]  # lower-cased names
+    body: dict[str, Any]
+
+
+_counter = iter(range(1, 1_000_000))
+
+
+def text(
+    content: str,
+    *,
+    input_tokens: int = 10,
+    output_tokens: int = 5,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    pieces: int = 3,
+    event_delay: float = 0.0,
+) -> Turn:
+    """The model answers with text and ends its turn."""
+    return Turn(
+        blocks=[Block(type="text", text=content)],
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+        pieces=pieces,
+        event_delay=event_delay,
+    )
+
+
+def tool_use(name: str, input: Any, id: str | None = None, *, text: str = "", **usage: int) -> Turn:
+    """The model calls one tool (optionally after some text); stop_reason `tool_use`."""
+    blocks = [Block(type="text", text=text)] if text else []
+    blocks.append(Block(type="tool_use", name=name, input=input, id=id or f"toolu_{next(_counter):04d}"))
+    return Turn(blocks=blocks, stop_reason="tool_use", **usage)
+
+
+def turn(*turns: Turn, stop_reason: str | None = None) -> Turn:
+    """One answer made of the blocks of several builders, e.g. `turn(text("a"), tool_use(...), tool_use(...))`;
+    the usage is the first one's, the stop reason the last one's unless given."""
+    first = turns[0]
+    blocks = [block for t in turns for block in t.blocks]
+    return msgspec.structs.replace(first, blocks=blocks, stop_reason=stop_reason or turns[-1].stop_reason)
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+def status(code: int, *, retry_after: str | int | None = None, message: str = "scripted failure") -> Turn:
+    """An error answer in the Anthropic shape (`{"type":"error","error":{...}}`)."""
+    body = {"type": "error", "error": {"type": _ERROR_TYPES.get(code, "api_error"), "message": message}}
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+    return Turn(status=code, headers=headers, raw=json.dumps(body).encode())
+
+
+def slow(seconds: float, then: Turn | None = None) -> Turn:
+    """Wait `seconds` before answering (`then`, by default a short text)."""
+    return msgspec.structs.replace(then or text("slow answer"), delay=seconds)
+
+
+def hang() -> Turn:
+    """Accept the request and never answer (until the server closes)."""
+    return Turn(hang=True)
+
+
+def _pieces(value: str, count: int) -> list[str]:
+    if not value:
+        return []
+    size = max(1, -(-len(value) // max(1, count)))
+    return [value[i : i + size] for i in range(0, len(value), size)]
+
+
+def sse_events(t: Turn, model: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs of a streamed answer, in the order the real API sends them."""
+    message = {
+        "id": f"msg_{secrets.token_hex(12)}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": t.input_tokens,
+            "cache_creation_input_tokens": t.cache_write_tokens,
+            "cache_read_input_tokens": t.cache_read_tokens,
+            "output_tokens": 1,
+        },
+    }
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("message_start", {"type": "message_start", "message": message}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(t.blocks):
+        if block.type == "text":
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block.text, t.pieces)]
+        else:
+            start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
+            raw = json.dumps(block.input)
+            deltas = [{"type": "input_json_delta", "partial_json": ""}]
+            deltas += [{"type": "input_json_delta", "partial_json": piece} for piece in _pieces(raw, t.pieces)]
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": t.stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": t.output_tokens},
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def message_json(t: Turn, model: str) -> dict[str, Any]:
+    """The non-streaming answer."""
+    content: list[dict[str, Any]] = []
+    for block in t.blocks:
+        if block.type == "text":
+            content.append({"type": "text", "text": block.text})
+        else:
+            content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+    return {
+        "id": f"msg_{secrets.token_hex(12)}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": t.stop_reason,
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": t.input_tokens,
+            "cache_creation_input_tokens": t.cache_write_tokens,
+            "cache_read_input_tokens": t.cache_read_tokens,
+            "output_tokens": t.output_tokens,
+        },
+    }
+
+
+class ScriptedAnthropic:
+    def __init__(self, turns: list[Turn], *, repeat_last: bool = False) -> None:
+        self.turns = list(turns)
+        self.repeat_last = repeat_last
+        self.calls: list[Recorded] = []
+        # when the last byte of each /v1/messages answer was written (time.monotonic)
+        self.finished_at: list[float] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the real API
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_HEAD(self) -> None:  # `HEAD /api/hello`, sent by Claude Code without the traffic opt-out
+                api._record(self, {})
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                api._record(self, {})
+                self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}})
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"_raw": raw.decode(errors="replace")}
+                api._record(self, body if isinstance(body, dict) else {"_raw": body})
+                path = urlsplit(self.path).path.rstrip("/")
+                if path == "/v1/messages/count_tokens":
+                    self._json(200, {"input_tokens": max(1, len(raw) // 4)})
+                    return
+                if path != "/v1/messages":
+                    self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}})
+                    return
+                t = api._next_turn()
+                if t.hang:
+                    api._closing.wait()
+                    self.close_connection = True
+                    return
+                if t.delay and api._closing.wait(t.delay):
+                    self.close_connection = True
+                    return
+                model = str(body.get("model", "")) if isinstance(body, dict) else ""
+                if t.raw is not None:
+                    self._send(t.status, t.raw, "application/json", t.headers)
+                elif isinstance(body, dict) and body.get("stream"):
+                    self._stream(t, model)
+                else:
+                    self._send(t.status, json.dumps(message_json(t, model)).encode(), "application/json", t.headers)
+                with api._lock:
+                    api.finished_at.append(time.monotonic())
+
+            def _json(self, code: int, payload: dict[str, Any]) -> None:
+                self._send(code, json.dumps(payload).encode(), "application/json", {})
+
+            def _send(self, code: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("request-id", f"req_{secrets.token_hex(8)}")
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, t: Turn, model: str) -> None:
+                self.send_response(t.status)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("request-id", f"req_{secrets.token_hex(8)}")
+                for key, value in t.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                try:
+                    for n, (event, data) in enumerate(sse_events(t, model)):
+                        if n and t.event_delay and api._closing.wait(t.event_delay):
+                            self.close_connection = True
+                            return
+                        frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                        self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True  # the client went away mid-stream (a cut stream)
+
+        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # what tests read
+    @property
+    def messages(self) -> list[Recorded]:
+        """The `POST /v1/messages` requests, in order."""
+        return [c for c in self.calls if c.method == "POST" and c.path.rstrip("/") == "/v1/messages"]
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return [c.body for c in self.messages]
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        return [c.headers for c in self.messages]
+
+    def _record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        parts = urlsplit(handler.path)
+        with self._lock:
+            self.calls.append(
+                Recorded(
+                    method=handler.command,
+                    path=parts.path,
+                    query=dict(parse_qsl(parts.query, keep_blank_values=True)),
+                    headers={k.lower(): v for k, v in handler.headers.items()},
+                    body=body,
+                )
+            )
+
+    def _next_turn(self) -> Turn:
+        with self._lock:
+            if not self.turns:
+                return status(500, message="script exhausted")
+            if len(self.turns) > 1 or not self.repeat_last:
+                return self.turns.pop(0)
+            return self.turns[0]
+
+    def __enter__(self) -> "ScriptedAnthropic":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
