@@ -48,7 +48,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sandbox import HOME_DIR, SandboxError
+from sandbox import SandboxError
+from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import HeadTail, Notice, System
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
