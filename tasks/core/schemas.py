@@ -8,7 +8,7 @@ import msgspec
 from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
-RuntimeName = Literal["builtin", "command"]
+RuntimeName = Literal["builtin", "command", "claude-code"]
 GOAL_MAX = 20_000
 BODY_MAX = 20_000
 
@@ -136,6 +136,9 @@ class RunRead(msgspec.Struct, kw_only=True):
     started_at: datetime | None
     finished_at: datetime | None
     skipped_count: int = 0
+    # A CLI agent runtime: which agent and CLI version ran (empty for builtin and command).
+    agent_name: str = ""
+    agent_version: str = ""
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -183,6 +186,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     merged_sha: str | None = None
     merged_by: str | None = None
     merged_at: datetime | None = None
+    # A CLI agent runtime: the agent's own session id, kept across the task's runs (resume).
+    agent_session_id: str | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -107,6 +107,7 @@ class Execution(Settling):
             self.command = task.command
             self.branch, self.base_sha = task.branch, task.base_sha
             self.conversation = list(task.conversation or [])
+            self.agent_session_id = task.agent_session_id
             self.approved: ApprovedCall | None = None
             if self.kind is RunKind.APPROVAL:
                 decided = (
@@ -190,6 +191,8 @@ class Execution(Settling):
             )
         if ctx is not None:
             self.turns, self.prompt_tokens, self.completion_tokens = ctx.turns, ctx.prompt_tokens, ctx.completion_tokens
+            with contextlib.suppress(Exception):
+                await self._record_agent(ctx)
         # Settle even when cancelled: shield the cleanup so a shutdown cannot leave a container behind.
         settle = asyncio.ensure_future(self.settle(outcome, stopped))
         try:
@@ -314,10 +317,27 @@ class Execution(Settling):
             emit=self._emit,
             model=model,
             approval=self.approved,
+            agent_session_id=self.agent_session_id,
+            state_dir=self.settings.data_dir.resolve() / "agents" / self.task_uuid,
         )
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
+
+    async def _record_agent(self, ctx: RunContext) -> None:
+        """What a CLI agent runtime reported: its name and version on the run, its session on the
+        task (the first run's session id stays the task's: a resumed session keeps its id)."""
+        if not ctx.agent_name:
+            return
+        await self._set_run(agent_name=ctx.agent_name[:64], agent_version=ctx.agent_version[:64])
+        if ctx.agent_session_id and ctx.agent_session_id != self.agent_session_id:
+            async with self.env.db.session(write=True) as s:
+                await s.execute(
+                    update(Task)
+                    .where(Task.id == self.task_id)
+                    .values(agent_session_id=ctx.agent_session_id[:128])
+                    .execution_options(synchronize_session=False)
+                )
 
     async def _emit(self, kind: Any, payload: Any) -> None:
         assert self.writer is not None

@@ -43,7 +43,10 @@ async def test_a_denied_bash_call_does_not_run_and_the_model_reads_the_reason(tm
     denied = next(r for r in _tool_results(api) if r["tool_use_id"] == "toolu_bash")
     assert denied["is_error"] is True and "no shell in this repository" in json.dumps(denied["content"])
     # One decision per call, post_tool_use only for the call that ran, stop at the end.
-    assert gate.events("pre_tool_use") == [("pre_tool_use", "toolu_bash", "Bash"), ("pre_tool_use", "toolu_write", "Write")]
+    assert gate.events("pre_tool_use") == [
+        ("pre_tool_use", "toolu_bash", "Bash"),
+        ("pre_tool_use", "toolu_write", "Write"),
+    ]
     assert gate.events("post_tool_use") == [("post_tool_use", "toolu_write", "Write")]
     assert gate.events("stop") == [("stop", "Done: wrote hello.txt.", "")]
     calls = emit.of("tool_call")
@@ -234,8 +237,9 @@ async def test_review_cycles_resume_one_session(tmp_path: Path) -> None:
 async def test_a_subagent_s_calls_are_in_the_transcript_with_their_parent(tmp_path: Path) -> None:
     with ScriptedAnthropic(
         [
-            tool_use("Task", {"description": "look", "prompt": "list files", "subagent_type": "general-purpose"},
-                     id="toolu_task"),  # fmt: skip
+            tool_use(
+                "Task", {"description": "look", "prompt": "list", "subagent_type": "general-purpose"}, id="toolu_task"
+            ),
             tool_use("Glob", {"pattern": "*"}, id="toolu_sub"),
             text("sub done"),
             text("main done"),

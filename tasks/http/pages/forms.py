@@ -54,7 +54,7 @@ def task_create(data: StartForm) -> TaskCreate:
     return TaskCreate(
         goal=data.goal[:20_000],
         agent=data.agent.strip()[:40] or "-",
-        runtime="command" if data.runtime == "command" else "builtin",
+        runtime=data.runtime if data.runtime in ("command", "claude-code") else "builtin",
         command=command,
         base=data.base.strip()[:255],
         title=data.title.strip()[:200],

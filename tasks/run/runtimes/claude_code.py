@@ -43,7 +43,6 @@ opaque data, never unpacked on the host) and unpacked into the next run's fresh 
 import asyncio
 import contextlib
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -207,7 +206,7 @@ def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     tmp.write_bytes(data)
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def _prompt(ctx: RunContext, session: str) -> str:
@@ -301,7 +300,7 @@ class _Drive:
 
     async def _control(self, line: dict[str, Any]) -> None:
         request_id = str(line.get("request_id") or "")
-        req = line.get("request") if isinstance(line.get("request"), dict) else {}
+        req: dict[str, Any] = line["request"] if isinstance(line.get("request"), dict) else {}
         subtype = req.get("subtype")
         if subtype == "can_use_tool":
             self._spawn(self._can_use_tool(request_id, req))

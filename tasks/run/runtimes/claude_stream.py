@@ -115,7 +115,7 @@ class StreamState:
         return []
 
     def _assistant(self, line: dict[str, Any]) -> list[Event]:
-        message = line.get("message") if isinstance(line.get("message"), dict) else {}
+        message: dict[str, Any] = line["message"] if isinstance(line.get("message"), dict) else {}
         parent = line.get("parent_tool_use_id") or ""
         events: list[Event] = []
         for block in message.get("content") or []:
@@ -141,7 +141,7 @@ class StreamState:
         return events
 
     def _user(self, line: dict[str, Any]) -> list[Event]:
-        message = line.get("message") if isinstance(line.get("message"), dict) else {}
+        message: dict[str, Any] = line["message"] if isinstance(line.get("message"), dict) else {}
         content = message.get("content")
         if not isinstance(content, list):
             return []
@@ -172,9 +172,7 @@ class StreamState:
         if subtype == "init":
             self.version = str(line.get("claude_code_version") or "")
             self.model = str(line.get("model") or "")
-            detail = {
-                k: line.get(k) for k in ("session_id", "model", "cwd", "permissionMode", "claude_code_version")
-            }
+            detail = {k: line.get(k) for k in ("session_id", "model", "cwd", "permissionMode", "claude_code_version")}
             text = f"claude-code {self.version} started session {self.session_id} (model {self.model})"
             return [("system", System(phase="agent", text=text, detail=detail))]
         if subtype == "task_started":
@@ -227,7 +225,7 @@ def _pick(line: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 def usage_of(result: dict[str, Any]) -> tuple[int, int]:
     """(prompt tokens with cache reads and writes, output tokens) of a `result` line."""
-    usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
+    usage: dict[str, Any] = result["usage"] if isinstance(result.get("usage"), dict) else {}
 
     def num(key: str) -> int:
         value = usage.get(key)
