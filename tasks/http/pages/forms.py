@@ -5,7 +5,7 @@ from typing import Literal
 import msgspec
 
 from forge.errors import InvalidInput
-from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, TaskCreate
+from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, RuntimeName, TaskCreate
 from tasks.core.states import ReviewVerdict
 
 
@@ -49,12 +49,15 @@ class MergeForm(msgspec.Struct, kw_only=True):
     csrf_token: str = ""
 
 
+_RUNTIMES: dict[str, RuntimeName] = {"builtin": "builtin", "command": "command", "claude-code": "claude-code"}
+
+
 def task_create(data: StartForm) -> TaskCreate:
     command: str | None = data.command if data.runtime == "command" else None
     return TaskCreate(
         goal=data.goal[:20_000],
         agent=data.agent.strip()[:40] or "-",
-        runtime=data.runtime if data.runtime in ("command", "claude-code") else "builtin",
+        runtime=_RUNTIMES.get(data.runtime, "builtin"),
         command=command,
         base=data.base.strip()[:255],
         title=data.title.strip()[:200],
