@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 ## make run: the whole product on http://127.0.0.1:8000 (SQLite, in-process worker, demo data)
 run: $(STAMP)
 	@$(BIN)/forgehand sandbox build || echo "warning: no sandbox image (is Docker running?); tasks cannot run until 'forgehand sandbox build' succeeds"
+	@$(BIN)/forgehand sandbox build --agents || echo "warning: no agents image (is npm installed?); claude-code tasks cannot run until 'forgehand sandbox build --agents' succeeds"
 	$(BIN)/forgehand serve
 
 ## make test: lint, types, import contracts and the whole test suite (real Docker included)
@@ -26,9 +27,11 @@ test: $(STAMP) lint types imports provision sandbox-image
 provision:
 	deploy/scripts/provision-test-host
 
-# The sandbox image (offline debootstrap recipe when no registry answers); cached, so a second run is quick.
+# The sandbox image (offline debootstrap recipe when no registry answers) and the agents image on top
+# (the pinned CLIs from npm, cached in ~/.cache/forgehand/agents); cached, so a second run is quick.
 sandbox-image: $(STAMP)
 	$(BIN)/forgehand sandbox build
+	$(BIN)/forgehand sandbox build --agents
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

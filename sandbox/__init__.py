@@ -2,6 +2,8 @@
 
     async with SandboxEngine() as engine:                      # connects on first use
         await engine.ensure_image()                            # cached; `forgehand sandbox build`
+        await engine.ensure_agents_image()                     # `forgehand sandbox build --agents`
+        await engine.require_agent("claude-code")              # its version, or AgentMissing
         ws = prepare_workspace(path, limit_bytes=GiB)          # its own 1 GiB filesystem (root)
         spec = SandboxSpec(image=DEFAULT_IMAGE, workspace=ws,
                            instance="inst", task="t1", run="r1")
@@ -22,9 +24,19 @@
 The defaults and what each one stops: docs/security.md.
 """
 
+from .agents import (
+    AGENT_PINS,
+    AGENTS_IMAGE_VERSION,
+    DEFAULT_AGENTS_IMAGE,
+    AgentPin,
+    build_agents_image,
+    installed_agents,
+    require_agent,
+)
 from .box import Sandbox
 from .engine import SandboxEngine
 from .errors import (
+    AgentMissing,
     EngineUnavailable,
     ImageBuildFailed,
     ImageMissing,
@@ -64,9 +76,14 @@ from .workspace import (
 )
 
 __all__ = [
+    "AGENTS_IMAGE_VERSION",
+    "AGENT_PINS",
     "CHANNEL_DIR",
+    "DEFAULT_AGENTS_IMAGE",
     "DEFAULT_IMAGE",
     "IMAGE_VERSION",
+    "AgentMissing",
+    "AgentPin",
     "BuildResult",
     "EngineUnavailable",
     "ExecResult",
@@ -95,8 +112,10 @@ __all__ = [
     "WorkspacePathRefused",
     "WorkspaceQuotaUnavailable",
     "WorkspaceUsage",
+    "build_agents_image",
     "build_image",
     "container_create_kwargs",
+    "installed_agents",
     "list_sandboxes",
     "list_workspace",
     "prepare_workspace",
@@ -105,6 +124,7 @@ __all__ = [
     "read_workspace_file",
     "reap",
     "remove_workspace",
+    "require_agent",
     "validate_spec",
     "weakenings_in_effect",
     "workspace_usage",

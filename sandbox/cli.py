@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .agents import DEFAULT_AGENTS_IMAGE, build_agents_image
 from .engine import SandboxEngine
 from .errors import SandboxError
 from .image import DEFAULT_IMAGE, Recipe, build_image
@@ -29,7 +30,17 @@ def sandbox_group() -> None:
 
 @sandbox_group.command("build")
 @click.option("--force", is_flag=True, help="Rebuild even when the image is up to date.")
-@click.option("--image", "tag", default=DEFAULT_IMAGE, show_default=True, help="Tag to build.")
+@click.option(
+    "--agents",
+    is_flag=True,
+    help=f"Build the agents image ({DEFAULT_AGENTS_IMAGE}: the sandbox image plus the pinned agent CLIs).",
+)
+@click.option(
+    "--image",
+    "tag",
+    default=None,
+    help=f"Tag to build [default: {DEFAULT_IMAGE}, or {DEFAULT_AGENTS_IMAGE} with --agents].",
+)
 @click.option(
     "--recipe",
     type=click.Choice(["auto", "dockerfile", "offline"]),
@@ -38,10 +49,18 @@ def sandbox_group() -> None:
     help="auto pulls debian:bookworm-slim and falls back to debootstrap when the pull fails.",
 )
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
-def build_cmd(force: bool, tag: str, recipe: str, docker_host: str | None) -> None:
-    """Build the sandbox image (cached; skipped when current)."""
+def build_cmd(force: bool, agents: bool, tag: str | None, recipe: str, docker_host: str | None) -> None:
+    """Build the sandbox image, or with --agents the agents image (cached; skipped when current)."""
     try:
-        result = build_image(tag, force=force, recipe=cast(Recipe, recipe), base_url=docker_host, console=_console)
+        if agents:
+            # The plain image it starts FROM is built with the default recipe when missing.
+            result = build_agents_image(
+                tag or DEFAULT_AGENTS_IMAGE, force=force, base_url=docker_host, console=_console
+            )
+        else:
+            result = build_image(
+                tag or DEFAULT_IMAGE, force=force, recipe=cast(Recipe, recipe), base_url=docker_host, console=_console
+            )
     except SandboxError as exc:
         _fail(exc)
         return

@@ -22,7 +22,8 @@ import docker.errors
 # container that exists is always known and can be removed. Re-implementing it would drift.
 from docker.models.containers import _create_container_args
 
-from .errors import EngineUnavailable, ImageMissing, SpecRefused
+from .agents import AGENTS_IMAGE_REPOSITORY
+from .errors import AgentMissing, EngineUnavailable, ImageMissing, SpecRefused
 
 Invoke = Callable[[Callable[[docker.DockerClient], Any]], Any]
 
@@ -78,7 +79,8 @@ def create_and_start(c: docker.DockerClient, kwargs: dict[str, Any], creation: C
     try:
         container_id = str(c.api.create_container(**args)["Id"])
     except docker.errors.ImageNotFound as exc:
-        raise ImageMissing(f"image {kwargs['image']!r} is not on the engine") from exc
+        missing = AgentMissing if str(kwargs["image"]).startswith(AGENTS_IMAGE_REPOSITORY + ":") else ImageMissing
+        raise missing(f"image {kwargs['image']!r} is not on the engine") from exc
     except docker.errors.APIError as exc:
         raise SpecRefused(f"the engine refused the sandbox: {exc.explanation or exc}") from exc
     if not creation.created(container_id):

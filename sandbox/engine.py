@@ -19,6 +19,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from .agents import DEFAULT_AGENTS_IMAGE, build_agents_image, require_agent
 from .box import Sandbox
 from .creation import InFlight
 from .errors import EngineUnavailable, SpecRefused
@@ -144,6 +145,17 @@ class SandboxEngine:
         """`build_image` off the event loop (cached: fast when the image is current)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: build_image(tag, force=force, base_url=self.base_url))
+
+    async def ensure_agents_image(self, tag: str = DEFAULT_AGENTS_IMAGE, *, force: bool = False) -> BuildResult:
+        """`build_agents_image` off the event loop (cached; builds the plain image too if missing)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, lambda: build_agents_image(tag, force=force, base_url=self.base_url)
+        )
+
+    async def require_agent(self, name: str, image: str = DEFAULT_AGENTS_IMAGE) -> str:
+        """The version of agent `name` in `image`, or AgentMissing: call it before starting a sandbox."""
+        return await require_agent(self, name, image)
 
     async def start(self, spec: SandboxSpec, *, name: str | None = None) -> "Sandbox":
         """Create and start a sandbox; its idle process runs until stop or the wall clock.

@@ -28,6 +28,12 @@ class ImageMissing(SandboxError):
     hint = "run `forgehand sandbox build`"
 
 
+class AgentMissing(ImageMissing):
+    """The agents image is not on the engine, or lacks the agent a task asks for."""
+
+    hint = "run `forgehand sandbox build --agents`"
+
+
 class SpecRefused(SandboxError):
     """The spec is unsafe or malformed, or the engine refused it."""
 

@@ -81,7 +81,7 @@ FROM ${{BASE}}
 class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
     tag: str
     image_id: str
-    recipe: str  # "dockerfile", "offline" or "cached"
+    recipe: str  # "dockerfile", "offline", "agents" (agents.py) or "cached"
     built: bool  # False when an up-to-date image was already there
     seconds: float
 
@@ -92,7 +92,7 @@ def cache_dir() -> Path:
     return Path(base) / "forgehand" / "debootstrap"
 
 
-def _client(base_url: str | None, timeout: int) -> docker.DockerClient:
+def connect(base_url: str | None, timeout: int) -> docker.DockerClient:
     try:
         client = (
             docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
@@ -115,7 +115,7 @@ def image_is_current(client: docker.DockerClient, tag: str) -> str | None:
     return str(image.id)
 
 
-class _Reporter:
+class Reporter:
     """Rich progress when a console is given, silence otherwise."""
 
     def __init__(self, console: Console | None) -> None:
@@ -124,7 +124,7 @@ class _Reporter:
         self._task: Any = None
 
     @contextlib.contextmanager
-    def running(self) -> Iterator["_Reporter"]:
+    def running(self) -> Iterator["Reporter"]:
         if self._console is None:
             yield self
             return
@@ -154,7 +154,7 @@ class _Reporter:
             self._progress.update(self._task, description=line.strip()[:100])
 
 
-def _stream_build(client: docker.DockerClient, reporter: _Reporter, **kwargs: Any) -> str:
+def stream_build(client: docker.DockerClient, reporter: Reporter, **kwargs: Any) -> str:
     """Run a docker build, feeding its log to the reporter; return the image id."""
     image_id = ""
     try:
@@ -173,7 +173,7 @@ def _stream_build(client: docker.DockerClient, reporter: _Reporter, **kwargs: An
     return image_id
 
 
-def _try_pull(client: docker.DockerClient, reporter: _Reporter) -> bool:
+def _try_pull(client: docker.DockerClient, reporter: Reporter) -> bool:
     reporter.stage("pull", PULL_BASE)
     try:
         client.images.pull(PULL_BASE)
@@ -184,7 +184,7 @@ def _try_pull(client: docker.DockerClient, reporter: _Reporter) -> bool:
     return True
 
 
-def _debootstrap(root: Path, reporter: _Reporter) -> None:
+def _debootstrap(root: Path, reporter: Reporter) -> None:
     if shutil.which("debootstrap") is None:
         raise ImageBuildFailed("debootstrap is not installed", hint="apt-get install debootstrap")
     if os.geteuid() != 0:
@@ -212,7 +212,7 @@ def _debootstrap(root: Path, reporter: _Reporter) -> None:
         raise ImageBuildFailed("debootstrap failed:\n" + "\n".join(tail))
 
 
-def _import_root(client: docker.DockerClient, root: Path, workdir: Path, reporter: _Reporter) -> None:
+def _import_root(client: docker.DockerClient, root: Path, workdir: Path, reporter: Reporter) -> None:
     reporter.stage("pack", "root filesystem")
     tarball = workdir / "rootfs.tar"
     # Device nodes and the apt caches stay out; Docker provides /dev, /proc and /sys at run time.
@@ -241,7 +241,7 @@ def _import_root(client: docker.DockerClient, root: Path, workdir: Path, reporte
         raise ImageBuildFailed(f"docker import failed: {exc}") from exc
 
 
-def _build_offline_base(client: docker.DockerClient, reporter: _Reporter) -> None:
+def _build_offline_base(client: docker.DockerClient, reporter: Reporter) -> None:
     with tempfile.TemporaryDirectory(prefix="forgehand-rootfs-", dir="/var/tmp") as tmp:
         workdir = Path(tmp)
         root = workdir / "root"
@@ -265,8 +265,8 @@ def build_image(
     version label already carries `tag`, unless `force`.
     """
     started = time.monotonic()
-    client = _client(base_url, timeout)
-    reporter = _Reporter(console)
+    client = connect(base_url, timeout)
+    reporter = Reporter(console)
     try:
         existing = image_is_current(client, tag)
         if existing and not force:
@@ -295,7 +295,7 @@ def build_image(
                 dockerfile = OFFLINE_DOCKERFILE
                 buildargs["BASE"] = BASE_IMAGE
             reporter.stage("build", tag)
-            image_id = _stream_build(
+            image_id = stream_build(
                 client,
                 reporter,
                 fileobj=io.BytesIO(dockerfile.encode()),

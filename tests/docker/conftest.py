@@ -1,6 +1,8 @@
 """Fixtures for tests against the real Docker engine. No engine is a failure here, never a skip."""
 
 import secrets
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -10,11 +12,13 @@ import pytest
 from rich.console import Console
 
 from sandbox import (
+    DEFAULT_AGENTS_IMAGE,
     DEFAULT_IMAGE,
     Limits,
     Sandbox,
     SandboxEngine,
     SandboxSpec,
+    build_agents_image,
     build_image,
     prepare_workspace,
     quota_mounts,
@@ -59,6 +63,14 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
     return DEFAULT_IMAGE
 
 
+@pytest.fixture(scope="session")
+def agents_image(sandbox_image: str) -> str:
+    """The agents image (the sandbox image plus the pinned CLIs), built once: npm needs the registry
+    the first time, then the CLI comes from ~/.cache/forgehand/agents and the image from the engine."""
+    build_agents_image(DEFAULT_AGENTS_IMAGE, base=sandbox_image, console=Console(stderr=True))
+    return DEFAULT_AGENTS_IMAGE
+
+
 @pytest.fixture
 async def engine(sandbox_image: str) -> AsyncIterator[SandboxEngine]:
     async with SandboxEngine() as eng:
@@ -98,6 +110,28 @@ def make_spec(sandbox_image: str, workspace: Path, request: pytest.FixtureReques
 @pytest.fixture
 async def sandbox(engine: SandboxEngine, make_spec: SpecFactory) -> AsyncIterator[Sandbox]:
     sb = await engine.start(make_spec())
+    try:
+        yield sb
+    finally:
+        await sb.remove()
+
+
+@pytest.fixture
+def channel_dir() -> Iterator[Path]:
+    """A run's channel directory. Short, under /tmp: a Unix socket path must stay under 108 bytes
+    (pytest's tmp_path may not)."""
+    path = Path(tempfile.mkdtemp(prefix="fh-ch-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def agents_sandbox(
+    engine: SandboxEngine, make_spec: SpecFactory, agents_image: str, channel_dir: Path
+) -> AsyncIterator[Sandbox]:
+    """A sandbox of the agents image with the channel directory mounted at /run/forgehand."""
+    sb = await engine.start(make_spec(image=agents_image, channel_dir=channel_dir))
     try:
         yield sb
     finally:

@@ -1,0 +1,237 @@
+"""The files the agents image adds besides the CLIs: Claude Code's managed settings, the hook
+bridge `forgehand-hook` and the TCP relay `forgehand-relay` (texts here, so an installed package can
+build the image; deploy/sandbox/agents/ holds identical copies, a unit test keeps them equal).
+
+Measured with Claude Code 2.1.332 (the native binary, in this image, network none, uid 1000, a
+scripted Anthropic server and the hook endpoint on a Unix socket through the channel mount; the
+tests in tests/docker/test_image_agents.py repeat each point):
+- `/etc/claude-code/managed-settings.json` is read; with `allowManagedHooksOnly: true` its hooks run
+  even when the workspace's `.claude/settings.json` says `{"disableAllHooks": true}` and brings hooks
+  of its own (those never run), with or without `--setting-sources user`.
+- Command hooks accept `onFailure` ("continue" by default, or "block") next to `timeout` (seconds)
+  in the settings schema (the binary's zod schema for command, http and mcp hooks).
+- A `PreToolUse` hook gets `{session_id, transcript_path, cwd, permission_mode, hook_event_name,
+  tool_name, tool_input, tool_use_id}` on stdin; it answers on stdout with
+  `{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"|"deny"|"ask",
+  "permissionDecisionReason": ...}}` and exit 0; exit 2 blocks the call and its stderr reaches the
+  model as the reason. `PostToolUse` gets `tool_response` as well; `{"decision": "block", "reason"}`
+  (or exit 2) feeds the reason back to the model.
+- The matcher `*` matches every tool, MCP tools included.
+
+Why no `Stop` hook: a failing Stop hook (exit 2) keeps the agent from stopping, so a gateway that is
+down would loop the agent until a watchdog ends it; the runtime applies the `stop` policy itself.
+
+The hook bridge trusts nothing from the process environment but the token: the socket path is
+fixed, python runs isolated (`-I`: no PYTHONPATH, no user site), and every failure denies.
+"""
+
+import json
+
+HOOK_TIMEOUT_SECONDS = 120
+HOOK_EVENTS = ("PreToolUse", "PostToolUse")
+HOOK_PATH = "/usr/local/bin/forgehand-hook"
+RELAY_PATH = "/usr/local/bin/forgehand-relay"
+MANAGED_SETTINGS_PATH = "/etc/claude-code/managed-settings.json"
+
+
+def _managed_settings() -> str:
+    hooks = {
+        event: [
+            {
+                "matcher": "*",
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": f"{HOOK_PATH} claude {event}",
+                        # A little longer than the bridge's own timeout, so the bridge's deny wins.
+                        "timeout": HOOK_TIMEOUT_SECONDS + 10,
+                        "onFailure": "block",
+                    }
+                ],
+            }
+        ]
+        for event in HOOK_EVENTS
+    }
+    settings = {
+        "allowManagedHooksOnly": True,
+        "disableAllHooks": False,
+        "hooks": hooks,
+    }
+    return json.dumps(settings, indent=2) + "\n"
+
+
+MANAGED_SETTINGS = _managed_settings()
+
+HOOK_SCRIPT = f'''\
+#!/usr/bin/python3 -I
+"""forgehand-hook AGENT EVENT: hands one agent hook to forgehand and prints its answer.
+
+Reads the hook's JSON on stdin and POSTs it to /hooks/AGENT/EVENT on the run's socket with the
+run's token. A 200 answer with a JSON object is printed as is (exit 0). Anything else (no socket,
+no token, another status, a body that is not a JSON object, a timeout, any error here) never lets
+the call through: it prints a deny (PreToolUse) or a block (other events), writes the reason on
+stderr and exits 2, the agent's blocking exit code.
+"""
+
+import http.client
+import json
+import os
+import socket
+import sys
+
+SOCKET = "/run/forgehand/gateway.sock"
+TIMEOUT = {HOOK_TIMEOUT_SECONDS}
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.unix_path)
+        self.sock = sock
+
+
+def deny(event, reason):
+    reason = "forgehand policy unreachable: " + reason
+    if event == "PreToolUse":
+        out = {{
+            "hookSpecificOutput": {{
+                "hookEventName": event,
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }}
+        }}
+    else:
+        out = {{"decision": "block", "reason": reason}}
+    sys.stdout.write(json.dumps(out) + "\\n")
+    sys.stdout.flush()
+    sys.stderr.write(reason + "\\n")
+    sys.stderr.flush()
+    os._exit(2)
+
+
+def timeout():
+    # Only ever shorter than the default (a test's short deadline); a longer one is ignored.
+    try:
+        value = float(os.environ.get("FORGEHAND_HOOK_TIMEOUT", TIMEOUT))
+    except ValueError:
+        return TIMEOUT
+    return value if 0 < value <= TIMEOUT else TIMEOUT
+
+
+def main(event):
+    if len(sys.argv) != 3 or not all(a.isascii() and a.isalnum() for a in sys.argv[1:]):
+        deny(event, "usage: forgehand-hook AGENT EVENT")
+    agent = sys.argv[1]
+    token = os.environ.get("FORGEHAND_RUN_TOKEN", "")
+    if not token:
+        deny(event, "no run token (FORGEHAND_RUN_TOKEN)")
+    body = sys.stdin.buffer.read()
+    try:
+        json.loads(body)
+    except ValueError:
+        deny(event, "the hook input is not JSON")
+    conn = UnixConnection(SOCKET, timeout())
+    try:
+        conn.request(
+            "POST",
+            "/hooks/" + agent + "/" + event,
+            body=body,
+            headers={{"Authorization": "Bearer " + token, "Content-Type": "application/json"}},
+        )
+        response = conn.getresponse()
+        data = response.read(1 << 20)
+    except FileNotFoundError:
+        deny(event, "no socket at " + SOCKET)
+    except http.client.RemoteDisconnected:
+        deny(event, "the connection closed without an answer")
+    except (socket.timeout, TimeoutError):
+        deny(event, "no answer within %g s" % timeout())
+    except OSError as exc:
+        deny(event, "the socket failed: " + str(exc))
+    except http.client.HTTPException as exc:
+        deny(event, "a malformed HTTP answer: " + type(exc).__name__)
+    finally:
+        conn.close()
+    if response.status != 200:
+        deny(event, "HTTP %d" % response.status)
+    try:
+        answer = json.loads(data)
+    except ValueError:
+        deny(event, "the answer is not JSON")
+    if not isinstance(answer, dict):
+        deny(event, "the answer is not a JSON object")
+    sys.stdout.write(json.dumps(answer) + "\\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    EVENT = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2].isascii() and sys.argv[2].isalnum() else "PreToolUse"
+    try:
+        main(EVENT)
+    except BaseException as exc:  # whatever went wrong: deny, never allow by accident
+        deny(EVENT, "the hook bridge failed: " + type(exc).__name__)
+'''
+
+RELAY_SCRIPT = '''\
+#!/usr/bin/python3 -I
+"""forgehand-relay LISTEN_PORT SOCKET_PATH: a TCP listener on 127.0.0.1 relayed to a Unix socket.
+
+For agents that need a TCP base URL (the sandbox has no network; its channel is Unix sockets).
+Port 0 picks a free port. Prints "127.0.0.1:PORT" on stdout once listening. Each connection opens
+its own connection to the socket; bytes go both ways, half-closes are passed on.
+"""
+
+import asyncio
+import sys
+
+
+async def pipe(reader, writer):
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.close()
+
+
+async def handle(path, client_reader, client_writer):
+    try:
+        upstream_reader, upstream_writer = await asyncio.open_unix_connection(path)
+    except OSError as exc:
+        sys.stderr.write("forgehand-relay: cannot reach %s: %s\\n" % (path, exc))
+        client_writer.close()
+        return
+    await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
+    for writer in (client_writer, upstream_writer):
+        writer.close()
+
+
+async def main(port, path):
+    server = await asyncio.start_server(lambda r, w: handle(path, r, w), "127.0.0.1", port)
+    bound = server.sockets[0].getsockname()[1]
+    sys.stdout.write("127.0.0.1:%d\\n" % bound)
+    sys.stdout.flush()
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or not sys.argv[1].isdigit():
+        sys.stderr.write("usage: forgehand-relay LISTEN_PORT SOCKET_PATH\\n")
+        sys.exit(64)
+    try:
+        asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
+    except KeyboardInterrupt:
+        pass
+'''

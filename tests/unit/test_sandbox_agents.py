@@ -1,0 +1,145 @@
+"""The agents image recipe: deploy/ copies match the package's, pins become labels, the managed
+settings say what the contract says, and an npm that fails is a clear build error."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sandbox import AGENT_PINS, AgentPin, ImageBuildFailed
+from sandbox.agent_scripts import HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
+from sandbox.agents import (
+    AGENTS_DOCKERFILE,
+    AGENTS_IMAGE_VERSION,
+    DEFAULT_AGENTS_IMAGE,
+    agent_labels,
+    agents_from_labels,
+    install_agent,
+    npm_arch,
+)
+from sandbox.image import DEFAULT_IMAGE
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "agents"
+
+
+def test_deploy_copies_match_the_package() -> None:
+    assert (DEPLOY / "Dockerfile").read_text() == AGENTS_DOCKERFILE
+    assert (DEPLOY / "managed-settings.json").read_text() == MANAGED_SETTINGS
+    assert (DEPLOY / "bin" / "forgehand-hook").read_text() == HOOK_SCRIPT
+    assert (DEPLOY / "bin" / "forgehand-relay").read_text() == RELAY_SCRIPT
+    for script in ("forgehand-hook", "forgehand-relay"):
+        assert (DEPLOY / "bin" / script).stat().st_mode & stat.S_IXUSR
+
+
+def test_recipe_starts_from_the_sandbox_image_and_ends_as_the_sandbox_user() -> None:
+    assert f"forgehand-sandbox-agents:{AGENTS_IMAGE_VERSION}" == DEFAULT_AGENTS_IMAGE
+    assert f"ARG BASE={DEFAULT_IMAGE}\nFROM ${{BASE}}\n" in AGENTS_DOCKERFILE
+    assert AGENTS_DOCKERFILE.rstrip().splitlines()[-3:] == [
+        "USER 1000:1000",
+        "WORKDIR /workspace",
+        'CMD ["sleep", "infinity"]',
+    ]
+    # Nothing runs at build time, so nothing is fetched (and no layer stores the binaries twice).
+    assert not [line for line in AGENTS_DOCKERFILE.splitlines() if line.startswith("RUN")]
+
+
+def test_pins_are_labels_and_read_back() -> None:
+    assert AGENT_PINS["claude-code"].version == "2.1.332"
+    assert AGENT_PINS["claude-code"].npm == "@anthropic-ai/claude-code"
+    labels = agent_labels()
+    assert labels["org.forgehand.agent.claude-code"] == "2.1.332"
+    assert labels["org.forgehand.agents.version"] == AGENTS_IMAGE_VERSION
+    assert agents_from_labels({**labels, "org.forgehand.sandbox.version": "1"}) == {"claude-code": "2.1.332"}
+
+
+def test_managed_settings_lock_the_hooks_on() -> None:
+    settings = json.loads(MANAGED_SETTINGS)
+    assert settings["allowManagedHooksOnly"] is True
+    assert settings["disableAllHooks"] is False
+    assert "permissions" not in settings  # forgehand decides, not a static rule list
+    for event in ("PreToolUse", "PostToolUse"):
+        [entry] = settings["hooks"][event]
+        assert entry["matcher"] == "*"
+        [hook] = entry["hooks"]
+        assert hook == {
+            "type": "command",
+            "command": f"{HOOK_PATH} claude {event}",
+            "timeout": 130,
+            "onFailure": "block",
+        }
+
+
+def test_scripts_run_isolated_with_a_fixed_socket() -> None:
+    assert HOOK_SCRIPT.startswith("#!/usr/bin/python3 -I\n")
+    assert RELAY_SCRIPT.startswith("#!/usr/bin/python3 -I\n")
+    assert 'SOCKET = "/run/forgehand/gateway.sock"' in HOOK_SCRIPT
+    assert "TIMEOUT = 120" in HOOK_SCRIPT
+
+
+def test_machine_names_map_to_npm_cpu_names() -> None:
+    assert npm_arch("x86_64") == "x64"
+    assert npm_arch("aarch64") == "arm64"
+    with pytest.raises(ImageBuildFailed):
+        npm_arch("riscv64")
+
+
+def _fake_npm(bin_dir: Path, script: str) -> None:
+    bin_dir.mkdir()
+    npm = bin_dir / "npm"
+    npm.write_text("#!/bin/sh\n" + script)
+    npm.chmod(0o755)
+
+
+PIN = AgentPin(npm="@example/agent", version="1.2.3", binary="@example/agent-linux-{arch}/agent", command="agent")
+
+
+def test_install_fails_clearly_without_npm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ImageBuildFailed, match="npm is needed") as caught:
+        install_agent("agent", PIN, arch="x64")
+    assert "install Node.js" in str(caught.value)
+
+
+def test_install_reports_a_refusing_registry_and_leaves_no_partial_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _fake_npm(
+        tmp_path / "bin",
+        "mkdir -p node_modules/junk\n"
+        "echo 'npm error 404 Not Found - GET https://registry/@example%2fagent' >&2\n"
+        "exit 1\n",
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}/usr/bin:/bin")
+    with pytest.raises(ImageBuildFailed, match="404 Not Found"):
+        install_agent("agent", PIN, arch="x64")
+    assert list((tmp_path / "cache" / "forgehand" / "agents").iterdir()) == []
+
+
+def test_install_is_cached_and_checks_the_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls = tmp_path / "calls"
+    _fake_npm(
+        tmp_path / "bin",
+        f'echo "$@" >> {calls}\n'
+        "mkdir -p node_modules/@example/agent node_modules/@example/agent-linux-x64\n"
+        'echo \'{"version": "1.2.3"}\' > node_modules/@example/agent/package.json\n'
+        "printf '#!/bin/sh\\n' > node_modules/@example/agent-linux-x64/agent\n"
+        "chmod 755 node_modules/@example/agent-linux-x64/agent\n",
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}/usr/bin:/bin")
+    first = install_agent("agent", PIN, arch="x64")
+    second = install_agent("agent", PIN, arch="x64")
+    assert (
+        first == second == tmp_path / "cache/forgehand/agents/agent-1.2.3/node_modules/@example/agent-linux-x64/agent"
+    )
+    assert calls.read_text().splitlines() == [
+        "install --no-audit --no-fund --ignore-scripts --no-save @example/agent@1.2.3"
+    ]
+    with pytest.raises(ImageBuildFailed, match=r"installed @example/agent@1\.2\.3, not the pinned 9\.9\.9"):
+        install_agent(
+            "agent", AgentPin(npm="@example/agent", version="9.9.9", binary=PIN.binary, command="agent"), arch="x64"
+        )
