@@ -15,6 +15,8 @@ from sqlalchemy import select, update
 
 from forge.models import Account, Repository
 from sandbox import (
+    DEFAULT_AGENTS_IMAGE,
+    AgentMissing,
     EngineUnavailable,
     ImageMissing,
     Limits,
@@ -211,9 +213,10 @@ class Execution(Settling):
         runtime = env.runtimes.get(self.runtime_name)
         if runtime is None:
             raise ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
+        image = await self._image_for(runtime)
         gate_ctx = self.gate_ctx()
         decision = await env.gate.session_start(
-            gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=env.image
+            gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=image
         )
         record = policy_record(decision)
         if record is not None:
@@ -270,7 +273,7 @@ class Execution(Settling):
         # Sandbox.
         t0 = time.monotonic()
         spec = SandboxSpec(
-            image=env.image,
+            image=image,
             workspace=self.workspace,
             instance=env.instance,
             task=self.task_uuid,
@@ -323,6 +326,23 @@ class Execution(Settling):
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
+
+    async def _image_for(self, runtime: Any) -> str:
+        """The plain sandbox image, or for a CLI agent runtime (`image_kind() == "agents"`) the agents
+        image, which must hold that agent: checked from its labels before any container starts."""
+        kind = getattr(runtime, "image_kind", None)
+        if kind is None or kind() != "agents":
+            return self.env.image
+        image = self.env.agents_image or DEFAULT_AGENTS_IMAGE
+        try:
+            await self.env.engine.require_agent(runtime.name, image)
+        except AgentMissing as exc:
+            raise ProvisionFailed(
+                FailureReason.IMAGE_MISSING, f"{exc}: run `forgehand sandbox build --agents`"
+            ) from exc
+        except EngineUnavailable as exc:
+            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"no Docker engine answered: {exc}") from exc
+        return image
 
     async def _record_agent(self, ctx: RunContext) -> None:
         """What a CLI agent runtime reported: its name and version on the run, its session on the
