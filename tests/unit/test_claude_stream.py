@@ -7,7 +7,8 @@ INIT = {"type": "system", "subtype": "init", "cwd": "/workspace", "session_id": 
 CALL = {"type": "assistant", "parent_tool_use_id": None, "session_id": "s-1",
         "message": {"content": [{"type": "tool_use", "id": "toolu_A", "name": "Bash",
                                  "input": {"command": "ls", "description": "list"}}]}}  # fmt: skip
-BLOCK = {"type": "tool_result", "tool_use_id": "toolu_A", "content": [{"type": "text", "text": "a\nb"}], "is_error": False}
+TEXT = [{"type": "text", "text": "a\nb"}]
+BLOCK = {"type": "tool_result", "tool_use_id": "toolu_A", "content": TEXT, "is_error": False}
 RESULT = {"type": "user", "parent_tool_use_id": None, "session_id": "s-1",
           "message": {"role": "user", "content": [BLOCK]}}  # fmt: skip
 SUB = {"type": "assistant", "parent_tool_use_id": "toolu_T", "agent_id": "x", "session_id": "s-1",
