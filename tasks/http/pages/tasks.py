@@ -13,7 +13,7 @@ from forge.pages import page
 from tasks.core import transcript
 from tasks.core.schemas import MessageCreate
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
-from tasks.http.deps import DEPENDENCIES, REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep
+from tasks.http.deps import DEPENDENCIES, REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep, task_system
 from tasks.http.pages.common import or_form_error, repo_context, visible_json
 from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
 from tasks.services import rules
@@ -46,6 +46,7 @@ async def list_page(
         tasks=tasks,
         error=error,
         form=form or StartForm(),
+        agents=await task_system(request.app.state).installed_agents(),
         **repo_context(res, scope.actor.principal, svc.base_url),
     )
 
