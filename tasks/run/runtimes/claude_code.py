@@ -60,9 +60,9 @@ from tasks.run.runtimes.claude_control import (
     hook_answer,
     hook_refusal,
     interrupt_request,
-    record,
 )
 from tasks.run.runtimes.claude_stream import StreamState, usage_of
+from tasks.run.runtimes.policy_steps import after_tool, record
 
 AGENT_NAME = "claude-code"
 CLI_PATH = "/usr/local/bin/claude"
@@ -311,17 +311,7 @@ class _Drive:
         if not call_id or call_id in self.posted or call_id in self.broker.denied:
             return  # a call that never ran has no post_tool_use
         self.posted.add(call_id)
-        ctx = self.ctx
-        after = await ctx.gate.post_tool_use(
-            ctx.gate_ctx,
-            tool_use_id=call_id,
-            tool_name=name,
-            tool_response=None if is_error else output,
-            tool_error=output if is_error else None,
-        )
-        await record(ctx, after)
-        if after.user_message:
-            await ctx.emit("notice", Notice(text=after.user_message))
+        await after_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=is_error)
 
     async def run(self, proc: Any, prompt: str) -> Outcome:
         self.proc = proc

@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 import msgspec
 
-from forge.text import without_nul
-from tasks.core.policy import ApprovalRequest, ApprovedCall, GateDecision, input_hash, policy_record
+from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.transcript import Notice
 from tasks.run.runtimes.base import RunContext
+from tasks.run.runtimes.policy_steps import approval_request, record
 
 Behavior = Literal["allow", "deny"]
 
@@ -100,15 +100,7 @@ class PolicyBroker:
         if decision.user_message:
             await ctx.emit("notice", Notice(text=decision.user_message))
         if decision.decision == "ask":
-            request = ApprovalRequest(
-                tool_use_id=tool_use_id,
-                tool_name=tool_name,
-                tool_input=decision.input_override or tool_input,
-                reason=without_nul(decision.reason)[:4000],
-                held=decision.held,
-                requested_by=without_nul(decision.decided_by)[:2048],
-                delivery_id=str((decision.dispatch or {}).get("delivery_id") or ""),
-            )
+            request = approval_request(decision, tool_use_id=tool_use_id, tool_name=tool_name, tool_input=tool_input)
             self.parked = request
             text = (
                 f"not run yet: this {tool_name} call waits for a person's approval. Stop here; the session "
@@ -128,13 +120,6 @@ class PolicyBroker:
                 text += f"\n\nPolicy note: {decision.model_context}"
             return Verdict(behavior="deny", message=text)
         return Verdict(behavior="allow", updated_input=decision.input_override or tool_input)
-
-
-async def record(ctx: RunContext, decision: GateDecision) -> None:
-    """Each policy dispatch is a transcript event: a reviewer sees why a call was blocked."""
-    entry = policy_record(decision)
-    if entry is not None:
-        await ctx.emit("system", entry)
 
 
 def control_answer(request_id: str, verdict: Verdict, original: Any) -> dict[str, Any]:
