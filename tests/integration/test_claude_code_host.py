@@ -256,3 +256,26 @@ async def test_a_subagent_s_calls_are_in_the_transcript_with_their_parent(tmp_pa
     subagent_calls = [c for c in calls.values() if c.parent_id == "toolu_task"]
     assert subagent_lines or subagent_calls
     assert any(p.phase == "subagent" for p in emit.of("system"))
+
+
+async def test_model_failures_end_the_run_with_typed_reasons(tmp_path: Path) -> None:
+    from tests.support.anthropic import status
+
+    for i, (turn, reason, words) in enumerate(
+        (
+            (status(500), FailureReason.MODEL_ERROR, "500"),
+            (status(429, retry_after=0), FailureReason.MODEL_ERROR, "429"),
+        )
+    ):
+        with ScriptedAnthropic([turn], repeat_last=True) as api:
+            sb = HostSandbox(tmp_path / str(i), api.url)
+            emit = Recorder()
+            outcome = await ClaudeCodeRuntime().run(host_context(sb, ScriptedGate(), emit))
+        assert outcome.status is RunState.FAILED
+        assert outcome.failure_reason is reason, outcome
+        assert words in outcome.error
+        assert len(api.requests) == 5  # the first attempt and CLAUDE_CODE_MAX_RETRIES=4
+        assert any("retried" in n.text for n in emit.of("notice"))
+    down = HostSandbox(tmp_path / "down", "http://127.0.0.1:9")
+    outcome = await ClaudeCodeRuntime().run(host_context(down, ScriptedGate(), Recorder()))
+    assert outcome.status is RunState.FAILED and outcome.failure_reason is FailureReason.MODEL_UNREACHABLE, outcome

@@ -126,6 +126,8 @@ class ClaudeCodeRuntime:
             "ANTHROPIC_AUTH_TOKEN": channel.token,
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_AUTOUPDATER": "1",
+            # As many attempts as the builtin runtime's (the CLI's default retries for minutes).
+            "CLAUDE_CODE_MAX_RETRIES": "4",
             "HOME": HOME_DIR,
         }
         if model:
@@ -449,19 +451,28 @@ class _Drive:
             return Outcome(
                 status=RunState.FAILED,
                 failure_reason=_failure_of(final),
-                error=f"claude ended with {final.get('subtype')}: {str(final.get('result') or '')[:2000]}".rstrip(": "),
+                error=f"claude ended with an error ({final.get('subtype')}): {str(final.get('result') or '')[:2000]}",
                 exit_code=exit_code,
             )
         return Outcome(status=RunState.SUCCEEDED, summary=str(final.get("result") or ""), exit_code=exit_code)
 
 
+_UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed out", "socket")
+
+
 def _failure_of(result: dict[str, Any]) -> FailureReason:
+    """The typed reason of an error `result`. Measured: a model call that failed for good ends
+    with `terminal_reason` `api_error` and `result` "API Error: 500 ..." / "API Error: Request
+    rejected (429) ..." / "API Error: Connection refused ... (ECONNREFUSED)"."""
     subtype = str(result.get("subtype") or "")
     if subtype == "error_max_turns":
         return FailureReason.TURN_LIMIT
     if subtype == "error_max_budget_usd":
         return FailureReason.TOKEN_BUDGET
+    text = str(result.get("result") or "").lower()
     status = result.get("api_error_status")
-    if isinstance(status, int):
-        return FailureReason.MODEL_UNREACHABLE if status in (502, 503, 504) else FailureReason.MODEL_ERROR
-    return FailureReason.MODEL_ERROR if "api" in str(result.get("result") or "").lower() else FailureReason.EXIT_CODE
+    if result.get("terminal_reason") == "api_error" or text.startswith("api error") or isinstance(status, int):
+        if isinstance(status, int) and status in (502, 503, 504):
+            return FailureReason.MODEL_UNREACHABLE
+        return FailureReason.MODEL_UNREACHABLE if any(w in text for w in _UNREACHABLE) else FailureReason.MODEL_ERROR
+    return FailureReason.EXIT_CODE
