@@ -213,7 +213,7 @@ class Execution(Settling):
         runtime = env.runtimes.get(self.runtime_name)
         if runtime is None:
             raise ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
-        image = await self._image_for(runtime)
+        image = await self.image_for(runtime)
         gate_ctx = self.gate_ctx()
         decision = await env.gate.session_start(
             gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=image
@@ -327,7 +327,7 @@ class Execution(Settling):
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
 
-    async def _image_for(self, runtime: Any) -> str:
+    async def image_for(self, runtime: Any) -> str:
         """The plain sandbox image, or for a CLI agent runtime (`image_kind() == "agents"`) the agents
         image, which must hold that agent: checked from its labels before any container starts."""
         kind = getattr(runtime, "image_kind", None)

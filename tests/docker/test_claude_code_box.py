@@ -184,3 +184,25 @@ async def test_in_the_agents_image_the_cli_killed_mid_turn_fails_typed(
             await sb.remove()
     assert outcome.status is RunState.FAILED
     assert outcome.failure_reason is FailureReason.AGENT_NO_RESULT
+
+
+async def test_an_image_without_the_agent_fails_before_any_container_starts(
+    engine: SandboxEngine, docker_client: Any
+) -> None:
+    import secrets
+    from types import SimpleNamespace
+
+    import pytest
+
+    from tasks.core.states import FailureReason
+    from tasks.run.execution import Execution, ProvisionFailed
+
+    absent = f"forgehand-sandbox-agents:absent-{secrets.token_hex(3)}"
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    env = SimpleNamespace(engine=engine, image="forgehand-sandbox:1", agents_image=absent, settings=None)
+    execution = Execution(env, 0, asyncio.Event())  # type: ignore[arg-type]
+    with pytest.raises(ProvisionFailed) as caught:
+        await execution.image_for(ClaudeCodeRuntime())
+    assert caught.value.reason is FailureReason.IMAGE_MISSING
+    assert "forgehand sandbox build --agents" in str(caught.value) and absent in str(caught.value)
+    assert {c.id for c in docker_client.containers.list(all=True)} <= before
