@@ -279,3 +279,28 @@ async def test_model_failures_end_the_run_with_typed_reasons(tmp_path: Path) -> 
     down = HostSandbox(tmp_path / "down", "http://127.0.0.1:9")
     outcome = await ClaudeCodeRuntime().run(host_context(down, ScriptedGate(), Recorder()))
     assert outcome.status is RunState.FAILED and outcome.failure_reason is FailureReason.MODEL_UNREACHABLE, outcome
+
+
+async def test_a_question_blocks_the_run_and_the_answer_continues_the_session(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    options = [{"label": "a.txt", "description": "a"}, {"label": "b.txt", "description": "b"}]
+    ask = {"questions": [{"question": "Which file?", "header": "File", "multiSelect": False, "options": options}]}
+    with ScriptedAnthropic([tool_use("AskUserQuestion", ask, id="toolu_q"), text("waiting")]) as api:
+        sb = HostSandbox(tmp_path, api.url)
+        emit = Recorder()
+        ctx = host_context(sb, ScriptedGate(), emit, state_dir=state)
+        outcome = await ClaudeCodeRuntime().run(ctx)
+    assert outcome.status is RunState.BLOCKED, outcome
+    assert outcome.question == "Which file? (options: a.txt, b.txt)"
+    assert [q.text for q in emit.of("question")] == [outcome.question]
+    sb.fresh_home()
+    with ScriptedAnthropic([text("using b.txt")]) as api2:
+        sb.base_url = api2.url
+        ctx2 = host_context(
+            sb, ScriptedGate(), Recorder(), kind=RunKind.ANSWER, prompt="b.txt", state_dir=state,
+            session=ctx.agent_session_id,
+        )  # fmt: skip
+        outcome2 = await ClaudeCodeRuntime().run(ctx2)
+    assert outcome2.status is RunState.SUCCEEDED and outcome2.summary == "using b.txt"
+    assert ctx2.agent_session_id == ctx.agent_session_id
+    assert "The user answered your question: b.txt" in json.dumps(api2.requests[0]["messages"][-1])

@@ -50,7 +50,7 @@ from typing import Any
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunKind, RunState
-from tasks.core.transcript import HeadTail, Notice, System
+from tasks.core.transcript import HeadTail, Notice, Question, System
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
     PolicyBroker,
@@ -233,6 +233,8 @@ def _prompt(ctx: RunContext, session: str) -> str:
         )
     if ctx.kind is RunKind.RETRY:
         return "The previous attempt ended early. Continue with the goal."
+    if ctx.kind is RunKind.ANSWER:
+        return f"The user answered your question: {ctx.prompt}"
     return ctx.prompt or "Continue."
 
 
@@ -411,7 +413,7 @@ class _Drive:
         return await self._outcome(self.state.final, watchdog, exit_code)
 
     def _ending(self) -> bool:
-        return self.broker.parked is not None or bool(self.broker.policy_failure)
+        return self.broker.parked is not None or bool(self.broker.policy_failure or self.broker.question)
 
     def _account(self) -> None:
         ctx = self.ctx
@@ -437,6 +439,9 @@ class _Drive:
             )
         if broker.parked is not None:
             return Outcome(status=RunState.BLOCKED, approval=broker.parked, exit_code=exit_code)
+        if broker.question:
+            await self.ctx.emit("question", Question(text=broker.question))
+            return Outcome(status=RunState.BLOCKED, question=broker.question, exit_code=exit_code)
         if watchdog is not None and (final is None or watchdog[0] is not FailureReason.AGENT_LINGERED):
             return Outcome(status=RunState.FAILED, failure_reason=watchdog[0], error=watchdog[1], exit_code=exit_code)
         if final is None:

@@ -40,7 +40,7 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
     updated_input: dict[str, Any] | None = None
     message: str = ""  # what the model is told on deny
     # The run ends after this call: parked for approval, or the policy failed closed.
-    stop: Literal["", "approval", "policy_failure"] = ""
+    stop: Literal["", "approval", "policy_failure", "question"] = ""
     approval: ApprovalRequest | None = None
 
 
@@ -53,6 +53,7 @@ class PolicyBroker:
         self._on_stop = on_stop
         self.dispatched = 0  # pre_tool_use dispatches (one per tool_use_id)
         self.parked: ApprovalRequest | None = None
+        self.question = ""  # the agent asked the user (AskUserQuestion): the run blocks on it
         self.policy_failure = ""
         self.denied: set[str] = set()
         self.approved_pending: ApprovedCall | None = (
@@ -81,7 +82,7 @@ class PolicyBroker:
 
     async def _decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
         ctx = self.ctx
-        if self.parked is not None or self.policy_failure:
+        if self.parked is not None or self.policy_failure or self.question:
             return Verdict(behavior="deny", message="not run: the run is ending (waiting for a person's decision)")
         if not isinstance(tool_input, dict):
             return Verdict(behavior="deny", message="error: the tool input is not a JSON object; nothing was run")
@@ -119,7 +120,27 @@ class PolicyBroker:
             if decision.model_context.strip():
                 text += f"\n\nPolicy note: {decision.model_context}"
             return Verdict(behavior="deny", message=text)
+        if tool_name == QUESTION_TOOL:
+            # The person answers in forgehand (an `answer` run resumes the session with it).
+            self.question = question_text(decision.input_override or tool_input) or "The agent has a question."
+            text = "The question was sent to the user. Stop here; their answer comes as the next message."
+            return Verdict(behavior="deny", message=text, stop="question")
         return Verdict(behavior="allow", updated_input=decision.input_override or tool_input)
+
+
+QUESTION_TOOL = "AskUserQuestion"
+
+
+def question_text(tool_input: dict[str, Any]) -> str:
+    """AskUserQuestion's input: `{"questions": [{"question", "header", "options": [{"label", ...}]}]}`."""
+    parts: list[str] = []
+    questions = tool_input.get("questions")
+    for q in questions if isinstance(questions, list) else []:
+        if not isinstance(q, dict) or not isinstance(q.get("question"), str):
+            continue
+        labels = [str(o.get("label")) for o in q.get("options") or [] if isinstance(o, dict) and o.get("label")]
+        parts.append(q["question"] + (f" (options: {', '.join(labels)})" if labels else ""))
+    return "\n".join(parts)[:4000]
 
 
 def control_answer(request_id: str, verdict: Verdict, original: Any) -> dict[str, Any]:
