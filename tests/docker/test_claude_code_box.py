@@ -104,6 +104,7 @@ async def test_in_the_agents_image_ask_parks_and_the_approval_resumes_the_sessio
     assert outcome.status is RunState.BLOCKED, outcome
     assert outcome.approval is not None and outcome.approval.tool_input == command
     assert not (workspace / "approved-marker").exists()
+    assert len(bridged.fake.messages) == 1  # the interrupt landed before the model was called again
     session = ctx.agent_session_id
     assert session and (state / "claude-home.tgz").stat().st_size > 0
 

@@ -113,7 +113,7 @@ def test_a_consumer_s_deny_on_bash_stops_the_call_and_the_model_reads_the_reason
 def test_ask_parks_and_approving_runs_exactly_that_input_in_the_same_session(claude_settings: Settings) -> None:
     command = {"command": "echo approved > /workspace/approved.txt", "description": "write"}
     consumer = PolicyConsumer({"pre_tool_use": (200, {"permission": {"decision": "ask", "reason": "a person"}})})
-    turns = [tool_use("Bash", command, id="toolu_ask"), text("waiting"), tool_use("Bash", command), text("done")]
+    turns = [tool_use("Bash", command, id="toolu_ask"), tool_use("Bash", command), text("done")]
     with ScriptedAnthropic(turns, repeat_last=True) as api:
         s = with_model(claude_settings, api)
 

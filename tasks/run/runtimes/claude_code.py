@@ -70,6 +70,7 @@ WORKDIR = "/workspace"
 HOME_ARCHIVE = "claude-home.tgz"
 HOME_CAP = 64 * 1024 * 1024  # the saved session state; larger is not kept (the next run starts afresh)
 RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
+INTERRUPT_WAIT = 5.0  # seconds a stopping hook answer waits for the CLI to confirm the interrupt
 
 
 class ClaudeCodeRuntime:
@@ -253,6 +254,7 @@ class _Drive:
         self._tasks: set[asyncio.Task[None]] = set()
         self.posted: set[str] = set()
         self.stdin_open = True
+        self._answers: dict[str, asyncio.Future[None]] = {}  # our control requests, by id
 
     def raw_text(self) -> str:
         return self.raw.text()
@@ -271,9 +273,16 @@ class _Drive:
                 await self.proc.close_stdin()
 
     async def _stopping(self, verdict: Verdict) -> None:
-        """A call parked for approval or a failed policy: the turn ends now (the hook path has no
-        `interrupt` of its own, so one is sent on the control channel)."""
-        await self.send(interrupt_request(f"fh_{uuid.uuid4().hex[:12]}"))
+        """A call parked for approval, a question or a failed policy: the turn ends now. The hook
+        path has no `interrupt` of its own, so one is sent on the control channel, and the hook's
+        answer waits (briefly) until the CLI confirmed it: the model is not called again."""
+        request_id = f"fh_{uuid.uuid4().hex[:12]}"
+        confirmed = asyncio.get_running_loop().create_future()
+        self._answers[request_id] = confirmed
+        await self.send(interrupt_request(request_id))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(confirmed), INTERRUPT_WAIT)
+        self._answers.pop(request_id, None)
 
     async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /hooks/claude/<event>` from the managed hook (the backstop)."""
@@ -362,6 +371,10 @@ class _Drive:
                     await self._control(line)
                     continue
                 if line.get("type") == "control_response":
+                    response: dict[str, Any] = line["response"] if isinstance(line.get("response"), dict) else {}
+                    waiting = self._answers.get(str(response.get("request_id") or ""))
+                    if waiting is not None and not waiting.done():
+                        waiting.set_result(None)
                     continue
                 for kind, payload in self.state.feed(line):
                     await ctx.emit(kind, payload)  # type: ignore[arg-type]
