@@ -2,12 +2,12 @@
 
 from typing import Annotated
 
-from litestar import Controller, delete, get, post
-from litestar.params import JSONBody, Parameter
+from litestar import Controller, delete, get, post, put
+from litestar.params import FromPath, JSONBody, Parameter
 
-from forge import tokens
+from forge import model_keys, tokens
 from forge.auth import signed_in
-from forge.deps import ActorDep, DbSession, PrincipalDep, TokenCacheDep
+from forge.deps import ActorDep, DbSession, PrincipalDep, SettingsDep, TokenCacheDep
 from forge.error_codes import Code
 from forge.errors import Unauthenticated
 from forge.models import Account
@@ -64,3 +64,33 @@ class UserController(Controller):
     ) -> tokens.TokenRead:
         await _caller(db_session, actor)
         return await tokens.revoke(db_session, actor, token_id, token_cache)
+
+    # Personal model keys ("model access"): write-only; reads never return the key.
+
+    @get("/model-keys", summary="The caller's personal model keys (whether set, never the key)")
+    async def list_model_keys(self, db_session: DbSession, actor: ActorDep) -> list[model_keys.ModelKeyRead]:
+        return await model_keys.list_for(db_session, await _caller(db_session, actor))
+
+    @get("/model-keys/{provider:str}", summary="Whether the caller has a personal key for a provider")
+    async def get_model_key(
+        self, db_session: DbSession, actor: ActorDep, provider: FromPath[str]
+    ) -> model_keys.ModelKeyRead:
+        return await model_keys.get(db_session, await _caller(db_session, actor), provider)
+
+    @put("/model-keys/{provider:str}", summary="Set the caller's personal key for a provider (write-only)")
+    async def put_model_key(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        settings: SettingsDep,
+        provider: FromPath[str],
+        data: JSONBody[model_keys.ModelKeyPut],
+    ) -> model_keys.ModelKeyRead:
+        owner = await _caller(db_session, actor)
+        return await model_keys.put(db_session, settings, actor, owner, provider, data)
+
+    @delete("/model-keys/{provider:str}", summary="Remove the caller's personal key for a provider", status_code=200)
+    async def delete_model_key(
+        self, db_session: DbSession, actor: ActorDep, provider: FromPath[str]
+    ) -> model_keys.ModelKeyRead:
+        return await model_keys.remove(db_session, actor, await _caller(db_session, actor), provider)

@@ -37,6 +37,7 @@ from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
+from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.pushes import PushRecorder
@@ -140,6 +141,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             AuthPages,
             HomePages,
             TokenPages,
+            ModelKeyPages,
             AdminPages,
             RepoListPages,
             RepoPages,

@@ -126,6 +126,9 @@ class Code(StrEnum):
     INVALID_COMMAND = "invalid_command", 422, "a command with NUL, or a command for another runtime"
     MODEL_NOT_CONFIGURED = "model_not_configured", 422, "the builtin runtime needs a model endpoint"
     INVALID_MODEL_URL = "invalid_model_url", 422, "the model endpoint is not an http(s) URL"
+    UNKNOWN_MODEL_PROVIDER = "unknown_model_provider", 404, "model keys are for `anthropic` or `openai`"
+    INVALID_MODEL_KEY = "invalid_model_key", 422, "a model key is 8-4096 printable characters"
+    MODEL_KEY_NOT_FOUND = "model_key_not_found", 404, "the caller has no personal key for this provider"
     INVALID_AGENT = "invalid_agent", 422, "the agent is not an active bot with write access"
     BASE_NOT_FOUND = "base_not_found", 422, "the base branch does not exist (409: it is gone from a task)", (409,)
     BODY_REQUIRED = "body_required", 422, "a message or answer is empty"

@@ -163,3 +163,19 @@ class PushRecord(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
     # The push journal entry it settles (forge.pushes): recorded exactly once, whoever gets there.
     journal_id: Mapped[str | None] = mapped_column(String(36), unique=True, nullable=True)
+
+
+class ModelKey(Base):
+    """A person's own model provider key ("model access" in their settings), encrypted at rest
+    (forge.model_keys); spent only by tasks of repositories that allow personal keys."""
+
+    __tablename__ = "model_keys"
+    __table_args__ = (UniqueConstraint("account_id", "provider", name="uq_model_keys_account_provider"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    provider: Mapped[str] = mapped_column(String(16))  # "anthropic" | "openai"
+    api_key_enc: Mapped[str] = mapped_column(Text)
+    last4: Mapped[str] = mapped_column(String(4))
+    base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

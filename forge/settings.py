@@ -6,6 +6,7 @@ variable (or the file key) it came from, so an operator knows what to fix.
 
 import os
 import secrets
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -74,6 +75,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     model_name: str = ""
     model_api_key: str = ""
     model_timeout_seconds: float = 120.0
+    # The instance's Anthropic provider (Claude Code runtimes); the gateway injects the key on the host.
+    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_api_key: str = ""
+    anthropic_model: str = ""
+    # Optional price table for the model gateway's cost metering: a JSON or TOML file of
+    # {model: {input, output, cache_read, cache_write}} in USD per million tokens.
+    model_prices: str = ""
+    # Per-run socket directories (the model gateway, the hook bridge); short: socket paths have a
+    # 107-byte limit. Empty means <tempdir>/forgehand-runs.
+    run_channel_dir: str = ""
 
     @property
     def effective_database_url(self) -> str:
@@ -84,6 +95,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     @property
     def effective_base_url(self) -> str:
         return (self.base_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def effective_run_channel_dir(self) -> Path:
+        return Path(self.run_channel_dir or Path(tempfile.gettempdir()) / "forgehand-runs")
 
     @property
     def is_sqlite(self) -> bool:
@@ -132,6 +147,15 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             raise SettingsError(f"{src('base_url')}: expected an http(s) URL, got {s.base_url!r}")
         if parts.query or parts.fragment or parts.username:
             raise SettingsError(f"{src('base_url')}: must not carry a query, fragment or userinfo")
+    if s.anthropic_base_url:
+        parts = urlsplit(s.anthropic_base_url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise SettingsError(f"{src('anthropic_base_url')}: expected an http(s) URL, got {s.anthropic_base_url!r}")
+    if s.run_channel_dir and (not Path(s.run_channel_dir).is_absolute() or len(s.run_channel_dir) > 60):
+        raise SettingsError(
+            f"{src('run_channel_dir')}: expected an absolute path of at most 60 characters "
+            "(Unix socket paths are limited to 107 bytes)"
+        )
     if s.database_url and not s.database_url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
         raise SettingsError(
             f"{src('database_url')}: expected sqlite+aiosqlite:///PATH or postgresql+asyncpg://..., "

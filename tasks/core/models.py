@@ -4,7 +4,7 @@ import uuid as uuid_mod
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from forge.db import Base, utcnow
@@ -108,6 +108,15 @@ class Run(Base):
     # The agent CLI that ran (e.g. "claude-code", "2.1.332"); empty for the builtin runtimes.
     agent_name: Mapped[str] = mapped_column(String(64), default="", server_default="")
     agent_version: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # What the model gateway metered for this run's calls (tasks/run/gateway), whatever the runtime;
+    # `prompt_tokens`/`completion_tokens` stay the builtin runtime's own count.
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cache_write_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # null: not priced
+    model_key: Mapped[str] = mapped_column(String(16), default="", server_default="")  # instance|repository|personal
+    model_provider: Mapped[str] = mapped_column(String(16), default="", server_default="")
     # The paths the snapshot refused: how many, the first `SKIPPED_SAMPLE` on the row (what task
     # JSON shows), and all of them in `task_run_skipped` (their own paginated endpoint). An agent
     # that writes 100,000 files would otherwise make every read of its task megabytes long.
@@ -241,6 +250,11 @@ class RepoTaskSettings(Base):
     model_base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
     model_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
     model_api_key_enc: Mapped[str | None] = mapped_column(Text, nullable=True)
+    anthropic_base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    anthropic_model: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    anthropic_api_key_enc: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Tasks may spend the starter's personal model key (forge.models.ModelKey) when they have one.
+    allow_personal_keys: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     turn_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
     tool_timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     idle_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -1,12 +1,20 @@
 """A repository's task settings as runs and merges read them: the instance's settings with the
-repository's overrides (`effective`), and the merge rules. The model key is stored encrypted."""
+repository's overrides (`effective`), which key pays for a run's model calls (`model_access`),
+and the merge rules. Model keys are stored encrypted."""
+
+from typing import Literal
 
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.model_keys import personal_keys
 from forge.security import SecretBox
 from forge.settings import Settings
 from tasks.core.models import RepoTaskSettings
+
+Provider = Literal["anthropic", "openai"]
+KeySource = Literal["instance", "repository", "personal"]
+ANTHROPIC_DEFAULT_URL = "https://api.anthropic.com"
 
 KEY_PURPOSE = "forgehand-model-keys-v1"
 
@@ -38,6 +46,59 @@ async def effective(session: AsyncSession, settings: Settings, repo_id: int) -> 
         if value is not None:
             changes[name] = value
     return msgspec.structs.replace(settings, **changes) if changes else settings
+
+
+class ProviderAccess(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one provider's calls of a run go, with which key and model, and whose key that is."""
+
+    provider: Provider
+    base_url: str
+    api_key: str
+    model: str
+    source: KeySource
+
+    @property
+    def configured(self) -> bool:
+        if self.provider == "openai":
+            return bool(self.base_url and self.model)
+        # The vendor's endpoint without a key cannot answer; any other endpoint may need none.
+        return bool(self.base_url) and (bool(self.api_key) or self.base_url.rstrip("/") != ANTHROPIC_DEFAULT_URL)
+
+
+async def model_access(
+    session: AsyncSession, settings: Settings, repo_id: int, starter_id: int | None
+) -> dict[Provider, ProviderAccess]:
+    """Which key pays, per provider: the starter's personal key when the repository allows it and
+    they have one, else the repository's, else the instance's.
+
+    A key only ever goes to an endpoint its owner chose: a personal key to the person's own base
+    URL (or the instance's), a repository's key to the repository's (or the instance's), and the
+    instance's key only to the instance's endpoint; a repository that sets its own endpoint
+    without a key gets no key sent there."""
+    row = await session.get(RepoTaskSettings, repo_id)
+    box = secret_box(settings)
+    instance: dict[Provider, tuple[str, str, str]] = {
+        "openai": (settings.model_base_url, settings.model_api_key, settings.model_name),
+        "anthropic": (settings.anthropic_base_url, settings.anthropic_api_key, settings.anthropic_model),
+    }
+    personal = await personal_keys(session, settings, starter_id) if row is not None and row.allow_personal_keys else {}
+    out: dict[Provider, ProviderAccess] = {}
+    for provider, (base, key, model) in instance.items():
+        source: KeySource = "instance"
+        if row is not None:
+            repo_base = row.model_base_url if provider == "openai" else row.anthropic_base_url
+            repo_key_enc = row.model_api_key_enc if provider == "openai" else row.anthropic_api_key_enc
+            model = (row.model_name if provider == "openai" else row.anthropic_model) or model
+            if repo_key_enc or repo_base:
+                source = "repository"
+                base = repo_base or base
+                key = box.decrypt(repo_key_enc) if repo_key_enc else ""
+        mine = personal.get(provider)
+        if mine is not None:
+            source, key = "personal", mine.api_key
+            base = mine.base_url or instance[provider][0]
+        out[provider] = ProviderAccess(provider=provider, base_url=base, api_key=key, model=model, source=source)
+    return out
 
 
 class MergeRules(msgspec.Struct, frozen=True, kw_only=True):

@@ -116,6 +116,17 @@ class MergeCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     expected_head_sha: Annotated[str, msgspec.Meta(max_length=64)] = ""
 
 
+class UsageRead(msgspec.Struct, kw_only=True):
+    """What the model gateway metered: tokens, and the cost when the model has a price
+    (`FORGEHAND_MODEL_PRICES`; null when any metered call's model has none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+
+
 class RunRead(msgspec.Struct, kw_only=True):
     number: int
     kind: str
@@ -139,6 +150,10 @@ class RunRead(msgspec.Struct, kw_only=True):
     # A CLI agent runtime: which agent and CLI version ran (empty for builtin and command).
     agent_name: str = ""
     agent_version: str = ""
+    usage: UsageRead = msgspec.field(default_factory=UsageRead)
+    # Whose key paid for the run's model calls: "instance", "repository" or "personal" (null: no model).
+    model_key: str | None = None
+    model_provider: str | None = None
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -188,6 +203,9 @@ class TaskRead(msgspec.Struct, kw_only=True):
     merged_at: datetime | None = None
     # A CLI agent runtime: the agent's own session id, kept across the task's runs (resume).
     agent_session_id: str | None = None
+    # The sum over the task's runs, and whose key paid for its latest run that called a model.
+    usage: UsageRead = msgspec.field(default_factory=UsageRead)
+    model_key: str | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

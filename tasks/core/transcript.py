@@ -22,7 +22,17 @@ SCHEMA_VERSION = 1
 TOOL_OUTPUT_CAP = 64 * 1024
 
 Kind = Literal[
-    "prompt", "assistant", "tool_call", "tool_result", "stdout", "stderr", "notice", "system", "summary", "question"
+    "prompt",
+    "assistant",
+    "tool_call",
+    "tool_result",
+    "stdout",
+    "stderr",
+    "notice",
+    "system",
+    "summary",
+    "question",
+    "model_call",
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 
@@ -84,7 +94,24 @@ class Question(msgspec.Struct, kw_only=True, tag="question"):
     tool_call_id: str = ""
 
 
-Payload = Prompt | Assistant | ToolCall | ToolResult | Output | Notice | System | Summary | Question
+class ModelCall(msgspec.Struct, kw_only=True, tag="model_call"):
+    """One call through the model gateway (tasks/run/gateway): what it cost and how it went."""
+
+    provider: str  # "anthropic" | "openai"
+    model: str
+    status: int  # the HTTP status the agent got (502/504: the upstream was unreachable or too slow)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    latency_ms: int = 0
+    ttfb_ms: int | None = None
+    cost_usd: float | None = None  # null when the model has no price
+    stream: bool = False
+    error: str = ""
+
+
+Payload = Prompt | Assistant | ToolCall | ToolResult | Output | Notice | System | Summary | Question | ModelCall
 
 _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     Prompt: ("prompt",),
@@ -96,6 +123,7 @@ _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     System: ("system",),
     Summary: ("summary",),
     Question: ("question",),
+    ModelCall: ("model_call",),
 }
 
 

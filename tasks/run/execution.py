@@ -35,6 +35,7 @@ from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops, recovery
 from tasks.run.env import RunEnv
+from tasks.run.gateway import ChannelUnavailable, RunChannel, build_channel, provider_of
 from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits, RuntimeUnavailable
 from tasks.run.settle import Settling
 
@@ -72,6 +73,12 @@ _SESSION_SOURCE: dict[RunKind, Any] = {
 }
 
 
+def _budget_ends(outcome: Outcome) -> bool:
+    """A used-up budget ends the run unless it failed for a reason of its own first."""
+    model_reasons = (None, FailureReason.MODEL_ERROR, FailureReason.MODEL_UNREACHABLE, FailureReason.TOKEN_BUDGET)
+    return outcome.status is not RunState.FAILED or outcome.failure_reason in model_reasons
+
+
 def _ms(t0: float) -> int:
     return int((time.monotonic() - t0) * 1000)
 
@@ -90,7 +97,7 @@ class Execution(Settling):
         self.start_sha = ""
         self.writer: TranscriptWriter | None = None
         self.turns = self.prompt_tokens = self.completion_tokens = 0
-        self.turns = self.prompt_tokens = self.completion_tokens = 0
+        self.channel: RunChannel | None = None
 
     async def _load(self) -> None:
         async with self.env.db.session() as s:
@@ -131,6 +138,8 @@ class Execution(Settling):
             self.repo_uuid = repo.uuid
             # The instance's settings with this repository's overrides (model endpoint, limits).
             self.settings = await repo_settings.effective(s, self.env.settings, repo.id)
+            # Which key pays for the run's model calls, per provider (the gateway injects it).
+            self.access = await repo_settings.model_access(s, self.env.settings, repo.id, run.requested_by_id)
             self.agent_login = agent.login if agent else "agent"
             self.starter_login = starter.login if starter else ""
             self.starter_type = "Bot" if starter is not None and starter.is_bot else "User"
@@ -159,7 +168,8 @@ class Execution(Settling):
     async def run(self) -> None:
         await self._load()
         settings = self.settings
-        redactor = Redactor([settings.model_api_key, settings.secret_key, *self.env.extra_secrets])
+        keys = [a.api_key for a in self.access.values()]
+        redactor = Redactor([settings.model_api_key, settings.secret_key, *keys, *self.env.extra_secrets])
         self.writer = TranscriptWriter(self.env.db, self.env.hub, self.task_id, self.run_id, redactor)
         self.writer.start()
         outcome: Outcome
@@ -196,7 +206,7 @@ class Execution(Settling):
             with contextlib.suppress(Exception):
                 await self._record_agent(ctx)
         # Settle even when cancelled: shield the cleanup so a shutdown cannot leave a container behind.
-        settle = asyncio.ensure_future(self.settle(outcome, stopped))
+        settle = asyncio.ensure_future(self._end(outcome, stopped))
         try:
             await asyncio.shield(settle)
         except asyncio.CancelledError:
@@ -204,6 +214,25 @@ class Execution(Settling):
             await settle
         if cancelled:
             raise asyncio.CancelledError
+
+    async def _end(self, outcome: Outcome, stopped: bool) -> None:
+        """Close the run's channel first (its token dies with it, whatever the ending), record what
+        the gateway metered, then settle."""
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            try:
+                await channel.close()
+            except Exception:
+                log.exception("closing the run's channel failed", run_id=self.run_id)
+            usage = channel.usage
+            await self._set_run(
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_micros=channel.cost_micros,
+            )
+        await self.settle(outcome, stopped)
 
     # --- provisioning -------------------------------------------------------------------------
 
@@ -227,14 +256,7 @@ class Execution(Settling):
             raise ProvisionFailed(FailureReason.POLICY, f"a policy refused the run: {decision.reason or 'denied'}")
         model: ModelEndpoint | None = None
         if runtime.needs_model():
-            if not (settings.model_base_url and settings.model_name):
-                raise ProvisionFailed(FailureReason.MODEL_UNREACHABLE, "no model endpoint is configured")
-            model = ModelEndpoint(
-                base_url=settings.model_base_url,
-                model=settings.model_name,
-                api_key=settings.model_api_key,
-                timeout=settings.model_timeout_seconds,
-            )
+            model = await self._open_channel(runtime)
         # Workspace: the task branch if it exists, else the base, at a recorded sha.
         t0 = time.monotonic()
         limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
@@ -283,6 +305,7 @@ class Execution(Settling):
                 exec_timeout_seconds=settings.task_tool_timeout_seconds,
                 workspace_bytes=limit_mb * MiB,
             ),
+            channel_dir=self.channel.host_dir if self.channel is not None else None,
         )
         try:
             self.sandbox = await env.engine.start(spec)
@@ -319,6 +342,7 @@ class Execution(Settling):
             gate_ctx=gate_ctx,
             emit=self._emit,
             model=model,
+            channel=self.channel,
             approval=self.approved,
             agent_session_id=self.agent_session_id,
             state_dir=self.settings.data_dir.resolve() / "agents" / self.task_uuid,
@@ -359,6 +383,28 @@ class Execution(Settling):
                     .execution_options(synchronize_session=False)
                 )
 
+    async def _open_channel(self, runtime: Any) -> ModelEndpoint:
+        """The run's model gateway, before the sandbox starts (directory, socket, token); the run
+        records which provider it speaks and whose key pays."""
+        provider = provider_of(runtime)
+        try:
+            channel = build_channel(
+                self.settings, self.access, provider, task_id=self.task_id, run_id=self.run_id,
+                run_uuid=self.run_uuid, emit=self._emit,
+            )  # fmt: skip
+        except ChannelUnavailable as exc:
+            raise ProvisionFailed(FailureReason.MODEL_UNREACHABLE, str(exc)) from exc
+        self.channel = channel
+        try:
+            await channel.start()
+        except (OSError, RuntimeError) as exc:
+            raise ProvisionFailed(FailureReason.INTERNAL, f"the run's model gateway could not start: {exc}") from exc
+        await self._set_run(model_key=channel.provider.model_key, model_provider=provider)
+        model = self.access[provider].model
+        timeout = self.settings.model_timeout_seconds
+        return ModelEndpoint(base_url="http://gateway/v1", model=model, api_key=channel.token, timeout=timeout,
+                             uds=str(channel.socket_path))  # fmt: skip
+
     async def _emit(self, kind: Any, payload: Any) -> None:
         assert self.writer is not None
         await self.writer.emit(kind, payload)
@@ -379,21 +425,37 @@ class Execution(Settling):
         assert self.writer is not None
         runtime_task = asyncio.ensure_future(self.runtime.run(ctx))
         stop_wait = asyncio.ensure_future(self.stop_event.wait())
+        channel = self.channel
+        budget_wait = asyncio.ensure_future(
+            channel.budget_exhausted.wait() if channel is not None else asyncio.Event().wait()
+        )
         deadline = time.monotonic() + settings.task_wall_clock_seconds
         idle = settings.task_idle_seconds
         warned = False
         try:
             while True:
                 done, _ = await asyncio.wait(
-                    {runtime_task, stop_wait}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                    {runtime_task, stop_wait, budget_wait}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
                 )
-                if runtime_task in done:
+                if budget_wait in done and runtime_task not in done:
+                    # The gateway refused or cut a call: the runtime gets a moment to end on its own
+                    # (it sees the refusal), else the run is stopped.
+                    await asyncio.wait({runtime_task}, timeout=5)
+                    if not runtime_task.done():
+                        assert channel is not None
+                        raise Stopped(FailureReason.TOKEN_BUDGET, channel.budget.text)
+                if runtime_task in done or runtime_task.done():
                     if self.sandbox is not None and await self.sandbox.check_disk_limit():
                         raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
                     try:
-                        return runtime_task.result()
+                        outcome = runtime_task.result()
                     except RuntimeUnavailable as exc:
                         return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
+                    if channel is not None and channel.budget_exhausted.is_set() and _budget_ends(outcome):
+                        # However the runtime took the refusal or the cut answer, the budget ended the run.
+                        outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.TOKEN_BUDGET
+                        outcome.error = outcome.error if "token budget" in outcome.error else channel.budget.text
+                    return outcome
                 if stop_wait in done:
                     raise Stopped(None, "stopped by request")
                 if self.sandbox is not None and self.sandbox.disk_limit_reached:
@@ -418,6 +480,7 @@ class Execution(Settling):
                     warned = False
         finally:
             stop_wait.cancel()
+            budget_wait.cancel()
             if not runtime_task.done():
                 # Removing the sandbox ends any exec at once; then the runtime task unwinds.
                 if self.sandbox is not None:

@@ -34,6 +34,7 @@ from tasks.core.transcript import Notice, Pending
 from tasks.run import recovery
 from tasks.run.env import RunEnv
 from tasks.run.execution import Execution
+from tasks.run.gateway import sweep_channels
 from tasks.run.runtimes import default_runtimes
 from tasks.run.runtimes.base import Runtime
 from tasks.run.settle import remove_workspace, run_data
@@ -221,6 +222,9 @@ class TaskWorker:
         swept = await asyncio.to_thread(recovery.sweep, recovery.workspaces_root(self.env), keep)
         if swept:
             log.info("removed workspaces no live run owns", count=len(swept))
+        stale = await asyncio.to_thread(sweep_channels, self.settings.effective_run_channel_dir, keep)
+        if stale:
+            log.info("removed run channels no live run owns", count=len(stale))
 
     async def _live_run_uuids(self) -> set[str]:
         # Runs that started while this recovery ran (another worker's) keep their workspaces too.

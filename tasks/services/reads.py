@@ -12,7 +12,7 @@ from forge.models import Account
 from forge.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due
-from tasks.core.schemas import ApprovalRead, RunRead, SkippedPage, SkippedPath, TaskRead
+from tasks.core.schemas import ApprovalRead, RunRead, SkippedPage, SkippedPath, TaskRead, UsageRead
 from tasks.core.states import ApprovalState, RunState, TaskState
 
 
@@ -63,8 +63,25 @@ async def approval_reads(session: AsyncSession, approvals: Sequence[Approval]) -
     ]
 
 
+def usage_of(runs: Sequence[Run]) -> UsageRead:
+    """The metered usage of some runs; the cost is null when any run's calls were not all priced."""
+    tokens = [r.input_tokens + r.output_tokens + r.cache_read_tokens + r.cache_write_tokens for r in runs]
+    costs = [r.cost_micros for r, n in zip(runs, tokens, strict=True) if n or r.cost_micros]
+    priced = bool(costs) and all(c is not None for c in costs)
+    return UsageRead(
+        input_tokens=sum(r.input_tokens for r in runs),
+        output_tokens=sum(r.output_tokens for r in runs),
+        cache_read_tokens=sum(r.cache_read_tokens for r in runs),
+        cache_write_tokens=sum(r.cache_write_tokens for r in runs),
+        cost_usd=sum(c or 0 for c in costs) / 1_000_000 if priced else None,
+    )
+
+
 def run_read(r: Run) -> RunRead:
     return RunRead(
+        usage=usage_of([r]),
+        model_key=r.model_key or None,
+        model_provider=r.model_provider or None,
         number=r.seq,
         kind=r.kind,
         state=r.state,
@@ -164,6 +181,8 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
                 created_at=task.created_at,
                 updated_at=task.updated_at,
                 runs=[run_read(r) for r in runs.get(task.id, [])],
+                usage=usage_of(runs.get(task.id, [])),
+                model_key=next((r.model_key for r in reversed(runs.get(task.id, [])) if r.model_key), None),
             )
         )
     return out

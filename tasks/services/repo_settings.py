@@ -34,6 +34,12 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     required_approvals: int | None = None
     approval_not_by_starter: bool | None = None
     delete_branch_on_merge: bool | None = None
+    # The Anthropic provider (Claude Code runtimes); the key is write-only like the OpenAI one.
+    anthropic_base_url: str | None = None
+    anthropic_model: str | None = None
+    anthropic_api_key_set: bool = False
+    # Tasks may spend the starter's personal model key (GET/PUT /api/v1/user/model-keys/{provider}).
+    allow_personal_keys: bool = False
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -51,6 +57,10 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
     approval_not_by_starter: bool | None = None
     delete_branch_on_merge: bool | None = None
+    anthropic_base_url: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    anthropic_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
+    anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    allow_personal_keys: bool | None = None
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -66,6 +76,10 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         required_approvals=row.required_approvals if row else None,
         approval_not_by_starter=row.approval_not_by_starter if row else None,
         delete_branch_on_merge=row.delete_branch_on_merge if row else None,
+        anthropic_base_url=row.anthropic_base_url if row else None,
+        anthropic_model=row.anthropic_model if row else None,
+        anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
+        allow_personal_keys=bool(row and row.allow_personal_keys),
     )
 
 
@@ -73,10 +87,11 @@ async def update(
     session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, change: RepoTaskSettingsUpdate
 ) -> RepoTaskSettingsRead:
     rules.require_configure(actor.principal, res)
-    if change.model_base_url:
-        parts = urlsplit(require_no_nul(change.model_base_url, "a model URL"))
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
-            raise InvalidInput("the model endpoint is an http(s) URL", code="invalid_model_url")
+    for url in (change.model_base_url, change.anthropic_base_url):
+        if url:
+            parts = urlsplit(require_no_nul(url, "a model URL"))
+            if parts.scheme not in {"http", "https"} or not parts.hostname:
+                raise InvalidInput("the model endpoint is an http(s) URL", code="invalid_model_url")
     row = await session.get(RepoTaskSettings, res.repo.id)
     if row is None:
         row = RepoTaskSettings(repo_id=res.repo.id)
@@ -85,6 +100,12 @@ async def update(
     row.model_name = require_no_nul(change.model_name, "a model name") if change.model_name else None
     if change.model_api_key is not None:
         row.model_api_key_enc = secret_box(settings).encrypt(change.model_api_key) if change.model_api_key else None
+    row.anthropic_base_url = change.anthropic_base_url or None
+    row.anthropic_model = require_no_nul(change.anthropic_model, "a model name") if change.anthropic_model else None
+    if change.anthropic_api_key is not None:
+        box = secret_box(settings)
+        row.anthropic_api_key_enc = box.encrypt(change.anthropic_api_key) if change.anthropic_api_key else None
+    row.allow_personal_keys = bool(change.allow_personal_keys)
     row.turn_limit = change.turn_limit
     row.tool_timeout_seconds = change.tool_timeout_seconds
     row.idle_seconds = change.idle_seconds
@@ -100,7 +121,12 @@ async def update(
         "repo.task_settings.update",
         res.full_name,
         # What changed, never the key itself.
-        **{k: v for k, v in msgspec.structs.asdict(change).items() if k != "model_api_key" and v is not None},
+        **{
+            k: v
+            for k, v in msgspec.structs.asdict(change).items()
+            if k not in ("model_api_key", "anthropic_api_key") and v is not None
+        },
         model_api_key="changed" if change.model_api_key is not None else "kept",
+        anthropic_api_key="changed" if change.anthropic_api_key is not None else "kept",
     )
     return settings_read(row)

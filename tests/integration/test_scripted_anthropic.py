@@ -7,15 +7,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.anthropic import ScriptedAnthropic, hang, slow, status, text, tool_use, turn
-
-
-def _events(body: str) -> list[tuple[str, dict]]:
-    out = []
-    for frame in body.strip().split("\n\n"):
-        lines = dict(line.split(": ", 1) for line in frame.splitlines())
-        out.append((lines["event"], json.loads(lines["data"])))
-    return out
+from tests.support.anthropic import ScriptedAnthropic, hang, parse_sse, slow, status, text, tool_use, turn
 
 
 def test_stream_is_framed_like_the_real_api() -> None:
@@ -30,7 +22,7 @@ def test_stream_is_framed_like_the_real_api() -> None:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         assert response.headers["transfer-encoding"] == "chunked"
-        events = _events(response.text)
+        events = parse_sse(response.text)
         names = [name for name, _ in events]
         assert names[:2] == ["message_start", "ping"]
         assert names[-2:] == ["message_delta", "message_stop"]

@@ -189,6 +189,15 @@ def sse_events(t: Turn, model: str) -> list[tuple[str, dict[str, Any]]]:
     return events
 
 
+def parse_sse(body: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (event, data) pairs of a whole streamed answer, as a client reads them."""
+    out = []
+    for frame in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in frame.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
 def message_json(t: Turn, model: str) -> dict[str, Any]:
     """The non-streaming answer."""
     content: list[dict[str, Any]] = []
@@ -227,6 +236,7 @@ class ScriptedAnthropic:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the real API
+            disable_nagle_algorithm = True  # each SSE event leaves at once (no 40 ms delayed-ACK stalls)
 
             def log_message(self, *args: Any) -> None:
                 pass

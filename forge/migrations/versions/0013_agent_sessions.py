@@ -1,7 +1,7 @@
 """agent sessions: which agent CLI (name, version) ran each run, and the agent's session id a task resumes
 
 Revision ID: 0013
-Revises: 0011 (the integrator chains it after 0012)
+Revises: 0012
 Create Date: 2026-12-01 12:10:00
 """
 from collections.abc import Sequence
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = '0013'
-down_revision: str | None = '0011'
+down_revision: str | None = '0012'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

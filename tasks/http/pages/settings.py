@@ -33,6 +33,11 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     model_name: str = ""
     model_api_key: str = ""
     remove_model_api_key: str = ""
+    anthropic_base_url: str = ""
+    anthropic_model: str = ""
+    anthropic_api_key: str = ""
+    remove_anthropic_api_key: str = ""
+    allow_personal_keys: str = ""
     turn_limit: str = ""
     tool_timeout_seconds: str = ""
     idle_seconds: str = ""
@@ -51,11 +56,18 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "model_name": form.model_name.strip()[:200] or None,
         "approval_not_by_starter": bool(form.approval_not_by_starter),
         "delete_branch_on_merge": bool(form.delete_branch_on_merge),
+        "anthropic_base_url": form.anthropic_base_url.strip()[:500] or None,
+        "anthropic_model": form.anthropic_model.strip()[:200] or None,
+        "allow_personal_keys": bool(form.allow_personal_keys),
     }
-    if form.remove_model_api_key:
-        values["model_api_key"] = ""
-    elif form.model_api_key:
-        values["model_api_key"] = form.model_api_key[:4096]
+    for key, remove in (
+        ("model_api_key", form.remove_model_api_key),
+        ("anthropic_api_key", form.remove_anthropic_api_key),
+    ):
+        if remove:
+            values[key] = ""
+        elif getattr(form, key):
+            values[key] = getattr(form, key)[:4096]
     for name in INT_FIELDS:
         raw = getattr(form, name).strip()
         if raw:

@@ -14,6 +14,7 @@ from sandbox import Sandbox
 from tasks.core.policy import ApprovalRequest, ApprovedCall, GateContext, PolicyGate
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Kind, Payload
+from tasks.run.gateway import RunChannel
 
 __all__ = [
     "ApprovalRequest",
@@ -35,10 +36,14 @@ class RuntimeLimits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ModelEndpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a host-side runtime sends its model calls: the run's gateway (`uds` its socket,
+    `api_key` the run token), which holds the real key."""
+
     base_url: str
     model: str
     api_key: str = ""
     timeout: float = 120.0
+    uds: str = ""
 
 
 class Outcome(msgspec.Struct, kw_only=True):
@@ -69,14 +74,14 @@ class RunContext(msgspec.Struct, kw_only=True):
     gate_ctx: GateContext
     emit: Emit
     model: ModelEndpoint | None = None
+    # The run's channel (model gateway, hook bridge) when the runtime needs a model.
+    channel: RunChannel | None = None
     # An `approval` run: the decision on the parked call the run resumes with.
     approval: ApprovedCall | None = None
     # Token and turn accounting (the worker stores them on the run).
     turns: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    # The run's model gateway channel (tasks/run/gateway; set for a runtime that needs a model).
-    channel: Any = None
     # CLI agents (claude-code): the task's agent session to resume ("" = none yet) and the task's
     # state directory on the host (saved sessions, raw streams); the runtime sets the session and
     # what ran (agent name, CLI version), the worker stores them on the task and the run.

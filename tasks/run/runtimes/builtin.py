@@ -1,7 +1,8 @@
 """The `builtin` runtime: an agent loop on the host speaking OpenAI-compatible chat completions.
 
-The model endpoint and its key stay on the host; only tool executions reach the sandbox (exec for
-`bash`, host-side safe file access for the file tools). The conversation is carried from one run
+Its model calls go through the run's model gateway (the run token on the channel's socket; the
+real key is the gateway's alone); only tool executions reach the sandbox (exec for `bash`,
+host-side safe file access for the file tools). The conversation is carried from one run
 to the next (an answer to `ask_user` becomes that call's tool result)."""
 
 import asyncio
@@ -46,6 +47,7 @@ def _str_arg(args: dict[str, Any], name: str, *, default: str | None = None) -> 
 
 class BuiltinRuntime:
     name = "builtin"
+    model_provider = "openai"  # what its gateway calls speak (the key that pays is this provider's)
 
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._transport = transport
@@ -84,7 +86,10 @@ class BuiltinRuntime:
             parked = await self._resume_approved(ctx, ctx.approval, messages)
             if parked is not None:
                 return parked
-        async with httpx.AsyncClient(transport=self._transport, follow_redirects=False) as client:
+        transport = self._transport
+        if transport is None and ctx.model.uds:
+            transport = httpx.AsyncHTTPTransport(uds=ctx.model.uds)
+        async with httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False) as client:
             while True:
                 if ctx.turns >= ctx.limits.turn_limit:
                     return Outcome(

@@ -1,6 +1,7 @@
 """The builtin runtime's side of the model: the tool schema it offers and one chat completion
 against an OpenAI-compatible endpoint (retrying 429/5xx with Retry-After, and connection errors).
-The model gateway will sit behind this."""
+In a run that endpoint is the run's model gateway (tasks/run/gateway), which holds the real key:
+its own answers say why in `x-forgehand-gateway` (`unreachable`, `timeout`, `budget`)."""
 
 import asyncio
 from email.utils import parsedate_to_datetime
@@ -10,6 +11,7 @@ import httpx
 
 from forge.db import utcnow
 from tasks.core.states import FailureReason
+from tasks.run.gateway.budget import GATEWAY_HEADER
 from tasks.run.runtimes.base import ModelEndpoint
 
 MAX_ATTEMPTS = 5
@@ -64,6 +66,14 @@ class ModelFailure(Exception):
         self.reason = reason
 
 
+def _gateway_message(resp: httpx.Response) -> str:
+    try:
+        error = resp.json().get("error") or {}
+        return str(error.get("message") or "")[:500] if isinstance(error, dict) else ""
+    except (ValueError, AttributeError):
+        return ""
+
+
 def retry_after(resp: httpx.Response, attempt: int) -> float:
     base = min(2.0**attempt * 0.5, MAX_RETRY_AFTER)
     raw = resp.headers.get("retry-after", "").strip()
@@ -86,13 +96,24 @@ async def chat(client: httpx.AsyncClient, model: ModelEndpoint, messages: list[d
     last_error = ""
     for attempt in range(MAX_ATTEMPTS):
         try:
-            resp = await client.post(url, json=body, headers=headers, timeout=model.timeout)
+            # Through the gateway, its own timeout (the same setting) answers first, with a 504.
+            timeout = model.timeout + 5 if model.uds else model.timeout
+            resp = await client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException:
             last_error = f"the model endpoint did not answer within {model.timeout:g} s"
             await asyncio.sleep(min(2.0**attempt * 0.5, 10))
             continue
         except httpx.TransportError as exc:
             last_error = f"the model endpoint is unreachable ({type(exc).__name__})"
+            await asyncio.sleep(min(2.0**attempt * 0.5, 10))
+            continue
+        said = resp.headers.get(GATEWAY_HEADER, "")
+        if said == "budget":
+            raise ModelFailure(FailureReason.TOKEN_BUDGET, _gateway_message(resp) or "token budget exceeded")
+        if said in ("unreachable", "timeout"):
+            # The gateway could not reach the endpoint (or it did not answer in time): the same
+            # words as when this client called it directly.
+            last_error = _gateway_message(resp) or f"the model endpoint is unreachable ({said})"
             await asyncio.sleep(min(2.0**attempt * 0.5, 10))
             continue
         if resp.status_code == 429 or resp.status_code >= 500:

@@ -1,0 +1,310 @@
+"""A run's channel to forgehand: its socket directory on the host (mounted read-only at
+/run/forgehand in the sandbox) and the HTTP server on `gateway.sock` that answers the agent
+(model calls, hook callbacks), owned by the worker process that runs the run.
+
+The server is uvicorn bound to the run's Unix socket, serving a small ASGI app written here:
+uvicorn brings a proven HTTP/1.1 implementation (keep-alive, chunked bodies, flow control) that
+this module should not re-implement, and a bare ASGI callable adds next to nothing per request
+(the gateway's overhead budget is 1.1x + 2 ms). Its signal handling is turned off: the process
+belongs to the worker (or `serve`), whose own handlers must keep working."""
+
+import asyncio
+import contextlib
+import json
+import shutil
+import socket
+import time
+from collections.abc import Awaitable, Callable, Generator
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import msgspec
+import structlog
+import uvicorn
+
+from sandbox import CHANNEL_DIR
+from tasks.core.transcript import Kind, ModelCall, Payload
+from tasks.run.gateway.budget import Budget
+from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
+from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_body, forward, send_json
+from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
+
+log = structlog.get_logger("forgehand.gateway")
+
+SOCKET_NAME = "gateway.sock"
+HookHandler = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+Emit = Callable[[Kind, Payload], Awaitable[None]]
+KeySource = Literal["instance", "repository", "personal"]
+
+_ROUTES = {"/v1/messages": "anthropic", "/v1/chat/completions": "openai"}
+
+
+class ProviderInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Which models the run's agent is told to use, and whose key pays for its calls."""
+
+    anthropic_model: str = ""
+    openai_model: str = ""
+    model_key: KeySource = "instance"
+    provider: str = "openai"  # the provider the run's runtime speaks (recorded on the run)
+
+
+def channel_name(run_uuid: str) -> str:
+    return run_uuid.replace("-", "")[:16]
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # the worker's (or `serve`'s) signal handlers stay in charge
+
+
+class RunChannel:
+    container_dir = CHANNEL_DIR
+    container_socket = f"{CHANNEL_DIR}/{SOCKET_NAME}"
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        task_id: int,
+        run_id: int,
+        run_uuid: str,
+        upstreams: dict[str, Upstream],
+        provider: ProviderInfo,
+        token_budget: int = 0,
+        prices: PriceTable = EMPTY_PRICES,
+        emit: Emit | None = None,
+        registry: TokenRegistry = REGISTRY,
+    ) -> None:
+        self.host_dir = root / channel_name(run_uuid)
+        self.socket_path = self.host_dir / SOCKET_NAME
+        self.provider = provider
+        self.upstreams = upstreams
+        self.prices = prices
+        self.grant = RunGrant(task_id=task_id, run_id=run_id, run_uuid=run_uuid)
+        self.registry = registry
+        self.token = registry.issue(task_id, run_id, run_uuid)
+        self.budget = Budget(token_budget)
+        self.budget_exhausted = self.budget.exhausted
+        self.usage = Usage()
+        self.cost_micros: int | None = 0
+        self.calls = 0
+        self._emit = emit
+        self._hook: HookHandler | None = None
+        self._server: _Server | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._active: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    # --- what runtimes and the execution use ---------------------------------------------------
+
+    def set_hook_handler(self, fn: HookHandler | None) -> None:
+        self._hook = fn
+
+    def set_emit(self, fn: Emit | None) -> None:
+        self._emit = fn
+
+    @property
+    def cost_usd(self) -> float | None:
+        return None if self.cost_micros is None else self.cost_micros / 1_000_000
+
+    async def start(self) -> None:
+        self.host_dir.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if self.host_dir.exists():  # a stale directory of a crashed worker (run uuids are unique)
+            shutil.rmtree(self.host_dir, ignore_errors=True)
+        self.host_dir.mkdir(mode=0o755)
+        self.host_dir.chmod(0o755)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(self.socket_path))
+        # Any uid may connect (the sandbox user is not ours); only this run's container sees the
+        # directory, and the token is the second lock.
+        self.socket_path.chmod(0o666)
+        sock.listen(128)
+        sock.setblocking(False)
+        self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        config = uvicorn.Config(
+            self._app,
+            lifespan="off",
+            interface="asgi3",
+            proxy_headers=False,
+            log_config=None,
+            access_log=False,
+            timeout_keep_alive=120,
+            timeout_graceful_shutdown=2,
+            server_header=False,
+            date_header=False,
+        )
+        self._server = _Server(config)
+        self._serving = asyncio.ensure_future(self._server.serve(sockets=[sock]))
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if self._serving.done() or time.monotonic() > deadline:
+                await self.close()
+                raise RuntimeError(f"the run's gateway did not start on {self.socket_path}")
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        """Revoke the token, end every call still open, stop the server, remove the directory."""
+        if self._closed:
+            return
+        self._closed = True
+        self.registry.revoke(self.token)
+        self.registry.revoke_run(self.grant)
+        for task in list(self._active):
+            task.cancel()
+        if self._server is not None and self._serving is not None:
+            self._server.should_exit = True
+            try:
+                await asyncio.wait_for(asyncio.shield(self._serving), 10)
+            except (TimeoutError, Exception):
+                self._serving.cancel()
+                log.warning("the run's gateway did not stop in time", socket=str(self.socket_path))
+        if self._client is not None:
+            await self._client.aclose()
+        await asyncio.to_thread(shutil.rmtree, self.host_dir, True)
+
+    # --- the HTTP side ------------------------------------------------------------------------
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        auth = headers.get("authorization", "")
+        candidates = [auth[7:].strip()] if auth[:7].lower() == "bearer " else []
+        if "x-api-key" in headers:
+            candidates.append(headers["x-api-key"].strip())
+        return any(self.registry.allows(c, self.grant) for c in candidates if c)
+
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._active.add(task)
+        try:
+            await self._handle(scope, receive, send)
+        finally:
+            if task is not None:
+                self._active.discard(task)
+
+    async def _handle(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path: str = scope["path"]
+        provider = _ROUTES.get(path, "anthropic")
+        if self._closed or not self._authorized(headers):
+            message = "a valid run token is required (Authorization: Bearer or x-api-key)"
+            await send_json(send, 401, error_body("anthropic", 401, "authentication_error", message))
+            return
+        if scope["method"] != "POST":
+            await send_json(send, 405, error_body(provider, 405, "invalid_request_error", "POST only"))
+            return
+        body = b""
+        more = True
+        while more:
+            message_in = await receive()
+            if message_in["type"] == "http.disconnect":
+                return
+            body += message_in.get("body", b"")
+            more = message_in.get("more_body", False)
+            if len(body) > MAX_REQUEST_BYTES:
+                await send_json(send, 413, error_body(provider, 413, "request_too_large", "the request is too large"))
+                return
+        if path.startswith("/hooks/"):
+            await self._hook_call(path, body, send)
+        elif path in _ROUTES:
+            await self._model_call(_ROUTES[path], scope, headers, body, receive, send)
+        elif path == "/v1/responses":
+            text = "OpenAI Responses is not served by this gateway yet"
+            await send_json(send, 501, error_body("openai", 501, "not_implemented", text))
+        else:
+            await send_json(send, 404, error_body(provider, 404, "not_found_error", f"no route {path}"))
+
+    async def _hook_call(self, path: str, body: bytes, send: Send) -> None:
+        parts = path.split("/")
+        if len(parts) != 4 or not parts[2] or not parts[3]:
+            await send_json(send, 404, json.dumps({"error": "expected /hooks/{agent}/{event}"}).encode())
+            return
+        handler = self._hook
+        if handler is None:
+            await send_json(send, 503, json.dumps({"error": "no hook handler"}).encode())
+            return
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            await send_json(send, 400, json.dumps({"error": "the hook body is not a JSON object"}).encode())
+            return
+        try:
+            answer = await handler(parts[2], parts[3], data)
+        except Exception as exc:
+            log.exception("a hook handler failed", path=path)
+            await send_json(send, 500, json.dumps({"error": f"the hook handler failed: {type(exc).__name__}"}).encode())
+            return
+        await send_json(send, 200, json.dumps(answer).encode())
+
+    async def _model_call(
+        self, provider: str, scope: dict[str, Any], headers: dict[str, str], body: bytes, receive: Any, send: Send
+    ) -> None:
+        upstream = self.upstreams.get(provider)
+        if upstream is None or not upstream.base_url:
+            text = f"no {provider} model endpoint is configured for this run"
+            await send_json(send, 503, error_body(provider, 503, "api_error", text))
+            return
+        assert self._client is not None
+        self.calls += 1
+        call_id = self.calls
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            result = await forward(
+                self._client,
+                upstream,
+                path=scope["path"],
+                query=scope.get("query_string", b"").decode("latin-1"),
+                headers=headers,
+                body=body,
+                send=send,
+                budget=self.budget,
+                call_id=call_id,
+                disconnected=gone.is_set,
+            )
+        finally:
+            watcher.cancel()
+        usage = result.meter.usage
+        if not result.meter.final_output:
+            usage.output_tokens = max(usage.output_tokens, result.meter.estimated_total - usage.total)
+        cost = self.prices.cost_micros(result.model, usage) if usage.total else 0
+        self._add(usage, cost)
+        if self._emit is not None:
+            event = ModelCall(
+                provider=provider,
+                model=result.model,
+                status=result.status,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                latency_ms=result.latency_ms,
+                ttfb_ms=result.ttfb_ms,
+                cost_usd=None if cost is None else cost / 1_000_000,
+                stream=result.stream,
+                error=result.error,
+            )
+            try:
+                await self._emit("model_call", event)
+            except Exception:
+                log.warning("the model call's transcript event was lost", exc_info=True)
+
+    def _add(self, usage: Usage, cost: int | None) -> None:
+        total = self.usage
+        total.input_tokens += usage.input_tokens
+        total.output_tokens += usage.output_tokens
+        total.cache_read_tokens += usage.cache_read_tokens
+        total.cache_write_tokens += usage.cache_write_tokens
+        self.cost_micros = None if cost is None or self.cost_micros is None else self.cost_micros + cost

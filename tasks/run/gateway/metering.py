@@ -1,0 +1,238 @@
+"""Usage of one model call, read from the provider's answer as it passes (SSE events or JSON),
+and its cost from the operator's optional price table (`FORGEHAND_MODEL_PRICES`).
+
+Providers report output tokens only at the end of a stream; while it streams, output is
+estimated from the deltas (about four characters a token), so a token budget can cut a stream
+before its end. The final figure replaces the estimate when the provider sends it."""
+
+import json
+import math
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+CHARS_PER_TOKEN = 4
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    input_tokens: int = 0  # not counting the cache's tokens
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+class Price(msgspec.Struct, frozen=True, kw_only=True):
+    """USD per million tokens."""
+
+    input: float
+    output: float
+    cache_read: float | None = None  # absent: the input price
+    cache_write: float | None = None
+
+    def cost_micros(self, usage: Usage) -> int:
+        """Micro-USD (a price per million tokens is exactly micro-USD per token)."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        total = (
+            usage.input_tokens * self.input
+            + usage.output_tokens * self.output
+            + usage.cache_read_tokens * read
+            + usage.cache_write_tokens * write
+        )
+        return round(total)
+
+
+class PriceTable(msgspec.Struct, frozen=True):
+    prices: dict[str, Price]
+
+    def find(self, model: str) -> Price | None:
+        """The model's price: its exact name, else the longest `prefix*` entry it starts with."""
+        if model in self.prices:
+            return self.prices[model]
+        best: tuple[int, Price] | None = None
+        for name, price in self.prices.items():
+            if name.endswith("*") and model.startswith(name[:-1]) and (best is None or len(name) > best[0]):
+                best = (len(name), price)
+        return best[1] if best else None
+
+    def cost_micros(self, model: str, usage: Usage) -> int | None:
+        price = self.find(model)
+        return None if price is None else price.cost_micros(usage)
+
+
+EMPTY_PRICES = PriceTable({})
+_loaded: dict[tuple[str, float], PriceTable] = {}
+
+
+def load_prices(path: str) -> PriceTable:
+    """Read (and cache, until the file changes) a price table; ValueError names what is wrong."""
+    if not path:
+        return EMPTY_PRICES
+    file = Path(path)
+    try:
+        key = (str(file), file.stat().st_mtime)
+        if key in _loaded:
+            return _loaded[key]
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"FORGEHAND_MODEL_PRICES: cannot read {path}: {exc.strerror}") from None
+    try:
+        data: Any = tomllib.loads(raw.decode()) if file.suffix == ".toml" else json.loads(raw)
+        table = PriceTable(msgspec.convert(data, dict[str, Price]))
+    except (ValueError, UnicodeDecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"FORGEHAND_MODEL_PRICES: {path} is not a price table: {exc}") from None
+    for name, price in table.prices.items():
+        values = (price.input, price.output, price.cache_read or 0, price.cache_write or 0)
+        if any(v < 0 or not math.isfinite(v) for v in values):
+            raise ValueError(f"FORGEHAND_MODEL_PRICES: {path}: the prices of {name!r} must be finite and >= 0")
+    _loaded[key] = table
+    return table
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+class Meter:
+    """Reads one answer's usage. `feed` takes the body as it streams (SSE) and returns the events
+    it completed; `finish_json` reads a whole JSON answer."""
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.model = ""
+        self.error = ""
+        self.streamed_chars = 0
+        self.final_output = False  # the provider's own output count arrived
+        self._buffer = b""
+        self.open_blocks: set[int] = set()  # Anthropic content blocks started and not yet stopped
+
+    @property
+    def estimated_total(self) -> int:
+        """Tokens so far: what the provider said, or (before it says) estimated from the deltas."""
+        output = self.usage.output_tokens
+        if not self.final_output:
+            output = max(output, math.ceil(self.streamed_chars / CHARS_PER_TOKEN))
+        return self.usage.input_tokens + self.usage.cache_read_tokens + self.usage.cache_write_tokens + output
+
+    def frames(self, chunk: bytes) -> Iterator[bytes]:
+        """The complete SSE events of the stream so far, each read (usage, deltas) as it is yielded;
+        a partial event waits for the next chunk."""
+        self._buffer += chunk.replace(b"\r\n", b"\n")
+        while b"\n\n" in self._buffer:
+            frame, self._buffer = self._buffer.split(b"\n\n", 1)
+            data = b"\n".join(line[5:].lstrip() for line in frame.split(b"\n") if line.startswith(b"data:"))
+            if data and data != b"[DONE]":
+                try:
+                    event = json.loads(data)
+                except ValueError:
+                    event = None
+                if isinstance(event, dict):
+                    self.on_event(event)
+            yield frame + b"\n\n"
+
+    def rest(self) -> bytes:
+        """What the stream ended with after its last complete event (normally nothing)."""
+        tail, self._buffer = self._buffer, b""
+        return tail
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def finish_json(self, body: bytes) -> None:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return
+        if isinstance(data, dict):
+            self.on_json(data)
+            self.final_output = True
+
+    def on_json(self, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class AnthropicMeter(Meter):
+    def _usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        u = self.usage
+        if "input_tokens" in usage:
+            u.input_tokens = _int(usage["input_tokens"])
+        if "cache_read_input_tokens" in usage:
+            u.cache_read_tokens = _int(usage["cache_read_input_tokens"])
+        if "cache_creation_input_tokens" in usage:
+            u.cache_write_tokens = _int(usage["cache_creation_input_tokens"])
+        if "output_tokens" in usage:
+            u.output_tokens = _int(usage["output_tokens"])
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = event["message"]
+            self.model = str(message.get("model") or self.model)
+            self._usage(message.get("usage"))
+        elif kind == "content_block_start" and isinstance(event.get("index"), int):
+            self.open_blocks.add(event["index"])
+        elif kind == "content_block_stop" and isinstance(event.get("index"), int):
+            self.open_blocks.discard(event["index"])
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            delta = event["delta"]
+            for field in ("text", "partial_json", "thinking"):
+                value = delta.get(field)
+                if isinstance(value, str):
+                    self.streamed_chars += len(value)
+        elif kind == "message_delta":
+            self._usage(event.get("usage"))
+            if isinstance(event.get("usage"), dict) and "output_tokens" in event["usage"]:
+                self.final_output = True
+        elif kind == "error" and isinstance(event.get("error"), dict):
+            self.error = str(event["error"].get("message") or event["error"].get("type") or "error")[:500]
+
+    def on_json(self, data: dict[str, Any]) -> None:
+        self.model = str(data.get("model") or self.model)
+        self._usage(data.get("usage"))
+
+
+class OpenAIMeter(Meter):
+    def _usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        prompt = _int(usage.get("prompt_tokens"))
+        self.usage.input_tokens = max(prompt - cached, 0)
+        self.usage.cache_read_tokens = cached
+        self.usage.output_tokens = _int(usage.get("completion_tokens"))
+        self.final_output = True
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        self.model = str(event.get("model") or self.model)
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                continue
+            if isinstance(delta.get("content"), str):
+                self.streamed_chars += len(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                fn = call.get("function") if isinstance(call, dict) else None
+                if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                    self.streamed_chars += len(fn["arguments"])
+        if event.get("usage"):
+            self._usage(event["usage"])
+        if isinstance(event.get("error"), dict):
+            self.error = str(event["error"].get("message") or "error")[:500]
+
+    def on_json(self, data: dict[str, Any]) -> None:
+        self.model = str(data.get("model") or self.model)
+        self._usage(data.get("usage"))
+
+
+def meter_for(provider: str) -> Meter:
+    return AnthropicMeter() if provider == "anthropic" else OpenAIMeter()

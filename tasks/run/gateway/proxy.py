@@ -1,0 +1,251 @@
+"""Forwarding one model call upstream: Anthropic Messages and OpenAI chat completions, with the
+real key injected here on the host, the answer streamed back chunk by chunk as it arrives, its
+usage metered, and the run's token budget enforced (a stream is cut at an event boundary and
+ended the way the provider ends one, so the client sees a finished answer, never a hang).
+
+Upstream trouble reaches the agent as the provider would say it: the upstream's own status and
+body (429 with Retry-After, 500...), or a 502/504 in the provider's error shape when the endpoint
+cannot be reached or does not answer in time (`x-forgehand-gateway: unreachable|timeout`)."""
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import msgspec
+
+from tasks.run.gateway.budget import GATEWAY_HEADER, Budget
+from tasks.run.gateway.metering import Meter, meter_for
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_JSON_ANSWER_BYTES = 64 * 1024 * 1024
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Request headers an agent may pass on (the rest, its credentials first, stay here).
+_PASS_REQUEST = {"anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent", "openai-beta"}
+_PASS_ANSWER_PREFIXES = ("anthropic-", "x-ratelimit-", "openai-")
+_PASS_ANSWER = {"content-type", "retry-after", "request-id", "x-request-id", "cache-control"}
+
+
+_MORE = {"more_body": True}
+_TIMEOUT = [(GATEWAY_HEADER.encode(), b"timeout")]
+_UNREACHABLE = [(GATEWAY_HEADER.encode(), b"unreachable")]
+_BUDGET = [(GATEWAY_HEADER.encode(), b"budget")]
+
+
+class Upstream(msgspec.Struct, frozen=True, kw_only=True):
+    provider: str  # "anthropic" | "openai"
+    base_url: str  # Anthropic: without /v1 (https://api.anthropic.com); OpenAI: with it (.../v1)
+    api_key: str
+    model: str
+    timeout: float
+
+    def url(self, path: str, query: str) -> str:
+        base = self.base_url.rstrip("/")
+        tail = path if self.provider == "anthropic" else path.removeprefix("/v1")
+        return f"{base}{tail}" + (f"?{query}" if query else "")
+
+    def headers(self, incoming: dict[str, str]) -> dict[str, str]:
+        out = {k: v for k, v in incoming.items() if k in _PASS_REQUEST}
+        out["accept-encoding"] = "identity"  # the bytes are metered as they pass: no compression
+        if self.api_key:
+            if self.provider == "anthropic":
+                out["x-api-key"] = self.api_key
+                out.setdefault("anthropic-version", "2023-06-01")
+            else:
+                out["authorization"] = f"Bearer {self.api_key}"
+        return out
+
+
+class RequestHead(msgspec.Struct):
+    model: Any = None
+    stream: Any = None
+
+
+_REQUEST_HEAD = msgspec.json.Decoder(RequestHead)
+
+
+class CallResult(msgspec.Struct, kw_only=True):
+    status: int
+    model: str
+    stream: bool
+    meter: Meter
+    latency_ms: int = 0
+    ttfb_ms: int | None = None
+    error: str = ""
+
+
+def error_body(provider: str, status: int, kind: str, message: str) -> bytes:
+    if provider == "anthropic":
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "code": kind}}).encode()
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            + (headers or []),
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _answer_headers(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
+    out = []
+    for key, value in resp.headers.items():
+        k = key.lower()
+        if k in _PASS_ANSWER or k.startswith(_PASS_ANSWER_PREFIXES):
+            out.append((k.encode(), value.encode()))
+    return out
+
+
+def _stream_end(provider: str, meter: Meter) -> bytes:
+    """The events that end a stream cut for the budget, as the provider ends one at max_tokens."""
+    if provider == "anthropic":
+        frames = [("content_block_stop", {"type": "content_block_stop", "index": i}) for i in sorted(meter.open_blocks)]
+        output = meter.estimated_total - meter.usage.input_tokens - meter.usage.cache_read_tokens
+        output -= meter.usage.cache_write_tokens
+        frames.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+                    "usage": {"output_tokens": max(output, 0)},
+                },
+            )
+        )
+        frames.append(("message_stop", {"type": "message_stop"}))
+        return b"".join(f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in frames)
+    last = {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}
+    return f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode()
+
+
+def _stream_error(provider: str, message: str) -> bytes:
+    if provider == "anthropic":
+        data = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return f"event: error\ndata: {json.dumps(data)}\n\n".encode()
+    return f"data: {json.dumps({'error': {'message': message, 'type': 'api_error'}})}\n\n".encode()
+
+
+async def _upstream_failed(send: Send, upstream: Upstream, exc: Exception, *, started: bool) -> tuple[int, str]:
+    """The agent's answer when the endpoint cannot be reached, or does not answer (or finish its
+    answer) in time: 502 or 504 in the provider's shape."""
+    if isinstance(exc, httpx.TimeoutException):
+        what = "finish its answer" if started else "answer"
+        status, kind, said = 504, "timeout_error", _TIMEOUT
+        text = f"the model endpoint did not {what} within {upstream.timeout:g} s"
+    else:
+        status, kind, said = 502, "api_error", _UNREACHABLE
+        text = "the model endpoint " + ("broke off its answer" if started else "is unreachable")
+        text += f" ({type(exc).__name__})"
+    await send_json(send, status, error_body(upstream.provider, status, kind, text), said)
+    return status, text
+
+
+async def forward(
+    client: httpx.AsyncClient,
+    upstream: Upstream,
+    *,
+    path: str,
+    query: str,
+    headers: dict[str, str],
+    body: bytes,
+    send: Send,
+    budget: Budget,
+    call_id: int,
+    disconnected: Callable[[], bool],
+) -> CallResult:
+    """Send one call upstream and its answer back; what happened, for the transcript and the meter."""
+    t0 = time.monotonic()
+    meter = meter_for(upstream.provider)
+    try:
+        # Only the two fields the gateway reads: an agent's request is often megabytes of context.
+        head = _REQUEST_HEAD.decode(body or b"{}")
+    except msgspec.DecodeError:
+        head = None
+    model = head.model if head is not None and isinstance(head.model, str) else ""
+    stream = head is not None and head.stream is True
+    result = CallResult(status=0, model=model or upstream.model, stream=stream, meter=meter)
+
+    def done(status: int, error: str = "") -> CallResult:
+        result.status, result.error = status, error
+        result.latency_ms = int((time.monotonic() - t0) * 1000)
+        result.model = model or meter.model or upstream.model
+        return result
+
+    if not budget.left():
+        text = f"forgehand: the run's {budget.text}"
+        await send_json(send, 403, error_body(upstream.provider, 403, "permission_error", text), _BUDGET)
+        budget.cut()
+        return done(403, text)
+    if head is None:
+        text = "the request body is not a JSON object"
+        await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
+        return done(400, text)
+    request = client.build_request(
+        "POST", upstream.url(path, query), headers=upstream.headers(headers), content=body, timeout=upstream.timeout
+    )
+    try:
+        resp = await client.send(request, stream=True)
+    except httpx.TransportError as exc:  # timeouts included
+        return done(*await _upstream_failed(send, upstream, exc, started=False))
+    try:
+        result.ttfb_ms = int((time.monotonic() - t0) * 1000)
+        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        if not is_sse:
+            data = b""
+            try:
+                async for piece in resp.aiter_raw():
+                    data += piece
+                    if len(data) > MAX_JSON_ANSWER_BYTES:
+                        raise httpx.ReadError("the answer is too large")
+            except httpx.TransportError as exc:
+                return done(*await _upstream_failed(send, upstream, exc, started=True))
+            if resp.status_code == 200:
+                meter.finish_json(data)
+            else:
+                meter.error = data[:500].decode("utf-8", "replace")
+            await send_json(send, resp.status_code, data, _answer_headers(resp))
+            budget.settle(call_id, meter.estimated_total)
+            return done(resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}")
+        await send({"type": "http.response.start", "status": resp.status_code, "headers": _answer_headers(resp)})
+        cut = False
+        try:
+            async for piece in resp.aiter_raw():
+                out: list[bytes] = []
+                for frame in meter.frames(piece):
+                    out.append(frame)
+                    if budget.stream_over(call_id, meter.estimated_total):
+                        cut = True
+                        break
+                if cut:
+                    out.append(_stream_end(upstream.provider, meter))
+                if out:
+                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                if cut or disconnected():
+                    break
+            tail = meter.rest()
+            if tail and not cut:
+                await send({"type": "http.response.body", "body": tail, "more_body": True})
+        except httpx.TimeoutException:
+            text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
+            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, text), **_MORE})
+            meter.error = text
+        except httpx.TransportError as exc:
+            text = f"the model endpoint broke off the stream ({type(exc).__name__})"
+            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, text), **_MORE})
+            meter.error = text
+        await send({"type": "http.response.body", "body": b""})
+        budget.settle(call_id, meter.estimated_total)
+        if cut:
+            budget.cut()
+            return done(resp.status_code, f"{budget.text}: the stream was cut")
+        return done(resp.status_code, meter.error)
+    finally:
+        await resp.aclose()

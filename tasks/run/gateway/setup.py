@@ -1,0 +1,102 @@
+"""Making a run's channel from what the run resolved (which key pays, per provider), and the
+sweep of channel directories no live run owns (at worker start)."""
+
+import shutil
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+
+from forge.settings import Settings
+from tasks.core.repo_settings import Provider, ProviderAccess
+from tasks.run.gateway.channel import SOCKET_NAME, Emit, ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.metering import load_prices
+from tasks.run.gateway.proxy import Upstream
+
+
+class ChannelUnavailable(Exception):
+    """The run needs a model and cannot have one (nothing configured, a bad price table)."""
+
+
+def provider_of(runtime: object) -> Provider:
+    """The provider a runtime speaks (`model_provider`); the CLI agents' default is Anthropic's."""
+    return "openai" if getattr(runtime, "model_provider", "anthropic") == "openai" else "anthropic"
+
+
+def build_channel(
+    settings: Settings,
+    access: Mapping[Provider, ProviderAccess],
+    provider: Provider,
+    *,
+    task_id: int,
+    run_id: int,
+    run_uuid: str,
+    emit: Emit,
+) -> RunChannel:
+    """The channel of one run (not started): upstreams for every configured provider, the run's
+    budget, the price table. `provider` is what the runtime speaks; its key source is the run's."""
+    paying = access.get(provider)
+    if paying is None or not paying.configured:
+        raise ChannelUnavailable("no model endpoint is configured")
+    try:
+        prices = load_prices(settings.model_prices)
+    except ValueError as exc:
+        raise ChannelUnavailable(str(exc)) from None
+    upstreams: dict[str, Upstream] = {
+        name: Upstream(
+            provider=name,
+            base_url=a.base_url,
+            api_key=a.api_key,
+            model=a.model,
+            timeout=settings.model_timeout_seconds,
+        )
+        for name, a in access.items()
+        if a.configured
+    }
+    info = ProviderInfo(
+        anthropic_model=access["anthropic"].model if "anthropic" in access else "",
+        openai_model=access["openai"].model if "openai" in access else "",
+        model_key=paying.source,
+        provider=provider,
+    )
+    return RunChannel(
+        root=settings.effective_run_channel_dir,
+        task_id=task_id,
+        run_id=run_id,
+        run_uuid=run_uuid,
+        upstreams=upstreams,
+        provider=info,
+        token_budget=settings.task_token_budget,
+        prices=prices,
+        emit=emit,
+    )
+
+
+def _serving(sock_path: Path) -> bool:
+    """Someone still answers on the socket (another worker's, or another instance's, live run)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(sock_path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def sweep_channels(root: Path, live_run_uuids: set[str]) -> list[Path]:
+    """Remove the channel directories of runs that are not live and whose socket nobody serves
+    any more (a crashed worker's). The default root is shared by every instance on the host, so
+    a directory another process still serves is kept whatever this database says. Blocking."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    keep = {channel_name(u) for u in live_run_uuids}
+    for entry in root.iterdir():
+        if not entry.is_dir() or entry.is_symlink() or entry.name in keep or len(entry.name) != 16:
+            continue
+        if _serving(entry / SOCKET_NAME):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed

@@ -1,0 +1,148 @@
+"""Personal model keys (`/api/v1/user/model-keys/{provider}`): write-only, encrypted, audited, each
+person's own; and which key pays for a run's model calls (`model_access`)."""
+
+from typing import Any
+
+from litestar.testing import AsyncTestClient
+from sqlalchemy import select
+
+from forge.db import Database
+from forge.models import Account, AuditEvent, ModelKey, Repository
+from forge.settings import Settings
+from tasks.core.models import RepoTaskSettings
+from tasks.core.repo_settings import model_access, secret_box
+from tests.support.accounts import PASSWORD, Accounts
+from tests.support.web import csrf_from, sign_in
+
+KEY = "sk-ant-personal-0123456789-WXYZ"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_personal_keys_are_write_only_audited_and_private(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    await make.user("ana")
+    await make.user("bob")
+    ana = bearer(await make.token("ana", "repo:read"))
+    bob = bearer(await make.token("bob", "repo:read"))
+    path = "/api/v1/user/model-keys/anthropic"
+    r = await client.get(path, headers=ana)
+    assert r.status_code == 200 and r.json()["configured"] is False
+    r = await client.put(path, json={"api_key": KEY, "base_url": "https://llm.example/"}, headers=ana)
+    assert r.status_code == 200, r.text
+    assert r.json()["configured"] is True and r.json()["last4"] == "WXYZ" and KEY not in r.text
+    listed = await client.get("/api/v1/user/model-keys", headers=ana)
+    assert {k["provider"]: k["configured"] for k in listed.json()} == {"anthropic": True, "openai": False}
+    assert KEY not in listed.text
+    # Another person sees only their own (nothing).
+    theirs = await client.get(path, headers=bob)
+    assert theirs.json()["configured"] is False and "WXYZ" not in theirs.text
+    assert (await client.delete(path, headers=bob)).json()["code"] == "model_key_not_found"
+    async with db.session() as s:
+        row = (await s.execute(select(ModelKey))).scalar_one()
+        assert KEY not in row.api_key_enc
+        actions = [a.action for a in (await s.execute(select(AuditEvent))).scalars()]
+        assert "user.model_key.set" in actions
+        assert all(KEY not in str(a.detail) for a in (await s.execute(select(AuditEvent))).scalars())
+    r = await client.delete(path, headers=ana)
+    assert r.status_code == 200 and r.json()["configured"] is False
+    assert (await client.get(path, headers=ana)).json()["configured"] is False
+
+
+async def test_bad_provider_key_and_url_get_4xx_with_a_code(client: AsyncTestClient[Any], make: Accounts) -> None:
+    await make.user("ana")
+    ana = bearer(await make.token("ana", "repo:read"))
+    r = await client.put("/api/v1/user/model-keys/gemini", json={"api_key": KEY}, headers=ana)
+    assert r.status_code == 404 and r.json()["code"] == "unknown_model_provider"
+    r = await client.get("/api/v1/user/model-keys/gemini", headers=ana)
+    assert r.status_code == 404 and r.json()["code"] == "unknown_model_provider"
+    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": "short"}, headers=ana)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_model_key"
+    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": KEY, "base_url": "ftp://x"}, headers=ana)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_model_url"
+    r = await client.put("/api/v1/user/model-keys/openai", json={"api_key": KEY, "colour": 1}, headers=ana)
+    assert r.status_code == 400 or r.status_code == 422
+    assert (await client.get("/api/v1/user/model-keys")).status_code == 401
+
+
+async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: Database, settings: Settings) -> None:
+    await make.user("ana")
+    ana = bearer(await make.token("ana", "repo:write"))
+    assert (await client.post("/api/v1/user/repos", json={"name": "demo"}, headers=ana)).status_code == 201
+    s = settings.__class__(
+        **{
+            **{f: getattr(settings, f) for f in settings.__struct_fields__},
+            "model_base_url": "https://instance.example/v1",
+            "model_name": "inst-model",
+            "model_api_key": "sk-instance-openai",
+            "anthropic_api_key": "sk-instance-anthropic",
+            "anthropic_model": "claude-inst",
+        }
+    )
+    async with db.session() as session:
+        repo_id = (await session.execute(select(Repository.id))).scalar_one()
+        ana_id = (await session.execute(select(Account.id).where(Account.login == "ana"))).scalar_one()
+        access = await model_access(session, s, repo_id, ana_id)
+    assert access["openai"].source == "instance" and access["openai"].api_key == "sk-instance-openai"
+    assert access["anthropic"].source == "instance" and access["anthropic"].model == "claude-inst"
+    assert access["anthropic"].base_url == "https://api.anthropic.com"
+    # The person has a key, but the repository does not allow personal keys: still the instance's.
+    await client.put("/api/v1/user/model-keys/anthropic", json={"api_key": KEY}, headers=ana)
+    # The repository sets its own Anthropic key: the repository's pays.
+    r = await client.put(
+        "/api/v1/repos/ana/demo/task-settings",
+        json={"anthropic_api_key": "sk-repo-anthropic-key", "anthropic_base_url": "https://repo.example"},
+        headers=ana,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["anthropic_api_key_set"] is True and "sk-repo-anthropic-key" not in r.text
+    async with db.session() as session:
+        access = await model_access(session, s, repo_id, ana_id)
+        row = await session.get(RepoTaskSettings, repo_id)
+        assert row is not None and row.anthropic_api_key_enc
+        assert secret_box(s).decrypt(row.anthropic_api_key_enc) == "sk-repo-anthropic-key"
+    assert access["anthropic"].source == "repository" and access["anthropic"].api_key == "sk-repo-anthropic-key"
+    assert access["anthropic"].base_url == "https://repo.example"
+    assert access["openai"].source == "instance"
+    # Allowed now: the starter's personal key pays, towards the instance's endpoint (never the repository's).
+    r = await client.put(
+        "/api/v1/repos/ana/demo/task-settings",
+        json={"allow_personal_keys": True, "anthropic_base_url": "https://repo.example"},
+        headers=ana,
+    )
+    assert r.status_code == 200 and r.json()["allow_personal_keys"] is True
+    async with db.session() as session:
+        access = await model_access(session, s, repo_id, ana_id)
+        nobody = await model_access(session, s, repo_id, None)
+    assert access["anthropic"].source == "personal" and access["anthropic"].api_key == KEY
+    assert access["anthropic"].base_url == "https://api.anthropic.com"
+    assert access["openai"].source == "instance"  # no personal OpenAI key
+    assert nobody["anthropic"].source == "repository"
+    # A repository endpoint without a key of its own never receives the instance's key.
+    r = await client.put(
+        "/api/v1/repos/ana/demo/task-settings", json={"model_base_url": "https://repo-llm.example/v1"}, headers=ana
+    )
+    async with db.session() as session:
+        access = await model_access(session, s, repo_id, None)
+    assert access["openai"].source == "repository" and access["openai"].api_key == ""
+
+
+async def test_the_model_access_page_sets_and_removes_a_key(client: AsyncTestClient[Any], make: Accounts) -> None:
+    await make.user("ana")
+    await sign_in(client, "ana", PASSWORD)
+    assert 'href="/settings/model-keys/"' in (await client.get("/settings/tokens/")).text
+    page = await client.get("/settings/model-keys/")
+    assert page.status_code == 200 and "No key is set." in page.text
+    token = csrf_from(page.text)
+    r = await client.post("/settings/model-keys/openai", data={"api_key": KEY, "csrf_token": token})
+    assert r.status_code in (200, 303)
+    page = await client.get("/settings/model-keys/")
+    assert "ending in <code>WXYZ</code>" in page.text and KEY not in page.text
+    bad = await client.post("/settings/model-keys/openai", data={"api_key": "x", "csrf_token": token})
+    assert bad.status_code == 422 and "printable" in bad.text
+    r = await client.post("/settings/model-keys/openai/remove", data={"csrf_token": token})
+    assert r.status_code in (200, 303)
+    assert "ending in" not in (await client.get("/settings/model-keys/")).text
