@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import docker
@@ -67,9 +68,12 @@ async def docker_baseline(api: ScriptedAnthropic) -> float:
 async def bench(client: httpx.AsyncClient, api: ScriptedAnthropic) -> None:
     baseline = [await docker_baseline(api) for _ in range(RUNS + 1)][1:]
     first: list[float] = []
+    phases: dict[str, list[int]] = {}
+    offsets: dict[str, list[float]] = {}
     for i in range(RUNS + 1):  # the first one warms up
         seen = len(api.requests)
         t0 = time.perf_counter()
+        wall0 = time.time()
         r = await client.post(TASKS, json={"goal": "say hi", "agent": "fixer", "runtime": "claude-code"})
         assert r.status_code == 201, r.text
         took = await first_request(api, seen, t0)
@@ -82,11 +86,22 @@ async def bench(client: httpx.AsyncClient, api: ScriptedAnthropic) -> None:
         assert task["state"] == "awaiting_review", task
         if i:
             first.append(took)
+            page = (await client.get(f"{TASKS}/{number}/transcript", params={"limit": 1000})).json()
+            for e in page["events"]:
+                if e["kind"] == "system":
+                    at = datetime.fromisoformat(e["at"].replace("Z", "+00:00")).timestamp() - wall0
+                    offsets.setdefault(e["payload"]["phase"], []).append(at * 1000)
+                if e["kind"] == "system" and e["payload"].get("duration_ms") is not None:
+                    phases.setdefault(e["payload"]["phase"], []).append(e["payload"]["duration_ms"])
     base, f = statistics.median(baseline), statistics.median(first)
     print(
         f"\nclaude-code task, median of {RUNS}: POST -> first model request {ms(f)};"
         f" `docker run` of {DEFAULT_AGENTS_IMAGE} + the CLI's start -> first request {ms(base)};"
         f" ratio {f / base:.2f} (goal <= 1.5){'' if f / base <= 1.5 else '  -- MISSES THE GOAL'}"
+        "\n    phases (median ms): "
+        + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items())
+        + "\n    each phase's event after the POST (median ms): "
+        + ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in offsets.items())
     )
 
 
