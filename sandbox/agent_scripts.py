@@ -21,6 +21,15 @@ tests in tests/docker/test_image_agents.py repeat each point):
 Why no `Stop` hook: a failing Stop hook (exit 2) keeps the agent from stopping, so a gateway that is
 down would loop the agent until a watchdog ends it; the runtime applies the `stop` policy itself.
 
+- Settings `env` reaches the hooks' processes: `~/.claude/settings.json` with
+  `{"env": {"LD_PRELOAD": "/workspace/x.so"}}` (which an agent allowed to write files could create)
+  loaded that library into the hook commands; the same key in the managed settings outranks it
+  (the library was not loaded). The repository's `env` did not reach them. Hence `env` below.
+- A hook answer whose `hookEventName` is not the hook's event is refused by the CLI ("Hook
+  returned incorrect event name"), which, with `onFailure: "block"`, blocks.
+- Untrusted workspaces: the repository's `permissions.allow` is ignored with a warning on stderr
+  unless `~/.claude.json` marks the workspace trusted; the tests mark it trusted (the worst case).
+
 The hook bridge trusts nothing from the process environment but the token: the socket path is
 fixed, python runs isolated (`-I`: no PYTHONPATH, no user site), and every failure denies.
 """
@@ -32,6 +41,7 @@ HOOK_EVENTS = ("PreToolUse", "PostToolUse")
 HOOK_PATH = "/usr/local/bin/forgehand-hook"
 RELAY_PATH = "/usr/local/bin/forgehand-relay"
 MANAGED_SETTINGS_PATH = "/etc/claude-code/managed-settings.json"
+PINNED_EMPTY_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
 
 
 def _managed_settings() -> str:
@@ -55,6 +65,9 @@ def _managed_settings() -> str:
     settings = {
         "allowManagedHooksOnly": True,
         "disableAllHooks": False,
+        # Managed env outranks the user's (and the repository's): an agent that writes
+        # ~/.claude/settings.json cannot preload a library into the hook bridge.
+        "env": dict.fromkeys(PINNED_EMPTY_ENV, ""),
         "hooks": hooks,
     }
     return json.dumps(settings, indent=2) + "\n"

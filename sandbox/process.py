@@ -159,9 +159,13 @@ class SandboxProcess:
                 return
             self._started = True
             self.started_at = time.monotonic()
-            self._exec_id, self._sock = await open_exec(
-                self._sb, wrapped(self._argv, self.timeout), env=self._env, cwd=self._cwd, stdin=True
-            )
+            try:
+                self._exec_id, self._sock = await open_exec(
+                    self._sb, wrapped(self._argv, self.timeout), env=self._env, cwd=self._cwd, stdin=True
+                )
+            except BaseException:
+                self._never_ran()
+                raise
             channel = Channel(asyncio.get_running_loop(), 16)
             self._pump = Pump(self._sock, channel, _NO_TOTAL_CAP)
             self._pump.take_prebuffered()
@@ -198,7 +202,12 @@ class SandboxProcess:
         if not self._started or self._exited.is_set():
             return
         self.killed = True
+        await self._terminate()
+
+    async def _terminate(self) -> None:
         await kill_exec(self._sb, self._pump)
+        # Give the output a moment to end after the kill; then stop reading whatever is left
+        # (a process that slipped out of the kill and still holds the pipe).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._exited.wait(), self._kill_grace)
         self._stop_reading()
@@ -207,7 +216,7 @@ class SandboxProcess:
         """Kill the process if it still runs and release everything."""
         if not self._started:
             self._started = True  # never start it after this
-            self._exited.set()
+            self._never_ran()
             return
         self._closing = True
         self._drain()
@@ -220,6 +229,12 @@ class SandboxProcess:
             self._drain()
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self._reader), self._kill_grace)
+
+    def _never_ran(self) -> None:
+        # Readers and waiters end at once (no output, no exit code).
+        self._output_ended = True
+        self._lines.put_nowait(End())
+        self._exited.set()
 
     def sandbox_removed(self) -> None:
         """Called by Sandbox.remove: stop reading a stream that no process writes to any more."""
@@ -343,8 +358,4 @@ class SandboxProcess:
         if self._exited.is_set():
             return
         self.timed_out = True
-        await kill_exec(self._sb, self._pump)
-        # Give the output a moment to end after the kill; then stop reading whatever is left.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._exited.wait(), self._kill_grace)
-        self._stop_reading()
+        await self._terminate()

@@ -15,6 +15,7 @@ from pathlib import Path
 import docker
 import msgspec
 import pytest
+from click.testing import CliRunner
 
 from sandbox import (
     AGENT_PINS,
@@ -27,6 +28,7 @@ from sandbox import (
 )
 from sandbox.agent_scripts import MANAGED_SETTINGS, MANAGED_SETTINGS_PATH
 from sandbox.agents import agents_cache_dir
+from sandbox.cli import sandbox_group
 from tests.support.channel import FakeChannel, HookCall, Reply, allow, deny, reply_json
 
 from .conftest import SpecFactory
@@ -45,7 +47,24 @@ def test_build_is_cached_and_labelled(docker_client: docker.DockerClient, agents
     assert cfg["WorkingDir"] == "/workspace"
 
 
+def test_cli_build_agents_is_idempotent_and_fails_clearly_without_npm(
+    agents_image: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    done = CliRunner().invoke(sandbox_group, ["build", "--agents"])
+    assert done.exit_code == 0, done.output
+    assert f"{agents_image} is up to date (claude-code {CLAUDE_VERSION})" in " ".join(done.output.split())
+    # A forced build on a host without npm and an empty cache: a clear error, exit 1.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", "/usr/sbin:/sbin")  # no npm (nor node) here
+    tag = f"forgehand-sandbox-agents:no-npm-{secrets.token_hex(3)}"
+    failed = CliRunner().invoke(sandbox_group, ["build", "--agents", "--image", tag])
+    assert failed.exit_code == 1
+    assert "npm is needed to install @anthropic-ai/claude-code@" in " ".join(failed.output.split())
+
+
 async def test_installed_agents_and_the_missing_cases(engine: SandboxEngine, agents_image: str) -> None:
+    cached = await engine.ensure_agents_image(agents_image)
+    assert cached.recipe == "cached" and not cached.built
     assert await installed_agents(engine, agents_image) == {"claude-code": CLAUDE_VERSION}
     assert await engine.require_agent("claude-code", agents_image) == CLAUDE_VERSION
     with pytest.raises(AgentMissing, match="has no codex") as caught:

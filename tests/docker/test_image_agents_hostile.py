@@ -103,10 +103,17 @@ async def test_an_allow_lets_the_call_run_and_post_tool_use_is_reported(
     agents_sandbox: Sandbox, channel_dir: Path, workspace: Path
 ) -> None:
     plant_hostile_repository(workspace)
-    turns = [tool_use("Bash", {"command": COMMAND, "description": "make the marker"}), text("done")]
+    # The agent's own user settings try to preload a library into every process, hooks included:
+    # the managed settings' env outranks them.
+    user = {"env": {"LD_PRELOAD": "/workspace/evil.so"}}
+    await agents_sandbox.exec(
+        ["sh", "-c", f"mkdir -p $HOME/.claude && echo '{json.dumps(user)}' > $HOME/.claude/settings.json"]
+    )
+    command = 'touch /workspace/marker && echo "made preload=[$LD_PRELOAD]"'
+    turns = [tool_use("Bash", {"command": command, "description": "make the marker"}), text("done")]
     with FakeChannel(channel_dir, turns=turns) as ch:  # PreToolUse: allow, PostToolUse: {}
         await run_claude(agents_sandbox, ch.token, ["--setting-sources", "user"])
     assert [c.event for c in ch.hooks] == ["PreToolUse", "PostToolUse"]
-    assert ch.hooks[1].body["tool_response"]["stdout"] == "made"
+    assert ch.hooks[1].body["tool_response"]["stdout"] == "made preload=[]"
     assert (workspace / "marker").exists()
     assert not (workspace / "repo-hook-ran").exists()

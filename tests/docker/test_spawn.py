@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sandbox import ProcessEnded, Sandbox, SandboxEngine, StdoutLine
+from sandbox import ProcessEnded, Sandbox, SandboxEngine, SandboxError, StdoutLine
 
 from .conftest import SpecFactory
 
@@ -119,3 +119,16 @@ async def test_wait_without_a_reader_discards_lines_and_does_not_hang(sandbox: S
     p = await sandbox.spawn(["sh", "-c", "seq 1 100000; echo done >&2"], timeout=60, queue_lines=2)
     assert await asyncio.wait_for(p.wait(), 30) == 0
     assert p.stderr_tail == "done\n"
+
+
+async def test_a_process_that_cannot_start_ends_its_readers(sandbox: Sandbox) -> None:
+    p = sandbox.spawn(["true"], timeout=30)
+    await sandbox.stop(grace=0)  # the container is no longer running: the exec is refused
+    with pytest.raises(SandboxError):
+        await p.start()
+    assert [line async for line in p.stdout_lines()] == []
+    assert await asyncio.wait_for(p.wait(), 5) is None
+    closed = sandbox.spawn(["true"], timeout=30)
+    await closed.aclose()  # closed before it started: it never starts, nothing waits
+    assert [line async for line in closed.stdout_lines()] == []
+    assert await asyncio.wait_for(closed.wait(), 5) is None

@@ -59,6 +59,7 @@ def test_managed_settings_lock_the_hooks_on() -> None:
     assert settings["allowManagedHooksOnly"] is True
     assert settings["disableAllHooks"] is False
     assert "permissions" not in settings  # forgehand decides, not a static rule list
+    assert settings["env"] == {"LD_PRELOAD": "", "LD_LIBRARY_PATH": "", "LD_AUDIT": ""}
     for event in ("PreToolUse", "PostToolUse"):
         [entry] = settings["hooks"][event]
         assert entry["matcher"] == "*"
