@@ -9,26 +9,20 @@ Goal: at most 1.5x. Figures are printed, never asserted as wall-clock limits.
 Run: `make bench` (or `pytest -q -s tests/bench/bench_agents.py -o python_files='bench_*.py'`)."""
 
 import asyncio
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import docker
 import httpx
 import pytest
 
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
 from sandbox import DEFAULT_AGENTS_IMAGE
 from tests.support.anthropic import ScriptedAnthropic, text
-from tests.support.tasks import seed
+from tests.support.serve_process import free_port, prepare, serving
 
-FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 TASKS = "/api/v1/repos/ana/demo/tasks"
 RUNS = 5
 RESTING = {"awaiting_review", "failed", "stopped", "blocked", "closed", "merged"}
@@ -110,61 +104,32 @@ async def bench(client: httpx.AsyncClient, api: ScriptedAnthropic) -> None:
     )
 
 
-async def prepare(tmp: Path, port: int) -> tuple[Settings, str]:
-    data = tmp / "data"
-    url = f"sqlite+aiosqlite:///{(data / 'forgehand.db').resolve()}"
-    settings = prepare_data_dir(
-        load_settings(environ={}, data_dir=data, database_url=url, port=port, seed_demo=False, log_level="warning")
-    )
-    await upgrade_async(url)
-    token, _ = await seed(settings)
-    return settings, token
-
-
 def test_bench_agents(tmp_path: Path) -> None:
     engine = docker.from_env()
     try:
         engine.images.get(DEFAULT_AGENTS_IMAGE)
     except docker.errors.ImageNotFound:
         pytest.fail(f"no agents image {DEFAULT_AGENTS_IMAGE}: run `forgehand sandbox build --agents`", pytrace=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     settings, token = asyncio.run(prepare(tmp_path, port))
+    left: list[Any] = []
     with ScriptedAnthropic([text("hi")], repeat_last=True) as api:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
-        env.update(
-            FORGEHAND_DATA_DIR=str(settings.data_dir),
-            FORGEHAND_DATABASE_URL=settings.effective_database_url,
-            FORGEHAND_PORT=str(port),
-            FORGEHAND_SEED_DEMO="false",
-            FORGEHAND_LOG_LEVEL="warning",
-            FORGEHAND_RUN_WORKER="true",
-            FORGEHAND_ANTHROPIC_BASE_URL=api.url,
-            FORGEHAND_ANTHROPIC_API_KEY="sk-ant-bench-key",
-            FORGEHAND_ANTHROPIC_MODEL="claude-bench",
-        )
-        server = subprocess.Popen([FORGEHAND, "serve"], env=env, stdout=subprocess.DEVNULL)
+        model = {
+            "FORGEHAND_ANTHROPIC_BASE_URL": api.url,
+            "FORGEHAND_ANTHROPIC_API_KEY": "sk-ant-bench-key",
+            "FORGEHAND_ANTHROPIC_MODEL": "claude-bench",
+        }
         try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                assert server.poll() is None and time.monotonic() < deadline, "forgehand serve did not start"
-                try:
-                    if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
+            with serving(settings, port, **model):
 
-            async def main() -> None:
-                headers = {"Authorization": f"Bearer {token}"}
-                async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120) as client:
-                    await bench(client, api)
+                async def main() -> None:
+                    headers = {"Authorization": f"Bearer {token}"}
+                    base = f"http://127.0.0.1:{port}"
+                    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=120) as client:
+                        await bench(client, api)
 
-            asyncio.run(main())
+                asyncio.run(main())
         finally:
-            server.terminate()
-            server.wait(timeout=60)
             left = engine.containers.list(all=True, filters={"label": f"forgehand.instance={settings.instance_id}"})
             for c in left:
                 c.remove(force=True)
