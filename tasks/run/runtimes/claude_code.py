@@ -44,13 +44,12 @@ import asyncio
 import contextlib
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
-from tasks.core.states import FailureReason, RunKind, RunState
-from tasks.core.transcript import HeadTail, Notice, Question, System
+from tasks.core.states import FailureReason, RunState
+from tasks.core.transcript import HeadTail, Question
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
     PolicyBroker,
@@ -61,14 +60,13 @@ from tasks.run.runtimes.claude_control import (
     hook_refusal,
     interrupt_request,
 )
+from tasks.run.runtimes.claude_session import HOME_CAP, keep, prompt_of, restore
 from tasks.run.runtimes.claude_stream import StreamState, usage_of
 from tasks.run.runtimes.policy_steps import after_tool, record
 
 AGENT_NAME = "claude-code"
 CLI_PATH = "/usr/local/bin/claude"
 WORKDIR = "/workspace"
-HOME_ARCHIVE = "claude-home.tgz"
-HOME_CAP = 64 * 1024 * 1024  # the saved session state; larger is not kept (the next run starts afresh)
 RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 INTERRUPT_WAIT = 5.0  # seconds a stopping hook answer waits for the CLI to confirm the interrupt
 
@@ -99,7 +97,7 @@ class ClaudeCodeRuntime:
         channel = ctx.channel
         if channel is None:
             raise RuntimeUnavailable("no model gateway for this run", FailureReason.MODEL_UNREACHABLE)
-        session = await self._restore(ctx)
+        session = await restore(ctx)
         model = channel.provider.anthropic_model
         argv = [
             self.cli,
@@ -140,103 +138,13 @@ class ClaudeCodeRuntime:
         except SandboxError as exc:
             raise RuntimeUnavailable(f"claude could not start: {exc}", FailureReason.INTERNAL) from exc
         try:
-            outcome = await drive.run(proc, _prompt(ctx, session))
+            outcome = await drive.run(proc, prompt_of(ctx, session))
         finally:
             with contextlib.suppress(Exception):
                 await proc.kill()
-            await self._keep(ctx, drive)
+            ctx.agent_name = AGENT_NAME
+            await keep(ctx, drive.state, drive.raw_text(), home_cap=self.home_cap)
         return outcome
-
-    # --- resume ------------------------------------------------------------------------------
-
-    async def _restore(self, ctx: RunContext) -> str:
-        """The session to resume ("" = a new one), its saved state unpacked into the fresh HOME."""
-        session = ctx.agent_session_id
-        if not session or ctx.state_dir is None:
-            return ""
-        archive = ctx.state_dir / HOME_ARCHIVE
-        try:
-            data = await asyncio.to_thread(archive.read_bytes)
-        except OSError:
-            data = b""
-        if data:
-            result = await ctx.sandbox.exec(["tar", "-C", HOME_DIR, "-xzf", "-"], stdin=data, timeout=120)
-            if result.ok:
-                return session
-        text = f"the saved state of session {session} is missing or unreadable: a new Claude session starts"
-        await ctx.emit("notice", Notice(text=text, level="warning"))
-        return ""
-
-    async def _keep(self, ctx: RunContext, drive: "_Drive") -> None:
-        """Save `$HOME/.claude` (capped) and the raw stream into the task's state directory."""
-        state = drive.state
-        ctx.agent_name = AGENT_NAME
-        ctx.agent_version = state.version or ctx.agent_version
-        if state.session_id:
-            ctx.agent_session_id = state.session_id
-        if ctx.state_dir is None:
-            return
-        with contextlib.suppress(Exception):
-            await asyncio.to_thread(_write, ctx.state_dir / "runs" / f"{ctx.gate_ctx.run_uuid}.jsonl", drive.raw_text())
-        if not state.session_id:
-            return
-        script = 'cd "$HOME" && if [ -e .claude.json ]; then set -- .claude.json; fi; exec tar -czf - .claude "$@"'
-        try:
-            result = await ctx.sandbox.exec(["sh", "-c", script], timeout=120, output_cap=self.home_cap)
-        except SandboxError as exc:
-            await ctx.emit("notice", Notice(text=f"the Claude session could not be saved: {exc}", level="warning"))
-            return
-        if not result.ok or result.truncated_bytes:
-            why = f"larger than {self.home_cap} bytes" if result.truncated_bytes else f"tar exit {result.exit_code}"
-            await ctx.emit("notice", Notice(text=f"the Claude session was not saved ({why})", level="warning"))
-            return
-        await asyncio.to_thread(_write_bytes, ctx.state_dir / HOME_ARCHIVE, result.stdout)
-        await ctx.emit(
-            "system",
-            System(
-                phase="agent_session",
-                text=f"session {state.session_id} saved ({len(result.stdout)} bytes)",
-                detail={"session_id": state.session_id, "bytes": len(result.stdout)},
-            ),
-        )
-
-
-def _write(path: Path, text: str) -> None:
-    _write_bytes(path, text.encode())
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
-def _prompt(ctx: RunContext, session: str) -> str:
-    """What this run says to the agent (a resumed session already holds the earlier turns)."""
-    if not session:
-        if ctx.kind is RunKind.START or not ctx.goal:
-            return ctx.prompt or ctx.goal
-        return f"{ctx.goal}\n\n{ctx.prompt}" if ctx.prompt and ctx.prompt != ctx.goal else ctx.goal
-    decided = ctx.approval
-    if ctx.kind is RunKind.APPROVAL and decided is not None:
-        call = json.dumps(decided.tool_input, ensure_ascii=False, sort_keys=True)
-        if decided.approved:
-            who = f" ({decided.decided_by})" if decided.decided_by else ""
-            return (
-                f"A person{who} approved your {decided.tool_name} call with exactly this input: {call}. "
-                "Make that call again, with exactly that input, then continue with the task."
-            )
-        why = decided.reason or "no reason given"
-        return (
-            f"A person denied your {decided.tool_name} call ({call}); it was not executed. Do not retry it unless "
-            f"the user asks; explain this to the user and continue without it. Reason: {why}"
-        )
-    if ctx.kind is RunKind.RETRY:
-        return "The previous attempt ended early. Continue with the goal."
-    if ctx.kind is RunKind.ANSWER:
-        return f"The user answered your question: {ctx.prompt}"
-    return ctx.prompt or "Continue."
 
 
 class _Drive:
