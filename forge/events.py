@@ -57,6 +57,8 @@ FailureReasonName = Literal[
     "policy",
     "approval_expired",
     "exit_code",
+    "agent_no_result",
+    "agent_lingered",
     "snapshot_too_large",
     "snapshot_failed",
     "internal",

@@ -15,7 +15,7 @@ from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
 from forge.settings import Settings
-from sandbox import SandboxEngine
+from sandbox import DEFAULT_AGENTS_IMAGE, SandboxEngine, installed_agents
 from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll, PolicyGate
 from tasks.run.webhook_gate import WebhookGate
@@ -27,6 +27,7 @@ from tasks.services.tasks import TaskService
 log = structlog.get_logger("forgehand.tasks")
 
 RECONCILE_SECONDS = 300.0
+AGENTS_TTL_SECONDS = 60.0  # how long the start form trusts what it read of the agents image
 
 
 class TaskSystem:
@@ -48,6 +49,7 @@ class TaskSystem:
         self.hub = hub or LiveHub()
         self.worker: TaskWorker | None = None
         self._recovery: asyncio.Task[None] | None = None
+        self._agents: tuple[float, dict[str, str]] | None = None
 
     def service(self, session: AsyncSession) -> TaskService:
         """The task service on `session`. What it changes wakes live views and the worker (they
@@ -61,6 +63,19 @@ class TaskSystem:
         """The task service on a session of its own, outside a request (CLI, scripts, tests)."""
         async with self.db.session(write=write) as session:
             yield self.service(session)
+
+    async def installed_agents(self) -> dict[str, str]:
+        """The CLI agents in the agents image (name -> version, from its labels), for the start
+        form; {} when there is no image or no engine. Cached for a minute."""
+        now = asyncio.get_running_loop().time()
+        if self._agents is not None and now - self._agents[0] < AGENTS_TTL_SECONDS:
+            return self._agents[1]
+        found: dict[str, str] = {}
+        with contextlib.suppress(Exception):
+            async with SandboxEngine() as engine:
+                found = await asyncio.wait_for(installed_agents(engine, DEFAULT_AGENTS_IMAGE), 10)
+        self._agents = (now, found)
+        return found
 
     def merge_service(self) -> MergeService:
         return MergeService(self.db, self.service)

@@ -68,6 +68,8 @@ class Task(Base):
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     # The builtin runtime's conversation, carried from one run to the next (answer, message).
     conversation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    # A CLI agent's own session (Claude Code's session id): set by the first run, resumed by later ones.
+    agent_session_id: Mapped[str] = mapped_column(String(128), default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -105,6 +107,9 @@ class Run(Base):
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
     # The run's snapshot found the start tree unchanged: no commit, no task branch made or moved.
     no_changes: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # The agent CLI that ran (e.g. "claude-code", "2.1.332"); empty for the builtin runtimes.
+    agent_name: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    agent_version: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # What the model gateway metered for this run's calls (tasks/run/gateway), whatever the runtime;
     # `prompt_tokens`/`completion_tokens` stay the builtin runtime's own count.
     input_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

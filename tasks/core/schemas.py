@@ -8,7 +8,7 @@ import msgspec
 from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
-RuntimeName = Literal["builtin", "command"]
+RuntimeName = Literal["builtin", "command", "claude-code"]
 GOAL_MAX = 20_000
 BODY_MAX = 20_000
 
@@ -156,6 +156,9 @@ class RunRead(msgspec.Struct, kw_only=True):
     skipped_count: int = 0
     # The run's work tree was its start tree: no commit, the task branch neither made nor moved.
     no_changes: bool = False
+    # A CLI agent runtime: which agent and CLI version ran (empty for builtin and command).
+    agent_name: str = ""
+    agent_version: str = ""
     usage: UsageRead = msgspec.field(default_factory=UsageRead)
     # Whose key paid for the run's model calls: "instance", "repository" or "personal" (null: no model).
     model_key: str | None = None
@@ -209,6 +212,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     merged_at: datetime | None = None
     # The task's head is its base commit: its runs so far changed nothing (nothing to review or merge).
     no_changes: bool = False
+    # A CLI agent runtime: the agent's own session id, kept across the task's runs (resume).
+    agent_session_id: str | None = None
     # The sum over the task's runs, and whose key paid for its latest run that called a model.
     usage: UsageRead = msgspec.field(default_factory=UsageRead)
     model_key: str | None = None

@@ -103,6 +103,10 @@ class FailureReason(StrEnum):
     POLICY = "policy"
     APPROVAL_EXPIRED = "approval_expired"
     EXIT_CODE = "exit_code"
+    # A CLI agent (claude-code) exited without its final `result` line (crashed, killed mid-turn).
+    AGENT_NO_RESULT = "agent_no_result"
+    # A CLI agent still ran after its final `result` line and was killed.
+    AGENT_LINGERED = "agent_lingered"
     SNAPSHOT_TOO_LARGE = "snapshot_too_large"
     SNAPSHOT_FAILED = "snapshot_failed"
     INTERNAL = "internal"

@@ -45,12 +45,18 @@ class Prompt(msgspec.Struct, kw_only=True, tag="prompt"):
 
 class Assistant(msgspec.Struct, kw_only=True, tag="assistant"):
     text: str
+    # A CLI agent's subagent speaking: the id of the tool call that started it ("" = the agent).
+    parent_id: str = ""
 
 
 class ToolCall(msgspec.Struct, kw_only=True, tag="tool_call"):
     id: str
     name: str
     input: Any = None
+    # What the tool does (read, edit, execute, search, fetch, think, switch_mode, other); "" when
+    # the runtime does not say (the builtin runtime's own tools).
+    kind: str = ""
+    parent_id: str = ""
 
 
 class ToolResult(msgspec.Struct, kw_only=True, tag="tool_result"):
@@ -59,6 +65,7 @@ class ToolResult(msgspec.Struct, kw_only=True, tag="tool_result"):
     output: str
     is_error: bool = False
     omitted_bytes: int = 0
+    parent_id: str = ""
 
 
 class Output(msgspec.Struct, kw_only=True, tag="output"):

@@ -33,6 +33,7 @@ class RunEnv:
     image: str
     instance: str
     extra_secrets: tuple[str, ...] = ()
+    agents_image: str = ""  # "" = sandbox.DEFAULT_AGENTS_IMAGE (CLI agent runtimes)
     clock: Callable[[], float] = field(default=time.monotonic)
 
     def lifecycle(self, session: AsyncSession) -> Lifecycle:

@@ -15,6 +15,8 @@ from sqlalchemy import select, update
 
 from forge.models import Account, Repository
 from sandbox import (
+    DEFAULT_AGENTS_IMAGE,
+    AgentMissing,
     EngineUnavailable,
     ImageMissing,
     Limits,
@@ -114,6 +116,7 @@ class Execution(Settling):
             self.command = task.command
             self.branch, self.base_sha = task.branch, task.base_sha
             self.conversation = list(task.conversation or [])
+            self.agent_session_id = task.agent_session_id
             self.approved: ApprovedCall | None = None
             if self.kind is RunKind.APPROVAL:
                 decided = (
@@ -200,6 +203,8 @@ class Execution(Settling):
             )
         if ctx is not None:
             self.turns, self.prompt_tokens, self.completion_tokens = ctx.turns, ctx.prompt_tokens, ctx.completion_tokens
+            with contextlib.suppress(Exception):
+                await self._record_agent(ctx)
         # Settle even when cancelled: shield the cleanup so a shutdown cannot leave a container behind.
         settle = asyncio.ensure_future(self._end(outcome, stopped))
         try:
@@ -237,9 +242,10 @@ class Execution(Settling):
         runtime = env.runtimes.get(self.runtime_name)
         if runtime is None:
             raise ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
+        image = await self.image_for(runtime)
         gate_ctx = self.gate_ctx()
         decision = await env.gate.session_start(
-            gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=env.image
+            gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=image
         )
         record = policy_record(decision)
         if record is not None:
@@ -289,7 +295,7 @@ class Execution(Settling):
         # Sandbox.
         t0 = time.monotonic()
         spec = SandboxSpec(
-            image=env.image,
+            image=image,
             workspace=self.workspace,
             instance=env.instance,
             task=self.task_uuid,
@@ -338,10 +344,44 @@ class Execution(Settling):
             model=model,
             channel=self.channel,
             approval=self.approved,
+            agent_session_id=self.agent_session_id,
+            state_dir=self.settings.data_dir.resolve() / "agents" / self.task_uuid,
         )
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
+
+    async def image_for(self, runtime: Any) -> str:
+        """The plain sandbox image, or for a CLI agent runtime (`image_kind() == "agents"`) the agents
+        image, which must hold that agent: checked from its labels before any container starts."""
+        kind = getattr(runtime, "image_kind", None)
+        if kind is None or kind() != "agents":
+            return self.env.image
+        image = self.env.agents_image or DEFAULT_AGENTS_IMAGE
+        try:
+            await self.env.engine.require_agent(runtime.name, image)
+        except AgentMissing as exc:
+            raise ProvisionFailed(
+                FailureReason.IMAGE_MISSING, f"{exc}: run `forgehand sandbox build --agents`"
+            ) from exc
+        except EngineUnavailable as exc:
+            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"no Docker engine answered: {exc}") from exc
+        return image
+
+    async def _record_agent(self, ctx: RunContext) -> None:
+        """What a CLI agent runtime reported: its name and version on the run, its session on the
+        task (the first run's session id stays the task's: a resumed session keeps its id)."""
+        if not ctx.agent_name:
+            return
+        await self._set_run(agent_name=ctx.agent_name[:64], agent_version=ctx.agent_version[:64])
+        if ctx.agent_session_id and ctx.agent_session_id != self.agent_session_id:
+            async with self.env.db.session(write=True) as s:
+                await s.execute(
+                    update(Task)
+                    .where(Task.id == self.task_id)
+                    .values(agent_session_id=ctx.agent_session_id[:128])
+                    .execution_options(synchronize_session=False)
+                )
 
     async def _open_channel(self, runtime: Any) -> ModelEndpoint:
         """The run's model gateway, before the sandbox starts (directory, socket, token); the run

@@ -100,6 +100,8 @@ def run_read(r: Run) -> RunRead:
         created_at=r.created_at,
         started_at=r.started_at,
         finished_at=r.finished_at,
+        agent_name=r.agent_name,
+        agent_version=r.agent_version,
     )
 
 
@@ -153,6 +155,7 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
                 merged_sha=task.merged_sha or None,
                 merged_by=names.get(task.merged_by_id) if task.merged_by_id else None,
                 merged_at=task.merged_at,
+                agent_session_id=task.agent_session_id or None,
                 # A pending approval has no decider yet.
                 pending_approval=approval_read(parked, seq_of.get(parked.run_id, 0), None) if parked else None,
                 number=task.number,

@@ -242,7 +242,17 @@ class TaskService:
             raise InvalidInput("the goal is required", code="goal_required")
         runtime = data.runtime or ("command" if data.command is not None else "builtin")
         command = self._command(data, runtime)
-        if runtime != "command":
+        if runtime == "claude-code":
+            access = await repo_settings.model_access(
+                self.session, self.settings, res.repo.id, actor.principal.account_id
+            )
+            if not access["anthropic"].configured:
+                raise InvalidInput(
+                    "the claude-code runtime needs an Anthropic endpoint (FORGEHAND_ANTHROPIC_API_KEY, "
+                    "FORGEHAND_ANTHROPIC_MODEL, or the repository's or your own model key)",
+                    code="model_not_configured",
+                )
+        elif runtime != "command":
             effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
             if not (effective.model_base_url and effective.model_name):
                 raise InvalidInput(

@@ -14,10 +14,8 @@ The server runs as its own process so that the clients' parsing does not share i
 
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -28,12 +26,9 @@ import httpx
 import msgspec
 import pytest
 
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
 from sandbox import DEFAULT_IMAGE
-from tests.support.tasks import seed
+from tests.support.serve_process import free_port, prepare, serving
 
-FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 TASKS = "/api/v1/repos/ana/demo/tasks"
 FIRST_EVENT_RUNS = 5
 LINES = 200_000
@@ -221,63 +216,34 @@ async def bench_concurrent(client: httpx.AsyncClient) -> None:
     )
 
 
-async def prepare(tmp: Path, port: int) -> tuple[Settings, str]:
-    data = tmp / "data"
-    url = f"sqlite+aiosqlite:///{(data / 'forgehand.db').resolve()}"
-    settings = prepare_data_dir(
-        load_settings(environ={}, data_dir=data, database_url=url, port=port, seed_demo=False, log_level="warning")
-    )
-    await upgrade_async(url)
-    token, _ = await seed(settings)
-    return settings, token
-
-
 def test_bench_tasks(tmp_path: Path) -> None:
     client_docker = docker.from_env()
     try:
         client_docker.images.get(DEFAULT_IMAGE)
     except docker.errors.ImageNotFound:
         pytest.fail(f"no sandbox image {DEFAULT_IMAGE}: run `forgehand sandbox build`", pytrace=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     settings, token = asyncio.run(prepare(tmp_path, port))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
-    env.update(
-        FORGEHAND_DATA_DIR=str(settings.data_dir),
-        FORGEHAND_DATABASE_URL=settings.effective_database_url,
-        FORGEHAND_PORT=str(port),
-        FORGEHAND_SEED_DEMO="false",
-        FORGEHAND_LOG_LEVEL="warning",
-        FORGEHAND_RUN_WORKER="true",
-        FORGEHAND_TASK_CONCURRENCY=str(CONCURRENT),
-        FORGEHAND_TASK_REPO_CONCURRENCY=str(CONCURRENT),
-    )
-    server = subprocess.Popen([FORGEHAND, "serve"], env=env, stdout=subprocess.DEVNULL)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, "forgehand serve did not start"
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+        with serving(
+            settings,
+            port,
+            FORGEHAND_TASK_CONCURRENCY=str(CONCURRENT),
+            FORGEHAND_TASK_REPO_CONCURRENCY=str(CONCURRENT),
+        ) as server:
+            base = f"http://127.0.0.1:{port}"
 
-        async def main() -> None:
-            headers = {"Authorization": f"Bearer {token}"}
-            limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-            timeout = httpx.Timeout(120)
-            async with httpx.AsyncClient(base_url=base, headers=headers, timeout=timeout, limits=limits) as client:
-                await bench_first_event(client, DEFAULT_IMAGE)
-                await bench_ingest(client, server.pid)
-                await bench_concurrent(client)
+            async def main() -> None:
+                headers = {"Authorization": f"Bearer {token}"}
+                limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+                timeout = httpx.Timeout(120)
+                async with httpx.AsyncClient(base_url=base, headers=headers, timeout=timeout, limits=limits) as client:
+                    await bench_first_event(client, DEFAULT_IMAGE)
+                    await bench_ingest(client, server.pid)
+                    await bench_concurrent(client)
 
-        asyncio.run(main())
+            asyncio.run(main())
     finally:
-        server.terminate()
-        server.wait(timeout=60)
         left = client_docker.containers.list(all=True, filters={"label": f"forgehand.instance={settings.instance_id}"})
         for c in left:
             c.remove(force=True)

@@ -1,11 +1,10 @@
 """a run records that it changed nothing (no commit, no task branch created or moved)
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-01 12:10:00
 
-Numbered after the migrations other branches add (0012, 0013): when they are merged, its
-`down_revision` becomes the last of them (the migration touches only `task_runs`).
+After 0013 (the migrations of the model gateway and agent sessions); it touches only `task_runs`.
 """
 from collections.abc import Sequence
 
@@ -13,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = '0014'
-down_revision: str | None = '0012'
+down_revision: str | None = '0013'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

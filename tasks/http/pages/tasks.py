@@ -14,7 +14,7 @@ from forge.pages import page
 from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
-from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep
+from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep, task_system
 from tasks.http.pages import timeline
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
@@ -89,6 +89,7 @@ async def list_page(
         form=chosen,
         options=options,
         goal_max=GOAL_MAX,
+        agents=await task_system(request.app.state).installed_agents(),
         **repo_context(res, principal, svc.base_url),
     )
 

@@ -5,6 +5,7 @@ A runtime drives one run inside a started sandbox. It reports everything through
 database, the repository or the sandbox's spec; later CLI-agent runtimes fit the same shape."""
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
@@ -81,6 +82,13 @@ class RunContext(msgspec.Struct, kw_only=True):
     turns: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # CLI agents (claude-code): the task's agent session to resume ("" = none yet) and the task's
+    # state directory on the host (saved sessions, raw streams); the runtime sets the session and
+    # what ran (agent name, CLI version), the worker stores them on the task and the run.
+    agent_session_id: str = ""
+    state_dir: Path | None = None
+    agent_name: str = ""
+    agent_version: str = ""
 
 
 class Runtime(Protocol):

@@ -12,18 +12,19 @@ from typing import Any
 
 import httpx
 
-from forge.text import without_nul
 from sandbox import (
     SandboxError,
     list_workspace,
     read_workspace_file,
     write_workspace_file,
 )
-from tasks.core.policy import ApprovalRequest, ApprovedCall, GateDecision, input_hash, policy_record
+from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.model_client import TOOL_NAMES, ModelFailure, chat
+from tasks.run.runtimes.policy_steps import after_tool, approval_request
+from tasks.run.runtimes.policy_steps import record as _record
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -266,15 +267,7 @@ class BuiltinRuntime:
             # is parked as an approval and the run blocks; nothing runs until someone decides.
             # The input a person approves is the one that would run: an earlier endpoint's
             # rewrite (input_override) included, as the asking endpoint saw it.
-            request = ApprovalRequest(
-                tool_use_id=call_id,
-                tool_name=name,
-                tool_input=decision.input_override or args,
-                reason=without_nul(decision.reason)[:4000],
-                held=decision.held,
-                requested_by=without_nul(decision.decided_by)[:2048],
-                delivery_id=str((decision.dispatch or {}).get("delivery_id") or ""),
-            )
+            request = approval_request(decision, tool_use_id=call_id, tool_name=name, tool_input=args)
             return "", False, {"approval": request, "model_context": decision.model_context}
         if decision.failed:
             # Fail closed: the run stops (the tool is not run), the reason names the delivery.
@@ -308,16 +301,7 @@ class BuiltinRuntime:
         await ctx.emit(
             "tool_result", ToolResult(id=call_id, name=name, output=text, is_error=is_error, omitted_bytes=omitted)
         )
-        after = await ctx.gate.post_tool_use(
-            ctx.gate_ctx,
-            tool_use_id=call_id,
-            tool_name=name,
-            tool_response=None if is_error else text,
-            tool_error=text if is_error else None,
-        )
-        await _record(ctx, after)
-        if after.user_message:
-            await ctx.emit("notice", Notice(text=after.user_message))
+        after = await after_tool(ctx, tool_use_id=call_id, tool_name=name, output=text, is_error=is_error)
         contexts = [c for c in (context, after.model_context) if c.strip()]
         if contexts:
             extra["model_context"] = "\n\n".join(contexts)
@@ -385,10 +369,3 @@ def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             answered = {m.get("tool_call_id") for m in messages[i + 1 :] if m.get("role") == "tool"}
             return [c for c in msg.get("tool_calls") or [] if isinstance(c, dict) and c.get("id") not in answered]
     return []
-
-
-async def _record(ctx: RunContext, decision: GateDecision) -> None:
-    """Each policy dispatch is a transcript event: a reviewer sees why a call was blocked."""
-    record = policy_record(decision)
-    if record is not None:
-        await ctx.emit("system", record)

@@ -1,0 +1,186 @@
+"""Policy for Claude Code's tool calls, from its two paths (AGENTS.md decision 3):
+
+- the control channel: `{"type":"control_request","request_id","request":{"subtype":"can_use_tool",
+  "tool_name","input","tool_use_id","permission_suggestions",...}}` on the CLI's stdout, answered on
+  its stdin with `{"type":"control_response","response":{"subtype":"success","request_id",
+  "response":{"behavior":"allow","updatedInput":{...}} | {"behavior":"deny","message":...,
+  "interrupt":bool}}}`;
+- the managed `PreToolUse` hook (the image's `/etc/claude-code/managed-settings.json`), reaching the
+  run's gateway socket as `POST /hooks/claude/PreToolUse` with `{session_id, cwd, hook_event_name,
+  tool_name, tool_input, tool_use_id, ...}`, answered with `{"hookSpecificOutput":{"hookEventName":
+  "PreToolUse","permissionDecision":"allow"|"deny","permissionDecisionReason","updatedInput"}}`.
+
+Measured with 2.1.332: the hook runs first; a hook `allow` (its `updatedInput` is what runs) or
+`deny` (the model sees `PreToolUse:<tool> hook error: <reason>`) settles the call and no
+`can_use_tool` follows; a hook that answers no decision leaves it to `can_use_tool`. Read-only
+tools (Read, Glob, Grep) never reach `can_use_tool` in the default mode: the hook is their gate.
+
+Both paths end in `PolicyBroker.decide`, which dispatches `pre_tool_use` once per tool_use_id: the
+first path to ask decides, the other one reuses that decision; a call only one path saw is decided
+on its own. The decision is the builtin runtime's: allow (with the consumer's input rewrite), deny
+with the reason told to the model, `ask` parks an `ApprovalRequest` bound to the exact input (the
+call is refused and the run ends `blocked`), a failed dispatch fails the run closed."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import msgspec
+
+from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
+from tasks.core.transcript import Notice
+from tasks.run.runtimes.base import RunContext
+from tasks.run.runtimes.policy_steps import approval_request, record
+
+Behavior = Literal["allow", "deny"]
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    behavior: Behavior
+    updated_input: dict[str, Any] | None = None
+    message: str = ""  # what the model is told on deny
+    # The run ends after this call: parked for approval, or the policy failed closed.
+    stop: Literal["", "approval", "policy_failure", "question"] = ""
+    approval: ApprovalRequest | None = None
+
+
+class PolicyBroker:
+    """One run's tool-call decisions, keyed by tool_use_id."""
+
+    def __init__(self, ctx: RunContext, on_stop: Callable[[Verdict], Awaitable[None]]) -> None:
+        self.ctx = ctx
+        self._decided: dict[str, asyncio.Future[Verdict]] = {}
+        self._on_stop = on_stop
+        self.dispatched = 0  # pre_tool_use dispatches (one per tool_use_id)
+        self.parked: ApprovalRequest | None = None
+        self.question = ""  # the agent asked the user (AskUserQuestion): the run blocks on it
+        self.policy_failure = ""
+        self.denied: set[str] = set()
+        self.approved_pending: ApprovedCall | None = (
+            ctx.approval if ctx.approval is not None and ctx.approval.approved else None
+        )
+
+    async def decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
+        known = self._decided.get(tool_use_id) if tool_use_id else None
+        if known is not None:
+            return await asyncio.shield(known)
+        future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
+        if tool_use_id:
+            self._decided[tool_use_id] = future
+        try:
+            verdict = await self._decide(tool_use_id, tool_name, tool_input)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a reuser gets it, nobody logs it twice
+            raise
+        future.set_result(verdict)
+        if verdict.behavior == "deny":
+            self.denied.add(tool_use_id)
+        if verdict.stop:
+            await self._on_stop(verdict)
+        return verdict
+
+    async def _decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
+        ctx = self.ctx
+        if self.parked is not None or self.policy_failure or self.question:
+            return Verdict(behavior="deny", message="not run: the run is ending (waiting for a person's decision)")
+        if not isinstance(tool_input, dict):
+            return Verdict(behavior="deny", message="error: the tool input is not a JSON object; nothing was run")
+        approved = self.approved_pending
+        if approved is not None and tool_name == approved.tool_name and input_hash(tool_input) == approved.input_hash:
+            # The person approved exactly this input: it runs as stored, once, without asking again.
+            self.approved_pending = None
+            who = f" by {approved.decided_by}" if approved.decided_by else ""
+            await ctx.emit("notice", Notice(text=f"the {tool_name} call approved{who} runs now"))
+            return Verdict(behavior="allow", updated_input=dict(approved.tool_input))
+        self.dispatched += 1
+        decision = await ctx.gate.pre_tool_use(
+            ctx.gate_ctx, tool_use_id=tool_use_id, tool_name=tool_name, tool_input=tool_input
+        )
+        await record(ctx, decision)
+        if decision.user_message:
+            await ctx.emit("notice", Notice(text=decision.user_message))
+        if decision.decision == "ask":
+            request = approval_request(decision, tool_use_id=tool_use_id, tool_name=tool_name, tool_input=tool_input)
+            self.parked = request
+            text = (
+                f"not run yet: this {tool_name} call waits for a person's approval. Stop here; the session "
+                "continues once someone decides."
+            )
+            return Verdict(behavior="deny", message=text, stop="approval", approval=request)
+        if decision.failed:
+            self.policy_failure = decision.reason
+            return Verdict(behavior="deny", message=f"error: {decision.reason}", stop="policy_failure")
+        if decision.decision != "allow":
+            reason = decision.reason or "no reason given"
+            text = (
+                f"error: an external policy blocked this {tool_name} call; it was not executed and retrying it "
+                f"will be denied again. Explain this to the user. Reason: {reason}"
+            )
+            if decision.model_context.strip():
+                text += f"\n\nPolicy note: {decision.model_context}"
+            return Verdict(behavior="deny", message=text)
+        if tool_name == QUESTION_TOOL:
+            # The person answers in forgehand (an `answer` run resumes the session with it).
+            self.question = question_text(decision.input_override or tool_input) or "The agent has a question."
+            text = "The question was sent to the user. Stop here; their answer comes as the next message."
+            return Verdict(behavior="deny", message=text, stop="question")
+        return Verdict(behavior="allow", updated_input=decision.input_override or tool_input)
+
+
+QUESTION_TOOL = "AskUserQuestion"
+
+
+def question_text(tool_input: dict[str, Any]) -> str:
+    """AskUserQuestion's input: `{"questions": [{"question", "header", "options": [{"label", ...}]}]}`."""
+    parts: list[str] = []
+    questions = tool_input.get("questions")
+    for q in questions if isinstance(questions, list) else []:
+        if not isinstance(q, dict) or not isinstance(q.get("question"), str):
+            continue
+        labels = [str(o.get("label")) for o in q.get("options") or [] if isinstance(o, dict) and o.get("label")]
+        parts.append(q["question"] + (f" (options: {', '.join(labels)})" if labels else ""))
+    return "\n".join(parts)[:4000]
+
+
+def control_answer(request_id: str, verdict: Verdict, original: Any) -> dict[str, Any]:
+    """The `control_response` line for a `can_use_tool` request."""
+    if verdict.behavior == "allow":
+        body: dict[str, Any] = {
+            "behavior": "allow",
+            "updatedInput": verdict.updated_input if verdict.updated_input is not None else original,
+        }
+    else:
+        body = {"behavior": "deny", "message": verdict.message, "interrupt": bool(verdict.stop)}
+    return {"type": "control_response", "response": {"subtype": "success", "request_id": request_id, "response": body}}
+
+
+def control_error(request_id: str, message: str) -> dict[str, Any]:
+    return {"type": "control_response", "response": {"subtype": "error", "request_id": request_id, "error": message}}
+
+
+def hook_answer(event: str, verdict: Verdict) -> dict[str, Any]:
+    """The JSON the managed `PreToolUse` hook prints for a verdict."""
+    out: dict[str, Any] = {"hookEventName": event, "permissionDecision": verdict.behavior}
+    if verdict.behavior == "allow":
+        if verdict.updated_input is not None:
+            out["updatedInput"] = verdict.updated_input
+    else:
+        out["permissionDecisionReason"] = verdict.message
+    return {"hookSpecificOutput": out}
+
+
+def hook_refusal(event: str, reason: str) -> dict[str, Any]:
+    if event == "PreToolUse":
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": event,
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }
+        }
+    return {"decision": "block", "reason": reason}
+
+
+def interrupt_request(request_id: str) -> dict[str, Any]:
+    return {"type": "control_request", "request_id": request_id, "request": {"subtype": "interrupt"}}

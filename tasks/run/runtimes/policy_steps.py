@@ -1,0 +1,46 @@
+"""The policy steps every agent runtime takes around a tool call, shared so the builtin loop and
+the CLI agents (claude-code) decide and record alike: the transcript record of a dispatch, the
+approval a consumer's `ask` parks, and `post_tool_use` after a call ran."""
+
+from typing import Any
+
+from forge.text import without_nul
+from tasks.core.policy import ApprovalRequest, GateDecision, policy_record
+from tasks.core.transcript import Notice
+from tasks.run.runtimes.base import RunContext
+
+
+async def record(ctx: RunContext, decision: GateDecision) -> None:
+    """Each policy dispatch is a transcript event: a reviewer sees why a call was blocked."""
+    entry = policy_record(decision)
+    if entry is not None:
+        await ctx.emit("system", entry)
+
+
+def approval_request(decision: GateDecision, *, tool_use_id: str, tool_name: str, tool_input: Any) -> ApprovalRequest:
+    """The call an `ask` parks. The input a person approves is the one that would run: an earlier
+    endpoint's rewrite (input_override) included, as the asking endpoint saw it."""
+    return ApprovalRequest(
+        tool_use_id=tool_use_id,
+        tool_name=tool_name,
+        tool_input=decision.input_override or tool_input,
+        reason=without_nul(decision.reason)[:4000],
+        held=decision.held,
+        requested_by=without_nul(decision.decided_by)[:2048],
+        delivery_id=str((decision.dispatch or {}).get("delivery_id") or ""),
+    )
+
+
+async def after_tool(ctx: RunContext, *, tool_use_id: str, tool_name: str, output: str, is_error: bool) -> GateDecision:
+    """`post_tool_use` for a call that ran, recorded, its user message shown."""
+    after = await ctx.gate.post_tool_use(
+        ctx.gate_ctx,
+        tool_use_id=tool_use_id,
+        tool_name=tool_name,
+        tool_response=None if is_error else output,
+        tool_error=output if is_error else None,
+    )
+    await record(ctx, after)
+    if after.user_message:
+        await ctx.emit("notice", Notice(text=after.user_message))
+    return after

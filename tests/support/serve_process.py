@@ -1,0 +1,68 @@
+"""`forgehand serve` as its own process (its in-process worker, the real engine), for benchmarks:
+a fresh data directory with the demo world seeded, then the server up on a free port."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from forge.migrate import upgrade_async
+from forge.settings import Settings, load_settings, prepare_data_dir
+from tests.support.tasks import seed
+
+FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def prepare(tmp: Path, port: int) -> tuple[Settings, str]:
+    """Settings on a fresh SQLite data directory, migrated and seeded; a token of ana's."""
+    data = tmp / "data"
+    url = f"sqlite+aiosqlite:///{(data / 'forgehand.db').resolve()}"
+    settings = prepare_data_dir(
+        load_settings(environ={}, data_dir=data, database_url=url, port=port, seed_demo=False, log_level="warning")
+    )
+    await upgrade_async(url)
+    token, _ = await seed(settings)
+    return settings, token
+
+
+@contextmanager
+def serving(settings: Settings, port: int, **extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`forgehand serve` on `port` with the settings' data directory (and `extra` FORGEHAND_* variables),
+    up and healthy; terminated on exit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
+    env.update(
+        FORGEHAND_DATA_DIR=str(settings.data_dir),
+        FORGEHAND_DATABASE_URL=settings.effective_database_url,
+        FORGEHAND_PORT=str(port),
+        FORGEHAND_SEED_DEMO="false",
+        FORGEHAND_LOG_LEVEL="warning",
+        FORGEHAND_RUN_WORKER="true",
+        **extra,
+    )
+    server = subprocess.Popen([FORGEHAND, "serve"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "forgehand serve did not start"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        yield server
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
