@@ -1,0 +1,114 @@
+"""Supervising a run's runtime: the stop request, the token budget the gateway watches, and the
+watchdogs (idle, wall clock, disk limit). A mixin of `Execution`, as `Settling` is: what it
+reads is declared here."""
+
+import asyncio
+import contextlib
+import time
+
+from forge.settings import Settings
+from sandbox import Sandbox
+from tasks.core.states import FailureReason, RunState
+from tasks.core.transcript import Notice
+from tasks.core.writer import TranscriptWriter
+from tasks.run.gateway import RunChannel
+from tasks.run.runtimes.base import Outcome, RunContext, Runtime, RuntimeUnavailable
+
+
+class Stopped(Exception):
+    """The run was asked to stop (or a watchdog stopped it)."""
+
+    def __init__(self, reason: FailureReason | None, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _budget_ends(outcome: Outcome) -> bool:
+    """A used-up budget ends the run unless it failed for a reason of its own first."""
+    model_reasons = (None, FailureReason.MODEL_ERROR, FailureReason.MODEL_UNREACHABLE, FailureReason.TOKEN_BUDGET)
+    return outcome.status is not RunState.FAILED or outcome.failure_reason in model_reasons
+
+
+class Supervising:
+    """The supervision step of `Execution` (what it provisioned, declared here)."""
+
+    settings: Settings
+    stop_event: asyncio.Event
+    sandbox: Sandbox | None
+    writer: TranscriptWriter | None
+    channel: RunChannel | None
+    runtime: Runtime
+
+    async def _supervise(self, ctx: RunContext) -> Outcome:
+        """Run the runtime under the stop request and the watchdogs (idle, wall clock)."""
+        settings = self.settings
+        assert self.writer is not None
+        runtime_task = asyncio.ensure_future(self.runtime.run(ctx))
+        stop_wait = asyncio.ensure_future(self.stop_event.wait())
+        channel = self.channel
+        budget_wait = asyncio.ensure_future(
+            channel.budget_exhausted.wait() if channel is not None else asyncio.Event().wait()
+        )
+        deadline = time.monotonic() + settings.task_wall_clock_seconds
+        idle = settings.task_idle_seconds
+        warned = False
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {runtime_task, stop_wait, budget_wait}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                )
+                if budget_wait in done and runtime_task not in done:
+                    # The gateway refused or cut a call: the runtime gets a moment to end on its own
+                    # (it sees the refusal), else the run is stopped.
+                    await asyncio.wait({runtime_task}, timeout=5)
+                    if not runtime_task.done():
+                        assert channel is not None
+                        raise Stopped(FailureReason.TOKEN_BUDGET, channel.budget.text)
+                if runtime_task in done or runtime_task.done():
+                    if self.sandbox is not None and await self.sandbox.check_disk_limit():
+                        raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
+                    try:
+                        outcome = runtime_task.result()
+                    except RuntimeUnavailable as exc:
+                        return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
+                    if channel is not None and channel.budget_exhausted.is_set() and _budget_ends(outcome):
+                        # However the runtime took the refusal or the cut answer, the budget ended the run.
+                        outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.TOKEN_BUDGET
+                        outcome.error = outcome.error if "token budget" in outcome.error else channel.budget.text
+                    return outcome
+                if stop_wait in done:
+                    raise Stopped(None, "stopped by request")
+                if self.sandbox is not None and self.sandbox.disk_limit_reached:
+                    raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
+                now = time.monotonic()
+                if now > deadline:
+                    raise Stopped(
+                        FailureReason.TIMEOUT,
+                        f"the run passed its wall-clock limit of {settings.task_wall_clock_seconds} s",
+                    )
+                quiet = now - self.writer.last_activity
+                if quiet > idle:
+                    raise Stopped(FailureReason.IDLE, f"no activity for {idle:g} s: stopped as idle")
+                if quiet > idle * 2 / 3 and not warned:
+                    warned = True
+                    await self.writer.emit(
+                        "notice",
+                        Notice(text=f"no activity for {quiet:.0f} s; the run stops at {idle:g} s", level="warning"),
+                        activity=False,
+                    )
+                elif quiet < idle * 2 / 3:
+                    warned = False
+        finally:
+            stop_wait.cancel()
+            budget_wait.cancel()
+            if not runtime_task.done():
+                # Removing the sandbox ends any exec at once; then the runtime task unwinds.
+                if self.sandbox is not None:
+                    with contextlib.suppress(Exception):
+                        await self.sandbox.remove()
+                runtime_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(runtime_task, 30)
+
+    def _disk_limit_text(self) -> str:
+        return f"the workspace reached its limit of {self.settings.task_workspace_limit_mb} MiB: stopped (disk_limit)"
