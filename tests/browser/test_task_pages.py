@@ -80,6 +80,8 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         long_output.locator("button.show-all").click()
         expect(long_output).to_have_class(re.compile(r"\bexpanded\b"))
         check_page(page, artifacts_dir, "tasks-task-page")
+        # Each item's icon is drawn from the page's one definition of it.
+        assert card.locator("header .icon use").evaluate("u => u.getBBox().width") > 0
         log.screenshot(path=str(artifacts_dir / "tasks-transcript.png"))
         page.goto(f"{forge.url}/{repo}/tasks/1?run=1")
         expect(page.locator("#run-select")).to_have_value("1")

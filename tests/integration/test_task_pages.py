@@ -73,6 +73,11 @@ async def test_the_timeline_shows_each_kind_as_written(
     assert "model call" in body and "input tokens" in body and "1200" in body
     # Tool results sit in their calls' cards.
     assert body.count("ti-result") == 0 and body.count("ti-tool") == 3
+    # Each item's icon refers to the page's one definition of it, and each one it refers to is there.
+    defined = set(re.findall(r'<symbol id="(i-[a-z]+)"', page))
+    used = set(re.findall(r'<use href="#(i-[a-z]+)"', body))
+    assert used and used <= defined and page.count("<symbol ") == len(defined)
+    assert "<path" not in body[: body.index('id="new-events"')]  # no icon drawn again inside the transcript
 
 
 async def test_the_live_fragment_and_the_run_filter(
@@ -84,6 +89,7 @@ async def test_the_live_fragment_and_the_run_filter(
     assert r.status_code == 200 and r.headers["x-last-seq"] == str(first) and r.headers["x-more"] == "no"
     assert r.text.count('class="ti ') == 2 and "snapshot" in r.text and "Fixed the" in r.text
     assert "<html" not in r.text  # a fragment, not a page
+    assert '<use href="#i-summary"/>' in r.text and "<symbol" not in r.text  # the page's icons, referred to
     # A result whose call was sent earlier comes on its own, naming its call (the page moves it in).
     after_call = first - 20 + 6  # `every_kind` has 20 events; the 6th is bash call c1, then its result
     alone = await client.get(f"{PAGE}/1/timeline?after={after_call}", headers=world.h("wendy"))

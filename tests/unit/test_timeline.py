@@ -96,3 +96,28 @@ def test_unknown_kinds_are_shown_generically_and_markdown_is_sanitised() -> None
     )
     html = str(said.html)
     assert "<strong>b</strong>" in html and "<script>" not in html and 'alt=""' in html
+
+
+def test_an_items_attributes_and_time_are_escaped_and_complete() -> None:
+    [notice] = build([ev(7, "notice", run=None, text="hi", level='x" onclick="y')])
+    attrs = str(notice.attrs("ev-notice level-" + notice.label))
+    assert 'class="ti ev-notice level-x&#34; onclick=&#34;y"' in attrs  # a payload's word stays in its attribute
+    assert 'id="ev-7"' in attrs and 'data-seq="7"' in attrs and 'data-last-seq="7"' in attrs
+    assert 'data-run=""' in attrs and 'data-kind="notice"' in attrs
+    assert (
+        str(notice.when) == '<time datetime="2026-12-01T12:00:00+00:00" title="2026-12-01 12:00:00 UTC">12:00:00</time>'
+    )
+
+
+def test_a_message_rendered_again_is_the_same_sanitised_markup() -> None:
+    first, again = build(
+        [
+            ev(1, "assistant", text="**once** <script>x()</script>"),
+            ev(2, "assistant", text="**once** <script>x()</script>"),
+        ]
+    )
+    assert first.html is again.html  # rendered once, reused
+    assert str(first.html).startswith("<p><strong>once</strong>") and "<script>" not in str(first.html)
+    long = "word " * 2000  # over the cache's size limit: rendered each time, the same way
+    [big] = build([ev(3, "assistant", text=long)])
+    assert big.html is not None and str(big.html).startswith("<p>word word")

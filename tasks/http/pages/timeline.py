@@ -7,13 +7,14 @@ line, and a generic item for kinds this page does not know (newer producers add 
 Pure and synchronous (markdown rendering is CPU work): call `build` in a worker thread."""
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from forge.render import markdown
 from tasks.core.transcript import EventRead
@@ -23,6 +24,9 @@ FOLD_LINES = 24
 FOLD_CHARS = 3000
 SUMMARY_CHARS = 90
 DIFF_CONTEXT = 2
+# Rendered messages kept (by text) between page renders: at most about 4 MB of source text.
+MARKDOWN_CACHE_SIZE = 1024
+MARKDOWN_CACHE_CHARS = 4096
 # Keys whose value names the file a tool works on (builtin: path; Claude Code: file_path).
 PATH_KEYS = ("path", "file_path", "notebook_path")
 
@@ -116,9 +120,26 @@ class Item:
     facts: list[tuple[str, str]] = field(default_factory=list)
     last_seq: int = 0
 
-    @property
+    @functools.cached_property
     def output(self) -> Text:
+        """An output item's chunks as one text (read once the item is built: merging is over)."""
         return Text("".join(t for _, t in self.chunks))
+
+    def attrs(self, cls: str) -> Markup:
+        """The item element's attributes: its anchor, classes, event numbers, run and kind (what
+        the live script reads). Built here, not in a template macro: it is on every item."""
+        run = "" if self.run is None else self.run
+        return Markup(  # noqa: S704 (`cls` is escaped; the rest are numbers and a fixed word)
+            f'id="ev-{self.seq}" class="ti {escape(cls)}" data-seq="{self.seq}" '
+            f'data-last-seq="{self.last_seq}" data-run="{run}" data-kind="{self.kind}"'
+        )
+
+    @property
+    def when(self) -> Markup:
+        at = self.at
+        return Markup(  # noqa: S704 (formatted dates only)
+            f'<time datetime="{at.isoformat()}" title="{at:%Y-%m-%d %H:%M:%S} UTC">{at:%H:%M:%S}</time>'
+        )
 
 
 _IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
@@ -126,7 +147,19 @@ _IMG_WITHOUT_ALT = re.compile(r"<img(?![^>]*\balt=)")
 
 def agent_markdown(text: str) -> Markup:
     """The agent's markdown, sanitised; an image it gave no text gets an empty one (decorative),
-    so a screen reader does not read out its address."""
+    so a screen reader does not read out its address. Cached by text when short: the page is
+    rendered again on every visit and live reload, and a message's text never changes."""
+    if len(text) <= MARKDOWN_CACHE_CHARS:
+        return _cached_markdown(text)
+    return _agent_markdown(text)
+
+
+@functools.lru_cache(maxsize=MARKDOWN_CACHE_SIZE)
+def _cached_markdown(text: str) -> Markup:
+    return _agent_markdown(text)
+
+
+def _agent_markdown(text: str) -> Markup:
     html = str(markdown(text))
     return Markup(_IMG_WITHOUT_ALT.sub('<img alt=""', html))  # noqa: S704 (sanitised above; only an attribute added)
 
