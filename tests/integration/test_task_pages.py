@@ -109,7 +109,7 @@ async def test_the_header_says_what_waits_for_whom(
     await start(client, world)
     queued = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
     assert "Waiting for a worker (#1 in the queue)." in queued
-    assert "prompt + 0 completion tokens" in queued
+    assert "no model calls yet" in queued
     await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
     review = text_of((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text)
     assert "Waiting for your review" in review

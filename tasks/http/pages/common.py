@@ -67,22 +67,20 @@ def run_tokens(read: TaskRead) -> Tokens:
     )
 
 
-def usage_facts(usage: Any) -> list[tuple[str, str]]:
-    """A usage record (the model gateway's, when this instance has it) as `label value` pairs:
-    token counts with thousands separators, a cost when one is known."""
-    raw = msgspec.to_builtins(usage) if isinstance(usage, msgspec.Struct) else usage
-    if not isinstance(raw, dict):
-        return []
-    out = []
-    for key, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or value is None:
-            continue
-        label = key.replace("_", " ")
-        if "cost" in key:
-            out.append((label, f"{value:,.4f}".rstrip("0").rstrip(".")))
-        else:
-            out.append((label, f"{value:,}"))
-    return out
+def usage_line(read: TaskRead) -> str:
+    """The task's model use so far, as the header says it: the gateway's metering (tokens, cache,
+    cost when priced), else the runtime's own counters, else that no model was called."""
+    u = read.usage
+    if u.input_tokens or u.output_tokens or u.cache_read_tokens or u.cache_write_tokens:
+        text = f"{u.input_tokens:,} input + {u.output_tokens:,} output tokens"
+        if u.cache_read_tokens or u.cache_write_tokens:
+            text += f" (cache: {u.cache_read_tokens:,} read, {u.cache_write_tokens:,} written)"
+        return text + (f" · ${u.cost_usd:,.4f}" if u.cost_usd is not None else " · cost not known")
+    tokens = run_tokens(read)
+    if tokens.prompt or tokens.completion:
+        turns = f" in {tokens.turns} model turns" if tokens.turns else ""
+        return f"{tokens.prompt:,} prompt + {tokens.completion:,} completion tokens{turns} · cost not known"
+    return "no model calls yet"
 
 
 async def provide_page_repo_scope(

@@ -20,8 +20,7 @@ from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
     or_form_error,
     repo_context,
-    run_tokens,
-    usage_facts,
+    usage_line,
     visible_json,
 )
 from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
@@ -155,8 +154,7 @@ class TaskPages(Controller):
             last_seq=last_seq,
             waiting=waiting_line(read, task, principal, res),
             branch_exists=branch_exists,
-            tokens=run_tokens(read),
-            usage_facts=usage_facts,
+            usage_line=usage_line(read),
             may_stop=rules.may_stop(principal, res, task),
             **repo_context(res, principal, svc.base_url),
         )
