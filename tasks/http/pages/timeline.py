@@ -160,7 +160,7 @@ def _cached_markdown(text: str) -> Markup:
 
 
 def _agent_markdown(text: str) -> Markup:
-    html = str(markdown(text))
+    html = str(markdown(text, remote_images=False))
     return Markup(_IMG_WITHOUT_ALT.sub('<img alt=""', html))  # noqa: S704 (sanitised above; only an attribute added)
 
 
