@@ -127,8 +127,16 @@ class Code(StrEnum):
     GOAL_REQUIRED = "goal_required", 422, "a task needs a goal"
     COMMAND_REQUIRED = "command_required", 422, "the command runtime needs a command"
     INVALID_COMMAND = "invalid_command", 422, "a command with NUL, or a command for another runtime"
-    MODEL_NOT_CONFIGURED = "model_not_configured", 422, "the builtin runtime needs a model endpoint"
-    INVALID_MODEL_URL = "invalid_model_url", 422, "the model endpoint is not an http(s) URL"
+    MODEL_NOT_CONFIGURED = (
+        "model_not_configured",
+        422,
+        "the runtime needs a model endpoint (builtin: FORGEHAND_MODEL_*, claude-code: FORGEHAND_ANTHROPIC_*)",
+    )
+    INVALID_MODEL_URL = (
+        "invalid_model_url",
+        422,
+        "the model endpoint is not an http(s) URL without credentials, query or fragment",
+    )
     UNKNOWN_MODEL_PROVIDER = "unknown_model_provider", 404, "model keys are for `anthropic` or `openai`"
     INVALID_MODEL_KEY = "invalid_model_key", 422, "a model key is 8-4096 printable characters"
     MODEL_KEY_NOT_FOUND = "model_key_not_found", 404, "the caller has no personal key for this provider"
