@@ -216,23 +216,23 @@ async def forward(
             return done(resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}")
         await send({"type": "http.response.start", "status": resp.status_code, "headers": _answer_headers(resp)})
         cut = False
+        over = None
+        if budget.limit:
+
+            def over() -> bool:
+                return budget.stream_over(call_id, meter.estimated_total)
+
         try:
+            # The chunks pass as they came; the meter reads them on the side.
             async for piece in resp.aiter_raw():
-                out: list[bytes] = []
-                for frame in meter.frames(piece):
-                    out.append(frame)
-                    if budget.stream_over(call_id, meter.estimated_total):
-                        cut = True
-                        break
-                if cut:
-                    out.append(_stream_end(upstream.provider, meter))
-                if out:
-                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                end = meter.feed(piece, over)
+                if end >= 0:
+                    cut = True
+                    piece = piece[:end] + _stream_end(upstream.provider, meter)
+                if piece:
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
                 if cut or disconnected():
                     break
-            tail = meter.rest()
-            if tail and not cut:
-                await send({"type": "http.response.body", "body": tail, "more_body": True})
         except httpx.TimeoutException:
             text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
             await send({"type": "http.response.body", "body": _stream_error(upstream.provider, text), **_MORE})
