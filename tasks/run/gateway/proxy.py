@@ -284,12 +284,12 @@ async def forward(
         chunks = _Chunks(resp)
         try:
             # The bytes pass as they came; the meter reads them on the side.
-            while (piece := await chunks.next()) is not None:
-                end = meter.feed(piece, over)
-                out = piece
+            while (got := await chunks.next()) is not None:
+                end = meter.feed(got, over)
+                out = got
                 if end >= 0:
                     cut = True
-                    out = piece[:end] + _stream_end(upstream.provider, meter)
+                    out = got[:end] + _stream_end(upstream.provider, meter)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if cut or disconnected():
