@@ -106,7 +106,7 @@ def _answer_headers(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
     return out
 
 
-class _Chunks:
+class BodyChunks:
     """The upstream's body as it arrives, what came in together handed on as one piece: a burst
     of events read in one go reaches the agent in one write (one parse at its end), not one per
     event. A reader task pulls from httpx while the agent's side sends; past `HELD` bytes not yet
@@ -253,7 +253,7 @@ async def forward(
         resp = await client.send(request, stream=True)
     except httpx.TransportError as exc:  # timeouts included
         return done(*await _upstream_failed(send, upstream, exc, started=False))
-    chunks: _Chunks | None = None
+    chunks: BodyChunks | None = None
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
@@ -281,7 +281,7 @@ async def forward(
             def over() -> bool:
                 return budget.stream_over(call_id, meter.estimated_total)
 
-        chunks = _Chunks(resp)
+        chunks = BodyChunks(resp)
         try:
             # The bytes pass as they came; the meter reads them on the side.
             while (got := await chunks.next()) is not None:
