@@ -1,10 +1,12 @@
 """The gateway's stream meter on the bytes as they pass: events split anywhere across chunks,
 LF or CRLF line ends, the budget's stop just past a complete event, and bursts handed on whole."""
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
 import httpx
+import pytest
 
 from tasks.run.gateway.metering import AnthropicMeter, OpenAIMeter
 from tasks.run.gateway.proxy import BodyChunks
@@ -99,3 +101,26 @@ async def test_what_arrives_together_is_handed_on_as_one_piece() -> None:
             got.append(piece)
         await chunks.close()
     assert got == [b"".join(pieces)]
+
+
+async def test_a_slow_agent_holds_the_upstream_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(BodyChunks, "HELD", 25)
+    pulled = []
+
+    async def stream() -> AsyncIterator[bytes]:
+        for i in range(10):
+            pulled.append(i)
+            yield b"x" * 10
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, content=stream())))
+    async with client, client.stream("POST", "http://upstream/v1/messages") as resp:
+        chunks = BodyChunks(resp)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(pulled) == 3  # 30 bytes held, nothing more read until the agent takes them
+        assert await chunks.next() == b"x" * 30
+        got = b""
+        while (piece := await chunks.next()) is not None:
+            got += piece
+        await chunks.close()
+    assert got == b"x" * 70 and len(pulled) == 10

@@ -117,27 +117,31 @@ class BodyChunks:
     def __init__(self, resp: httpx.Response) -> None:
         self._parts: list[bytes] = []
         self._size = 0
-        self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
+        # Bare futures, not asyncio.Events: one hand-over per upstream read, kept cheap.
+        self._ready: asyncio.Future[None] | None = None  # the sending side waits for bytes
+        self._room: asyncio.Future[None] | None = None  # the reader waits for the agent
         self._done = False
         self._error: Exception | None = None
         self._reader = asyncio.ensure_future(self._read(resp))
+
+    def _wake(self) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(None)
 
     async def _read(self, resp: httpx.Response) -> None:
         try:
             async for piece in resp.aiter_raw():
                 self._parts.append(piece)
                 self._size += len(piece)
-                self._ready.set()
+                self._wake()
                 if self._size >= self.HELD:
-                    self._room.clear()
-                    await self._room.wait()
+                    self._room = asyncio.get_running_loop().create_future()
+                    await self._room
         except Exception as exc:  # handed to the sending side, which answers it
             self._error = exc
         finally:
             self._done = True
-            self._ready.set()
+            self._wake()
 
     async def next(self) -> bytes | None:
         """What arrived since the last call (waiting for something); None at the body's end."""
@@ -146,13 +150,14 @@ class BodyChunks:
                 if self._error is not None:
                     raise self._error
                 return None
-            self._ready.clear()
-            await self._ready.wait()
+            self._ready = asyncio.get_running_loop().create_future()
+            await self._ready
         parts = self._parts
         out = parts[0] if len(parts) == 1 else b"".join(parts)
         parts.clear()
         self._size = 0
-        self._room.set()
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
         return out
 
     async def close(self) -> None:
