@@ -48,13 +48,17 @@ def read(meter: AnthropicMeter) -> tuple[object, ...]:
 
 def test_an_anthropic_stream_reads_the_same_however_it_is_split_and_whatever_its_line_ends() -> None:
     whole = AnthropicMeter()
-    assert whole.feed(ANTHROPIC) == -1
+    assert whole.feed(ANTHROPIC) == (ANTHROPIC, False)
     assert read(whole) == ("claude-x", 11, 5, 42, True, len("héllo wörld\n") + len('{"a"'), [1])
     for body in (ANTHROPIC, ANTHROPIC.replace(b"\n", b"\r\n")):
         for cut in range(1, len(body)):
             meter = AnthropicMeter()
-            assert meter.feed(body[:cut]) == -1
-            assert meter.feed(body[cut:]) == -1
+            first, _ = meter.feed(body[:cut])
+            second, _ = meter.feed(body[cut:])
+            assert first + second == body  # by whole events, untouched
+            sep = b"\r\n\r\n" if b"\r" in body else b"\n\n"
+            held = body[len(first) : cut]  # what waits: the start of one event, no whole one
+            assert body.startswith(first) and (not first or first.endswith(sep)) and sep not in held
             assert read(meter) == read(whole), (cut, body[:cut])
 
 
@@ -63,10 +67,11 @@ def test_the_budget_stops_a_stream_just_past_the_event_that_reached_it() -> None
     head = b"\n\n".join(events[:3]) + b'\n\nevent: content_block_delta\ndata: {"type": "content'
     rest = ANTHROPIC[len(head) :]
     meter = AnthropicMeter()
-    assert meter.feed(head, lambda: meter.streamed_chars > 0) == -1  # the delta is not complete yet
-    at = meter.feed(rest, lambda: meter.streamed_chars > 0)
-    # What is forwarded of `rest` ends exactly with the first delta event, nothing of the next.
-    assert (head + rest[:at]).endswith(b'"delta": {"text": "h\\u00e9llo w\\u00f6rld\\n"}}\n\n')
+    sent, cut = meter.feed(head, lambda: meter.streamed_chars > 0)
+    assert not cut and sent == b"\n\n".join(events[:3]) + b"\n\n"  # the delta is not complete yet
+    more, cut = meter.feed(rest, lambda: meter.streamed_chars > 0)
+    # The stream stops exactly after the first delta event, nothing of the next.
+    assert cut and (sent + more).endswith(b'"delta": {"text": "h\\u00e9llo w\\u00f6rld\\n"}}\n\n')
     assert meter.streamed_chars == len("héllo wörld\n")
 
 
@@ -77,7 +82,7 @@ def test_openai_deltas_tool_arguments_and_usage_are_counted() -> None:
     ]
     body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks)
     meter = OpenAIMeter()
-    assert meter.feed(body + b"data: not json\n\n") == -1
+    assert meter.feed(body + b"data: not json\n\n") == (body + b"data: not json\n\n", False)
     assert (meter.model, meter.streamed_chars, meter.final_output) == ("gpt-x", 6 + 8, False)
     assert meter.estimated_total == 4  # ceil(14 / 4)
     usage = {"prompt_tokens": 30, "completion_tokens": 9, "prompt_tokens_details": {"cached_tokens": 10}}

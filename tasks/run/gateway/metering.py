@@ -161,21 +161,29 @@ class Meter:
             output = max(output, math.ceil(self.streamed_chars / CHARS_PER_TOKEN))
         return self.usage.input_tokens + self.usage.cache_read_tokens + self.usage.cache_write_tokens + output
 
-    def feed(self, chunk: bytes, stop: Stop | None = None) -> int:
-        """Read the events this chunk completes (an event split across chunks waits for its end).
-        After each, `stop()` may end the stream there: the answer is then the offset in `chunk`
-        just past that event (what to forward of it); -1 when the whole chunk passes."""
-        held = len(self._buffer)
-        buf = self._buffer + chunk if held else chunk
+    def feed(self, chunk: bytes, stop: Stop | None = None) -> tuple[bytes, bool]:
+        """Read the events this chunk completes; what to forward now: the stream up to its last
+        complete event, the bytes untouched (an event split across chunks waits for its end, so
+        an error or cut never lands inside one). After each event, `stop()` may end the stream
+        there: then the answer ends with that event and says so (True)."""
+        buf = self._buffer + chunk if self._buffer else chunk
         start = 0
         for end in _EVENT_END.finditer(buf):
             self._read(buf[start : end.start()])
             start = end.end()
             if stop is not None and stop():
                 self._buffer = b""
-                return start - held
-        self._buffer = buf[start:] if start < len(buf) else b""
-        return -1
+                return buf[:start], True
+        if start == len(buf):
+            self._buffer = b""
+            return buf, False
+        self._buffer = buf[start:]
+        return buf[:start], False
+
+    def rest(self) -> bytes:
+        """What the stream ended with after its last complete event (normally nothing)."""
+        tail, self._buffer = self._buffer, b""
+        return tail
 
     def _read(self, frame: bytes) -> None:
         raise NotImplementedError

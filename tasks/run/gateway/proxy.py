@@ -288,17 +288,18 @@ async def forward(
 
         chunks = BodyChunks(resp)
         try:
-            # The bytes pass as they came; the meter reads them on the side.
+            # The bytes pass as they came, by whole events; the meter reads them on the side.
             while (got := await chunks.next()) is not None:
-                end = meter.feed(got, over)
-                out = got
-                if end >= 0:
-                    cut = True
-                    out = got[:end] + _stream_end(upstream.provider, meter)
+                out, cut = meter.feed(got, over)
+                if cut:
+                    out += _stream_end(upstream.provider, meter)
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if cut or disconnected():
                     break
+            tail = meter.rest()
+            if tail and not cut:
+                await send({"type": "http.response.body", "body": tail, "more_body": True})
         except httpx.TimeoutException:
             text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
             await send({"type": "http.response.body", "body": _stream_error(upstream.provider, text), **_MORE})
