@@ -7,8 +7,9 @@ before its end. The final figure replaces the estimate when the provider sends i
 
 import json
 import math
+import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +97,52 @@ def load_prices(path: str) -> PriceTable:
     return table
 
 
+class _AnthropicEvent(msgspec.Struct):
+    """The fields of an Anthropic stream event the meter reads (the rest is skipped unread)."""
+
+    type: Any = None
+    message: Any = None
+    usage: Any = None
+    index: Any = None
+    delta: Any = None
+    error: Any = None
+
+
+class _OpenAIEvent(msgspec.Struct):
+    model: Any = None
+    choices: Any = None
+    usage: Any = None
+    error: Any = None
+
+
+# A blank line ends an SSE event (LF or CRLF line ends).
+_EVENT_END = re.compile(rb"(?:\r?\n){2}")
+# Anthropic events that carry usage, block bookkeeping or delta text; the others (ping,
+# message_stop) pass undecoded.
+_ANTHROPIC_READ = frozenset(
+    b"message_start message_delta content_block_start content_block_stop content_block_delta error".split()
+)
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+def _data(frame: bytes) -> bytes:
+    """An SSE event's data: its `data:` lines joined."""
+    if frame.count(b"data:") == 1:  # the usual event: one data line
+        i = frame.find(b"data:")
+        end = frame.find(b"\n", i)
+        return frame[i + 5 : end if end >= 0 else len(frame)].strip()
+    return b"\n".join(line[5:].strip() for line in frame.splitlines() if line.startswith(b"data:"))
+
+
+Stop = Callable[[], bool]
+
+
 class Meter:
-    """Reads one answer's usage. `feed` takes the body as it streams (SSE) and returns the events
-    it completed; `finish_json` reads a whole JSON answer."""
+    """Reads one answer's usage. `feed` reads the body as it streams (SSE), the chunks as they
+    come, and can stop it after any complete event; `finish_json` reads a whole JSON answer."""
 
     def __init__(self) -> None:
         self.usage = Usage()
@@ -110,7 +150,7 @@ class Meter:
         self.error = ""
         self.streamed_chars = 0
         self.final_output = False  # the provider's own output count arrived
-        self._buffer = b""
+        self._buffer = b""  # the stream's unfinished last event
         self.open_blocks: set[int] = set()  # Anthropic content blocks started and not yet stopped
 
     @property
@@ -121,28 +161,31 @@ class Meter:
             output = max(output, math.ceil(self.streamed_chars / CHARS_PER_TOKEN))
         return self.usage.input_tokens + self.usage.cache_read_tokens + self.usage.cache_write_tokens + output
 
-    def frames(self, chunk: bytes) -> Iterator[bytes]:
-        """The complete SSE events of the stream so far, each read (usage, deltas) as it is yielded;
-        a partial event waits for the next chunk."""
-        self._buffer += chunk.replace(b"\r\n", b"\n")
-        while b"\n\n" in self._buffer:
-            frame, self._buffer = self._buffer.split(b"\n\n", 1)
-            data = b"\n".join(line[5:].lstrip() for line in frame.split(b"\n") if line.startswith(b"data:"))
-            if data and data != b"[DONE]":
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    event = None
-                if isinstance(event, dict):
-                    self.on_event(event)
-            yield frame + b"\n\n"
+    def feed(self, chunk: bytes, stop: Stop | None = None) -> tuple[bytes, bool]:
+        """Read the events this chunk completes; what to forward now: the stream up to its last
+        complete event, the bytes untouched (an event split across chunks waits for its end, so
+        an error or cut never lands inside one). After each event, `stop()` may end the stream
+        there: then the answer ends with that event and says so (True)."""
+        buf = self._buffer + chunk if self._buffer else chunk
+        start = 0
+        for end in _EVENT_END.finditer(buf):
+            self._read(buf[start : end.start()])
+            start = end.end()
+            if stop is not None and stop():
+                self._buffer = b""
+                return buf[:start], True
+        if start == len(buf):
+            self._buffer = b""
+            return buf, False
+        self._buffer = buf[start:]
+        return buf[:start], False
 
     def rest(self) -> bytes:
         """What the stream ended with after its last complete event (normally nothing)."""
         tail, self._buffer = self._buffer, b""
         return tail
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def _read(self, frame: bytes) -> None:
         raise NotImplementedError
 
     def finish_json(self, body: bytes) -> None:
@@ -156,6 +199,10 @@ class Meter:
 
     def on_json(self, data: dict[str, Any]) -> None:
         raise NotImplementedError
+
+
+_ANTHROPIC_EVENT = msgspec.json.Decoder(_AnthropicEvent)
+_OPENAI_EVENT = msgspec.json.Decoder(_OpenAIEvent)
 
 
 class AnthropicMeter(Meter):
@@ -172,28 +219,43 @@ class AnthropicMeter(Meter):
         if "output_tokens" in usage:
             u.output_tokens = _int(usage["output_tokens"])
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "message_start" and isinstance(event.get("message"), dict):
-            message = event["message"]
-            self.model = str(message.get("model") or self.model)
-            self._usage(message.get("usage"))
-        elif kind == "content_block_start" and isinstance(event.get("index"), int):
-            self.open_blocks.add(event["index"])
-        elif kind == "content_block_stop" and isinstance(event.get("index"), int):
-            self.open_blocks.discard(event["index"])
-        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
-            delta = event["delta"]
+    def _read(self, frame: bytes) -> None:
+        # The `event:` line names the event: the ones the meter has no use for stay undecoded.
+        if frame.startswith(b"event:"):
+            line_end = frame.find(b"\n")
+            if frame[6 : line_end if line_end >= 0 else len(frame)].strip() not in _ANTHROPIC_READ:
+                return
+        data = _data(frame)
+        if not data:
+            return
+        try:
+            event = _ANTHROPIC_EVENT.decode(data)
+        except msgspec.DecodeError:  # not JSON, or not an object
+            return
+        self.on_event(event)
+
+    def on_event(self, event: _AnthropicEvent) -> None:
+        kind = event.type
+        if kind == "content_block_delta" and isinstance(event.delta, dict):
+            delta = event.delta
             for field in ("text", "partial_json", "thinking"):
                 value = delta.get(field)
                 if isinstance(value, str):
                     self.streamed_chars += len(value)
+        elif kind == "message_start" and isinstance(event.message, dict):
+            message = event.message
+            self.model = str(message.get("model") or self.model)
+            self._usage(message.get("usage"))
+        elif kind == "content_block_start" and isinstance(event.index, int):
+            self.open_blocks.add(event.index)
+        elif kind == "content_block_stop" and isinstance(event.index, int):
+            self.open_blocks.discard(event.index)
         elif kind == "message_delta":
-            self._usage(event.get("usage"))
-            if isinstance(event.get("usage"), dict) and "output_tokens" in event["usage"]:
+            self._usage(event.usage)
+            if isinstance(event.usage, dict) and "output_tokens" in event.usage:
                 self.final_output = True
-        elif kind == "error" and isinstance(event.get("error"), dict):
-            self.error = str(event["error"].get("message") or event["error"].get("type") or "error")[:500]
+        elif kind == "error" and isinstance(event.error, dict):
+            self.error = str(event.error.get("message") or event.error.get("type") or "error")[:500]
 
     def on_json(self, data: dict[str, Any]) -> None:
         self.model = str(data.get("model") or self.model)
@@ -212,9 +274,19 @@ class OpenAIMeter(Meter):
         self.usage.output_tokens = _int(usage.get("completion_tokens"))
         self.final_output = True
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        self.model = str(event.get("model") or self.model)
-        for choice in event.get("choices") or []:
+    def _read(self, frame: bytes) -> None:
+        data = _data(frame)
+        if not data or data == b"[DONE]":
+            return
+        try:
+            event = _OPENAI_EVENT.decode(data)
+        except msgspec.DecodeError:
+            return
+        self.on_event(event)
+
+    def on_event(self, event: _OpenAIEvent) -> None:
+        self.model = str(event.model or self.model)
+        for choice in event.choices if isinstance(event.choices, list) else ():
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if not isinstance(delta, dict):
                 continue
@@ -224,10 +296,10 @@ class OpenAIMeter(Meter):
                 fn = call.get("function") if isinstance(call, dict) else None
                 if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
                     self.streamed_chars += len(fn["arguments"])
-        if event.get("usage"):
-            self._usage(event["usage"])
-        if isinstance(event.get("error"), dict):
-            self.error = str(event["error"].get("message") or "error")[:500]
+        if event.usage:
+            self._usage(event.usage)
+        if isinstance(event.error, dict):
+            self.error = str(event.error.get("message") or "error")[:500]
 
     def on_json(self, data: dict[str, Any]) -> None:
         self.model = str(data.get("model") or self.model)

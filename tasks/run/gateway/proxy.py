@@ -7,6 +7,8 @@ Upstream trouble reaches the agent as the provider would say it: the upstream's 
 body (429 with Retry-After, 500...), or a 502/504 in the provider's error shape when the endpoint
 cannot be reached or does not answer in time (`x-forgehand-gateway: unreachable|timeout`)."""
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -104,6 +106,67 @@ def _answer_headers(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
     return out
 
 
+class BodyChunks:
+    """The upstream's body as it arrives, what came in together handed on as one piece: a burst
+    of events read in one go reaches the agent in one write (one parse at its end), not one per
+    event. A reader task pulls from httpx while the agent's side sends; past `HELD` bytes not yet
+    sent it waits, so a slow agent slows the upstream read rather than filling memory."""
+
+    HELD = 1024 * 1024
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self._parts: list[bytes] = []
+        self._size = 0
+        # Bare futures, not asyncio.Events: one hand-over per upstream read, kept cheap.
+        self._ready: asyncio.Future[None] | None = None  # the sending side waits for bytes
+        self._room: asyncio.Future[None] | None = None  # the reader waits for the agent
+        self._done = False
+        self._error: Exception | None = None
+        self._reader = asyncio.ensure_future(self._read(resp))
+
+    def _wake(self) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(None)
+
+    async def _read(self, resp: httpx.Response) -> None:
+        try:
+            async for piece in resp.aiter_raw():
+                self._parts.append(piece)
+                self._size += len(piece)
+                self._wake()
+                if self._size >= self.HELD:
+                    self._room = asyncio.get_running_loop().create_future()
+                    await self._room
+        except Exception as exc:  # handed to the sending side, which answers it
+            self._error = exc
+        finally:
+            self._done = True
+            self._wake()
+
+    async def next(self) -> bytes | None:
+        """What arrived since the last call (waiting for something); None at the body's end."""
+        while not self._parts:
+            if self._done:
+                if self._error is not None:
+                    raise self._error
+                return None
+            self._ready = asyncio.get_running_loop().create_future()
+            await self._ready
+        parts = self._parts
+        out = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        self._size = 0
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+        return out
+
+    async def close(self) -> None:
+        if not self._reader.done():
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+
 def _stream_end(provider: str, meter: Meter) -> bytes:
     """The events that end a stream cut for the budget, as the provider ends one at max_tokens."""
     if provider == "anthropic":
@@ -195,6 +258,7 @@ async def forward(
         resp = await client.send(request, stream=True)
     except httpx.TransportError as exc:  # timeouts included
         return done(*await _upstream_failed(send, upstream, exc, started=False))
+    chunks: BodyChunks | None = None
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)
         is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
@@ -216,18 +280,21 @@ async def forward(
             return done(resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}")
         await send({"type": "http.response.start", "status": resp.status_code, "headers": _answer_headers(resp)})
         cut = False
+        over = None
+        if budget.limit:
+
+            def over() -> bool:
+                return budget.stream_over(call_id, meter.estimated_total)
+
+        chunks = BodyChunks(resp)
         try:
-            async for piece in resp.aiter_raw():
-                out: list[bytes] = []
-                for frame in meter.frames(piece):
-                    out.append(frame)
-                    if budget.stream_over(call_id, meter.estimated_total):
-                        cut = True
-                        break
+            # The bytes pass as they came, by whole events; the meter reads them on the side.
+            while (got := await chunks.next()) is not None:
+                out, cut = meter.feed(got, over)
                 if cut:
-                    out.append(_stream_end(upstream.provider, meter))
+                    out += _stream_end(upstream.provider, meter)
                 if out:
-                    await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
                 if cut or disconnected():
                     break
             tail = meter.rest()
@@ -248,4 +315,6 @@ async def forward(
             return done(resp.status_code, f"{budget.text}: the stream was cut")
         return done(resp.status_code, meter.error)
     finally:
+        if chunks is not None:
+            await chunks.close()
         await resp.aclose()
