@@ -236,3 +236,42 @@ async def test_the_sweep_removes_dead_channel_directories_only() -> None:
         assert not live.host_dir.exists()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_server_side_tools_that_reach_the_network_are_refused() -> None:
+    """The sandbox has no network; the provider's own web search, web fetch, code execution and
+    MCP connector would be a way around it (the agent can call the gateway socket itself)."""
+    with ScriptedAnthropic([text("fine")], repeat_last=True) as api:
+        async with open_channel(upstreams(anthropic_url=api.url)) as ch, agent_client(ch) as c:
+            auth = {"x-api-key": ch.token}
+            for extra in (
+                {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+                {"tools": [{"name": "Read", "input_schema": {}}, {"type": "web_fetch_20250910", "name": "f"}]},
+                {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]},
+                {"mcp_servers": [{"type": "url", "url": "https://evil.example/mcp", "name": "x"}]},
+                {"container": "container_abc"},
+            ):
+                r = await c.post("/v1/messages", json={**MESSAGES, **extra}, headers=auth)
+                assert r.status_code == 400, (extra, r.text)
+                assert "network" in r.json()["error"]["message"]
+            assert api.calls == []
+            client_tool = {"tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}]}
+            ok = await c.post("/v1/messages", json={**MESSAGES, **client_tool}, headers=auth)
+            assert ok.status_code == 200, ok.text
+    with ScriptedModel([reply("fine")]) as model:
+        async with open_channel(upstreams(openai_url=model.url)) as ch, agent_client(ch) as c:
+            body = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}], "web_search_options": {}}
+            r = await c.post("/v1/chat/completions", json=body, headers={"authorization": f"Bearer {ch.token}"})
+            assert r.status_code == 400 and model.requests == []
+
+
+async def test_a_channel_root_others_may_write_is_refused(tmp_path: Path) -> None:
+    """Whoever may replace a run's directory in the root gets its token and answers its hooks."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(0o777)
+    try:
+        async with open_channel(upstreams(anthropic_url="http://127.0.0.1:9"), root=root):
+            raise AssertionError("the channel started in a world-writable root")
+    except PermissionError as exc:
+        assert "writable by nobody else" in str(exc)

@@ -11,8 +11,10 @@ belongs to the worker (or `serve`), whose own handlers must keep working."""
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
@@ -57,6 +59,18 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield  # the worker's (or `serve`'s) signal handlers stay in charge
+
+
+def check_channel_root(root: Path) -> None:
+    """The directory that holds every run's socket directory must be ours and writable by nobody
+    else: whoever can replace a run's directory there (a symlink, their own socket) gets the
+    run's token and answers its hooks. The default is under the shared temporary directory."""
+    info = root.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise PermissionError(
+            f"the run channel directory {root} must be a directory owned by this process's user and "
+            "writable by nobody else (FORGEHAND_RUN_CHANNEL_DIR)"
+        )
 
 
 class RunChannel:
@@ -112,6 +126,7 @@ class RunChannel:
 
     async def start(self) -> None:
         self.host_dir.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        check_channel_root(self.host_dir.parent)
         if self.host_dir.exists():  # a stale directory of a crashed worker (run uuids are unique)
             shutil.rmtree(self.host_dir, ignore_errors=True)
         self.host_dir.mkdir(mode=0o755)
@@ -135,6 +150,8 @@ class RunChannel:
             timeout_graceful_shutdown=2,
             server_header=False,
             date_header=False,
+            # An agent opening many calls at once gets 503s, not the worker's whole event loop.
+            limit_concurrency=16,
         )
         self._server = _Server(config)
         self._serving = asyncio.ensure_future(self._server.serve(sockets=[sock]))
@@ -197,17 +214,18 @@ class RunChannel:
         if scope["method"] != "POST":
             await send_json(send, 405, error_body(provider, 405, "invalid_request_error", "POST only"))
             return
-        body = b""
+        buffer = bytearray()  # bytes += bytes is quadratic: an agent could stall the event loop
         more = True
         while more:
             message_in = await receive()
             if message_in["type"] == "http.disconnect":
                 return
-            body += message_in.get("body", b"")
+            buffer += message_in.get("body", b"")
             more = message_in.get("more_body", False)
-            if len(body) > MAX_REQUEST_BYTES:
+            if len(buffer) > MAX_REQUEST_BYTES:
                 await send_json(send, 413, error_body(provider, 413, "request_too_large", "the request is too large"))
                 return
+        body = bytes(buffer)
         if path.startswith("/hooks/"):
             await self._hook_call(path, body, send)
         elif path in _ROUTES:

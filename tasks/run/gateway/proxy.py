@@ -20,7 +20,7 @@ import msgspec
 from tasks.run.gateway.budget import GATEWAY_HEADER, Budget
 from tasks.run.gateway.metering import Meter, meter_for
 
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
+MAX_REQUEST_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 MAX_JSON_ANSWER_BYTES = 64 * 1024 * 1024
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -61,9 +61,40 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
         return out
 
 
+class ToolHead(msgspec.Struct):
+    type: Any = None
+
+
 class RequestHead(msgspec.Struct):
     model: Any = None
     stream: Any = None
+    # What would make the provider reach the network for the agent (AGENTS.md decision 6): its
+    # server-side tools, its MCP connector, its code-execution container, OpenAI's web search.
+    tools: list[ToolHead] | None = None
+    mcp_servers: Any = None
+    container: Any = None
+    web_search_options: Any = None
+
+
+# Tool types the provider runs on its side with network access (web search/fetch, code execution
+# in its container, MCP toolsets). A client tool has no type (Anthropic), "custom" or "function".
+_NETWORK_TOOL_PREFIXES = ("web_", "code_execution", "mcp")
+
+
+def network_refusal(head: RequestHead) -> str:
+    """Why the provider would reach the network for this request ("" when it would not): the
+    sandbox has no network, and a server-side tool must not become the way around it."""
+    if head.mcp_servers is not None:
+        return "the MCP connector (mcp_servers)"
+    if head.container is not None:
+        return "a code-execution container"
+    if head.web_search_options is not None:
+        return "web search (web_search_options)"
+    for tool in head.tools or ():
+        kind = tool.type
+        if isinstance(kind, str) and kind.startswith(_NETWORK_TOOL_PREFIXES):
+            return f"the server-side tool {kind!r}"
+    return ""
 
 
 _REQUEST_HEAD = msgspec.json.Decoder(RequestHead)
@@ -249,6 +280,11 @@ async def forward(
         return done(403, text)
     if head is None:
         text = "the request body is not a JSON object"
+        await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
+        return done(400, text)
+    refused = network_refusal(head)
+    if refused:
+        text = f"forgehand: {refused} would reach the network from the provider's side; the sandbox has no network"
         await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
         return done(400, text)
     request = client.build_request(

@@ -50,7 +50,9 @@ def build_channel(
             timeout=settings.model_timeout_seconds,
         )
         for name, a in access.items()
-        if a.configured
+        # Only the provider this run's runtime speaks: a claude-code run must not be able to spend
+        # the OpenAI key (recorded nowhere, as the paying key is the Anthropic one).
+        if a.configured and name == provider
     }
     info = ProviderInfo(
         anthropic_model=access["anthropic"].model if "anthropic" in access else "",
