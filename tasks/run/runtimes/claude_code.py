@@ -111,6 +111,9 @@ class ClaudeCodeRuntime:
             "stdio",
             "--setting-sources",
             "user",
+            # No MCP server from anywhere (a repository's .mcp.json, a user file the agent wrote):
+            # an MCP server is a process the agent would start outside any tool call's policy.
+            "--strict-mcp-config",
             "--max-turns",
             str(ctx.limits.turn_limit),
         ]
