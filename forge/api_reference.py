@@ -10,15 +10,35 @@ from pathlib import Path
 from typing import Any
 
 import swagger_ui_bundle
-from litestar import Request
+from litestar import Request, get
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.static_files import create_static_files_router
+from litestar.params import FromPath
+from litestar.response import File
+
+from forge.error_codes import Code
+from forge.errors import NotFound
 
 ASSETS_PATH = "/static/api-reference"
 SWAGGER_DIR = Path(swagger_ui_bundle.swagger_ui_path)
-API_REFERENCE_ASSETS = create_static_files_router(
-    path=ASSETS_PATH, directories=[SWAGGER_DIR], include_in_schema=False, name="api-reference-assets"
-)
+# Only the files the page uses: the package also holds Swagger's demo page, whose initializer
+# loads the petstore from another origin, and a template.
+ASSET_TYPES = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui-standalone-preset.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "favicon-32x32.png": "image/png",
+}
+
+
+@get(f"{ASSETS_PATH}/{{name:str}}", include_in_schema=False, name="api-reference-assets")
+async def api_reference_asset(name: FromPath[str]) -> File:
+    media_type = ASSET_TYPES.get(name)
+    if media_type is None:
+        raise NotFound(f"no API reference asset {name!r}", code=Code.NOT_FOUND)
+    return File(path=SWAGGER_DIR / name, media_type=media_type, content_disposition_type="inline")
+
+
+API_REFERENCE_ASSETS = api_reference_asset
 
 
 class LocalSwaggerPlugin(SwaggerRenderPlugin):
