@@ -274,3 +274,10 @@ async def test_with_a_model_configured_the_form_defaults_to_the_builtin_runtime(
     assert r.status_code == 200, r.text
     page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text
     assert '<option value="builtin" selected>' in page and "uses the configured model" in page
+
+
+async def test_a_person_s_own_task_lists_need_a_sign_in(client: AsyncTestClient[Litestar]) -> None:
+    for path in ("/tasks", "/tasks/awaiting-review"):
+        r = await client.get(path, headers={"Accept": "text/html"}, follow_redirects=False)
+        assert r.status_code in (303, 401), (path, r.status_code)
+        assert r.status_code == 401 or "/signin" in r.headers["location"]

@@ -8,8 +8,9 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
+from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession
-from forge.errors import ForgeError, NotFound, Unauthenticated
+from forge.errors import ForgeError, NotFound
 from forge.pages import page
 from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
@@ -197,13 +198,12 @@ class TaskPages(Controller):
 class MyTaskPages(Controller):
     include_in_schema = False
     dependencies = PAGE_DEPENDENCIES
+    guards = [signed_in]  # a person's own lists
 
     @get("/tasks")
     async def mine(
         self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, task_system: SystemDep
     ) -> Template:
-        if actor.principal.account_id is None:
-            raise Unauthenticated("sign in first")
         svc = task_system.service(db_session)
         return page(request, "tasks/mine.html", tasks=await svc.to_reads(await svc.list_for_user(actor.principal)))
 
@@ -212,8 +212,6 @@ class MyTaskPages(Controller):
         self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, task_system: SystemDep
     ) -> Template:
         """Tasks awaiting the signed-in person's review: a page, or (for the dashboard, htmx) its list."""
-        if actor.principal.account_id is None:
-            raise Unauthenticated("sign in first")
         svc = task_system.service(db_session)
         tasks = await svc.to_reads(await inbox.awaiting_review(db_session, actor.principal))
         fragment = request.headers.get("hx-request") == "true"
