@@ -11,7 +11,7 @@ import pytest
 
 from forge.settings import Settings
 from tests.support.model import ScriptedModel, reply, tool_call
-from tests.support.policy import PolicyConsumer, make_hook_token, served_with_policy
+from tests.support.policy import PolicyConsumer, decisions, make_hook_token, reference_consumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
@@ -186,47 +186,13 @@ def test_stop_context_continues_the_agent_exactly_once(policy_settings: Settings
 def test_reference_consumer_denies_bash_in_a_real_task(policy_settings: Settings) -> None:
     """The issue's walkthrough: `forgehand hooks serve --deny-tool-pattern bash` as a real process
     watching a builtin task; the bash call is denied and the synthetic result is in the transcript."""
-    import os
-    import socket
-    import subprocess
-    import sys
-    import time
-
-    import httpx
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    hook_url = f"http://127.0.0.1:{port}/forgehand"
     turns = [tool_call("bash", {"command": "echo pwned > pwned.txt"}, call_id="b1"), reply("I could not run it")]
     with ScriptedModel(turns) as model:
         settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
         token, path = asyncio.run(seed(settings))
         hook_token = asyncio.run(make_hook_token(settings))
         for url in serve(settings):
-            r = httpx.post(
-                f"{url}/api/v1/repos/ana/demo/hooks",
-                json={"url": hook_url, "kind": "policy", "events": ["pre_tool_use"]},
-                headers={"Authorization": f"Bearer {hook_token}"},
-                timeout=30,
-            )
-            assert r.status_code == 201, r.text
-            cli = str(Path(sys.executable).parent / "forgehand")
-            args = ["hooks", "serve", "--audience", hook_url, "--secret", r.json()["secret"]]
-            args += ["--deny-tool-pattern", "bash", "--port", str(port)]
-            proc = subprocess.Popen(
-                [cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ
-            )
-            try:
-                deadline = time.monotonic() + 20
-                while True:
-                    try:
-                        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                        break
-                    except OSError:
-                        assert time.monotonic() < deadline and proc.poll() is None, "hooks serve did not start"
-                        time.sleep(0.05)
+            with reference_consumer(url, hook_token, "bash") as proc:
                 env = Env(url=url, settings=settings, token=token, repo_path=path)
 
                 async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -237,14 +203,10 @@ def test_reference_consumer_denies_bash_in_a_real_task(policy_settings: Settings
                         return done, await all_events(c, 1)
 
                 done, events = asyncio.run(check(env))
-            finally:
-                proc.terminate()
-                out, _ = proc.communicate(timeout=10)
             files = tree_files(path, done["head_sha"])
     assert done["state"] == "awaiting_review", done
     assert "pwned.txt" not in files
     [result] = [e["payload"] for e in events if e["kind"] == "tool_result"]
     assert result["id"] == "b1" and result["is_error"] is True
     assert result["output"].startswith("error: an external policy blocked this bash call; it was not executed")
-    logged = [json.loads(line) for line in out.splitlines()]
-    assert [x.get("decision") for x in logged if x.get("event") == "pre_tool_use"] == ["deny"]
+    assert [x.get("decision") for x in decisions(proc) if x.get("event") == "pre_tool_use"] == ["deny"]

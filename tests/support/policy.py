@@ -3,9 +3,16 @@ status), and a served task world whose repository sends those events to it."""
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -77,3 +84,46 @@ def served_with_policy(
         )
         assert r.status_code == 201, r.text
         yield Env(url=url, settings=settings, token=token, repo_path=path)
+
+
+@contextmanager
+def reference_consumer(forge_url: str, admin_token: str, deny_tool_pattern: str) -> Iterator[subprocess.Popen[str]]:
+    """The shipped reference consumer, `forgehand hooks serve --deny-tool-pattern PATTERN`, as its own
+    process, registered as the demo repository's `pre_tool_use` policy endpoint; its decision log
+    (one JSON line per event) is on the process's stdout once it has ended."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    hook_url = f"http://127.0.0.1:{port}/forgehand"
+    r = httpx.post(
+        f"{forge_url}/api/v1/repos/ana/demo/hooks",
+        json={"url": hook_url, "kind": "policy", "events": ["pre_tool_use"]},
+        headers={"Authorization": f"Bearer {admin_token}"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    args = ["hooks", "serve", "--audience", hook_url, "--secret", r.json()["secret"], "--port", str(port)]
+    args += ["--deny-tool-pattern", deny_tool_pattern]
+    cli = str(Path(sys.executable).parent / "forgehand")
+    proc = subprocess.Popen([cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, "hooks serve did not start"
+                time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=10)
+
+
+def decisions(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """The reference consumer's decision log, read after it ended."""
+    assert proc.stdout is not None
+    return [json.loads(line) for line in proc.stdout.read().splitlines() if line.strip()]
