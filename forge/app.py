@@ -29,7 +29,7 @@ from forge.api_user import UserController
 from forge.auth import AuthMiddleware, AuthState
 from forge.db import Database
 from forge.deps import DEPENDENCIES
-from forge.edges import SECURITY_HEADERS, before_request
+from forge.edges import add_security_headers, before_request
 from forge.error_codes import Code
 from forge.events import EventBus
 from forge.git import RepoStore, install_hooks
@@ -166,7 +166,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             DefineMiddleware(AuthMiddleware, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
         ],
         before_request=before_request,
-        response_headers=SECURITY_HEADERS,
+        before_send=[add_security_headers],
         after_exception=[audit_refusal],
         exception_handlers=EXCEPTION_HANDLERS,
         template_config=TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine),

@@ -1,4 +1,5 @@
-"""The app's `before_request`: the checks every request passes, in order, before any handler runs.
+"""The app's edges: `before_request`, the checks every request passes, in order, before any
+handler runs, and `add_security_headers`, the headers every response leaves with.
 
 Each check lives with its concern; this module only fixes their order. A check raises a
 `ForgeError` (rendered as problem details or an error page) or, for `OPTIONS`, answers itself."""
@@ -8,6 +9,7 @@ from typing import Any
 from litestar import Request, Response
 from litestar.datastructures import ResponseHeader
 from litestar.status_codes import HTTP_204_NO_CONTENT
+from litestar.types import Message, Scope
 
 from forge.csrf import check_csrf
 from forge.int_bounds import refuse_out_of_range_ints
@@ -23,6 +25,18 @@ SECURITY_HEADERS = [
     ResponseHeader(name="X-Content-Type-Options", value="nosniff"),
     ResponseHeader(name="Referrer-Policy", value="same-origin"),
 ]
+_SECURITY_RAW = [(h.name.lower().encode(), (h.value or "").encode()) for h in SECURITY_HEADERS]
+
+
+async def add_security_headers(message: Message, scope: Scope) -> None:
+    """The app's `before_send` hook: the security headers on every response, whatever answered it
+    (a handler, an exception handler, routing's own 404 and 405, static files). A response that
+    sets one itself (raw repository files: a stricter CSP) keeps its own."""
+    if message["type"] != "http.response.start":
+        return
+    headers = list(message.get("headers") or [])
+    present = {bytes(name).lower() for name, _ in headers}
+    message["headers"] = headers + [h for h in _SECURITY_RAW if h[0] not in present]
 
 
 def options_response(request: Request[Any, Any, Any]) -> Response[None] | None:

@@ -26,7 +26,6 @@ from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from forge import audit
 from forge.auth import actor_of, request_id
-from forge.edges import SECURITY_HEADERS
 from forge.error_codes import Code, lookup
 from forge.errors import ForgeError, RateLimited
 from forge.git.errors import RepoError
@@ -159,8 +158,8 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
 
 
 def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str, str]) -> Response[Any]:
-    # Exception responses do not pass the app's response_headers: the same ones, written here.
-    headers = {**{h.name: h.value or "" for h in SECURITY_HEADERS}, **headers, "X-Request-Id": problem.request_id}
+    # The security headers are added to every response on its way out (forge.edges).
+    headers = {**headers, "X-Request-Id": problem.request_id}
     if _wants_html(request) and problem.status == 401 and request.method == "GET":
         target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""), safe="")
         return Redirect(f"/signin?next={target}", status_code=303)

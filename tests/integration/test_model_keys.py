@@ -119,6 +119,7 @@ async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: 
     assert access["openai"].source == "instance" and access["openai"].api_key == "sk-instance-openai"
     assert access["anthropic"].source == "instance" and access["anthropic"].model == "claude-inst"
     assert access["anthropic"].base_url == "https://api.anthropic.com"
+    assert access["openai"].trusted and access["anthropic"].trusted  # the operator's own endpoints
     # The person has a key, but the repository does not allow personal keys: still the instance's.
     put = await client.put(
         "/api/v1/user/model-keys/anthropic", json={"api_key": KEY}, headers=await session_headers(client, "ana")
@@ -139,6 +140,7 @@ async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: 
         assert secret_box(s).decrypt(row.anthropic_api_key_enc) == "sk-repo-anthropic-key"
     assert access["anthropic"].source == "repository" and access["anthropic"].api_key == "sk-repo-anthropic-key"
     assert access["anthropic"].base_url == "https://repo.example"
+    assert not access["anthropic"].trusted  # a repository's endpoint: the gateway's URL guard checks it
     assert access["openai"].source == "instance"
     # Allowed now: the starter's personal key pays, towards the instance's endpoint (never the repository's).
     r = await client.put(
@@ -151,7 +153,7 @@ async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: 
         access = await model_access(session, s, repo_id, ana_id)
         nobody = await model_access(session, s, repo_id, None)
     assert access["anthropic"].source == "personal" and access["anthropic"].api_key == KEY
-    assert access["anthropic"].base_url == "https://api.anthropic.com"
+    assert access["anthropic"].base_url == "https://api.anthropic.com" and access["anthropic"].trusted
     assert access["openai"].source == "instance"  # no personal OpenAI key
     assert nobody["anthropic"].source == "repository"
     # A repository endpoint without a key of its own never receives the instance's key.
@@ -161,6 +163,7 @@ async def test_which_key_pays(client: AsyncTestClient[Any], make: Accounts, db: 
     async with db.session() as session:
         access = await model_access(session, s, repo_id, None)
     assert access["openai"].source == "repository" and access["openai"].api_key == ""
+    assert not access["openai"].trusted
 
 
 async def test_the_model_access_page_sets_and_removes_a_key(client: AsyncTestClient[Any], make: Accounts) -> None:

@@ -111,6 +111,9 @@ async def test_browse_api_raw_and_compare(client: AsyncTestClient[Any], make: Ac
     assert raw.status_code == 200 and raw.content == b"<script>alert(1)</script>"
     assert raw.headers["content-type"].startswith("text/plain")  # never served as HTML
     assert raw.headers["x-content-type-options"] == "nosniff"
+    assert raw.headers.get_list("content-security-policy") == [
+        "default-src 'none'; style-src 'unsafe-inline'; sandbox"
+    ]  # its own, stricter than every page's
     for bad in ("/contents/../../etc/passwd", "/contents/.git/config", "/raw/main/..%2F..%2Fsecret"):
         r = await client.get(f"/api/v1/repos/ana/proj{bad}", headers=bearer(ana))
         assert r.status_code in (404, 422), (bad, r.status_code)

@@ -7,9 +7,18 @@ from litestar.testing import AsyncTestClient
 
 
 async def test_pages_and_api_carry_the_security_headers(client: AsyncTestClient[Any]) -> None:
-    for path, status in (("/signin", 200), ("/api/v1/repos", 200), ("/healthz", 200), ("/nobody/nothing", 404)):
-        r = await client.get(path, headers={"Accept": "text/html"})
+    for method, path, status in (
+        ("GET", "/signin", 200),
+        ("GET", "/api/v1/repos", 200),
+        ("GET", "/healthz", 200),
+        ("GET", "/nobody/nothing", 404),
+        ("GET", "/static/forgehand.css", 200),
+        ("DELETE", "/healthz", 405),  # answered by routing, before any handler or middleware
+        ("POST", "/api/v1/user/repos", 401),  # an exception handler's answer
+    ):
+        r = await client.request(method, path, headers={"Accept": "text/html"})
         assert r.status_code == status, (path, r.status_code)
+        assert r.headers.get_list("x-content-type-options") == ["nosniff"], path  # once, never twice
         csp = r.headers.get("content-security-policy", "")
         assert "img-src 'self' data:" in csp and "frame-ancestors 'none'" in csp, (path, csp)
         assert r.headers.get("x-content-type-options") == "nosniff", path

@@ -98,7 +98,13 @@ def serve_env(settings: Settings) -> Iterator[Env]:
 
 
 def task_settings(settings: Settings, **kw: Any) -> Settings:
-    base: dict[str, Any] = {"run_worker": True, "model_api_key": SECRET, "task_wall_clock_seconds": 600}
+    # Repository and personal model endpoints in tests are scripted servers on 127.0.0.1.
+    base: dict[str, Any] = {
+        "run_worker": True,
+        "model_api_key": SECRET,
+        "task_wall_clock_seconds": 600,
+        "model_allowed_hosts": "127.0.0.1",
+    }
     base.update(kw)
     return msgspec.structs.replace(settings, **base)
 
