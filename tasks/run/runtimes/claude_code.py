@@ -50,6 +50,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Question
+from tasks.run.runtimes.agent_session import HOME_CAP, keep, prompt_of, restore
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
     PolicyBroker,
@@ -60,7 +61,6 @@ from tasks.run.runtimes.claude_control import (
     hook_refusal,
     interrupt_request,
 )
-from tasks.run.runtimes.claude_session import HOME_CAP, keep, prompt_of, restore
 from tasks.run.runtimes.claude_stream import StreamState, usage_of
 from tasks.run.runtimes.policy_steps import after_tool, record
 
