@@ -79,6 +79,13 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     anthropic_base_url: str = "https://api.anthropic.com"
     anthropic_api_key: str = ""
     anthropic_model: str = ""
+    # Hosts that model endpoints chosen by repository admins or in personal keys may use at
+    # non-global addresses (loopback, private, link-local; names, addresses or CIDRs, comma-separated,
+    # as webhooks_allowed_hosts). The instance's own model_base_url and anthropic_base_url are trusted.
+    model_allowed_hosts: str = ""
+    # The provider may search the web for a run's agent (OpenAI Responses' hosted web_search tool);
+    # a repository's task settings override it. Off: such requests are refused by the gateway.
+    task_allow_web_search: bool = False
     # Optional price table for the model gateway's cost metering: a JSON or TOML file of
     # {model: {input, output, cache_read, cache_write}} in USD per million tokens.
     model_prices: str = ""

@@ -101,7 +101,9 @@ class AllowList:
     networks: tuple[Network, ...] = field(default_factory=tuple)
 
     @classmethod
-    def parse(cls, value: str | Iterable[str] | None) -> "AllowList":
+    def parse(
+        cls, value: str | Iterable[str] | None, *, setting: str = "FORGEHAND_WEBHOOKS_ALLOWED_HOSTS"
+    ) -> "AllowList":
         items = value.split(",") if isinstance(value, str) else list(value or [])
         names: set[str] = set()
         networks: list[Network] = []
@@ -117,9 +119,7 @@ class AllowList:
             except ValueError:
                 pass
             if not _valid_hostname(item.rstrip(".")):
-                raise ValueError(
-                    f"FORGEHAND_WEBHOOKS_ALLOWED_HOSTS: {raw.strip()!r} is not a host name, address or CIDR"
-                )
+                raise ValueError(f"{setting}: {raw.strip()!r} is not a host name, address or CIDR")
             names.add(item.rstrip("."))
         return cls(frozenset(names), tuple(networks))
 

@@ -266,6 +266,8 @@ class RepoTaskSettings(Base):
     required_approvals: Mapped[int | None] = mapped_column(Integer, nullable=True)
     approval_not_by_starter: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The provider may search the web for the agent (null: the instance's task_allow_web_search).
+    allow_web_search: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 

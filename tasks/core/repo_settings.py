@@ -41,6 +41,7 @@ async def effective(session: AsyncSession, settings: Settings, repo_id: int) -> 
         ("idle_seconds", "task_idle_seconds"),
         ("wall_clock_seconds", "task_wall_clock_seconds"),
         ("token_budget", "task_token_budget"),
+        ("allow_web_search", "task_allow_web_search"),
     ):
         value = getattr(row, column)
         if value is not None:
@@ -56,6 +57,9 @@ class ProviderAccess(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str
     model: str
     source: KeySource
+    # The endpoint is the instance's own (the operator's choice); others are checked by the
+    # gateway's URL guard at every connection (tasks/run/gateway/guard.py).
+    trusted: bool = True
 
     @property
     def configured(self) -> bool:
@@ -97,7 +101,10 @@ async def model_access(
         if mine is not None:
             source, key = "personal", mine.api_key
             base = mine.base_url or instance[provider][0]
-        out[provider] = ProviderAccess(provider=provider, base_url=base, api_key=key, model=model, source=source)
+        trusted = base.rstrip("/") == instance[provider][0].rstrip("/")
+        out[provider] = ProviderAccess(
+            provider=provider, base_url=base, api_key=key, model=model, source=source, trusted=trusted
+        )
     return out
 
 

@@ -109,6 +109,7 @@ class ModelCall(msgspec.Struct, kw_only=True, tag="model_call"):
     cost_usd: float | None = None  # null when the model has no price
     stream: bool = False
     error: str = ""
+    api: str = ""  # "messages" | "chat_completions" | "responses"
 
 
 Payload = Prompt | Assistant | ToolCall | ToolResult | Output | Notice | System | Summary | Question | ModelCall

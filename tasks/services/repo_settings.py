@@ -39,6 +39,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     anthropic_api_key_set: bool = False
     # Tasks may spend the starter's personal model key (GET/PUT /api/v1/user/model-keys/{provider}).
     allow_personal_keys: bool = False
+    # The provider may search the web for the agent (null: the instance's setting, off by default).
+    allow_web_search: bool | None = None
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -60,6 +62,7 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     anthropic_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
     anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     allow_personal_keys: bool | None = None
+    allow_web_search: bool | None = None
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -79,6 +82,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         anthropic_model=row.anthropic_model if row else None,
         anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
         allow_personal_keys=bool(row and row.allow_personal_keys),
+        allow_web_search=row.allow_web_search if row else None,
     )
 
 
@@ -102,6 +106,7 @@ async def update(
         box = secret_box(settings)
         row.anthropic_api_key_enc = box.encrypt(change.anthropic_api_key) if change.anthropic_api_key else None
     row.allow_personal_keys = bool(change.allow_personal_keys)
+    row.allow_web_search = change.allow_web_search
     row.turn_limit = change.turn_limit
     row.tool_timeout_seconds = change.tool_timeout_seconds
     row.idle_seconds = change.idle_seconds

@@ -13,20 +13,34 @@ from typing import Any
 import httpx
 
 from tasks.run.gateway import PriceTable, ProviderInfo, RunChannel, Upstream
+from tasks.run.gateway.guard import allow_list
 
 ANTHROPIC_KEY = "sk-ant-real-key-0123456789abcdef"
 OPENAI_KEY = "sk-openai-real-key-0123456789abcdef"
 
 
-def upstreams(*, anthropic_url: str = "", openai_url: str = "", timeout: float = 10.0) -> dict[str, Upstream]:
+def upstreams(
+    *, anthropic_url: str = "", openai_url: str = "", timeout: float = 10.0, guarded: bool = False
+) -> dict[str, Upstream]:
+    """`guarded`: the endpoints are a repository's or a person's (checked by the URL guard)."""
     out = {}
     if anthropic_url:
         out["anthropic"] = Upstream(
-            provider="anthropic", base_url=anthropic_url, api_key=ANTHROPIC_KEY, model="claude-test", timeout=timeout
+            provider="anthropic",
+            base_url=anthropic_url,
+            api_key=ANTHROPIC_KEY,
+            model="claude-test",
+            timeout=timeout,
+            guarded=guarded,
         )
     if openai_url:
         out["openai"] = Upstream(
-            provider="openai", base_url=openai_url, api_key=OPENAI_KEY, model="scripted", timeout=timeout
+            provider="openai",
+            base_url=openai_url,
+            api_key=OPENAI_KEY,
+            model="scripted",
+            timeout=timeout,
+            guarded=guarded,
         )
     return out
 
@@ -54,6 +68,8 @@ async def open_channel(
     prices: PriceTable | None = None,
     emit: Any = None,
     root: Path | None = None,
+    allow_web_search: bool = False,
+    allowed_hosts: str = "",
 ) -> AsyncIterator[RunChannel]:
     base = root or Path(tempfile.mkdtemp(prefix="fhg-", dir="/tmp"))
     channel = RunChannel(
@@ -62,10 +78,13 @@ async def open_channel(
         run_id=run_id,
         run_uuid=str(uuid.uuid4()),
         upstreams=ups,
-        provider=ProviderInfo(anthropic_model="claude-test", openai_model="scripted"),
+        provider=ProviderInfo(
+            anthropic_model="claude-test", openai_model="scripted", allow_web_search=allow_web_search
+        ),
         token_budget=token_budget,
         prices=prices or PriceTable({}),
         emit=emit,
+        allowed_hosts=allow_list(allowed_hosts),
     )
     await channel.start()
     try:

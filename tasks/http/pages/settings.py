@@ -39,6 +39,7 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     anthropic_api_key: str = ""
     remove_anthropic_api_key: str = ""
     allow_personal_keys: str = ""
+    allow_web_search: str = ""
     turn_limit: str = ""
     tool_timeout_seconds: str = ""
     idle_seconds: str = ""
@@ -60,6 +61,7 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "anthropic_base_url": form.anthropic_base_url.strip()[:500] or None,
         "anthropic_model": form.anthropic_model.strip()[:200] or None,
         "allow_personal_keys": bool(form.allow_personal_keys),
+        "allow_web_search": bool(form.allow_web_search),
     }
     for key, remove in (
         ("model_api_key", form.remove_model_api_key),

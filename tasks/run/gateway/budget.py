@@ -1,13 +1,23 @@
-"""A run's token budget as the gateway enforces it: the tokens of settled calls plus the running
-estimate of the calls still streaming. A call is refused once nothing is left; a stream is cut
-when its estimate reaches the limit; either way `exhausted` is set and the execution ends the
-run `token_budget` (tasks/run/execution.py)."""
+"""A run's token budget as the gateway enforces it: the tokens of settled calls plus what the
+calls still in flight may spend. A call is refused once nothing is left; a stream is cut when
+the run's total reaches the limit; either way `exhausted` is set and the execution ends the run
+`token_budget` (tasks/run/execution.py).
+
+Calls in parallel: each call in flight holds a reservation, the larger of its request's size in
+tokens (about four bytes a token: the input it will be charged, which OpenAI reports only at the
+end of the answer) and its stream's running estimate. A new call is admitted alone whenever the
+budget is not used up (a lone call is never refused for its own size: its stream is cut if it
+runs over); next to calls in flight, only while the settled tokens, their reservations and its
+own fit in the limit. Otherwise it is turned away for now (429 with Retry-After: the budget
+is not exhausted, the calls in flight may leave some of it)."""
 
 import asyncio
 
-# The gateway's own answers (budget used up, upstream unreachable or timed out) carry this header
-# (`budget`, `unreachable`, `timeout`), so a runtime can tell them from the provider's.
+# The gateway's own answers (budget used up or reserved, upstream unreachable, refused or timed
+# out) carry this header (`budget`, `budget-reserved`, `unreachable`, `refused`, `timeout`), so a
+# runtime can tell them from the provider's.
 GATEWAY_HEADER = "x-forgehand-gateway"
+BYTES_PER_TOKEN = 4
 
 
 class Budget:
@@ -15,7 +25,7 @@ class Budget:
         self.limit = limit  # 0: no budget
         self.used = 0
         self.exhausted = asyncio.Event()
-        self._live: dict[int, int] = {}
+        self._calls: dict[int, list[int]] = {}  # call -> [reservation, stream estimate]
 
     @property
     def text(self) -> str:
@@ -24,18 +34,37 @@ class Budget:
     def left(self) -> bool:
         return not self.limit or self.used < self.limit
 
+    def _in_flight(self, skip: int = 0) -> int:
+        return sum(max(held) for call, held in self._calls.items() if call != skip)
+
+    def admit(self, call: int, request_bytes: int) -> bool:
+        """Hold a reservation for a call about to go upstream; False: the calls in flight may
+        spend what is left (nothing is held then)."""
+        reserve = request_bytes // BYTES_PER_TOKEN
+        if self.limit and self._calls and self.used + self._in_flight() + reserve > self.limit:
+            return False
+        self._calls[call] = [reserve, 0]
+        return True
+
     def stream_over(self, call: int, estimate: int) -> bool:
-        """Record a streaming call's estimate; True when the run would pass its budget."""
-        self._live[call] = estimate
+        """Record a streaming call's estimate; True when the run would pass its budget (this
+        call counted by its estimate, the others by their reservations)."""
+        held = self._calls.get(call)
+        if held is not None:
+            held[1] = estimate
         if not self.limit:
             return False
-        return self.used + sum(self._live.values()) >= self.limit
+        return self.used + estimate + self._in_flight(skip=call) >= self.limit
 
     def settle(self, call: int, tokens: int) -> None:
-        self._live.pop(call, None)
+        self._calls.pop(call, None)
         self.used += tokens
         if self.limit and self.used >= self.limit:
             self.exhausted.set()
+
+    def release(self, call: int) -> None:
+        """Drop a call's reservation without charging it (it never reached the provider)."""
+        self._calls.pop(call, None)
 
     def cut(self) -> None:
         self.exhausted.set()

@@ -28,9 +28,11 @@ import uvicorn
 from sandbox import CHANNEL_DIR
 from tasks.core.transcript import Kind, ModelCall, Payload
 from tasks.run.gateway.budget import Budget
+from tasks.run.gateway.guard import GuardedTransport
 from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
 from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_body, forward, send_json
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
+from webhooks.urlguard import AllowList
 
 log = structlog.get_logger("forgehand.gateway")
 
@@ -39,7 +41,12 @@ HookHandler = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 Emit = Callable[[Kind, Payload], Awaitable[None]]
 KeySource = Literal["instance", "repository", "personal"]
 
-_ROUTES = {"/v1/messages": "anthropic", "/v1/chat/completions": "openai"}
+# path -> (provider, API): the API is recorded on each call's transcript event.
+_ROUTES = {
+    "/v1/messages": ("anthropic", "messages"),
+    "/v1/chat/completions": ("openai", "chat_completions"),
+    "/v1/responses": ("openai", "responses"),
+}
 
 
 class ProviderInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -49,6 +56,9 @@ class ProviderInfo(msgspec.Struct, frozen=True, kw_only=True):
     openai_model: str = ""
     model_key: KeySource = "instance"
     provider: str = "openai"  # the provider the run's runtime speaks (recorded on the run)
+    # The repository lets the provider search the web for the agent (Responses' hosted
+    # `web_search` tool); runtimes turn their agent's web search on only then.
+    allow_web_search: bool = False
 
 
 def channel_name(run_uuid: str) -> str:
@@ -90,6 +100,7 @@ class RunChannel:
         prices: PriceTable = EMPTY_PRICES,
         emit: Emit | None = None,
         registry: TokenRegistry = REGISTRY,
+        allowed_hosts: AllowList | None = None,
     ) -> None:
         self.host_dir = root / channel_name(run_uuid)
         self.socket_path = self.host_dir / SOCKET_NAME
@@ -104,11 +115,14 @@ class RunChannel:
         self.usage = Usage()
         self.cost_micros: int | None = 0
         self.calls = 0
+        self.allowed_hosts = allowed_hosts or AllowList()
+        self.own_responses: set[str] = set()  # ids of the Responses this run's calls created
         self._emit = emit
         self._hook: HookHandler | None = None
         self._server: _Server | None = None
         self._serving: asyncio.Task[None] | None = None
         self._client: httpx.AsyncClient | None = None
+        self._guarded: httpx.AsyncClient | None = None  # for endpoints the operator did not choose
         self._active: set[asyncio.Task[Any]] = set()
         self._closed = False
 
@@ -139,6 +153,9 @@ class RunChannel:
         sock.listen(128)
         sock.setblocking(False)
         self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        if any(u.guarded for u in self.upstreams.values()):
+            transport = GuardedTransport(self.allowed_hosts)
+            self._guarded = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
         config = uvicorn.Config(
             self._app,
             lifespan="off",
@@ -178,8 +195,9 @@ class RunChannel:
             except (TimeoutError, Exception):
                 self._serving.cancel()
                 log.warning("the run's gateway did not stop in time", socket=str(self.socket_path))
-        if self._client is not None:
-            await self._client.aclose()
+        for client in (self._client, self._guarded):
+            if client is not None:
+                await client.aclose()
         await asyncio.to_thread(shutil.rmtree, self.host_dir, True)
 
     # --- the HTTP side ------------------------------------------------------------------------
@@ -206,10 +224,10 @@ class RunChannel:
     async def _handle(self, scope: dict[str, Any], receive: Any, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path: str = scope["path"]
-        provider = _ROUTES.get(path, "anthropic")
+        provider, api = _ROUTES.get(path, ("anthropic", ""))
         if self._closed or not self._authorized(headers):
             message = "a valid run token is required (Authorization: Bearer or x-api-key)"
-            await send_json(send, 401, error_body("anthropic", 401, "authentication_error", message))
+            await send_json(send, 401, error_body(provider, 401, "authentication_error", message))
             return
         if scope["method"] != "POST":
             await send_json(send, 405, error_body(provider, 405, "invalid_request_error", "POST only"))
@@ -228,11 +246,8 @@ class RunChannel:
         body = bytes(buffer)
         if path.startswith("/hooks/"):
             await self._hook_call(path, body, send)
-        elif path in _ROUTES:
-            await self._model_call(_ROUTES[path], scope, headers, body, receive, send)
-        elif path == "/v1/responses":
-            text = "OpenAI Responses is not served by this gateway yet"
-            await send_json(send, 501, error_body("openai", 501, "not_implemented", text))
+        elif api:
+            await self._model_call(provider, api, scope, headers, body, receive, send)
         else:
             await send_json(send, 404, error_body(provider, 404, "not_found_error", f"no route {path}"))
 
@@ -261,14 +276,22 @@ class RunChannel:
         await send_json(send, 200, json.dumps(answer).encode())
 
     async def _model_call(
-        self, provider: str, scope: dict[str, Any], headers: dict[str, str], body: bytes, receive: Any, send: Send
+        self,
+        provider: str,
+        api: str,
+        scope: dict[str, Any],
+        headers: dict[str, str],
+        body: bytes,
+        receive: Any,
+        send: Send,
     ) -> None:
         upstream = self.upstreams.get(provider)
         if upstream is None or not upstream.base_url:
             text = f"no {provider} model endpoint is configured for this run"
             await send_json(send, 503, error_body(provider, 503, "api_error", text))
             return
-        assert self._client is not None
+        client = self._guarded if upstream.guarded else self._client
+        assert client is not None
         self.calls += 1
         call_id = self.calls
         gone = asyncio.Event()
@@ -281,7 +304,7 @@ class RunChannel:
         watcher = asyncio.ensure_future(watch())
         try:
             result = await forward(
-                self._client,
+                client,
                 upstream,
                 path=scope["path"],
                 query=scope.get("query_string", b"").decode("latin-1"),
@@ -291,6 +314,8 @@ class RunChannel:
                 budget=self.budget,
                 call_id=call_id,
                 disconnected=gone.is_set,
+                allow_web_search=self.provider.allow_web_search,
+                own_responses=self.own_responses,
             )
         finally:
             watcher.cancel()
@@ -302,6 +327,7 @@ class RunChannel:
         if self._emit is not None:
             event = ModelCall(
                 provider=provider,
+                api=api,
                 model=result.model,
                 status=result.status,
                 input_tokens=usage.input_tokens,

@@ -124,11 +124,11 @@ _ANTHROPIC_READ = frozenset(
 )
 
 
-def _int(value: Any) -> int:
+def nonneg(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _data(frame: bytes) -> bytes:
+def sse_data(frame: bytes) -> bytes:
     """An SSE event's data: its `data:` lines joined."""
     if frame.count(b"data:") == 1:  # the usual event: one data line
         i = frame.find(b"data:")
@@ -211,13 +211,13 @@ class AnthropicMeter(Meter):
             return
         u = self.usage
         if "input_tokens" in usage:
-            u.input_tokens = _int(usage["input_tokens"])
+            u.input_tokens = nonneg(usage["input_tokens"])
         if "cache_read_input_tokens" in usage:
-            u.cache_read_tokens = _int(usage["cache_read_input_tokens"])
+            u.cache_read_tokens = nonneg(usage["cache_read_input_tokens"])
         if "cache_creation_input_tokens" in usage:
-            u.cache_write_tokens = _int(usage["cache_creation_input_tokens"])
+            u.cache_write_tokens = nonneg(usage["cache_creation_input_tokens"])
         if "output_tokens" in usage:
-            u.output_tokens = _int(usage["output_tokens"])
+            u.output_tokens = nonneg(usage["output_tokens"])
 
     def _read(self, frame: bytes) -> None:
         # The `event:` line names the event: the ones the meter has no use for stay undecoded.
@@ -225,7 +225,7 @@ class AnthropicMeter(Meter):
             line_end = frame.find(b"\n")
             if frame[6 : line_end if line_end >= 0 else len(frame)].strip() not in _ANTHROPIC_READ:
                 return
-        data = _data(frame)
+        data = sse_data(frame)
         if not data:
             return
         try:
@@ -267,15 +267,15 @@ class OpenAIMeter(Meter):
         if not isinstance(usage, dict):
             return
         details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-        prompt = _int(usage.get("prompt_tokens"))
+        cached = nonneg(details.get("cached_tokens")) if isinstance(details, dict) else 0
+        prompt = nonneg(usage.get("prompt_tokens"))
         self.usage.input_tokens = max(prompt - cached, 0)
         self.usage.cache_read_tokens = cached
-        self.usage.output_tokens = _int(usage.get("completion_tokens"))
+        self.usage.output_tokens = nonneg(usage.get("completion_tokens"))
         self.final_output = True
 
     def _read(self, frame: bytes) -> None:
-        data = _data(frame)
+        data = sse_data(frame)
         if not data or data == b"[DONE]":
             return
         try:

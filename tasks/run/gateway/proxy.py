@@ -1,11 +1,13 @@
-"""Forwarding one model call upstream: Anthropic Messages and OpenAI chat completions, with the
-real key injected here on the host, the answer streamed back chunk by chunk as it arrives, its
-usage metered, and the run's token budget enforced (a stream is cut at an event boundary and
-ended the way the provider ends one, so the client sees a finished answer, never a hang).
+"""Forwarding one model call upstream: Anthropic Messages, OpenAI chat completions and OpenAI
+Responses (tasks/run/gateway/responses.py), with the real key injected here on the host, the
+answer streamed back chunk by chunk as it arrives, its usage metered, and the run's token budget
+enforced (budget.py; a stream is cut at an event boundary and ended the way the provider ends
+one, so the client sees a finished answer, never a hang).
 
 Upstream trouble reaches the agent as the provider would say it: the upstream's own status and
 body (429 with Retry-After, 500...), or a 502/504 in the provider's error shape when the endpoint
-cannot be reached or does not answer in time (`x-forgehand-gateway: unreachable|timeout`)."""
+cannot be reached, is refused by the URL guard (tasks/run/gateway/guard.py) or does not answer in
+time (`x-forgehand-gateway: unreachable|refused|timeout`)."""
 
 import asyncio
 import contextlib
@@ -17,7 +19,9 @@ from typing import Any
 import httpx
 import msgspec
 
+from tasks.run.gateway import responses
 from tasks.run.gateway.budget import GATEWAY_HEADER, Budget
+from tasks.run.gateway.guard import EndpointRefused
 from tasks.run.gateway.metering import Meter, meter_for
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
@@ -35,6 +39,8 @@ _MORE = {"more_body": True}
 _TIMEOUT = [(GATEWAY_HEADER.encode(), b"timeout")]
 _UNREACHABLE = [(GATEWAY_HEADER.encode(), b"unreachable")]
 _BUDGET = [(GATEWAY_HEADER.encode(), b"budget")]
+_RESERVED = [(GATEWAY_HEADER.encode(), b"budget-reserved"), (b"retry-after", b"1")]
+_REFUSED = [(GATEWAY_HEADER.encode(), b"refused")]
 
 
 class Upstream(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,6 +49,9 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str
     model: str
     timeout: float
+    # The endpoint is a repository's or a person's choice, not the operator's: its addresses are
+    # checked at every connection (tasks/run/gateway/guard.py).
+    guarded: bool = False
 
     def url(self, path: str, query: str) -> str:
         base = self.base_url.rstrip("/")
@@ -200,6 +209,8 @@ class BodyChunks:
 
 def _stream_end(provider: str, meter: Meter) -> bytes:
     """The events that end a stream cut for the budget, as the provider ends one at max_tokens."""
+    if isinstance(meter, responses.ResponsesMeter):
+        return responses.stream_end(meter)
     if provider == "anthropic":
         frames = [("content_block_stop", {"type": "content_block_stop", "index": i}) for i in sorted(meter.open_blocks)]
         output = meter.estimated_total - meter.usage.input_tokens - meter.usage.cache_read_tokens
@@ -220,7 +231,9 @@ def _stream_end(provider: str, meter: Meter) -> bytes:
     return f"data: {json.dumps(last)}\n\ndata: [DONE]\n\n".encode()
 
 
-def _stream_error(provider: str, message: str) -> bytes:
+def _stream_error(provider: str, meter: Meter, message: str) -> bytes:
+    if isinstance(meter, responses.ResponsesMeter):
+        return responses.stream_error(meter, message)
     if provider == "anthropic":
         data = {"type": "error", "error": {"type": "api_error", "message": message}}
         return f"event: error\ndata: {json.dumps(data)}\n\n".encode()
@@ -234,6 +247,9 @@ async def _upstream_failed(send: Send, upstream: Upstream, exc: Exception, *, st
         what = "finish its answer" if started else "answer"
         status, kind, said = 504, "timeout_error", _TIMEOUT
         text = f"the model endpoint did not {what} within {upstream.timeout:g} s"
+    elif isinstance(exc, EndpointRefused):
+        status, kind, said = 502, "api_error", _REFUSED
+        text = f"forgehand: the model endpoint is refused: {exc}"
     else:
         status, kind, said = 502, "api_error", _UNREACHABLE
         text = "the model endpoint " + ("broke off its answer" if started else "is unreachable")
@@ -254,13 +270,18 @@ async def forward(
     budget: Budget,
     call_id: int,
     disconnected: Callable[[], bool],
+    allow_web_search: bool = False,
+    own_responses: set[str] | None = None,
 ) -> CallResult:
-    """Send one call upstream and its answer back; what happened, for the transcript and the meter."""
+    """Send one call upstream and its answer back; what happened, for the transcript and the meter.
+    `own_responses` collects the ids of the Responses this run created (and may continue)."""
     t0 = time.monotonic()
-    meter = meter_for(upstream.provider)
+    is_responses = upstream.provider == "openai" and path == "/v1/responses"
+    meter = responses.ResponsesMeter() if is_responses else meter_for(upstream.provider)
+    head: RequestHead | responses.ResponsesHead | None
     try:
-        # Only the two fields the gateway reads: an agent's request is often megabytes of context.
-        head = _REQUEST_HEAD.decode(body or b"{}")
+        # Only the fields the gateway reads: an agent's request is often megabytes of context.
+        head = (responses.RESPONSES_HEAD if is_responses else _REQUEST_HEAD).decode(body or b"{}")
     except msgspec.DecodeError:
         head = None
     model = head.model if head is not None and isinstance(head.model, str) else ""
@@ -282,18 +303,49 @@ async def forward(
         text = "the request body is not a JSON object"
         await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
         return done(400, text)
-    refused = network_refusal(head)
-    if refused:
+    if isinstance(head, responses.ResponsesHead):
+        refused = responses.refusal(head, allow_web_search=allow_web_search, own_responses=own_responses or set())
+        if refused:
+            text = f"forgehand: {refused}; nothing was sent to the provider"
+            await send_json(send, 403, error_body("openai", 403, "permission_error", text), _REFUSED)
+            return done(403, text)
+    elif refused := network_refusal(head):
         text = f"forgehand: {refused} would reach the network from the provider's side; the sandbox has no network"
         await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
         return done(400, text)
+    if not budget.admit(call_id, len(body)):
+        text = "forgehand: the calls in flight may spend the rest of the run's token budget; retry when they end"
+        await send_json(send, 429, error_body(upstream.provider, 429, "rate_limit_error", text), _RESERVED)
+        return done(429, text)
     request = client.build_request(
         "POST", upstream.url(path, query), headers=upstream.headers(headers), content=body, timeout=upstream.timeout
     )
     try:
+        status, error = await _exchange(client, request, upstream, send, budget, call_id, meter, result, disconnected)
+    finally:
+        budget.release(call_id)  # a call that ended before it settled (an error, the agent gone)
+    if isinstance(meter, responses.ResponsesMeter) and meter.response_id and own_responses is not None:
+        own_responses.add(meter.response_id)
+    return done(status, error)
+
+
+async def _exchange(
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    upstream: Upstream,
+    send: Send,
+    budget: Budget,
+    call_id: int,
+    meter: Meter,
+    result: CallResult,
+    disconnected: Callable[[], bool],
+) -> tuple[int, str]:
+    """The call upstream and its answer passed back: (the status the agent got, what went wrong)."""
+    t0 = time.monotonic()
+    try:
         resp = await client.send(request, stream=True)
-    except httpx.TransportError as exc:  # timeouts included
-        return done(*await _upstream_failed(send, upstream, exc, started=False))
+    except httpx.TransportError as exc:  # timeouts and refused addresses included
+        return await _upstream_failed(send, upstream, exc, started=False)
     chunks: BodyChunks | None = None
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)
@@ -306,14 +358,14 @@ async def forward(
                     if len(data) > MAX_JSON_ANSWER_BYTES:
                         raise httpx.ReadError("the answer is too large")
             except httpx.TransportError as exc:
-                return done(*await _upstream_failed(send, upstream, exc, started=True))
+                return await _upstream_failed(send, upstream, exc, started=True)
             if resp.status_code == 200:
                 meter.finish_json(data)
             else:
                 meter.error = data[:500].decode("utf-8", "replace")
             await send_json(send, resp.status_code, data, _answer_headers(resp))
             budget.settle(call_id, meter.estimated_total)
-            return done(resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}")
+            return resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}"
         await send({"type": "http.response.start", "status": resp.status_code, "headers": _answer_headers(resp)})
         cut = False
         over = None
@@ -338,18 +390,18 @@ async def forward(
                 await send({"type": "http.response.body", "body": tail, "more_body": True})
         except httpx.TimeoutException:
             text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
-            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, text), **_MORE})
+            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
             meter.error = text
         except httpx.TransportError as exc:
             text = f"the model endpoint broke off the stream ({type(exc).__name__})"
-            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, text), **_MORE})
+            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
             meter.error = text
         await send({"type": "http.response.body", "body": b""})
         budget.settle(call_id, meter.estimated_total)
         if cut:
             budget.cut()
-            return done(resp.status_code, f"{budget.text}: the stream was cut")
-        return done(resp.status_code, meter.error)
+            return resp.status_code, f"{budget.text}: the stream was cut"
+        return resp.status_code, meter.error
     finally:
         if chunks is not None:
             await chunks.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 from forge.settings import Settings
 from tasks.core.repo_settings import Provider, ProviderAccess
 from tasks.run.gateway.channel import SOCKET_NAME, Emit, ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.guard import allow_list
 from tasks.run.gateway.metering import load_prices
 from tasks.run.gateway.proxy import Upstream
 
@@ -39,6 +40,7 @@ def build_channel(
         raise ChannelUnavailable("no model endpoint is configured")
     try:
         prices = load_prices(settings.model_prices)
+        allowed = allow_list(settings.model_allowed_hosts)
     except ValueError as exc:
         raise ChannelUnavailable(str(exc)) from None
     upstreams: dict[str, Upstream] = {
@@ -48,6 +50,7 @@ def build_channel(
             api_key=a.api_key,
             model=a.model,
             timeout=settings.model_timeout_seconds,
+            guarded=not a.trusted,
         )
         for name, a in access.items()
         # Only the provider this run's runtime speaks: a claude-code run must not be able to spend
@@ -59,6 +62,7 @@ def build_channel(
         openai_model=access["openai"].model if "openai" in access else "",
         model_key=paying.source,
         provider=provider,
+        allow_web_search=settings.task_allow_web_search,
     )
     return RunChannel(
         root=settings.effective_run_channel_dir,
@@ -70,6 +74,7 @@ def build_channel(
         token_budget=settings.task_token_budget,
         prices=prices,
         emit=emit,
+        allowed_hosts=allowed,
     )
 
 
