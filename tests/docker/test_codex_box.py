@@ -20,6 +20,7 @@ from tests.support.codex import CodexChannel, add_file, exec_call, message, patc
 from .conftest import SpecFactory
 
 Turns = list[list[dict[str, Any]]]
+RELAYS = CodexRuntime().relays()
 
 
 async def run_codex(
@@ -60,7 +61,7 @@ async def test_an_allowed_patch_lands_and_a_denied_shell_call_does_not_run(
         return refuse if "denied-marker" in json.dumps(tool_input) else GateDecision()
 
     gate.pre_tool_use = pre  # type: ignore[method-assign]
-    spec = make_spec(image=agents_image, channel_dir=channel_dir)
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
     outcome, ctx, emit = await run_codex(engine, spec, channel, gate)
     assert outcome.status is RunState.SUCCEEDED, (outcome, emit.of("notice"))
     assert outcome.summary == "I wrote hello.txt."
@@ -100,7 +101,7 @@ async def test_a_denied_apply_patch_writes_nothing_and_the_model_reads_why(
     turns: Turns = [[patch_call(add_file("/workspace/patched.txt", "x"), call_id="call_p")], [message("refused")]]
     channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
     gate = ScriptedGate({"apply_patch": GateDecision(decision="deny", reason="no patches today")})
-    spec = make_spec(image=agents_image, channel_dir=channel_dir)
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
     outcome, _, _ = await run_codex(engine, spec, channel, gate)
     assert outcome.status is RunState.SUCCEEDED, outcome
     assert not (workspace / "patched.txt").exists()
@@ -129,7 +130,7 @@ async def test_hook_faults_deny_dropped_connection_and_an_ask_answer(
         marker = f"/workspace/marker-{name}"
         turns: Turns = [[exec_call(f"touch {marker}", call_id="call_f")], [message("ok")]]
         channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop(), fault=fault)
-        spec = make_spec(image=agents_image, channel_dir=channel_dir)
+        spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
         outcome, _, _ = await run_codex(engine, spec, channel, ScriptedGate())
         assert outcome.status is RunState.SUCCEEDED, (name, outcome)
         assert not (workspace / f"marker-{name}").exists(), name
@@ -144,7 +145,7 @@ async def test_the_bridge_denies_in_codex_s_form_when_the_socket_is_gone_or_the_
     let the call run, see sandbox/agent_scripts.py)."""
     body = json.dumps({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_use_id": "c"}).encode()
     bridge = ["/usr/local/bin/forgehand-hook", "codex", "PreToolUse"]
-    sb = await engine.start(make_spec(image=agents_image, channel_dir=channel_dir))
+    sb = await engine.start(make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS))
     try:
         gone = await sb.exec(bridge, stdin=body, env={"FORGEHAND_RUN_TOKEN": "fhr_x"}, timeout=30)
         slow = CodexChannel(channel_dir, [], asyncio.get_running_loop(), fault=Reply(delay=5, body=b"{}"))
@@ -194,7 +195,7 @@ async def test_hostile_repository_and_user_config_change_nothing(
     channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
     gate = ScriptedGate({"Bash": GateDecision(decision="deny", reason="policy says no")})
     state = workspace.parent / "state"
-    spec = make_spec(image=agents_image, channel_dir=channel_dir)
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
     outcome, ctx, _ = await run_codex(engine, spec, channel, gate, state_dir=state)
     assert outcome.status is RunState.SUCCEEDED, outcome
     assert "policy says no" in tool_outputs(channel.requests)["call_h"]
@@ -212,7 +213,7 @@ async def test_hostile_repository_and_user_config_change_nothing(
         tar.addfile(info, io.BytesIO(hostile.encode() + b"\n"))
     turns = [[exec_call("touch /workspace/hostile-marker", call_id="call_h2")], [message("ok")]]
     channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
-    spec = make_spec(image=agents_image, channel_dir=channel_dir)
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
     outcome, ctx2, _ = await run_codex(
         engine, spec, channel, gate, state_dir=state, session=ctx.agent_session_id, kind=RunKind.MESSAGE
     )
@@ -234,7 +235,7 @@ async def test_ask_parks_and_the_approval_resumes_the_same_thread_in_a_fresh_con
     loop = asyncio.get_running_loop()
     channel = CodexChannel(channel_dir, [[exec_call(command, call_id="call_ask")], [message("waiting")]], loop)
     gate = ScriptedGate({"Bash": GateDecision(decision="ask", reason="a person decides")})
-    spec = make_spec(image=agents_image, channel_dir=channel_dir)
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
     outcome, ctx, _ = await run_codex(engine, spec, channel, gate, state_dir=state)
     assert outcome.status is RunState.BLOCKED, outcome
     assert outcome.approval is not None and outcome.approval.tool_input == {"command": command}
@@ -252,7 +253,7 @@ async def test_ask_parks_and_the_approval_resumes_the_same_thread_in_a_fresh_con
     )
     channel2 = CodexChannel(channel_dir, [[exec_call(command, call_id="call_again")], [message("ran it")]], loop)
     gate2 = ScriptedGate({"Bash": GateDecision(decision="deny", reason="must not be asked")})
-    spec2 = make_spec(image=agents_image, channel_dir=channel_dir)
+    spec2 = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
     outcome2, ctx2, _ = await run_codex(
         engine, spec2, channel2, gate2, state_dir=state, session=thread, kind=RunKind.APPROVAL, approval=decided
     )
@@ -271,7 +272,7 @@ async def test_a_cli_that_ends_without_its_turn_fails_typed(
     turns: Turns = [[exec_call("python3 -c 'import time; time.sleep(60)'", call_id="call_wait")], [message("never")]]
     channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
     with channel:
-        sb = await engine.start(make_spec(image=agents_image, channel_dir=channel_dir))
+        sb = await engine.start(make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS))
         try:
             ctx = host_context(sb, ScriptedGate(), Recorder(), channel=channel)  # type: ignore[arg-type]
             run = asyncio.ensure_future(CodexRuntime().run(ctx))

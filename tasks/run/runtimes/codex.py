@@ -8,8 +8,8 @@ What the CLI 0.171.0 does, measured against a scripted Responses server, and rel
   container is the sandbox.
 - Model traffic: only `POST {base_url}/responses`, streaming, `Authorization: Bearer` with the
   value of the provider's `env_key` variable, `User-Agent: codex_exec/0.171.0 ...`. The base URL
-  must be TCP: the relay (`forgehand-relay`, 127.0.0.1:4100 in the container) forwards it to the
-  run's gateway socket. `-c` overrides outrank the user's and the project's config.toml; a project
+  must be TCP: the sandbox's relay (`SandboxSpec.relays`, 127.0.0.1:4100 in the container) forwards
+  it to the run's gateway socket. `-c` overrides outrank the user's and the project's config.toml; a project
   config's `model_provider`/`model_providers` are ignored ("unsupported project-local config keys").
 - Tools for a model it knows (e.g. gpt-5.5): `exec_command`, `write_stdin`, `apply_patch` (a
   freeform custom tool), `view_image`, `request_user_input`, goals, `tool_search`, and `web_search`
@@ -26,15 +26,15 @@ Codex has no control channel in `exec` mode: a call parked for approval is refus
 that tells the model to stop, every later call of the run is refused, and a turn that still runs
 `stop_grace` seconds later is killed (the run is blocked either way)."""
 
-import asyncio
 import contextlib
 import json
 from typing import Any
 
-from sandbox import SandboxError
-from sandbox.spec import HOME_DIR
+from sandbox import Relay, SandboxError
+from sandbox.spec import GATEWAY_RELAY_PORT, HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, ToolCall, ToolResult
+from tasks.run.gateway import SOCKET_NAME
 from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_refusal
@@ -44,11 +44,10 @@ from tasks.run.runtimes.policy_steps import after_tool, record
 
 AGENT_NAME = "codex"
 CLI_PATH = "/usr/local/bin/codex"
-RELAY_PATH = "/usr/local/bin/forgehand-relay"
-RELAY_PORT = 4100  # sandbox.spec GATEWAY_RELAY_PORT once the sandbox starts relays itself
 WORKDIR = "/workspace"
 CODEX_HOME = AgentHome(label="Codex", archive="codex-home.tgz", path=".codex/sessions")
 PROVIDER = "forgehand"
+RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 
 
 def provider_config(base_url: str) -> str:
@@ -82,6 +81,10 @@ class CodexRuntime:
     def image_kind(self) -> str:
         return "agents"
 
+    def relays(self) -> tuple[Relay, ...]:
+        """Codex needs a TCP base URL: the sandbox relays 127.0.0.1:4100 to the gateway socket."""
+        return (Relay(GATEWAY_RELAY_PORT, SOCKET_NAME),)
+
     def argv(self, ctx: RunContext, session: str, prompt: str) -> list[str]:
         channel = ctx.channel
         assert channel is not None
@@ -96,7 +99,7 @@ class CodexRuntime:
             "-c",
             f"model_provider={PROVIDER}",
             "-c",
-            provider_config(f"http://127.0.0.1:{RELAY_PORT}/v1"),
+            provider_config(f"http://127.0.0.1:{GATEWAY_RELAY_PORT}/v1"),
             # What would reach out on its own: plugins (marketplaces), analytics.
             "-c",
             "features.plugins=false",
@@ -106,7 +109,7 @@ class CodexRuntime:
             "-c",
             "features.unified_exec_tty=false",
         ]
-        if not getattr(channel.provider, "allow_web_search", False):
+        if not channel.provider.allow_web_search:  # the repository's setting
             argv += ["-c", 'web_search="disabled"']
         model = channel.provider.openai_model
         if model:
@@ -121,7 +124,6 @@ class CodexRuntime:
             raise RuntimeUnavailable("no model gateway for this run", FailureReason.MODEL_UNREACHABLE)
         session = await restore(ctx, CODEX_HOME)
         version = await self._prepare(ctx)
-        relay = await self._relay(ctx)
         env = {
             "FORGEHAND_RUN_TOKEN": channel.token,
             "HOME": HOME_DIR,
@@ -158,9 +160,6 @@ class CodexRuntime:
                     break
                 prompt = decision.model_context
         finally:
-            if relay is not None:
-                with contextlib.suppress(Exception):
-                    await relay.kill()
             ctx.agent_name = AGENT_NAME
             ctx.turns += state.completed
             ctx.prompt_tokens += state.input_tokens
@@ -184,31 +183,6 @@ class CodexRuntime:
             tail = result.stderr.decode(errors="replace")[-500:]
             raise RuntimeUnavailable(f"codex --version failed: {tail}", FailureReason.INTERNAL)
         return words[-1]
-
-    async def _relay(self, ctx: RunContext) -> Any:
-        """The TCP relay to the gateway socket (Codex needs a TCP base URL). It says where it
-        listens, or exits at once when the port is taken (the sandbox started one already)."""
-        channel = ctx.channel
-        assert channel is not None
-        try:
-            relay = await ctx.sandbox.spawn([RELAY_PATH, str(RELAY_PORT), channel.container_socket], timeout=None)
-        except SandboxError as exc:
-            raise RuntimeUnavailable(f"the gateway relay could not start: {exc}", FailureReason.INTERNAL) from exc
-        with contextlib.suppress(Exception):
-            await relay.close_stdin()
-        lines = relay.stdout_lines()
-        try:
-            first = await asyncio.wait_for(anext(lines), 10)
-        except (TimeoutError, StopAsyncIteration):
-            first = None
-        if first is not None and bytes(first).strip() == f"127.0.0.1:{RELAY_PORT}".encode():
-            return relay
-        with contextlib.suppress(Exception):
-            await relay.kill()
-        return None
-
-
-RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 
 
 class _Hooks:
