@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
+from tests.support.agent_box import review_cycles
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
@@ -152,23 +153,9 @@ async def test_review_change_requests_resume_the_same_session_over_two_cycles(cl
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
         token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        sessions = []
         for url in serve(s):
             async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hi", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                sessions.append(task["agent_session_id"])
-                for cycle in (2, 3):
-                    review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
-                    r = await c.post(f"{TASKS}/1/reviews", json=review)
-                    assert r.status_code == 201, r.text
-                    task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                    while len(task["runs"]) < cycle:  # the review run may not have started yet
-                        await asyncio.sleep(0.2)
-                        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                    assert task["state"] == "awaiting_review", task
-                    sessions.append(task["agent_session_id"])
+                task, sessions = await review_cycles(c, "claude-code", "write hi", (2, 3))
     assert [r["kind"] for r in task["runs"]] == ["start", "review", "review"]
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v3\n"
     assert sessions[0] and sessions == [sessions[0]] * 3

@@ -13,6 +13,7 @@ from sandbox import SandboxEngine
 from tasks.core.policy import ApprovedCall, GateDecision, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.run.runtimes.codex import CodexRuntime
+from tests.support.agent_box import kill_by_cmdline
 from tests.support.channel import Reply, reply_json
 from tests.support.claude_host import Recorder, ScriptedGate, host_context
 from tests.support.codex import CodexChannel, add_file, exec_call, message, patch_call, tool_outputs
@@ -281,12 +282,7 @@ async def test_a_cli_that_ends_without_its_turn_fails_typed(
                     break
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1)
-            script = (
-                "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/usr/local/bin/codex exec'"
-                " && kill -9 ${p#/proc/} && echo killed; done"
-            )
-            killed = await sb.exec(["sh", "-c", script], timeout=30)
-            assert b"killed" in killed.stdout
+            assert await kill_by_cmdline(sb, "/usr/local/bin/codex exec")
             outcome = await asyncio.wait_for(run, 60)
         finally:
             await sb.remove()

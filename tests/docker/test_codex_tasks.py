@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
+from tests.support.agent_box import review_cycles
 from tests.support.codex import add_file
 from tests.support.openai_responses import ScriptedResponses, custom_tool_call, function_call, text
 from tests.support.policy import PolicyConsumer, served_with_policy
@@ -138,23 +139,9 @@ async def test_review_change_requests_resume_the_same_thread_over_two_cycles(cod
     with ScriptedResponses(turns) as api:
         s = with_model(codex_settings, api)
         token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        threads = []
         for url in serve(s):
             async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hi", "agent": "fixer", "runtime": "codex"})
-                assert r.status_code == 201, r.text
-                task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                threads.append(task["agent_session_id"])
-                for cycle in (2, 3):
-                    review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
-                    r = await c.post(f"{TASKS}/1/reviews", json=review)
-                    assert r.status_code == 201, r.text
-                    task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                    while len(task["runs"]) < cycle:  # the review run may not have started yet
-                        await asyncio.sleep(0.2)
-                        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                    assert task["state"] == "awaiting_review", task
-                    threads.append(task["agent_session_id"])
+                task, threads = await review_cycles(c, "codex", "write hi", (2, 3))
     assert [r["kind"] for r in task["runs"]] == ["start", "review", "review"]
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v3\n"
     assert threads[0] and threads == [threads[0]] * 3

@@ -4,7 +4,6 @@ stopping refusal) and the run's outcome from how it ended."""
 
 import asyncio
 import contextlib
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +11,7 @@ from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Question
 from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.claude_control import PolicyBroker
+from tasks.run.runtimes.cli_lines import StdoutReader, json_line
 from tasks.run.runtimes.codex_stream import StreamState
 
 if TYPE_CHECKING:
@@ -40,16 +40,7 @@ class CodexTurn:
         ctx, state, runtime = self.ctx, self.state, self.runtime
         with contextlib.suppress(Exception):
             await proc.close_stdin()  # a piped stdin would be read into the prompt
-        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-        async def read() -> None:
-            try:
-                async for raw in proc.stdout_lines():
-                    await lines.put(bytes(raw))
-            finally:
-                await lines.put(None)
-
-        reader = asyncio.ensure_future(read())
+        reader = StdoutReader(proc)
         # A tool call may run silently up to its own timeout: silence is judged beyond that.
         idle = max(runtime.idle_seconds, ctx.limits.tool_timeout + 30)
         watchdog: tuple[FailureReason, str] | None = None
@@ -77,27 +68,20 @@ class CodexTurn:
                         watchdog = (FailureReason.IDLE, f"codex printed nothing for {idle:g} s: killed as idle")
                     break
                 try:
-                    raw = await asyncio.wait_for(lines.get(), min(deadline - now, 1.0))
+                    raw = await asyncio.wait_for(reader.lines.get(), min(deadline - now, 1.0))
                 except TimeoutError:
                     continue
                 last = time.monotonic()
                 if raw is None:
                     break
-                self.raw.add(raw if raw.endswith(b"\n") else raw + b"\n")
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(line, dict):
-                    for kind, payload in state.feed(line):
-                        await ctx.emit(kind, payload)  # type: ignore[arg-type]
+                line = json_line(raw, self.raw)
+                for kind, payload in state.feed(line) if line is not None else []:
+                    await ctx.emit(kind, payload)  # type: ignore[arg-type]
         finally:
             if watchdog is not None or cut:
                 with contextlib.suppress(Exception):
                     await proc.kill()
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
+            await reader.close()
         exit_code: int | None = None
         with contextlib.suppress(Exception):
             exit_code = await asyncio.wait_for(proc.wait(), runtime.linger_seconds)

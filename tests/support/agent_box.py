@@ -1,0 +1,44 @@
+"""Helpers for the CLI agent tests in the agents image: killing the agent's process mid-turn, and a
+task driven through review cycles (each a request for changes that resumes the agent's session)."""
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from sandbox import Sandbox
+from tests.support.tasks import wait_state
+
+TASKS = "/api/v1/repos/ana/demo/tasks"
+
+
+async def kill_by_cmdline(sb: Sandbox, prefix: str) -> bool:
+    """SIGKILL every process in the sandbox whose command line starts with `prefix`."""
+    script = (
+        f"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^{prefix}'"
+        " && kill -9 ${p#/proc/} && echo killed; done"
+    )
+    result = await sb.exec(["sh", "-c", script], timeout=30)
+    return b"killed" in result.stdout
+
+
+async def review_cycles(
+    c: httpx.AsyncClient, runtime: str, goal: str, cycles: tuple[int, ...]
+) -> tuple[dict[str, Any], list[str]]:
+    """Start task 1 with `runtime`, then request changes once per cycle ("change it, cycle N"),
+    each time waiting for the task to be back in review; the task and its session id after each run."""
+    r = await c.post(TASKS, json={"goal": goal, "agent": "fixer", "runtime": runtime})
+    assert r.status_code == 201, r.text
+    task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
+    sessions = [task["agent_session_id"]]
+    for cycle in cycles:
+        review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
+        r = await c.post(f"{TASKS}/1/reviews", json=review)
+        assert r.status_code == 201, r.text
+        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
+        while len(task["runs"]) < cycle:  # the review run may not have started yet
+            await asyncio.sleep(0.2)
+            task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
+        assert task["state"] == "awaiting_review", task
+        sessions.append(task["agent_session_id"])
+    return task, sessions
