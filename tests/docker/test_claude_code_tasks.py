@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
-from tests.support.agent_box import review_cycles
+from tests.support.agent_box import on_served, review_cycles, settled
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -54,13 +54,7 @@ async def test_a_claude_code_task_edits_files_and_its_commit_lands_on_the_task_b
     ]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hello", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                done = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                events = await all_events(c, 1)
+        (done, events), path = await on_served(s, lambda c: settled(c, "claude-code", "write hello"))
     assert done["state"] == "awaiting_review", (done, [e["payload"] for e in events if e["kind"] == "notice"])
     files = tree_files(path, done["head_sha"])
     assert files["hello.txt"][1] == b"hello from claude\nappended\n"
@@ -152,10 +146,7 @@ async def test_review_change_requests_resume_the_same_session_over_two_cycles(cl
     ]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                task, sessions = await review_cycles(c, "claude-code", "write hi", (2, 3))
+        (task, sessions), path = await on_served(s, lambda c: review_cycles(c, "claude-code", "write hi", (2, 3)))
     assert [r["kind"] for r in task["runs"]] == ["start", "review", "review"]
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v3\n"
     assert sessions[0] and sessions == [sessions[0]] * 3

@@ -288,3 +288,21 @@ async def test_a_cli_that_ends_without_its_turn_fails_typed(
             await sb.remove()
     assert outcome.status is RunState.FAILED
     assert outcome.failure_reason is FailureReason.AGENT_NO_RESULT
+
+
+async def test_a_stop_policy_s_model_context_gives_the_thread_one_more_turn(
+    engine: SandboxEngine, make_spec: SpecFactory, agents_image: str, channel_dir: Path
+) -> None:
+    turns: Turns = [[message("first answer")], [message("second answer")]]
+    channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
+    gate = ScriptedGate(stop=GateDecision(model_context="also mention the changelog"))
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
+    outcome, ctx, emit = await run_codex(engine, spec, channel, gate)
+    assert outcome.status is RunState.SUCCEEDED, outcome
+    assert outcome.summary == "second answer"
+    assert [c[1] for c in gate.events("stop")] == ["first answer", "second answer"]  # continued once only
+    assert len(channel.requests) == 2
+    assert "also mention the changelog" in json.dumps(channel.requests[1]["input"])
+    assert "first answer" in json.dumps(channel.requests[1]["input"])  # the same thread
+    started = [s for s in emit.of("system") if s.phase == "agent"]
+    assert [s.detail["thread_id"] for s in started] == [ctx.agent_session_id] * 2

@@ -6,17 +6,18 @@ a review that requests changes continues the same Codex thread."""
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import msgspec
 import pytest
 
 from forge.settings import Settings
-from tests.support.agent_box import review_cycles
+from tests.support.agent_box import on_served, review_cycles, settled
 from tests.support.codex import add_file
 from tests.support.openai_responses import ScriptedResponses, custom_tool_call, function_call, text
 from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -67,13 +68,7 @@ async def test_a_codex_task_edits_files_its_commit_lands_and_the_key_stays_on_th
     ]
     with ScriptedResponses(turns) as api:
         s = with_model(codex_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hello", "agent": "fixer", "runtime": "codex"})
-                assert r.status_code == 201, r.text
-                done = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                events = await all_events(c, 1)
+        (done, events), path = await on_served(s, lambda c: settled(c, "codex", "write hello"))
     assert done["state"] == "awaiting_review", (done, [e["payload"] for e in events if e["kind"] == "notice"])
     files = tree_files(path, done["head_sha"])
     assert files["hello.txt"][1] == b"hello from codex\nappended\n"
@@ -127,6 +122,34 @@ def test_a_consumer_s_deny_on_a_shell_call_stops_it_and_the_model_reads_the_reas
     assert result["is_error"] and "no shell for codex here" in result["output"]
 
 
+def test_a_consumer_hanging_past_the_deadline_denies_the_call_and_fails_the_run_closed(
+    codex_settings: Settings,
+) -> None:
+    class Hanging(PolicyConsumer):
+        def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+            if body["type"] == "pre_tool_use":
+                time.sleep(8)  # past the dispatch deadline (5 s)
+            return 200, None
+
+    consumer = Hanging()
+    turns = [exec_command("touch /workspace/late-marker", "call_late"), text("should not matter")]
+    with ScriptedResponses(turns, repeat_last=True) as api:
+        s = with_model(codex_settings, api)
+
+        async def check(env: Env) -> dict[str, Any]:
+            async with env.client() as c:
+                r = await c.post(TASKS, json={"goal": "make a marker", "agent": "fixer", "runtime": "codex"})
+                assert r.status_code == 201, r.text
+                return await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
+
+        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
+            done = asyncio.run(check(env))
+            assert not (done.get("head_sha") and "late-marker" in tree_files(env.repo_path, done["head_sha"]))
+    assert done["state"] == "failed", done
+    assert done["runs"][0]["failure_reason"] == "policy", done["runs"][0]
+    assert "blocked by PreToolUse hook" in told(api)["call_late"]  # refused, never run
+
+
 async def test_review_change_requests_resume_the_same_thread_over_two_cycles(codex_settings: Settings) -> None:
     turns = [
         custom_tool_call("apply_patch", add_file("/workspace/hi.txt", "v1"), "call_v1"),
@@ -138,10 +161,7 @@ async def test_review_change_requests_resume_the_same_thread_over_two_cycles(cod
     ]
     with ScriptedResponses(turns) as api:
         s = with_model(codex_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                task, threads = await review_cycles(c, "codex", "write hi", (2, 3))
+        (task, threads), path = await on_served(s, lambda c: review_cycles(c, "codex", "write hi", (2, 3)))
     assert [r["kind"] for r in task["runs"]] == ["start", "review", "review"]
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v3\n"
     assert threads[0] and threads == [threads[0]] * 3

@@ -1,13 +1,19 @@
-"""Helpers for the CLI agent tests in the agents image: killing the agent's process mid-turn, and a
-task driven through review cycles (each a request for changes that resumes the agent's session)."""
+"""Helpers for the CLI agent tests in the agents image: killing the agent's process mid-turn, a
+seeded `forgehand serve` to drive, one task run to its rest, and a task driven through review
+cycles (each a request for changes that resumes the agent's session)."""
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
+from forge.settings import Settings
 from sandbox import Sandbox
-from tests.support.tasks import wait_state
+from tests.support.tasks import Env, all_events, seed, serve, wait_state
+
+T = TypeVar("T")
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
 
@@ -42,3 +48,19 @@ async def review_cycles(
         assert task["state"] == "awaiting_review", task
         sessions.append(task["agent_session_id"])
     return task, sessions
+
+
+async def on_served(s: Settings, drive: Callable[[httpx.AsyncClient], Awaitable[T]]) -> tuple[T, Path]:
+    """The seeded world served with `s`: what `drive` returns with a client as ana, and the repository."""
+    token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
+    for url in serve(s):
+        async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
+            result = await drive(c)
+    return result, path
+
+
+async def settled(c: httpx.AsyncClient, runtime: str, goal: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Task 1 started with `runtime`, once it rests (in review or failed), and its transcript."""
+    r = await c.post(TASKS, json={"goal": goal, "agent": "fixer", "runtime": runtime})
+    assert r.status_code == 201, r.text
+    return await wait_state(c, 1, "awaiting_review", "failed", timeout=180), await all_events(c, 1)

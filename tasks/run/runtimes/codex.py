@@ -152,13 +152,14 @@ class CodexRuntime:
                     with contextlib.suppress(Exception):
                         await proc.kill()
                 session = state.session_id or session
-                if outcome.status is not RunState.SUCCEEDED or attempt or not session:
+                if outcome.status is not RunState.SUCCEEDED:
                     break
-                decision = await ctx.gate.stop(ctx.gate_ctx, summary=outcome.summary, turns=ctx.turns, changed_files=[])
+                turns = ctx.turns + state.completed
+                decision = await ctx.gate.stop(ctx.gate_ctx, summary=outcome.summary, turns=turns, changed_files=[])
                 await record(ctx, decision)
-                if not decision.model_context.strip():
+                if attempt or not session or not decision.model_context.strip():
                     break
-                prompt = decision.model_context
+                prompt = decision.model_context  # the consumer's word, as the thread's next message
         finally:
             ctx.agent_name = AGENT_NAME
             ctx.turns += state.completed
