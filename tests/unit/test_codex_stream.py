@@ -136,3 +136,24 @@ def test_the_provider_points_at_the_relay_with_the_run_token() -> None:
     )
     [relay] = CodexRuntime().relays()
     assert (relay.port, relay.socket) == (4100, "gateway.sock")
+
+
+def test_the_command_line_keeps_codex_to_forgehand_s_provider_and_back_channel() -> None:
+    from tests.support.claude_host import StubChannel, host_context
+
+    channel = StubChannel()
+    channel.provider.openai_model = "gpt-5.5"
+    ctx = host_context(None, None, None, channel=channel)  # type: ignore[arg-type]
+    argv = CodexRuntime().argv(ctx, "", "-starts with a dash")
+    assert argv[:5] == ["/usr/local/bin/codex", "exec", "--json", "--skip-git-repo-check",
+                        "--dangerously-bypass-approvals-and-sandbox"]  # fmt: skip
+    flags = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert "model_provider=forgehand" in flags and 'web_search="disabled"' in flags
+    assert {"features.plugins=false", "analytics.enabled=false", "features.unified_exec_tty=false"} <= set(flags)
+    assert (
+        'mcp_servers.forgehand={url="http://127.0.0.1:4100/mcp", bearer_token_env_var="FORGEHAND_RUN_TOKEN"}' in flags
+    )
+    assert argv[-4:] == ["-m", "gpt-5.5", "--", "-starts with a dash"]
+    assert CodexRuntime().argv(ctx, "thread-1", "go on")[-5:] == ["gpt-5.5", "resume", "thread-1", "--", "go on"]
+    channel.provider.allow_web_search = True  # the repository allows it: Codex's own default applies
+    assert 'web_search="disabled"' not in CodexRuntime().argv(ctx, "", "x")

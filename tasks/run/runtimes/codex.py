@@ -108,6 +108,12 @@ class CodexRuntime:
             # Typing into a running command reaches no hook (the image's requirements pin it too).
             "-c",
             "features.unified_exec_tty=false",
+            # forgehand's back-channel (ask_user, report_summary, ...: POST /mcp on the run's socket,
+            # the run token as the bearer); the image's requirements allow no other MCP server. A
+            # gateway without /mcp only costs a line on stderr.
+            "-c",
+            f'mcp_servers.forgehand={{url="http://127.0.0.1:{GATEWAY_RELAY_PORT}/mcp", '
+            'bearer_token_env_var="FORGEHAND_RUN_TOKEN"}',
         ]
         if not channel.provider.allow_web_search:  # the repository's setting
             argv += ["-c", 'web_search="disabled"']
