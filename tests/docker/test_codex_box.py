@@ -87,8 +87,15 @@ async def test_an_allowed_patch_lands_and_a_denied_shell_call_does_not_run(
     assert ctx.agent_name == "codex" and ctx.agent_version == "0.171.0"
     assert ctx.agent_session_id
     # The transcript: the stream's calls and the refused one, which Codex leaves out of its stream.
-    calls = [(c.name, c.kind) for c in emit.of("tool_call")]
-    assert calls == [("apply_patch", "edit"), ("Bash", "execute"), ("exec_command", "execute")]
+    # Each with the id, name and exact input the policy saw.
+    calls = [(c.id, c.name, c.kind) for c in emit.of("tool_call")]
+    assert calls == [
+        ("call_patch", "apply_patch", "edit"),
+        ("call_shell", "Bash", "execute"),
+        ("call_ok", "Bash", "execute"),
+    ]
+    assert emit.of("tool_call")[0].input == {"command": add_file("/workspace/hello.txt", "hello from codex")}
+    assert [r.id for r in emit.of("tool_result")] == ["call_patch", "call_shell", "call_ok"]
     refused = next(r for r in emit.of("tool_result") if r.id == "call_shell")
     assert refused.is_error and "no marker for codex" in refused.output
     assert [a.text for a in emit.of("assistant")] == ["I wrote hello.txt."]

@@ -84,8 +84,14 @@ async def test_a_codex_task_edits_files_its_commit_lands_and_the_key_stays_on_th
     # Usage metered by the gateway: every model call, on the run and as transcript events.
     assert run["usage"]["input_tokens"] == 10 * 3 + 50 and run["usage"]["output_tokens"] == 5 * 3 + 7
     assert len([e for e in events if e["kind"] == "model_call"]) == 4
-    calls = [(e["payload"]["name"], e["payload"]["kind"]) for e in events if e["kind"] == "tool_call"]
-    assert calls == [("apply_patch", "edit"), ("exec_command", "execute"), ("exec_command", "execute")]
+    calls = [
+        (e["payload"]["id"], e["payload"]["name"], e["payload"]["kind"]) for e in events if e["kind"] == "tool_call"
+    ]
+    assert calls == [
+        ("call_patch", "apply_patch", "edit"),
+        ("call_append", "Bash", "execute"),
+        ("call_scan", "Bash", "execute"),
+    ]
 
 
 def test_a_consumer_s_deny_on_a_shell_call_stops_it_and_the_model_reads_the_reason(codex_settings: Settings) -> None:

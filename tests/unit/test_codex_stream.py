@@ -4,7 +4,7 @@ from typing import Any
 
 from tasks.core.transcript import Assistant, Notice, System, ToolCall, ToolResult
 from tasks.run.runtimes.codex import CodexRuntime, provider_config
-from tasks.run.runtimes.codex_stream import StreamState, tool_kind
+from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
 
 # One run, measured: a patch, a failing command, a message, the turn's usage.
 LINES: list[dict[str, Any]] = [
@@ -157,3 +157,21 @@ def test_the_command_line_keeps_codex_to_forgehand_s_provider_and_back_channel()
     assert CodexRuntime().argv(ctx, "thread-1", "go on")[-5:] == ["gpt-5.5", "resume", "thread-1", "--", "go on"]
     channel.provider.allow_web_search = True  # the repository allows it: Codex's own default applies
     assert 'web_search="disabled"' not in CodexRuntime().argv(ctx, "", "x")
+
+
+def test_items_carry_the_id_name_and_input_the_policy_saw() -> None:
+    state = StreamState()
+    patch = "*** Begin Patch\n*** Add File: /w/a.txt\n+a\n*** End Patch\n"
+    state.allowed(Allowed(id="call_p", name="apply_patch", input={"command": patch}))
+    state.allowed(Allowed(id="call_b", name="Bash", input={"command": "echo hi"}))
+    events = [e for line in LINES[3:7] for e in state.feed(line)]  # the file change, then `false`
+    patch_call, patch_result, shell_call, shell_result = (p for _, p in events)
+    assert isinstance(patch_call, ToolCall) and (patch_call.id, patch_call.name) == ("call_p", "apply_patch")
+    assert patch_call.input == {"command": patch}
+    assert isinstance(patch_result, ToolResult) and patch_result.id == "call_p"
+    # `/bin/bash -lc false` holds no allowed command: the item keeps its own id and shape.
+    assert isinstance(shell_call, ToolCall) and (shell_call.id, shell_call.name) == ("item_2", "exec_command")
+    assert isinstance(shell_result, ToolResult) and shell_result.id == "item_2"
+    item = {"id": "item_7", "type": "command_execution", "command": "/bin/bash -lc 'echo hi'", "status": "in_progress"}
+    [(_, started)] = state.feed({"type": "item.started", "item": item})
+    assert isinstance(started, ToolCall) and (started.id, started.input) == ("call_b", {"command": "echo hi"})

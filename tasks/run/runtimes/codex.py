@@ -38,7 +38,7 @@ from tasks.run.gateway import SOCKET_NAME
 from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_refusal
-from tasks.run.runtimes.codex_stream import StreamState, tool_kind
+from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
 from tasks.run.runtimes.codex_turn import CodexTurn
 from tasks.run.runtimes.policy_steps import after_tool, record
 
@@ -138,9 +138,9 @@ class CodexRuntime:
         }
         raw = HeadTail(RAW_CAP)
         broker = PolicyBroker(ctx, self._noop)
-        hooks = _Hooks(ctx, broker)
-        channel.set_hook_handler(hooks.on_hook)
         state = StreamState(version)
+        hooks = _Hooks(ctx, broker, state)
+        channel.set_hook_handler(hooks.on_hook)
         prompt = prompt_of(ctx, session)
         outcome: Outcome | None = None
         try:
@@ -195,9 +195,10 @@ class CodexRuntime:
 class _Hooks:
     """`POST /hooks/codex/<event>` from the image's managed hooks: the gate for every tool call."""
 
-    def __init__(self, ctx: RunContext, broker: PolicyBroker) -> None:
+    def __init__(self, ctx: RunContext, broker: PolicyBroker, state: StreamState) -> None:
         self.ctx = ctx
         self.broker = broker
+        self.state = state
         self.posted: set[str] = set()
 
     async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -224,8 +225,10 @@ class _Hooks:
                 }
             }
         out: dict[str, Any] = {"hookEventName": event, "permissionDecision": "allow"}
+        runs = tool_input
         if verdict.updated_input is not None and verdict.updated_input != tool_input:
-            out["updatedInput"] = verdict.updated_input  # a consumer's rewrite: what runs
+            out["updatedInput"] = runs = verdict.updated_input  # a consumer's rewrite: what runs
+        self.state.allowed(Allowed(id=call_id, name=name, input=runs))
         return {"hookSpecificOutput": out}
 
     async def _post(self, call_id: str, name: str, response: Any) -> dict[str, Any]:

@@ -16,9 +16,16 @@ Shapes measured with the CLI 0.171.0 (against a scripted Responses server):
   "cache_write_input_tokens","output_tokens","reasoning_output_tokens"}}` ends the turn, or
   `{"type":"turn.failed","error":{"message"}}`; `{"type":"error","message"}` reports a fatal error.
 - A call a PreToolUse hook blocked never appears here: the runtime records it from the hook.
-- The item ids (`item_0`...) are not the tool call ids the hooks see (`call_...`)."""
+- The item ids (`item_0`...) are not the tool call ids the hooks see (`call_...`), and a
+  `file_change` carries the paths, not the patch. The runtime tells the state each call its hook
+  allowed (`allowed`); an item is matched to one by content (a command line that holds the hook's
+  command, a change list whose paths the patch names) and is recorded with the call's id, name and
+  exact input, as the policy saw it. An item no allowed call matches keeps its own id and shape."""
 
+from collections import deque
 from typing import Any
+
+import msgspec
 
 from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, Notice, Payload, System, ToolCall, ToolResult, cap_text
 
@@ -40,6 +47,25 @@ def tool_kind(name: str) -> str:
     return TOOL_KINDS.get(name, "other")
 
 
+class Allowed(msgspec.Struct, frozen=True, kw_only=True):
+    """A call the managed hook let run: what the policy saw."""
+
+    id: str
+    name: str
+    input: Any
+
+
+def _matches(allowed: Allowed, item: dict[str, Any]) -> bool:
+    given = allowed.input.get("command") if isinstance(allowed.input, dict) else None
+    if item.get("type") == "command_execution":
+        return allowed.name == "Bash" and isinstance(given, str) and given in str(item.get("command") or "")
+    if item.get("type") == "file_change":
+        changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+        paths = [str(c.get("path") or "") for c in changes if isinstance(c, dict)]  # type: ignore[union-attr]
+        return allowed.name == "apply_patch" and isinstance(given, str) and all(p and p in given for p in paths)
+    return False
+
+
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
@@ -59,6 +85,22 @@ class StreamState:
         self.usage: dict[str, int] = {}
         self.lines = 0
         self._open: set[str] = set()  # items started and not completed
+        self._allowed: deque[Allowed] = deque(maxlen=256)  # allowed calls not yet seen in the stream
+        self._matched: dict[str, Allowed] = {}  # item id -> its call
+
+    def allowed(self, call: Allowed) -> None:
+        self._allowed.append(call)
+
+    def _call_of(self, item_id: str, item: dict[str, Any]) -> Allowed | None:
+        known = self._matched.get(item_id)
+        if known is not None:
+            return known
+        for call in self._allowed:
+            if _matches(call, item):
+                self._allowed.remove(call)
+                self._matched[item_id] = call
+                return call
+        return None
 
     @property
     def final(self) -> bool:
@@ -121,13 +163,18 @@ class StreamState:
         call = self._call(item_id, item)
         if call is None:
             return []
+        seen = self._call_of(item_id, item)
+        if seen is not None:  # as the policy saw it
+            call = ToolCall(id=seen.id, name=seen.name, input=seen.input, kind=call.kind)
         events: list[Event] = []
         if started or (done and item_id not in self._open):
             self._open.add(item_id)
             events.append(("tool_call", call))
         if done:
             self._open.discard(item_id)
-            events.append(("tool_result", self._result(item_id, call.name, item)))
+            result = self._result(call.id, call.name, item)
+            events.append(("tool_result", result))
+            self._matched.pop(item_id, None)
         return events
 
     def _call(self, item_id: str, item: dict[str, Any]) -> ToolCall | None:
