@@ -13,10 +13,10 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
-from tests.support.agent_box import on_served, review_cycles, settled
+from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -86,16 +86,8 @@ def test_a_consumer_s_deny_on_bash_stops_the_call_and_the_model_reads_the_reason
     ]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
-
-        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "make a marker", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                return await wait_state(c, 1, "awaiting_review", "failed", timeout=180), await all_events(c, 1)
-
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            done, events = asyncio.run(check(env))
-            assert "marker" not in tree_files(env.repo_path, done["head_sha"])
+        done, events, path = settled_with_policy(s, consumer, "claude-code", "make a marker")
+    assert "marker" not in tree_files(path, done["head_sha"])
     assert done["state"] == "awaiting_review", done
     denied = next(r for r in tool_results(api) if r["tool_use_id"] == "toolu_deny")
     assert denied["is_error"] is True and "no shell for claude here" in json.dumps(denied["content"])

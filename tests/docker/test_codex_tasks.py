@@ -13,11 +13,11 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
-from tests.support.agent_box import on_served, review_cycles, settled
+from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
 from tests.support.codex import add_file
 from tests.support.openai_responses import ScriptedResponses, custom_tool_call, function_call, text
 from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -105,16 +105,8 @@ def test_a_consumer_s_deny_on_a_shell_call_stops_it_and_the_model_reads_the_reas
     turns = [exec_command("touch /workspace/marker", "call_deny"), text("The shell was refused.")]
     with ScriptedResponses(turns) as api:
         s = with_model(codex_settings, api)
-
-        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "make a marker", "agent": "fixer", "runtime": "codex"})
-                assert r.status_code == 201, r.text
-                return await wait_state(c, 1, "awaiting_review", "failed", timeout=180), await all_events(c, 1)
-
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            done, events = asyncio.run(check(env))
-            assert "marker" not in tree_files(env.repo_path, done["head_sha"])
+        done, events, path = settled_with_policy(s, consumer, "codex", "make a marker")
+    assert "marker" not in tree_files(path, done["head_sha"])
     assert done["state"] == "awaiting_review", done
     assert "no shell for codex here" in told(api)["call_deny"]
     pre = [b["data"] for b in consumer.seen if b["type"] == "pre_tool_use"]

@@ -11,6 +11,7 @@ import httpx
 
 from forge.settings import Settings
 from sandbox import Sandbox
+from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, wait_state
 
 T = TypeVar("T")
@@ -64,3 +65,19 @@ async def settled(c: httpx.AsyncClient, runtime: str, goal: str) -> tuple[dict[s
     r = await c.post(TASKS, json={"goal": goal, "agent": "fixer", "runtime": runtime})
     assert r.status_code == 201, r.text
     return await wait_state(c, 1, "awaiting_review", "failed", timeout=180), await all_events(c, 1)
+
+
+def settled_with_policy(
+    s: Settings, consumer: PolicyConsumer, runtime: str, goal: str, events: tuple[str, ...] = ("pre_tool_use",)
+) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
+    """Task 1 (`runtime`) run to its rest on a server whose repository has `consumer` as its policy
+    endpoint for `events`: the task, its transcript and the repository."""
+    for env in served_with_policy(s, consumer, list(events)):
+
+        async def check(env: Env = env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            async with env.client() as c:
+                return await settled(c, runtime, goal)
+
+        done, transcript = asyncio.run(check())
+        path = env.repo_path
+    return done, transcript, path
