@@ -130,7 +130,7 @@ class Code(StrEnum):
     MODEL_NOT_CONFIGURED = (
         "model_not_configured",
         422,
-        "the runtime needs a model endpoint (builtin: FORGEHAND_MODEL_*, claude-code: FORGEHAND_ANTHROPIC_*)",
+        "the runtime needs a model endpoint (builtin and codex: FORGEHAND_MODEL_*, claude-code: FORGEHAND_ANTHROPIC_*)",
     )
     INVALID_MODEL_URL = (
         "invalid_model_url",

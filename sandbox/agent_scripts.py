@@ -30,6 +30,30 @@ down would loop the agent until a watchdog ends it; the runtime applies the `sto
 - Untrusted workspaces: the repository's `permissions.allow` is ignored with a warning on stderr
   unless `~/.claude.json` marks the workspace trusted; the tests mark it trusted (the worst case).
 
+Measured with Codex 0.171.0 (the static binary, in the sandbox image, uid 1000, read-only root, a
+scripted Responses server; tests/docker/test_codex_*.py repeat the points that matter):
+- `/etc/codex/requirements.toml` is read without a trust prompt: its `[hooks]` (`PreToolUse` /
+  `PostToolUse` matcher groups of `command` hooks, `timeout` in seconds) run, and with
+  `allow_managed_hooks_only = true` hooks from anywhere else (`~/.codex/config.toml`, the
+  repository's `.codex/config.toml` or `.codex/hooks.json`, even a trusted project) never run.
+  `[features] hooks = true` there keeps them on against `--disable hooks` and a user or project
+  `[features] hooks = false`; an `[mcp_servers]` allow-list (only forgehand's back-channel) starts no
+  MCP server a user or project config names.
+- A PreToolUse hook gets `{session_id, turn_id, transcript_path, cwd, hook_event_name, model,
+  permission_mode, tool_name, tool_input, tool_use_id}`; shell calls (`exec_command`) arrive as
+  `tool_name` "Bash" with `{"command": ...}`, `apply_patch` as "apply_patch" with `{"command":
+  PATCH}`. PostToolUse adds `tool_response` (the output text).
+- The call is blocked only by exit 0 with `permissionDecision: "deny"` and a non-empty
+  `permissionDecisionReason`, or by exit 2 with the reason on stderr; the model then reads "Command
+  blocked by PreToolUse hook: REASON. Command: ...". `allow` with `updatedInput` runs the rewritten
+  input. Everything else lets the call run: exit 1, a timeout, `ask`, `allow` without
+  `updatedInput`, a deny without a reason, output that is not JSON. So the bridge, for `codex`,
+  passes on only a deny with a reason (as exit 2) or an allow with a rewrite, prints nothing for a
+  plain allow, and denies whatever else it gets.
+- `write_stdin` (typing into a running `exec_command` session) reaches no hook: with a TTY an
+  allowed `bash` would run whatever is typed into it. `unified_exec_tty = false` pinned here makes
+  write_stdin fail ("stdin is closed for this session").
+
 The hook bridge trusts nothing from the process environment but the token: the socket path is
 fixed, python runs isolated (`-I`: no PYTHONPATH, no user site), and every failure denies.
 """
@@ -41,6 +65,8 @@ HOOK_EVENTS = ("PreToolUse", "PostToolUse")
 HOOK_PATH = "/usr/local/bin/forgehand-hook"
 RELAY_PATH = "/usr/local/bin/forgehand-relay"
 MANAGED_SETTINGS_PATH = "/etc/claude-code/managed-settings.json"
+CODEX_REQUIREMENTS_PATH = "/etc/codex/requirements.toml"
+RELAY_PORT = 4100  # the gateway relay's port inside the container (sandbox.spec GATEWAY_RELAY_PORT)
 PINNED_EMPTY_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
 
 
@@ -75,6 +101,40 @@ def _managed_settings() -> str:
 
 MANAGED_SETTINGS = _managed_settings()
 
+
+def _codex_requirements() -> str:
+    lines = [
+        "# forgehand: Codex's managed requirements (read-only, root's). Hooks come only from here and",
+        "# cannot be switched off; no MCP server starts that this file does not allow; typing into a",
+        "# running command (write_stdin, which no hook sees) needs a TTY, and TTYs are off.",
+        "allow_managed_hooks_only = true",
+        "",
+        "[features]",
+        "hooks = true",
+        "unified_exec_tty = false",
+        "",
+        # The one MCP server allowed: forgehand's back-channel, through the relay to the run's socket.
+        "[mcp_servers.forgehand.identity]",
+        f'url = "http://127.0.0.1:{RELAY_PORT}/mcp"',
+        "",
+        "[hooks]",
+    ]
+    for event in HOOK_EVENTS:
+        lines += [
+            "",
+            f"[[hooks.{event}]]",
+            'matcher = "*"',
+            f"[[hooks.{event}.hooks]]",
+            'type = "command"',
+            f'command = "{HOOK_PATH} codex {event}"',
+            # A little longer than the bridge's own timeout, so the bridge's deny wins.
+            f"timeout = {HOOK_TIMEOUT_SECONDS + 10}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+CODEX_REQUIREMENTS = _codex_requirements()
+
 HOOK_SCRIPT = f'''\
 #!/usr/bin/python3 -I
 """forgehand-hook AGENT EVENT: hands one agent hook to forgehand and prints its answer.
@@ -84,6 +144,11 @@ run's token. A 200 answer with a JSON object is printed as is (exit 0). Anything
 no token, another status, a body that is not a JSON object, a timeout, any error here) never lets
 the call through: it prints a deny (PreToolUse) or a block (other events), writes the reason on
 stderr and exits 2, the agent's blocking exit code.
+
+For AGENT codex the answer is translated, because Codex runs the call on anything but an explicit
+deny: a PreToolUse `deny` with a reason becomes exit 2 with the reason on stderr, an `allow` with
+`updatedInput` is printed, a plain `allow` prints nothing; any other answer (`ask`, no decision,
+an empty reason) is a deny. A PostToolUse answer is `{{}}` or a `block` with a reason.
 """
 
 import http.client
@@ -136,6 +201,34 @@ def timeout():
     return value if 0 < value <= TIMEOUT else TIMEOUT
 
 
+def codex_answer(event, answer):
+    """What Codex is told for forgehand's answer (see the docstring); denies what is unclear."""
+    if event != "PreToolUse":
+        if answer == {{}}:
+            return None
+        if answer.get("decision") == "block" and isinstance(answer.get("reason"), str) and answer["reason"].strip():
+            return {{"decision": "block", "reason": answer["reason"]}}
+        deny(event, "an answer Codex cannot take for " + event)
+    out = answer.get("hookSpecificOutput")
+    if not isinstance(out, dict) or out.get("hookEventName") != "PreToolUse":
+        deny(event, "the answer holds no decision")
+    decision, reason = out.get("permissionDecision"), out.get("permissionDecisionReason")
+    if decision == "deny":
+        text = reason.strip() if isinstance(reason, str) else ""
+        sys.stderr.write((text or "denied by forgehand policy") + "\\n")
+        sys.stderr.flush()
+        os._exit(2)
+    if decision != "allow":
+        deny(event, "the decision %r is not allow or deny" % (decision,))
+    updated = out.get("updatedInput")
+    if updated is None:
+        return None
+    if not isinstance(updated, dict):
+        deny(event, "the rewritten input is not a JSON object")
+    rewrite = {{"hookEventName": "PreToolUse", "permissionDecision": "allow", "updatedInput": updated}}
+    return {{"hookSpecificOutput": rewrite}}
+
+
 def main(event):
     if len(sys.argv) != 3 or not all(a.isascii() and a.isalnum() for a in sys.argv[1:]):
         deny(event, "usage: forgehand-hook AGENT EVENT")
@@ -178,6 +271,10 @@ def main(event):
         deny(event, "the answer is not JSON")
     if not isinstance(answer, dict):
         deny(event, "the answer is not a JSON object")
+    if agent == "codex":
+        answer = codex_answer(event, answer)
+        if answer is None:
+            os._exit(0)
     sys.stdout.write(json.dumps(answer) + "\\n")
     sys.stdout.flush()
     os._exit(0)

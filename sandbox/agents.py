@@ -30,7 +30,16 @@ import docker.errors
 import msgspec
 from rich.console import Console
 
-from .agent_scripts import HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, MANAGED_SETTINGS_PATH, RELAY_PATH, RELAY_SCRIPT
+from .agent_scripts import (
+    CODEX_REQUIREMENTS,
+    CODEX_REQUIREMENTS_PATH,
+    HOOK_PATH,
+    HOOK_SCRIPT,
+    MANAGED_SETTINGS,
+    MANAGED_SETTINGS_PATH,
+    RELAY_PATH,
+    RELAY_SCRIPT,
+)
 from .errors import AgentMissing, ImageBuildFailed
 from .image import (
     DEFAULT_IMAGE,
@@ -47,7 +56,7 @@ if TYPE_CHECKING:
     from .engine import SandboxEngine
 
 # Bump when the recipe below or a script in agent_scripts.py changes.
-AGENTS_IMAGE_VERSION = "1"
+AGENTS_IMAGE_VERSION = "2"
 AGENTS_IMAGE_REPOSITORY = "forgehand-sandbox-agents"
 DEFAULT_AGENTS_IMAGE = f"{AGENTS_IMAGE_REPOSITORY}:{AGENTS_IMAGE_VERSION}"
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
@@ -59,7 +68,8 @@ NPM_TIMEOUT_SECONDS = 600
 class AgentPin(msgspec.Struct, frozen=True, kw_only=True):
     npm: str  # the npm package
     version: str
-    # The native binary inside node_modules, `{arch}` being npm's cpu name (x64, arm64).
+    # The native binary inside node_modules, `{arch}` being npm's cpu name (x64, arm64) and
+    # `{machine}` the kernel's (x86_64, aarch64).
     binary: str
     command: str  # its name in the image, under /usr/local/bin
 
@@ -71,9 +81,19 @@ AGENT_PINS: dict[str, AgentPin] = {
         binary="@anthropic-ai/claude-code-linux-{arch}/claude",
         command="claude",
     ),
+    # The platform binary comes as an npm alias (`@openai/codex-linux-x64` is
+    # `npm:@openai/codex@0.171.0-linux-x64`), a static musl build; its bundled rg and helpers are
+    # not needed by `codex exec`.
+    "codex": AgentPin(
+        npm="@openai/codex",
+        version="0.171.0",
+        binary="@openai/codex-linux-{arch}/vendor/{machine}-unknown-linux-musl/bin/codex",
+        command="codex",
+    ),
 }
 
 _NPM_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+_MACHINE = {"x64": "x86_64", "arm64": "aarch64"}
 
 AGENTS_DOCKERFILE = f"""\
 # forgehand agents image: the sandbox image plus the agent CLIs, managed settings and the hook
@@ -86,6 +106,7 @@ FROM ${{BASE}}
 # afterwards, which would store the binaries a second time in another layer.
 COPY bin/ /usr/local/bin/
 COPY managed-settings.json {MANAGED_SETTINGS_PATH}
+COPY requirements.toml {CODEX_REQUIREMENTS_PATH}
 ARG FORGEHAND_AGENTS_VERSION={AGENTS_IMAGE_VERSION}
 LABEL {AGENTS_VERSION_LABEL}=$FORGEHAND_AGENTS_VERSION \\
       org.opencontainers.image.title="forgehand sandbox with agents"
@@ -98,7 +119,7 @@ CMD ["sleep", "infinity"]
 # What the image is made of besides the binaries: a change to any of these texts rebuilds the image
 # even if nobody bumped AGENTS_IMAGE_VERSION.
 RECIPE_DIGEST = hashlib.sha256(
-    "\0".join((AGENTS_DOCKERFILE, MANAGED_SETTINGS, HOOK_SCRIPT, RELAY_SCRIPT)).encode()
+    "\0".join((AGENTS_DOCKERFILE, MANAGED_SETTINGS, CODEX_REQUIREMENTS, HOOK_SCRIPT, RELAY_SCRIPT)).encode()
 ).hexdigest()[:16]
 
 
@@ -127,7 +148,7 @@ def npm_arch(machine: str | None = None) -> str:
 
 
 def _binary_path(root: Path, pin: AgentPin, arch: str) -> Path:
-    return root / "node_modules" / pin.binary.format(arch=arch)
+    return root / "node_modules" / pin.binary.format(arch=arch, machine=_MACHINE.get(arch, arch))
 
 
 def install_agent(name: str, pin: AgentPin, *, arch: str | None = None, reporter: Reporter | None = None) -> Path:
@@ -157,7 +178,7 @@ def install_agent(name: str, pin: AgentPin, *, arch: str | None = None, reporter
             raise ImageBuildFailed(f"npm installed {pin.npm}@{installed or '?'}, not the pinned {pin.version}")
         if not staged.is_file():
             raise ImageBuildFailed(
-                f"npm installed {pin.npm}@{installed} without {pin.binary.format(arch=arch)}",
+                f"npm installed {pin.npm}@{installed} without {staged.relative_to(staging / 'node_modules')}",
                 hint="the package may not ship a binary for this machine",
             )
         shutil.rmtree(final, ignore_errors=True)
@@ -202,6 +223,7 @@ def _context(binaries: dict[str, Path], pins: dict[str, AgentPin]) -> io.Buffere
     with tarfile.open(fileobj=context, mode="w") as tar:
         add("Dockerfile", AGENTS_DOCKERFILE.encode(), 0o644)
         add("managed-settings.json", MANAGED_SETTINGS.encode(), 0o644)
+        add("requirements.toml", CODEX_REQUIREMENTS.encode(), 0o644)
         add("bin/" + Path(HOOK_PATH).name, HOOK_SCRIPT.encode(), 0o755)
         add("bin/" + Path(RELAY_PATH).name, RELAY_SCRIPT.encode(), 0o755)
         for name, path in binaries.items():

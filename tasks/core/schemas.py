@@ -8,7 +8,7 @@ import msgspec
 from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
-RuntimeName = Literal["builtin", "command", "claude-code"]
+RuntimeName = Literal["builtin", "command", "claude-code", "codex"]
 GOAL_MAX = 20_000
 BODY_MAX = 20_000
 

@@ -293,6 +293,8 @@ class Execution(Settling, Supervising):
                 workspace_bytes=limit_mb * MiB,
             ),
             channel_dir=self.channel.host_dir if self.channel is not None else None,
+            # A CLI that needs a TCP base URL (codex) gets loopback relays to the channel's sockets.
+            relays=tuple(runtime.relays()) if self.channel is not None and hasattr(runtime, "relays") else (),
         )
         try:
             self.sandbox = await env.engine.start(spec)

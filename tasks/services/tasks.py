@@ -76,6 +76,21 @@ def dropped_message_notice(body: str) -> Pending:
     return Pending(kind="notice", payload=Notice(text=text, level="warning"))
 
 
+# The CLI agent runtimes: the provider each speaks through the gateway, and what configures it.
+_CLI_NEEDS: dict[str, tuple[repo_settings.Provider, str]] = {
+    "claude-code": (
+        "anthropic",
+        "an Anthropic endpoint (FORGEHAND_ANTHROPIC_API_KEY, FORGEHAND_ANTHROPIC_MODEL, or the repository's or "
+        "your own model key)",
+    ),
+    "codex": (
+        "openai",
+        "an OpenAI-compatible endpoint with the Responses API (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME, "
+        "FORGEHAND_MODEL_API_KEY, or the repository's or your own model key)",
+    ),
+}
+
+
 class TaskService:
     def __init__(
         self,
@@ -242,16 +257,13 @@ class TaskService:
             raise InvalidInput("the goal is required", code="goal_required")
         runtime = data.runtime or ("command" if data.command is not None else "builtin")
         command = self._command(data, runtime)
-        if runtime == "claude-code":
+        if runtime in _CLI_NEEDS:
+            provider, what = _CLI_NEEDS[runtime]
             access = await repo_settings.model_access(
                 self.session, self.settings, res.repo.id, actor.principal.account_id
             )
-            if not access["anthropic"].configured:
-                raise InvalidInput(
-                    "the claude-code runtime needs an Anthropic endpoint (FORGEHAND_ANTHROPIC_API_KEY, "
-                    "FORGEHAND_ANTHROPIC_MODEL, or the repository's or your own model key)",
-                    code="model_not_configured",
-                )
+            if not access[provider].configured:
+                raise InvalidInput(f"the {runtime} runtime needs {what}", code="model_not_configured")
         elif runtime != "command":
             effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
             if not (effective.model_base_url and effective.model_name):

@@ -11,6 +11,7 @@ from sandbox import SandboxEngine
 from tasks.core.policy import GateDecision
 from tasks.core.states import RunState
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
+from tests.support.agent_box import kill_by_cmdline
 from tests.support.channel import FakeChannel, HookCall, Reply, reply_json, text, tool_use
 from tests.support.claude_host import Provider, Recorder, ScriptedGate, host_context
 
@@ -178,12 +179,7 @@ async def test_in_the_agents_image_the_cli_killed_mid_turn_fails_typed(
                     break
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1)  # the sleep runs
-            script = (
-                "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/usr/local/bin/claude -p'"
-                " && kill -9 ${p#/proc/} && echo killed; done"
-            )
-            killed = await sb.exec(["sh", "-c", script], timeout=30)
-            assert b"killed" in killed.stdout
+            assert await kill_by_cmdline(sb, "/usr/local/bin/claude -p")
             outcome = await asyncio.wait_for(run, 60)
         finally:
             await sb.remove()

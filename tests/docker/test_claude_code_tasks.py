@@ -13,9 +13,10 @@ import msgspec
 import pytest
 
 from forge.settings import Settings
+from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -53,13 +54,7 @@ async def test_a_claude_code_task_edits_files_and_its_commit_lands_on_the_task_b
     ]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hello", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                done = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                events = await all_events(c, 1)
+        (done, events), path = await on_served(s, lambda c: settled(c, "claude-code", "write hello"))
     assert done["state"] == "awaiting_review", (done, [e["payload"] for e in events if e["kind"] == "notice"])
     files = tree_files(path, done["head_sha"])
     assert files["hello.txt"][1] == b"hello from claude\nappended\n"
@@ -91,16 +86,8 @@ def test_a_consumer_s_deny_on_bash_stops_the_call_and_the_model_reads_the_reason
     ]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
-
-        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "make a marker", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                return await wait_state(c, 1, "awaiting_review", "failed", timeout=180), await all_events(c, 1)
-
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            done, events = asyncio.run(check(env))
-            assert "marker" not in tree_files(env.repo_path, done["head_sha"])
+        done, events, path = settled_with_policy(s, consumer, "claude-code", "make a marker")
+    assert "marker" not in tree_files(path, done["head_sha"])
     assert done["state"] == "awaiting_review", done
     denied = next(r for r in tool_results(api) if r["tool_use_id"] == "toolu_deny")
     assert denied["is_error"] is True and "no shell for claude here" in json.dumps(denied["content"])
@@ -151,24 +138,7 @@ async def test_review_change_requests_resume_the_same_session_over_two_cycles(cl
     ]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        sessions = []
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hi", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                sessions.append(task["agent_session_id"])
-                for cycle in (2, 3):
-                    review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
-                    r = await c.post(f"{TASKS}/1/reviews", json=review)
-                    assert r.status_code == 201, r.text
-                    task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                    while len(task["runs"]) < cycle:  # the review run may not have started yet
-                        await asyncio.sleep(0.2)
-                        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                    assert task["state"] == "awaiting_review", task
-                    sessions.append(task["agent_session_id"])
+        (task, sessions), path = await on_served(s, lambda c: review_cycles(c, "claude-code", "write hi", (2, 3)))
     assert [r["kind"] for r in task["runs"]] == ["start", "review", "review"]
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v3\n"
     assert sessions[0] and sessions == [sessions[0]] * 3

@@ -26,7 +26,7 @@ from sandbox import (
     build_agents_image,
     installed_agents,
 )
-from sandbox.agent_scripts import MANAGED_SETTINGS, MANAGED_SETTINGS_PATH
+from sandbox.agent_scripts import CODEX_REQUIREMENTS, CODEX_REQUIREMENTS_PATH, MANAGED_SETTINGS, MANAGED_SETTINGS_PATH
 from sandbox.agents import agents_cache_dir
 from sandbox.cli import sandbox_group
 from tests.support.channel import FakeChannel, HookCall, Reply, allow, deny, reply_json
@@ -34,6 +34,7 @@ from tests.support.channel import FakeChannel, HookCall, Reply, allow, deny, rep
 from .conftest import SpecFactory
 
 CLAUDE_VERSION = AGENT_PINS["claude-code"].version
+CODEX_VERSION = AGENT_PINS["codex"].version
 
 
 def test_build_is_cached_and_labelled(docker_client: docker.DockerClient, agents_image: str) -> None:
@@ -52,7 +53,8 @@ def test_cli_build_agents_is_idempotent_and_fails_clearly_without_npm(
 ) -> None:
     done = CliRunner().invoke(sandbox_group, ["build", "--agents"])
     assert done.exit_code == 0, done.output
-    assert f"{agents_image} is up to date (claude-code {CLAUDE_VERSION})" in " ".join(done.output.split())
+    said = " ".join(done.output.split())
+    assert f"{agents_image} is up to date (claude-code {CLAUDE_VERSION}, codex {CODEX_VERSION})" in said
     # A forced build on a host without npm and an empty cache: a clear error, exit 1.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("PATH", "/usr/sbin:/sbin")  # no npm (nor node) here
@@ -65,10 +67,11 @@ def test_cli_build_agents_is_idempotent_and_fails_clearly_without_npm(
 async def test_installed_agents_and_the_missing_cases(engine: SandboxEngine, agents_image: str) -> None:
     cached = await engine.ensure_agents_image(agents_image)
     assert cached.recipe == "cached" and not cached.built
-    assert await installed_agents(engine, agents_image) == {"claude-code": CLAUDE_VERSION}
+    assert await installed_agents(engine, agents_image) == {"claude-code": CLAUDE_VERSION, "codex": CODEX_VERSION}
     assert await engine.require_agent("claude-code", agents_image) == CLAUDE_VERSION
-    with pytest.raises(AgentMissing, match="has no codex") as caught:
-        await engine.require_agent("codex", agents_image)
+    assert await engine.require_agent("codex", agents_image) == CODEX_VERSION
+    with pytest.raises(AgentMissing, match="has no gemini") as caught:
+        await engine.require_agent("gemini", agents_image)
     assert "forgehand sandbox build --agents" in str(caught.value)
     absent = f"forgehand-sandbox-agents:absent-{secrets.token_hex(3)}"
     assert await installed_agents(engine, absent) == {}
@@ -114,27 +117,35 @@ async def test_image_contents(agents_sandbox: Sandbox) -> None:
         [
             "sh",
             "-c",
-            "claude --version; id -u;"
+            "claude --version; codex --version; id -u;"
             f"stat -c '%U %a' /usr/local/bin/claude /usr/local/bin/forgehand-hook /usr/local/bin/forgehand-relay "
-            f"/etc/claude-code {MANAGED_SETTINGS_PATH};"
+            f"/etc/claude-code {MANAGED_SETTINGS_PATH} /usr/local/bin/codex /etc/codex {CODEX_REQUIREMENTS_PATH};"
             f"echo x >> {MANAGED_SETTINGS_PATH} 2>/dev/null || echo settings-unwritable;"
+            f"echo x >> {CODEX_REQUIREMENTS_PATH} 2>/dev/null || echo requirements-unwritable;"
             "find / -xdev -perm /6000 -type f 2>/dev/null | wc -l",
         ]
     )
     assert r.exit_code == 0, r
     assert r.stdout.decode().splitlines() == [
         f"{CLAUDE_VERSION} (Claude Code)",
+        f"codex-cli {CODEX_VERSION}",
         "1000",
         "root 755",
         "root 755",
         "root 755",
         "root 755",
         "root 644",
+        "root 755",
+        "root 755",
+        "root 644",
         "settings-unwritable",
+        "requirements-unwritable",
         "0",
     ]
     shown = await agents_sandbox.exec(["cat", MANAGED_SETTINGS_PATH])
     assert shown.stdout.decode() == MANAGED_SETTINGS
+    shown = await agents_sandbox.exec(["cat", CODEX_REQUIREMENTS_PATH])
+    assert shown.stdout.decode() == CODEX_REQUIREMENTS
 
 
 # -- the hook bridge --------------------------------------------------------------------------

@@ -84,9 +84,13 @@ async def test_start_validates_and_numbers(client: AsyncTestClient[Litestar], wo
         ({"goal": "g", "agent": "fixer", "command": "true", "base": "nope"}, "base_not_found"),
         ({"goal": "g", "agent": "fixer", "runtime": "command"}, "command_required"),
         ({"goal": "g", "agent": "fixer"}, "model_not_configured"),
+        ({"goal": "g", "agent": "fixer", "runtime": "claude-code"}, "model_not_configured"),
+        ({"goal": "g", "agent": "fixer", "runtime": "codex"}, "model_not_configured"),
     ):
         r = await client.post(TASKS, json=bad, headers=h)
         assert r.status_code == 422 and r.json()["code"] == code, (bad, r.text)
+        if bad.get("runtime") == "codex":
+            assert "FORGEHAND_MODEL_BASE_URL" in r.json()["detail"] and "Responses API" in r.json()["detail"]
     r = await client.post(TASKS, json={"goal": "second", "agent": "fixer", "command": ["true"]}, headers=h)
     assert r.json()["number"] == 2 and r.json()["queue_position"] == 2
 

@@ -133,6 +133,7 @@ class FakeChannel:
         turns: list[dict[str, Any]] | None = None,
         hook: Callable[[HookCall], Reply] | None = None,
         socket_name: str = "gateway.sock",
+        stream: Callable[[str, dict[str, Any]], list[bytes] | None] | None = None,
     ) -> None:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +142,8 @@ class FakeChannel:
         self.token = token or f"fhr_{secrets.token_urlsafe(32)}"
         self.turns = list(turns or [])
         self.hook = hook or default_reply
+        # Another model API: (path, body) -> the SSE frames of the answer, or None (no such route).
+        self.stream = stream
         self.hooks: list[HookCall] = []
         self.messages: list[dict[str, Any]] = []  # the /v1/messages request bodies
         self.refused = 0  # requests without the run's token
@@ -179,6 +182,8 @@ class FakeChannel:
                     self._hook(HookCall(agent=parts[1], event=parts[2], body=payload, authorization=auth))
                 elif path == "/v1/messages":
                     self._model(payload)
+                elif channel.stream is not None and (frames := channel.stream(path, payload)) is not None:
+                    self._frames(frames)
                 else:
                     self._send(404, b'{"error": "no route"}', "application/json")
 
@@ -199,12 +204,14 @@ class FakeChannel:
                     channel.messages.append(payload)
                     block = channel.turns.pop(0) if channel.turns else text("(script exhausted)")
                 model = str(payload.get("model", "claude"))
+                self._frames([f"event: {e}\ndata: {json.dumps(d)}\n\n".encode() for e, d in _sse(block, model)])
+
+            def _frames(self, frames: list[bytes]) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for event, data in _sse(block, model):
-                    frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+                for frame in frames:
                     self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()

@@ -35,6 +35,7 @@ class Provider(msgspec.Struct, kw_only=True):
     anthropic_model: str = "claude-test"
     openai_model: str = ""
     model_key: str = "instance"
+    allow_web_search: bool = False
 
 
 class StubChannel:

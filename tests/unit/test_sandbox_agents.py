@@ -4,12 +4,13 @@ settings say what the contract says, and an npm that fails is a clear build erro
 import json
 import os
 import stat
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from sandbox import AGENT_PINS, AgentPin, ImageBuildFailed
-from sandbox.agent_scripts import HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
+from sandbox.agent_scripts import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
 from sandbox.agents import (
     AGENTS_DOCKERFILE,
     AGENTS_IMAGE_VERSION,
@@ -27,6 +28,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "agents"
 def test_deploy_copies_match_the_package() -> None:
     assert (DEPLOY / "Dockerfile").read_text() == AGENTS_DOCKERFILE
     assert (DEPLOY / "managed-settings.json").read_text() == MANAGED_SETTINGS
+    assert (DEPLOY / "requirements.toml").read_text() == CODEX_REQUIREMENTS
     assert (DEPLOY / "bin" / "forgehand-hook").read_text() == HOOK_SCRIPT
     assert (DEPLOY / "bin" / "forgehand-relay").read_text() == RELAY_SCRIPT
     for script in ("forgehand-hook", "forgehand-relay"):
@@ -51,7 +53,26 @@ def test_pins_are_labels_and_read_back() -> None:
     labels = agent_labels()
     assert labels["org.forgehand.agent.claude-code"] == "2.1.332"
     assert labels["org.forgehand.agents.version"] == AGENTS_IMAGE_VERSION
-    assert agents_from_labels({**labels, "org.forgehand.sandbox.version": "1"}) == {"claude-code": "2.1.332"}
+    assert labels["org.forgehand.agent.codex"] == "0.171.0"
+    assert agents_from_labels({**labels, "org.forgehand.sandbox.version": "1"}) == {
+        "claude-code": "2.1.332",
+        "codex": "0.171.0",
+    }
+
+
+def test_codex_requirements_pin_the_managed_hooks_on() -> None:
+    requirements = tomllib.loads(CODEX_REQUIREMENTS)
+    assert requirements["allow_managed_hooks_only"] is True
+    # hooks cannot be disabled; write_stdin (which no hook sees) has no TTY to type into
+    assert requirements["features"] == {"hooks": True, "unified_exec_tty": False}
+    assert requirements["mcp_servers"] == {"forgehand": {"identity": {"url": "http://127.0.0.1:4100/mcp"}}}
+    for event in ("PreToolUse", "PostToolUse"):
+        [entry] = requirements["hooks"][event]
+        assert entry == {
+            "matcher": "*",
+            "hooks": [{"type": "command", "command": f"{HOOK_PATH} codex {event}", "timeout": 130}],
+        }
+    assert "COPY requirements.toml /etc/codex/requirements.toml\n" in AGENTS_DOCKERFILE
 
 
 def test_managed_settings_lock_the_hooks_on() -> None:

@@ -6,12 +6,14 @@ from collections.abc import Callable
 from tasks.run.runtimes.base import Runtime
 from tasks.run.runtimes.builtin import BuiltinRuntime
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
+from tasks.run.runtimes.codex import CodexRuntime
 from tasks.run.runtimes.command import CommandRuntime
 
 RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "builtin": BuiltinRuntime,
     "command": CommandRuntime,
     "claude-code": ClaudeCodeRuntime,
+    "codex": CodexRuntime,
 }
 
 

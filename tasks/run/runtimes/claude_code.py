@@ -50,6 +50,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Question
+from tasks.run.runtimes.agent_session import HOME_CAP, keep, prompt_of, restore
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
     PolicyBroker,
@@ -60,8 +61,8 @@ from tasks.run.runtimes.claude_control import (
     hook_refusal,
     interrupt_request,
 )
-from tasks.run.runtimes.claude_session import HOME_CAP, keep, prompt_of, restore
 from tasks.run.runtimes.claude_stream import StreamState, usage_of
+from tasks.run.runtimes.cli_lines import StdoutReader, json_line
 from tasks.run.runtimes.policy_steps import after_tool, record
 
 AGENT_NAME = "claude-code"
@@ -240,16 +241,8 @@ class _Drive:
     async def run(self, proc: Any, prompt: str) -> Outcome:
         self.proc = proc
         ctx = self.ctx
-        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-        async def read() -> None:
-            try:
-                async for raw in proc.stdout_lines():
-                    await lines.put(raw)
-            finally:
-                await lines.put(None)
-
-        reader = asyncio.ensure_future(read())
+        reader = StdoutReader(proc)
+        lines = reader.lines
         await self.send({"type": "user", "session_id": "", "message": {"role": "user", "content": prompt},
                          "parent_tool_use_id": None})  # fmt: skip
         continued = False
@@ -271,12 +264,8 @@ class _Drive:
                     break
                 if raw is None:
                     break
-                self.raw.add(raw if raw.endswith(b"\n") else raw + b"\n")
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if not isinstance(line, dict):
+                line = json_line(raw, self.raw)
+                if line is None:
                     continue
                 if line.get("type") == "control_request":
                     await self._control(line)
@@ -322,9 +311,7 @@ class _Drive:
             if watchdog is not None:
                 with contextlib.suppress(Exception):
                     await proc.kill()
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
+            await reader.close()
         exit_code: int | None = None
         with contextlib.suppress(Exception):
             exit_code = await asyncio.wait_for(proc.wait(), self.runtime.linger_seconds)

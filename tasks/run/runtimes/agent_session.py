@@ -1,31 +1,59 @@
-"""Claude sessions across runs (AGENTS.md decision 5): the CLI's `$HOME/.claude` saved after a run
-into the task's state directory on the host (`claude-home.tgz`, opaque: never unpacked on the
-host) and unpacked into the next run's fresh container before `--resume`; the raw stream kept
-beside it; and what a resumed (or new) session is told for each kind of run."""
+"""CLI agent sessions across runs (AGENTS.md decision 5): the part of the CLI's `$HOME` that holds
+its sessions (`AgentHome`: `.claude` for Claude Code, `.codex/sessions` for Codex) saved after a
+run into the task's state directory on the host (`claude-home.tgz`, `codex-home.tgz`; opaque:
+never unpacked on the host) and unpacked into the next run's fresh container before the CLI
+resumes; the raw stream kept beside it; and what a resumed (or new) session is told for each kind
+of run."""
 
 import asyncio
 import contextlib
 import json
+import shlex
 import uuid
 from pathlib import Path
+from typing import Protocol
+
+import msgspec
 
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import RunKind
 from tasks.core.transcript import Notice, System
 from tasks.run.runtimes.base import RunContext
-from tasks.run.runtimes.claude_stream import StreamState
 
-HOME_ARCHIVE = "claude-home.tgz"
 HOME_CAP = 64 * 1024 * 1024  # the saved session state; larger is not kept (the next run starts afresh)
 
 
-async def restore(ctx: RunContext) -> str:
+class AgentHome(msgspec.Struct, frozen=True, kw_only=True):
+    """What of an agent's `$HOME` carries its sessions from one run to the next."""
+
+    label: str  # for notices: "Claude", "Codex"
+    archive: str  # the file in the task's state directory
+    path: str  # under $HOME, always archived
+    optional: tuple[str, ...] = ()  # under $HOME, archived when present
+
+
+# `.claude.json` is kept to avoid the CLI's "configuration file not found" warning.
+CLAUDE_HOME = AgentHome(label="Claude", archive="claude-home.tgz", path=".claude", optional=(".claude.json",))
+HOME_ARCHIVE = CLAUDE_HOME.archive
+
+
+class SessionState(Protocol):
+    """What a runtime's stream state reports about the session it ran."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+
+async def restore(ctx: RunContext, home: AgentHome = CLAUDE_HOME) -> str:
     """The session to resume ("" = a new one), its saved state unpacked into the fresh HOME."""
     session = ctx.agent_session_id
     if not session or ctx.state_dir is None:
         return ""
-    archive = ctx.state_dir / HOME_ARCHIVE
+    archive = ctx.state_dir / home.archive
     try:
         data = await asyncio.to_thread(archive.read_bytes)
     except OSError:
@@ -34,14 +62,16 @@ async def restore(ctx: RunContext) -> str:
         result = await ctx.sandbox.exec(["tar", "-C", HOME_DIR, "-xzf", "-"], stdin=data, timeout=120)
         if result.ok:
             return session
-    text = f"the saved state of session {session} is missing or unreadable: a new Claude session starts"
+    text = f"the saved state of session {session} is missing or unreadable: a new {home.label} session starts"
     await ctx.emit("notice", Notice(text=text, level="warning"))
     return ""
 
 
-async def keep(ctx: RunContext, state: StreamState, raw: str, *, home_cap: int = HOME_CAP) -> None:
-    """Save `$HOME/.claude` (capped) and the raw stream into the task's state directory; report
-    the CLI version and session on the context."""
+async def keep(
+    ctx: RunContext, state: SessionState, raw: str, *, home_cap: int = HOME_CAP, home: AgentHome = CLAUDE_HOME
+) -> None:
+    """Save the agent's session state under `$HOME` (capped) and the raw stream into the task's
+    state directory; report the CLI version and session on the context."""
     ctx.agent_version = state.version or ctx.agent_version
     if state.session_id:
         ctx.agent_session_id = state.session_id
@@ -51,17 +81,21 @@ async def keep(ctx: RunContext, state: StreamState, raw: str, *, home_cap: int =
         await asyncio.to_thread(_write, ctx.state_dir / "runs" / f"{ctx.gate_ctx.run_uuid}.jsonl", raw)
     if not state.session_id:
         return
-    script = 'cd "$HOME" && if [ -e .claude.json ]; then set -- .claude.json; fi; exec tar -czf - .claude "$@"'
+    optional = " ".join(shlex.quote(p) for p in home.optional)
+    script = (
+        f'cd "$HOME" && set -- && for p in {optional}; do if [ -e "$p" ]; then set -- "$@" "$p"; fi; done; '
+        f'exec tar -czf - {shlex.quote(home.path)} "$@"'
+    )
     try:
         result = await ctx.sandbox.exec(["sh", "-c", script], timeout=120, output_cap=home_cap)
     except SandboxError as exc:
-        await ctx.emit("notice", Notice(text=f"the Claude session could not be saved: {exc}", level="warning"))
+        await ctx.emit("notice", Notice(text=f"the {home.label} session could not be saved: {exc}", level="warning"))
         return
     if not result.ok or result.truncated_bytes:
         why = f"larger than {home_cap} bytes" if result.truncated_bytes else f"tar exit {result.exit_code}"
-        await ctx.emit("notice", Notice(text=f"the Claude session was not saved ({why})", level="warning"))
+        await ctx.emit("notice", Notice(text=f"the {home.label} session was not saved ({why})", level="warning"))
         return
-    await asyncio.to_thread(_write_bytes, ctx.state_dir / HOME_ARCHIVE, result.stdout)
+    await asyncio.to_thread(_write_bytes, ctx.state_dir / home.archive, result.stdout)
     await ctx.emit(
         "system",
         System(

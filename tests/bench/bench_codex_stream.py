@@ -1,0 +1,195 @@
+"""Codex's stream normalisation against the builtin runtime's transcript path, in one run.
+
+A scripted Codex `exec --json` stream of 10,000 events (the shapes 0.171.0 prints: command
+executions started and completed, file changes, agent messages, turn usage) is ingested the way the
+codex runtime does it (each line kept for the raw artefact, decoded, normalised by `StreamState`,
+emitted) into the real `TranscriptWriter` (redaction, batching, SQLite, the live hub); the same
+number of transcript events, built directly as the builtin runtime builds them, go through the
+same writer. Printed: events per second for each, the ratio (goal: codex >= builtin, ratio >= 1.0),
+and the live readers' lag (event emitted -> the hub woke a listener) for both. Figures are
+printed, never asserted as wall-clock limits; a lost event fails.
+
+Run: `make bench` (or `pytest -q -s tests/bench/bench_codex_stream.py -o python_files='bench_*.py'`)."""
+
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from forge import accounts, repositories
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import EventBus
+from forge.git import RepoStore
+from forge.settings import load_settings, prepare_data_dir
+from tasks.core.live import LiveHub
+from tasks.core.models import TranscriptEvent
+from tasks.core.policy import AllowAll
+from tasks.core.schemas import TaskCreate
+from tasks.core.transcript import Assistant, HeadTail, Redactor, System, ToolCall, ToolResult
+from tasks.core.writer import TranscriptWriter
+from tasks.run.runtimes.cli_lines import json_line
+from tasks.run.runtimes.codex_stream import StreamState
+from tasks.services.tasks import TaskService
+from tests.support.tasks import seed
+
+EVENTS = 10_000
+
+
+def codex_lines(events: int) -> list[bytes]:
+    """Raw stdout lines that normalise into exactly `events` transcript events."""
+    lines = [json.dumps({"type": "thread.started", "thread_id": "01a2-bench"}).encode(), b'{"type":"turn.started"}']
+    made = 1  # thread.started -> one system event
+    i = 0
+    while made < events - 1:
+        item = f"item_{i}"
+        if i % 3 == 0 and events - 1 - made >= 2:
+            cmd = {"id": item, "type": "command_execution", "command": f"/bin/bash -lc 'echo {i}'"}
+            lines.append(json.dumps({"type": "item.started", "item": {**cmd, "status": "in_progress"}}).encode())
+            done = {**cmd, "aggregated_output": f"{i}\n" * 4, "exit_code": 0, "status": "completed"}
+            lines.append(json.dumps({"type": "item.completed", "item": done}).encode())
+            made += 2
+        elif i % 3 == 1 and events - 1 - made >= 2:
+            change = {"id": item, "type": "file_change", "changes": [{"path": f"/workspace/f{i}.txt", "kind": "add"}]}
+            lines.append(json.dumps({"type": "item.completed", "item": {**change, "status": "completed"}}).encode())
+            made += 2
+        else:
+            message = {"id": item, "type": "agent_message", "text": f"step {i} done; moving on to the next one"}
+            lines.append(json.dumps({"type": "item.completed", "item": message}).encode())
+            made += 1
+        i += 1
+    while made < events - 1:
+        lines.append(
+            json.dumps({"type": "item.completed", "item": {"id": "x", "type": "agent_message", "text": "."}}).encode()
+        )
+        made += 1
+    usage = {"input_tokens": 100, "cached_input_tokens": 0, "output_tokens": 10, "reasoning_output_tokens": 0}
+    lines.append(json.dumps({"type": "turn.completed", "usage": usage}).encode())
+    return lines
+
+
+def builtin_payloads(events: int) -> list[tuple[str, Any]]:
+    """The builtin runtime's events for the same work: calls, results, messages, built directly."""
+    out: list[tuple[str, Any]] = [("system", System(phase="runtime", text="runtime builtin started"))]
+    i = 0
+    while len(out) < events:
+        if i % 3 == 0:
+            out.append(("tool_call", ToolCall(id=f"c{i}", name="bash", input={"command": f"echo {i}"}, kind="execute")))
+            out.append(("tool_result", ToolResult(id=f"c{i}", name="bash", output=f"{i}\n" * 4)))
+        elif i % 3 == 1:
+            out.append(("tool_call", ToolCall(id=f"c{i}", name="write_file", input={"path": f"f{i}.txt"}, kind="edit")))
+            out.append(("tool_result", ToolResult(id=f"c{i}", name="write_file", output=f"add /workspace/f{i}.txt")))
+        else:
+            out.append(("assistant", Assistant(text=f"step {i} done; moving on to the next one")))
+        i += 1
+    return out[:events]
+
+
+class Woken:
+    """A live reader: when the hub woke it for the task, against when each event was emitted."""
+
+    def __init__(self, hub: LiveHub, task_id: int) -> None:
+        self.task_id = task_id
+        self.times: list[float] = []
+        hub.listen(self._on)
+
+    def _on(self, task_id: int) -> None:
+        if task_id == self.task_id:
+            self.times.append(time.perf_counter())
+
+
+def lags(emitted: list[float], woken: list[float]) -> list[float]:
+    """Per event: emitted -> the first wake-up at or after it."""
+    out, j = [], 0
+    for at in emitted:
+        while j < len(woken) and woken[j] < at:
+            j += 1
+        if j < len(woken):
+            out.append(woken[j] - at)
+    return out
+
+
+async def run_bench(tmp_path: Path) -> None:
+    settings = prepare_data_dir(
+        load_settings(
+            environ={}, data_dir=tmp_path / "data", database_url=f"sqlite+aiosqlite:///{tmp_path / 'bench.db'}",
+            base_url="http://bench.local", log_level="warning", run_worker=False,
+        )
+    )  # fmt: skip
+    from forge.migrate import upgrade_async
+
+    await upgrade_async(settings.effective_database_url)
+    await seed(settings)
+    db = Database(settings.effective_database_url)
+    store = RepoStore(settings.data_dir / "repos")
+    hub = LiveHub()
+    try:
+        ids = []
+        for goal in ("codex", "builtin"):
+            async with db.session(write=True) as s:
+                res = await repositories.load(s, Actor.system("bench").principal, "ana", "demo")
+                ana = await accounts.require_by_login(s, "ana")
+                actor = Actor(principal=Actor.system("bench").principal.__class__(
+                    account_id=ana.id, login="ana", type="User", via="token"))  # fmt: skip
+                svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
+                task = await svc.start(actor, res, TaskCreate(goal=goal, agent="fixer", command="true"))
+                ids.append(task.id)
+
+        async def ingest(task_id: int, feed: Any) -> tuple[float, list[float], list[float]]:
+            writer = TranscriptWriter(db, hub, task_id, None, Redactor(["sk-bench-secret-0123456789"]))
+            woken = Woken(hub, task_id)
+            emitted: list[float] = []
+            writer.start()
+            t0 = time.perf_counter()
+            await feed(writer, emitted)
+            await writer.close()
+            took = time.perf_counter() - t0
+            return took, emitted, woken.times
+
+        raw_lines = codex_lines(EVENTS)
+
+        async def codex_feed(writer: TranscriptWriter, emitted: list[float]) -> None:
+            state, kept = StreamState("0.171.0"), HeadTail(8 * 1024 * 1024)
+            for raw in raw_lines:
+                line = json_line(raw, kept)
+                for kind, payload in state.feed(line) if line is not None else []:
+                    await writer.emit(kind, payload)  # type: ignore[arg-type]
+                    emitted.append(time.perf_counter())
+
+        payloads = builtin_payloads(EVENTS)
+
+        async def builtin_feed(writer: TranscriptWriter, emitted: list[float]) -> None:
+            for kind, payload in payloads:
+                await writer.emit(kind, payload)  # type: ignore[arg-type]
+                emitted.append(time.perf_counter())
+
+        results = {}
+        for name, task_id, feed in (("builtin", ids[1], builtin_feed), ("codex", ids[0], codex_feed)):
+            took, emitted, woken = await ingest(task_id, feed)
+            async with db.session() as s:
+                stored = await s.scalar(select(func.count()).where(TranscriptEvent.task_id == task_id))
+            # (the task's own start events are stored too)
+            assert len(emitted) == EVENTS and stored is not None and stored >= EVENTS, (name, len(emitted), stored)
+            results[name] = (took, lags(emitted, woken), stored)
+        codex_took, builtin_took = results["codex"][0], results["builtin"][0]
+        ratio = builtin_took / codex_took
+        print(f"\n{EVENTS:,} transcript events each, stored by the real TranscriptWriter (SQLite, live hub):")
+        for name, (took, lag, stored) in results.items():
+            print(
+                f"  {name:8s}: {EVENTS / took:,.0f} events/s ({took:.2f} s, {stored:,} rows);"
+                f" live readers' lag, emitted -> woken: median {statistics.median(lag) * 1000:.1f} ms,"
+                f" p95 {statistics.quantiles(lag, n=20)[-1] * 1000:.1f} ms, max {max(lag) * 1000:.1f} ms"
+            )
+        verdict = "" if ratio >= 1.0 else "  -- MISSES THE GOAL"
+        print(f"  codex / builtin throughput: {ratio:.2f}x (goal >= 1.0x){verdict}")
+    finally:
+        await store.close()
+        await db.dispose()
+
+
+def test_bench_codex_stream(tmp_path: Path) -> None:
+    asyncio.run(run_bench(tmp_path))

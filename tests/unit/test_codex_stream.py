@@ -1,0 +1,177 @@
+"""Codex's `exec --json` lines (as 0.171.0 prints them) normalised into transcript events."""
+
+from typing import Any
+
+from tasks.core.transcript import Assistant, Notice, System, ToolCall, ToolResult
+from tasks.run.runtimes.codex import CodexRuntime, provider_config
+from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
+
+# One run, measured: a patch, a failing command, a message, the turn's usage.
+LINES: list[dict[str, Any]] = [
+    {"type": "thread.started", "thread_id": "01a23232-e619-7a03-b72a-24b33a8f9e0f"},
+    {"type": "item.completed", "item": {"id": "item_0", "type": "error", "message": "Model metadata not found"}},
+    {"type": "turn.started"},
+    {
+        "type": "item.started",
+        "item": {
+            "id": "item_1",
+            "type": "file_change",
+            "changes": [{"path": "/w/a.txt", "kind": "add"}],
+            "status": "in_progress",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_1",
+            "type": "file_change",
+            "changes": [{"path": "/w/a.txt", "kind": "add"}],
+            "status": "completed",
+        },
+    },
+    {
+        "type": "item.started",
+        "item": {
+            "id": "item_2",
+            "type": "command_execution",
+            "command": "/bin/bash -lc false",
+            "aggregated_output": "",
+            "exit_code": None,
+            "status": "in_progress",
+        },
+    },
+    {
+        "type": "item.completed",
+        "item": {
+            "id": "item_2",
+            "type": "command_execution",
+            "command": "/bin/bash -lc false",
+            "aggregated_output": "oops\n",
+            "exit_code": 1,
+            "status": "failed",
+        },
+    },
+    {"type": "item.completed", "item": {"id": "item_3", "type": "reasoning", "text": "thinking about it"}},
+    {"type": "item.completed", "item": {"id": "item_4", "type": "agent_message", "text": "done"}},
+    {
+        "type": "turn.completed",
+        "usage": {
+            "input_tokens": 200,
+            "cached_input_tokens": 40,
+            "cache_write_input_tokens": 0,
+            "output_tokens": 14,
+            "reasoning_output_tokens": 4,
+        },
+    },
+]
+
+
+def test_a_run_s_lines_become_transcript_events() -> None:
+    state = StreamState("0.171.0")
+    events = [e for line in LINES for e in state.feed(line)]
+    kinds = [k for k, _ in events]
+    assert kinds == [
+        "system",
+        "notice",
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+        "system",
+        "assistant",
+        "system",
+    ]
+    started = events[0][1]
+    assert isinstance(started, System) and started.text == "codex 0.171.0 started thread " + LINES[0]["thread_id"]
+    assert isinstance(events[1][1], Notice) and events[1][1].level == "warning"
+    patch, patched = events[2][1], events[3][1]
+    assert isinstance(patch, ToolCall) and (patch.name, patch.kind) == ("apply_patch", "edit")
+    assert isinstance(patched, ToolResult) and patched.output == "add /w/a.txt" and not patched.is_error
+    shell, failed = events[4][1], events[5][1]
+    assert isinstance(shell, ToolCall) and shell.input == {"command": "/bin/bash -lc false"}
+    assert isinstance(failed, ToolResult) and failed.is_error and failed.output == "oops\n\n(exit code 1)"
+    assert isinstance(events[7][1], Assistant) and events[7][1].text == "done"
+    assert state.session_id == LINES[0]["thread_id"]
+    assert state.final and state.completed == 1 and state.last_message == "done"
+    assert (state.input_tokens, state.output_tokens) == (200, 14)
+    assert state.usage["cached_input_tokens"] == 40
+
+
+def test_a_completed_item_never_seen_started_still_has_its_call() -> None:
+    state = StreamState()
+    item = {"id": "item_9", "type": "command_execution", "command": "ls", "aggregated_output": "a\n", "exit_code": 0}
+    events = state.feed({"type": "item.completed", "item": item})
+    assert [k for k, _ in events] == ["tool_call", "tool_result"]
+
+
+def test_a_failed_turn_and_an_error_line_are_final_failures() -> None:
+    state = StreamState()
+    assert not state.final
+    [(kind, payload)] = state.feed({"type": "turn.failed", "error": {"message": "unexpected status 503"}})
+    assert kind == "notice" and isinstance(payload, Notice) and payload.level == "error"
+    assert state.final and state.failure == "unexpected status 503"
+    other = StreamState()
+    other.feed({"type": "error", "message": "stream disconnected before completion"})
+    assert other.final and "disconnected" in other.failure
+
+
+def test_unknown_lines_and_partial_messages_make_no_events() -> None:
+    state = StreamState()
+    assert state.feed({"type": "something.new"}) == []
+    assert state.feed({"type": "item.started", "item": {"id": "i", "type": "agent_message", "text": ""}}) == []
+    assert state.feed({"type": "item.completed", "item": "not an object"}) == []
+    assert state.feed({"type": "item.completed", "item": {"id": "t", "type": "todo_list", "items": []}}) == []
+
+
+def test_tool_kinds_by_the_names_the_hooks_use() -> None:
+    assert tool_kind("Bash") == "execute"
+    assert tool_kind("apply_patch") == "edit"
+    assert tool_kind("mcp__forgehand__ask_user") == "other"
+
+
+def test_the_provider_points_at_the_relay_with_the_run_token() -> None:
+    assert provider_config("http://127.0.0.1:4100/v1") == (
+        'model_providers.forgehand={name="forgehand", base_url="http://127.0.0.1:4100/v1", '
+        'env_key="FORGEHAND_RUN_TOKEN", wire_api="responses"}'
+    )
+    [relay] = CodexRuntime().relays()
+    assert (relay.port, relay.socket) == (4100, "gateway.sock")
+
+
+def test_the_command_line_keeps_codex_to_forgehand_s_provider_and_back_channel() -> None:
+    from tests.support.claude_host import StubChannel, host_context
+
+    channel = StubChannel()
+    channel.provider.openai_model = "gpt-5.5"
+    ctx = host_context(None, None, None, channel=channel)  # type: ignore[arg-type]
+    argv = CodexRuntime().argv(ctx, "", "-starts with a dash")
+    assert argv[:5] == ["/usr/local/bin/codex", "exec", "--json", "--skip-git-repo-check",
+                        "--dangerously-bypass-approvals-and-sandbox"]  # fmt: skip
+    flags = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert "model_provider=forgehand" in flags and 'web_search="disabled"' in flags
+    assert {"features.plugins=false", "analytics.enabled=false", "features.unified_exec_tty=false"} <= set(flags)
+    assert (
+        'mcp_servers.forgehand={url="http://127.0.0.1:4100/mcp", bearer_token_env_var="FORGEHAND_RUN_TOKEN"}' in flags
+    )
+    assert argv[-4:] == ["-m", "gpt-5.5", "--", "-starts with a dash"]
+    assert CodexRuntime().argv(ctx, "thread-1", "go on")[-5:] == ["gpt-5.5", "resume", "thread-1", "--", "go on"]
+    channel.provider.allow_web_search = True  # the repository allows it: Codex's own default applies
+    assert 'web_search="disabled"' not in CodexRuntime().argv(ctx, "", "x")
+
+
+def test_items_carry_the_id_name_and_input_the_policy_saw() -> None:
+    state = StreamState()
+    patch = "*** Begin Patch\n*** Add File: /w/a.txt\n+a\n*** End Patch\n"
+    state.allowed(Allowed(id="call_p", name="apply_patch", input={"command": patch}))
+    state.allowed(Allowed(id="call_b", name="Bash", input={"command": "echo hi"}))
+    events = [e for line in LINES[3:7] for e in state.feed(line)]  # the file change, then `false`
+    patch_call, patch_result, shell_call, shell_result = (p for _, p in events)
+    assert isinstance(patch_call, ToolCall) and (patch_call.id, patch_call.name) == ("call_p", "apply_patch")
+    assert patch_call.input == {"command": patch}
+    assert isinstance(patch_result, ToolResult) and patch_result.id == "call_p"
+    # `/bin/bash -lc false` holds no allowed command: the item keeps its own id and shape.
+    assert isinstance(shell_call, ToolCall) and (shell_call.id, shell_call.name) == ("item_2", "exec_command")
+    assert isinstance(shell_result, ToolResult) and shell_result.id == "item_2"
+    item = {"id": "item_7", "type": "command_execution", "command": "/bin/bash -lc 'echo hi'", "status": "in_progress"}
+    [(_, started)] = state.feed({"type": "item.started", "item": item})
+    assert isinstance(started, ToolCall) and (started.id, started.input) == ("call_b", {"command": "echo hi"})
