@@ -12,11 +12,13 @@ import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from egress.rules import RuleError, normalize_host, split_authority
 from webhooks.urlguard import IPAddress, Network, refusal_reason
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class Refused(Exception):
@@ -107,6 +109,15 @@ class Dialer:
     resolver: Resolver = system_resolver
     resolve_timeout: float = 5.0
     connect_timeout: float = 10.0
+    # The sandbox's own loopback relays (port -> the channel socket behind it): a client that sends
+    # everything to the proxy, 127.0.0.1 included, still reaches them. Never the host's loopback.
+    loopback_sockets: dict[int, Path] = field(default_factory=dict)
+
+    def channel_socket(self, host: str, port: int) -> Path | None:
+        """The channel socket behind the sandbox's 127.0.0.1:`port`, when that is what is asked for."""
+        if port in self.loopback_sockets and normalize_host(host) in _LOOPBACK_NAMES:
+            return self.loopback_sockets[port]
+        return None
 
     async def checked_addresses(self, host: str, port: int) -> list[IPAddress]:
         """Every address of `host`, each checked; Refused when any is not allowed (one bad
@@ -145,6 +156,14 @@ class Dialer:
 
     async def connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to a checked address of host:port (tried in the resolver's order)."""
+        channel = self.channel_socket(host, port)
+        if channel is not None:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_unix_connection(str(channel), limit=1 << 20), self.connect_timeout
+                )
+            except (OSError, TimeoutError) as exc:
+                raise Unreachable(f"the run's channel socket {channel.name} does not answer: {exc}") from None
         addresses = await self.checked_addresses(host, port)
         last = ""
         for address in addresses:

@@ -44,6 +44,7 @@ class Allowed:
     port: int
     method: str
     rule: str  # the rule that allowed it, as written
+    internal: bool = False  # the sandbox's own channel (a loopback relay), not egress: not counted
 
 
 @dataclass(frozen=True)

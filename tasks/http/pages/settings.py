@@ -1,5 +1,5 @@
 """The repository's task settings in the browser (repository admins): the model endpoint, the
-watchdog limits and the merge rules, over the instance's defaults. Same service as
+watchdog limits, the merge rules and network access (egress), over the instance's defaults. Same service as
 `PUT .../task-settings`; the model key is write-only (never shown, kept unless replaced)."""
 
 from typing import Any
@@ -9,6 +9,7 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
+from egress import PRESETS
 from forge import repositories
 from forge.access import Action
 from forge.deps import ActorDep, DatabaseDep, SettingsDep
@@ -47,6 +48,11 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     required_approvals: str = ""
     approval_not_by_starter: str = ""
     delete_branch_on_merge: str = ""
+    egress_mode: str = "off"
+    egress_rules: str = ""  # one rule per line
+    egress_preset_pypi: str = ""
+    egress_preset_npm: str = ""
+    egress_preset_debian: str = ""
     csrf_token: str = ""
 
 
@@ -60,6 +66,11 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "anthropic_base_url": form.anthropic_base_url.strip()[:500] or None,
         "anthropic_model": form.anthropic_model.strip()[:200] or None,
         "allow_personal_keys": bool(form.allow_personal_keys),
+        "egress": {
+            "mode": form.egress_mode,
+            "rules": [line.strip() for line in form.egress_rules.splitlines() if line.strip()],
+            "presets": [name for name in PRESETS if getattr(form, f"egress_preset_{name}")],
+        },
     }
     for key, remove in (
         ("model_api_key", form.remove_model_api_key),
@@ -95,7 +106,16 @@ class TaskSettingsPages(Controller):
             warning = agents.self_merge_warning(
                 await agents.eligible_agents(s, res), await core_settings.merge_rules(s, res.repo.id)
             )
-        return page(request, "tasks/settings.html", current=current, merge_warning=warning, **context, **extra)
+        return page(
+            request,
+            "tasks/settings.html",
+            current=current,
+            merge_warning=warning,
+            egress_presets={name: ", ".join(hosts) for name, hosts in PRESETS.items()},
+            operator_presets=request.app.state.settings.egress_presets,
+            **context,
+            **extra,
+        )
 
     @get("/")
     async def settings_page(
