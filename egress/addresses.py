@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from egress.rules import RuleError, normalize_host, split_authority
+from egress.sockio import Conn, open_tcp, open_unix
 from webhooks.urlguard import IPAddress, Network, refusal_reason
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -154,23 +155,19 @@ class Dialer:
                 raise Refused("address", f"{what} is not a public address ({reason})")
         return addresses
 
-    async def connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def connect(self, host: str, port: int) -> Conn:
         """A connection to a checked address of host:port (tried in the resolver's order)."""
         channel = self.channel_socket(host, port)
         if channel is not None:
             try:
-                return await asyncio.wait_for(
-                    asyncio.open_unix_connection(str(channel), limit=1 << 20), self.connect_timeout
-                )
+                return await open_unix(channel, self.connect_timeout)
             except (OSError, TimeoutError) as exc:
                 raise Unreachable(f"the run's channel socket {channel.name} does not answer: {exc}") from None
         addresses = await self.checked_addresses(host, port)
         last = ""
         for address in addresses:
             try:
-                return await asyncio.wait_for(
-                    asyncio.open_connection(str(address), port, limit=1 << 20), self.connect_timeout
-                )
+                return await open_tcp(str(address), port, self.connect_timeout)
             except TimeoutError:
                 last = f"{address} port {port} did not answer within {self.connect_timeout:g} s"
             except OSError as exc:

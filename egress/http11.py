@@ -1,15 +1,14 @@
 """What the proxy's parts share: the reports (`Blocked`, `Allowed`), the timeouts, and the h11
 helpers (read the next event, answer a refusal, check the Host header, drop hop-by-hop headers)."""
 
-import asyncio
 from dataclasses import dataclass
 from http import HTTPStatus
 
 import h11
 
 from egress.rules import split_authority
+from egress.sockio import Conn
 
-READ_SIZE = 256 * 1024
 HEAD_LIMIT = 64 * 1024  # request line and headers
 
 # Headers that belong to one connection (RFC 9110 7.6.1), never passed on; plus the proxy's own.
@@ -75,17 +74,24 @@ def check_host_header(request: h11.Request, host: str, port: int, default_port: 
         raise RefusedRequest(400, Blocked(host, port, method, "request", reason))
 
 
-async def next_event(conn: h11.Connection, reader: asyncio.StreamReader, timeout: float) -> object:  # noqa: ASYNC109
+async def next_event(conn: h11.Connection, sock: Conn, timeout: float) -> object:  # noqa: ASYNC109
     """The next h11 event, reading as needed; each read waits at most `timeout`."""
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            conn.receive_data(await asyncio.wait_for(reader.read(READ_SIZE), timeout))
+            conn.receive_data(await sock.recv(timeout))
             continue
         return event
 
 
-async def send_refusal(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+async def send(sock: Conn, conn: h11.Connection, event: h11.Event) -> None:
+    """Send one event; a body chunk goes out as it is (h11 frames it without copying)."""
+    pieces = conn.send_with_data_passthrough(event)
+    for piece in pieces or ():
+        await sock.sendall(piece)
+
+
+async def send_refusal(conn: h11.Connection, sock: Conn, status: int, reason: str) -> None:
     """A short text answer that closes the connection (when the client can still be answered)."""
     if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
         return
@@ -98,11 +104,10 @@ async def send_refusal(conn: h11.Connection, writer: asyncio.StreamWriter, statu
     ]
     try:
         phrase = HTTPStatus(status).phrase.encode()
-        writer.write(conn.send(h11.Response(status_code=status, headers=headers, reason=phrase)))
-        writer.write(conn.send(h11.Data(data=body)))
-        writer.write(conn.send(h11.EndOfMessage()))
-        await writer.drain()
-    except (h11.LocalProtocolError, ConnectionError):
+        await send(sock, conn, h11.Response(status_code=status, headers=headers, reason=phrase))
+        await send(sock, conn, h11.Data(data=body))
+        await send(sock, conn, h11.EndOfMessage())
+    except (h11.LocalProtocolError, OSError):
         pass
 
 

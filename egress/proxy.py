@@ -17,7 +17,7 @@ resolved address before the socket is opened, with events per run.
 
 import asyncio
 import contextlib
-import time
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,16 +28,17 @@ from egress.addresses import Dialer, Refused, Unreachable
 from egress.forward import forward_request
 from egress.http11 import (
     HEAD_LIMIT,
-    READ_SIZE,
     Allowed,
     Blocked,
     RefusedRequest,
     Timeouts,
     check_host_header,
     next_event,
+    send,
     send_refusal,
 )
 from egress.rules import RuleSet, split_authority
+from egress.sockio import Conn, splice
 
 SOCKET_NAME = "egress.sock"
 
@@ -60,26 +61,33 @@ class EgressProxy:
 
     def __post_init__(self) -> None:
         self.stats = Stats()
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
         self._clients: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._accept, path=str(self.socket_path), limit=HEAD_LIMIT)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.socket_path))
         # Any uid may connect: the sandbox user is not ours; only the run's container sees the directory.
         self.socket_path.chmod(0o666)
+        listener.listen(128)
+        listener.setblocking(False)
+        self._listener = listener
+        self._acceptor = asyncio.ensure_future(self._accept_loop(listener))
 
     async def close(self) -> None:
         """Stop accepting, end every connection (tunnels included), remove the socket. Idempotent."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.cancel()
+            await asyncio.gather(acceptor, return_exceptions=True)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         for task in list(self._clients):
             task.cancel()
         if self._clients:
             await asyncio.wait(list(self._clients), timeout=5)
-        if server is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(server.wait_closed(), 5)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
 
@@ -99,33 +107,34 @@ class EgressProxy:
 
     # --- connections --------------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._clients.add(task)
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            client, _ = await loop.sock_accept(listener)
+            task = asyncio.ensure_future(self._client(Conn(client)))
+            self._clients.add(task)
+            task.add_done_callback(self._clients.discard)
+
+    async def _client(self, client: Conn) -> None:
         try:
             if len(self._clients) > self.max_connections:
-                conn = h11.Connection(h11.SERVER)
                 why = f"more than {self.max_connections} connections at once"
-                await send_refusal(conn, writer, 503, why)
+                await send_refusal(h11.Connection(h11.SERVER), client, 503, why)
                 self.blocked(Blocked(host="", port=0, method="", rules="limit", reason=why))
                 return
-            await self._serve(reader, writer)
-        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            await self._serve(client)
+        except (OSError, TimeoutError):
             pass
         finally:
-            self._clients.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            client.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, client: Conn) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
         while True:
             try:
-                event = await next_event(conn, reader, self.timeouts.head)
+                event = await next_event(conn, client, self.timeouts.head)
             except h11.RemoteProtocolError as exc:
-                await send_refusal(conn, writer, 400, f"malformed request: {exc}")
+                await send_refusal(conn, client, 400, f"malformed request: {exc}")
                 self.blocked(Blocked(host="", port=0, method="", rules="request", reason=f"malformed request: {exc}"))
                 return
             if not isinstance(event, h11.Request):
@@ -133,11 +142,11 @@ class EgressProxy:
             method = event.method.decode("ascii", "replace")
             try:
                 if method == "CONNECT":
-                    await self._tunnel(conn, event, reader, writer)
+                    await self._tunnel(conn, event, client)
                     return
-                keep = await forward_request(self, conn, event, reader, writer)
+                keep = await forward_request(self, conn, event, client)
             except RefusedRequest as refused:
-                await send_refusal(conn, writer, refused.status, refused.blocked.reason)
+                await send_refusal(conn, client, refused.status, refused.blocked.reason)
                 self.blocked(refused.blocked)
                 return
             except h11.RemoteProtocolError:
@@ -156,7 +165,7 @@ class EgressProxy:
             )
         return Allowed(host=host, port=port, method=method, rule=allowed_by)
 
-    async def dial(self, allowed: Allowed) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def dial(self, allowed: Allowed) -> Conn:
         try:
             return await self.dialer.connect(allowed.host, allowed.port)
         except Refused as exc:
@@ -165,9 +174,7 @@ class EgressProxy:
                 Blocked(allowed.host, allowed.port, allowed.method, exc.rules, exc.reason),
             ) from None
 
-    async def _tunnel(
-        self, conn: h11.Connection, request: h11.Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _tunnel(self, conn: h11.Connection, request: h11.Request, client: Conn) -> None:
         target = request.target.decode("ascii", "replace")
         split = split_authority(target)
         if split is None or split[1] is None:
@@ -177,53 +184,15 @@ class EgressProxy:
         rule = self.rules.allows_connect(host, port)
         allowed = await self.check_target("CONNECT", host, port, rule.text if rule else None)
         try:
-            up_reader, up_writer = await self.dial(allowed)
+            upstream = await self.dial(allowed)
         except Unreachable as exc:
-            await send_refusal(conn, writer, 504 if exc.timeout else 502, str(exc))
+            await send_refusal(conn, client, 504 if exc.timeout else 502, str(exc))
             return
         try:
             self.allowed(allowed)
-            writer.write(conn.send(h11.Response(status_code=200, headers=[], reason=b"Connection Established")))
-            await writer.drain()
+            await send(client, conn, h11.Response(status_code=200, headers=[], reason=b"Connection Established"))
             early, _closed = conn.trailing_data  # bytes the client sent after the request head
-            if early:
-                up_writer.write(early)
-            await splice(reader, writer, up_reader, up_writer, self.timeouts.idle)
+            await upstream.sendall(early)
+            await splice(client, upstream, self.timeouts.idle)
         finally:
-            up_writer.close()
-
-
-async def splice(
-    a_reader: asyncio.StreamReader,
-    a_writer: asyncio.StreamWriter,
-    b_reader: asyncio.StreamReader,
-    b_writer: asyncio.StreamWriter,
-    idle: float,
-) -> None:
-    """Bytes both ways until both sides are done, half-closes passed on; ends when no byte moved
-    in either direction for `idle` seconds (one direction may be quiet for a whole download)."""
-    last = time.monotonic()
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal last
-        while data := await reader.read(READ_SIZE):
-            last = time.monotonic()
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            with contextlib.suppress(OSError):
-                writer.write_eof()
-
-    pumps = [asyncio.ensure_future(pump(a_reader, b_writer)), asyncio.ensure_future(pump(b_reader, a_writer))]
-    try:
-        pending = set(pumps)
-        while pending:
-            done, pending = await asyncio.wait(pending, timeout=min(idle, 5.0), return_when=asyncio.FIRST_EXCEPTION)
-            if any(t.exception() is not None for t in done if not t.cancelled()):
-                return  # a reset on one side ends both
-            if time.monotonic() - last > idle:
-                return
-    finally:
-        for task in pumps:
-            task.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
+            upstream.close()
