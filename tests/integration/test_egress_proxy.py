@@ -209,3 +209,31 @@ async def test_unreachable_allowed_host_is_a_502_not_a_refusal(sock: Path) -> No
         answer = await raw_exchange(sock, b"CONNECT nowhere.example:443 HTTP/1.1\r\nHost: nowhere.example:443\r\n\r\n")
     assert status_of(answer) == 502 and b"does not resolve" in answer
     assert rec.blocked == [] and rec.allowed == []
+
+
+async def test_the_sandboxes_own_loopback_relays_reach_the_run_channel(sock: Path) -> None:
+    """A client that sends everything to the proxy (NO_PROXY is empty) still reaches the run's
+    gateway at 127.0.0.1:4100: the proxy hands it to the channel socket, not to the host's
+    loopback, and it is not egress (not counted, no rule needed)."""
+    gateway = sock.parent / "gateway.sock"
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\ngateway")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(answer, path=str(gateway))
+    try:
+        async with running_proxy(sock, []) as rec:
+            rec.proxy.dialer.loopback_sockets = {4100: gateway}
+            plain = await raw_exchange(sock, get("http://127.0.0.1:4100/mcp", "127.0.0.1:4100"))
+            other_port = await raw_exchange(sock, get("http://127.0.0.1:4101/mcp", "127.0.0.1:4101"))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert status_of(plain) == 200 and plain.endswith(b"gateway")
+    assert seen[0].startswith(b"GET /mcp HTTP/1.1\r\n")
+    assert status_of(other_port) == 403  # only the relay ports: the rest of loopback is the host's
+    assert rec.proxy.stats.allowed == 0 and [b.port for b in rec.blocked] == [4101]
