@@ -9,14 +9,13 @@ webhooks allow-list: `host[:port]` (a name, before resolution), an address (`10.
 
 import asyncio
 import ipaddress
-import socket
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from egress.rules import RuleError, normalize_host, split_authority
 from egress.sockio import Conn, open_tcp, open_unix
-from webhooks.urlguard import IPAddress, Network, refusal_reason
+from webhooks.urlguard import IPAddress, Network, refusal_reason, system_resolver
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -90,16 +89,6 @@ def _network(item: str) -> Network | None:
         return ipaddress.ip_network(item.strip("[]"), strict=False)
     except ValueError:
         return None
-
-
-async def system_resolver(host: str, port: int) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    seen: list[str] = []
-    for _family, _type, _proto, _canon, sockaddr in infos:
-        addr = str(sockaddr[0])
-        if addr not in seen:
-            seen.append(addr)
-    return seen
 
 
 @dataclass

@@ -88,16 +88,8 @@ async def forward_request(gate: Gate, conn: h11.Connection, request: h11.Request
         await send(upstream, up, h11.Request(method=request.method, target=origin.encode(), headers=headers))
         if conn.client_is_waiting_for_100_continue:
             await send(client, conn, h11.InformationalResponse(status_code=100, headers=[]))
-        # The request body, chunk by chunk.
-        while True:
-            event = await next_event(conn, client, idle)
-            if isinstance(event, h11.Data):
-                await send(upstream, up, h11.Data(data=event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                await send(upstream, up, h11.EndOfMessage())
-                break
-            else:
-                return False  # the client went away mid-body
+        if not await _relay_body(conn, client, up, upstream, idle):
+            return False  # the client went away mid-body
         return await _answer(conn, up, upstream, client, idle, head_only=method == "HEAD")
     except (h11.RemoteProtocolError, h11.LocalProtocolError, TimeoutError):
         if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
@@ -123,15 +115,22 @@ async def _answer(
     length = _content_length(event) if not head_only and event.status_code not in (204, 304) else None
     if length is not None:
         return await _copy_body(conn, up, upstream, client, length, idle)
+    # A chunked or close-delimited answer; if the upstream closes mid-answer, the client's
+    # connection ends too.
+    return await _relay_body(up, upstream, conn, client, idle)
+
+
+async def _relay_body(src: h11.Connection, src_sock: Conn, dst: h11.Connection, dst_sock: Conn, idle: float) -> bool:
+    """One message body, chunk by chunk, re-framed by h11; False when the sender went away first."""
     while True:
-        body = await next_event(up, upstream, idle)
-        if isinstance(body, h11.Data):
-            await send(client, conn, h11.Data(data=body.data))
-        elif isinstance(body, h11.EndOfMessage):
-            await send(client, conn, h11.EndOfMessage())
+        event = await next_event(src, src_sock, idle)
+        if isinstance(event, h11.Data):
+            await send(dst_sock, dst, h11.Data(data=event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            await send(dst_sock, dst, h11.EndOfMessage())
             return True
         else:
-            return False  # the upstream closed mid-answer: the client's connection ends too
+            return False
 
 
 async def _copy_body(

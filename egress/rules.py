@@ -15,11 +15,12 @@ business (addresses.py).
 
 import ipaddress
 import re
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
+
+from webhooks.urlguard import is_noncanonical_ipv4, valid_hostname
 
 # The real hosts of each preset (what pip, npm and apt contact by default).
 PRESETS: dict[str, tuple[str, ...]] = {
@@ -48,31 +49,6 @@ class RuleError(ValueError):
     """A rule, a preset or an allow-list entry that cannot be parsed; the message names it."""
 
 
-def valid_hostname(host: str) -> bool:
-    """A DNS name of letters, digits, hyphens (and underscores), at most 253 characters."""
-    if not host or len(host) > 253:
-        return False
-    for label in host.split("."):
-        if not label or len(label) > 63 or label.startswith("-") or label.endswith("-"):
-            return False
-        if not all(c.isascii() and (c.isalnum() or c in "-_") for c in label):
-            return False
-    return True
-
-
-def noncanonical_ipv4(host: str) -> bool:
-    """A spelling the C resolver reads as IPv4 without being a dotted quad (`2130706433`, `127.1`)."""
-    try:
-        socket.inet_aton(host)
-    except (OSError, ValueError):
-        return False
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        return True
-    return False
-
-
 def normalize_host(raw: str) -> str | None:
     """The host as rules compare it (lower case, no trailing dot, an address in its canonical
     form, IPv6 without brackets), or None when it is neither a name nor an address."""
@@ -86,7 +62,7 @@ def normalize_host(raw: str) -> str | None:
         return str(ipaddress.IPv4Address(host))
     except ValueError:
         pass
-    if noncanonical_ipv4(host):
+    if is_noncanonical_ipv4(host):
         return None
     host = host.removesuffix(".")
     return host if valid_hostname(host) else None

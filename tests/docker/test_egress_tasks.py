@@ -4,10 +4,8 @@ delivered `egress.blocked` notification, and the counts show on the run and the 
 the setting off, the sandbox has no proxy and reaches nothing."""
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -17,7 +15,7 @@ import pytest
 from forge.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.egress import origin_server
-from tests.support.http import LoopbackServer
+from tests.support.webhooks import Receiver, receiver
 
 
 @pytest.fixture
@@ -29,30 +27,10 @@ def settings(settings: Settings, sandbox_image: str) -> Settings:
     )
 
 
-class Receiver:
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                outer.bodies.append(json.loads(self.rfile.read(int(self.headers.get("content-length", "0")))))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.server.shutdown()
+def consumer() -> Iterator[Receiver]:
+    with receiver() as r:
+        yield r
 
 
 def wait_task(api: httpx.Client, number: int, *states: str) -> dict[str, Any]:
@@ -79,7 +57,7 @@ COMMAND = (
 )
 
 
-def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer, receiver: Receiver) -> None:
+def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer, consumer: Receiver) -> None:
     token = run_sync(
         make_account_with_token(live_server.settings, "ana", "repo:write", "tasks:write", "webhooks:admin")
     )
@@ -92,7 +70,7 @@ def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer,
     assert bots.status_code == 201
     assert api.put("/api/v1/repos/ana/app/collaborators/fixer", json={"role": "write"}).status_code == 200
     hook = api.post(
-        "/api/v1/repos/ana/app/hooks", json={"url": receiver.url, "kind": "notify", "events": ["egress.blocked"]}
+        "/api/v1/repos/ana/app/hooks", json={"url": consumer.url, "kind": "notify", "events": ["egress.blocked"]}
     )
     assert hook.status_code == 201, hook.text
 
@@ -132,10 +110,10 @@ def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer,
     assert phase["payload"]["detail"] == {"rules": [f"127.0.0.1:{index.port}"], "presets": ["pypi"]}
 
     deadline = time.monotonic() + 60
-    while not receiver.bodies:
+    while not consumer.seen:
         assert time.monotonic() < deadline, "no egress.blocked notification arrived"
         time.sleep(0.1)
-    [note] = receiver.bodies
+    [note] = [json.loads(seen.body) for seen in consumer.seen]
     assert note["type"] == "egress.blocked" and note["meta"]["task"]["number"] == 1 and note["meta"]["run"]["seq"] == 1
     assert note["data"] == {
         "host": "example.com",
