@@ -139,6 +139,12 @@ class Code(StrEnum):
     )
     UNKNOWN_MODEL_PROVIDER = "unknown_model_provider", 404, "model keys are for `anthropic` or `openai`"
     INVALID_MODEL_KEY = "invalid_model_key", 422, "a model key is 8-4096 printable characters"
+    INVALID_EGRESS_RULE = (
+        "invalid_egress_rule",
+        422,
+        "an egress rule is not host[:port], *.domain[:port] or METHOD http://host/path-prefix; the message names it",
+    )
+    INVALID_EGRESS_PRESET = "invalid_egress_preset", 422, "an egress preset is not one of pypi, npm, debian"
     MODEL_KEY_NOT_FOUND = "model_key_not_found", 404, "the caller has no personal key for this provider"
     INVALID_AGENT = "invalid_agent", 422, "the agent is not an active bot with write access"
     BASE_NOT_FOUND = "base_not_found", 422, "the base branch does not exist (409: it is gone from a task)", (409,)

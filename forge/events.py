@@ -33,6 +33,7 @@ EventType = Literal[
     "review.submitted",
     "task.merged",
     "repo.pushed",
+    "egress.blocked",
     "ping",
 ]
 
@@ -177,6 +178,16 @@ class RepoPushed(Payload, frozen=True, tag="repo.pushed"):
     refs: list[PushedRef]
 
 
+class EgressBlocked(Payload, frozen=True, tag="egress.blocked"):
+    """A request of a run's sandbox that the egress proxy refused (docs/egress.md)."""
+
+    host: str
+    port: int
+    method: str  # "CONNECT" for a tunnel (https), else the plain-HTTP method
+    rules: Literal["allow-list", "address", "request", "limit"]
+    reason: str
+
+
 class Ping(Payload, frozen=True, tag="ping"):
     hook_id: int
     url: str
@@ -194,6 +205,7 @@ EventPayload = (
     | ReviewSubmitted
     | TaskMerged
     | RepoPushed
+    | EgressBlocked
     | Ping
 )
 
@@ -209,6 +221,7 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         ReviewSubmitted,
         TaskMerged,
         RepoPushed,
+        EgressBlocked,
         Ping,
     )
 }

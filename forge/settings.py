@@ -89,6 +89,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # Optional price table for the model gateway's cost metering: a JSON or TOML file of
     # {model: {input, output, cache_read, cache_write}} in USD per million tokens.
     model_prices: str = ""
+    # Egress (docs/egress.md): what the proxy may connect to although the address rules refuse it
+    # (comma-separated host[:port], addresses or CIDRs, like webhooks_allowed_hosts), and the
+    # presets (pypi, npm, debian) every repository that allows egress gets. Checked at start.
+    egress_allowed_hosts: str = ""
+    egress_presets: str = ""
     # Per-run socket directories (the model gateway, the hook bridge); short: socket paths have a
     # 107-byte limit. Empty means <tempdir>/forgehand-runs.
     run_channel_dir: str = ""

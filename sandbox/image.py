@@ -26,13 +26,14 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from .errors import EngineUnavailable, ImageBuildFailed
 
 # Bump when any recipe text below changes: the build is skipped only for an image with this label.
-IMAGE_VERSION = "1"
+IMAGE_VERSION = "2"
 IMAGE_REPOSITORY = "forgehand-sandbox"
 DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_VERSION}"
 BASE_IMAGE = f"{IMAGE_REPOSITORY}-base:bookworm-{IMAGE_VERSION}"
 VERSION_LABEL = "org.forgehand.sandbox.version"
 RECIPE_LABEL = "org.forgehand.sandbox.recipe"
-PACKAGES = ("bash", "coreutils", "git", "python3", "ripgrep", "ca-certificates")
+# curl and pip: a task whose repository allows egress fetches through the proxy (HTTP(S)_PROXY).
+PACKAGES = ("bash", "coreutils", "git", "python3", "python3-pip", "curl", "ripgrep", "ca-certificates")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 PULL_BASE = "debian:bookworm-slim"
 
@@ -53,7 +54,7 @@ ENV HOME=/home/agent USER=agent LANG=C.UTF-8 \\
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 LABEL org.forgehand.sandbox.version=$FORGEHAND_SANDBOX_VERSION \\
       org.opencontainers.image.title="forgehand sandbox" \\
-      org.opencontainers.image.description="Debian bookworm with bash, coreutils, git, python3, ripgrep"
+      org.opencontainers.image.description="Debian bookworm with bash, coreutils, git, python3, pip, curl, ripgrep"
 USER 1000:1000
 WORKDIR /workspace
 CMD ["sleep", "infinity"]

@@ -16,6 +16,7 @@ from forge.events import EventBus
 from forge.git import RepoStore
 from forge.settings import Settings
 from sandbox import DEFAULT_AGENTS_IMAGE, SandboxEngine, installed_agents
+from tasks.core import egress_config
 from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll, PolicyGate
 from tasks.run.webhook_gate import WebhookGate
@@ -41,6 +42,8 @@ class TaskSystem:
         gate: PolicyGate | None = None,
         hub: LiveHub | None = None,
     ) -> None:
+        # Bad egress settings (FORGEHAND_EGRESS_*) stop the start, naming the variable.
+        egress_config.check_operator(settings)
         self.db = db
         self.settings = settings
         self.store = store

@@ -32,6 +32,7 @@ NOTIFY_EVENTS: Final = (
     "review.submitted",
     "task.merged",
     "repo.pushed",
+    "egress.blocked",
     "ping",
 )
 # Which decisions each policy event accepts in `permission` (absent: no permission at all).

@@ -118,7 +118,7 @@ class AllowList:
                 continue
             except ValueError:
                 pass
-            if not _valid_hostname(item.rstrip(".")):
+            if not valid_hostname(item.rstrip(".")):
                 raise ValueError(f"{setting}: {raw.strip()!r} is not a host name, address or CIDR")
             names.add(item.rstrip("."))
         return cls(frozenset(names), tuple(networks))
@@ -140,7 +140,7 @@ class AllowList:
         return bool(self.names or self.networks)
 
 
-def _valid_hostname(host: str) -> bool:
+def valid_hostname(host: str) -> bool:
     if not host or len(host) > 253:
         return False
     for label in host.split("."):
@@ -151,7 +151,7 @@ def _valid_hostname(host: str) -> bool:
     return True
 
 
-def _is_noncanonical_ipv4(host: str) -> bool:
+def is_noncanonical_ipv4(host: str) -> bool:
     """True for spellings the C resolver reads as IPv4 but that are not a dotted quad
     (`2130706433`, `0x7f.1`, `0177.0.0.1`, `127.1`)."""
     try:
@@ -199,9 +199,9 @@ def validate_url(url: str, allow: AllowList) -> str:
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
-        if _is_noncanonical_ipv4(host):
+        if is_noncanonical_ipv4(host):
             raise _refuse(f"{host!r} is a non-canonical IPv4 spelling; write the address as a dotted quad") from None
-        if not _valid_hostname(host.rstrip(".")):
+        if not valid_hostname(host.rstrip(".")):
             raise _refuse(f"{host!r} is not a valid host name") from None
     allowed = allow.allows_host(host)
     if parts.scheme != "https" and not allowed:
@@ -251,7 +251,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         if literal is not None:
             addresses = [str(literal)]
         else:
-            if _is_noncanonical_ipv4(host):
+            if is_noncanonical_ipv4(host):
                 raise AddressRefused(f"{host!r} is a non-canonical IPv4 spelling")
             try:
                 with anyio.fail_after(budget):

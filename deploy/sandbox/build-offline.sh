@@ -5,7 +5,7 @@
 # Needs root, debootstrap and a Docker engine; reaches only the Debian mirror.
 set -eu
 
-VERSION=1
+VERSION=2
 TAG=${1:-forgehand-sandbox:$VERSION}
 BASE=forgehand-sandbox-base:bookworm-$VERSION
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -17,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$CACHE"
 
 debootstrap --variant=minbase \
-  --include=bash,coreutils,git,python3,ripgrep,ca-certificates \
+  --include=bash,coreutils,git,python3,python3-pip,curl,ripgrep,ca-certificates \
   --cache-dir="$CACHE" bookworm "$work/root" "$MIRROR"
 
 tar --numeric-owner -C "$work/root" \

@@ -119,6 +119,9 @@ class Run(Base):
     cost_micros: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # null: not priced
     model_key: Mapped[str] = mapped_column(String(16), default="", server_default="")  # instance|repository|personal
     model_provider: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    # The egress proxy (egress/): connections it made for this run, and requests it refused.
+    egress_allowed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    egress_blocked: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The paths the snapshot refused: how many, the first `SKIPPED_SAMPLE` on the row (what task
     # JSON shows), and all of them in `task_run_skipped` (their own paginated endpoint). An agent
     # that writes 100,000 files would otherwise make every read of its task megabytes long.
@@ -268,6 +271,9 @@ class RepoTaskSettings(Base):
     delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # The provider may search the web for the agent (null: the instance's task_allow_web_search).
     allow_web_search: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # Network access through the egress proxy: {"mode": "off"|"allow-list", "rules": [...],
+    # "presets": [...]} (tasks/core/egress_config.py); null: off.
+    egress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 

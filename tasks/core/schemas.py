@@ -134,6 +134,13 @@ class UsageRead(msgspec.Struct, kw_only=True):
     cost_usd: float | None = None
 
 
+class EgressRead(msgspec.Struct, kw_only=True):
+    """What the egress proxy did (docs/egress.md): connections it made, requests it refused."""
+
+    allowed: int = 0
+    blocked: int = 0
+
+
 class RunRead(msgspec.Struct, kw_only=True):
     number: int
     kind: str
@@ -163,6 +170,7 @@ class RunRead(msgspec.Struct, kw_only=True):
     # Whose key paid for the run's model calls: "instance", "repository" or "personal" (null: no model).
     model_key: str | None = None
     model_provider: str | None = None
+    egress: EgressRead = msgspec.field(default_factory=EgressRead)
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -217,6 +225,7 @@ class TaskRead(msgspec.Struct, kw_only=True):
     # The sum over the task's runs, and whose key paid for its latest run that called a model.
     usage: UsageRead = msgspec.field(default_factory=UsageRead)
     model_key: str | None = None
+    egress: EgressRead = msgspec.field(default_factory=EgressRead)  # summed over the task's runs
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -33,6 +33,7 @@ Kind = Literal[
     "summary",
     "question",
     "model_call",
+    "egress_blocked",
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 
@@ -112,7 +113,30 @@ class ModelCall(msgspec.Struct, kw_only=True, tag="model_call"):
     api: str = ""  # "messages" | "chat_completions" | "responses"
 
 
-Payload = Prompt | Assistant | ToolCall | ToolResult | Output | Notice | System | Summary | Question | ModelCall
+class EgressBlocked(msgspec.Struct, kw_only=True, tag="egress_blocked"):
+    """A request the egress proxy refused (egress/; notified as `egress.blocked`)."""
+
+    text: str  # one line for people
+    host: str
+    port: int
+    method: str  # "CONNECT" for a tunnel
+    rules: str  # the rule set that refused: "allow-list", "address", "request" or "limit"
+    reason: str
+
+
+Payload = (
+    Prompt
+    | Assistant
+    | ToolCall
+    | ToolResult
+    | Output
+    | Notice
+    | System
+    | Summary
+    | Question
+    | ModelCall
+    | EgressBlocked
+)
 
 _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     Prompt: ("prompt",),
@@ -125,6 +149,7 @@ _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     Summary: ("summary",),
     Question: ("question",),
     ModelCall: ("model_call",),
+    EgressBlocked: ("egress_blocked",),
 }
 
 

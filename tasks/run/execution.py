@@ -16,26 +16,29 @@ from sqlalchemy import select, update
 from forge.models import Account, Repository
 from sandbox import (
     DEFAULT_AGENTS_IMAGE,
+    GATEWAY_RELAY_PORT,
     AgentMissing,
     EngineUnavailable,
     ImageMissing,
     Limits,
     MiB,
+    Relay,
     Sandbox,
     SandboxError,
     SandboxSpec,
     prepare_workspace,
     weakenings_in_effect,
 )
-from tasks.core import repo_settings
-from tasks.core.models import Approval, Run, Task
+from tasks.core import egress_config, repo_settings
+from tasks.core.models import Approval, RepoTaskSettings, Run, Task
 from tasks.core.policy import ApprovedCall, GateContext, policy_record
 from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops, recovery
+from tasks.run.egress import RunEgress, blocked_notifier, open_run_egress, proxy_env
 from tasks.run.env import RunEnv
-from tasks.run.gateway import ChannelUnavailable, RunChannel, build_channel, provider_of
+from tasks.run.gateway import SOCKET_NAME, ChannelUnavailable, RunChannel, build_channel, provider_of
 from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits
 from tasks.run.settle import Settling
 from tasks.run.supervise import Stopped, Supervising
@@ -85,6 +88,7 @@ class Execution(Settling, Supervising):
         self.writer: TranscriptWriter | None = None
         self.turns = self.prompt_tokens = self.completion_tokens = 0
         self.channel: RunChannel | None = None
+        self.egress: RunEgress | None = None
 
     async def _load(self) -> None:
         async with self.env.db.session() as s:
@@ -127,6 +131,11 @@ class Execution(Settling, Supervising):
             self.settings = await repo_settings.effective(s, self.env.settings, repo.id)
             # Which key pays for the run's model calls, per provider (the gateway injects it).
             self.access = await repo_settings.model_access(s, self.env.settings, repo.id, run.requested_by_id)
+            # Network access through the egress proxy (None: off, the sandbox reaches nothing).
+            row = await s.get(RepoTaskSettings, repo.id)
+            setting = egress_config.from_stored(row.egress if row is not None else None)
+            self.egress_plan = egress_config.plan(setting, self.env.settings)
+            self.repo_id = repo.id
             self.agent_login = agent.login if agent else "agent"
             self.starter_login = starter.login if starter else ""
             self.starter_type = "Bot" if starter is not None and starter.is_bot else "User"
@@ -203,8 +212,15 @@ class Execution(Settling, Supervising):
             raise asyncio.CancelledError
 
     async def _end(self, outcome: Outcome, stopped: bool) -> None:
-        """Close the run's channel first (its token dies with it, whatever the ending), record what
-        the gateway metered, then settle."""
+        """Close the run's egress proxy and channel first (its token dies with it, whatever the
+        ending), record what the gateway metered and the proxy counted, then settle."""
+        egress, self.egress = self.egress, None
+        if egress is not None:
+            try:
+                await egress.close()
+            except Exception:
+                log.exception("closing the run's egress proxy failed", run_id=self.run_id)
+            await self._set_run(egress_allowed=egress.allowed, egress_blocked=egress.blocked)
         channel, self.channel = self.channel, None
         if channel is not None:
             try:
@@ -244,6 +260,8 @@ class Execution(Settling, Supervising):
         model: ModelEndpoint | None = None
         if runtime.needs_model():
             model = await self._open_channel(runtime)
+        if self.egress_plan is not None:
+            await self._open_egress()
         # Workspace: the task branch if it exists, else the base, at a recorded sha.
         t0 = time.monotonic()
         limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
@@ -292,9 +310,9 @@ class Execution(Settling, Supervising):
                 exec_timeout_seconds=settings.task_tool_timeout_seconds,
                 workspace_bytes=limit_mb * MiB,
             ),
-            channel_dir=self.channel.host_dir if self.channel is not None else None,
-            # A CLI that needs a TCP base URL (codex) gets loopback relays to the channel's sockets.
-            relays=tuple(runtime.relays()) if self.channel is not None and hasattr(runtime, "relays") else (),
+            channel_dir=self._channel_dir(),
+            env=proxy_env() if self.egress is not None else {},
+            relays=self._relays(),
         )
         try:
             self.sandbox = await env.engine.start(spec)
@@ -393,6 +411,34 @@ class Execution(Settling, Supervising):
         timeout = self.settings.model_timeout_seconds
         return ModelEndpoint(base_url="http://gateway/v1", model=model, api_key=channel.token, timeout=timeout,
                              uds=str(channel.socket_path))  # fmt: skip
+
+    async def _open_egress(self) -> None:
+        """The run's egress proxy, before the sandbox starts (the repository allows network access)."""
+        assert self.egress_plan is not None
+        t0 = time.monotonic()
+        try:
+            self.egress = await open_run_egress(
+                self.egress_plan, self.channel.host_dir if self.channel is not None else None,
+                self.env.settings.effective_run_channel_dir, self.run_uuid, emit=self._emit,
+                notify=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id),
+            )  # fmt: skip
+        except OSError as exc:
+            raise ProvisionFailed(FailureReason.INTERNAL, f"the run's egress proxy could not start: {exc}") from exc
+        plan = self.egress_plan
+        await self.system("egress", self.egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
+
+    def _relays(self) -> tuple[Relay, ...]:
+        """The gateway's loopback relay whenever the run has a channel (a TCP base URL for codex, the
+        back-channel's MCP URL for every CLI), and the egress proxy's when the repository allows it."""
+        relays = [Relay(GATEWAY_RELAY_PORT, SOCKET_NAME)] if self.channel is not None else []
+        if self.egress is not None:
+            relays.append(self.egress.relay)
+        return tuple(relays)
+
+    def _channel_dir(self) -> Path | None:
+        if self.channel is not None:
+            return self.channel.host_dir
+        return self.egress.host_dir if self.egress is not None else None
 
     async def _emit(self, kind: Any, payload: Any) -> None:
         assert self.writer is not None

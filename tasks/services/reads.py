@@ -12,7 +12,7 @@ from forge.models import Account
 from forge.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due
-from tasks.core.schemas import ApprovalRead, RunRead, SkippedPage, SkippedPath, TaskRead, UsageRead
+from tasks.core.schemas import ApprovalRead, EgressRead, RunRead, SkippedPage, SkippedPath, TaskRead, UsageRead
 from tasks.core.states import ApprovalState, RunState, TaskState
 
 
@@ -77,9 +77,14 @@ def usage_of(runs: Sequence[Run]) -> UsageRead:
     )
 
 
+def egress_of(runs: Sequence[Run]) -> EgressRead:
+    return EgressRead(allowed=sum(r.egress_allowed for r in runs), blocked=sum(r.egress_blocked for r in runs))
+
+
 def run_read(r: Run) -> RunRead:
     return RunRead(
         usage=usage_of([r]),
+        egress=egress_of([r]),
         model_key=r.model_key or None,
         model_provider=r.model_provider or None,
         number=r.seq,
@@ -184,6 +189,7 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
                 runs=[run_read(r) for r in runs.get(task.id, [])],
                 no_changes=bool(task.head_sha) and task.head_sha == task.base_sha,
                 usage=usage_of(runs.get(task.id, [])),
+                egress=egress_of(runs.get(task.id, [])),
                 model_key=next((r.model_key for r in reversed(runs.get(task.id, [])) if r.model_key), None),
             )
         )

@@ -13,6 +13,7 @@ from forge.model_keys import check_endpoint_url
 from forge.repositories import RepoResource
 from forge.settings import Settings
 from forge.text import require_no_nul
+from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box
 from tasks.services import rules
@@ -41,6 +42,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     allow_personal_keys: bool = False
     # The provider may search the web for the agent (null: the instance's setting, off by default).
     allow_web_search: bool | None = None
+    # Network access of the sandbox through the egress proxy (docs/egress.md); off by default.
+    egress: EgressSettings = msgspec.field(default_factory=EgressSettings)
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -63,6 +66,7 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     allow_personal_keys: bool | None = None
     allow_web_search: bool | None = None
+    egress: EgressSettings | None = None  # null or absent: off
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -83,6 +87,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
         allow_personal_keys=bool(row and row.allow_personal_keys),
         allow_web_search=row.allow_web_search if row else None,
+        egress=from_stored(row.egress if row else None),
     )
 
 
@@ -92,6 +97,7 @@ async def update(
     rules.require_configure(actor.principal, res)
     for url in (change.model_base_url, change.anthropic_base_url):
         check_endpoint_url(url or "")
+    egress = checked(change.egress) if change.egress is not None else None
     row = await session.get(RepoTaskSettings, res.repo.id)
     if row is None:
         row = RepoTaskSettings(repo_id=res.repo.id)
@@ -115,6 +121,7 @@ async def update(
     row.required_approvals = change.required_approvals
     row.approval_not_by_starter = change.approval_not_by_starter
     row.delete_branch_on_merge = change.delete_branch_on_merge
+    row.egress = msgspec.to_builtins(egress) if egress is not None and egress != EgressSettings() else None
     await session.flush()
     audit.record(
         session,
@@ -125,8 +132,9 @@ async def update(
         **{
             k: v
             for k, v in msgspec.structs.asdict(change).items()
-            if k not in ("model_api_key", "anthropic_api_key") and v is not None
+            if k not in ("model_api_key", "anthropic_api_key", "egress") and v is not None
         },
+        egress=msgspec.to_builtins(egress) if egress is not None else None,
         model_api_key="changed" if change.model_api_key is not None else "kept",
         anthropic_api_key="changed" if change.anthropic_api_key is not None else "kept",
     )

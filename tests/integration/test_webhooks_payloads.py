@@ -18,6 +18,7 @@ from forge.events import (
     PAYLOADS,
     ApprovalRequested,
     ApprovalResolved,
+    EgressBlocked,
     Event,
     EventBus,
     EventPayload,
@@ -143,6 +144,10 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
         RepoPushed(refs=[PushedRef(ref="refs/heads/main", before=ZEROS, after=SHA_B)]),
         {"refs": [{"ref": "refs/heads/main", "before": ZEROS, "after": SHA_B}]},
     ),
+    (
+        EgressBlocked(host="example.com", port=443, method="CONNECT", rules="allow-list", reason="no rule allows it"),
+        {"host": "example.com", "port": 443, "method": "CONNECT", "rules": "allow-list", "reason": "no rule allows it"},
+    ),
 ]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
@@ -185,7 +190,9 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
                     repo_uuid=repo.uuid,
                     repository=f"ana/{repo.name}",
                     task=None if pushed else task,
-                    run=RunRef(id=str(uuid.uuid4()), seq=1) if isinstance(payload, RunStarted | RunFinished) else None,
+                    run=RunRef(id=str(uuid.uuid4()), seq=1)
+                    if isinstance(payload, RunStarted | RunFinished | EgressBlocked)
+                    else None,
                     data=payload,
                 ),
             )

@@ -83,6 +83,15 @@ def usage_line(read: TaskRead) -> str:
     return "no model calls yet"
 
 
+def egress_line(read: TaskRead) -> str:
+    """What the egress proxy did for the task's runs (docs/egress.md); empty when it did nothing."""
+    e = read.egress
+    if not e.allowed and not e.blocked:
+        return ""
+    made = f"{e.allowed:,} connection{'s' if e.allowed != 1 else ''} through the egress proxy"
+    return f"{made} · {e.blocked:,} refused" if e.blocked else made
+
+
 async def provide_page_repo_scope(
     request: Request[Any, Any, Any], state: State, owner: FromPath[str], name: FromPath[str]
 ) -> AsyncGenerator[RepoScope, None]:

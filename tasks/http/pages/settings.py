@@ -1,5 +1,5 @@
 """The repository's task settings in the browser (repository admins): the model endpoint, the
-watchdog limits and the merge rules, over the instance's defaults. Same service as
+watchdog limits, the merge rules and network access (egress), over the instance's defaults. Same service as
 `PUT .../task-settings`; the model key is write-only (never shown, kept unless replaced)."""
 
 from typing import Any
@@ -9,6 +9,7 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
+from egress import PRESETS
 from forge import repositories
 from forge.access import Action
 from forge.deps import ActorDep, DatabaseDep, SettingsDep
@@ -48,6 +49,11 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     required_approvals: str = ""
     approval_not_by_starter: str = ""
     delete_branch_on_merge: str = ""
+    egress_mode: str = "off"
+    egress_rules: str = ""  # one rule per line
+    egress_preset_pypi: str = ""
+    egress_preset_npm: str = ""
+    egress_preset_debian: str = ""
     csrf_token: str = ""
 
 
@@ -62,6 +68,11 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "anthropic_model": form.anthropic_model.strip()[:200] or None,
         "allow_personal_keys": bool(form.allow_personal_keys),
         "allow_web_search": bool(form.allow_web_search),
+        "egress": {
+            "mode": form.egress_mode,
+            "rules": [line.strip() for line in form.egress_rules.splitlines() if line.strip()],
+            "presets": [name for name in PRESETS if getattr(form, f"egress_preset_{name}")],
+        },
     }
     for key, remove in (
         ("model_api_key", form.remove_model_api_key),
@@ -97,7 +108,16 @@ class TaskSettingsPages(Controller):
             warning = agents.self_merge_warning(
                 await agents.eligible_agents(s, res), await core_settings.merge_rules(s, res.repo.id)
             )
-        return page(request, "tasks/settings.html", current=current, merge_warning=warning, **context, **extra)
+        return page(
+            request,
+            "tasks/settings.html",
+            current=current,
+            merge_warning=warning,
+            egress_presets={name: ", ".join(hosts) for name, hosts in PRESETS.items()},
+            operator_presets=request.app.state.settings.egress_presets,
+            **context,
+            **extra,
+        )
 
     @get("/")
     async def settings_page(

@@ -19,6 +19,7 @@ from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, Task
 from tasks.http.pages import timeline
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
+    egress_line,
     or_form_error,
     repo_context,
     usage_line,
@@ -34,8 +35,9 @@ from tasks.services import agents, inbox, rules
 # the live page asks for the items after its last one this many at a time.
 PAGE_EVENTS = 5000
 FRAGMENT_EVENTS = 500
-# Kinds newer producers add (the model gateway's calls): the live page listens for them too.
-EXTRA_KINDS = ("model_call",)
+# Kinds newer producers add (the model gateway's calls, the egress proxy's refusals): the live
+# page listens for them too.
+EXTRA_KINDS = ("model_call", "egress_blocked")
 
 LIST_STATES = ("", "queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed")
 
@@ -156,6 +158,7 @@ class TaskPages(Controller):
             waiting=waiting_line(read, task, principal, res),
             branch_exists=branch_exists,
             usage_line=usage_line(read),
+            egress_line=egress_line(read),
             may_stop=rules.may_stop(principal, res, task),
             **repo_context(res, principal, svc.base_url),
         )
