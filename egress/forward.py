@@ -15,6 +15,7 @@ from egress.http11 import (
     Blocked,
     RefusedRequest,
     Timeouts,
+    check_framing,
     check_host_header,
     end_to_end,
     next_event,
@@ -68,6 +69,7 @@ async def forward_request(gate: Gate, conn: h11.Connection, request: h11.Request
     method = request.method.decode("ascii", "replace")
     host, port, path, origin = parse_target(request, method)
     check_host_header(request, host, port, 80, method)
+    check_framing(request, host, port, method)
     rule = gate.rules.allows_request(method, host, port, path)
     allowed = await gate.check_target(method, host, port, rule.text if rule else None)
     try:
@@ -81,7 +83,9 @@ async def forward_request(gate: Gate, conn: h11.Connection, request: h11.Request
         up = h11.Connection(h11.CLIENT)
         headers = end_to_end(list(request.headers))
         if any(k == b"transfer-encoding" for k, _ in request.headers):
-            headers.append((b"transfer-encoding", b"chunked"))  # h11 only accepts chunked: keep the framing
+            # h11 only accepts chunked: keep the framing, and never a length beside it.
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+            headers.append((b"transfer-encoding", b"chunked"))
         headers.append((b"connection", b"close"))
         if not any(k == b"host" for k, _ in headers):
             headers.insert(0, (b"host", _authority(host, port)))

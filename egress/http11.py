@@ -74,6 +74,17 @@ def check_host_header(request: h11.Request, host: str, port: int, default_port: 
         raise RefusedRequest(400, Blocked(host, port, method, "request", reason))
 
 
+def check_framing(request: h11.Request, host: str, port: int, method: str) -> None:
+    """One way to frame the body: a request with both Content-Length and Transfer-Encoding, or two
+    Content-Lengths, is read one way by the proxy and maybe another by the server behind it (a
+    second request smuggled past the rules)."""
+    lengths = [v for k, v in request.headers if k == b"content-length"]
+    chunked = any(k == b"transfer-encoding" for k, _ in request.headers)
+    if len(lengths) > 1 or (lengths and chunked):
+        reason = "the request frames its body twice (Content-Length with Transfer-Encoding, or two Content-Lengths)"
+        raise RefusedRequest(400, Blocked(host, port, method, "request", reason))
+
+
 async def next_event(conn: h11.Connection, sock: Conn, timeout: float) -> object:  # noqa: ASYNC109
     """The next h11 event, reading as needed; each read waits at most `timeout`."""
     while True:

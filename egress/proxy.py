@@ -132,7 +132,10 @@ class EgressProxy:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=HEAD_LIMIT)
         while True:
             try:
-                event = await next_event(conn, client, self.timeouts.head)
+                # One deadline for the whole head, not each read: a byte every few seconds must
+                # not hold a connection (and its slot) open for ever.
+                async with asyncio.timeout(self.timeouts.head):
+                    event = await next_event(conn, client, self.timeouts.head)
             except h11.RemoteProtocolError as exc:
                 await send_refusal(conn, client, 400, f"malformed request: {exc}")
                 self.blocked(Blocked(host="", port=0, method="", rules="request", reason=f"malformed request: {exc}"))

@@ -3,6 +3,7 @@ managed hooks calling back through the run's channel socket: a stand-in for the 
 (tests/support/codex.py) plays an OpenAI Responses model and hands each hook call to the runtime."""
 
 import asyncio
+import base64
 import io
 import json
 import tarfile
@@ -313,3 +314,24 @@ async def test_a_stop_policy_s_model_context_gives_the_thread_one_more_turn(
     assert "first answer" in json.dumps(channel.requests[1]["input"])  # the same thread
     started = [s for s in emit.of("system") if s.phase == "agent"]
     assert [s.detail["thread_id"] for s in started] == [ctx.agent_session_id] * 2
+
+
+async def test_a_config_the_agent_writes_into_codex_home_does_not_shape_the_next_process(
+    engine: SandboxEngine, make_spec: SpecFactory, agents_image: str, channel_dir: Path, workspace: Path
+) -> None:
+    """An allowed shell call writes `$CODEX_HOME/config.toml` (instructions for the model, a `notify`
+    program); the stop policy's continuation starts a second `codex exec`: it reads none of it."""
+    planted = 'developer_instructions = "PLANTED-INSTRUCTION"\nnotify = ["/bin/sh", "-c", "touch /workspace/NOTIFY"]\n'
+    # Base64 on the command line: the planted words must not reach the model through the call's history.
+    encoded = base64.b64encode(planted.encode()).decode()
+    write = f'mkdir -p "$CODEX_HOME" && echo {encoded} | base64 -d > "$CODEX_HOME/config.toml"'
+    turns: Turns = [[exec_call(write, call_id="call_cfg")], [message("first answer")], [message("second answer")]]
+    channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
+    gate = ScriptedGate(stop=GateDecision(model_context="one more thing"))
+    spec = make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS)
+    outcome, _, _ = await run_codex(engine, spec, channel, gate)
+    assert outcome.status is RunState.SUCCEEDED, outcome
+    assert "call_cfg" in tool_outputs(channel.requests)  # the shell call ran
+    assert len(channel.requests) == 3
+    assert "PLANTED-INSTRUCTION" not in json.dumps(channel.requests[2])
+    assert not (workspace / "NOTIFY").exists()

@@ -110,6 +110,11 @@ async def test_the_operator_allow_list_exempts_named_addresses_and_ports(sock: P
         (b"CONNECT 127.0.0.1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"needs host:port"),
         (b"GET http://2130706433:{port}/file HTTP/1.1\r\nHost: 2130706433:{port}\r\n\r\n", b"no valid host"),
         (b"GARBAGE\r\n\r\n", b"malformed"),
+        (
+            b"POST http://127.0.0.1:{port}/file HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 5\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"frames its body twice",
+        ),
     ],
 )
 async def test_ambiguous_or_smuggled_requests_are_refused(sock: Path, request_bytes: bytes, why: bytes) -> None:
@@ -199,6 +204,29 @@ async def test_stalled_clients_and_closed_proxies_end_connections(sock: Path) ->
         assert await asyncio.wait_for(reader2.read(), 5) == b""
         writer2.close()
     assert not sock.exists()
+
+
+async def test_a_head_trickled_byte_by_byte_ends_at_one_deadline(sock: Path) -> None:
+    """Each read is well inside the head timeout, but the whole head is not: the proxy hangs up."""
+    async with running_proxy(sock, ["example.com"], timeouts=Timeouts(head=0.5, idle=5)):
+        reader, writer = await asyncio.open_unix_connection(str(sock))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        closed = None
+        for byte in b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nX-Slow: " + b"a" * 100:
+            writer.write(bytes([byte]))
+            try:
+                await writer.drain()
+            except ConnectionError:
+                break
+            try:
+                if await asyncio.wait_for(reader.read(), 0.1) == b"":
+                    closed = loop.time() - started
+                    break
+            except TimeoutError:
+                continue
+        writer.close()
+    assert closed is not None and closed < 3, closed
 
 
 async def test_unreachable_allowed_host_is_a_502_not_a_refusal(sock: Path) -> None:

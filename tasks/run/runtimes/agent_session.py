@@ -31,10 +31,21 @@ class AgentHome(msgspec.Struct, frozen=True, kw_only=True):
     archive: str  # the file in the task's state directory
     path: str  # under $HOME, always archived
     optional: tuple[str, ...] = ()  # under $HOME, archived when present
+    # A shell snippet run in $HOME before every start of the CLI: it removes the configuration the
+    # agent may have written there in an earlier turn or run (settings that would shape the next
+    # process before any policy applies); only session transcripts carry over.
+    scrub: str = ""
 
 
-# `.claude.json` is kept to avoid the CLI's "configuration file not found" warning.
-CLAUDE_HOME = AgentHome(label="Claude", archive="claude-home.tgz", path=".claude", optional=(".claude.json",))
+# `.claude.json` is kept to avoid the CLI's "configuration file not found" warning. The user
+# settings files go: `--setting-sources user` would load an agent-written permission list or env.
+CLAUDE_HOME = AgentHome(
+    label="Claude",
+    archive="claude-home.tgz",
+    path=".claude",
+    optional=(".claude.json",),
+    scrub="rm -f .claude/settings.json .claude/settings.local.json",
+)
 HOME_ARCHIVE = CLAUDE_HOME.archive
 
 
@@ -65,6 +76,16 @@ async def restore(ctx: RunContext, home: AgentHome = CLAUDE_HOME) -> str:
     text = f"the saved state of session {session} is missing or unreadable: a new {home.label} session starts"
     await ctx.emit("notice", Notice(text=text, level="warning"))
     return ""
+
+
+async def scrub(ctx: RunContext, home: AgentHome) -> None:
+    """Run the home's scrub in the sandbox (before each start of the CLI); a failure stops the run."""
+    if not home.scrub:
+        return
+    result = await ctx.sandbox.exec(["sh", "-c", f'cd "$HOME" && {home.scrub}'], timeout=60, env={"HOME": HOME_DIR})
+    if not result.ok:
+        tail = result.stderr.decode(errors="replace")[-300:]
+        raise SandboxError(f"could not clear the agent's configuration from $HOME: {tail}")
 
 
 async def keep(

@@ -50,7 +50,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Question
-from tasks.run.runtimes.agent_session import HOME_CAP, keep, prompt_of, restore
+from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
     PolicyBroker,
@@ -138,6 +138,7 @@ class ClaudeCodeRuntime:
         drive = _Drive(self, ctx, session)
         channel.set_hook_handler(drive.on_hook)
         try:
+            await scrub(ctx, CLAUDE_HOME)
             proc = await ctx.sandbox.spawn(argv, env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining))
         except SandboxError as exc:
             raise RuntimeUnavailable(f"claude could not start: {exc}", FailureReason.INTERNAL) from exc

@@ -56,6 +56,9 @@ class PolicyBroker:
         self.question = ""  # the agent asked the user (AskUserQuestion): the run blocks on it
         self.policy_failure = ""
         self.denied: set[str] = set()
+        # Calls this broker let run: only those get a post_tool_use (an agent's hook call naming an id
+        # that never passed pre_tool_use is not a tool call that happened).
+        self.allowed: set[str] = set()
         self.approved_pending: ApprovedCall | None = (
             ctx.approval if ctx.approval is not None and ctx.approval.approved else None
         )
@@ -76,6 +79,8 @@ class PolicyBroker:
         future.set_result(verdict)
         if verdict.behavior == "deny":
             self.denied.add(tool_use_id)
+        elif tool_use_id:
+            self.allowed.add(tool_use_id)
         if verdict.stop:
             await self._on_stop(verdict)
         return verdict

@@ -14,7 +14,8 @@ class StdoutReader:
     """The process's stdout lines on a queue, read in the background until it ends."""
 
     def __init__(self, proc: Any) -> None:
-        self.lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        # Bounded: a CLI flooding stdout waits for the reader instead of growing the worker's memory.
+        self.lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=256)
         self._task = asyncio.ensure_future(self._read(proc.stdout_lines()))
 
     async def _read(self, source: AsyncIterator[Any]) -> None:

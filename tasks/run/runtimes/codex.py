@@ -35,7 +35,7 @@ from sandbox.spec import GATEWAY_RELAY_PORT, HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, ToolCall, ToolResult
 from tasks.run.gateway import SOCKET_NAME
-from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore
+from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_refusal
 from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
@@ -45,7 +45,14 @@ from tasks.run.runtimes.policy_steps import after_tool, record
 AGENT_NAME = "codex"
 CLI_PATH = "/usr/local/bin/codex"
 WORKDIR = "/workspace"
-CODEX_HOME = AgentHome(label="Codex", archive="codex-home.tgz", path=".codex/sessions")
+# Only the sessions carry over; everything else in CODEX_HOME (a config.toml, hooks.json, rules the
+# agent wrote from a shell call) is removed before each `codex exec`.
+CODEX_HOME = AgentHome(
+    label="Codex",
+    archive="codex-home.tgz",
+    path=".codex/sessions",
+    scrub="mkdir -p .codex && find .codex -mindepth 1 -maxdepth 1 ! -name sessions -exec rm -rf {} +",
+)
 PROVIDER = "forgehand"
 RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 
@@ -105,6 +112,9 @@ class CodexRuntime:
             "features.plugins=false",
             "-c",
             "analytics.enabled=false",
+            # No program run after each turn (a user config's `notify` would be one outside any hook).
+            "-c",
+            "notify=[]",
             # Typing into a running command reaches no hook (the image's requirements pin it too).
             "-c",
             "features.unified_exec_tty=false",
@@ -147,6 +157,7 @@ class CodexRuntime:
             for attempt in range(2):  # a stop policy's model context continues the thread once
                 turn = CodexTurn(self, ctx, broker, raw, state)
                 try:
+                    await scrub(ctx, CODEX_HOME)
                     proc = await ctx.sandbox.spawn(
                         self.argv(ctx, session, prompt), env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining)
                     )
@@ -232,7 +243,7 @@ class _Hooks:
         return {"hookSpecificOutput": out}
 
     async def _post(self, call_id: str, name: str, response: Any) -> dict[str, Any]:
-        if call_id and call_id not in self.posted and call_id not in self.broker.denied:
+        if call_id and call_id not in self.posted and call_id in self.broker.allowed:
             self.posted.add(call_id)
             output = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
             await after_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=False)
