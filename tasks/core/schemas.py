@@ -8,7 +8,7 @@ import msgspec
 from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
-RuntimeName = Literal["builtin", "command", "claude-code"]
+RuntimeName = Literal["builtin", "command", "claude-code", "acp"]
 GOAL_MAX = 20_000
 BODY_MAX = 20_000
 
@@ -25,6 +25,8 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ) = None
     base: Annotated[str, msgspec.Meta(max_length=255)] = ""
     title: Annotated[str, msgspec.Meta(max_length=200)] = ""
+    # `acp` runtime: the name of an ACP agent the operator configured (GET /api/v1/agents).
+    agent_command: Annotated[str, msgspec.Meta(max_length=40)] | None = None
 
 
 class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -3,6 +3,7 @@ one entry in `RUNTIMES` (the name a task's `runtime` field selects)."""
 
 from collections.abc import Callable
 
+from tasks.run.runtimes.acp import AcpRuntime
 from tasks.run.runtimes.base import Runtime
 from tasks.run.runtimes.builtin import BuiltinRuntime
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
@@ -12,6 +13,7 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "builtin": BuiltinRuntime,
     "command": CommandRuntime,
     "claude-code": ClaudeCodeRuntime,
+    "acp": AcpRuntime,
 }
 
 

@@ -61,7 +61,7 @@ async def keep(ctx: RunContext, state: StreamState, raw: str, *, home_cap: int =
         why = f"larger than {home_cap} bytes" if result.truncated_bytes else f"tar exit {result.exit_code}"
         await ctx.emit("notice", Notice(text=f"the Claude session was not saved ({why})", level="warning"))
         return
-    await asyncio.to_thread(_write_bytes, ctx.state_dir / HOME_ARCHIVE, result.stdout)
+    await asyncio.to_thread(write_file, ctx.state_dir / HOME_ARCHIVE, result.stdout)
     await ctx.emit(
         "system",
         System(
@@ -73,10 +73,10 @@ async def keep(ctx: RunContext, state: StreamState, raw: str, *, home_cap: int =
 
 
 def _write(path: Path, text: str) -> None:
-    _write_bytes(path, text.encode())
+    write_file(path, text.encode())
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
+def write_file(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     tmp.write_bytes(data)
