@@ -51,7 +51,15 @@ def test_pins_are_labels_and_read_back() -> None:
     labels = agent_labels()
     assert labels["org.forgehand.agent.claude-code"] == "2.1.332"
     assert labels["org.forgehand.agents.version"] == AGENTS_IMAGE_VERSION
-    assert agents_from_labels({**labels, "org.forgehand.sandbox.version": "1"}) == {"claude-code": "2.1.332"}
+    assert agents_from_labels({**labels, "org.forgehand.sandbox.version": "1"}) == {
+        "claude-code": "2.1.332",
+        "claude-agent-acp": "0.101.0",
+        "codex-acp": "2.6.0",
+    }
+    # node and the adapters' own pinned dependencies are recorded too (not agents).
+    assert labels["org.forgehand.runtime.node"] == "24.22.3"
+    assert "@anthropic-ai/claude-agent-sdk@0.3.318" in labels["org.forgehand.acp.claude-agent-acp.dependencies"]
+    assert "@openai/codex@0.171.0" in labels["org.forgehand.acp.codex-acp.dependencies"]
 
 
 def test_managed_settings_lock_the_hooks_on() -> None:
