@@ -35,7 +35,7 @@ NODE_PATH = "/usr/local/bin/node"
 
 class AcpAgent(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
-    command: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]], msgspec.Meta(min_length=1)]
+    command: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=65536)]], msgspec.Meta(min_length=1)]
     image: str = ""  # "" = the agents image
     description: str = ""
     # Which model API the agent speaks through the run's gateway ("none": it calls no model).

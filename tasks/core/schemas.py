@@ -219,6 +219,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     # The sum over the task's runs, and whose key paid for its latest run that called a model.
     usage: UsageRead = msgspec.field(default_factory=UsageRead)
     model_key: str | None = None
+    # `acp` runtime: the configured ACP agent the task runs.
+    agent_command: str | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

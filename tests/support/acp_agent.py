@@ -26,7 +26,7 @@ The log (JSON lines) holds everything the agent received, for the test to read."
 
 import json
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, os, subprocess, sys, time, uuid
 
 scenario = json.loads(sys.argv[1])
@@ -184,7 +184,7 @@ def main():
 
 
 main()
-'''
+"""
 
 
 def argv(scenario: dict[str, object]) -> list[str]:
