@@ -14,7 +14,7 @@ import pytest
 
 from forge.settings import Settings
 from tests.support.acp_agent import argv, ask, say, tool_call
-from tests.support.anthropic import ScriptedAnthropic, text, tool_use
+from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 
@@ -90,6 +90,15 @@ def claude_acp_settings(settings: Settings, agents_image: str, tmp_path: Path) -
     return with_agents(settings, tmp_path, [])
 
 
+def titles(body: dict[str, Any]) -> Turn | None:
+    """The adapter asks the model for a session title (a request without tools) beside the turns."""
+    return None if body.get("tools") else text("A session title")
+
+
+def agent_requests(api: ScriptedAnthropic) -> list[dict[str, Any]]:
+    return [b for b in api.requests if b.get("tools")]
+
+
 def with_model(s: Settings, api: ScriptedAnthropic) -> Settings:
     return msgspec.structs.replace(s, anthropic_base_url=api.url, anthropic_api_key=KEY, anthropic_model="claude-test")
 
@@ -107,7 +116,7 @@ def test_the_claude_acp_adapter_edits_a_file_obeys_a_deny_and_never_sees_the_key
     ]
     consumer = PolicyConsumer()
     consumer.answer = deny_marker  # type: ignore[method-assign]
-    with ScriptedAnthropic(turns) as api:
+    with ScriptedAnthropic(turns, side=titles) as api:
         s = with_model(claude_acp_settings, api)
 
         async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -131,7 +140,7 @@ def test_the_claude_acp_adapter_edits_a_file_obeys_a_deny_and_never_sees_the_key
     assert KEY not in json.dumps(events)
     assert run["usage"]["input_tokens"] > 0 and run["usage"]["output_tokens"] > 0
     # The deny reached the model and shows in the transcript.
-    said = json.dumps([b["messages"] for b in api.requests])
+    said = json.dumps([b["messages"] for b in agent_requests(api)])
     assert "no markers here" in said
     policy = [e["payload"]["text"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "policy"]
     assert any(t.startswith("pre_tool_use: deny (") for t in policy), policy
@@ -146,7 +155,7 @@ async def test_a_review_resumes_the_same_claude_acp_session(claude_acp_settings:
         tool_use("Write", {"file_path": "/workspace/hi.txt", "content": "v2\n"}),
         text("second"),
     ]
-    with ScriptedAnthropic(turns) as api:
+    with ScriptedAnthropic(turns, side=titles) as api:
         s = with_model(claude_acp_settings, api)
         token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
         for url in serve(s):
@@ -165,5 +174,5 @@ async def test_a_review_resumes_the_same_claude_acp_session(claude_acp_settings:
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v2\n"
     assert first["agent_session_id"] and task["agent_session_id"] == first["agent_session_id"]
     # The resumed session's first request carries the earlier conversation.
-    said = json.dumps(api.requests[2]["messages"])
+    said = json.dumps(agent_requests(api)[2]["messages"])
     assert "write hi" in said and "make it v2" in said
