@@ -46,6 +46,8 @@ class AcpAgent(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     package: str = ""
     # Environment the adapter needs besides the gateway's (e.g. the pinned CLI it should drive).
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    # `_meta` of session/new and session/load: the adapter's own session options.
+    session_meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class _File(msgspec.Struct, forbid_unknown_fields=True):
@@ -67,7 +69,16 @@ SHIPPED_ACP_AGENTS: dict[str, AcpAgent] = {
         # /etc/claude-code apply to every tool call, reads included.
         layers=("permission_requests", "managed_hooks"),
         package="claude-agent-acp",
-        env={"CLAUDE_CODE_EXECUTABLE": "/usr/local/bin/claude"},
+        env={"CLAUDE_CODE_EXECUTABLE": "/usr/local/bin/claude", "CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false"},
+        # The adapter's SDK options (`_meta.claudeCode.options`, applied over its defaults): only the
+        # user's settings, as the claude-code runtime (the adapter loads the repository's
+        # .claude/settings.json by default), no MCP server from anywhere, and no predicted
+        # follow-up prompt after each turn (a model call nobody reads).
+        session_meta={
+            "claudeCode": {
+                "options": {"settingSources": ["user"], "strictMcpConfig": True, "promptSuggestions": False}
+            }
+        },
     ),
     "codex-acp": AcpAgent(
         name="codex-acp",

@@ -170,8 +170,10 @@ async def test_a_review_resumes_the_same_claude_acp_session(claude_acp_settings:
                 while len(task["runs"]) < 2 or task["state"] not in ("awaiting_review", "failed"):
                     await asyncio.sleep(0.3)
                     task = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
+                events = await all_events(c, 1)
+    second = [(e["kind"], e["payload"]) for e in events if e["run"] == 2]
     assert task["state"] == "awaiting_review", task
-    assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v2\n"
+    assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v2\n", json.dumps(second)[:8000]
     assert first["agent_session_id"] and task["agent_session_id"] == first["agent_session_id"]
     # The resumed session's first request carries the earlier conversation.
     said = json.dumps(agent_requests(api)[2]["messages"])

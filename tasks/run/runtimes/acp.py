@@ -316,7 +316,9 @@ class _Drive:
         caps: dict[str, Any] = init["agentCapabilities"] if isinstance(init.get("agentCapabilities"), dict) else {}
         info: dict[str, Any] = init["agentInfo"] if isinstance(init.get("agentInfo"), dict) else {}
         self.version = str(info.get("version") or "")[:64]
-        new_params = {"cwd": WORKDIR, "mcpServers": []}
+        new_params: dict[str, Any] = {"cwd": WORKDIR, "mcpServers": []}
+        if self.runtime.agent.session_meta:
+            new_params["_meta"] = self.runtime.agent.session_meta
         if self.saved and caps.get("loadSession"):
             self.updates.replaying = True
             try:
