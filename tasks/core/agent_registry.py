@@ -75,9 +75,7 @@ SHIPPED_ACP_AGENTS: dict[str, AcpAgent] = {
         # .claude/settings.json by default), no MCP server from anywhere, and no predicted
         # follow-up prompt after each turn (a model call nobody reads).
         session_meta={
-            "claudeCode": {
-                "options": {"settingSources": ["user"], "strictMcpConfig": True, "promptSuggestions": False}
-            }
+            "claudeCode": {"options": {"settingSources": ["user"], "strictMcpConfig": True, "promptSuggestions": False}}
         },
     ),
     "codex-acp": AcpAgent(

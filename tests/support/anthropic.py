@@ -24,8 +24,8 @@ import json
 import secrets
 import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
