@@ -44,6 +44,8 @@ class AcpAgent(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # The agents image label naming the adapter (`org.forgehand.agent.<package>`); shipped agents
     # only: "" for an operator's own agent.
     package: str = ""
+    # Other agents the image must carry for it to work (e.g. the CLI the adapter drives).
+    requires: tuple[str, ...] = ()
     # Environment the adapter needs besides the gateway's (e.g. the pinned CLI it should drive).
     env: dict[str, str] = msgspec.field(default_factory=dict)
     # `_meta` of session/new and session/load: the adapter's own session options.
@@ -85,6 +87,10 @@ SHIPPED_ACP_AGENTS: dict[str, AcpAgent] = {
         provider="openai",
         layers=("permission_requests",),
         package="codex-acp",
+        # codex-acp runs `codex app-server`: the Codex runtime's pinned binary (and its managed
+        # requirements.toml) in the image, not the adapter's own copy (left out at build time).
+        requires=("codex",),
+        env={"CODEX_PATH": "/usr/local/bin/codex"},
     ),
 }
 
@@ -197,7 +203,7 @@ def registry(
                     description=agent.description,
                     version=installed.get(agent.package, "") if agent.package else "",
                     image=agent.image or agents_image,
-                    available=own_image or not agent.package or agent.package in installed,
+                    available=own_image or all(p in installed for p in (agent.package, *agent.requires) if p),
                     policy_layers=list(agent.layers),
                     provider="" if agent.provider == "none" else agent.provider,
                 )
