@@ -193,6 +193,9 @@ def choose_option(options: Any, allow: bool) -> tuple[dict[str, Any], bool, str]
     nothing is odd)."""
     offered = [o for o in options if isinstance(o, dict)] if isinstance(options, list) else []
     kinds = [str(o.get("kind")) for o in offered]
+    # An id offered twice could mean either option to the agent: neither is chosen.
+    ids = [o.get("optionId") for o in offered]
+    offered = [o for o in offered if ids.count(o.get("optionId")) == 1]
     unknown = sorted({k for k in kinds if k not in KNOWN_OPTION_KINDS})
     note = f"unknown option kinds ignored: {', '.join(unknown)}. " if unknown else ""
     if allow:
