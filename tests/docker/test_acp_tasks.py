@@ -178,3 +178,34 @@ async def test_a_review_resumes_the_same_claude_acp_session(claude_acp_settings:
     # The resumed session's first request carries the earlier conversation.
     said = json.dumps(agent_requests(api)[2]["messages"])
     assert "write hi" in said and "make it v2" in said
+
+
+async def test_a_stop_cancels_the_acp_turn_before_the_sandbox_goes(
+    settings: Settings, sandbox_image: str, tmp_path: Path
+) -> None:
+    marker = "touch /workspace/marker"
+    # The agent waits for session/cancel, then asks to run a call (which must not run) and ends the
+    # prompt `cancelled`; forgehand records that turn end before the sandbox is removed.
+    scenario = {"turns": [[say("working"), {"wait_cancel": True}, ask("call-late", marker)]]}
+    agent = {"name": "scripted", "command": argv(scenario), "image": sandbox_image, "provider": "none"}
+    s = with_agents(settings, tmp_path, [agent])
+    token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
+    for url in serve(s):
+        async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
+            body = {"goal": "wait", "agent": "fixer", "runtime": "acp", "agent_command": "scripted"}
+            assert (await c.post(TASKS, json=body)).status_code == 201
+            for _ in range(600):
+                events = await all_events(c, 1)
+                if any(e["kind"] == "system" and e["payload"]["phase"] == "agent" for e in events):
+                    break
+                await asyncio.sleep(0.1)
+            r = await c.post(f"{TASKS}/1/stop")
+            assert r.status_code == 200, r.text
+            stopped = r.json()
+            events = await all_events(c, 1)
+    assert stopped["state"] == "stopped", stopped
+    ended = [e["payload"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "agent_result"]
+    assert [e["detail"]["stop_reason"] for e in ended] == ["cancelled"]
+    notices = [e["payload"]["text"] for e in events if e["kind"] == "notice"]
+    assert any("after session/cancel: cancelled" in n for n in notices), notices
+    assert "marker" not in tree_files(path, stopped["head_sha"] or stopped["base_sha"])
