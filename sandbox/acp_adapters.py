@@ -70,7 +70,7 @@ ACP_ADAPTER_PINS: dict[str, AdapterPin] = {
 }
 
 
-def _run_npm(argv: list[str], cwd: Path, what: str) -> None:
+def run_npm(argv: list[str], cwd: Path, what: str) -> None:
     try:
         done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=NPM_TIMEOUT_SECONDS, check=False)
     except subprocess.TimeoutExpired as exc:
@@ -85,6 +85,18 @@ def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
         raise ImageBuildFailed("npm is needed to install node and the ACP adapters", hint="install Node.js and npm")
+    return npm
+
+
+def _npm_unless_cached(cached: bool, reporter: Reporter | None, label: str, spec: str) -> str | None:
+    """None when the cache has it (reported as cached), else the npm to install `spec` with."""
+    if cached:
+        if reporter:
+            reporter.stage("agent", f"{label} (cached)")
+        return None
+    npm = _npm()
+    if reporter:
+        reporter.stage("npm", spec)
     return npm
 
 
@@ -116,17 +128,14 @@ def install_node(cache: Path, arch: str, pin: NodePin = NODE_PIN, reporter: Repo
     package = pin.npm.format(arch=arch)
     final = cache / f"node-{pin.version}-{arch}"
     binary = final / "node_modules" / package / "bin" / "node"
-    if binary.is_file() and os.access(binary, os.X_OK):
-        if reporter:
-            reporter.stage("agent", f"node {pin.version} (cached)")
+    npm = _npm_unless_cached(binary.is_file() and os.access(binary, os.X_OK), reporter, f"node {pin.version}",
+                             f"{package}@{pin.version}")  # fmt: skip
+    if npm is None:
         return binary
-    npm = _npm()
-    if reporter:
-        reporter.stage("npm", f"{package}@{pin.version}")
 
     def install(into: Path) -> None:
         argv = [npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", f"{package}@{pin.version}"]
-        _run_npm(argv, into, f"{package}@{pin.version}")
+        run_npm(argv, into, f"{package}@{pin.version}")
         if _version_of(into, package) != pin.version:
             raise ImageBuildFailed(f"npm installed {package}@{_version_of(into, package)}, not {pin.version}")
 
@@ -139,13 +148,10 @@ def install_node(cache: Path, arch: str, pin: NodePin = NODE_PIN, reporter: Repo
 def install_adapter(cache: Path, name: str, pin: AdapterPin, reporter: Reporter | None = None) -> Path:
     """The adapter's install directory (its node_modules) from the cache, installed when missing."""
     final = cache / f"acp-{name}-{pin.version}-{pin.digest}"
-    if _version_of(final, pin.npm) == pin.version and (final / ".complete").is_file():
-        if reporter:
-            reporter.stage("agent", f"{name} {pin.version} (cached)")
+    cached = _version_of(final, pin.npm) == pin.version and (final / ".complete").is_file()
+    npm = _npm_unless_cached(cached, reporter, f"{name} {pin.version}", f"{pin.npm}@{pin.version}")
+    if npm is None:
         return final
-    npm = _npm()
-    if reporter:
-        reporter.stage("npm", f"{pin.npm}@{pin.version}")
 
     def install(into: Path) -> None:
         manifest = {
@@ -156,7 +162,7 @@ def install_adapter(cache: Path, name: str, pin: AdapterPin, reporter: Reporter 
         }
         (into / "package.json").write_text(json.dumps(manifest, indent=2) + "\n")
         argv = [npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--omit=optional"]
-        _run_npm(argv, into, f"{pin.npm}@{pin.version}")
+        run_npm(argv, into, f"{pin.npm}@{pin.version}")
         for package, version in {pin.npm: pin.version, **pin.overrides}.items():
             found = _version_of(into, package)
             if found is not None and found != version:

@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -30,7 +29,16 @@ import docker.errors
 import msgspec
 from rich.console import Console
 
-from .acp_adapters import ACP_ADAPTER_PINS, ACP_DIR, NODE_PIN, AdapterPin, adapter_labels, install_adapter, install_node
+from .acp_adapters import (
+    ACP_ADAPTER_PINS,
+    ACP_DIR,
+    NODE_PIN,
+    AdapterPin,
+    adapter_labels,
+    install_adapter,
+    install_node,
+    run_npm,
+)
 from .agent_scripts import HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, MANAGED_SETTINGS_PATH, RELAY_PATH, RELAY_SCRIPT
 from .errors import AgentMissing, ImageBuildFailed
 from .image import (
@@ -54,7 +62,6 @@ DEFAULT_AGENTS_IMAGE = f"{AGENTS_IMAGE_REPOSITORY}:{AGENTS_IMAGE_VERSION}"
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
 RECIPE_DIGEST_LABEL = "org.forgehand.agents.recipe"
 AGENT_LABEL_PREFIX = "org.forgehand.agent."
-NPM_TIMEOUT_SECONDS = 600
 
 
 class AgentPin(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,16 +185,7 @@ def install_agent(name: str, pin: AgentPin, *, arch: str | None = None, reporter
 
 def _npm_install(npm: str, pin: AgentPin, into: Path) -> None:
     argv = [npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", f"{pin.npm}@{pin.version}"]
-    try:
-        done = subprocess.run(argv, cwd=into, capture_output=True, text=True, timeout=NPM_TIMEOUT_SECONDS, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise ImageBuildFailed(f"npm install {pin.npm}@{pin.version} took over {NPM_TIMEOUT_SECONDS}s") from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise ImageBuildFailed(
-            f"npm install {pin.npm}@{pin.version} failed:\n{tail}",
-            hint="check that the npm registry is reachable (npm config get registry)",
-        )
+    run_npm(argv, into, f"{pin.npm}@{pin.version}")
 
 
 def _installed_version(root: Path, pin: AgentPin) -> str | None:

@@ -11,6 +11,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.transcript import Notice, System
 from tasks.run.runtimes.base import RunContext
+from tasks.run.runtimes.claude_session import restore as restore_home
 from tasks.run.runtimes.claude_session import write_file
 
 HOME_ARCHIVE = "acp-home.tgz"
@@ -19,20 +20,7 @@ HOME_CAP = 64 * 1024 * 1024
 
 async def restore(ctx: RunContext) -> str:
     """The session to load ("" = a new one), its saved `$HOME` unpacked into the fresh one."""
-    session = ctx.agent_session_id
-    if not session or ctx.state_dir is None:
-        return ""
-    try:
-        data = await asyncio.to_thread((ctx.state_dir / HOME_ARCHIVE).read_bytes)
-    except OSError:
-        data = b""
-    if data:
-        result = await ctx.sandbox.exec(["tar", "-C", HOME_DIR, "-xzf", "-"], stdin=data, timeout=120)
-        if result.ok:
-            return session
-    text = f"the saved state of session {session} is missing or unreadable: a new session starts"
-    await ctx.emit("notice", Notice(text=text, level="warning"))
-    return ""
+    return await restore_home(ctx, archive_name=HOME_ARCHIVE, agent="agent")
 
 
 async def keep(ctx: RunContext, session: str, raw: str, *, home_cap: int = HOME_CAP) -> None:

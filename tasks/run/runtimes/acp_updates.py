@@ -99,10 +99,8 @@ class UpdateState:
             self._thought.append(_content_text(update.get("content")))
             return self._flush_text()
         events = self.flush()
-        if kind == "tool_call":
+        if kind in ("tool_call", "tool_call_update"):
             return events + self._tool_call(update)
-        if kind == "tool_call_update":
-            return events + self._tool_update(update)
         if kind == "plan":
             entries: list[Any] = update["entries"] if isinstance(update.get("entries"), list) else []
             lines = [
@@ -158,13 +156,6 @@ class UpdateState:
         return seen
 
     def _tool_call(self, update: dict[str, Any]) -> list[Event]:
-        call_id = str(update.get("toolCallId") or "")
-        self.see(update)
-        if update.get("status") in ("in_progress", "completed", "failed"):
-            return self.show(call_id) + self._result(call_id, update)
-        return []
-
-    def _tool_update(self, update: dict[str, Any]) -> list[Event]:
         call_id = str(update.get("toolCallId") or "")
         self.see(update)
         if update.get("status") in ("in_progress", "completed", "failed"):

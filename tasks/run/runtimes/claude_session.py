@@ -20,12 +20,13 @@ HOME_ARCHIVE = "claude-home.tgz"
 HOME_CAP = 64 * 1024 * 1024  # the saved session state; larger is not kept (the next run starts afresh)
 
 
-async def restore(ctx: RunContext) -> str:
-    """The session to resume ("" = a new one), its saved state unpacked into the fresh HOME."""
+async def restore(ctx: RunContext, *, archive_name: str = HOME_ARCHIVE, agent: str = "Claude") -> str:
+    """The session to resume ("" = a new one), its saved state (`archive_name` in the task's state
+    directory) unpacked into the fresh HOME."""
     session = ctx.agent_session_id
     if not session or ctx.state_dir is None:
         return ""
-    archive = ctx.state_dir / HOME_ARCHIVE
+    archive = ctx.state_dir / archive_name
     try:
         data = await asyncio.to_thread(archive.read_bytes)
     except OSError:
@@ -34,7 +35,7 @@ async def restore(ctx: RunContext) -> str:
         result = await ctx.sandbox.exec(["tar", "-C", HOME_DIR, "-xzf", "-"], stdin=data, timeout=120)
         if result.ok:
             return session
-    text = f"the saved state of session {session} is missing or unreadable: a new Claude session starts"
+    text = f"the saved state of session {session} is missing or unreadable: a new {agent} session starts"
     await ctx.emit("notice", Notice(text=text, level="warning"))
     return ""
 
