@@ -148,6 +148,23 @@ async def test_an_agent_that_exits_mid_prompt_fails_with_a_typed_reason(world: W
     assert "exiting mid-prompt" in outcome.error and outcome.exit_code == 3
 
 
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("Internal error: API Error: 500 scripted failure", FailureReason.MODEL_ERROR),
+        ("API Error: Connection refused (ECONNREFUSED)", FailureReason.MODEL_UNREACHABLE),
+        ("something else broke", FailureReason.AGENT_NO_RESULT),
+    ],
+)
+async def test_a_prompt_answered_with_an_error_fails_with_a_typed_reason(
+    world: World, message: str, reason: FailureReason
+) -> None:
+    turns = [[say("trying"), {"fail": {"code": -32603, "message": message}}]]
+    outcome, _ = await run(world, world.runtime(turns), ScriptedGate())
+    assert outcome.status is RunState.FAILED and outcome.failure_reason is reason
+    assert message in outcome.error
+
+
 async def test_ask_parks_the_call_and_cancels_the_turn(world: World) -> None:
     turns = [[ask("call-a", MARKER), {"wait_cancel": True}]]
     gate = ScriptedGate({f"`{MARKER}`": GateDecision(decision="ask", reason="a person decides")})

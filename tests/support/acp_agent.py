@@ -18,6 +18,7 @@ session plays `turns[n]` (the last one repeats). Sessions live in `$HOME/.script
 - `{"fs_read": PATH}`: a `fs/read_text_file` request (forgehand offers no fs: it must refuse);
 - `{"exit": CODE}`: exit now, mid-prompt (stderr says why);
 - `{"sleep": SECONDS}`;
+- `{"fail": {"code", "message"}}`: answer the prompt with that JSON-RPC error;
 - `{"wait_cancel": true}`: wait for `session/cancel`, then go on with the next step (a
   permission request after it, say) and end the prompt with `cancelled`;
 - `{"chunks": N, "text": T}`: N `agent_message_chunk` updates of T each (the speed bench).
@@ -138,6 +139,9 @@ def prompt(rid, params, cwd):
             os._exit(step["exit"])
         elif "sleep" in step:
             time.sleep(step["sleep"])
+        elif "fail" in step:
+            send({"jsonrpc": "2.0", "id": rid, "error": step["fail"]})
+            return
         elif step.get("wait_cancel"):
             while not state["cancelled"]:
                 msg = read()

@@ -5,6 +5,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tasks.run.runtimes.acp_session import acp_mcp_servers
 from tasks.run.runtimes.acp_updates import KNOWN_OPTION_KINDS, UpdateState, choose_option, tool_name_of
 
 
@@ -99,3 +100,16 @@ def test_never_allow_always_and_only_allow_once_permits(options: list[dict[str, 
         assert outcome == {"outcome": "cancelled"} and not allowed
     if not allow:
         assert not allowed
+
+
+def test_the_back_channel_config_becomes_an_acp_http_mcp_server() -> None:
+    config = {"name": "forgehand", "url": "http://127.0.0.1:4100/mcp", "headers": {"Authorization": "Bearer t"}}
+    assert acp_mcp_servers(config) == [
+        {
+            "type": "http",
+            "name": "forgehand",
+            "url": "http://127.0.0.1:4100/mcp",
+            "headers": [{"name": "Authorization", "value": "Bearer t"}],
+        }
+    ]
+    assert acp_mcp_servers(None) == [] and acp_mcp_servers({"name": "x"}) == []

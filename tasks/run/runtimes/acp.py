@@ -33,7 +33,7 @@ from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Notice, Question, System
-from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError
+from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
 from tasks.run.runtimes.acp_session import keep, restore
 from tasks.run.runtimes.acp_updates import UpdateState, choose_option
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
@@ -290,7 +290,7 @@ class _Drive:
         except AgentExited:
             return await self._exited()
         except RpcError as exc:
-            return self._failed(_failure_of(str(exc)), f"{self.runtime.agent.name} refused: {exc}")
+            return self._failed(failure_of(exc), f"{self.runtime.agent.name} refused: {exc}")
         except TimeoutError:
             return self._failed(FailureReason.IDLE, f"{self.runtime.agent.name} did not answer the session setup")
         finally:
@@ -446,13 +446,3 @@ class _Drive:
         if stop == "cancelled":
             return self._failed(FailureReason.INTERRUPTED, f"{name}'s turn was cancelled")
         return self._failed(FailureReason.MODEL_ERROR, f"{name} ended its turn with {stop or 'no stop reason'}")
-
-
-_UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed out", "socket")
-
-
-def _failure_of(text: str) -> FailureReason:
-    lowered = text.lower()
-    if "api error" in lowered or "model" in lowered:
-        return FailureReason.MODEL_UNREACHABLE if any(w in lowered for w in _UNREACHABLE) else FailureReason.MODEL_ERROR
-    return FailureReason.AGENT_NO_RESULT

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from tasks.core.states import FailureReason
 from tasks.core.transcript import HeadTail
 
 LINE_CAP = 8 * 1024 * 1024  # a longer line is not JSON-RPC we read
@@ -175,3 +176,14 @@ class Peer:
                 future.set_result(message.get("result"))
             return
         self.malformed += 1
+
+
+_UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed out", "socket")
+
+
+def failure_of(error: RpcError) -> FailureReason:
+    """The typed reason of a run whose prompt the agent answered with an error."""
+    lowered = str(error).lower()
+    if "api error" in lowered or "model" in lowered:
+        return FailureReason.MODEL_UNREACHABLE if any(w in lowered for w in _UNREACHABLE) else FailureReason.MODEL_ERROR
+    return FailureReason.AGENT_NO_RESULT

@@ -2,10 +2,12 @@
 likes under `$HOME` (the Claude adapter in `~/.claude/projects/`, Codex in `~/.codex/`), so the
 whole of the run's `$HOME` is archived after a run (capped; opaque data, never unpacked on the
 host) into the task's state directory (`acp-home.tgz`) and unpacked into the next run's fresh
-container before `session/load`. The raw JSON-RPC stream of each run is kept beside it (capped)."""
+container before `session/load`. The raw JSON-RPC stream of each run is kept beside it (capped).
+`acp_mcp_servers` gives a session's `mcpServers` for an MCP client config."""
 
 import asyncio
 import contextlib
+from typing import Any
 
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
@@ -44,3 +46,19 @@ async def keep(ctx: RunContext, session: str, raw: str, *, home_cap: int = HOME_
     detail = {"session_id": session, "bytes": len(result.stdout)}
     text = f"session {session} saved ({len(result.stdout)} bytes)"
     await ctx.emit("system", System(phase="agent_session", text=text, detail=detail))
+
+
+def acp_mcp_servers(config: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """An MCP client config (`{"name", "url", "headers": {name: value}}`, the back-channel's
+    `mcp_client_config(channel)`) as ACP's `mcpServers` entry of type http; [] for none."""
+    if not config or not isinstance(config.get("url"), str):
+        return []
+    headers: dict[str, Any] = config["headers"] if isinstance(config.get("headers"), dict) else {}
+    return [
+        {
+            "type": "http",
+            "name": str(config.get("name") or "forgehand"),
+            "url": config["url"],
+            "headers": [{"name": str(k), "value": str(v)} for k, v in headers.items()],
+        }
+    ]
