@@ -14,7 +14,7 @@ from forge.settings import Settings
 from tasks.core.agent_registry import SHIPPED_ACP_AGENTS, acp_agents, load_acp_agents, registry
 from tests.support.acp_agent import argv
 from tests.support.tasks import seed
-from tests.support.web import sign_in
+from tests.support.web import csrf_from, sign_in
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
 OPERATOR_TOML = """\
@@ -125,3 +125,10 @@ async def test_the_start_form_offers_the_acp_agents(client: AsyncTestClient[Lite
     assert '<option value="scripted"' in page and "an operator&#39;s agent" in page
     assert "gated by permission_requests, managed_hooks" in page  # the Claude adapter's layers
     assert '<option value="acp"' in page
+    # Started from the form: the agent chosen there is the task's.
+    form = {"goal": "from the form", "agent": "fixer", "runtime": "acp", "agent_command": "scripted"}
+    start = page[page.index('id="start-form"') :]
+    r = await client.post("/ana/demo/tasks/", data={**form, "csrf_token": csrf_from(start)}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    r = await client.post("/ana/demo/tasks/", data={**form, "agent_command": "nobody", "csrf_token": csrf_from(start)})
+    assert r.status_code == 422 and "no ACP agent named" in r.text
