@@ -21,7 +21,9 @@ session plays `turns[n]` (the last one repeats). Sessions live in `$HOME/.script
 - `{"fail": {"code", "message"}}`: answer the prompt with that JSON-RPC error;
 - `{"wait_cancel": true}`: wait for `session/cancel`, then go on with the next step (a
   permission request after it, say) and end the prompt with `cancelled`;
-- `{"chunks": N, "text": T}`: N `agent_message_chunk` updates of T each (the speed bench).
+- `{"chunks": N, "text": T}`: N `agent_message_chunk` updates of T each;
+- `{"calls": N}`: N read calls of 4 updates each (a chunk, the call, its start, its completion;
+  the speed bench).
 
 The log (JSON lines) holds everything the agent received, for the test to read."""
 
@@ -147,6 +149,17 @@ def prompt(rid, params, cwd):
                 msg = read()
                 if msg.get("method") == "session/cancel":
                     state["cancelled"] = True
+        elif "calls" in step:
+            for i in range(step["calls"]):
+                call = "call-%d" % i
+                text = {"type": "text", "text": "step %d" % i}
+                update(sid, {"sessionUpdate": "agent_message_chunk", "content": text})
+                update(sid, {"sessionUpdate": "tool_call", "toolCallId": call, "title": "Read", "kind": "read",
+                             "status": "pending", "rawInput": {"path": "/workspace/f%d.txt" % i}})
+                update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "in_progress"})
+                out = {"type": "content", "content": {"type": "text", "text": "line %d\n" % i}}
+                update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
+                             "content": [out]})
         elif "chunks" in step:
             text = step.get("text", "x")
             for _ in range(step["chunks"]):
