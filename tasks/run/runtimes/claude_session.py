@@ -46,38 +46,53 @@ async def keep(ctx: RunContext, state: StreamState, raw: str, *, home_cap: int =
     ctx.agent_version = state.version or ctx.agent_version
     if state.session_id:
         ctx.agent_session_id = state.session_id
+    script = 'cd "$HOME" && if [ -e .claude.json ]; then set -- .claude.json; fi; exec tar -czf - .claude "$@"'
+    await save_home(ctx, ["sh", "-c", script], session=state.session_id, raw=raw, home_cap=home_cap)
+
+
+async def save_home(
+    ctx: RunContext,
+    argv: list[str],
+    *,
+    session: str,
+    raw: str,
+    archive_name: str = HOME_ARCHIVE,
+    home_cap: int = HOME_CAP,
+    agent: str = "Claude",
+) -> None:
+    """The raw stream, then the session's saved state (what `argv` prints in the sandbox, a
+    tar.gz, capped) into the task's state directory as `archive_name`."""
     if ctx.state_dir is None:
         return
     with contextlib.suppress(Exception):
         await asyncio.to_thread(_write, ctx.state_dir / "runs" / f"{ctx.gate_ctx.run_uuid}.jsonl", raw)
-    if not state.session_id:
+    if not session:
         return
-    script = 'cd "$HOME" && if [ -e .claude.json ]; then set -- .claude.json; fi; exec tar -czf - .claude "$@"'
     try:
-        result = await ctx.sandbox.exec(["sh", "-c", script], timeout=120, output_cap=home_cap)
+        result = await ctx.sandbox.exec(argv, timeout=120, output_cap=home_cap)
     except SandboxError as exc:
-        await ctx.emit("notice", Notice(text=f"the Claude session could not be saved: {exc}", level="warning"))
+        await ctx.emit("notice", Notice(text=f"the {agent} session could not be saved: {exc}", level="warning"))
         return
     if not result.ok or result.truncated_bytes:
         why = f"larger than {home_cap} bytes" if result.truncated_bytes else f"tar exit {result.exit_code}"
-        await ctx.emit("notice", Notice(text=f"the Claude session was not saved ({why})", level="warning"))
+        await ctx.emit("notice", Notice(text=f"the {agent} session was not saved ({why})", level="warning"))
         return
-    await asyncio.to_thread(write_file, ctx.state_dir / HOME_ARCHIVE, result.stdout)
+    await asyncio.to_thread(_write_bytes, ctx.state_dir / archive_name, result.stdout)
     await ctx.emit(
         "system",
         System(
             phase="agent_session",
-            text=f"session {state.session_id} saved ({len(result.stdout)} bytes)",
-            detail={"session_id": state.session_id, "bytes": len(result.stdout)},
+            text=f"session {session} saved ({len(result.stdout)} bytes)",
+            detail={"session_id": session, "bytes": len(result.stdout)},
         ),
     )
 
 
 def _write(path: Path, text: str) -> None:
-    write_file(path, text.encode())
+    _write_bytes(path, text.encode())
 
 
-def write_file(path: Path, data: bytes) -> None:
+def _write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
     tmp.write_bytes(data)
