@@ -128,6 +128,22 @@ async def test_a_reused_request_id_gets_one_decision_and_an_error(world: World) 
     assert any("reused request id" in n.text for n in emit.of("notice"))
 
 
+async def test_a_call_id_asked_again_with_another_input_is_refused(world: World) -> None:
+    other = "touch other-marker"
+    second = ask("call-3", other)
+    second["permission"]["toolCall"]["toolCallId"] = "call-3"
+    turns = [[ask("call-3", "true"), second, say("done")]]
+    gate = ScriptedGate()
+    outcome, emit = await run(world, world.runtime(turns), gate)
+    assert outcome.status is RunState.SUCCEEDED
+    first, again = world.answers()
+    assert first["result"]["outcome"]["optionId"] == "once"
+    assert again["result"]["outcome"] == {"outcome": "selected", "optionId": "no"}
+    assert not (world.sandbox.workspace / "other-marker").exists()
+    assert len(gate.events("pre_tool_use")) == 1
+    assert any("asked again with another input" in n.text for n in emit.of("notice"))
+
+
 async def test_stray_responses_noise_and_fs_requests_do_not_crash_the_run(world: World) -> None:
     turns = [[{"stray": True}, {"noise": "not json {"}, {"fs_read": "/etc/passwd"}, say("still here")]]
     outcome, _ = await run(world, world.runtime(turns), ScriptedGate())

@@ -1,29 +1,21 @@
 """The `acp` runtime: an operator-configured agent that speaks the Agent Client Protocol on its
-stdio, inside the sandbox, with forgehand as the ACP client (AGENTS.md decisions 2 to 5).
+stdio, inside the sandbox, with forgehand as the ACP client (AGENTS.md decisions 2 to 5; the
+operator's view is docs/agents.md "ACP agents"). A task names the agent (`agent_command`, the
+registry in tasks/core/agent_registry.py); `AcpRuntime.for_task` binds it for one run. The
+JSON-RPC client is forgehand's own (acp_rpc.py says why not PyPI `agent-client-protocol`).
 
-A task names the agent (`"runtime": "acp", "agent_command": NAME`, the registry in
-tasks/core/agent_registry.py); `AcpRuntime.for_task` binds the configured agent for one run.
-The JSON-RPC client is forgehand's own (acp_rpc.py says why not PyPI `agent-client-protocol`).
-
-One run: `initialize` (protocol version 1; client capabilities: no `fs` and no `terminal`, so the
-agent reads, writes and runs commands itself, inside the sandbox, where the managed hooks see
-them; a `fs/*` or `terminal/*` request is answered method-not-found), then `session/load` of the
-task's session when there is one and the agent can load (`agentCapabilities.loadSession`; the
-replayed history is not shown again), else `session/new` (cwd /workspace, no MCP servers yet:
-the run's back-channel is not wired to ACP agents), then `session/prompt` with the run's prompt.
-`session/update` becomes transcript events (acp_updates.py). `session/request_permission`
-becomes `pre_tool_use` with the tool's name, kind and exact `rawInput`, through the same
-`PolicyBroker` as the claude-code runtime (one dispatch per tool call id, whichever of the
-permission request and the managed hook asks first); the decision picks the option by kind
-(`choose_option`); an `ask` parks the call as an approval and the turn is cancelled. A stop sends
-`session/cancel` and answers every open permission request `cancelled`; a permission request
-after that is answered `cancelled` without a dispatch. Odd input never crashes the run: a second
-request with an id already used gets an error, a response to nothing is dropped, a line that is
-not JSON is skipped. An agent whose output ends before its prompt's response fails
-`agent_no_result`; stdout silent for `idle_seconds` fails `idle`."""
+One run: `initialize` (no `fs`, no `terminal`: the agent acts itself, inside the sandbox, where
+the managed hooks see it), `session/load` of the task's session when the agent can load, else
+`session/new`, then `session/prompt`. `session/update` becomes transcript events
+(acp_updates.py). `session/request_permission` becomes `pre_tool_use` (name, kind, exact
+`rawInput`) through the claude-code runtime's `PolicyBroker`, shared with the managed hook (one
+dispatch per tool call id); the option is picked by kind (`choose_option`); `ask` parks the call
+and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
+input is decided safely and never crashes the run (tests/integration/test_acp_protocol.py)."""
 
 import asyncio
 import contextlib
+import json
 import time
 from typing import Any
 
@@ -161,6 +153,7 @@ class _Drive:
         self.cancelled = False  # session/cancel sent: nothing more is decided
         self.request_ids: set[Any] = set()  # the agent's request ids seen (a reused one is refused)
         self.open_permissions: dict[Any, asyncio.Future[None]] = {}
+        self.asked: dict[str, str] = {}  # tool call id -> the input asked about (canonical JSON)
         self.posted: set[str] = set()
         self.last_text = ""
         self.last_line = time.monotonic()
@@ -211,6 +204,7 @@ class _Drive:
         self.open_permissions[msg.id] = answered
         try:
             if self.cancelled:
+                self.broker.denied.add(call_id)
                 await self._note(f"permission request for {call_id or 'a tool call'} after session/cancel: cancelled")
                 await self.peer.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
                 return
@@ -218,6 +212,14 @@ class _Drive:
             for kind, payload in self.updates.show(call_id):
                 await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
             tool_input = call.get("rawInput", seen.input)
+            canonical = json.dumps(tool_input, sort_keys=True, default=str)
+            if self.asked.setdefault(call_id, canonical) != canonical:
+                # A decision is per call id: another input under the same id was never decided.
+                self.broker.denied.add(call_id)
+                await self._note(f"{seen.name} ({call_id}): asked again with another input: refused")
+                answered.set_result(None)
+                await self.peer.respond(msg.id, {"outcome": choose_option(params.get("options"), False)[0]})
+                return
             verdict = await self.broker.decide(call_id, seen.name, tool_input)
             if answered.done():
                 return  # cancelled meanwhile: answered `cancelled` already
@@ -230,6 +232,7 @@ class _Drive:
                 answered.set_result(None)
                 await self.peer.respond(msg.id, {"outcome": outcome})
         except Exception as exc:  # a broken gate never lets the call run
+            self.broker.denied.add(call_id)
             if not answered.done():
                 answered.set_result(None)
                 await self.peer.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
