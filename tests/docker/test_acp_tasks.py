@@ -255,3 +255,32 @@ def test_a_hostile_repository_cannot_switch_the_claude_adapter_s_policy_off(
     assert [b["data"]["tool_use_id"] for b in consumer.seen if b["type"] == "pre_tool_use"] == ["toolu_h"]
     [result] = [e["payload"] for e in events if e["kind"] == "tool_result"]
     assert result["is_error"] and "no markers here" in result["output"]
+
+
+def test_ask_parks_the_adapter_s_call_and_approving_runs_exactly_that_input(claude_acp_settings: Settings) -> None:
+    command = {"command": "echo approved > /workspace/approved.txt", "description": "write"}
+    consumer = PolicyConsumer({"pre_tool_use": (200, {"permission": {"decision": "ask", "reason": "a person"}})})
+    turns = [tool_use("Bash", command, id="toolu_ask"), tool_use("Bash", command), text("done")]
+    with ScriptedAnthropic(turns, repeat_last=True, side=titles) as api:
+        s = with_model(claude_acp_settings, api)
+
+        async def check(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+            async with env.client() as c:
+                r = await c.post(TASKS, json={"goal": "approve me", **CLAUDE_ACP})
+                assert r.status_code == 201, r.text
+                blocked = await wait_state(c, 1, "blocked", "failed", "awaiting_review", timeout=240)
+                assert blocked["state"] == "blocked", blocked
+                parked = blocked["pending_approval"]
+                assert parked["tool_name"] == "Bash" and parked["tool_input"] == command
+                url = f"{TASKS}/1/approvals/{parked['id']}"
+                r = await c.post(url, json={"decision": "approve", "input_hash": parked["input_hash"]})
+                assert r.status_code == 200, r.text
+                return blocked, await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
+
+        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
+            blocked, done = asyncio.run(check(env))
+            assert tree_files(env.repo_path, done["head_sha"])["approved.txt"][1] == b"approved\n"
+    assert done["state"] == "awaiting_review", done
+    assert [r["kind"] for r in done["runs"]] == ["start", "approval"]
+    assert done["agent_session_id"] == blocked["agent_session_id"]
+    assert len([b for b in consumer.seen if b["type"] == "pre_tool_use"]) == 1  # the approved call is not asked again
