@@ -50,6 +50,8 @@ class AcpAgent(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     env: dict[str, str] = msgspec.field(default_factory=dict)
     # `_meta` of session/new and session/load: the adapter's own session options.
     session_meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    # Where in `session_meta` the run's turn limit goes (dotted path; "" = the agent takes none).
+    turn_limit_key: str = ""
 
 
 class _File(msgspec.Struct, forbid_unknown_fields=True):
@@ -79,6 +81,7 @@ SHIPPED_ACP_AGENTS: dict[str, AcpAgent] = {
         session_meta={
             "claudeCode": {"options": {"settingSources": ["user"], "strictMcpConfig": True, "promptSuggestions": False}}
         },
+        turn_limit_key="claudeCode.options.maxTurns",
     ),
     "codex-acp": AcpAgent(
         name="codex-acp",
@@ -110,6 +113,20 @@ class AgentInfo(msgspec.Struct, kw_only=True):
 
 class AgentList(msgspec.Struct, kw_only=True):
     agents: list[AgentInfo]
+
+
+def session_meta(agent: AcpAgent, turn_limit: int) -> dict[str, Any]:
+    """The `_meta` of the agent's session/new and session/load, with the run's turn limit."""
+    meta: dict[str, Any] = json.loads(json.dumps(agent.session_meta))  # a copy, nested too
+    if agent.turn_limit_key and turn_limit > 0:
+        *parents, leaf = agent.turn_limit_key.split(".")
+        node = meta
+        for key in parents:
+            child = node.get(key)
+            node[key] = child if isinstance(child, dict) else {}
+            node = node[key]
+        node[leaf] = turn_limit
+    return meta
 
 
 def load_acp_agents(path: str) -> dict[str, AcpAgent]:

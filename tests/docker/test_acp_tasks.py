@@ -284,3 +284,18 @@ def test_ask_parks_the_adapter_s_call_and_approving_runs_exactly_that_input(clau
     assert [r["kind"] for r in done["runs"]] == ["start", "approval"]
     assert done["agent_session_id"] == blocked["agent_session_id"]
     assert len([b for b in consumer.seen if b["type"] == "pre_tool_use"]) == 1  # the approved call is not asked again
+
+
+async def test_the_turn_limit_reaches_the_claude_adapter(claude_acp_settings: Settings) -> None:
+    turns = [tool_use("Bash", {"command": "true", "description": "again"})]
+    with ScriptedAnthropic(turns, repeat_last=True, side=titles) as api:
+        s = msgspec.structs.replace(with_model(claude_acp_settings, api), task_turn_limit=2)
+        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
+        for url in serve(s):
+            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
+                r = await c.post(TASKS, json={"goal": "loop forever", **CLAUDE_ACP})
+                assert r.status_code == 201, r.text
+                done = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
+    assert done["state"] == "failed", done
+    assert done["runs"][0]["failure_reason"] == "turn_limit", (done["runs"][0]["error"], len(agent_requests(api)))
+    assert len(agent_requests(api)) <= 3  # stopped by the adapter at the limit, not by a watchdog

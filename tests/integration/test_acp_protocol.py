@@ -170,6 +170,7 @@ async def test_an_agent_that_exits_mid_prompt_fails_with_a_typed_reason(world: W
         ("Internal error: API Error: 500 scripted failure", FailureReason.MODEL_ERROR),
         ("API Error: Connection refused (ECONNREFUSED)", FailureReason.MODEL_UNREACHABLE),
         ("something else broke", FailureReason.AGENT_NO_RESULT),
+        ("Internal error: Reached maximum number of turns (2)", FailureReason.TURN_LIMIT),
     ],
 )
 async def test_a_prompt_answered_with_an_error_fails_with_a_typed_reason(

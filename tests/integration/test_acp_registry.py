@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from forge.settings import Settings
-from tasks.core.agent_registry import SHIPPED_ACP_AGENTS, acp_agents, load_acp_agents, registry
+from tasks.core.agent_registry import SHIPPED_ACP_AGENTS, acp_agents, load_acp_agents, registry, session_meta
 from tests.support.acp_agent import argv
 from tests.support.tasks import seed
 from tests.support.web import csrf_from, sign_in
@@ -58,6 +58,15 @@ def test_the_file_is_read_as_toml_or_json_and_bad_files_name_what_is_wrong(tmp_p
             load_acp_agents(str(bad))
     with pytest.raises(ValueError, match="cannot read"):
         load_acp_agents(str(tmp_path / "missing.json"))
+
+
+def test_the_run_s_turn_limit_goes_into_the_adapter_s_session_options() -> None:
+    claude = SHIPPED_ACP_AGENTS["claude-agent-acp"]
+    meta = session_meta(claude, 7)
+    assert meta["claudeCode"]["options"]["maxTurns"] == 7
+    assert meta["claudeCode"]["options"]["settingSources"] == ["user"]
+    assert "maxTurns" not in claude.session_meta["claudeCode"]["options"]  # the config is not changed
+    assert session_meta(SHIPPED_ACP_AGENTS["codex-acp"], 7) == {}
 
 
 def test_the_registry_lists_every_runtime_with_version_image_and_layers(tmp_path: Path) -> None:

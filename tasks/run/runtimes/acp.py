@@ -22,7 +22,7 @@ from typing import Any
 from forge.settings import Settings
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
-from tasks.core.agent_registry import AcpAgent, acp_agent
+from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Notice, Question, System
 from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
@@ -320,8 +320,9 @@ class _Drive:
         info: dict[str, Any] = init["agentInfo"] if isinstance(init.get("agentInfo"), dict) else {}
         self.version = str(info.get("version") or "")[:64]
         new_params: dict[str, Any] = {"cwd": WORKDIR, "mcpServers": []}
-        if self.runtime.agent.session_meta:
-            new_params["_meta"] = self.runtime.agent.session_meta
+        meta = session_meta(self.runtime.agent, ctx.limits.turn_limit)
+        if meta:
+            new_params["_meta"] = meta
         if self.saved and caps.get("loadSession"):
             self.updates.replaying = True
             try:

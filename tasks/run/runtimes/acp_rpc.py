@@ -184,6 +184,8 @@ _UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed o
 def failure_of(error: RpcError) -> FailureReason:
     """The typed reason of a run whose prompt the agent answered with an error."""
     lowered = str(error).lower()
+    if "maximum number of turns" in lowered:  # the Claude adapter at its maxTurns
+        return FailureReason.TURN_LIMIT
     if "api error" in lowered or "model" in lowered:
         return FailureReason.MODEL_UNREACHABLE if any(w in lowered for w in _UNREACHABLE) else FailureReason.MODEL_ERROR
     return FailureReason.AGENT_NO_RESULT
