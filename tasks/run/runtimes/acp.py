@@ -164,8 +164,10 @@ class _Drive:
     # --- the policy paths -----------------------------------------------------------------------
 
     async def _stopping(self, verdict: Verdict) -> None:
-        """A call parked, a question or a failed policy: the turn ends (session/cancel)."""
-        await self.cancel(wait=False)
+        """A call parked, a question or a failed policy: the turn ends (session/cancel). The
+        decision's answer (to the hook, say) waits until the turn ended (at most CANCEL_WAIT), so
+        the agent does not call the model again with the refusal first."""
+        await self.cancel(wait=True)
 
     async def cancel(self, *, wait: bool = True) -> None:
         if self.cancelled or self.peer is None:
