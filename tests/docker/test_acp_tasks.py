@@ -16,8 +16,9 @@ from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
 from forge.settings import Settings
 from tests.support.acp_agent import argv, ask, say, tool_call
+from tests.support.agent_tasks import approve_with_policy, run_with_policy
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use
-from tests.support.policy import PolicyConsumer, served_with_policy
+from tests.support.policy import PolicyConsumer
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
@@ -58,18 +59,10 @@ def test_a_scripted_acp_agent_in_the_sandbox_lands_its_work_and_obeys_a_deny(
     consumer = PolicyConsumer()
     consumer.answer = deny_marker  # type: ignore[method-assign]
 
-    async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        async with env.client() as c:
-            body = {"goal": "write hello", "agent": "fixer", "runtime": "acp", "agent_command": "scripted"}
-            r = await c.post(TASKS, json=body)
-            assert r.status_code == 201, r.text
-            return await wait_state(c, 1, "awaiting_review", "failed", timeout=120), await all_events(c, 1)
-
-    for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-        done, events = asyncio.run(check(env))
-        files = tree_files(env.repo_path, done["head_sha"])
-        assert files["hello.txt"][1] == b"hello from acp\n"
-        assert "marker" not in files
+    body = {"goal": "write hello", "agent": "fixer", "runtime": "acp", "agent_command": "scripted"}
+    done, events, files = run_with_policy(s, consumer, body, timeout=120)
+    assert files["hello.txt"][1] == b"hello from acp\n"
+    assert "marker" not in files
     assert done["state"] == "awaiting_review", (done, [e["payload"] for e in events if e["kind"] == "notice"])
     assert done["summary"] == "wrote hello.txt; the marker was refused"
     assert (done["runs"][0]["agent_name"], done["runs"][0]["agent_version"]) == ("scripted", "0.0.1")
@@ -121,15 +114,7 @@ def test_the_claude_acp_adapter_edits_a_file_obeys_a_deny_and_never_sees_the_key
     with ScriptedAnthropic(turns, side=titles) as api:
         s = with_model(claude_acp_settings, api)
 
-        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "write hello", **CLAUDE_ACP})
-                assert r.status_code == 201, r.text
-                return await wait_state(c, 1, "awaiting_review", "failed", timeout=240), await all_events(c, 1)
-
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            done, events = asyncio.run(check(env))
-            files = tree_files(env.repo_path, done["head_sha"])
+        done, events, files = run_with_policy(s, consumer, {"goal": "write hello", **CLAUDE_ACP})
     notices = [e["payload"] for e in events if e["kind"] in ("notice", "system")]
     assert done["state"] == "awaiting_review", (done, notices)
     assert files["hello.txt"][1] == b"hello from the adapter\n"
@@ -234,7 +219,7 @@ def test_a_hostile_repository_cannot_switch_the_claude_adapter_s_policy_off(
     with ScriptedAnthropic(turns, side=titles) as api:
         s = with_model(claude_acp_settings, api)
 
-        async def check(env: Env) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        async def plant(env: Env) -> None:
             store = RepoStore(s.data_dir / "repos")
             try:
                 files = {".claude/settings.json": json.dumps(HOSTILE).encode(), ".mcp.json": b'{"mcpServers": {}}'}
@@ -242,14 +227,8 @@ def test_a_hostile_repository_cannot_switch_the_claude_adapter_s_policy_off(
                                   author=Identity(name="ana", email="ana@example.com"))  # fmt: skip
             finally:
                 await store.close()
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "make a marker", **CLAUDE_ACP})
-                assert r.status_code == 201, r.text
-                return await wait_state(c, 1, "awaiting_review", "failed", timeout=240), await all_events(c, 1)
 
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            done, events = asyncio.run(check(env))
-            files = tree_files(env.repo_path, done["head_sha"] or done["base_sha"])
+        done, events, files = run_with_policy(s, consumer, {"goal": "make a marker", **CLAUDE_ACP}, before=plant)
     assert done["state"] == "awaiting_review", done
     assert "marker" not in files and "repo-hook" not in files
     assert [b["data"]["tool_use_id"] for b in consumer.seen if b["type"] == "pre_tool_use"] == ["toolu_h"]
@@ -264,22 +243,8 @@ def test_ask_parks_the_adapter_s_call_and_approving_runs_exactly_that_input(clau
     with ScriptedAnthropic(turns, repeat_last=True, side=titles) as api:
         s = with_model(claude_acp_settings, api)
 
-        async def check(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "approve me", **CLAUDE_ACP})
-                assert r.status_code == 201, r.text
-                blocked = await wait_state(c, 1, "blocked", "failed", "awaiting_review", timeout=240)
-                assert blocked["state"] == "blocked", blocked
-                parked = blocked["pending_approval"]
-                assert parked["tool_name"] == "Bash" and parked["tool_input"] == command
-                url = f"{TASKS}/1/approvals/{parked['id']}"
-                r = await c.post(url, json={"decision": "approve", "input_hash": parked["input_hash"]})
-                assert r.status_code == 200, r.text
-                return blocked, await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
-
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            blocked, done = asyncio.run(check(env))
-            assert tree_files(env.repo_path, done["head_sha"])["approved.txt"][1] == b"approved\n"
+        blocked, done, files = approve_with_policy(s, consumer, {"goal": "approve me", **CLAUDE_ACP}, "Bash", command)
+    assert files["approved.txt"][1] == b"approved\n"
     assert done["state"] == "awaiting_review", done
     assert [r["kind"] for r in done["runs"]] == ["start", "approval"]
     assert done["agent_session_id"] == blocked["agent_session_id"]
