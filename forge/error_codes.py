@@ -127,6 +127,10 @@ class Code(StrEnum):
     GOAL_REQUIRED = "goal_required", 422, "a task needs a goal"
     COMMAND_REQUIRED = "command_required", 422, "the command runtime needs a command"
     INVALID_COMMAND = "invalid_command", 422, "a command with NUL, or a command for another runtime"
+    AGENT_COMMAND_REQUIRED = "agent_command_required", 422, "the acp runtime needs `agent_command` (a configured agent)"
+    UNKNOWN_ACP_AGENT = "unknown_acp_agent", 422, "`agent_command` names no configured ACP agent (GET /api/v1/agents)"
+    ACP_AGENT_UNAVAILABLE = "acp_agent_unavailable", 422, "the ACP agent is configured but cannot run yet (its reason)"
+    INVALID_AGENT_COMMAND = "invalid_agent_command", 422, "`agent_command` is for the acp runtime"
     MODEL_NOT_CONFIGURED = (
         "model_not_configured",
         422,

@@ -97,6 +97,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # Per-run socket directories (the model gateway, the hook bridge); short: socket paths have a
     # 107-byte limit. Empty means <tempdir>/forgehand-runs.
     run_channel_dir: str = ""
+    # ACP agents an operator configures for the `acp` runtime: a TOML or JSON file of
+    # {agents: [{name, command, image, description, provider, layers}]} (docs/agents.md).
+    acp_agents: str = ""
 
     @property
     def effective_database_url(self) -> str:

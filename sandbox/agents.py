@@ -18,7 +18,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -30,6 +29,16 @@ import docker.errors
 import msgspec
 from rich.console import Console
 
+from .acp_adapters import (
+    ACP_ADAPTER_PINS,
+    ACP_DIR,
+    NODE_PIN,
+    AdapterPin,
+    adapter_labels,
+    install_adapter,
+    install_node,
+    run_npm,
+)
 from .agent_scripts import (
     CODEX_REQUIREMENTS,
     CODEX_REQUIREMENTS_PATH,
@@ -56,13 +65,12 @@ if TYPE_CHECKING:
     from .engine import SandboxEngine
 
 # Bump when the recipe below or a script in agent_scripts.py changes.
-AGENTS_IMAGE_VERSION = "2"
+AGENTS_IMAGE_VERSION = "4"
 AGENTS_IMAGE_REPOSITORY = "forgehand-sandbox-agents"
 DEFAULT_AGENTS_IMAGE = f"{AGENTS_IMAGE_REPOSITORY}:{AGENTS_IMAGE_VERSION}"
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
 RECIPE_DIGEST_LABEL = "org.forgehand.agents.recipe"
 AGENT_LABEL_PREFIX = "org.forgehand.agent."
-NPM_TIMEOUT_SECONDS = 600
 
 
 class AgentPin(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +113,8 @@ FROM ${{BASE}}
 # COPY makes them root's and keeps the context's modes (0755, settings 0644); no RUN touches them
 # afterwards, which would store the binaries a second time in another layer.
 COPY bin/ /usr/local/bin/
+# node (bin/node above) and the ACP adapters, each with its node_modules (sandbox/acp_adapters.py).
+COPY acp/ {ACP_DIR}/
 COPY managed-settings.json {MANAGED_SETTINGS_PATH}
 COPY requirements.toml {CODEX_REQUIREMENTS_PATH}
 ARG FORGEHAND_AGENTS_VERSION={AGENTS_IMAGE_VERSION}
@@ -123,11 +133,17 @@ RECIPE_DIGEST = hashlib.sha256(
 ).hexdigest()[:16]
 
 
-def agent_labels(pins: dict[str, AgentPin] | None = None) -> dict[str, str]:
-    """The labels an up-to-date agents image carries."""
+def agent_labels(
+    pins: dict[str, AgentPin] | None = None, adapters: dict[str, AdapterPin] | None = None
+) -> dict[str, str]:
+    """The labels an up-to-date agents image carries: each CLI's and each ACP adapter's version
+    (`org.forgehand.agent.<name>`), node's, and the adapters' pinned dependencies."""
     pins = AGENT_PINS if pins is None else pins
+    adapters = ACP_ADAPTER_PINS if adapters is None else adapters
     labels = {AGENTS_VERSION_LABEL: AGENTS_IMAGE_VERSION, RECIPE_DIGEST_LABEL: RECIPE_DIGEST}
     labels.update({AGENT_LABEL_PREFIX + name: pin.version for name, pin in pins.items()})
+    labels.update({AGENT_LABEL_PREFIX + name: pin.version for name, pin in adapters.items()})
+    labels.update(adapter_labels(adapters))
     return labels
 
 
@@ -190,16 +206,7 @@ def install_agent(name: str, pin: AgentPin, *, arch: str | None = None, reporter
 
 def _npm_install(npm: str, pin: AgentPin, into: Path) -> None:
     argv = [npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--no-save", f"{pin.npm}@{pin.version}"]
-    try:
-        done = subprocess.run(argv, cwd=into, capture_output=True, text=True, timeout=NPM_TIMEOUT_SECONDS, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise ImageBuildFailed(f"npm install {pin.npm}@{pin.version} took over {NPM_TIMEOUT_SECONDS}s") from exc
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise ImageBuildFailed(
-            f"npm install {pin.npm}@{pin.version} failed:\n{tail}",
-            hint="check that the npm registry is reachable (npm config get registry)",
-        )
+    run_npm(argv, into, f"{pin.npm}@{pin.version}")
 
 
 def _installed_version(root: Path, pin: AgentPin) -> str | None:
@@ -211,7 +218,19 @@ def _installed_version(root: Path, pin: AgentPin) -> str | None:
     return version if isinstance(version, str) else None
 
 
-def _context(binaries: dict[str, Path], pins: dict[str, AgentPin]) -> io.BufferedRandom:
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    info.mode = 0o755 if info.isdir() or info.mode & 0o111 else 0o644
+    return info
+
+
+def _context(
+    binaries: dict[str, Path],
+    pins: dict[str, AgentPin],
+    node: Path | None = None,
+    adapters: dict[str, Path] | None = None,
+) -> io.BufferedRandom:
     """The build context as a tar file on disk (the binaries are hundreds of MB each)."""
     context = tempfile.TemporaryFile(dir="/var/tmp")  # noqa: SIM115 (handed to the build, closed after)
 
@@ -226,6 +245,12 @@ def _context(binaries: dict[str, Path], pins: dict[str, AgentPin]) -> io.Buffere
         add("requirements.toml", CODEX_REQUIREMENTS.encode(), 0o644)
         add("bin/" + Path(HOOK_PATH).name, HOOK_SCRIPT.encode(), 0o755)
         add("bin/" + Path(RELAY_PATH).name, RELAY_SCRIPT.encode(), 0o755)
+        add("acp/README", b"forgehand: the ACP adapters, one directory each (sandbox/acp_adapters.py)\n", 0o644)
+        if node is not None:
+            tar.add(str(node), arcname="bin/node", filter=_root_owned)
+        for name, root in (adapters or {}).items():
+            tar.add(str(root / "node_modules"), arcname=f"acp/{name}/node_modules", filter=_root_owned)
+            tar.add(str(root / "package.json"), arcname=f"acp/{name}/package.json", filter=_root_owned)
         for name, path in binaries.items():
             info = tar.gettarinfo(str(path), arcname="bin/" + pins[name].command)
             info.uid = info.gid = 0
@@ -237,17 +262,22 @@ def _context(binaries: dict[str, Path], pins: dict[str, AgentPin]) -> io.Buffere
     return context
 
 
-def agents_image_is_current(client: docker.DockerClient, tag: str, pins: dict[str, AgentPin]) -> str | None:
+def agents_image_is_current(
+    client: docker.DockerClient, tag: str, pins: dict[str, AgentPin], adapters: dict[str, AdapterPin] | None = None
+) -> str | None:
     """The id of `tag` if its labels name the current recipe, base version and pins."""
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
         return None
     labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-    want = {**agent_labels(pins), VERSION_LABEL: IMAGE_VERSION}
+    adapters = ACP_ADAPTER_PINS if adapters is None else adapters
+    want = {**agent_labels(pins, adapters), VERSION_LABEL: IMAGE_VERSION}
     if any(labels.get(k) != v for k, v in want.items()):
         return None
-    if agents_from_labels(labels) != {name: pin.version for name, pin in pins.items()}:
+    versions = {name: pin.version for name, pin in pins.items()}
+    versions.update({name: pin.version for name, pin in adapters.items()})
+    if agents_from_labels(labels) != versions:
         return None  # an agent dropped from the pins
     return str(image.id)
 
@@ -258,6 +288,7 @@ def build_agents_image(
     base: str = DEFAULT_IMAGE,
     force: bool = False,
     pins: dict[str, AgentPin] | None = None,
+    adapters: dict[str, AdapterPin] | None = None,
     base_url: str | None = None,
     console: Console | None = None,
     timeout: int = 1800,
@@ -265,10 +296,11 @@ def build_agents_image(
     """Build the agents image as `tag` (blocking; call it off the event loop)."""
     started = time.monotonic()
     pins = AGENT_PINS if pins is None else pins
+    adapters = ACP_ADAPTER_PINS if adapters is None else adapters
     client = connect(base_url, timeout)
     reporter = Reporter(console)
     try:
-        existing = agents_image_is_current(client, tag, pins)
+        existing = agents_image_is_current(client, tag, pins, adapters)
         if existing and not force:
             if console is not None:
                 console.print(f"[green]{tag}[/green] is up to date ({_describe(pins)}); use --force to rebuild")
@@ -280,8 +312,11 @@ def build_agents_image(
         with reporter.running():
             arch = npm_arch()
             binaries = {name: install_agent(name, pin, arch=arch, reporter=reporter) for name, pin in pins.items()}
+            cache = agents_cache_dir()
+            node = install_node(cache, arch, NODE_PIN, reporter) if adapters else None
+            installed = {name: install_adapter(cache, name, pin, reporter) for name, pin in adapters.items()}
             reporter.stage("build", f"{tag} ({_describe(pins)})")
-            with _context(binaries, pins) as context:
+            with _context(binaries, pins, node, installed) as context:
                 image_id = stream_build(
                     client,
                     reporter,
@@ -289,7 +324,7 @@ def build_agents_image(
                     custom_context=True,
                     tag=tag,
                     buildargs={"BASE": base, "FORGEHAND_AGENTS_VERSION": AGENTS_IMAGE_VERSION},
-                    labels=agent_labels(pins),
+                    labels=agent_labels(pins, adapters),
                     pull=False,
                     nocache=force,
                     network_mode="none",

@@ -15,10 +15,12 @@ from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
 from forge.settings import Settings
-from sandbox import DEFAULT_AGENTS_IMAGE, SandboxEngine, installed_agents
+from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE, SandboxEngine, installed_agents
 from tasks.core import egress_config
+from tasks.core.agent_registry import AgentInfo, registry
 from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll, PolicyGate
+from tasks.run.runtimes import RUNTIMES
 from tasks.run.webhook_gate import WebhookGate
 from tasks.run.worker import TaskWorker
 from tasks.services import merge_intents
@@ -79,6 +81,17 @@ class TaskSystem:
                 found = await asyncio.wait_for(installed_agents(engine, DEFAULT_AGENTS_IMAGE), 10)
         self._agents = (now, found)
         return found
+
+    async def agent_registry(self) -> list[AgentInfo]:
+        """Every runtime of the instance with its version, image and policy layers (the agents
+        image's labels, cached as `installed_agents`)."""
+        return registry(
+            RUNTIMES,
+            await self.installed_agents(),
+            acp_path=self.settings.acp_agents,
+            plain_image=self.settings.sandbox_image or DEFAULT_IMAGE,
+            agents_image=DEFAULT_AGENTS_IMAGE,
+        )
 
     def merge_service(self) -> MergeService:
         return MergeService(self.db, self.service)

@@ -8,7 +8,7 @@ import msgspec
 from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
-RuntimeName = Literal["builtin", "command", "claude-code", "codex"]
+RuntimeName = Literal["builtin", "command", "claude-code", "codex", "acp"]
 GOAL_MAX = 20_000
 BODY_MAX = 20_000
 
@@ -25,6 +25,8 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ) = None
     base: Annotated[str, msgspec.Meta(max_length=255)] = ""
     title: Annotated[str, msgspec.Meta(max_length=200)] = ""
+    # `acp` runtime: the name of an ACP agent the operator configured (GET /api/v1/agents).
+    agent_command: Annotated[str, msgspec.Meta(max_length=40)] | None = None
 
 
 class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -226,6 +228,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     usage: UsageRead = msgspec.field(default_factory=UsageRead)
     model_key: str | None = None
     egress: EgressRead = msgspec.field(default_factory=EgressRead)  # summed over the task's runs
+    # `acp` runtime: the configured ACP agent the task runs.
+    agent_command: str | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

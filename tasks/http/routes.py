@@ -1,5 +1,6 @@
 """Every route handler of tasks, for the composition root (forge/app.py)."""
 
+from tasks.http.agents_api import AgentController
 from tasks.http.approvals_api import ApprovalController
 from tasks.http.events import TaskEventsController
 from tasks.http.pages.reviews import ReviewPages
@@ -16,5 +17,6 @@ API_HANDLERS = [
     ReviewController,
     UserTaskController,
     RepoTaskSettingsController,
+    AgentController,
 ]
 PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, MyTaskPages]

@@ -39,7 +39,7 @@ from tasks.run import gitops, recovery
 from tasks.run.egress import RunEgress, blocked_notifier, open_run_egress, proxy_env
 from tasks.run.env import RunEnv
 from tasks.run.gateway import SOCKET_NAME, ChannelUnavailable, RunChannel, build_channel, provider_of
-from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits
+from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits, RuntimeUnavailable
 from tasks.run.settle import Settling
 from tasks.run.supervise import Stopped, Supervising
 
@@ -245,6 +245,12 @@ class Execution(Settling, Supervising):
         runtime = env.runtimes.get(self.runtime_name)
         if runtime is None:
             raise ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
+        bind = getattr(runtime, "for_task", None)  # a runtime of configured agents (acp) binds one
+        if bind is not None:
+            try:
+                runtime = bind(self.command, self.env.settings)
+            except RuntimeUnavailable as exc:
+                raise ProvisionFailed(exc.reason, str(exc)) from exc
         image = await self.image_for(runtime)
         gate_ctx = self.gate_ctx()
         decision = await env.gate.session_start(
@@ -364,9 +370,14 @@ class Execution(Settling, Supervising):
         kind = getattr(runtime, "image_kind", None)
         if kind is None or kind() != "agents":
             return self.env.image
+        own = getattr(runtime, "image", "")  # an operator's image for its agent: used as given
+        if own:
+            return str(own)
         image = self.env.agents_image or DEFAULT_AGENTS_IMAGE
+        label = getattr(runtime, "agent_label", runtime.name)  # "" = an operator's agent: no label
         try:
-            await self.env.engine.require_agent(runtime.name, image)
+            if label:
+                await self.env.engine.require_agent(label, image)
         except AgentMissing as exc:
             raise ProvisionFailed(
                 FailureReason.IMAGE_MISSING, f"{exc}: run `forgehand sandbox build --agents`"

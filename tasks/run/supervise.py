@@ -102,6 +102,10 @@ class Supervising:
             stop_wait.cancel()
             budget_wait.cancel()
             if not runtime_task.done():
+                stopping = getattr(self.runtime, "stopping", None)  # e.g. ACP's session/cancel
+                if stopping is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(stopping(), 10)
                 # Removing the sandbox ends any exec at once; then the runtime task unwinds.
                 if self.sandbox is not None:
                     with contextlib.suppress(Exception):

@@ -22,6 +22,7 @@ from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
 from tasks.core import payloads, repo_settings
+from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.lifecycle import (
     Changed,
     Lifecycle,
@@ -249,6 +250,21 @@ class TaskService:
             raise InvalidInput("command arguments may not contain NUL", code="invalid_command")
         return command
 
+    def _acp_agent(self, data: TaskCreate) -> AcpAgent:
+        if not data.agent_command:
+            raise InvalidInput("the acp runtime needs `agent_command`", code="agent_command_required")
+        try:
+            agent = acp_agent(self.settings.acp_agents, data.agent_command)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), code="unknown_acp_agent") from None
+        if agent is None:
+            raise InvalidInput(f"no ACP agent named {data.agent_command!r} is configured", code="unknown_acp_agent")
+        if agent.unavailable:
+            raise InvalidInput(
+                f"the ACP agent {agent.name!r} cannot run yet: {agent.unavailable}", code="acp_agent_unavailable"
+            )
+        return agent
+
     async def _prepare_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> tuple[Task, Account]:
         """Everything a start checks, and the task it would create (not added, no number yet)."""
         rules.require_start(actor.principal, res)
@@ -257,18 +273,26 @@ class TaskService:
             raise InvalidInput("the goal is required", code="goal_required")
         runtime = data.runtime or ("command" if data.command is not None else "builtin")
         command = self._command(data, runtime)
-        if runtime in _CLI_NEEDS:
-            provider, what = _CLI_NEEDS[runtime]
+        need = _CLI_NEEDS.get(runtime)
+        if runtime == "acp":
+            agent_cfg = self._acp_agent(data)
+            command = agent_cfg.name
+            # An ACP agent needs the endpoint of the provider it talks to (none: no model at all).
+            need = {"anthropic": _CLI_NEEDS["claude-code"], "openai": _CLI_NEEDS["codex"]}.get(agent_cfg.provider)
+        elif data.agent_command is not None:
+            raise InvalidInput("`agent_command` is for the acp runtime", code="invalid_agent_command")
+        if need is not None:
+            provider, what = need
             access = await repo_settings.model_access(
                 self.session, self.settings, res.repo.id, actor.principal.account_id
             )
             if not access[provider].configured:
                 raise InvalidInput(f"the {runtime} runtime needs {what}", code="model_not_configured")
-        elif runtime != "command":
+        elif runtime not in ("command", "acp"):
             effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
             if not (effective.model_base_url and effective.model_name):
                 raise InvalidInput(
-                    "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
+                    f"the {runtime} runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
                     "use the command runtime or configure one",
                     code="model_not_configured",
                 )

@@ -4,7 +4,6 @@ image with the real CLI 2.1.332, the run's model gateway, a scripted Anthropic s
 a Bash call and the model reads the reason; `ask` parks and approving runs exactly that input; a
 review that requests changes continues the same Claude session."""
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,10 @@ import pytest
 
 from forge.settings import Settings
 from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
+from tests.support.agent_tasks import approve_with_policy
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
-from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, task_settings, tree_files, wait_state
+from tests.support.policy import PolicyConsumer
+from tests.support.tasks import task_settings, tree_files
 
 pytestmark = pytest.mark.docker
 
@@ -104,22 +104,9 @@ def test_ask_parks_and_approving_runs_exactly_that_input_in_the_same_session(cla
     with ScriptedAnthropic(turns, repeat_last=True) as api:
         s = with_model(claude_settings, api)
 
-        async def check(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
-            async with env.client() as c:
-                r = await c.post(TASKS, json={"goal": "approve me", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                blocked = await wait_state(c, 1, "blocked", "failed", "awaiting_review", timeout=180)
-                assert blocked["state"] == "blocked", blocked
-                parked = blocked["pending_approval"]
-                assert parked["tool_name"] == "Bash" and parked["tool_input"] == command
-                url = f"{TASKS}/1/approvals/{parked['id']}"
-                r = await c.post(url, json={"decision": "approve", "input_hash": parked["input_hash"]})
-                assert r.status_code == 200, r.text
-                return blocked, await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-
-        for env in served_with_policy(s, consumer, ["pre_tool_use"]):
-            blocked, done = asyncio.run(check(env))
-            assert tree_files(env.repo_path, done["head_sha"])["approved.txt"][1] == b"approved\n"
+        body = {"goal": "approve me", "agent": "fixer", "runtime": "claude-code"}
+        blocked, done, files = approve_with_policy(s, consumer, body, "Bash", command, timeout=180)
+    assert files["approved.txt"][1] == b"approved\n"
     assert done["state"] == "awaiting_review", done
     assert [r["kind"] for r in done["runs"]] == ["start", "approval"]
     assert done["agent_session_id"] == blocked["agent_session_id"]

@@ -26,6 +26,7 @@ from sandbox import (
     build_agents_image,
     installed_agents,
 )
+from sandbox.acp_adapters import ACP_ADAPTER_PINS
 from sandbox.agent_scripts import CODEX_REQUIREMENTS, CODEX_REQUIREMENTS_PATH, MANAGED_SETTINGS, MANAGED_SETTINGS_PATH
 from sandbox.agents import agents_cache_dir
 from sandbox.cli import sandbox_group
@@ -67,7 +68,12 @@ def test_cli_build_agents_is_idempotent_and_fails_clearly_without_npm(
 async def test_installed_agents_and_the_missing_cases(engine: SandboxEngine, agents_image: str) -> None:
     cached = await engine.ensure_agents_image(agents_image)
     assert cached.recipe == "cached" and not cached.built
-    assert await installed_agents(engine, agents_image) == {"claude-code": CLAUDE_VERSION, "codex": CODEX_VERSION}
+    adapters = {name: pin.version for name, pin in ACP_ADAPTER_PINS.items()}
+    assert await installed_agents(engine, agents_image) == {
+        "claude-code": CLAUDE_VERSION,
+        "codex": CODEX_VERSION,
+        **adapters,
+    }
     assert await engine.require_agent("claude-code", agents_image) == CLAUDE_VERSION
     assert await engine.require_agent("codex", agents_image) == CODEX_VERSION
     with pytest.raises(AgentMissing, match="has no gemini") as caught:

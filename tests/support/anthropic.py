@@ -16,13 +16,15 @@ sent and which key reached it. It answers whatever model name it is given.
 
 Turn builders: `text(...)`, `tool_use(name, input, id=None)`, `turn(*turns)` (several blocks in
 one answer), `status(429, retry_after=...)`, `status(500)`, `slow(seconds)`, `hang()`.
-`POST /v1/messages/count_tokens` answers without using a turn.
+`POST /v1/messages/count_tokens` answers without using a turn; so does any request the `side`
+callable answers (it gets the body and returns a Turn, or None for the script's next turn).
 """
 
 import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -224,9 +226,17 @@ def message_json(t: Turn, model: str) -> dict[str, Any]:
 
 
 class ScriptedAnthropic:
-    def __init__(self, turns: list[Turn], *, repeat_last: bool = False) -> None:
+    def __init__(
+        self,
+        turns: list[Turn],
+        *,
+        repeat_last: bool = False,
+        side: Callable[[dict[str, Any]], Turn | None] | None = None,
+    ) -> None:
         self.turns = list(turns)
         self.repeat_last = repeat_last
+        # Answers requests outside the script (e.g. a session-title request) without using a turn.
+        self.side = side
         self.calls: list[Recorded] = []
         # when the last byte of each /v1/messages answer was written (time.monotonic)
         self.finished_at: list[float] = []
@@ -266,7 +276,7 @@ class ScriptedAnthropic:
                 if path != "/v1/messages":
                     self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}})
                     return
-                t = api._next_turn()
+                t = (api.side(body) if api.side is not None and isinstance(body, dict) else None) or api._next_turn()
                 if t.hang:
                     api._closing.wait()
                     self.close_connection = True

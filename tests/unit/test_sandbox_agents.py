@@ -57,7 +57,13 @@ def test_pins_are_labels_and_read_back() -> None:
     assert agents_from_labels({**labels, "org.forgehand.sandbox.version": "1"}) == {
         "claude-code": "2.1.332",
         "codex": "0.171.0",
+        "claude-agent-acp": "0.101.0",
+        "codex-acp": "2.6.0",
     }
+    # node and the adapters' own pinned dependencies are recorded too (not agents).
+    assert labels["org.forgehand.runtime.node"] == "24.22.3"
+    assert "@anthropic-ai/claude-agent-sdk@0.3.318" in labels["org.forgehand.acp.claude-agent-acp.dependencies"]
+    assert "@openai/codex@0.171.0" in labels["org.forgehand.acp.codex-acp.dependencies"]
 
 
 def test_codex_requirements_pin_the_managed_hooks_on() -> None:

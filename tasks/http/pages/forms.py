@@ -14,6 +14,7 @@ class StartForm(msgspec.Struct, kw_only=True):
     agent: str = ""
     runtime: str = "command"
     command: str = ""
+    agent_command: str = ""  # acp runtime: the configured agent
     base: str = ""
     title: str = ""
     csrf_token: str = ""
@@ -68,6 +69,8 @@ def task_create(data: StartForm) -> TaskCreate:
     }
     if data.runtime == "command":
         raw["command"] = form_text(data.command)
+    if data.runtime == "acp":
+        raw["agent_command"] = data.agent_command.strip()
     try:
         return msgspec.convert(raw, TaskCreate)
     except msgspec.ValidationError as exc:

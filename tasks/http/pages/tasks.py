@@ -92,6 +92,7 @@ async def list_page(
         options=options,
         goal_max=GOAL_MAX,
         agents=await task_system(request.app.state).installed_agents(),
+        acp_agents=[a for a in await task_system(request.app.state).agent_registry() if a.runtime == "acp"],
         **repo_context(res, principal, svc.base_url),
     )
 

@@ -3,6 +3,7 @@ one entry in `RUNTIMES` (the name a task's `runtime` field selects)."""
 
 from collections.abc import Callable
 
+from tasks.run.runtimes.acp import AcpRuntime
 from tasks.run.runtimes.base import Runtime
 from tasks.run.runtimes.builtin import BuiltinRuntime
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
@@ -14,6 +15,7 @@ RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "command": CommandRuntime,
     "claude-code": ClaudeCodeRuntime,
     "codex": CodexRuntime,
+    "acp": AcpRuntime,
 }
 
 

@@ -29,7 +29,7 @@ class AgentHome(msgspec.Struct, frozen=True, kw_only=True):
 
     label: str  # for notices: "Claude", "Codex"
     archive: str  # the file in the task's state directory
-    path: str  # under $HOME, always archived
+    path: str  # under $HOME, always archived ("" = none: only the optional ones)
     optional: tuple[str, ...] = ()  # under $HOME, archived when present
     # A shell snippet run in $HOME before every start of the CLI: it removes the configuration the
     # agent may have written there in an earlier turn or run (settings that would shape the next
@@ -103,9 +103,12 @@ async def keep(
     if not state.session_id:
         return
     optional = " ".join(shlex.quote(p) for p in home.optional)
+    required = shlex.quote(home.path) if home.path else ""
+    # `path` must be there (tar fails on it otherwise: nothing to resume); each optional when present;
+    # with nothing to archive, tar is not run and there is nothing to resume from.
     script = (
-        f'cd "$HOME" && set -- && for p in {optional}; do if [ -e "$p" ]; then set -- "$@" "$p"; fi; done; '
-        f'exec tar -czf - {shlex.quote(home.path)} "$@"'
+        f'cd "$HOME" && set -- {required} && for p in {optional}; do if [ -e "$p" ]; then set -- "$@" "$p"; fi; '
+        'done; if [ "$#" -eq 0 ]; then exit 3; fi; exec tar -czf - "$@"'
     )
     try:
         result = await ctx.sandbox.exec(["sh", "-c", script], timeout=120, output_cap=home_cap)

@@ -1,0 +1,455 @@
+"""The `acp` runtime: an operator-configured agent that speaks the Agent Client Protocol on its
+stdio, inside the sandbox, with forgehand as the ACP client (AGENTS.md decisions 2 to 5; the
+operator's view is docs/agents.md "ACP agents"). A task names the agent (`agent_command`, the
+registry in tasks/core/agent_registry.py); `AcpRuntime.for_task` binds it for one run. The
+JSON-RPC client is forgehand's own (acp_rpc.py says why not PyPI `agent-client-protocol`).
+
+One run: `initialize` (no `fs`, no `terminal`: the agent acts itself, inside the sandbox, where
+the managed hooks see it), `session/load` of the task's session when the agent can load, else
+`session/new`, then `session/prompt`. `session/update` becomes transcript events
+(acp_updates.py). `session/request_permission` becomes `pre_tool_use` (name, kind, exact
+`rawInput`) through the claude-code runtime's `PolicyBroker`, shared with the managed hook (one
+dispatch per tool call id); the option is picked by kind (`choose_option`); `ask` parks the call
+and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
+input is decided safely and never crashes the run (tests/integration/test_acp_protocol.py)."""
+
+import asyncio
+import contextlib
+import json
+import time
+from typing import Any
+
+from forge.settings import Settings
+from sandbox import SandboxError
+from sandbox.spec import HOME_DIR
+from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
+from tasks.core.states import FailureReason, RunState
+from tasks.core.transcript import HeadTail, Notice, Question, System
+from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
+from tasks.run.runtimes.acp_session import home_of, keep, restore
+from tasks.run.runtimes.acp_updates import UpdateState, choose_option
+from tasks.run.runtimes.agent_session import prompt_of, scrub
+from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
+from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_answer, hook_refusal
+from tasks.run.runtimes.policy_steps import after_tool, record
+
+PROTOCOL_VERSION = 1
+WORKDIR = "/workspace"
+RAW_CAP = 8 * 1024 * 1024
+SETUP_TIMEOUT = 120.0  # initialize and session/new or load (an adapter starts its CLI first)
+CANCEL_WAIT = 5.0  # seconds the prompt gets to end after session/cancel
+
+
+class AcpRuntime:
+    """The `acp` entry of RUNTIMES: unbound; `for_task` gives the runtime of one run."""
+
+    name = "acp"
+
+    def __init__(self, *, agents_path: str | None = None, idle_seconds: float = 300.0) -> None:
+        self.agents_path = agents_path  # None = the instance's FORGEHAND_ACP_AGENTS
+        self.idle_seconds = idle_seconds
+
+    def needs_model(self) -> bool:
+        return True
+
+    def for_task(self, command: Any, settings: Settings) -> "AcpAgentRuntime":
+        name = command if isinstance(command, str) else ""
+        path = settings.acp_agents if self.agents_path is None else self.agents_path
+        try:
+            agent = acp_agent(path, name)
+        except ValueError as exc:
+            raise RuntimeUnavailable(str(exc), FailureReason.INTERNAL) from None
+        if agent is None:
+            raise RuntimeUnavailable(f"no ACP agent named {name!r} is configured", FailureReason.INTERNAL)
+        return AcpAgentRuntime(agent, idle_seconds=self.idle_seconds)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        raise RuntimeUnavailable("the acp runtime runs a configured agent (agent_command)", FailureReason.INTERNAL)
+
+
+class AcpAgentRuntime:
+    """One configured ACP agent, for one run."""
+
+    name = "acp"
+
+    def __init__(self, agent: AcpAgent, *, idle_seconds: float = 300.0) -> None:
+        self.agent = agent
+        self.idle_seconds = idle_seconds
+        self.model_provider = "openai" if agent.provider == "openai" else "anthropic"
+        self.image = agent.image  # "" = the agents image
+        self.agent_label = agent.package  # the agents image must carry it ("" = no label check)
+        self._drive: _Drive | None = None
+
+    def needs_model(self) -> bool:
+        return self.agent.provider != "none"
+
+    def image_kind(self) -> str:
+        return "agents"
+
+    async def stopping(self) -> None:
+        """The run is being stopped: cancel the turn the ACP way before the sandbox goes."""
+        if self._drive is not None:
+            await self._drive.cancel()
+
+    def env(self, ctx: RunContext) -> dict[str, str]:
+        env = {"HOME": HOME_DIR, **self.agent.env}
+        channel = ctx.channel
+        if channel is None:
+            return env
+        env["FORGEHAND_RUN_TOKEN"] = channel.token
+        if self.agent.provider == "anthropic":
+            env.update(
+                ANTHROPIC_BASE_URL="http://localhost",
+                ANTHROPIC_UNIX_SOCKET=channel.container_socket,
+                ANTHROPIC_AUTH_TOKEN=channel.token,
+                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                DISABLE_AUTOUPDATER="1",
+                CLAUDE_CODE_MAX_RETRIES="4",
+            )
+            if channel.provider.anthropic_model:
+                env["ANTHROPIC_MODEL"] = channel.provider.anthropic_model
+        return env
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        if self.agent.provider != "none" and ctx.channel is None:
+            raise RuntimeUnavailable("no model gateway for this run", FailureReason.MODEL_UNREACHABLE)
+        session = await restore(ctx, self.agent)
+        drive = _Drive(self, ctx, session)
+        self._drive = drive
+        if ctx.channel is not None:
+            ctx.channel.set_hook_handler(drive.on_hook)
+        try:
+            await scrub(ctx, home_of(self.agent))
+            proc = await ctx.sandbox.spawn(
+                list(self.agent.command), env=self.env(ctx), cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining)
+            )
+        except SandboxError as exc:
+            raise RuntimeUnavailable(f"{self.agent.name} could not start: {exc}", FailureReason.INTERNAL) from exc
+        try:
+            outcome = await drive.run(proc, prompt_of(ctx, session))
+        finally:
+            with contextlib.suppress(Exception):
+                await proc.kill()
+            ctx.agent_name = self.agent.name
+            ctx.agent_session_id = drive.session or ctx.agent_session_id
+            ctx.agent_version = drive.version or ctx.agent_version
+            await keep(ctx, self.agent, drive.session, drive.raw.text())
+        return outcome
+
+
+class _Drive:
+    """One agent process: the JSON-RPC peer, the permission path, the hook path, the watchdog."""
+
+    def __init__(self, runtime: AcpAgentRuntime, ctx: RunContext, session: str) -> None:
+        self.runtime = runtime
+        self.ctx = ctx
+        self.saved = session
+        self.session = ""
+        self.version = ""
+        self.raw = HeadTail(RAW_CAP)
+        self.updates = UpdateState()
+        self.broker = PolicyBroker(ctx, self._stopping)
+        self.peer: Peer | None = None
+        self.proc: Any = None
+        self.cancelled = False  # session/cancel sent: nothing more is decided
+        self.request_ids: set[Any] = set()  # the agent's request ids seen (a reused one is refused)
+        self.open_permissions: dict[Any, asyncio.Future[None]] = {}
+        self.asked: dict[str, str] = {}  # tool call id -> the input asked about (canonical JSON)
+        self.posted: set[str] = set()
+        self.last_text = ""
+        self.last_line = time.monotonic()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.prompting = False
+        self.prompt_ended = asyncio.Event()
+
+    # --- the policy paths -----------------------------------------------------------------------
+
+    async def _stopping(self, verdict: Verdict) -> None:
+        """A call parked, a question or a failed policy: the turn ends (session/cancel). The
+        decision's answer (to the hook, say) waits until the turn ended (at most CANCEL_WAIT), so
+        the agent does not call the model again with the refusal first."""
+        await self.cancel(wait=True)
+
+    async def cancel(self, *, wait: bool = True) -> None:
+        if self.cancelled or self.peer is None:
+            return
+        self.cancelled = True
+        if self.session:
+            await self.peer.notify("session/cancel", {"sessionId": self.session})
+        for request_id, done in list(self.open_permissions.items()):
+            if not done.done():
+                done.set_result(None)
+                await self.peer.respond(request_id, {"outcome": {"outcome": "cancelled"}})
+        if wait and self.prompting:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.prompt_ended.wait(), CANCEL_WAIT)
+
+    async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The managed hook of the CLI under the adapter (the backstop), as for claude-code."""
+        if agent != "claude":
+            return hook_refusal(event, f"forgehand: no {agent} hooks in this run")
+        if event != "PreToolUse":
+            return {}
+        name, tool_input = body.get("tool_name"), body.get("tool_input")
+        if not isinstance(name, str) or not name:
+            return hook_refusal(event, "forgehand: the hook input names no tool")
+        if self.cancelled:
+            return hook_refusal(event, "forgehand: the turn was cancelled")
+        verdict = await self.broker.decide(str(body.get("tool_use_id") or ""), name, tool_input)
+        return hook_answer(event, verdict)
+
+    async def _permission(self, msg: Incoming) -> None:
+        assert self.peer is not None
+        params: dict[str, Any] = msg.params if isinstance(msg.params, dict) else {}
+        call: dict[str, Any] = params["toolCall"] if isinstance(params.get("toolCall"), dict) else {}
+        call_id = str(call.get("toolCallId") or "")
+        answered = asyncio.get_running_loop().create_future()
+        self.open_permissions[msg.id] = answered
+        try:
+            if self.cancelled:
+                self.broker.denied.add(call_id)
+                await self._note(f"permission request for {call_id or 'a tool call'} after session/cancel: cancelled")
+                await self.peer.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
+                return
+            seen = self.updates.see(call)
+            for kind, payload in self.updates.show(call_id):
+                await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
+            tool_input = call.get("rawInput", seen.input)
+            canonical = json.dumps(tool_input, sort_keys=True, default=str)
+            if self.asked.setdefault(call_id, canonical) != canonical:
+                # A decision is per call id: another input under the same id was never decided.
+                self.broker.denied.add(call_id)
+                await self._note(f"{seen.name} ({call_id}): asked again with another input: refused")
+                answered.set_result(None)
+                await self.peer.respond(msg.id, {"outcome": choose_option(params.get("options"), False)[0]})
+                return
+            verdict = await self.broker.decide(call_id, seen.name, tool_input)
+            if answered.done():
+                return  # cancelled meanwhile: answered `cancelled` already
+            outcome, allowed, note = choose_option(params.get("options"), verdict.behavior == "allow")
+            if not allowed:
+                self.broker.denied.add(call_id)
+            if note:
+                await self._note(f"{seen.name} ({call_id}): {note}")
+            if not answered.done():
+                answered.set_result(None)
+                await self.peer.respond(msg.id, {"outcome": outcome})
+        except Exception as exc:  # a broken gate never lets the call run
+            self.broker.denied.add(call_id)
+            if not answered.done():
+                answered.set_result(None)
+                await self.peer.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
+            if not isinstance(exc, asyncio.CancelledError):
+                failure = f"forgehand policy error: {type(exc).__name__}"
+                self.broker.policy_failure = self.broker.policy_failure or failure
+        finally:
+            self.open_permissions.pop(msg.id, None)
+
+    async def _note(self, text: str) -> None:
+        await self.ctx.emit("notice", Notice(text=text[:4000], level="warning"))
+
+    async def on_message(self, msg: Incoming) -> None:
+        assert self.peer is not None
+        if msg.is_request:
+            if msg.id in self.request_ids:
+                await self._note(f"the agent reused request id {msg.id!r} ({msg.method}): refused")
+                await self.peer.respond_error(msg.id, -32600, "request id already used")
+                return
+            self.request_ids.add(msg.id)
+            if msg.method == "session/request_permission":
+                self._spawn(self._permission(msg))
+            else:  # fs/*, terminal/*: capabilities forgehand does not offer
+                await self.peer.respond_error(msg.id, METHOD_NOT_FOUND, f"forgehand does not serve {msg.method}")
+            return
+        if msg.method == "session/update":
+            params = msg.params if isinstance(msg.params, dict) else {}
+            for kind, payload in self.updates.feed(params.get("update")):
+                await self._emit(kind, payload)
+
+    async def _emit(self, kind: str, payload: Any) -> None:
+        await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
+        if kind == "assistant":
+            self.last_text = payload.text
+        elif kind == "tool_result" and payload.id not in self.posted and payload.id not in self.broker.denied:
+            self.posted.add(payload.id)
+            await after_tool(
+                self.ctx, tool_use_id=payload.id, tool_name=payload.name, output=payload.output,
+                is_error=payload.is_error,
+            )  # fmt: skip
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _touch(self) -> None:
+        self.last_line = time.monotonic()
+
+    # --- the run --------------------------------------------------------------------------------
+
+    async def run(self, proc: Any, prompt: str) -> Outcome:
+        self.proc = proc
+        peer = self.peer = Peer(proc, self.on_message, self.raw)
+        reader = asyncio.ensure_future(peer.read(self._touch))
+        try:
+            return await self._session(peer, prompt)
+        except AgentExited:
+            return await self._exited()
+        except RpcError as exc:
+            return self._failed(failure_of(exc), f"{self.runtime.agent.name} refused: {exc}")
+        except TimeoutError:
+            return self._failed(FailureReason.IDLE, f"{self.runtime.agent.name} did not answer the session setup")
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await peer.close_stdin()
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    async def _session(self, peer: Peer, prompt: str) -> Outcome:
+        ctx = self.ctx
+        init = await peer.request(
+            "initialize",
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+                "clientInfo": {"name": "forgehand", "version": "1"},
+            },
+            limit=SETUP_TIMEOUT,
+        )
+        init = init if isinstance(init, dict) else {}
+        caps: dict[str, Any] = init["agentCapabilities"] if isinstance(init.get("agentCapabilities"), dict) else {}
+        info: dict[str, Any] = init["agentInfo"] if isinstance(init.get("agentInfo"), dict) else {}
+        self.version = str(info.get("version") or "")[:64]
+        new_params: dict[str, Any] = {"cwd": WORKDIR, "mcpServers": []}
+        meta = session_meta(self.runtime.agent, ctx.limits.turn_limit)
+        if meta:
+            new_params["_meta"] = meta
+        if self.saved and caps.get("loadSession"):
+            self.updates.replaying = True
+            try:
+                await peer.request("session/load", {"sessionId": self.saved, **new_params}, limit=SETUP_TIMEOUT)
+                self.session = self.saved
+            except RpcError as exc:
+                text = f"session {self.saved} could not be loaded ({exc}): a new one starts"
+                await ctx.emit("notice", Notice(text=text, level="warning"))
+            finally:
+                self.updates.replaying = False
+        elif self.saved:
+            await ctx.emit("notice", Notice(text="the agent cannot load sessions: a new one starts", level="warning"))
+        if not self.session:
+            created = await peer.request("session/new", new_params, limit=SETUP_TIMEOUT)
+            session = created.get("sessionId") if isinstance(created, dict) else None
+            if not isinstance(session, str) or not session:
+                return self._failed(FailureReason.AGENT_NO_RESULT, "session/new answered no sessionId")
+            self.session = session[:128]
+        name = self.runtime.agent.name
+        verb = "loaded" if self.session == self.saved else "started"
+        detail = {"agent": name, "version": self.version, "session_id": self.session, "capabilities": caps}
+        text = f"{name} {self.version} {verb} session {self.session}"
+        await ctx.emit("system", System(phase="agent", text=text, detail=detail))
+        result = await self._prompt(peer, prompt)
+        if isinstance(result, Outcome):
+            return result
+        if result == "end_turn" and not self._ending():
+            decision = await ctx.gate.stop(ctx.gate_ctx, summary=self.last_text, turns=ctx.turns, changed_files=[])
+            await record(ctx, decision)
+            if decision.model_context.strip():
+                again = await self._prompt(peer, decision.model_context)
+                if isinstance(again, Outcome):
+                    return again
+                result = again
+        return await self._outcome(result)
+
+    async def _prompt(self, peer: Peer, text: str) -> str | Outcome:
+        """One `session/prompt`; its stopReason, or the failure that ended it."""
+        self.ctx.turns += 1
+        self.prompting = True
+        self.prompt_ended.clear()
+        call = asyncio.ensure_future(
+            peer.request("session/prompt", {"sessionId": self.session, "prompt": [{"type": "text", "text": text}]})
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=1.0)
+                if done:
+                    break
+                quiet = time.monotonic() - self.last_line
+                if quiet > self.runtime.idle_seconds and not self.broker_busy():
+                    call.cancel()
+                    with contextlib.suppress(Exception):
+                        await self.proc.kill()
+                    idle = f"{self.runtime.agent.name} printed nothing for {self.runtime.idle_seconds:g} s"
+                    return self._failed(FailureReason.IDLE, f"{idle}: killed as idle")
+            response = call.result()
+        finally:
+            self.prompting = False
+            self.prompt_ended.set()
+        for kind, payload in self.updates.flush() + self.updates.pending_calls():
+            await self._emit(kind, payload)
+        response = response if isinstance(response, dict) else {}
+        self._account(response.get("usage"))
+        stop = str(response.get("stopReason") or "")
+        usage = self.updates.usage
+        detail = {"stop_reason": stop, "usage": response.get("usage"), "context": usage}
+        text = f"{self.runtime.agent.name} turn ended: {stop}"
+        await self.ctx.emit("system", System(phase="agent_result", text=text, detail=detail))
+        return stop
+
+    def broker_busy(self) -> bool:
+        """A decision is being taken (a consumer, a person): silence then is not the agent's."""
+        return bool(self.open_permissions) or bool(self._tasks)
+
+    def _account(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+
+        def num(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and value >= 0 else 0
+
+        self.ctx.prompt_tokens += num("inputTokens") + num("cachedReadTokens") + num("cachedWriteTokens")
+        self.ctx.completion_tokens += num("outputTokens")
+
+    def _ending(self) -> bool:
+        broker = self.broker
+        return broker.parked is not None or bool(broker.policy_failure or broker.question)
+
+    def _failed(self, reason: FailureReason, text: str) -> Outcome:
+        return Outcome(status=RunState.FAILED, failure_reason=reason, error=text)
+
+    async def _exited(self) -> Outcome:
+        exit_code: int | None = None
+        with contextlib.suppress(Exception):
+            exit_code = await asyncio.wait_for(self.proc.wait(), 5)
+        tail = (getattr(self.proc, "stderr_tail", "") or "").strip()[-1000:]
+        text = f"{self.runtime.agent.name} exited (code {exit_code}) before its turn ended"
+        text += f": {tail}" if tail else ""
+        outcome = self._failed(FailureReason.AGENT_NO_RESULT, text)
+        outcome.exit_code = exit_code
+        return await self._policy_outcome() or outcome
+
+    async def _policy_outcome(self) -> Outcome | None:
+        broker = self.broker
+        if broker.policy_failure:
+            return self._failed(FailureReason.POLICY, broker.policy_failure)
+        if broker.parked is not None:
+            return Outcome(status=RunState.BLOCKED, approval=broker.parked)
+        if broker.question:
+            await self.ctx.emit("question", Question(text=broker.question))
+            return Outcome(status=RunState.BLOCKED, question=broker.question)
+        return None
+
+    async def _outcome(self, stop: str) -> Outcome:
+        ended = await self._policy_outcome()
+        if ended is not None:
+            return ended
+        name = self.runtime.agent.name
+        if stop == "end_turn":
+            return Outcome(status=RunState.SUCCEEDED, summary=self.last_text)
+        if stop == "max_turn_requests":
+            return self._failed(FailureReason.TURN_LIMIT, f"{name} reached its turn limit")
+        if stop == "cancelled":
+            return self._failed(FailureReason.INTERRUPTED, f"{name}'s turn was cancelled")
+        return self._failed(FailureReason.MODEL_ERROR, f"{name} ended its turn with {stop or 'no stop reason'}")

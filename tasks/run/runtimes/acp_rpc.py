@@ -1,0 +1,191 @@
+"""JSON-RPC 2.0 over an agent's stdio, one JSON object per line (the ACP stdio transport).
+
+forgehand's own small client rather than PyPI `agent-client-protocol` (0.12.1): that library
+needs asyncio StreamReader/StreamWriter pairs or its own Transport (the sandbox gives a line
+process), brings pydantic as a second validation stack beside msgspec, and validates incoming
+requests into its models before the client sees them, so a `session/request_permission` with an
+unknown option kind is answered by the library with an invalid-params error and never reaches
+forgehand's policy (no `pre_tool_use`, nothing in the transcript). The protocol surface forgehand
+needs is five methods and two notifications; decoding stays lenient here and every decision
+(what an odd message means) is taken by the runtime, where it is tested.
+
+`Peer` sends requests and notifications, routes the agent's responses to the waiting request by
+id (a response nobody waits for, a second one included, is counted and dropped), and hands the
+agent's requests and notifications to the runtime's handler. When the agent's stdout ends, every
+waiting request fails with `AgentExited`."""
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+import msgspec
+
+from tasks.core.states import FailureReason
+from tasks.core.transcript import HeadTail
+
+LINE_CAP = 8 * 1024 * 1024  # a longer line is not JSON-RPC we read
+
+
+class LineProcess(Protocol):
+    """What `Sandbox.spawn` gives (and the tests' host process)."""
+
+    async def write(self, data: bytes) -> None: ...
+
+    def stdout_lines(self) -> AsyncIterator[Any]: ...
+
+
+class RpcError(Exception):
+    """The agent answered a request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+        self.data = data
+
+
+class AgentExited(Exception):
+    """The agent's stdout ended while a request waited for its response."""
+
+
+class Incoming(msgspec.Struct, kw_only=True):
+    """A request (with `id`) or a notification (without) from the agent."""
+
+    method: str
+    params: Any = None
+    id: int | str | None = None
+    is_request: bool = False
+
+
+Handler = Callable[[Incoming], Awaitable[None]]
+
+# JSON-RPC error codes forgehand answers with.
+METHOD_NOT_FOUND = -32601
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+
+
+class Peer:
+    def __init__(self, proc: LineProcess, handler: Handler, raw: HeadTail | None = None) -> None:
+        self.proc = proc
+        self.handler = handler
+        self.raw = raw
+        self._next = 0
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._writes = asyncio.Lock()
+        self.closed = False  # stdout ended
+        self.open = True  # stdin still writable
+        self.stray_responses = 0  # responses to no waiting request (unknown or answered twice)
+        self.malformed = 0
+
+    async def _send(self, obj: dict[str, Any]) -> bool:
+        if not self.open:
+            return False
+        line = json.dumps(obj, ensure_ascii=False) + "\n"
+        async with self._writes:
+            try:
+                await self.proc.write(line.encode())
+            except Exception:
+                self.open = False
+                return False
+        if self.raw is not None:
+            self.raw.add(b"> " + line.encode())
+        return True
+
+    async def request(self, method: str, params: Any, *, limit: float | None = None) -> Any:
+        self._next += 1
+        request_id = self._next
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = future
+        try:
+            if self.closed or not await self._send(
+                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            ):
+                raise AgentExited(f"the agent is gone (before {method})")
+            return await asyncio.wait_for(asyncio.shield(future), limit)
+        finally:
+            self._waiting.pop(request_id, None)
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def respond(self, request_id: int | str | None, result: Any) -> None:
+        await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    async def respond_error(self, request_id: int | str | None, code: int, message: str) -> None:
+        await self._send({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+    async def close_stdin(self) -> None:
+        if self.open:
+            self.open = False
+            closer = getattr(self.proc, "close_stdin", None)
+            if closer is not None:
+                with contextlib.suppress(Exception):
+                    await closer()
+
+    async def read(self, on_line: Callable[[], None] | None = None) -> None:
+        """Read the agent's stdout until it ends (run as a task)."""
+        try:
+            async for item in self.proc.stdout_lines():
+                raw = bytes(item)
+                if self.raw is not None:
+                    self.raw.add(b"< " + raw + (b"" if raw.endswith(b"\n") else b"\n"))
+                if on_line is not None:
+                    on_line()
+                if len(raw) > LINE_CAP or getattr(item, "truncated", False):
+                    self.malformed += 1
+                    continue
+                await self._dispatch(raw)
+        finally:
+            self.closed = True
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(AgentExited("the agent's output ended"))
+                    future.exception()  # retrieved here; the request re-raises it
+
+    async def _dispatch(self, raw: bytes) -> None:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            self.malformed += 1  # agents log to stdout by mistake at times: not fatal
+            return
+        if not isinstance(message, dict):
+            self.malformed += 1
+            return
+        method = message.get("method")
+        if isinstance(method, str):
+            has_id = "id" in message and isinstance(message["id"], (int, str))
+            incoming = Incoming(method=method, params=message.get("params"), id=message.get("id"), is_request=has_id)
+            await self.handler(incoming)
+            return
+        if "result" in message or "error" in message:
+            future = self._waiting.get(message["id"]) if isinstance(message.get("id"), int) else None
+            if future is None or future.done():
+                self.stray_responses += 1
+                return
+            error = message.get("error")
+            if isinstance(error, dict):
+                code = error.get("code")
+                future.set_exception(
+                    RpcError(code if isinstance(code, int) else INTERNAL_ERROR, str(error.get("message") or ""),
+                             error.get("data"))
+                )  # fmt: skip
+                future.exception()
+            else:
+                future.set_result(message.get("result"))
+            return
+        self.malformed += 1
+
+
+_UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed out", "socket")
+
+
+def failure_of(error: RpcError) -> FailureReason:
+    """The typed reason of a run whose prompt the agent answered with an error."""
+    lowered = str(error).lower()
+    if "maximum number of turns" in lowered:  # the Claude adapter at its maxTurns
+        return FailureReason.TURN_LIMIT
+    if "api error" in lowered or "model" in lowered:
+        return FailureReason.MODEL_UNREACHABLE if any(w in lowered for w in _UNREACHABLE) else FailureReason.MODEL_ERROR
+    return FailureReason.AGENT_NO_RESULT

@@ -1,0 +1,110 @@
+"""ACP normalisation keeps up: a scripted ACP agent (a real process, tests/support/acp_agent.py)
+streams 10,000 `session/update` notifications (2,500 tool calls, each a message chunk, the call,
+its start and its completion) through the acp runtime into a real TranscriptWriter on SQLite,
+against the builtin runtime's transcript path measured in the same run: the same 7,500 typed
+events (assistant, tool_call, tool_result) emitted straight into a TranscriptWriter, as the
+builtin loop emits them. Figures are printed (ratio in one run), never asserted as limits;
+losing an event fails.
+
+Run: `pytest -q -s tests/bench/bench_acp.py -o python_files='bench_*.py'`."""
+
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from forge import accounts, repositories
+from forge.access import Principal
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import EventBus
+from forge.git import RepoStore
+from forge.settings import Settings
+from tasks.core.agent_registry import AcpAgent
+from tasks.core.live import LiveHub
+from tasks.core.models import Run, TranscriptEvent
+from tasks.core.policy import AllowAll
+from tasks.core.schemas import TaskCreate
+from tasks.core.transcript import Assistant, Redactor, ToolCall, ToolResult
+from tasks.core.writer import TranscriptWriter
+from tasks.run.runtimes.acp import AcpAgentRuntime
+from tasks.services.tasks import TaskService
+from tests.support.acp_agent import argv
+from tests.support.claude_host import HostSandbox, ScriptedGate, host_context
+from tests.support.tasks import seed
+
+CALLS = 2_500  # x 4 updates = 10,000 notifications -> 7,500 transcript events
+
+
+def scenario() -> dict[str, Any]:
+    return {"turns": [[{"calls": CALLS}]]}
+
+
+async def a_task(settings: Settings, db: Database) -> tuple[int, int]:
+    await seed(settings)
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.require_by_login(s, "ana")
+            actor = Actor(principal=Principal(account_id=ana.id, login="ana", type="User", via="token"))
+            res = await repositories.load(s, actor.principal, "ana", "demo")
+            svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
+            task = await svc.start(actor, res, TaskCreate(goal="bench", agent="fixer", command="true"))
+            run = (await s.execute(select(Run).where(Run.task_id == task.id))).scalar_one()
+            return task.id, run.id
+    finally:
+        await store.close()
+
+
+async def stored(db: Database, task_id: int) -> int:
+    async with db.session() as s:
+        return int((await s.execute(select(func.count()).where(TranscriptEvent.task_id == task_id))).scalar_one())
+
+
+async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path) -> None:
+    task_id, run_id = await a_task(settings, db)
+    hub = LiveHub()
+
+    # The builtin runtime's path: typed events into the writer.
+    before = await stored(db, task_id)
+    writer = TranscriptWriter(db, hub, task_id, run_id, Redactor([]))
+    writer.start()
+    t0 = time.perf_counter()
+    for i in range(CALLS):
+        await writer.emit("assistant", Assistant(text=f"step {i}"))
+        await writer.emit("tool_call", ToolCall(id=f"call-{i}", name="Read", input={"path": f"f{i}"}, kind="read"))
+        await writer.emit("tool_result", ToolResult(id=f"call-{i}", name="Read", output=f"line {i}\n"))
+    await writer.close()
+    direct = time.perf_counter() - t0
+    direct_events = await stored(db, task_id) - before
+    assert direct_events == 3 * CALLS
+
+    # The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer.
+    before = await stored(db, task_id)
+    writer = TranscriptWriter(db, hub, task_id, run_id, Redactor([]))
+    writer.start()
+    runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario()), provider="none"))
+    ctx = host_context(HostSandbox(tmp_path / "box", base_url=""), ScriptedGate(), writer.emit)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    outcome = await runtime.run(ctx)
+    await writer.close()
+    acp = time.perf_counter() - t0
+    acp_events = await stored(db, task_id) - before
+    assert outcome.status.value == "succeeded", outcome
+    kinds = [e for e in (await _kinds(db, task_id)) if e in ("assistant", "tool_call", "tool_result")]
+    assert len(kinds) >= 2 * 3 * CALLS  # both passes, nothing lost
+    print(
+        f"\nACP ingest: {4 * CALLS:,} session/update notifications -> {acp_events:,} transcript events"
+        f" (with the agent's start, initialize, session/new and {CALLS:,} post_tool_use dispatches) in {acp:.2f} s:"
+        f" {acp_events / acp:,.0f} events/s"
+        f"\nbuiltin transcript path: {direct_events:,} typed events into the writer in {direct:.2f} s:"
+        f" {direct_events / direct:,.0f} events/s"
+        f"\nratio (acp / builtin events per second): {(acp_events / acp) / (direct_events / direct):.2f}"
+        f"{'' if acp_events / acp >= direct_events / direct else '  -- slower than the builtin path'}"
+    )
+
+
+async def _kinds(db: Database, task_id: int) -> list[str]:
+    async with db.session() as s:
+        return list((await s.execute(select(TranscriptEvent.kind).where(TranscriptEvent.task_id == task_id))).scalars())
