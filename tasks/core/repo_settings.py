@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.errors import InvalidInput
 from forge.model_keys import personal_keys
 from forge.security import SecretBox
 from forge.settings import Settings
@@ -116,3 +117,27 @@ async def merge_rules(session: AsyncSession, repo_id: int) -> MergeRules:
         approval_not_by_starter=bool(row.approval_not_by_starter),
         delete_branch_on_merge=bool(row.delete_branch_on_merge),
     )
+
+
+async def require_model(
+    session: AsyncSession, settings: Settings, repo_id: int, runtime: str, starter_id: int | None
+) -> None:
+    """A task of `runtime` can have a model (the command runtime needs none): raises InvalidInput."""
+    if runtime == "command":
+        return
+    if runtime == "claude-code":
+        access = await model_access(session, settings, repo_id, starter_id)
+        if not access["anthropic"].configured:
+            raise InvalidInput(
+                "the claude-code runtime needs an Anthropic endpoint (FORGEHAND_ANTHROPIC_API_KEY, "
+                "FORGEHAND_ANTHROPIC_MODEL, or the repository's or your own model key)",
+                code="model_not_configured",
+            )
+        return
+    found = await effective(session, settings, repo_id)
+    if not (found.model_base_url and found.model_name):
+        raise InvalidInput(
+            "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
+            "use the command runtime or configure one",
+            code="model_not_configured",
+        )

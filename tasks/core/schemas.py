@@ -163,6 +163,10 @@ class RunRead(msgspec.Struct, kw_only=True):
     # Whose key paid for the run's model calls: "instance", "repository" or "personal" (null: no model).
     model_key: str | None = None
     model_provider: str | None = None
+    # What the run reported it did; `summary_reported`: the agent said so (report_summary), rather
+    # than the summary being its last words.
+    summary: str = ""
+    summary_reported: bool = False
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -176,6 +180,10 @@ class SkippedPage(msgspec.Struct, kw_only=True):
     items: list[SkippedPath]
     total: int
     next_cursor: str | None  # pass as `cursor` for the next page; null on the last one
+
+
+class ParentRead(msgspec.Struct, kw_only=True):
+    number: int
 
 
 class TaskRead(msgspec.Struct, kw_only=True):
@@ -217,6 +225,12 @@ class TaskRead(msgspec.Struct, kw_only=True):
     # The sum over the task's runs, and whose key paid for its latest run that called a model.
     usage: UsageRead = msgspec.field(default_factory=UsageRead)
     model_key: str | None = None
+    # A subtask: the task whose agent spawned it (null: a task a person started); `subtasks` counts
+    # its own (GET .../tasks/{n}/subtasks lists them).
+    parent: ParentRead | None = None
+    subtasks: int = 0
+    # The answers the agent offered with its pending question (the person may still write their own).
+    question_options: list[str] = msgspec.field(default_factory=list)
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -50,6 +50,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Question
+from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
     PolicyBroker,
@@ -114,6 +115,8 @@ class ClaudeCodeRuntime:
             # No MCP server from anywhere (a repository's .mcp.json, a user file the agent wrote):
             # an MCP server is a process the agent would start outside any tool call's policy.
             "--strict-mcp-config",
+            # ... but the run's own back-channel (tasks/run/backchannel), served by forgehand.
+            *(["--mcp-config", claude_mcp_config(channel)] if ctx.backchannel is not None else []),
             "--max-turns",
             str(ctx.limits.turn_limit),
         ]
@@ -136,6 +139,8 @@ class ClaudeCodeRuntime:
             env["ANTHROPIC_MODEL"] = model
         drive = _Drive(self, ctx, session)
         channel.set_hook_handler(drive.on_hook)
+        if ctx.backchannel is not None:
+            ctx.backchannel.set_question_hook(drive.on_question)
         try:
             proc = await ctx.sandbox.spawn(argv, env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining))
         except SandboxError as exc:
@@ -194,6 +199,12 @@ class _Drive:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(confirmed), INTERRUPT_WAIT)
         self._answers.pop(request_id, None)
+
+    async def on_question(self, text: str, options: list[str]) -> None:
+        """The back-channel's ask_user: the run blocks on the question; later calls are refused."""
+        if not self.broker.question:
+            self.broker.question, self.broker.question_options = text, options
+            self._spawn(self._stopping(Verdict(behavior="deny", stop="question")))
 
     async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /hooks/claude/<event>` from the managed hook (the backstop)."""
@@ -364,8 +375,11 @@ class _Drive:
         if broker.parked is not None:
             return Outcome(status=RunState.BLOCKED, approval=broker.parked, exit_code=exit_code)
         if broker.question:
-            await self.ctx.emit("question", Question(text=broker.question))
-            return Outcome(status=RunState.BLOCKED, question=broker.question, exit_code=exit_code)
+            options = broker.question_options
+            await self.ctx.emit("question", Question(text=broker.question, options=options))
+            return Outcome(
+                status=RunState.BLOCKED, question=broker.question, question_options=options, exit_code=exit_code
+            )
         if watchdog is not None and (final is None or watchdog[0] is not FailureReason.AGENT_LINGERED):
             return Outcome(status=RunState.FAILED, failure_reason=watchdog[0], error=watchdog[1], exit_code=exit_code)
         if final is None:

@@ -1,0 +1,32 @@
+"""How an agent inside the sandbox reaches its run's back-channel: the MCP server on the run's
+gateway socket, which the sandbox's gateway relay serves on the container's own loopback
+(`127.0.0.1:GATEWAY_RELAY_PORT`), with the run token as the bearer. Runtimes hand this to their
+agent's MCP configuration (claude-code's `--mcp-config`, codex, ACP)."""
+
+import json
+from typing import Any, Protocol
+
+from tasks.run.backchannel.mcp import MCP_PATH, SERVER_NAME
+
+GATEWAY_RELAY_PORT = 4100  # sandbox.spec's, where the relay listens in the container
+
+
+class HasToken(Protocol):
+    @property
+    def token(self) -> str: ...
+
+
+def mcp_url() -> str:
+    return f"http://127.0.0.1:{GATEWAY_RELAY_PORT}{MCP_PATH}"
+
+
+def mcp_client_config(channel: HasToken) -> dict[str, Any]:
+    """`{"name", "url", "headers"}`: the streamable HTTP server of the run, as an MCP client needs it."""
+    return {"name": SERVER_NAME, "url": mcp_url(), "headers": {"Authorization": f"Bearer {channel.token}"}}
+
+
+def claude_mcp_config(channel: HasToken) -> str:
+    """Claude Code's `--mcp-config` JSON: the back-channel as its only MCP server."""
+    found = mcp_client_config(channel)
+    server = {"type": "http", "url": found["url"], "headers": found["headers"]}
+    return json.dumps({"mcpServers": {found["name"]: server}})
