@@ -39,6 +39,9 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     anthropic_api_key_set: bool = False
     # Tasks may spend the starter's personal model key (GET/PUT /api/v1/user/model-keys/{provider}).
     allow_personal_keys: bool = False
+    # Subtasks an agent may spawn (spawn_subtask; null: depth 2, 5 per task; 0 turns them off).
+    max_subtask_depth: int | None = None
+    max_subtasks: int | None = None
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -60,6 +63,8 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     anthropic_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
     anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
     allow_personal_keys: bool | None = None
+    max_subtask_depth: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
+    max_subtasks: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -79,6 +84,8 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         anthropic_model=row.anthropic_model if row else None,
         anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
         allow_personal_keys=bool(row and row.allow_personal_keys),
+        max_subtask_depth=row.max_subtask_depth if row else None,
+        max_subtasks=row.max_subtasks if row else None,
     )
 
 
@@ -110,6 +117,8 @@ async def update(
     row.required_approvals = change.required_approvals
     row.approval_not_by_starter = change.approval_not_by_starter
     row.delete_branch_on_merge = change.delete_branch_on_merge
+    row.max_subtask_depth = change.max_subtask_depth
+    row.max_subtasks = change.max_subtasks
     await session.flush()
     audit.record(
         session,

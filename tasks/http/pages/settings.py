@@ -26,6 +26,8 @@ INT_FIELDS = (
     "wall_clock_seconds",
     "token_budget",
     "required_approvals",
+    "max_subtask_depth",
+    "max_subtasks",
 )
 
 
@@ -47,6 +49,8 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     required_approvals: str = ""
     approval_not_by_starter: str = ""
     delete_branch_on_merge: str = ""
+    max_subtask_depth: str = ""
+    max_subtasks: str = ""
     csrf_token: str = ""
 
 
