@@ -31,6 +31,7 @@ from .image import DEFAULT_IMAGE, BuildResult, build_image, image_is_current
 from .owner import current_owner
 from .process import SandboxProcess
 from .pump import OutputChunk
+from .relays import start_relays
 from .spec import SandboxSpec, container_create_kwargs
 
 T = TypeVar("T")
@@ -180,6 +181,8 @@ class SandboxEngine:
             if self._in_flight.closed:
                 raise EngineUnavailable("the sandbox engine closed while the sandbox was being created")
             sandbox = Sandbox(self, container_id, name, spec, started_at=started_at)
+            # Before any other exec: whatever runs in the container finds its relays listening.
+            await start_relays(sandbox)
             if sandbox.workspace_quota == "mount":
                 await sandbox.verify_workspace_mount()
         except BaseException:

@@ -38,6 +38,12 @@ class SpecRefused(SandboxError):
     """The spec is unsafe or malformed, or the engine refused it."""
 
 
+class RelayFailed(SandboxError):
+    """A relay of the spec (`SandboxSpec.relays`) could not start: the sandbox is not started."""
+
+    hint = "the image needs python3, and the relay ports must be free in the container"
+
+
 class SandboxGone(SandboxError):
     """The container no longer exists or is not running (stopped, removed, wall clock passed)."""
 

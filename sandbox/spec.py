@@ -32,11 +32,16 @@ HOME_DIR = "/home/agent"
 # The run's channel to forgehand (AGENTS.md decision 1): a host directory of Unix sockets, mounted
 # read-only. Sockets need no network namespace; connect() works on a read-only mount.
 CHANNEL_DIR = "/run/forgehand"
+# Loopback ports the sandbox relays to the channel's sockets (see `Relay`): the gateway (the model
+# API for CLIs that need a TCP base URL, /mcp for every CLI) and the egress proxy (HTTP(S)_PROXY).
+GATEWAY_RELAY_PORT = 4100
+EGRESS_PROXY_PORT = 3128
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+-]{0,127}$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _CAPABILITY = re.compile(r"^(CAP_)?[A-Z][A-Z_]{1,30}$")
 _NUMERIC_USER = re.compile(r"^\d{1,10}:\d{1,10}$")
+_SOCKET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Network modes that share a namespace with the host or another container: refused even when the
 # network is opted in, because they reach the host's loopback (the forge itself, the Docker API...).
@@ -58,6 +63,22 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     wall_clock_seconds: int = 3600  # the whole sandbox; the idle process exits then, and the container with it
     exec_timeout_seconds: float = 600.0  # default per exec
     output_cap_bytes: int = 4 * MiB  # default per exec (stdout + stderr)
+
+
+class Relay(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A TCP listener on 127.0.0.1:`port` inside the container (its own loopback: network none keeps
+    one) that forwards each connection to the channel socket `socket` (a file name in CHANNEL_DIR).
+
+    For clients that only speak TCP (a proxy URL, a model base URL). The sandbox starts every relay
+    right after the container starts, before any other command, as the sandbox user.
+    """
+
+    port: int
+    socket: str
+
+    @property
+    def socket_path(self) -> str:
+        return f"{CHANNEL_DIR}/{self.socket}"
 
 
 class Weakenings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -87,6 +108,9 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # Host directory of the run's sockets (model gateway, hook bridge...), mounted read-only at
     # CHANNEL_DIR; None: no channel (the command runtime, the builtin runtime's tool sandbox).
     channel_dir: Path | None = None
+    # Loopback relays to sockets in the channel directory (needs `channel_dir`), started before any
+    # other command; a relay that cannot start fails the sandbox's start.
+    relays: tuple[Relay, ...] = ()
 
     @property
     def user(self) -> str:
@@ -128,6 +152,7 @@ def validate_spec(spec: SandboxSpec) -> None:
             raise SpecRefused(f"channel_dir must be an absolute host path, got {str(channel)!r}")
         if channel.resolve() == ws.resolve():
             raise SpecRefused("channel_dir may not be the workspace")
+    _validate_relays(spec)
     for name, value in (("instance", spec.instance), ("task", spec.task), ("run", spec.run)):
         if not _LABEL_VALUE.match(value):
             raise SpecRefused(f"label {name}={value!r} must match {_LABEL_VALUE.pattern}")
@@ -177,6 +202,21 @@ def validate_spec(spec: SandboxSpec) -> None:
     if spec.weaken.user is not None and not _NUMERIC_USER.match(spec.weaken.user):
         # A name would be resolved through the image's /etc/passwd, which the image author controls.
         raise SpecRefused(f"user must be numeric uid:gid, got {spec.weaken.user!r}")
+
+
+def _validate_relays(spec: SandboxSpec) -> None:
+    if spec.relays and spec.channel_dir is None:
+        raise SpecRefused("relays need a channel_dir (they forward to its sockets)")
+    seen: set[int] = set()
+    for relay in spec.relays:
+        # Unprivileged ports only: the relay runs as the sandbox user, without capabilities.
+        if not 1024 <= relay.port <= 65535:
+            raise SpecRefused(f"relay port {relay.port!r} must be between 1024 and 65535")
+        if relay.port in seen:
+            raise SpecRefused(f"two relays listen on port {relay.port}")
+        seen.add(relay.port)
+        if not _SOCKET_NAME.match(relay.socket) or ".." in relay.socket:
+            raise SpecRefused(f"relay socket {relay.socket!r} must be a plain file name in the channel directory")
 
 
 def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> dict[str, Any]:

@@ -6,13 +6,17 @@ import msgspec
 import pytest
 
 from sandbox import (
+    EGRESS_PROXY_PORT,
+    GATEWAY_RELAY_PORT,
     GiB,
     Limits,
     MiB,
+    Relay,
     SandboxSpec,
     SpecRefused,
     Weakenings,
     container_create_kwargs,
+    validate_spec,
     weakenings_in_effect,
 )
 from sandbox.spec import LABEL_WEAKENED
@@ -217,3 +221,26 @@ def test_channel_dir_is_mounted_read_only_and_nothing_else_is_added() -> None:
 def test_channel_dir_must_be_absolute_and_not_the_workspace(channel: str) -> None:
     with pytest.raises(SpecRefused):
         container_create_kwargs(msgspec.structs.replace(make(), channel_dir=Path(channel)))
+
+
+def test_relays_are_validated(tmp_path: Path) -> None:
+    def spec(relays: tuple[Relay, ...], channel: Path | None = tmp_path / "ch") -> SandboxSpec:
+        return SandboxSpec(
+            image="img", workspace=tmp_path / "ws", instance="i", task="t", run="r", channel_dir=channel, relays=relays
+        )
+
+    ok = spec((Relay(GATEWAY_RELAY_PORT, "gateway.sock"), Relay(EGRESS_PROXY_PORT, "egress.sock")))
+    validate_spec(ok)
+    assert ok.relays[1].socket_path == "/run/forgehand/egress.sock"
+    with pytest.raises(SpecRefused, match="need a channel_dir"):
+        validate_spec(spec((Relay(4100, "gateway.sock"),), channel=None))
+    with pytest.raises(SpecRefused, match="two relays listen on port 4100"):
+        validate_spec(spec((Relay(4100, "a.sock"), Relay(4100, "b.sock"))))
+    for port in (0, 80, 1023, 65536):
+        with pytest.raises(SpecRefused, match="between 1024 and 65535"):
+            validate_spec(spec((Relay(port, "a.sock"),)))
+    for name in ("../x.sock", "a/b", "", ".hidden", "a..b", "sp ace"):
+        with pytest.raises(SpecRefused, match="plain file name"):
+            validate_spec(spec((Relay(4100, name),)))
+    # Relays are not weakenings: the hardened defaults stay as they are.
+    assert weakenings_in_effect(ok) == []
