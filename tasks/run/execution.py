@@ -17,11 +17,13 @@ from sqlalchemy import select, update
 from forge.models import Account, Repository
 from sandbox import (
     DEFAULT_AGENTS_IMAGE,
+    GATEWAY_RELAY_PORT,
     AgentMissing,
     EngineUnavailable,
     ImageMissing,
     Limits,
     MiB,
+    Relay,
     Sandbox,
     SandboxError,
     SandboxSpec,
@@ -37,7 +39,7 @@ from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops, recovery
 from tasks.run.backchannel import Backchannel, attach
 from tasks.run.env import RunEnv
-from tasks.run.gateway import ChannelUnavailable, RunChannel, build_channel, provider_of
+from tasks.run.gateway import SOCKET_NAME, ChannelUnavailable, RunChannel, build_channel, provider_of
 from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits
 from tasks.run.settle import Settling
 from tasks.run.supervise import Stopped, Supervising
@@ -305,6 +307,8 @@ class Execution(Settling, Supervising):
                 workspace_bytes=limit_mb * MiB,
             ),
             channel_dir=self.channel.host_dir if self.channel is not None else None,
+            # The gateway on the container's loopback too (the back-channel's MCP URL, TCP-only clients).
+            relays=(Relay(GATEWAY_RELAY_PORT, SOCKET_NAME),) if self.channel is not None else (),
         )
         try:
             self.sandbox = await env.engine.start(spec)

@@ -6,9 +6,8 @@ agent's MCP configuration (claude-code's `--mcp-config`, codex, ACP)."""
 import json
 from typing import Any, Protocol
 
+from sandbox import GATEWAY_RELAY_PORT
 from tasks.run.backchannel.mcp import MCP_PATH, SERVER_NAME
-
-GATEWAY_RELAY_PORT = 4100  # sandbox.spec's, where the relay listens in the container
 
 
 class HasToken(Protocol):
