@@ -134,6 +134,8 @@ class ClaudeCodeRuntime:
             # As many attempts as the builtin runtime's (the CLI's default retries for minutes).
             "CLAUDE_CODE_MAX_RETRIES": "4",
             "HOME": HOME_DIR,
+            # The back-channel's four tools go in the tool list itself, not behind a tool search.
+            "ENABLE_TOOL_SEARCH": "false",
         }
         if model:
             env["ANTHROPIC_MODEL"] = model
@@ -245,6 +247,8 @@ class _Drive:
     async def _post_tool_use(self, call_id: str, name: str, output: str, is_error: bool) -> None:
         if not call_id or call_id in self.posted or call_id in self.broker.denied:
             return  # a call that never ran has no post_tool_use
+        if is_error and not self.broker.was_decided(call_id):
+            return  # cut off before any decision (the turn was interrupted): it never ran either
         self.posted.add(call_id)
         await after_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=is_error)
 

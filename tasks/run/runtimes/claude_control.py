@@ -61,6 +61,9 @@ class PolicyBroker:
             ctx.approval if ctx.approval is not None and ctx.approval.approved else None
         )
 
+    def was_decided(self, tool_use_id: str) -> bool:
+        return tool_use_id in self._decided
+
     async def decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
         known = self._decided.get(tool_use_id) if tool_use_id else None
         if known is not None:
