@@ -13,13 +13,14 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
 
 from forge.db import Database
-from forge.models import AuditEvent
+from forge.models import AuditEvent, Repository
 from forge.settings import Settings
 from tasks.core.models import Task
 from tasks.run.backchannel import ToolRefused
 from tests.support.backchannel import backchannel_for
 from tests.support.gateway import Recorder
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
+from tests.support.web import csrf_from, sign_in
 from tests.support.webhooks import config, make_endpoint
 from webhooks.models import WebhookOutbox
 
@@ -146,10 +147,6 @@ async def test_progress_notes_reach_the_transcript_and_the_webhooks_rate_limited
     client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
 ) -> None:
     await start(client, world)
-    repo = (await client.get("/api/v1/repos/ana/demo", headers=world.h("ana"))).json()
-    assert repo["name"] == "demo"
-    from forge.models import Repository
-
     async with db.session() as s:
         row = (await s.execute(select(Repository).where(Repository.name == "demo"))).scalar_one()
     await make_endpoint(db, config(settings), row, "http://127.0.0.1:1/hook", events=["task.progress"])
@@ -172,3 +169,29 @@ async def test_progress_notes_reach_the_transcript_and_the_webhooks_rate_limited
     assert body["data"] == {"message": "step 0"}
     assert body["meta"]["task"]["number"] == 1 and body["meta"]["task"]["parent"] is None
     assert body["meta"]["actor"] == {"login": "fixer", "type": "Bot"}
+
+
+async def test_the_task_page_shows_the_tree_and_offers_the_questions_options(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start(client, world)
+    bc = await backchannel_for(client.app, 1, settings=with_model(settings))
+    await bc.spawn_subtask("Write the docs", "Docs.", "builtin")
+    async with db.session(write=True) as s:  # as a run that asked would leave it
+        child = (await s.execute(select(Task).where(Task.number == 2))).scalar_one()
+        child.state, child.question, child.question_options = "blocked", "Which format?", ["markdown", "rst"]
+    assert (await sign_in(client, "ana", "correct horse battery")).status_code in (302, 303)
+    parent_page = (await client.get("/ana/demo/tasks/1")).text
+    tree = parent_page[parent_page.index('id="subtasks"') :]
+    assert 'href="/ana/demo/tasks/2">#2 Write the docs</a>' in tree and "state-blocked" in tree
+    child_page = (await client.get("/ana/demo/tasks/2")).text
+    assert 'id="parent-link">#1</a>' in child_page
+    offered = child_page[child_page.index('id="question-options"') :]
+    assert 'name="body" value="markdown">markdown</button>' in offered and 'value="rst">rst</button>' in offered
+    r = await client.post(
+        "/ana/demo/tasks/2/answer", data={"csrf_token": csrf_from(offered), "body": "rst"}, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    answered = (await client.get(f"{TASKS}/2", headers=world.h("ana"))).json()
+    assert answered["state"] == "queued" and answered["question"] == "" and answered["question_options"] == []
+    assert answered["runs"][-1]["kind"] == "answer"
