@@ -29,9 +29,10 @@ Changed = Callable[[int], None]
 
 
 def gate_context(
-    task: Task, repo_full: str, repo_uuid: str, base_url: str, actor: Principal, agent: str
+    task: Task, repo_full: str, repo_uuid: str, base_url: str, actor: Principal, agent: str, parent: int | None = None
 ) -> GateContext:
     return GateContext(
+        parent_number=parent,
         repository=repo_full,
         repo_uuid=repo_uuid,
         task_uuid=task.uuid,
@@ -264,7 +265,9 @@ class Lifecycle:
 
     async def gate_ctx(self, task: Task, repo_full: str, repo_uuid: str, actor: Principal) -> GateContext:
         agent = await self.session.get(Account, task.agent_id)
-        return gate_context(task, repo_full, repo_uuid, self.base_url, actor, agent.login if agent else "")
+        parent = await self.session.get(Task, task.parent_id) if task.parent_id is not None else None
+        return gate_context(task, repo_full, repo_uuid, self.base_url, actor, agent.login if agent else "",
+                            parent.number if parent is not None else None)  # fmt: skip
 
     async def check_prompt(
         self, ctx: GateContext, text: str, kind: PromptKind, checked: PromptCheck | None = None

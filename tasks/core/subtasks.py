@@ -161,7 +161,7 @@ async def spawn(
     child.number = await allocate_number(session, repo.id)
     child.branch = f"agent/{child.number}-{_slug(name)}"
     full = f"{repo.owner.login}/{repo.name}"
-    ctx = gate_context(child, full, repo.uuid, life.base_url, principal, agent.login)
+    ctx = gate_context(child, full, repo.uuid, life.base_url, principal, agent.login, parent.number)
     try:
         goal = await life.check_prompt(ctx, instructions, "goal")
     except ForgeError as exc:

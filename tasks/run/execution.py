@@ -106,6 +106,8 @@ class Execution(Settling, Supervising):
             self.task_id, self.task_uuid, self.number = task.id, task.uuid, task.number
             self.title, self.goal, self.runtime_name = task.title, task.goal, task.runtime
             self.command = task.command
+            parent = await s.get(Task, task.parent_id) if task.parent_id is not None else None
+            self.parent_number = parent.number if parent is not None else None
             self.branch, self.base_sha = task.branch, task.base_sha
             self.conversation = list(task.conversation or [])
             self.agent_session_id = task.agent_session_id
@@ -153,6 +155,7 @@ class Execution(Settling, Supervising):
             actor_login=self.starter_login,
             actor_type="Bot" if self.starter_type == "Bot" else "User",
             agent_login=self.agent_login,
+            parent_number=self.parent_number,
         )
 
     async def system(self, phase: str, text: str, t0: float | None = None, **detail: Any) -> None:

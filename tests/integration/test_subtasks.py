@@ -19,12 +19,18 @@ from tasks.core.models import Task
 from tasks.run.backchannel import ToolRefused
 from tests.support.backchannel import backchannel_for
 from tests.support.gateway import Recorder
+from tests.support.policy import PolicyConsumer
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 from tests.support.web import csrf_from, sign_in
 from tests.support.webhooks import config, make_endpoint
 from webhooks.models import WebhookOutbox
 
 pytestmark = pytest.mark.db
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return msgspec.structs.replace(settings, webhooks_allowed_hosts="127.0.0.1")
 
 
 @pytest.fixture
@@ -195,3 +201,35 @@ async def test_the_task_page_shows_the_tree_and_offers_the_questions_options(
     answered = (await client.get(f"{TASKS}/2", headers=world.h("ana"))).json()
     assert answered["state"] == "queued" and answered["question"] == "" and answered["question_options"] == []
     assert answered["runs"][-1]["kind"] == "answer"
+
+
+class GoalPolicy(PolicyConsumer):
+    """Denies a goal that mentions "forbidden"; allows everything else."""
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        if body["type"] == "user_prompt_submit" and "forbidden" in body["data"]["prompt"]:
+            return 200, {"permission": {"decision": "deny", "reason": "not that"}}
+        return 200, None
+
+
+async def test_a_subtasks_goal_passes_the_prompt_policy_which_sees_the_parent(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    policy = GoalPolicy()
+    try:
+        hook = {"url": policy.url, "kind": "policy", "events": ["user_prompt_submit"]}
+        r = await client.post("/api/v1/repos/ana/demo/hooks", json=hook, headers=world.h("ana"))
+        assert r.status_code == 201, r.text
+        await start(client, world)
+        bc = await backchannel_for(client.app, 1, settings=with_model(settings))
+        await bc.spawn_subtask("Allowed", "Write the docs.", "builtin")
+        before = await task_count(db)
+        with pytest.raises(ToolRefused, match="refused by a policy: not that"):
+            await bc.spawn_subtask("Denied", "Do the forbidden thing.", "builtin")
+        assert await task_count(db) == before
+    finally:
+        policy.server.shutdown()
+    goals = [b for b in policy.seen if b["type"] == "user_prompt_submit"]
+    assert [b["data"]["kind"] for b in goals] == ["goal", "goal", "goal"]
+    assert [b["meta"]["task"]["parent"] for b in goals] == [None, {"number": 1}, {"number": 1}]
+    assert goals[1]["meta"]["task"]["number"] == 2 and goals[1]["meta"]["actor"]["login"] == "fixer"
