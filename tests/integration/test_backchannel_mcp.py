@@ -5,6 +5,7 @@ tools' rules: one question, one summary (the first), nothing after the run ended
 can name another task."""
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ from litestar.testing import AsyncTestClient
 
 from forge.db import Database
 from forge.settings import Settings
-from tasks.run.backchannel import ToolRefused, attach, mcp_client_config
+from tasks.run.backchannel import ToolRefused, attach, claude_mcp_config, mcp_client_config
 from tests.support.backchannel import McpClient, backchannel_for
 from tests.support.gateway import agent_client, open_channel
 from tests.support.task_world import TASKS, World, build_task_world
@@ -170,3 +171,20 @@ def test_the_client_config_points_at_the_relay_with_the_run_token() -> None:
         "url": "http://127.0.0.1:4100/mcp",
         "headers": {"Authorization": "Bearer fhr_" + "a" * 43},
     }
+
+
+def test_claude_codes_config_leaves_the_token_to_its_environment() -> None:
+    class Channel:
+        token = "fhr_" + "b" * 43
+
+    config = json.loads(claude_mcp_config(Channel()))
+    assert config == {
+        "mcpServers": {
+            "forgehand": {
+                "type": "http",
+                "url": "http://127.0.0.1:4100/mcp",
+                "headers": {"Authorization": "Bearer ${FORGEHAND_RUN_TOKEN}"},
+            }
+        }
+    }
+    assert Channel.token not in claude_mcp_config(Channel())  # not on the command line

@@ -24,8 +24,13 @@ def mcp_client_config(channel: HasToken) -> dict[str, Any]:
     return {"name": SERVER_NAME, "url": mcp_url(), "headers": {"Authorization": f"Bearer {channel.token}"}}
 
 
+TOKEN_VARIABLE = "FORGEHAND_RUN_TOKEN"  # what the CLI runtimes put the run token in
+
+
 def claude_mcp_config(channel: HasToken) -> str:
-    """Claude Code's `--mcp-config` JSON: the back-channel as its only MCP server."""
+    """Claude Code's `--mcp-config` JSON: the back-channel as its only MCP server. The token is
+    left to the CLI's `${VAR}` expansion from its environment, so it is not on the command line
+    (where `docker exec` records and `ps` show it)."""
     found = mcp_client_config(channel)
-    server = {"type": "http", "url": found["url"], "headers": found["headers"]}
-    return json.dumps({"mcpServers": {found["name"]: server}})
+    headers = {"Authorization": f"Bearer ${{{TOKEN_VARIABLE}}}"}
+    return json.dumps({"mcpServers": {found["name"]: {"type": "http", "url": found["url"], "headers": headers}}})

@@ -215,14 +215,13 @@ class Backchannel:
         try:
             async with self.db.session(write=True) as s:
                 task = await s.get(Task, self.task_id)
-                agent = await s.get(Account, task.agent_id) if task is not None else None
-                principal = Principal(
-                    account_id=agent.id if agent else None, login=agent.login if agent else "", type="Bot",
-                    via="internal",
-                )  # fmt: skip
-                audit.record_refused(
-                    s, Actor(principal=principal), "task.subtask.spawn", f"task {task.number if task else '?'}",
-                    name=request.name[:200], runtime=request.runtime, reason=why[:500],
-                )  # fmt: skip
+                assert task is not None
+                agent = await s.get(Account, task.agent_id)
+                repo = await s.get(Repository, task.repo_id)
+                login = agent.login if agent else ""
+                principal = Principal(account_id=task.agent_id, login=login, type="Bot", via="internal")
+                target = f"{repo.owner.login}/{repo.name}#{task.number}" if repo else f"#{task.number}"
+                audit.record_refused(s, Actor(principal=principal), "task.subtask.spawn", target,
+                                     name=request.name[:200], runtime=request.runtime, reason=why[:500])  # fmt: skip
         except Exception:
             log.warning("the refused spawn's audit row was lost", exc_info=True)

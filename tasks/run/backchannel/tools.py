@@ -5,8 +5,11 @@ the schema does not name (a task number, a repository) are ignored: the run is t
 from typing import Any
 
 import msgspec
+import structlog
 
 from tasks.run.backchannel.service import OPTIONS_MAX, Backchannel, ToolRefused
+
+log = structlog.get_logger("forgehand.backchannel")
 
 _S: dict[str, Any] = {"type": "string"}
 
@@ -64,7 +67,20 @@ TOOL_NAMES = frozenset(t.name for t in TOOLS)
 
 
 async def call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
-    """Run one tool; `ToolRefused` carries the error the agent reads."""
+    """Run one tool; `ToolRefused` carries the error the agent reads (a fault of forgehand's too:
+    the agent is told, the run goes on)."""
+    try:
+        return await _call(channel, name, args)
+    except ToolRefused:
+        raise
+    except Exception as exc:
+        log.exception("a back-channel tool failed", tool=name)
+        raise ToolRefused(
+            f"error: forgehand could not complete {name} ({type(exc).__name__}); try again later"
+        ) from exc
+
+
+async def _call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
     if name == "ask_user":
         return await channel.ask_user(args.get("question"), args.get("options"))
     if name == "report_summary":
