@@ -3,13 +3,11 @@ engine, real git): ask_user with options in the middle of a batch, answered on t
 continuing the same conversation; report_summary kept exactly once; a subtask spawned, run and
 reported back to its parent."""
 
-import asyncio
-
 import pytest
 
 from forge.settings import Settings
 from tests.support.model import ScriptedModel, reply, tool_call, tool_calls
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.tasks import all_events, served, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -33,21 +31,18 @@ async def test_ask_user_mid_batch_keeps_earlier_calls_skips_later_ones_and_keeps
         reply("All done, and these are my last words."),
     ]
     with ScriptedModel(script) as model:
-        s = task_settings(settings, model_base_url=model.url, model_name="scripted")
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            env = Env(url=url, settings=s, token=token, repo_path=path)
-            async with env.client() as c:
-                await c.post(TASKS, json={"goal": "paint it", "agent": "fixer"})
-                blocked = await wait_state(c, 1, "blocked", "failed", "awaiting_review")
-                assert blocked["state"] == "blocked" and blocked["question"] == "Which colour?", blocked
-                assert blocked["question_options"] == ["red", "blue"]
-                files = tree_files(path, blocked["head_sha"])
-                assert files["before.txt"][1] == b"kept\n" and "after.txt" not in files
-                r = await c.post(f"{TASKS}/1/answer", json={"body": "blue"})
-                assert r.status_code == 200 and r.json()["question_options"] == [], r.text
-                done = await wait_state(c, 1, "awaiting_review", "failed")
-                events = await all_events(c, 1)
+        async with served(settings, model_base_url=model.url, model_name="scripted") as (env, c):
+            path = env.repo_path
+            await c.post(TASKS, json={"goal": "paint it", "agent": "fixer"})
+            blocked = await wait_state(c, 1, "blocked", "failed", "awaiting_review")
+            assert blocked["state"] == "blocked" and blocked["question"] == "Which colour?", blocked
+            assert blocked["question_options"] == ["red", "blue"]
+            files = tree_files(path, blocked["head_sha"])
+            assert files["before.txt"][1] == b"kept\n" and "after.txt" not in files
+            r = await c.post(f"{TASKS}/1/answer", json={"body": "blue"})
+            assert r.status_code == 200 and r.json()["question_options"] == [], r.text
+            done = await wait_state(c, 1, "awaiting_review", "failed")
+            events = await all_events(c, 1)
         assert done["state"] == "awaiting_review", done
         # The first report is the summary, over the runtime's last words, stored once.
         assert done["summary"] == "Painted it blue."
@@ -83,17 +78,15 @@ async def test_a_subtask_is_spawned_runs_and_reports_back_to_its_parent(settings
         reply("Child done."),
     ]
     with ScriptedModel(script) as model:
-        s = task_settings(settings, model_base_url=model.url, model_name="scripted", task_token_budget=100_000)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            env = Env(url=url, settings=s, token=token, repo_path=path)
-            async with env.client() as c:
-                await c.post(TASKS, json={"goal": "split the work", "agent": "fixer"})
-                parent = await wait_state(c, 1, "awaiting_review", "failed")
-                child = await wait_state(c, 2, "awaiting_review", "failed")
-                subtasks = (await c.get(f"{TASKS}/1/subtasks")).json()
-                parent = (await c.get(f"{TASKS}/1")).json()
-                parent_events = await all_events(c, 1)
+        kw = {"model_base_url": model.url, "model_name": "scripted", "task_token_budget": 100_000}
+        async with served(settings, **kw) as (env, c):
+            path = env.repo_path
+            await c.post(TASKS, json={"goal": "split the work", "agent": "fixer"})
+            parent = await wait_state(c, 1, "awaiting_review", "failed")
+            child = await wait_state(c, 2, "awaiting_review", "failed")
+            subtasks = (await c.get(f"{TASKS}/1/subtasks")).json()
+            parent = (await c.get(f"{TASKS}/1")).json()
+            parent_events = await all_events(c, 1)
         assert parent["state"] == "awaiting_review" and parent["summary"] == "Split the work.", parent
         assert child["state"] == "awaiting_review" and child["summary"] == "Wrote the notes.", child
         assert child["parent"] == {"number": 1} and parent["parent"] is None and parent["subtasks"] == 1

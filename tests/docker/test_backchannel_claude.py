@@ -3,15 +3,13 @@ server at 127.0.0.1:4100 inside the container (the sandbox's gateway relay to th
 with the run token; progress and a reported summary land on the task; ask_user with options
 blocks it, the options show on the task, and the answer continues the same Claude session."""
 
-import asyncio
 import json
 
-import msgspec
 import pytest
 
 from forge.settings import Settings
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use, turn
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, wait_state
+from tests.support.tasks import all_events, served, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -31,21 +29,17 @@ async def test_a_claude_code_agent_uses_the_back_channel_from_its_container(
         text("Used blue."),
     ]
     with ScriptedAnthropic(turns) as api:
-        s = msgspec.structs.replace(
-            task_settings(settings), anthropic_base_url=api.url, anthropic_api_key=KEY, anthropic_model="claude-test"
-        )
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "paint", "agent": "fixer", "runtime": "claude-code"})
-                assert r.status_code == 201, r.text
-                blocked = await wait_state(c, 1, "blocked", "awaiting_review", "failed", timeout=180)
-                events = await all_events(c, 1)
-                assert blocked["state"] == "blocked", (blocked, [e["payload"] for e in events if e["kind"] == "notice"])
-                r = await c.post(f"{TASKS}/1/answer", json={"body": "blue"})
-                assert r.status_code == 200, r.text
-                done = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-                events = await all_events(c, 1)
+        model = {"anthropic_base_url": api.url, "anthropic_api_key": KEY, "anthropic_model": "claude-test"}
+        async with served(settings, **model) as (_, c):
+            r = await c.post(TASKS, json={"goal": "paint", "agent": "fixer", "runtime": "claude-code"})
+            assert r.status_code == 201, r.text
+            blocked = await wait_state(c, 1, "blocked", "awaiting_review", "failed", timeout=180)
+            events = await all_events(c, 1)
+            assert blocked["state"] == "blocked", (blocked, [e["payload"] for e in events if e["kind"] == "notice"])
+            r = await c.post(f"{TASKS}/1/answer", json={"body": "blue"})
+            assert r.status_code == 200, r.text
+            done = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
+            events = await all_events(c, 1)
     assert blocked["question"] == "Which colour?" and blocked["question_options"] == ["red", "blue"]
     first = blocked["runs"][0]
     assert first["summary"] == "Reported by claude." and first["summary_reported"] is True
