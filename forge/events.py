@@ -32,6 +32,7 @@ EventType = Literal[
     "approval.resolved",
     "review.submitted",
     "task.merged",
+    "task.progress",
     "repo.pushed",
     "egress.blocked",
     "ping",
@@ -75,10 +76,16 @@ class AccountRef(msgspec.Struct, frozen=True, kw_only=True):
     type: Literal["User", "Bot"] = "User"
 
 
+class ParentRef(msgspec.Struct, frozen=True, kw_only=True):
+    number: int
+
+
 class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
     id: str  # uuid
     number: int
     url: str = ""
+    # A subtask's parent task (spawned by the parent's agent); null for a task a person started.
+    parent: ParentRef | None = None
 
 
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,6 +175,12 @@ class TaskMerged(Payload, frozen=True, tag="task.merged"):
     branch_deleted: bool
 
 
+class TaskProgress(Payload, frozen=True, tag="task.progress"):
+    """The agent's progress note (the back-channel's `record_progress`), rate-limited per run."""
+
+    message: str
+
+
 class PushedRef(msgspec.Struct, frozen=True, kw_only=True):
     ref: str
     before: str  # zeros: created
@@ -204,6 +217,7 @@ EventPayload = (
     | ApprovalResolved
     | ReviewSubmitted
     | TaskMerged
+    | TaskProgress
     | RepoPushed
     | EgressBlocked
     | Ping
@@ -220,6 +234,7 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         ApprovalResolved,
         ReviewSubmitted,
         TaskMerged,
+        TaskProgress,
         RepoPushed,
         EgressBlocked,
         Ping,

@@ -31,6 +31,7 @@ NOTIFY_EVENTS: Final = (
     "approval.resolved",
     "review.submitted",
     "task.merged",
+    "task.progress",
     "repo.pushed",
     "egress.blocked",
     "ping",

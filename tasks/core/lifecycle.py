@@ -17,21 +17,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.access import Principal
 from forge.db import after_commit, utcnow
 from forge.errors import BadGateway, Forbidden
-from forge.events import AccountRef, Event, EventBus, EventPayload, EventType, RunRef, TaskRef
+from forge.events import AccountRef, Event, EventBus, EventPayload, EventType, ParentRef, RunRef, TaskCreated, TaskRef
 from forge.models import Account, Repository
 from tasks.core import payloads, transcript
 from tasks.core.models import Run, Task, TaskCounter
 from tasks.core.policy import GateContext, GateDecision, PolicyGate, PromptKind
 from tasks.core.states import RunKind, RunState, TaskState, check_transition
-from tasks.core.transcript import Pending
+from tasks.core.transcript import Pending, Prompt
 
 Changed = Callable[[int], None]
 
 
 def gate_context(
-    task: Task, repo_full: str, repo_uuid: str, base_url: str, actor: Principal, agent: str
+    task: Task, repo_full: str, repo_uuid: str, base_url: str, actor: Principal, agent: str, parent: int | None = None
 ) -> GateContext:
     return GateContext(
+        parent_number=parent,
         repository=repo_full,
         repo_uuid=repo_uuid,
         task_uuid=task.uuid,
@@ -166,6 +167,7 @@ class Lifecycle:
         if data.type != type_:
             raise ValueError(f"a {data.type} payload published as {type_}")
         full = f"{repo.owner.login}/{repo.name}"
+        parent = await self.session.get(Task, task.parent_id) if task.parent_id is not None else None
         actor_ref = None
         if actor is not None and actor.account_id is not None:
             actor_ref = AccountRef(login=actor.login, type="Bot" if actor.type == "Bot" else "User")
@@ -175,7 +177,12 @@ class Lifecycle:
                 repo_id=repo.id,
                 repo_uuid=repo.uuid,
                 repository=full,
-                task=TaskRef(id=task.uuid, number=task.number, url=f"{self.base_url}/{full}/tasks/{task.number}"),
+                task=TaskRef(
+                    id=task.uuid,
+                    number=task.number,
+                    url=f"{self.base_url}/{full}/tasks/{task.number}",
+                    parent=ParentRef(number=parent.number) if parent is not None else None,
+                ),
                 run=RunRef(id=run.uuid, seq=run.seq) if run is not None else None,
                 actor=actor_ref,
                 agent=await account_ref(self.session, task.agent_id),
@@ -232,11 +239,25 @@ class Lifecycle:
         self.touched(task.id)
         return run
 
+    async def open(
+        self, task: Task, repo: Repository, goal: str, actor: Principal, *, requested_by_id: int | None, source: str
+    ) -> Run:
+        """A new task's first run and prompt, published as `task.created` and `task.state_changed`."""
+        run = await self.new_run(task, RunKind.START, goal, requested_by_id)
+        prompt = Prompt(text=goal, source=source, author=actor.login)
+        await self.append(task.id, [Pending(kind="prompt", payload=prompt, run_id=run.id)])
+        await self.publish("task.created", task, repo, actor=actor, data=TaskCreated())
+        position = await queue_position(self.session, task)
+        data = payloads.state_changed(None, TaskState.QUEUED, queue_position=position)
+        await self.publish("task.state_changed", task, repo, actor=actor, run=run, data=data)
+        return run
+
     async def enqueue(self, task: Task, repo: Repository, kind: RunKind, prompt: str, actor: Principal) -> Run:
         """A new run for a task a person acts on: the question and last error are cleared, the
         task is queued for a worker."""
         run = await self.new_run(task, kind, prompt, actor.account_id)
         task.question = ""
+        task.question_options = None
         task.error = ""
         task.failure_reason = ""
         await self.set_state(task, repo, TaskState.QUEUED, actor=actor, run=run)
@@ -244,7 +265,9 @@ class Lifecycle:
 
     async def gate_ctx(self, task: Task, repo_full: str, repo_uuid: str, actor: Principal) -> GateContext:
         agent = await self.session.get(Account, task.agent_id)
-        return gate_context(task, repo_full, repo_uuid, self.base_url, actor, agent.login if agent else "")
+        parent = await self.session.get(Task, task.parent_id) if task.parent_id is not None else None
+        return gate_context(task, repo_full, repo_uuid, self.base_url, actor, agent.login if agent else "",
+                            parent.number if parent is not None else None)  # fmt: skip
 
     async def check_prompt(
         self, ctx: GateContext, text: str, kind: PromptKind, checked: PromptCheck | None = None

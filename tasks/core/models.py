@@ -62,8 +62,16 @@ class Task(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     failure_reason: Mapped[str] = mapped_column(String(32), default="")
     question: Mapped[str] = mapped_column(Text, default="")
+    # The answers the agent offered with its question (ask_user's `options`; null: free text only).
+    question_options: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     queued_message: Mapped[str] = mapped_column(Text, default="")
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True)
+    # A subtask (spawn_subtask): its parent, how deep it is (0: a task a person started), and its
+    # own token budget per run, carved out of the parent's (null: the repository's setting).
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    depth: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    token_budget: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The transcript's sequence counter: incremented (row-locked) in each writing transaction.
     last_seq: Mapped[int] = mapped_column(Integer, default=0)
     # The builtin runtime's conversation, carried from one run to the next (answer, message).
@@ -105,6 +113,9 @@ class Run(Base):
     turns: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(Integer, default=0)
     completion_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # The run's summary; `summary_reported`: the agent reported it (report_summary), not extracted.
+    summary: Mapped[str] = mapped_column(Text, default="", server_default="")
+    summary_reported: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The run's snapshot found the start tree unchanged: no commit, no task branch made or moved.
     no_changes: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # The agent CLI that ran (e.g. "claude-code", "2.1.332"); empty for the builtin runtimes.
@@ -274,6 +285,9 @@ class RepoTaskSettings(Base):
     # Network access through the egress proxy: {"mode": "off"|"allow-list", "rules": [...],
     # "presets": [...]} (tasks/core/egress_config.py); null: off.
     egress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Subtasks an agent may spawn (null: the defaults, depth 2 and 5 children per task).
+    max_subtask_depth: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_subtasks: Mapped[int | None] = mapped_column(Integer, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 

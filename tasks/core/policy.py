@@ -29,6 +29,7 @@ class GateContext(msgspec.Struct, frozen=True, kw_only=True):
     actor_login: str = ""
     actor_type: Literal["User", "Bot"] = "User"
     agent_login: str = ""
+    parent_number: int | None = None  # a subtask's parent task
 
 
 class GateDecision(msgspec.Struct, frozen=True, kw_only=True):

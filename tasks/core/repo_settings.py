@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.errors import InvalidInput
 from forge.model_keys import personal_keys
 from forge.security import SecretBox
 from forge.settings import Settings
@@ -123,3 +124,51 @@ async def merge_rules(session: AsyncSession, repo_id: int) -> MergeRules:
         approval_not_by_starter=bool(row.approval_not_by_starter),
         delete_branch_on_merge=bool(row.delete_branch_on_merge),
     )
+
+
+# What each CLI runtime needs from the model settings: the provider and how to say it.
+_CLI_NEEDS: dict[str, tuple[Provider, str]] = {
+    "claude-code": (
+        "anthropic",
+        "an Anthropic endpoint (FORGEHAND_ANTHROPIC_API_KEY, FORGEHAND_ANTHROPIC_MODEL, or the repository's or "
+        "your own model key)",
+    ),
+    "codex": (
+        "openai",
+        "an OpenAI-compatible endpoint with the Responses API (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME, "
+        "FORGEHAND_MODEL_API_KEY, or the repository's or your own model key)",
+    ),
+}
+
+
+async def require_model(
+    session: AsyncSession,
+    settings: Settings,
+    repo_id: int,
+    runtime: str,
+    starter_id: int | None,
+    *,
+    acp_provider: str = "",
+) -> None:
+    """A task of `runtime` can have a model (the command runtime needs none; an ACP agent the one its
+    configuration names, `acp_provider`): raises InvalidInput."""
+    if runtime == "command":
+        return
+    need = _CLI_NEEDS.get(runtime)
+    if runtime == "acp":
+        need = {"anthropic": _CLI_NEEDS["claude-code"], "openai": _CLI_NEEDS["codex"]}.get(acp_provider)
+        if need is None:
+            return  # an agent that calls no model
+    if need is not None:
+        provider, what = need
+        access = await model_access(session, settings, repo_id, starter_id)
+        if not access[provider].configured:
+            raise InvalidInput(f"the {runtime} runtime needs {what}", code="model_not_configured")
+        return
+    found = await effective(session, settings, repo_id)
+    if not (found.model_base_url and found.model_name):
+        raise InvalidInput(
+            "the builtin runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
+            "use the command runtime or configure one",
+            code="model_not_configured",
+        )

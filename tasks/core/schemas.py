@@ -173,6 +173,10 @@ class RunRead(msgspec.Struct, kw_only=True):
     model_key: str | None = None
     model_provider: str | None = None
     egress: EgressRead = msgspec.field(default_factory=EgressRead)
+    # What the run reported it did; `summary_reported`: the agent said so (report_summary), rather
+    # than the summary being its last words.
+    summary: str = ""
+    summary_reported: bool = False
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):
@@ -186,6 +190,10 @@ class SkippedPage(msgspec.Struct, kw_only=True):
     items: list[SkippedPath]
     total: int
     next_cursor: str | None  # pass as `cursor` for the next page; null on the last one
+
+
+class ParentRead(msgspec.Struct, kw_only=True):
+    number: int
 
 
 class TaskRead(msgspec.Struct, kw_only=True):
@@ -230,6 +238,12 @@ class TaskRead(msgspec.Struct, kw_only=True):
     egress: EgressRead = msgspec.field(default_factory=EgressRead)  # summed over the task's runs
     # `acp` runtime: the configured ACP agent the task runs.
     agent_command: str | None = None
+    # A subtask: the task whose agent spawned it (null: a task a person started); `subtasks` counts
+    # its own (GET .../tasks/{n}/subtasks lists them).
+    parent: ParentRead | None = None
+    subtasks: int = 0
+    # The answers the agent offered with its pending question (the person may still write their own).
+    question_options: list[str] = msgspec.field(default_factory=list)
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -34,6 +34,8 @@ Kind = Literal[
     "question",
     "model_call",
     "egress_blocked",
+    "progress",
+    "subtask",
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 
@@ -88,11 +90,30 @@ class System(msgspec.Struct, kw_only=True, tag="system"):
 
 class Summary(msgspec.Struct, kw_only=True, tag="summary"):
     text: str
+    # The agent reported it (the back-channel's report_summary), not taken from its last words.
+    reported: bool = False
 
 
 class Question(msgspec.Struct, kw_only=True, tag="question"):
     text: str
     tool_call_id: str = ""
+    options: list[str] = msgspec.field(default_factory=list)  # answers the agent offered
+
+
+class Progress(msgspec.Struct, kw_only=True, tag="progress"):
+    """The agent's own progress note (the back-channel's record_progress)."""
+
+    text: str
+
+
+class Subtask(msgspec.Struct, kw_only=True, tag="subtask"):
+    """A subtask of this task: spawned by its agent (`event` "spawned") or ended ("ended")."""
+
+    event: Literal["spawned", "ended"]
+    number: int
+    text: str  # the subtask's title, or how it ended
+    state: str = ""
+    summary: str = ""
 
 
 class ModelCall(msgspec.Struct, kw_only=True, tag="model_call"):
@@ -136,6 +157,8 @@ Payload = (
     | Question
     | ModelCall
     | EgressBlocked
+    | Progress
+    | Subtask
 )
 
 _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
@@ -150,6 +173,8 @@ _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     Question: ("question",),
     ModelCall: ("model_call",),
     EgressBlocked: ("egress_blocked",),
+    Progress: ("progress",),
+    Subtask: ("subtask",),
 }
 
 

@@ -14,6 +14,7 @@ from tasks.core.schemas import MessageCreate, SkippedPage, TaskCreate, TaskRead,
 from tasks.http.actions import act_on_task, start_task, stop_and_wait
 from tasks.http.deps import DEPENDENCIES, TASK, TASKS, RepoScopeDep, SystemDep, TaskScopeDep
 from tasks.services.reads import skipped_page
+from tasks.services.subtasks import subtask_reads
 
 
 class TaskController(Controller):
@@ -39,6 +40,10 @@ class TaskController(Controller):
     @get(TASK, summary="A task")
     async def get_task(self, task_scope: TaskScopeDep) -> TaskRead:
         return await task_scope.svc.to_read(task_scope.task, task_scope.res)
+
+    @get(TASK + "/subtasks", summary="The subtasks the task's agent spawned (oldest first)")
+    async def subtasks(self, task_scope: TaskScopeDep) -> list[TaskRead]:
+        return await subtask_reads(task_scope.svc, task_scope.res, task_scope.task)
 
     @post(TASK + "/messages", summary="Send the agent a message (queued while a run is active)", status_code=200)
     async def message(self, task_scope: TaskScopeDep, data: JSONBody[MessageCreate]) -> TaskRead:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 from sqlalchemy import select, update
 
@@ -36,6 +37,7 @@ from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops, recovery
+from tasks.run.backchannel import Backchannel, attach
 from tasks.run.egress import RunEgress, blocked_notifier, open_run_egress, proxy_env
 from tasks.run.env import RunEnv
 from tasks.run.gateway import SOCKET_NAME, ChannelUnavailable, RunChannel, build_channel, provider_of
@@ -89,6 +91,7 @@ class Execution(Settling, Supervising):
         self.turns = self.prompt_tokens = self.completion_tokens = 0
         self.channel: RunChannel | None = None
         self.egress: RunEgress | None = None
+        self.backchannel: Backchannel | None = None
 
     async def _load(self) -> None:
         async with self.env.db.session() as s:
@@ -105,6 +108,8 @@ class Execution(Settling, Supervising):
             self.task_id, self.task_uuid, self.number = task.id, task.uuid, task.number
             self.title, self.goal, self.runtime_name = task.title, task.goal, task.runtime
             self.command = task.command
+            parent = await s.get(Task, task.parent_id) if task.parent_id is not None else None
+            self.parent_number = parent.number if parent is not None else None
             self.branch, self.base_sha = task.branch, task.base_sha
             self.conversation = list(task.conversation or [])
             self.agent_session_id = task.agent_session_id
@@ -129,6 +134,10 @@ class Execution(Settling, Supervising):
             self.repo_uuid = repo.uuid
             # The instance's settings with this repository's overrides (model endpoint, limits).
             self.settings = await repo_settings.effective(s, self.env.settings, repo.id)
+            if task.token_budget is not None:  # a subtask's own budget, carved out of its parent's
+                limit = self.settings.task_token_budget
+                mine = min(task.token_budget, limit) if limit else task.token_budget
+                self.settings = msgspec.structs.replace(self.settings, task_token_budget=mine)
             # Which key pays for the run's model calls, per provider (the gateway injects it).
             self.access = await repo_settings.model_access(s, self.env.settings, repo.id, run.requested_by_id)
             # Network access through the egress proxy (None: off, the sandbox reaches nothing).
@@ -153,6 +162,7 @@ class Execution(Settling, Supervising):
             actor_login=self.starter_login,
             actor_type="Bot" if self.starter_type == "Bot" else "User",
             agent_login=self.agent_login,
+            parent_number=self.parent_number,
         )
 
     async def system(self, phase: str, text: str, t0: float | None = None, **detail: Any) -> None:
@@ -227,6 +237,11 @@ class Execution(Settling, Supervising):
                 await channel.close()
             except Exception:
                 log.exception("closing the run's channel failed", run_id=self.run_id)
+            if self.backchannel is not None:
+                # Nothing is taken from now on: the summary stored below is the one reported, once.
+                self.backchannel.seal()
+                if self.backchannel.summary is not None:
+                    outcome.summary, outcome.summary_reported = self.backchannel.summary, True
             usage = channel.usage
             await self._set_run(
                 input_tokens=usage.input_tokens,
@@ -356,6 +371,7 @@ class Execution(Settling, Supervising):
             emit=self._emit,
             model=model,
             channel=self.channel,
+            backchannel=self.backchannel,
             approval=self.approved,
             agent_session_id=self.agent_session_id,
             state_dir=self.settings.data_dir.resolve() / "agents" / self.task_uuid,
@@ -418,6 +434,15 @@ class Execution(Settling, Supervising):
         except (OSError, RuntimeError) as exc:
             raise ProvisionFailed(FailureReason.INTERNAL, f"the run's model gateway could not start: {exc}") from exc
         await self._set_run(model_key=channel.provider.model_key, model_provider=provider)
+        assert self.writer is not None
+        budget = channel.budget
+        self.backchannel = Backchannel(
+            db=self.env.db, lifecycle=self.env.lifecycle, settings=self.settings, task_id=self.task_id,
+            run_id=self.run_id, emit=self._emit, redact=self.writer.redactor.redact,
+            runtimes=frozenset(self.env.runtimes),
+            remaining=lambda: max(0, budget.limit - budget.used) if budget.limit else None,
+        )  # fmt: skip
+        attach(channel, self.backchannel)
         model = self.access[provider].model
         timeout = self.settings.model_timeout_seconds
         return ModelEndpoint(base_url="http://gateway/v1", model=model, api_key=channel.token, timeout=timeout,

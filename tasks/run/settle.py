@@ -23,6 +23,7 @@ from tasks.core.models import Run
 from tasks.core.parked import park
 from tasks.core.policy import GateContext
 from tasks.core.states import FailureReason, RunKind, RunState, TaskState
+from tasks.core.subtasks import report_to_parent
 from tasks.core.transcript import Notice, Pending, Prompt, Summary
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops
@@ -158,7 +159,7 @@ class Settling:
                         changed_files=changed,
                     )
         if outcome.summary:
-            await self.writer.emit("summary", Summary(text=outcome.summary))
+            await self.writer.emit("summary", Summary(text=outcome.summary, reported=outcome.summary_reported))
         if outcome.error and not stopped:
             await self.writer.emit("notice", Notice(text=outcome.error, level="error"))
         await self.writer.close()
@@ -200,6 +201,7 @@ class Settling:
                     task.head_is_wip = snap.committed and run_state in (RunState.FAILED, RunState.STOPPED)
             if outcome.conversation is not None:
                 task.conversation = outcome.conversation
+            run.summary, run.summary_reported = outcome.summary, outcome.summary_reported and bool(outcome.summary)
             if outcome.summary:
                 task.summary = outcome.summary
             await life.publish("run.finished", task, repo, run=run, data=run_data(run))
@@ -211,6 +213,7 @@ class Settling:
                 await life.set_state(task, repo, TaskState.STOPPED, run=run)
             elif run_state is RunState.BLOCKED:
                 task.question = outcome.question
+                task.question_options = list(outcome.question_options) if outcome.question else None
                 if outcome.approval is not None:
                     await park(
                         life, task, repo, run, outcome.approval, ttl_seconds=env.settings.task_approval_ttl_seconds
@@ -236,3 +239,5 @@ class Settling:
                     outcome.failure_reason.value if outcome.failure_reason else FailureReason.INTERNAL.value
                 )
                 await life.set_state(task, repo, TaskState.FAILED, run=run)
+            if task.parent_id is not None and TaskState(task.state) is not TaskState.QUEUED:
+                await report_to_parent(life, task)

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import Database
-from forge.events import AccountRef, RunRef, TaskRef
+from forge.events import AccountRef, ParentRef, RunRef, TaskRef
 from forge.models import Repository
 from tasks.core.policy import GateContext, GateDecision, PromptKind, SessionSource
 from webhooks import PolicyDispatcher, PolicyOutcome, RepoRef, TaskMeta
@@ -46,7 +46,12 @@ class WebhookGate:
         self, ctx: GateContext, event: str, data: dict[str, Any], session: AsyncSession | None = None
     ) -> GateDecision:
         meta = TaskMeta(
-            task=TaskRef(id=ctx.task_uuid, number=ctx.task_number, url=ctx.task_url),
+            task=TaskRef(
+                id=ctx.task_uuid,
+                number=ctx.task_number,
+                url=ctx.task_url,
+                parent=ParentRef(number=ctx.parent_number) if ctx.parent_number is not None else None,
+            ),
             run=RunRef(id=ctx.run_uuid, seq=ctx.run_seq) if ctx.run_uuid else None,
             actor=AccountRef(login=ctx.actor_login, type=ctx.actor_type) if ctx.actor_login else None,
             agent=AccountRef(login=ctx.agent_login, type="Bot") if ctx.agent_login else None,

@@ -30,6 +30,7 @@ from tasks.core.models import Run, Task
 from tasks.core.parked import expire_due
 from tasks.core.policy import PolicyGate
 from tasks.core.states import FailureReason, RunState, TaskState
+from tasks.core.subtasks import report_to_parent
 from tasks.core.transcript import Notice, Pending
 from tasks.run import recovery
 from tasks.run.env import RunEnv
@@ -280,6 +281,7 @@ class TaskWorker:
             task.failure_reason = FailureReason.INTERRUPTED
             task.error = run.error
             await life.set_state(task, repo, TaskState.FAILED, run=run)
+            await report_to_parent(life, task)  # a subtask's parent hears of it too
 
     # --- claiming -----------------------------------------------------------------------------
 

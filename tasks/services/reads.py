@@ -12,7 +12,16 @@ from forge.models import Account
 from forge.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due
-from tasks.core.schemas import ApprovalRead, EgressRead, RunRead, SkippedPage, SkippedPath, TaskRead, UsageRead
+from tasks.core.schemas import (
+    ApprovalRead,
+    EgressRead,
+    ParentRead,
+    RunRead,
+    SkippedPage,
+    SkippedPath,
+    TaskRead,
+    UsageRead,
+)
 from tasks.core.states import ApprovalState, RunState, TaskState
 
 
@@ -107,6 +116,8 @@ def run_read(r: Run) -> RunRead:
         finished_at=r.finished_at,
         agent_name=r.agent_name,
         agent_version=r.agent_version,
+        summary=r.summary,
+        summary_reported=r.summary_reported,
     )
 
 
@@ -130,6 +141,22 @@ async def _queue_positions(session: AsyncSession, runs: dict[int, list[Run]], ta
     return {task_id: counts.get(run_id, 0) + 1 for task_id, run_id in first.items()}
 
 
+async def _numbers(session: AsyncSession, task_ids: set[int]) -> dict[int, int]:
+    """task id -> number (one query)."""
+    if not task_ids:
+        return {}
+    rows = await session.execute(select(Task.id, Task.number).where(Task.id.in_(task_ids)))
+    return {int(i): int(n) for i, n in rows.tuples()}
+
+
+async def _child_counts(session: AsyncSession, task_ids: list[int]) -> dict[int, int]:
+    """task id -> how many subtasks it has (one grouped query)."""
+    rows = await session.execute(
+        select(Task.parent_id, func.count(Task.id)).where(Task.parent_id.in_(task_ids)).group_by(Task.parent_id)
+    )
+    return {int(p): int(n) for p, n in rows.tuples() if p is not None}
+
+
 async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[Task, RepoResource]]) -> list[TaskRead]:
     tasks = [t for t, _ in page]
     ids = [t.id for t in tasks]
@@ -150,6 +177,8 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
     wanted |= {t.merged_by_id for t in tasks if t.merged_by_id}
     names = await logins(session, wanted)
     positions = await _queue_positions(session, runs, tasks)
+    parents = await _numbers(session, {t.parent_id for t in tasks if t.parent_id is not None})
+    children = await _child_counts(session, ids)
     seq_of = {r.id: r.seq for rs in runs.values() for r in rs}
     out = []
     for task, res in page:
@@ -192,6 +221,9 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
                 usage=usage_of(runs.get(task.id, [])),
                 egress=egress_of(runs.get(task.id, [])),
                 model_key=next((r.model_key for r in reversed(runs.get(task.id, [])) if r.model_key), None),
+                parent=ParentRead(number=parents[task.parent_id]) if task.parent_id in parents else None,
+                subtasks=children.get(task.id, 0),
+                question_options=list(task.question_options or []) if task.question else [],
             )
         )
     return out

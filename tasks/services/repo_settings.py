@@ -44,6 +44,9 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     allow_web_search: bool | None = None
     # Network access of the sandbox through the egress proxy (docs/egress.md); off by default.
     egress: EgressSettings = msgspec.field(default_factory=EgressSettings)
+    # Subtasks an agent may spawn (spawn_subtask; null: depth 2, 5 per task; 0 turns them off).
+    max_subtask_depth: int | None = None
+    max_subtasks: int | None = None
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -67,6 +70,8 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     allow_personal_keys: bool | None = None
     allow_web_search: bool | None = None
     egress: EgressSettings | None = None  # null or absent: off
+    max_subtask_depth: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
+    max_subtasks: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -88,6 +93,8 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         allow_personal_keys=bool(row and row.allow_personal_keys),
         allow_web_search=row.allow_web_search if row else None,
         egress=from_stored(row.egress if row else None),
+        max_subtask_depth=row.max_subtask_depth if row else None,
+        max_subtasks=row.max_subtasks if row else None,
     )
 
 
@@ -122,6 +129,8 @@ async def update(
     row.approval_not_by_starter = change.approval_not_by_starter
     row.delete_branch_on_merge = change.delete_branch_on_merge
     row.egress = msgspec.to_builtins(egress) if egress is not None and egress != EgressSettings() else None
+    row.max_subtask_depth = change.max_subtask_depth
+    row.max_subtasks = change.max_subtasks
     await session.flush()
     audit.record(
         session,

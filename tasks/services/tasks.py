@@ -15,13 +15,13 @@ from forge.access import Principal
 from forge.audit import Actor
 from forge.db import utcnow
 from forge.errors import InvalidInput, InvalidState, NotFound
-from forge.events import EventBus, TaskCreated
+from forge.events import EventBus
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
 from forge.git.errors import InvalidRefName
 from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
-from tasks.core import payloads, repo_settings
+from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.lifecycle import (
     Changed,
@@ -30,13 +30,13 @@ from tasks.core.lifecycle import (
     allocate_number,
     gate_context,
     precheck_prompt,
-    queue_position,
 )
 from tasks.core.models import Approval, Run, Task, TaskCounter
 from tasks.core.parked import cancel_pending
 from tasks.core.policy import GateContext, PolicyGate, PromptKind
 from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead, argv_of
 from tasks.core.states import ApprovalState, RunKind, RunState, TaskState
+from tasks.core.subtasks import active_children, report_to_parent
 from tasks.core.transcript import Notice, Pending, Prompt
 from tasks.services import rules
 from tasks.services.reads import release, task_reads
@@ -75,21 +75,6 @@ def dropped_message_notice(body: str) -> Pending:
         f"The task was stopped: the queued message was not delivered to the agent (retry, then send it again): {quoted}"
     )
     return Pending(kind="notice", payload=Notice(text=text, level="warning"))
-
-
-# The CLI agent runtimes: the provider each speaks through the gateway, and what configures it.
-_CLI_NEEDS: dict[str, tuple[repo_settings.Provider, str]] = {
-    "claude-code": (
-        "anthropic",
-        "an Anthropic endpoint (FORGEHAND_ANTHROPIC_API_KEY, FORGEHAND_ANTHROPIC_MODEL, or the repository's or "
-        "your own model key)",
-    ),
-    "codex": (
-        "openai",
-        "an OpenAI-compatible endpoint with the Responses API (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME, "
-        "FORGEHAND_MODEL_API_KEY, or the repository's or your own model key)",
-    ),
-}
 
 
 class TaskService:
@@ -212,8 +197,9 @@ class TaskService:
         task.goal = goal
         self.session.add(task)
         await self.session.flush()
-        run = await self.life.new_run(task, RunKind.START, goal, actor.principal.account_id)
-        await self.life.append(task.id, [prompt_event(goal, "start", actor.principal.login, run)])
+        await self.life.open(
+            task, res.repo, goal, actor.principal, requested_by_id=actor.principal.account_id, source="start"
+        )
         audit.record(
             self.session,
             actor,
@@ -222,17 +208,6 @@ class TaskService:
             runtime=task.runtime,
             agent=agent.login,
             base=task.base,
-        )
-        await self.life.publish("task.created", task, res.repo, actor=actor.principal, data=TaskCreated())
-        await self.life.publish(
-            "task.state_changed",
-            task,
-            res.repo,
-            actor=actor.principal,
-            run=run,
-            data=payloads.state_changed(
-                None, TaskState.QUEUED, queue_position=await queue_position(self.session, task)
-            ),
         )
         return task
 
@@ -273,29 +248,15 @@ class TaskService:
             raise InvalidInput("the goal is required", code="goal_required")
         runtime = data.runtime or ("command" if data.command is not None else "builtin")
         command = self._command(data, runtime)
-        need = _CLI_NEEDS.get(runtime)
+        acp_provider = ""
         if runtime == "acp":
             agent_cfg = self._acp_agent(data)
-            command = agent_cfg.name
-            # An ACP agent needs the endpoint of the provider it talks to (none: no model at all).
-            need = {"anthropic": _CLI_NEEDS["claude-code"], "openai": _CLI_NEEDS["codex"]}.get(agent_cfg.provider)
+            command, acp_provider = agent_cfg.name, agent_cfg.provider
         elif data.agent_command is not None:
             raise InvalidInput("`agent_command` is for the acp runtime", code="invalid_agent_command")
-        if need is not None:
-            provider, what = need
-            access = await repo_settings.model_access(
-                self.session, self.settings, res.repo.id, actor.principal.account_id
-            )
-            if not access[provider].configured:
-                raise InvalidInput(f"the {runtime} runtime needs {what}", code="model_not_configured")
-        elif runtime not in ("command", "acp"):
-            effective = await repo_settings.effective(self.session, self.settings, res.repo.id)
-            if not (effective.model_base_url and effective.model_name):
-                raise InvalidInput(
-                    f"the {runtime} runtime needs a model endpoint (FORGEHAND_MODEL_BASE_URL, FORGEHAND_MODEL_NAME); "
-                    "use the command runtime or configure one",
-                    code="model_not_configured",
-                )
+        await repo_settings.require_model(
+            self.session, self.settings, res.repo.id, runtime, actor.principal.account_id, acp_provider=acp_provider
+        )
         agent = await self._agent(res, data.agent)
         base = data.base.strip() or res.repo.default_branch
         try:
@@ -453,6 +414,13 @@ class TaskService:
         await self.life.append(task.id, [notice(f"{actor.principal.login} stopped the task")])
         if pending is None:
             task.question = ""
+            task.question_options = None
             await cancel_pending(self.life, task, res.repo, actor=actor.principal)
             await self.life.set_state(task, res.repo, TaskState.STOPPED, actor=actor.principal)
+            if task.parent_id is not None:
+                await report_to_parent(self.life, task)
+        # Its subtasks stop with it (theirs too): a running one is flagged for its own worker.
+        for child in await active_children(self.session, task):
+            if rules.may_stop(actor.principal, res, child):
+                await self.request_stop(actor, res, child)
         return pending

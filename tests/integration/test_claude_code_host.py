@@ -292,6 +292,7 @@ async def test_a_question_blocks_the_run_and_the_answer_continues_the_session(tm
         outcome = await ClaudeCodeRuntime().run(ctx)
     assert outcome.status is RunState.BLOCKED, outcome
     assert outcome.question == "Which file? (options: a.txt, b.txt)"
+    assert outcome.question_options == ["a.txt", "b.txt"]  # offered on the task page as answers
     assert [q.text for q in emit.of("question")] == [outcome.question]
     sb.fresh_home()
     with ScriptedAnthropic([text("using b.txt")]) as api2:

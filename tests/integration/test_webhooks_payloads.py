@@ -32,6 +32,7 @@ from forge.events import (
     RunStarted,
     TaskCreated,
     TaskMerged,
+    TaskProgress,
     TaskRef,
     TaskStateChanged,
 )
@@ -140,6 +141,7 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
             "branch_deleted": True,
         },
     ),
+    (TaskProgress(message="tests pass; writing the docs"), {"message": "tests pass; writing the docs"}),
     (
         RepoPushed(refs=[PushedRef(ref="refs/heads/main", before=ZEROS, after=SHA_B)]),
         {"refs": [{"ref": "refs/heads/main", "before": ZEROS, "after": SHA_B}]},
@@ -201,7 +203,7 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
     for (payload, expected), body in zip(CASES, bodies, strict=True):
         check_data(payload, body, expected)
         assert body["meta"]["task"] == (
-            None if isinstance(payload, RepoPushed) else {"id": task.id, "number": 1, "url": ""}
+            None if isinstance(payload, RepoPushed) else {"id": task.id, "number": 1, "url": "", "parent": None}
         )
 
     async with db.session(write=True) as s:  # ping goes through the service, not the bus

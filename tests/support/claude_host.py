@@ -18,6 +18,7 @@ from sandbox import ExecResult
 from sandbox.spec import HOME_DIR
 from tasks.core.policy import ApprovedCall, GateContext, GateDecision
 from tasks.core.states import RunKind
+from tasks.run.backchannel import Backchannel
 from tasks.run.runtimes.base import RunContext, RuntimeLimits
 
 HOST_CLI = os.environ.get("CLAUDE_CLI", "/tmp/cc/node_modules/@anthropic-ai/claude-code-linux-x64/claude")
@@ -98,7 +99,8 @@ class HostProcess:
 class HostSandbox:
     """Maps the container's paths onto temporary directories: /workspace, $HOME, the CLI."""
 
-    def __init__(self, root: Path, base_url: str) -> None:
+    def __init__(self, root: Path, base_url: str, *, rewrite: Mapping[str, str] | None = None) -> None:
+        self.rewrite = dict(rewrite or {})  # in argv: a container address -> its stand-in on the host
         self.workspace = root / "workspace"
         self.home = root / "home"
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -124,6 +126,8 @@ class HostSandbox:
 
     def _argv(self, argv: Sequence[str]) -> list[str]:
         out = [host_cli() if a == "/usr/local/bin/claude" else a for a in argv]
+        for old, new in self.rewrite.items():
+            out = [a.replace(old, new) for a in out]
         return [str(self.home) if a == HOME_DIR else a for a in out]
 
     async def spawn(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str = "/workspace",
@@ -225,6 +229,7 @@ def host_context(
     session: str = "",
     approval: ApprovedCall | None = None,
     turn_limit: int = 20,
+    backchannel: Backchannel | None = None,
 ) -> RunContext:
     return RunContext(
         sandbox=sandbox,  # type: ignore[arg-type]
@@ -243,4 +248,5 @@ def host_context(
         state_dir=state_dir,
         agent_session_id=session,
         approval=approval,
+        backchannel=backchannel,
     )

@@ -2,8 +2,9 @@
 serve the app on 127.0.0.1 (with its worker), and read tasks and transcripts over HTTP."""
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,17 @@ def serve_env(settings: Settings) -> Iterator[Env]:
     token, path = asyncio.run(seed(s))
     for url in serve(s):
         yield Env(url=url, settings=s, token=token, repo_path=path)
+
+
+@contextlib.asynccontextmanager
+async def served(settings: Settings, **kw: Any) -> AsyncIterator[tuple[Env, httpx.AsyncClient]]:
+    """The seeded world served with its worker (`task_settings(settings, **kw)`), and a client of ana's."""
+    s = task_settings(settings, **kw)
+    token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
+    for url in serve(s):
+        env = Env(url=url, settings=s, token=token, repo_path=path)
+        async with env.client() as c:
+            yield env, c
 
 
 def task_settings(settings: Settings, **kw: Any) -> Settings:

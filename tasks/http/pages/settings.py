@@ -27,6 +27,8 @@ INT_FIELDS = (
     "wall_clock_seconds",
     "token_budget",
     "required_approvals",
+    "max_subtask_depth",
+    "max_subtasks",
 )
 
 
@@ -54,6 +56,8 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     egress_preset_pypi: str = ""
     egress_preset_npm: str = ""
     egress_preset_debian: str = ""
+    max_subtask_depth: str = ""
+    max_subtasks: str = ""
     csrf_token: str = ""
 
 

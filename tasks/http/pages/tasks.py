@@ -30,6 +30,7 @@ from tasks.http.pages.status import waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
 from tasks.services import agents, inbox, rules
+from tasks.services.subtasks import subtask_reads
 
 # The task page renders this many events at most (the JSON transcript pages through all of them);
 # the live page asks for the items after its last one this many at a time.
@@ -161,6 +162,7 @@ class TaskPages(Controller):
             usage_line=usage_line(read),
             egress_line=egress_line(read),
             may_stop=rules.may_stop(principal, res, task),
+            subtasks=await subtask_reads(svc, res, task) if read.subtasks else [],
             **repo_context(res, principal, svc.base_url),
         )
 

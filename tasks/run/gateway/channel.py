@@ -27,6 +27,7 @@ import uvicorn
 
 from sandbox import CHANNEL_DIR
 from tasks.core.transcript import Kind, ModelCall, Payload
+from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
 from tasks.run.gateway.budget import Budget
 from tasks.run.gateway.guard import GuardedTransport
 from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
@@ -244,7 +245,9 @@ class RunChannel:
                 await send_json(send, 413, error_body(provider, 413, "request_too_large", "the request is too large"))
                 return
         body = bytes(buffer)
-        if path.startswith("/hooks/"):
+        if path == MCP_PATH:  # the agent back-channel (tasks/run/backchannel), POST only
+            await serve_mcp(self, headers, body, send)
+        elif path.startswith("/hooks/"):
             await self._hook_call(path, body, send)
         elif api:
             await self._model_call(provider, api, scope, headers, body, receive, send)

@@ -25,8 +25,9 @@ from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Notice, Question, System
+from tasks.run.backchannel import mcp_client_config
 from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
-from tasks.run.runtimes.acp_session import home_of, keep, restore
+from tasks.run.runtimes.acp_session import acp_mcp_servers, home_of, keep, restore
 from tasks.run.runtimes.acp_updates import UpdateState, choose_option
 from tasks.run.runtimes.agent_session import prompt_of, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
@@ -118,6 +119,8 @@ class AcpAgentRuntime:
         self._drive = drive
         if ctx.channel is not None:
             ctx.channel.set_hook_handler(drive.on_hook)
+        if ctx.backchannel is not None:
+            ctx.backchannel.set_question_hook(drive.on_question)
         try:
             await scrub(ctx, home_of(self.agent))
             proc = await ctx.sandbox.spawn(
@@ -169,6 +172,12 @@ class _Drive:
         decision's answer (to the hook, say) waits until the turn ended (at most CANCEL_WAIT), so
         the agent does not call the model again with the refusal first."""
         await self.cancel(wait=True)
+
+    async def on_question(self, text: str, options: list[str]) -> None:
+        """The back-channel's ask_user: the run blocks on the question; the turn ends."""
+        if not self.broker.question:
+            self.broker.question, self.broker.question_options = text, options
+            self._spawn(self._stopping(Verdict(behavior="deny", stop="question")))
 
     async def cancel(self, *, wait: bool = True) -> None:
         if self.cancelled or self.peer is None:
@@ -322,7 +331,9 @@ class _Drive:
         caps: dict[str, Any] = init["agentCapabilities"] if isinstance(init.get("agentCapabilities"), dict) else {}
         info: dict[str, Any] = init["agentInfo"] if isinstance(init.get("agentInfo"), dict) else {}
         self.version = str(info.get("version") or "")[:64]
-        new_params: dict[str, Any] = {"cwd": WORKDIR, "mcpServers": []}
+        # forgehand's back-channel (ask_user, report_summary, ...) as the session's one MCP server.
+        servers = acp_mcp_servers(mcp_client_config(ctx.channel)) if ctx.channel is not None else []
+        new_params: dict[str, Any] = {"cwd": WORKDIR, "mcpServers": servers}
         meta = session_meta(self.runtime.agent, ctx.limits.turn_limit)
         if meta:
             new_params["_meta"] = meta
@@ -437,8 +448,9 @@ class _Drive:
         if broker.parked is not None:
             return Outcome(status=RunState.BLOCKED, approval=broker.parked)
         if broker.question:
-            await self.ctx.emit("question", Question(text=broker.question))
-            return Outcome(status=RunState.BLOCKED, question=broker.question)
+            options = broker.question_options
+            await self.ctx.emit("question", Question(text=broker.question, options=options))
+            return Outcome(status=RunState.BLOCKED, question=broker.question, question_options=options)
         return None
 
     async def _outcome(self, stop: str) -> Outcome:

@@ -14,6 +14,7 @@ from sandbox import Sandbox
 from tasks.core.policy import ApprovalRequest, ApprovedCall, GateContext, PolicyGate
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Kind, Payload
+from tasks.run.backchannel import Backchannel
 from tasks.run.gateway import RunChannel
 
 __all__ = [
@@ -52,6 +53,9 @@ class Outcome(msgspec.Struct, kw_only=True):
     error: str = ""
     failure_reason: FailureReason | None = None
     question: str = ""
+    question_options: list[str] = msgspec.field(default_factory=list)  # the answers the agent offered
+    # The agent reported `summary` itself (report_summary): it wins over what a runtime extracted.
+    summary_reported: bool = False
     exit_code: int | None = None
     # The builtin runtime's conversation after this run (stored on the task for the next one).
     conversation: list[dict[str, Any]] | None = None
@@ -76,6 +80,8 @@ class RunContext(msgspec.Struct, kw_only=True):
     model: ModelEndpoint | None = None
     # The run's channel (model gateway, hook bridge) when the runtime needs a model.
     channel: RunChannel | None = None
+    # The run's back-channel (ask_user, report_summary, record_progress, spawn_subtask).
+    backchannel: Backchannel | None = None
     # An `approval` run: the decision on the parked call the run resumes with.
     approval: ApprovedCall | None = None
     # Token and turn accounting (the worker stores them on the run).

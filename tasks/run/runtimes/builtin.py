@@ -21,6 +21,9 @@ from sandbox import (
 from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
+from tasks.run.backchannel import TOOL_NAMES as BACKCHANNEL_TOOLS
+from tasks.run.backchannel import ToolRefused
+from tasks.run.backchannel import call as call_tool
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.model_client import TOOL_NAMES, ModelFailure, chat
 from tasks.run.runtimes.policy_steps import after_tool, approval_request
@@ -31,7 +34,8 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 SYSTEM_PROMPT = """You are a coding agent working in a git work tree at /workspace (your current directory).
 Use the tools to inspect and change files and to run commands; there is no network.
 When the goal is reached, call report_summary with a short summary of what you changed, then stop calling tools.
-If you cannot continue without a person's decision, call ask_user with one clear question."""
+If you cannot continue without a person's decision, call ask_user with one clear question (and options when it is
+a choice). record_progress notes progress; spawn_subtask hands a separate piece of work to a subtask."""
 
 
 class ToolError(Exception):
@@ -138,6 +142,7 @@ class BuiltinRuntime:
                         continue
                     return Outcome(status=RunState.SUCCEEDED, summary=final, conversation=messages)
                 question = ""
+                options: list[str] = []
                 approval: ApprovalRequest | None = None
                 ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
                 # Two calls with one id in a turn cannot be told apart by a policy consumer
@@ -172,8 +177,8 @@ class BuiltinRuntime:
                             notes.append(extra["model_context"])
                         continue  # the decision becomes this call's result in the approval run
                     if extra.get("question"):
-                        question = extra["question"]
-                        await ctx.emit("question", Question(text=question, tool_call_id=call_id))
+                        question, options = extra["question"], list(extra.get("options") or [])
+                        await ctx.emit("question", Question(text=question, tool_call_id=call_id, options=options))
                         continue  # the answer becomes this call's result in the next run
                     if extra.get("summary"):
                         summary = extra["summary"]
@@ -185,7 +190,13 @@ class BuiltinRuntime:
                     # After every tool result of the turn (the API wants those right after the call).
                     messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(notes)})
                 if question:
-                    return Outcome(status=RunState.BLOCKED, question=question, summary=summary, conversation=messages)
+                    return Outcome(
+                        status=RunState.BLOCKED,
+                        question=question,
+                        question_options=options,
+                        summary=summary,
+                        conversation=messages,
+                    )
                 if approval is not None:
                     return Outcome(status=RunState.BLOCKED, approval=approval, summary=summary, conversation=messages)
 
@@ -225,8 +236,11 @@ class BuiltinRuntime:
             return None
         result, _, extra = await self._run_tool(ctx, call_id, name, dict(decided.tool_input))
         if extra.get("question"):
-            await ctx.emit("question", Question(text=extra["question"], tool_call_id=call_id))
-            return Outcome(status=RunState.BLOCKED, question=extra["question"], conversation=messages)
+            options = list(extra.get("options") or [])
+            await ctx.emit("question", Question(text=extra["question"], tool_call_id=call_id, options=options))
+            return Outcome(
+                status=RunState.BLOCKED, question=extra["question"], question_options=options, conversation=messages
+            )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
         if extra.get("model_context"):
             messages.append({"role": "system", "content": "Policy note:\n" + extra["model_context"]})
@@ -307,7 +321,22 @@ class BuiltinRuntime:
             extra["model_context"] = "\n\n".join(contexts)
         return text, is_error, extra
 
-    async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, str]) -> str:
+    async def _backchannel(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, Any]) -> str:
+        """The back-channel's tools, through the same service as the MCP server's."""
+        channel = ctx.backchannel
+        if channel is None:
+            raise ToolError("the back-channel is not available in this run")
+        try:
+            text = await call_tool(channel, name, args)
+        except ToolRefused as exc:
+            raise ToolError(str(exc).removeprefix("error: ")) from None
+        if name == "ask_user" and channel.question is not None:
+            extra["question"], extra["options"] = channel.question.text, channel.question.options
+        elif name == "report_summary":
+            extra["summary"] = channel.summary or ""
+        return text
+
+    async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, Any]) -> str:
         root = Path(ctx.sandbox.spec.workspace)
         if name == "bash":
             command = _str_arg(args, "command")
@@ -341,16 +370,8 @@ class BuiltinRuntime:
         if name == "list_files":
             entries = await asyncio.to_thread(list_workspace, root, _str_arg(args, "path", default=""))
             return "\n".join(f"{e.name}{'/' if e.kind == 'dir' else ''}" for e in entries) or "(empty)"
-        if name == "ask_user":
-            extra["question"] = _str_arg(args, "question")
-            return ""
-        if name == "report_summary":
-            extra["summary"] = _str_arg(args, "summary")
-            return "summary recorded"
-        if name == "record_progress":
-            note = _str_arg(args, "note")
-            await ctx.emit("notice", Notice(text=note))
-            return "noted"
+        if name in BACKCHANNEL_TOOLS:
+            return await self._backchannel(ctx, name, args, extra)
         raise ToolError(f"unknown tool {name!r}")
 
 

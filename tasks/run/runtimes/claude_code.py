@@ -50,6 +50,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Question
+from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import (
@@ -115,6 +116,8 @@ class ClaudeCodeRuntime:
             # No MCP server from anywhere (a repository's .mcp.json, a user file the agent wrote):
             # an MCP server is a process the agent would start outside any tool call's policy.
             "--strict-mcp-config",
+            # ... but the run's own back-channel (tasks/run/backchannel), served by forgehand.
+            *(["--mcp-config", claude_mcp_config(channel)] if ctx.backchannel is not None else []),
             "--max-turns",
             str(ctx.limits.turn_limit),
         ]
@@ -132,11 +135,15 @@ class ClaudeCodeRuntime:
             # As many attempts as the builtin runtime's (the CLI's default retries for minutes).
             "CLAUDE_CODE_MAX_RETRIES": "4",
             "HOME": HOME_DIR,
+            # The back-channel's four tools go in the tool list itself, not behind a tool search.
+            "ENABLE_TOOL_SEARCH": "false",
         }
         if model:
             env["ANTHROPIC_MODEL"] = model
         drive = _Drive(self, ctx, session)
         channel.set_hook_handler(drive.on_hook)
+        if ctx.backchannel is not None:
+            ctx.backchannel.set_question_hook(drive.on_question)
         try:
             await scrub(ctx, CLAUDE_HOME)
             proc = await ctx.sandbox.spawn(argv, env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining))
@@ -197,6 +204,12 @@ class _Drive:
             await asyncio.wait_for(asyncio.shield(confirmed), INTERRUPT_WAIT)
         self._answers.pop(request_id, None)
 
+    async def on_question(self, text: str, options: list[str]) -> None:
+        """The back-channel's ask_user: the run blocks on the question; later calls are refused."""
+        if not self.broker.question:
+            self.broker.question, self.broker.question_options = text, options
+            self._spawn(self._stopping(Verdict(behavior="deny", stop="question")))
+
     async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /hooks/claude/<event>` from the managed hook (the backstop)."""
         if agent != "claude":
@@ -236,6 +249,8 @@ class _Drive:
     async def _post_tool_use(self, call_id: str, name: str, output: str, is_error: bool) -> None:
         if not call_id or call_id in self.posted or call_id in self.broker.denied:
             return  # a call that never ran has no post_tool_use
+        if is_error and not self.broker.was_decided(call_id):
+            return  # cut off before any decision (the turn was interrupted): it never ran either
         self.posted.add(call_id)
         await after_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=is_error)
 
@@ -352,8 +367,11 @@ class _Drive:
         if broker.parked is not None:
             return Outcome(status=RunState.BLOCKED, approval=broker.parked, exit_code=exit_code)
         if broker.question:
-            await self.ctx.emit("question", Question(text=broker.question))
-            return Outcome(status=RunState.BLOCKED, question=broker.question, exit_code=exit_code)
+            options = broker.question_options
+            await self.ctx.emit("question", Question(text=broker.question, options=options))
+            return Outcome(
+                status=RunState.BLOCKED, question=broker.question, question_options=options, exit_code=exit_code
+            )
         if watchdog is not None and (final is None or watchdog[0] is not FailureReason.AGENT_LINGERED):
             return Outcome(status=RunState.FAILED, failure_reason=watchdog[0], error=watchdog[1], exit_code=exit_code)
         if final is None:

@@ -53,7 +53,8 @@ class PolicyBroker:
         self._on_stop = on_stop
         self.dispatched = 0  # pre_tool_use dispatches (one per tool_use_id)
         self.parked: ApprovalRequest | None = None
-        self.question = ""  # the agent asked the user (AskUserQuestion): the run blocks on it
+        self.question = ""  # the agent asked the user (AskUserQuestion, ask_user): the run blocks on it
+        self.question_options: list[str] = []
         self.policy_failure = ""
         self.denied: set[str] = set()
         # Calls this broker let run: only those get a post_tool_use (an agent's hook call naming an id
@@ -62,6 +63,9 @@ class PolicyBroker:
         self.approved_pending: ApprovedCall | None = (
             ctx.approval if ctx.approval is not None and ctx.approval.approved else None
         )
+
+    def was_decided(self, tool_use_id: str) -> bool:
+        return tool_use_id in self._decided
 
     async def decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
         known = self._decided.get(tool_use_id) if tool_use_id else None
@@ -127,7 +131,9 @@ class PolicyBroker:
             return Verdict(behavior="deny", message=text)
         if tool_name == QUESTION_TOOL:
             # The person answers in forgehand (an `answer` run resumes the session with it).
-            self.question = question_text(decision.input_override or tool_input) or "The agent has a question."
+            asked = decision.input_override or tool_input
+            self.question = question_text(asked) or "The agent has a question."
+            self.question_options = question_options(asked)
             text = "The question was sent to the user. Stop here; their answer comes as the next message."
             return Verdict(behavior="deny", message=text, stop="question")
         return Verdict(behavior="allow", updated_input=decision.input_override or tool_input)
@@ -146,6 +152,16 @@ def question_text(tool_input: dict[str, Any]) -> str:
         labels = [str(o.get("label")) for o in q.get("options") or [] if isinstance(o, dict) and o.get("label")]
         parts.append(q["question"] + (f" (options: {', '.join(labels)})" if labels else ""))
     return "\n".join(parts)[:4000]
+
+
+def question_options(tool_input: dict[str, Any]) -> list[str]:
+    """The option labels of a single AskUserQuestion question (several questions: free text)."""
+    questions = tool_input.get("questions")
+    if not isinstance(questions, list) or len(questions) != 1 or not isinstance(questions[0], dict):
+        return []
+    options = questions[0].get("options")
+    labels = [str(o["label"])[:200] for o in options or [] if isinstance(o, dict) and o.get("label")]
+    return list(dict.fromkeys(labels))[:10]
 
 
 def control_answer(request_id: str, verdict: Verdict, original: Any) -> dict[str, Any]:

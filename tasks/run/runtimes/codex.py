@@ -151,6 +151,8 @@ class CodexRuntime:
         state = StreamState(version)
         hooks = _Hooks(ctx, broker, state)
         channel.set_hook_handler(hooks.on_hook)
+        if ctx.backchannel is not None:
+            ctx.backchannel.set_question_hook(hooks.on_question)
         prompt = prompt_of(ctx, session)
         outcome: Outcome | None = None
         try:
@@ -241,6 +243,12 @@ class _Hooks:
             out["updatedInput"] = runs = verdict.updated_input  # a consumer's rewrite: what runs
         self.state.allowed(Allowed(id=call_id, name=name, input=runs))
         return {"hookSpecificOutput": out}
+
+    async def on_question(self, text: str, options: list[str]) -> None:
+        """The back-channel's ask_user: the run blocks on the question (Codex has no control channel:
+        the turn ends on its own, later calls are refused by the broker)."""
+        if not self.broker.question:
+            self.broker.question, self.broker.question_options = text, options
 
     async def _post(self, call_id: str, name: str, response: Any) -> dict[str, Any]:
         if call_id and call_id not in self.posted and call_id in self.broker.allowed:

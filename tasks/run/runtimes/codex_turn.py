@@ -102,8 +102,11 @@ class CodexTurn:
         if broker.parked is not None:
             return Outcome(status=RunState.BLOCKED, approval=broker.parked, exit_code=exit_code)
         if broker.question:
-            await self.ctx.emit("question", Question(text=broker.question))
-            return Outcome(status=RunState.BLOCKED, question=broker.question, exit_code=exit_code)
+            options = broker.question_options
+            await self.ctx.emit("question", Question(text=broker.question, options=options))
+            return Outcome(
+                status=RunState.BLOCKED, question=broker.question, question_options=options, exit_code=exit_code
+            )
         if watchdog is not None:
             return Outcome(status=RunState.FAILED, failure_reason=watchdog[0], error=watchdog[1], exit_code=exit_code)
         if state.failure and not done:

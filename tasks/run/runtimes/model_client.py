@@ -11,6 +11,7 @@ import httpx
 
 from forge.db import utcnow
 from tasks.core.states import FailureReason
+from tasks.run.backchannel import TOOLS as BACKCHANNEL
 from tasks.run.gateway.budget import GATEWAY_HEADER
 from tasks.run.runtimes.base import ModelEndpoint
 
@@ -48,14 +49,8 @@ TOOLS: list[dict[str, Any]] = [
         ["path", "old_string", "new_string"],
     ),
     tool_fn("list_files", "List a directory of the work tree.", {"path": _S}, []),
-    tool_fn(
-        "ask_user",
-        "Ask the person who started the task a question and wait for the answer.",
-        {"question": _S},
-        ["question"],
-    ),
-    tool_fn("report_summary", "Report what was done (shown to reviewers).", {"summary": _S}, ["summary"]),
-    tool_fn("record_progress", "Record a short progress note.", {"note": _S}, ["note"]),
+    # The back-channel's tools, with the schemas its MCP server lists.
+    *(tool_fn(t.name, t.description, t.input_schema["properties"], t.input_schema["required"]) for t in BACKCHANNEL),
 ]
 TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
 

@@ -1,0 +1,227 @@
+"""One run's back-channel: what its agent's `ask_user`, `report_summary`, `record_progress` and
+`spawn_subtask` calls do, whichever way they arrive (the MCP server on the run's socket, or the
+builtin runtime's function tools). The task and the run are this object's, fixed when the run
+opened it; nothing an agent sends can name another.
+
+- `ask_user` records the question (and its options) and tells the runtime, which ends the turn:
+  the run settles `blocked`, a person answers on the task page, the answer resumes the session.
+- `report_summary` is taken once per run; a second call is an error to the agent. After the run
+  began to settle (`seal`) nothing is taken, so the summary the settle step stores is final.
+- `record_progress` is a `progress` transcript event and a `task.progress` notification, at most
+  `PROGRESS_BURST` at once and one per `PROGRESS_EVERY` seconds after that.
+- `spawn_subtask` creates a subtask (tasks/core/subtasks.py) within the repository's limits and
+  the budget this run has left; a refusal creates nothing and is audited."""
+
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge import audit
+from forge.access import Principal
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import TaskProgress
+from forge.models import Account, Repository
+from forge.settings import Settings
+from tasks.core.lifecycle import Lifecycle
+from tasks.core.models import Run, Task
+from tasks.core.subtasks import SpawnRequest, SubtaskRefused, spawn
+from tasks.core.transcript import Kind, Payload, Progress
+
+log = structlog.get_logger("forgehand.backchannel")
+
+QUESTION_MAX = 4000
+OPTION_MAX = 200
+OPTIONS_MAX = 10
+SUMMARY_MAX = 20_000
+PROGRESS_MAX = 2000
+PROGRESS_BURST = 5
+PROGRESS_EVERY = 10.0  # seconds per note once the burst is spent
+
+
+class ToolRefused(Exception):
+    """The call is refused; the message is the tool's error result, for the agent."""
+
+
+QuestionHook = Callable[[str, list[str]], Awaitable[None]]
+Emit = Callable[[Kind, Payload], Awaitable[None]]
+
+
+class Question(msgspec.Struct, frozen=True, kw_only=True):
+    text: str
+    options: list[str]
+
+
+def _text(value: object, name: str, limit: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ToolRefused(f"error: {name} must be a non-empty string")
+    if len(value) > limit or "\x00" in value:
+        raise ToolRefused(f"error: {name} must be at most {limit} characters, without NUL")
+    return value.strip()
+
+
+def _options(value: object) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > OPTIONS_MAX:
+        raise ToolRefused(f"error: options must be a list of at most {OPTIONS_MAX} strings")
+    out: list[str] = []
+    for item in value:
+        text = _text(item, "each option", OPTION_MAX)
+        if text not in out:
+            out.append(text)
+    return out
+
+
+class Backchannel:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        lifecycle: Callable[[AsyncSession], Lifecycle],
+        settings: Settings,
+        task_id: int,
+        run_id: int,
+        emit: Emit,
+        redact: Callable[[str], str] = lambda s: s,
+        runtimes: frozenset[str] = frozenset(),
+        remaining: Callable[[], int | None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.db = db
+        self.lifecycle = lifecycle
+        self.settings = settings
+        self.task_id = task_id
+        self.run_id = run_id
+        self.emit = emit
+        self.redact = redact
+        self.runtimes = runtimes
+        self.remaining = remaining
+        self.clock = clock
+        self.question: Question | None = None
+        self.summary: str | None = None
+        self.sealed = False
+        self.spawned: list[int] = []
+        self.granted = 0  # tokens handed to this run's subtasks (out of what the run has left)
+        self._on_question: QuestionHook | None = None
+        self._allowance = float(PROGRESS_BURST)
+        self._refilled = clock()
+
+    def set_question_hook(self, fn: QuestionHook | None) -> None:
+        """The runtime's: called once with the question, so it ends the turn."""
+        self._on_question = fn
+
+    def seal(self) -> None:
+        """The run settles: every later call is refused, what was taken stays."""
+        self.sealed = True
+
+    def _open(self) -> None:
+        if self.sealed:
+            raise ToolRefused("error: the run has ended; nothing was recorded")
+
+    # --- the tools ----------------------------------------------------------------------------
+
+    async def ask_user(self, question: object, options: object = None) -> str:
+        self._open()
+        text = _text(question, "question", QUESTION_MAX)
+        offered = _options(options)
+        if self.question is not None:
+            raise ToolRefused("error: a question is already waiting for the user; stop here until they answer")
+        self.question = Question(text=text, options=offered)
+        if self._on_question is not None:
+            await self._on_question(text, offered)
+        return "The question was sent to the user. Stop here; their answer comes as the next message."
+
+    async def report_summary(self, summary: object) -> str:
+        self._open()
+        text = _text(summary, "summary", SUMMARY_MAX)
+        if self.summary is not None:
+            raise ToolRefused("error: the summary of this run was already reported; it is kept as first reported")
+        self.summary = text  # no await since the check: two calls cannot both get here
+        return "summary recorded"
+
+    def _take_allowance(self) -> bool:
+        now = self.clock()
+        self._allowance = min(float(PROGRESS_BURST), self._allowance + (now - self._refilled) / PROGRESS_EVERY)
+        self._refilled = now
+        if self._allowance < 1:
+            return False
+        self._allowance -= 1
+        return True
+
+    async def record_progress(self, message: object) -> str:
+        self._open()
+        text = self.redact(_text(message, "message", PROGRESS_MAX))
+        if not self._take_allowance():
+            raise ToolRefused(
+                f"error: too many progress notes; at most {PROGRESS_BURST} at once, then one every "
+                f"{PROGRESS_EVERY:g} s. This one was not recorded."
+            )
+        await self.emit("progress", Progress(text=text))
+        async with self.db.session(write=True) as s:
+            task = await s.get(Task, self.task_id)
+            run = await s.get(Run, self.run_id)
+            repo = await s.get(Repository, task.repo_id) if task is not None else None
+            if task is not None and repo is not None:
+                agent = await s.get(Account, task.agent_id)
+                actor = Principal(account_id=task.agent_id, login=agent.login if agent else "", type="Bot")
+                await self.lifecycle(s).publish("task.progress", task, repo, actor=actor, run=run,
+                                                data=TaskProgress(message=text))  # fmt: skip
+        return "noted"
+
+    async def spawn_subtask(
+        self, name: object, instructions: object, runtime: object = None, max_tokens: object = None
+    ) -> str:
+        self._open()
+        if runtime is not None and not isinstance(runtime, str):
+            raise ToolRefused("error: runtime must be a string")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)):
+            raise ToolRefused("error: max_tokens must be an integer")
+        request = SpawnRequest(
+            name=name if isinstance(name, str) else "",
+            instructions=instructions if isinstance(instructions, str) else "",
+            runtime=runtime or "",
+            max_tokens=max_tokens,
+        )
+        left = self.remaining()
+        left = None if left is None else left - self.granted
+        try:
+            async with self.db.session(write=True) as s:
+                made = await spawn(
+                    self.lifecycle(s),
+                    self.settings,
+                    parent_id=self.task_id,
+                    run_id=self.run_id,
+                    request=request,
+                    runtimes=self.runtimes,
+                    remaining=left,
+                )
+        except SubtaskRefused as exc:
+            await self._audit_refusal(request, str(exc))
+            raise ToolRefused(str(exc)) from None
+        self.spawned.append(made.number)
+        if left is not None and made.token_budget is not None:
+            self.granted += made.token_budget
+        budget = f"{made.token_budget} tokens per run" if made.token_budget is not None else "the repository's budget"
+        return (
+            f"subtask #{made.number} created ({made.title}): runtime {made.runtime}, branch {made.branch} from this "
+            f"task's last commit, {budget}. It runs on its own; its outcome shows on this task. {made.url}"
+        )
+
+    async def _audit_refusal(self, request: SpawnRequest, why: str) -> None:
+        try:
+            async with self.db.session(write=True) as s:
+                task = await s.get(Task, self.task_id)
+                assert task is not None
+                agent = await s.get(Account, task.agent_id)
+                repo = await s.get(Repository, task.repo_id)
+                login = agent.login if agent else ""
+                principal = Principal(account_id=task.agent_id, login=login, type="Bot", via="internal")
+                target = f"{repo.owner.login}/{repo.name}#{task.number}" if repo else f"#{task.number}"
+                audit.record_refused(s, Actor(principal=principal), "task.subtask.spawn", target,
+                                     name=request.name[:200], runtime=request.runtime, reason=why[:500])  # fmt: skip
+        except Exception:
+            log.warning("the refused spawn's audit row was lost", exc_info=True)

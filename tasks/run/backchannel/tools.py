@@ -1,0 +1,95 @@
+"""The back-channel's tools: one description and JSON schema each, offered the same to every agent
+(MCP `tools/list`, the builtin runtime's function tools), and one dispatch (`call`). Arguments
+the schema does not name (a task number, a repository) are ignored: the run is the token's."""
+
+from typing import Any
+
+import msgspec
+import structlog
+
+from tasks.run.backchannel.service import OPTIONS_MAX, Backchannel, ToolRefused
+
+log = structlog.get_logger("forgehand.backchannel")
+
+_S: dict[str, Any] = {"type": "string"}
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="ask_user",
+        description=(
+            "Ask the person who started the task one clear question and stop: the task waits for their answer, "
+            "which continues this session as the next message. Offer `options` when the answer is one of a few "
+            "choices (shown as buttons; the person may still write their own)."
+        ),
+        input_schema=_schema(
+            {"question": _S, "options": {"type": "array", "items": _S, "maxItems": OPTIONS_MAX}}, ["question"]
+        ),
+    ),
+    ToolSpec(
+        name="report_summary",
+        description=(
+            "Report what this run did, for the reviewers (once per run; the first report is kept). Call it when "
+            "the goal is reached, before you stop."
+        ),
+        input_schema=_schema({"summary": _S}, ["summary"]),
+    ),
+    ToolSpec(
+        name="record_progress",
+        description="Record a short progress note on the task (shown live; rate-limited).",
+        input_schema=_schema({"message": _S}, ["message"]),
+    ),
+    ToolSpec(
+        name="spawn_subtask",
+        description=(
+            "Hand a separate piece of work to a subtask: a new task on this repository, run by the same agent on "
+            "its own branch from this task's last commit (not this run's uncommitted changes), with its own token "
+            "budget out of what this run has left. It runs on its own; its outcome appears on this task. Limited "
+            "in depth and number per repository."
+        ),
+        input_schema=_schema(
+            {"name": _S, "instructions": _S, "runtime": _S, "max_tokens": {"type": "integer", "minimum": 1}},
+            ["name", "instructions"],
+        ),
+    ),
+)
+TOOL_NAMES = frozenset(t.name for t in TOOLS)
+
+
+async def call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
+    """Run one tool; `ToolRefused` carries the error the agent reads (a fault of forgehand's too:
+    the agent is told, the run goes on)."""
+    try:
+        return await _call(channel, name, args)
+    except ToolRefused:
+        raise
+    except Exception as exc:
+        log.exception("a back-channel tool failed", tool=name)
+        raise ToolRefused(
+            f"error: forgehand could not complete {name} ({type(exc).__name__}); try again later"
+        ) from exc
+
+
+async def _call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
+    if name == "ask_user":
+        return await channel.ask_user(args.get("question"), args.get("options"))
+    if name == "report_summary":
+        return await channel.report_summary(args.get("summary"))
+    if name == "record_progress":
+        # `note` was the builtin runtime's name for it before the back-channel.
+        return await channel.record_progress(args.get("message", args.get("note")))
+    if name == "spawn_subtask":
+        return await channel.spawn_subtask(
+            args.get("name"), args.get("instructions"), args.get("runtime"), args.get("max_tokens")
+        )
+    raise ToolRefused(f"error: unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}")
