@@ -146,6 +146,28 @@ async def test_budget_is_refused_up_front_and_a_stream_is_cut_cleanly() -> None:
     assert "the stream was cut" in calls[0].error and calls[0].api == "responses" and calls[1].status == 403
 
 
+async def test_an_agent_that_hangs_up_before_the_usage_is_charged_its_input() -> None:
+    """OpenAI reports usage only at the end: a call the agent abandons after the first delta still
+    cost its input at the provider, so the budget is charged the request's size (else a big prompt
+    sent again and again, each time cut short, would spend without limit)."""
+    script = [text("word " * 200, pieces=50, output_tokens=200, event_delay=0.05), text("never")]
+    big = {**REQUEST, "input": [{"role": "user", "content": "x" * 40_000}], "stream": True}  # ~10k tokens
+    with ScriptedResponses(script) as api:
+        async with open_channel(upstreams(openai_url=api.url), token_budget=5_000) as ch, agent_client(ch) as c:
+            h = {"authorization": f"Bearer {ch.token}"}
+            async with c.stream("POST", "/v1/responses", json=big, headers=h) as r:
+                async for _ in r.aiter_bytes():
+                    break  # the first bytes, then the agent is gone
+            deadline = time.monotonic() + 10
+            while not ch.budget_exhausted.is_set():
+                assert time.monotonic() < deadline, ch.budget.used
+                await asyncio.sleep(0.05)
+            refused = await c.post("/v1/responses", json={**REQUEST, "stream": True}, headers=h)
+    assert ch.budget.used >= 10_000
+    assert refused.status_code == 403 and refused.headers["x-forgehand-gateway"] == "budget"
+    assert len(api.responses) == 1
+
+
 async def test_hosted_tools_that_reach_out_are_refused_unless_web_search_is_allowed() -> None:
     refused_bodies = [
         {"tools": [{"type": "web_search"}]},

@@ -56,8 +56,14 @@ class Budget:
             return False
         return self.used + estimate + self._in_flight(skip=call) >= self.limit
 
-    def settle(self, call: int, tokens: int) -> None:
-        self._calls.pop(call, None)
+    def settle(self, call: int, tokens: int, *, input_known: bool = True) -> None:
+        """Charge a call that reached the provider. When its answer never said what the input cost
+        (OpenAI reports usage only at the end: an agent that hangs up after the first delta, a chat
+        stream without usage), its reservation (the request's size in tokens: what the provider
+        bills for reading it) is charged on top of what streamed."""
+        held = self._calls.pop(call, None)
+        if not input_known and held is not None:
+            tokens += held[0]
         self.used += tokens
         if self.limit and self.used >= self.limit:
             self.exhausted.set()

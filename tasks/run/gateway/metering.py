@@ -154,6 +154,12 @@ class Meter:
         self.open_blocks: set[int] = set()  # Anthropic content blocks started and not yet stopped
 
     @property
+    def input_known(self) -> bool:
+        """The provider said what the input cost (Anthropic at the start, OpenAI only at the end)."""
+        u = self.usage
+        return bool(u.input_tokens or u.cache_read_tokens or u.cache_write_tokens)
+
+    @property
     def estimated_total(self) -> int:
         """Tokens so far: what the provider said, or (before it says) estimated from the deltas."""
         output = self.usage.output_tokens

@@ -364,7 +364,7 @@ async def _exchange(
             else:
                 meter.error = data[:500].decode("utf-8", "replace")
             await send_json(send, resp.status_code, data, _answer_headers(resp))
-            budget.settle(call_id, meter.estimated_total)
+            budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or resp.status_code != 200)
             return resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}"
         await send({"type": "http.response.start", "status": resp.status_code, "headers": _answer_headers(resp)})
         cut = False
@@ -397,7 +397,7 @@ async def _exchange(
             await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
             meter.error = text
         await send({"type": "http.response.body", "body": b""})
-        budget.settle(call_id, meter.estimated_total)
+        budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or resp.status_code != 200)
         if cut:
             budget.cut()
             return resp.status_code, f"{budget.text}: the stream was cut"
