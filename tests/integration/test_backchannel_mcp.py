@@ -82,7 +82,12 @@ async def test_an_mcp_client_initializes_lists_and_calls_the_tools(
     bc = await backchannel_for(client.app, 1)
     async with open_channel({}, task_id=bc.task_id, run_id=bc.run_id) as ch, agent_client(ch) as http:
         attach(ch, bc)
-        mcp = McpClient(http, ch.token)
+        bare = McpClient(http, ch.token)  # no grant: what a shell command holding the token gets
+        text, err = await bare.tool("spawn_subtask", {"name": "x", "instructions": "do x"})
+        assert err and "policy did not allow" in text
+        text, err = await bare.tool("report_summary", {"summary": "not mine to say"})
+        assert err and "policy did not allow" in text
+        mcp = McpClient(http, ch.token, backchannel=bc)
         init = await mcp.request("initialize", INIT)
         assert init["result"]["protocolVersion"] == "2025-06-18"
         assert init["result"]["serverInfo"]["name"] == "forgehand" and "tools" in init["result"]["capabilities"]
@@ -137,6 +142,7 @@ async def test_a_summary_racing_the_end_of_the_run_is_kept_exactly_once(
             attach(ch, bc)
             http = agent_client(ch)
             mcp = McpClient(http, ch.token)
+            bc.grant("report_summary", {"summary": f"done {delay}"})
             body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                     "params": {"name": "report_summary", "arguments": {"summary": f"done {delay}"}}}  # fmt: skip
             call = asyncio.ensure_future(mcp.post(body))

@@ -50,7 +50,10 @@ async def backchannel_for(app: Litestar, number: int, *, remaining: int | None =
 class McpClient:
     """JSON-RPC requests to /mcp as an agent's MCP client sends them."""
 
-    def __init__(self, http: httpx.AsyncClient, token: str) -> None:
+    def __init__(self, http: httpx.AsyncClient, token: str, backchannel: Any = None) -> None:
+        """`backchannel`: grant each `tool` call first, as the agent's policy broker does when
+        pre_tool_use allows an MCP call (without a grant the server runs nothing)."""
+        self.backchannel = backchannel
         self.http = http
         self.headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
         self._ids = itertools.count(1)
@@ -66,6 +69,8 @@ class McpClient:
 
     async def tool(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         """(the text, isError) of a tools/call."""
+        if self.backchannel is not None:
+            self.backchannel.grant(name, arguments)
         body = await self.request("tools/call", {"name": name, "arguments": arguments})
         result = body["result"]
         return "".join(c["text"] for c in result["content"]), bool(result["isError"])

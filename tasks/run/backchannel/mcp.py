@@ -100,6 +100,12 @@ async def _tool_call(backchannel: Backchannel, id_: Any, params: dict[str, Any])
         return _error(id_, INVALID_PARAMS, f"unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}")
     if not isinstance(args, dict):
         return _error(id_, INVALID_PARAMS, "arguments must be a JSON object")
+    if not backchannel.take(name, args):
+        text = (
+            f"error: not run: forgehand's policy did not allow this {name} call (an MCP call runs only as the "
+            "agent's own tool call, after pre_tool_use)"
+        )
+        return _result(id_, {"content": [{"type": "text", "text": text}], "isError": True})
     try:
         text, is_error = await call(backchannel, name, args), False
     except ToolRefused as exc:

@@ -12,6 +12,7 @@ opened it; nothing an agent sends can name another.
 - `spawn_subtask` creates a subtask (tasks/core/subtasks.py) within the repository's limits and
   the budget this run has left; a refusal creates nothing and is audited."""
 
+import collections
 import time
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +29,7 @@ from forge.models import Account, Repository
 from forge.settings import Settings
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
+from tasks.core.policy import input_hash
 from tasks.core.subtasks import SpawnRequest, SubtaskRefused, spawn
 from tasks.core.transcript import Kind, Payload, Progress
 
@@ -107,8 +109,24 @@ class Backchannel:
         self.spawned: list[int] = []
         self.granted = 0  # tokens handed to this run's subtasks (out of what the run has left)
         self._on_question: QuestionHook | None = None
+        # MCP calls the policy allowed, not yet made: (tool, input hash) -> how many. A CLI's MCP
+        # call passes pre_tool_use first (its broker grants it here); anything else holding the run
+        # token (a shell command curling the socket) finds no grant and runs nothing.
+        self._grants: collections.Counter[tuple[str, str]] = collections.Counter()
         self._allowance = float(PROGRESS_BURST)
         self._refilled = clock()
+
+    def grant(self, tool: str, args: object) -> None:
+        """The policy allowed one MCP call of `tool` with exactly `args` (see `take`)."""
+        self._grants[(tool, input_hash(args))] += 1
+
+    def take(self, tool: str, args: object) -> bool:
+        """Use up the grant for this exact call; False: no pre_tool_use allowed it."""
+        key = (tool, input_hash(args))
+        if self._grants[key] <= 0:
+            return False
+        self._grants[key] -= 1
+        return True
 
     def set_question_hook(self, fn: QuestionHook | None) -> None:
         """The runtime's: called once with the question, so it ends the turn."""

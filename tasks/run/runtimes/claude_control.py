@@ -85,6 +85,12 @@ class PolicyBroker:
             self.denied.add(tool_use_id)
         elif tool_use_id:
             self.allowed.add(tool_use_id)
+        if verdict.behavior == "allow" and self.ctx.backchannel is not None:
+            tool = backchannel_tool(tool_name)
+            if tool:  # the CLI is about to call forgehand's MCP server with exactly this input
+                self.ctx.backchannel.grant(
+                    tool, verdict.updated_input if verdict.updated_input is not None else tool_input
+                )
         if verdict.stop:
             await self._on_stop(verdict)
         return verdict
@@ -140,6 +146,13 @@ class PolicyBroker:
 
 
 QUESTION_TOOL = "AskUserQuestion"
+# How the CLIs name a tool of an MCP server (`mcp__<server>__<tool>`): forgehand's is "forgehand".
+BACKCHANNEL_PREFIX = "mcp__forgehand__"
+
+
+def backchannel_tool(tool_name: str) -> str:
+    """The back-channel tool a CLI's tool call names ("" for any other tool)."""
+    return tool_name[len(BACKCHANNEL_PREFIX) :] if tool_name.startswith(BACKCHANNEL_PREFIX) else ""
 
 
 def question_text(tool_input: dict[str, Any]) -> str:
