@@ -22,8 +22,8 @@ from forge.settings import Settings
 from tasks.core import repo_settings
 from tasks.core.agent_registry import acp_agent
 from tasks.core.lifecycle import Lifecycle, allocate_number, gate_context
-from tasks.core.models import RepoTaskSettings, Task
-from tasks.core.states import TaskState
+from tasks.core.models import RepoTaskSettings, Run, Task
+from tasks.core.states import RunState, TaskState
 from tasks.core.transcript import Pending, Subtask
 
 DEFAULT_MAX_DEPTH = 2
@@ -32,6 +32,9 @@ NAME_MAX = 120
 INSTRUCTIONS_MAX = 20_000
 # Runtimes a subtask may ask for ("command" needs a command line: not for an agent to spawn).
 NOT_SPAWNABLE = frozenset({"command"})
+# Subtasks active at once in one repository, whatever tree they belong to.
+MAX_ACTIVE_SUBTASKS = 50
+ACTIVE_STATES = (TaskState.QUEUED, TaskState.RUNNING, TaskState.BLOCKED)
 
 
 class SubtaskRefused(Exception):
@@ -116,7 +119,25 @@ async def spawn(
     agent = await session.get(Account, parent.agent_id)
     assert repo is not None and agent is not None
     name, instructions = _check_text(request)
+    run = await session.get(Run, run_id)
+    live_run = run is not None and run.state in (RunState.QUEUED, RunState.RUNNING) and not run.stop_requested
+    if parent.state not in (TaskState.QUEUED, TaskState.RUNNING) or not live_run:
+        # A stop's cascade has already gone over the children: one made now would run on alone.
+        raise SubtaskRefused("refused: this task is stopping or no longer running; no subtask was created")
     found = await limits(session, repo.id)
+    active = (
+        await session.execute(
+            select(func.count(Task.id)).where(
+                Task.repo_id == repo.id, Task.parent_id.is_not(None), Task.state.in_(ACTIVE_STATES)
+            )
+        )
+    ).scalar_one()
+    if active >= MAX_ACTIVE_SUBTASKS:
+        # The per-task limits multiply along a tree (max_subtasks ** max_subtask_depth): this bounds it.
+        raise SubtaskRefused(
+            f"refused: {active} subtasks are already active in this repository (at most {MAX_ACTIVE_SUBTASKS}); "
+            "no subtask was created. Wait for some to end, or do the work in this task."
+        )
     if parent.depth + 1 > found.max_depth:
         raise SubtaskRefused(
             f"refused: subtasks nest at most {found.max_depth} deep in this repository and this task is at depth "
@@ -214,7 +235,7 @@ async def report_to_parent(life: Lifecycle, child: Task) -> None:
 
 async def active_children(session: AsyncSession, task: Task) -> list[Task]:
     """The subtasks of `task` that are queued, running or blocked (what stopping it stops)."""
-    states = [TaskState.QUEUED, TaskState.RUNNING, TaskState.BLOCKED]
+    states = list(ACTIVE_STATES)
     stmt = select(Task).where(Task.parent_id == task.id, Task.state.in_(states)).order_by(Task.number)
     return list((await session.execute(stmt)).scalars())
 

@@ -86,6 +86,19 @@ async def test_a_deny_picks_reject_once_and_the_call_does_not_run(world: World) 
     assert result.is_error
 
 
+async def test_an_allow_that_rewrites_the_input_is_refused_as_acp_cannot_carry_it(world: World) -> None:
+    """A consumer's rewrite would be lost (ACP answers with an option, not an input): allowing the
+    call would run the agent's original input, so it is refused."""
+    turns = [[ask("call-r", MARKER), say("refused")]]
+    rewrite = GateDecision(decision="allow", input_override={"command": "true"})
+    gate = ScriptedGate({f"`{MARKER}`": rewrite})
+    outcome, emit = await run(world, world.runtime(turns), gate)
+    assert outcome.status is RunState.SUCCEEDED
+    assert not (world.sandbox.workspace / "marker").exists()
+    assert world.answers()[0]["result"] == {"outcome": {"outcome": "selected", "optionId": "no"}}
+    assert any("rewrote the input" in n.text for n in emit.of("notice"))
+
+
 @pytest.mark.parametrize(
     ("options", "note"),
     [

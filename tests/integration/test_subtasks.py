@@ -15,7 +15,8 @@ from sqlalchemy import func, select
 from forge.db import Database
 from forge.models import AuditEvent, Repository
 from forge.settings import Settings
-from tasks.core.models import Task
+from tasks.core.models import Run, Task
+from tasks.core.states import TaskState
 from tasks.run.backchannel import ToolRefused
 from tests.support.backchannel import backchannel_for
 from tests.support.gateway import Recorder
@@ -64,6 +65,8 @@ async def test_a_spawned_subtask_is_a_task_of_its_own_linked_both_ways(
 ) -> None:
     await start(client, world)
     head = await agent_commits(db, settings, 1, {"part1.txt": b"parent's work\n"}, "part one")
+    async with db.session(write=True) as s:  # the parent's run goes on with that work committed
+        (await s.execute(select(Task).where(Task.number == 1))).scalar_one().state = TaskState.RUNNING
     bc = await backchannel_for(client.app, 1, settings=with_model(settings), remaining=5000)
     text = await bc.spawn_subtask("Write the docs", "Document the parser in docs/parser.md.", "builtin", 3000)
     assert "subtask #2 created" in text and "3000 tokens per run" in text
@@ -94,6 +97,19 @@ async def test_a_spawned_subtask_is_a_task_of_its_own_linked_both_ways(
     assert "subtask #3 created" in text and "2000 tokens per run" in text
     with pytest.raises(ToolRefused, match="budget is used up"):
         await bc.spawn_subtask("Too much", "Yet another.", "builtin", None)
+
+
+async def test_a_stopping_or_ended_parent_cannot_spawn(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    """A stop's cascade has gone over the children already: a child made after it would run on alone."""
+    await start(client, world)
+    bc = await backchannel_for(client.app, 1, settings=with_model(settings), remaining=5000)
+    async with db.session(write=True) as s:
+        (await s.execute(select(Run).where(Run.task_id == bc.task_id))).scalar_one().stop_requested = True
+    with pytest.raises(ToolRefused, match="stopping or no longer running"):
+        await bc.spawn_subtask("Late", "too late", "builtin", 100)
+    assert await task_count(db) == 1
 
 
 async def test_over_the_limits_the_agent_is_refused_and_nothing_is_created(

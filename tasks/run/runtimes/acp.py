@@ -235,7 +235,14 @@ class _Drive:
             verdict = await self.broker.decide(call_id, seen.name, tool_input)
             if answered.done():
                 return  # cancelled meanwhile: answered `cancelled` already
-            outcome, allowed, note = choose_option(params.get("options"), verdict.behavior == "allow")
+            allow = verdict.behavior == "allow"
+            rewritten = allow and verdict.updated_input is not None and verdict.updated_input != tool_input
+            if rewritten:
+                # ACP cannot hand the agent another input: allowing would run the original one.
+                allow = False
+                why = "the policy rewrote the input, which ACP cannot carry: refused"
+                await self._note(f"{seen.name} ({call_id}): {why}")
+            outcome, allowed, note = choose_option(params.get("options"), allow)
             if not allowed:
                 self.broker.denied.add(call_id)
             if note:
