@@ -441,6 +441,7 @@ class Execution(Settling, Supervising):
             run_id=self.run_id, emit=self._emit, redact=self.writer.redactor.redact,
             runtimes=frozenset(self.env.runtimes),
             remaining=lambda: max(0, budget.limit - budget.used) if budget.limit else None,
+            charge=budget.grant,
         )  # fmt: skip
         attach(channel, self.backchannel)
         model = self.access[provider].model

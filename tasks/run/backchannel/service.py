@@ -91,6 +91,7 @@ class Backchannel:
         redact: Callable[[str], str] = lambda s: s,
         runtimes: frozenset[str] = frozenset(),
         remaining: Callable[[], int | None] = lambda: None,
+        charge: Callable[[int], None] = lambda tokens: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
@@ -101,7 +102,8 @@ class Backchannel:
         self.emit = emit
         self.redact = redact
         self.runtimes = runtimes
-        self.remaining = remaining
+        self.remaining = remaining  # what the run's budget has left (its subtasks' grants not taken off)
+        self.charge = charge  # takes a grant off the run's own budget
         self.clock = clock
         self.question: Question | None = None
         self.summary: str | None = None
@@ -223,6 +225,7 @@ class Backchannel:
         self.spawned.append(made.number)
         if left is not None and made.token_budget is not None:
             self.granted += made.token_budget
+            self.charge(made.token_budget)  # the parent may spend that much less itself
         budget = f"{made.token_budget} tokens per run" if made.token_budget is not None else "the repository's budget"
         return (
             f"subtask #{made.number} created ({made.title}): runtime {made.runtime}, branch {made.branch} from this "

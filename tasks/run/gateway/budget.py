@@ -24,6 +24,7 @@ class Budget:
     def __init__(self, limit: int) -> None:
         self.limit = limit  # 0: no budget
         self.used = 0
+        self.granted = 0  # handed to the run's subtasks (spawn_subtask): no longer the run's to spend
         self.exhausted = asyncio.Event()
         self._calls: dict[int, list[int]] = {}  # call -> [reservation, stream estimate]
 
@@ -32,7 +33,13 @@ class Budget:
         return f"token budget of {self.limit} exceeded"
 
     def left(self) -> bool:
-        return not self.limit or self.used < self.limit
+        return not self.limit or self.used + self.granted < self.limit
+
+    def grant(self, tokens: int) -> None:
+        """Tokens the run handed to a subtask: its own calls may spend that much less."""
+        self.granted += tokens
+        if self.limit and self.used + self.granted >= self.limit:
+            self.exhausted.set()
 
     def _in_flight(self, skip: int = 0) -> int:
         return sum(max(held) for call, held in self._calls.items() if call != skip)
@@ -41,7 +48,7 @@ class Budget:
         """Hold a reservation for a call about to go upstream; False: the calls in flight may
         spend what is left (nothing is held then)."""
         reserve = request_bytes // BYTES_PER_TOKEN
-        if self.limit and self._calls and self.used + self._in_flight() + reserve > self.limit:
+        if self.limit and self._calls and self.used + self.granted + self._in_flight() + reserve > self.limit:
             return False
         self._calls[call] = [reserve, 0]
         return True
@@ -54,7 +61,7 @@ class Budget:
             held[1] = estimate
         if not self.limit:
             return False
-        return self.used + estimate + self._in_flight(skip=call) >= self.limit
+        return self.used + self.granted + estimate + self._in_flight(skip=call) >= self.limit
 
     def settle(self, call: int, tokens: int, *, input_known: bool = True) -> None:
         """Charge a call that reached the provider. When its answer never said what the input cost
@@ -65,7 +72,7 @@ class Budget:
         if not input_known and held is not None:
             tokens += held[0]
         self.used += tokens
-        if self.limit and self.used >= self.limit:
+        if self.limit and self.used + self.granted >= self.limit:
             self.exhausted.set()
 
     def release(self, call: int) -> None:
