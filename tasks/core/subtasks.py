@@ -78,11 +78,13 @@ def _slug(text: str) -> str:
 
 
 def _budget(request: SpawnRequest, remaining: int | None) -> int | None:
-    """The child's budget per run: what it asked for, never more than the parent's run has left."""
-    if remaining is not None and remaining <= 0:
+    """The child's budget per run: what it asked for, never more than the parent's run has left;
+    without `max_tokens`, half of that (a grant comes off the parent's own budget: the parent
+    keeps the other half to go on)."""
+    if remaining is not None and remaining <= 1:
         raise SubtaskRefused("refused: this run's token budget is used up; no subtask was created")
     if request.max_tokens is None:
-        return remaining
+        return None if remaining is None else remaining // 2
     if request.max_tokens < 1:
         raise SubtaskRefused("refused: max_tokens must be a positive number of tokens; no subtask was created")
     return request.max_tokens if remaining is None else min(request.max_tokens, remaining)
