@@ -38,12 +38,12 @@ async def start(client: AsyncTestClient[Litestar], world: World, title: str = "P
 
 
 async def test_only_the_runs_live_token_reaches_its_back_channel(
-    client: AsyncTestClient[Litestar], world: World
+    client: AsyncTestClient[Litestar], world: World, db: Database
 ) -> None:
     await start(client, world)
     await start(client, world, "Other")
-    mine_bc = await backchannel_for(client.app, 1)
-    other_bc = await backchannel_for(client.app, 2)
+    mine_bc = await backchannel_for(client.app, db, 1)
+    other_bc = await backchannel_for(client.app, db, 2)
     async with (
         open_channel({}, task_id=mine_bc.task_id, run_id=mine_bc.run_id) as mine,
         open_channel({}, task_id=other_bc.task_id, run_id=other_bc.run_id) as other,
@@ -75,11 +75,11 @@ async def test_only_the_runs_live_token_reaches_its_back_channel(
 
 
 async def test_an_mcp_client_initializes_lists_and_calls_the_tools(
-    client: AsyncTestClient[Litestar], world: World
+    client: AsyncTestClient[Litestar], world: World, db: Database
 ) -> None:
     await start(client, world)
     await start(client, world, "Someone else's")
-    bc = await backchannel_for(client.app, 1)
+    bc = await backchannel_for(client.app, db, 1)
     async with open_channel({}, task_id=bc.task_id, run_id=bc.run_id) as ch, agent_client(ch) as http:
         attach(ch, bc)
         bare = McpClient(http, ch.token)  # no grant: what a shell command holding the token gets
@@ -131,13 +131,13 @@ async def test_an_mcp_client_initializes_lists_and_calls_the_tools(
 
 
 async def test_a_summary_racing_the_end_of_the_run_is_kept_exactly_once(
-    client: AsyncTestClient[Litestar], world: World
+    client: AsyncTestClient[Litestar], world: World, db: Database
 ) -> None:
     """The execution closes the channel, then seals the back-channel, then stores its summary: a
     report arriving meanwhile is either answered "recorded" and kept, or refused and not kept."""
     await start(client, world)
     for delay in (0.0, 0.001, 0.003, 0.01):
-        bc = await backchannel_for(client.app, 1)
+        bc = await backchannel_for(client.app, db, 1)
         async with open_channel({}, task_id=bc.task_id, run_id=bc.run_id) as ch:
             attach(ch, bc)
             http = agent_client(ch)

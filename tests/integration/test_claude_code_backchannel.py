@@ -30,11 +30,11 @@ async def world(db: Database, settings: Settings) -> World:
 
 
 async def test_ask_user_over_mcp_mid_batch_with_the_real_cli(
-    client: AsyncTestClient[Litestar], world: World, tmp_path: Path
+    client: AsyncTestClient[Litestar], world: World, db: Database, tmp_path: Path
 ) -> None:
     r = await client.post(TASKS, json={"goal": "paint", "agent": "fixer", "command": "true"}, headers=world.h("ana"))
     assert r.status_code == 201, r.text
-    bc = await backchannel_for(client.app, 1)
+    bc = await backchannel_for(client.app, db, 1)
     ask: dict[str, Any] = {"question": "Which colour?", "options": ["red", "blue"], "task": 7}
     script = [
         turn(

@@ -67,7 +67,7 @@ async def test_a_spawned_subtask_is_a_task_of_its_own_linked_both_ways(
     head = await agent_commits(db, settings, 1, {"part1.txt": b"parent's work\n"}, "part one")
     async with db.session(write=True) as s:  # the parent's run goes on with that work committed
         (await s.execute(select(Task).where(Task.number == 1))).scalar_one().state = TaskState.RUNNING
-    bc = await backchannel_for(client.app, 1, settings=with_model(settings), remaining=5000)
+    bc = await backchannel_for(client.app, db, 1, settings=with_model(settings), remaining=5000)
     text = await bc.spawn_subtask("Write the docs", "Document the parser in docs/parser.md.", "builtin", 3000)
     assert "subtask #2 created" in text and "3000 tokens per run" in text
     # A task of its own: the parent's agent and starter, its own branch from the parent's head.
@@ -104,7 +104,7 @@ async def test_a_stopping_or_ended_parent_cannot_spawn(
 ) -> None:
     """A stop's cascade has gone over the children already: a child made after it would run on alone."""
     await start(client, world)
-    bc = await backchannel_for(client.app, 1, settings=with_model(settings), remaining=5000)
+    bc = await backchannel_for(client.app, db, 1, settings=with_model(settings), remaining=5000)
     async with db.session(write=True) as s:
         (await s.execute(select(Run).where(Run.task_id == bc.task_id))).scalar_one().stop_requested = True
     with pytest.raises(ToolRefused, match="stopping or no longer running"):
@@ -119,7 +119,7 @@ async def test_over_the_limits_the_agent_is_refused_and_nothing_is_created(
     limits = {"max_subtasks": 1, "max_subtask_depth": 2}
     r = await client.put("/api/v1/repos/ana/demo/task-settings", json=limits, headers=world.h("ana"))
     assert r.status_code == 200 and r.json()["max_subtasks"] == 1, r.text
-    bc = await backchannel_for(client.app, 1, settings=with_model(settings))
+    bc = await backchannel_for(client.app, db, 1, settings=with_model(settings))
     before = await task_count(db)
     with pytest.raises(ToolRefused, match="unknown runtime 'command'"):
         await bc.spawn_subtask("Three", "A command.", None)  # the parent's runtime: not for an agent to spawn
@@ -131,9 +131,9 @@ async def test_over_the_limits_the_agent_is_refused_and_nothing_is_created(
     with pytest.raises(ToolRefused, match="at most 1 subtasks"):
         await bc.spawn_subtask("Two", "One too many.", "builtin")
     # Depth: the child (depth 1) may spawn, the grandchild (depth 2) may not.
-    child = await backchannel_for(client.app, 2, settings=with_model(settings))
+    child = await backchannel_for(client.app, db, 2, settings=with_model(settings))
     await child.spawn_subtask("Grandchild", "Deeper.", "builtin")
-    grandchild = await backchannel_for(client.app, 3, settings=with_model(settings))
+    grandchild = await backchannel_for(client.app, db, 3, settings=with_model(settings))
     with pytest.raises(ToolRefused, match="nest at most 2 deep"):
         await grandchild.spawn_subtask("Too deep", "Deepest.", "builtin")
     assert await task_count(db) == before + 1  # only the grandchild
@@ -150,9 +150,9 @@ async def test_stopping_a_parent_stops_its_subtasks_and_the_parent_hears_of_it(
     client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
 ) -> None:
     await start(client, world)
-    bc = await backchannel_for(client.app, 1, settings=with_model(settings))
+    bc = await backchannel_for(client.app, db, 1, settings=with_model(settings))
     await bc.spawn_subtask("A", "Part A.", "builtin")
-    child = await backchannel_for(client.app, 2, settings=with_model(settings))
+    child = await backchannel_for(client.app, db, 2, settings=with_model(settings))
     await child.spawn_subtask("A1", "Part A1.", "builtin")
     r = await client.post(f"{TASKS}/1/stop", headers=world.h("ana"))
     assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
@@ -174,7 +174,7 @@ async def test_progress_notes_reach_the_transcript_and_the_webhooks_rate_limited
     await make_endpoint(db, config(settings), row, "http://127.0.0.1:1/hook", events=["task.progress"])
     clock = [100.0]
     emit = Recorder()
-    bc = await backchannel_for(client.app, 1, emit=emit, clock=lambda: clock[0])
+    bc = await backchannel_for(client.app, db, 1, emit=emit, clock=lambda: clock[0])
     for i in range(5):
         assert await bc.record_progress(f"step {i}") == "noted"
     with pytest.raises(ToolRefused, match="too many progress notes"):
@@ -197,7 +197,7 @@ async def test_the_task_page_shows_the_tree_and_offers_the_questions_options(
     client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
 ) -> None:
     await start(client, world)
-    bc = await backchannel_for(client.app, 1, settings=with_model(settings))
+    bc = await backchannel_for(client.app, db, 1, settings=with_model(settings))
     await bc.spawn_subtask("Write the docs", "Docs.", "builtin")
     async with db.session(write=True) as s:  # as a run that asked would leave it
         child = (await s.execute(select(Task).where(Task.number == 2))).scalar_one()
@@ -237,7 +237,7 @@ async def test_a_subtasks_goal_passes_the_prompt_policy_which_sees_the_parent(
         r = await client.post("/api/v1/repos/ana/demo/hooks", json=hook, headers=world.h("ana"))
         assert r.status_code == 201, r.text
         await start(client, world)
-        bc = await backchannel_for(client.app, 1, settings=with_model(settings))
+        bc = await backchannel_for(client.app, db, 1, settings=with_model(settings))
         await bc.spawn_subtask("Allowed", "Write the docs.", "builtin")
         before = await task_count(db)
         with pytest.raises(ToolRefused, match="refused by a policy: not that"):

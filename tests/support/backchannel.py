@@ -14,6 +14,7 @@ from litestar import Litestar
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.db import Database
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.run.backchannel import Backchannel
@@ -22,10 +23,14 @@ from tests.support.gateway import Recorder
 RUNTIMES = frozenset({"builtin", "command", "claude-code"})
 
 
-async def backchannel_for(app: Litestar, number: int, *, remaining: int | None = None, **kw: Any) -> Backchannel:
-    """The back-channel of task `number`'s latest run (ana/demo), with a `Recorder` as its emit."""
+async def backchannel_for(
+    app: Litestar, db: Database, number: int, *, remaining: int | None = None, **kw: Any
+) -> Backchannel:
+    """The back-channel of task `number`'s latest run (ana/demo), with a `Recorder` as its emit.
+    `db`: the test's own database handle on the test's event loop (the app's runs on the test
+    client's loop, and an asyncpg connection belongs to the loop that opened it)."""
     system = app.state.tasks
-    async with system.db.session() as s:
+    async with db.session() as s:
         task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
         run = (await s.execute(select(Run).where(Run.task_id == task.id).order_by(Run.seq.desc()))).scalars().first()
         assert run is not None
@@ -35,7 +40,7 @@ async def backchannel_for(app: Litestar, number: int, *, remaining: int | None =
                          changed=system.hub.notify)  # fmt: skip
 
     return Backchannel(
-        db=system.db,
+        db=db,
         lifecycle=lifecycle,
         settings=kw.pop("settings", system.settings),
         task_id=task.id,
