@@ -204,6 +204,10 @@ def message_json(t: Turn, model: str) -> dict[str, Any]:
     }
 
 
+def _frames(t: Turn, model: str) -> list[bytes]:
+    return [f"event: {event}\ndata: {json.dumps(data)}\n\n".encode() for event, data in sse_events(t, model)]
+
+
 class _Handler(ScriptedHandler):
     server_api: "ScriptedAnthropic"
 
@@ -226,18 +230,7 @@ class _Handler(ScriptedHandler):
         if self.route != "/v1/messages":
             self.send_json(404, _NOT_FOUND)
             return
-        t = self.server_api.next_turn()
-        if self.wait_or_close(hang=t.hang, delay=t.delay):
-            return
-        model = str(body.get("model", ""))
-        if t.raw is not None:
-            self.send_body(t.status, t.raw, "application/json", t.headers)
-        elif body.get("stream"):
-            frames = (f"event: {event}\ndata: {json.dumps(data)}\n\n".encode() for event, data in sse_events(t, model))
-            self.send_events(t.status, t.headers, frames, t.event_delay)
-        else:
-            self.send_json(t.status, message_json(t, model), t.headers)
-        self.answered()
+        self.answer(body, _frames, message_json)
 
 
 _NOT_FOUND = {"type": "error", "error": {"type": "not_found_error", "message": "no route"}}
@@ -245,21 +238,12 @@ _NOT_FOUND = {"type": "error", "error": {"type": "not_found_error", "message": "
 
 class ScriptedAnthropic(ScriptedServer[Turn]):
     def __init__(self, turns: list[Turn], *, repeat_last: bool = False) -> None:
-        super().__init__(
-            turns, repeat_last=repeat_last, handler=_Handler, exhausted=status(500, message="script exhausted")
-        )
+        exhausted = status(500, message="script exhausted")
+        super().__init__(turns, repeat_last=repeat_last, handler=_Handler, exhausted=exhausted, route="/v1/messages")
         self.url = f"http://127.0.0.1:{self.port}"
 
     # what tests read
     @property
     def messages(self) -> list[Recorded]:
         """The `POST /v1/messages` requests, in order."""
-        return self.posts("/v1/messages")
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        return [c.body for c in self.messages]
-
-    @property
-    def headers(self) -> list[dict[str, str]]:
-        return [c.headers for c in self.messages]
+        return self.scripted

@@ -372,6 +372,10 @@ def response_json(t: Turn, model: str) -> dict[str, Any]:
 _NOT_FOUND = {"error": {"message": "no route", "type": "invalid_request_error", "param": None, "code": None}}
 
 
+def _frames(t: Turn, model: str) -> list[bytes]:
+    return [frame(event) for event in sse_events(t, model)]
+
+
 class _Handler(ScriptedHandler):
     server_api: "ScriptedResponses"
     request_id_header = "x-request-id"
@@ -385,35 +389,17 @@ class _Handler(ScriptedHandler):
         if self.route != "/v1/responses":
             self.send_json(404, _NOT_FOUND)
             return
-        t = self.server_api.next_turn()
-        if self.wait_or_close(hang=t.hang, delay=t.delay):
-            return
-        model = str(body.get("model", ""))
-        if t.raw is not None:
-            self.send_body(t.status, t.raw, "application/json", t.headers)
-        elif body.get("stream"):
-            self.send_events(t.status, t.headers, (frame(e) for e in sse_events(t, model)), t.event_delay)
-        else:
-            self.send_json(t.status, response_json(t, model), t.headers)
-        self.answered()
+        self.answer(body, _frames, response_json)
 
 
 class ScriptedResponses(ScriptedServer[Turn]):
     def __init__(self, turns: list[Turn], *, repeat_last: bool = False) -> None:
         exhausted = status(500, message="script exhausted")
-        super().__init__(turns, repeat_last=repeat_last, handler=_Handler, exhausted=exhausted)
+        super().__init__(turns, repeat_last=repeat_last, handler=_Handler, exhausted=exhausted, route="/v1/responses")
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
     # what tests read
     @property
     def responses(self) -> list[Recorded]:
         """The `POST /v1/responses` requests, in order."""
-        return self.posts("/v1/responses")
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        return [c.body for c in self.responses]
-
-    @property
-    def headers(self) -> list[dict[str, str]]:
-        return [c.headers for c in self.responses]
+        return self.scripted

@@ -6,9 +6,9 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
@@ -16,6 +16,17 @@ import msgspec
 from tests.support.http import LoopbackServer
 
 TurnT = TypeVar("TurnT")
+
+
+class ScriptedTurn(Protocol):
+    """What every scripted turn says besides its content."""
+
+    status: int
+    headers: dict[str, str]
+    delay: float  # seconds before the status line
+    event_delay: float  # seconds between two events of a stream
+    hang: bool
+    raw: bytes | None  # a body sent as-is (error answers)
 
 
 class Recorded(msgspec.Struct, kw_only=True):
@@ -95,25 +106,38 @@ class ScriptedHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away mid-stream (a cut stream)
 
-    def wait_or_close(self, *, hang: bool, delay: float) -> bool:
-        """A turn that never answers, or answers late: True when the request is over (the server
-        is closing), so the handler returns without answering."""
-        if hang:
+    def answer(
+        self,
+        body: dict[str, Any],
+        frames: Callable[[Any, str], Iterable[bytes]],
+        whole: Callable[[Any, str], dict[str, Any]],
+    ) -> None:
+        """Answer with the next turn: as-is (an error), streamed (`frames`) when the request asks
+        for a stream, else as one JSON body (`whole`)."""
+        t: ScriptedTurn = self.server_api.next_turn()
+        if t.hang:
             self.server_api.closing.wait()
-        elif not delay or not self.server_api.closing.wait(delay):
-            return False
-        self.close_connection = True
-        return True
-
-    def answered(self) -> None:
+            self.close_connection = True
+            return
+        if t.delay and self.server_api.closing.wait(t.delay):
+            self.close_connection = True
+            return
+        model = str(body.get("model", ""))
+        if t.raw is not None:
+            self.send_body(t.status, t.raw, "application/json", t.headers)
+        elif body.get("stream"):
+            self.send_events(t.status, t.headers, frames(t, model), t.event_delay)
+        else:
+            self.send_json(t.status, whole(t, model), t.headers)
         with self.server_api.lock:
             self.server_api.finished_at.append(time.monotonic())
 
 
 class ScriptedServer(Generic[TurnT]):
     def __init__(
-        self, turns: list[TurnT], *, repeat_last: bool, handler: type[ScriptedHandler], exhausted: TurnT
+        self, turns: list[TurnT], *, repeat_last: bool, handler: type[ScriptedHandler], exhausted: TurnT, route: str
     ) -> None:
+        self.route = route
         self.turns = list(turns)
         self.repeat_last = repeat_last
         self.calls: list[Recorded] = []
@@ -130,6 +154,19 @@ class ScriptedServer(Generic[TurnT]):
     def posts(self, path: str) -> list[Recorded]:
         """The POST requests to `path`, in order."""
         return [c for c in self.calls if c.method == "POST" and c.path.rstrip("/") == path]
+
+    @property
+    def scripted(self) -> list[Recorded]:
+        """The requests the script answered (to the server's model route), in order."""
+        return self.posts(self.route)
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return [c.body for c in self.scripted]
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        return [c.headers for c in self.scripted]
 
     def record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         parts = urlsplit(handler.path)
