@@ -8,7 +8,7 @@ import pytest
 from forge.settings import Settings
 from tasks.core.repo_settings import ProviderAccess
 from tasks.run.gateway import ChannelUnavailable, build_channel
-from tasks.run.gateway.guard import EndpointRefused, GuardedTransport, allow_list
+from tasks.run.gateway.guard import EndpointRefused, allow_list, guarded_transport
 from tests.support.gateway import OPENAI_KEY, Recorder, agent_client, open_channel, upstreams
 from tests.support.openai_responses import ScriptedResponses, hang, parse_sse, text
 
@@ -74,7 +74,7 @@ async def test_a_name_resolving_to_a_private_address_is_refused(addresses: list[
         asked.append(host)
         return addresses
 
-    async with httpx.AsyncClient(transport=GuardedTransport(allow_list(""), resolver)) as client:
+    async with httpx.AsyncClient(transport=guarded_transport(allow_list(""), resolver)) as client:
         with pytest.raises(EndpointRefused) as caught:
             await client.post("http://llm.example:8000/v1/responses", json=REQUEST, timeout=5)
     assert asked == ["llm.example"]

@@ -22,16 +22,12 @@ callable answers (it gets the body and returns a Turn, or None for the script's 
 
 import json
 import secrets
-import threading
-import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.support.http import LoopbackServer
+from tests.support.scripted import Recorded, ScriptedHandler, ScriptedServer, pieces
 
 
 class Block(msgspec.Struct, kw_only=True):
@@ -58,14 +54,6 @@ class Turn(msgspec.Struct, kw_only=True):
     event_delay: float = 0.0
     hang: bool = False  # never answer: the client's timeout must end the call
     raw: bytes | None = None  # a body sent as-is (error answers)
-
-
-class Recorded(msgspec.Struct, kw_only=True):
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]  # lower-cased names
-    body: dict[str, Any]
 
 
 _counter = iter(range(1, 1_000_000))
@@ -137,13 +125,6 @@ def hang() -> Turn:
     return Turn(hang=True)
 
 
-def _pieces(value: str, count: int) -> list[str]:
-    if not value:
-        return []
-    size = max(1, -(-len(value) // max(1, count)))
-    return [value[i : i + size] for i in range(0, len(value), size)]
-
-
 def sse_events(t: Turn, model: str) -> list[tuple[str, dict[str, Any]]]:
     """The (event, data) pairs of a streamed answer, in the order the real API sends them."""
     message = {
@@ -168,12 +149,12 @@ def sse_events(t: Turn, model: str) -> list[tuple[str, dict[str, Any]]]:
     for index, block in enumerate(t.blocks):
         if block.type == "text":
             start: dict[str, Any] = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block.text, t.pieces)]
+            deltas = [{"type": "text_delta", "text": piece} for piece in pieces(block.text, t.pieces)]
         else:
             start = {"type": "tool_use", "id": block.id, "name": block.name, "input": {}}
             raw = json.dumps(block.input)
             deltas = [{"type": "input_json_delta", "partial_json": ""}]
-            deltas += [{"type": "input_json_delta", "partial_json": piece} for piece in _pieces(raw, t.pieces)]
+            deltas += [{"type": "input_json_delta", "partial_json": piece} for piece in pieces(raw, t.pieces)]
         events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
         events += [("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}) for d in deltas]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
@@ -225,7 +206,39 @@ def message_json(t: Turn, model: str) -> dict[str, Any]:
     }
 
 
-class ScriptedAnthropic:
+def _frames(t: Turn, model: str) -> list[bytes]:
+    return [f"event: {event}\ndata: {json.dumps(data)}\n\n".encode() for event, data in sse_events(t, model)]
+
+
+class _Handler(ScriptedHandler):
+    server_api: "ScriptedAnthropic"
+
+    def do_HEAD(self) -> None:  # `HEAD /api/hello`, sent by Claude Code without the traffic opt-out
+        self.server_api.record(self, {})
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self.server_api.record(self, {})
+        self.send_json(404, _NOT_FOUND)
+
+    def do_POST(self) -> None:
+        raw_length = int(self.headers.get("Content-Length", "0"))
+        body = self.read_json()
+        if self.route == "/v1/messages/count_tokens":
+            self.send_json(200, {"input_tokens": max(1, raw_length // 4)})
+            return
+        if self.route != "/v1/messages":
+            self.send_json(404, _NOT_FOUND)
+            return
+        self.answer(body, _frames, message_json)
+
+
+_NOT_FOUND = {"type": "error", "error": {"type": "not_found_error", "message": "no route"}}
+
+
+class ScriptedAnthropic(ScriptedServer[Turn]):
     def __init__(
         self,
         turns: list[Turn],
@@ -233,148 +246,17 @@ class ScriptedAnthropic:
         repeat_last: bool = False,
         side: Callable[[dict[str, Any]], Turn | None] | None = None,
     ) -> None:
-        self.turns = list(turns)
-        self.repeat_last = repeat_last
+        exhausted = status(500, message="script exhausted")
+        super().__init__(turns, repeat_last=repeat_last, handler=_Handler, exhausted=exhausted, route="/v1/messages")
         # Answers requests outside the script (e.g. a session-title request) without using a turn.
         self.side = side
-        self.calls: list[Recorded] = []
-        # when the last byte of each /v1/messages answer was written (time.monotonic)
-        self.finished_at: list[float] = []
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the real API
-            disable_nagle_algorithm = True  # each SSE event leaves at once (no 40 ms delayed-ACK stalls)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_HEAD(self) -> None:  # `HEAD /api/hello`, sent by Claude Code without the traffic opt-out
-                api._record(self, {})
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def do_GET(self) -> None:
-                api._record(self, {})
-                self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}})
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"_raw": raw.decode(errors="replace")}
-                api._record(self, body if isinstance(body, dict) else {"_raw": body})
-                path = urlsplit(self.path).path.rstrip("/")
-                if path == "/v1/messages/count_tokens":
-                    self._json(200, {"input_tokens": max(1, len(raw) // 4)})
-                    return
-                if path != "/v1/messages":
-                    self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no route"}})
-                    return
-                t = (api.side(body) if api.side is not None and isinstance(body, dict) else None) or api._next_turn()
-                if t.hang:
-                    api._closing.wait()
-                    self.close_connection = True
-                    return
-                if t.delay and api._closing.wait(t.delay):
-                    self.close_connection = True
-                    return
-                model = str(body.get("model", "")) if isinstance(body, dict) else ""
-                if t.raw is not None:
-                    self._send(t.status, t.raw, "application/json", t.headers)
-                elif isinstance(body, dict) and body.get("stream"):
-                    self._stream(t, model)
-                else:
-                    self._send(t.status, json.dumps(message_json(t, model)).encode(), "application/json", t.headers)
-                with api._lock:
-                    api.finished_at.append(time.monotonic())
-
-            def _json(self, code: int, payload: dict[str, Any]) -> None:
-                self._send(code, json.dumps(payload).encode(), "application/json", {})
-
-            def _send(self, code: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("request-id", f"req_{secrets.token_hex(8)}")
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, t: Turn, model: str) -> None:
-                self.send_response(t.status)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("request-id", f"req_{secrets.token_hex(8)}")
-                for key, value in t.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                try:
-                    for n, (event, data) in enumerate(sse_events(t, model)):
-                        if n and t.event_delay and api._closing.wait(t.event_delay):
-                            self.close_connection = True
-                            return
-                        frame = f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-                        self.wfile.write(f"{len(frame):x}\r\n".encode() + frame + b"\r\n")
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client went away mid-stream (a cut stream)
-
-        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def turn_for(self, body: dict[str, Any]) -> Turn:
+        return (self.side(body) if self.side is not None else None) or self.next_turn()
 
     # what tests read
     @property
     def messages(self) -> list[Recorded]:
         """The `POST /v1/messages` requests, in order."""
-        return [c for c in self.calls if c.method == "POST" and c.path.rstrip("/") == "/v1/messages"]
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        return [c.body for c in self.messages]
-
-    @property
-    def headers(self) -> list[dict[str, str]]:
-        return [c.headers for c in self.messages]
-
-    def _record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-        parts = urlsplit(handler.path)
-        with self._lock:
-            self.calls.append(
-                Recorded(
-                    method=handler.command,
-                    path=parts.path,
-                    query=dict(parse_qsl(parts.query, keep_blank_values=True)),
-                    headers={k.lower(): v for k, v in handler.headers.items()},
-                    body=body,
-                )
-            )
-
-    def _next_turn(self) -> Turn:
-        with self._lock:
-            if not self.turns:
-                return status(500, message="script exhausted")
-            if len(self.turns) > 1 or not self.repeat_last:
-                return self.turns.pop(0)
-            return self.turns[0]
-
-    def __enter__(self) -> "ScriptedAnthropic":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._closing.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
+        return self.scripted

@@ -59,15 +59,12 @@ from its source:
 
 import json
 import secrets
-import threading
 import time
-from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
 
-from tests.support.http import LoopbackServer
+from tests.support.scripted import Recorded, ScriptedHandler, ScriptedServer, pieces
 
 
 class Item(msgspec.Struct, kw_only=True):
@@ -97,14 +94,6 @@ class Turn(msgspec.Struct, kw_only=True):
     raw: bytes | None = None  # a body sent as-is (error answers)
     # the stream's end instead of `response.completed`: ("failed", code, message) or ("error", ...)
     ending: tuple[str, str, str] | None = None
-
-
-class Recorded(msgspec.Struct, kw_only=True):
-    method: str
-    path: str
-    query: dict[str, str]
-    headers: dict[str, str]  # lower-cased names
-    body: dict[str, Any]
 
 
 _counter = iter(range(1, 1_000_000))
@@ -207,13 +196,6 @@ def hang() -> Turn:
     return Turn(hang=True)
 
 
-def _pieces(value: str, count: int) -> list[str]:
-    if not value:
-        return []
-    size = max(1, -(-len(value) // max(1, count)))
-    return [value[i : i + size] for i in range(0, len(value), size)]
-
-
 def usage_of(t: Turn) -> dict[str, Any]:
     return {
         "input_tokens": t.input_tokens,
@@ -295,7 +277,7 @@ def response_object(
     }
 
 
-def _item_events(item: Item, item_id: str, index: int, pieces: int) -> list[dict[str, Any]]:
+def _item_events(item: Item, item_id: str, index: int, count: int) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [
         {"type": "response.output_item.added", "output_index": index, "item": _added_item(item, item_id)}
     ]
@@ -305,7 +287,7 @@ def _item_events(item: Item, item_id: str, index: int, pieces: int) -> list[dict
         events.append({"type": "response.content_part.added", **at, "content_index": 0, "part": part})
         events += [
             {"type": "response.output_text.delta", **at, "content_index": 0, "delta": piece, "logprobs": []}
-            for piece in _pieces(item.text, pieces)
+            for piece in pieces(item.text, count)
         ]
         finished = {"content_index": 0, "text": item.text, "logprobs": []}
         events.append({"type": "response.output_text.done", **at, **finished})
@@ -314,13 +296,13 @@ def _item_events(item: Item, item_id: str, index: int, pieces: int) -> list[dict
     elif item.type == "function_call":
         events += [
             {"type": "response.function_call_arguments.delta", **at, "delta": piece}
-            for piece in _pieces(item.arguments, pieces)
+            for piece in pieces(item.arguments, count)
         ]
         events.append({"type": "response.function_call_arguments.done", **at, "arguments": item.arguments})
     elif item.type == "custom_tool_call":
         events += [
             {"type": "response.custom_tool_call_input.delta", **at, "delta": piece}
-            for piece in _pieces(item.input, pieces)
+            for piece in pieces(item.input, count)
         ]
         events.append({"type": "response.custom_tool_call_input.done", **at, "input": item.input})
     elif item.text:
@@ -328,7 +310,7 @@ def _item_events(item: Item, item_id: str, index: int, pieces: int) -> list[dict
         events.append({"type": "response.reasoning_summary_part.added", **at, "summary_index": 0, "part": part})
         events += [
             {"type": "response.reasoning_summary_text.delta", **at, "summary_index": 0, "delta": piece}
-            for piece in _pieces(item.text, pieces)
+            for piece in pieces(item.text, count)
         ]
         events.append({"type": "response.reasoning_summary_text.done", **at, "summary_index": 0, "text": item.text})
         done_part = dict(part, text=item.text)
@@ -387,142 +369,37 @@ def response_json(t: Turn, model: str) -> dict[str, Any]:
     return response_object(t, model, f"resp_{secrets.token_hex(16)}", status="completed", output=output, usage=True)
 
 
-def _not_found() -> dict[str, Any]:
-    return {"error": {"message": "no route", "type": "invalid_request_error", "param": None, "code": None}}
+_NOT_FOUND = {"error": {"message": "no route", "type": "invalid_request_error", "param": None, "code": None}}
 
 
-class ScriptedResponses:
+def _frames(t: Turn, model: str) -> list[bytes]:
+    return [frame(event) for event in sse_events(t, model)]
+
+
+class _Handler(ScriptedHandler):
+    server_api: "ScriptedResponses"
+    request_id_header = "x-request-id"
+
+    def do_GET(self) -> None:
+        self.server_api.record(self, {})
+        self.send_json(404, _NOT_FOUND)
+
+    def do_POST(self) -> None:
+        body = self.read_json()
+        if self.route != "/v1/responses":
+            self.send_json(404, _NOT_FOUND)
+            return
+        self.answer(body, _frames, response_json)
+
+
+class ScriptedResponses(ScriptedServer[Turn]):
     def __init__(self, turns: list[Turn], *, repeat_last: bool = False) -> None:
-        self.turns = list(turns)
-        self.repeat_last = repeat_last
-        self.calls: list[Recorded] = []
-        # when the last byte of each /v1/responses answer was written (time.monotonic)
-        self.finished_at: list[float] = []
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the real API
-            disable_nagle_algorithm = True  # each SSE event leaves at once
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                api._record(self, {})
-                self._json(404, _not_found())
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:  # e.g. a zstd-compressed body (`content-encoding: zstd`)
-                    body = {"_raw": raw.decode(errors="replace")}
-                api._record(self, body if isinstance(body, dict) else {"_raw": body})
-                if urlsplit(self.path).path.rstrip("/") != "/v1/responses":
-                    self._json(404, _not_found())
-                    return
-                t = api._next_turn()
-                if t.hang:
-                    api._closing.wait()
-                    self.close_connection = True
-                    return
-                if t.delay and api._closing.wait(t.delay):
-                    self.close_connection = True
-                    return
-                model = str(body.get("model", "")) if isinstance(body, dict) else ""
-                if t.raw is not None:
-                    self._send(t.status, t.raw, "application/json", t.headers)
-                elif isinstance(body, dict) and body.get("stream"):
-                    self._stream(t, model)
-                else:
-                    self._send(t.status, json.dumps(response_json(t, model)).encode(), "application/json", t.headers)
-                with api._lock:
-                    api.finished_at.append(time.monotonic())
-
-            def _json(self, code: int, payload: dict[str, Any]) -> None:
-                self._send(code, json.dumps(payload).encode(), "application/json", {})
-
-            def _send(self, code: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("x-request-id", f"req_{secrets.token_hex(8)}")
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, t: Turn, model: str) -> None:
-                self.send_response(t.status)
-                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("x-request-id", f"req_{secrets.token_hex(8)}")
-                for key, value in t.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                try:
-                    for n, event in enumerate(sse_events(t, model)):
-                        if n and t.event_delay and api._closing.wait(t.event_delay):
-                            self.close_connection = True
-                            return
-                        data = frame(event)
-                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except (BrokenPipeError, ConnectionResetError):
-                    self.close_connection = True  # the client went away mid-stream (a cut stream)
-
-        self.server = LoopbackServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
+        exhausted = status(500, message="script exhausted")
+        super().__init__(turns, repeat_last=repeat_last, handler=_Handler, exhausted=exhausted, route="/v1/responses")
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # what tests read
     @property
     def responses(self) -> list[Recorded]:
         """The `POST /v1/responses` requests, in order."""
-        return [c for c in self.calls if c.method == "POST" and c.path.rstrip("/") == "/v1/responses"]
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        return [c.body for c in self.responses]
-
-    @property
-    def headers(self) -> list[dict[str, str]]:
-        return [c.headers for c in self.responses]
-
-    def _record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-        parts = urlsplit(handler.path)
-        with self._lock:
-            self.calls.append(
-                Recorded(
-                    method=handler.command,
-                    path=parts.path,
-                    query=dict(parse_qsl(parts.query, keep_blank_values=True)),
-                    headers={k.lower(): v for k, v in handler.headers.items()},
-                    body=body,
-                )
-            )
-
-    def _next_turn(self) -> Turn:
-        with self._lock:
-            if not self.turns:
-                return status(500, message="script exhausted")
-            if len(self.turns) > 1 or not self.repeat_last:
-                return self.turns.pop(0)
-            return self.turns[0]
-
-    def __enter__(self) -> "ScriptedResponses":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._closing.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
+        return self.scripted

@@ -29,10 +29,11 @@ from sandbox import CHANNEL_DIR
 from tasks.core.transcript import Kind, ModelCall, Payload
 from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
 from tasks.run.gateway.budget import Budget
-from tasks.run.gateway.guard import GuardedTransport
+from tasks.run.gateway.guard import guarded_transport
 from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
 from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_body, forward, send_json
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
+from tasks.run.gateway.upstream import UpstreamTransport
 from webhooks.urlguard import AllowList
 
 log = structlog.get_logger("forgehand.gateway")
@@ -153,9 +154,9 @@ class RunChannel:
         self.socket_path.chmod(0o666)
         sock.listen(128)
         sock.setblocking(False)
-        self._client = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        self._client = httpx.AsyncClient(transport=UpstreamTransport(), follow_redirects=False, trust_env=False)
         if any(u.guarded for u in self.upstreams.values()):
-            transport = GuardedTransport(self.allowed_hosts)
+            transport = guarded_transport(self.allowed_hosts)
             self._guarded = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
         config = uvicorn.Config(
             self._app,

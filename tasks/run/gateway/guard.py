@@ -8,94 +8,20 @@ metadata) and other non-global addresses are refused unless the operator allow-l
 instance's own endpoints (`FORGEHAND_MODEL_BASE_URL`, `FORGEHAND_ANTHROPIC_BASE_URL`) are the
 operator's choice and are not guarded.
 
-httpx's own transport cannot take a network backend, so `GuardedTransport` drives an httpcore
-pool whose backend is the guard's, and speaks httpx's types on both sides (its errors included:
-the proxy handles one kind of error whichever client made the call)."""
+The check runs in the gateway's upstream transport (tasks/run/gateway/upstream.py), which asks
+`GuardedBackend.resolve_checked` for the addresses it may connect to; a refusal is
+`EndpointRefused` (an `httpx.ConnectError`), answered 502 `x-forgehand-gateway: refused`."""
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
-from contextlib import contextmanager
-from typing import cast
+from tasks.run.gateway.upstream import ALLOWED_HOSTS_SETTING, EndpointRefused, UpstreamTransport
+from webhooks.urlguard import AllowList, GuardedBackend, Resolver
 
-import httpcore
-import httpx
-
-from webhooks.urlguard import AddressRefused, AllowList, GuardedBackend, Resolver
-
-SETTING = "FORGEHAND_MODEL_ALLOWED_HOSTS"
-
-
-class EndpointRefused(httpx.ConnectError):
-    """The endpoint's host is (or resolves to) an address the guard refuses; nothing was sent."""
+__all__ = ["EndpointRefused", "allow_list", "guarded_transport"]
 
 
 def allow_list(value: str) -> AllowList:
     """FORGEHAND_MODEL_ALLOWED_HOSTS parsed; ValueError names the setting."""
-    return AllowList.parse(value, setting=SETTING)
+    return AllowList.parse(value, setting=ALLOWED_HOSTS_SETTING)
 
 
-@contextmanager
-def _httpx_errors(request: httpx.Request) -> Iterator[None]:
-    try:
-        yield
-    except AddressRefused as exc:
-        raise EndpointRefused(f"{exc} (allow-list it in {SETTING})", request=request) from None
-    except httpcore.TimeoutException as exc:
-        kind = getattr(httpx, type(exc).__name__, httpx.TimeoutException)
-        raise kind(str(exc), request=request) from exc
-    except httpcore.NetworkError as exc:
-        kind = getattr(httpx, type(exc).__name__, httpx.NetworkError)
-        raise kind(str(exc), request=request) from exc
-    except (httpcore.ProtocolError, httpcore.UnsupportedProtocol) as exc:
-        kind = getattr(httpx, type(exc).__name__, httpx.RemoteProtocolError)
-        raise kind(str(exc), request=request) from exc
-
-
-class _Body(httpx.AsyncByteStream):
-    def __init__(self, stream: object, request: httpx.Request) -> None:
-        self._stream = cast(AsyncIterable[bytes], stream)  # an async pool's bodies are async
-        self._request = request
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _httpx_errors(self._request):
-            async for part in self._stream:
-                yield part
-
-    async def aclose(self) -> None:
-        close = getattr(self._stream, "aclose", None)
-        if close is not None:
-            await close()
-
-
-class GuardedTransport(httpx.AsyncBaseTransport):
-    def __init__(self, allow: AllowList, resolver: Resolver | None = None) -> None:
-        self.backend = GuardedBackend(allow, resolver)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False),
-            max_connections=32,
-            keepalive_expiry=30.0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=self.backend,
-        )
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        core = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        with _httpx_errors(request):
-            answer = await self._pool.handle_async_request(core)
-        return httpx.Response(
-            status_code=answer.status,
-            headers=answer.headers,
-            stream=_Body(answer.stream, request),
-            extensions=answer.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
+def guarded_transport(allow: AllowList, resolver: Resolver | None = None) -> UpstreamTransport:
+    return UpstreamTransport(guard=GuardedBackend(allow, resolver))

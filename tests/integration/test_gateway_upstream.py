@@ -1,0 +1,178 @@
+"""The gateway's upstream client (httptools over asyncio streams) against real servers on
+127.0.0.1: bodies by length, chunked and until close; kept-alive connections reused, a stale one
+retried once; TLS with the URL's host for SNI and the certificate; httpx's timeouts and errors."""
+
+import asyncio
+import datetime
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tasks.run.gateway.upstream import UpstreamTransport
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def server(handler: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[tuple[int, list[int]]]:
+    """A raw TCP server; yields its port and the list of connections it accepted (by number)."""
+    accepted: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(len(accepted) + 1)
+        try:
+            await handler(reader, writer)
+        finally:
+            writer.close()
+
+    srv = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=tls)
+    try:
+        yield srv.sockets[0].getsockname()[1], accepted
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
+    )
+    return head + await reader.readexactly(length)
+
+
+def client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=UpstreamTransport(), timeout=5)
+
+
+async def test_bodies_by_length_chunked_and_until_close_and_connections_reused() -> None:
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for answer in (
+            b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{"a": true}',
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+            b"HTTP/1.1 429 Too Many\r\nretry-after: 3\r\nconnection: close\r\n\r\nslow down",
+        ):
+            seen.append(await read_request(reader))
+            writer.write(answer)
+            await writer.drain()
+
+    async with server(handler) as (port, accepted), client() as c:
+        first = await c.post(f"http://127.0.0.1:{port}/v1/x?q=1", content=b'{"b": 1}', headers={"x-key": "k"})
+        async with c.stream("POST", f"http://127.0.0.1:{port}/v1/y", content=b"{}") as second:
+            pieces = [p async for p in second.aiter_raw()]
+        third = await c.post(f"http://127.0.0.1:{port}/v1/z", content=b"{}")
+    assert first.status_code == 200 and first.json() == {"a": True}
+    assert b"".join(pieces) == b"hello world" and len(pieces) == 2
+    assert third.status_code == 429 and third.headers["retry-after"] == "3" and third.text == "slow down"
+    assert accepted == [1]  # one connection, kept alive across the three calls
+    assert seen[0].startswith(b"POST /v1/x?q=1 HTTP/1.1\r\n") and b"x-key: k" in seen[0]
+    assert seen[0].endswith(b'\r\n\r\n{"b": 1}') and b"host: 127.0.0.1:" in seen[0].lower()
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_retried_on_a_new_one() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        # then close the kept-alive connection without a word (an idle timeout on the server)
+
+    async with server(handler) as (port, accepted), client() as c:
+        assert (await c.post(f"http://127.0.0.1:{port}/", content=b"1")).text == "ok"
+        await asyncio.sleep(0.1)
+        assert (await c.post(f"http://127.0.0.1:{port}/", content=b"2")).text == "ok"
+    assert accepted == [1, 2]
+
+
+async def test_a_first_connection_that_breaks_is_an_error_not_a_retry() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+
+    async with server(handler) as (port, accepted), client() as c:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await c.post(f"http://127.0.0.1:{port}/", content=b"x")
+    assert accepted == [1]
+
+
+async def test_timeouts_and_refused_connections_are_httpx_errors() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    async def stalls_mid_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhi\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    async with server(silent) as (port, _), httpx.AsyncClient(transport=UpstreamTransport(), timeout=0.3) as c:
+        with pytest.raises(httpx.ReadTimeout):
+            await c.post(f"http://127.0.0.1:{port}/", content=b"x")
+    got = []
+    async with (
+        server(stalls_mid_body) as (port, _),
+        httpx.AsyncClient(transport=UpstreamTransport(), timeout=0.3) as c,
+        c.stream("POST", f"http://127.0.0.1:{port}/", content=b"x") as r,
+    ):
+        with pytest.raises(httpx.ReadTimeout):
+            async for piece in r.aiter_raw():
+                got.append(piece)
+    assert got == [b"hi"]
+    async with client() as c:
+        with pytest.raises(httpx.ConnectError):
+            await c.post("http://127.0.0.1:9/", content=b"x")
+
+
+def _certificate(tmp_path: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+async def test_tls_checks_the_certificate_against_the_url_host(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=str(cert))
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecure")
+        await writer.drain()
+
+    async with server(handler, tls=served) as (port, _):
+        async with httpx.AsyncClient(transport=UpstreamTransport(ssl_context=trusting), timeout=5) as c:
+            ok = await c.post(f"https://localhost:{port}/", content=b"x")
+            with pytest.raises(httpx.ConnectError):  # the certificate names localhost, not this address
+                await c.post(f"https://127.0.0.1:{port}/", content=b"x")
+        async with client() as c:  # the system's roots do not know this certificate
+            with pytest.raises(httpx.ConnectError):
+                await c.post(f"https://localhost:{port}/", content=b"x")
+    assert ok.text == "secure"
