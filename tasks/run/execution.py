@@ -16,14 +16,10 @@ from sqlalchemy import select, update
 
 from forge.models import Account, Repository
 from sandbox import (
-    DEFAULT_AGENTS_IMAGE,
-    GATEWAY_RELAY_PORT,
-    AgentMissing,
     EngineUnavailable,
     ImageMissing,
     Limits,
     MiB,
-    Relay,
     Sandbox,
     SandboxError,
     SandboxSpec,
@@ -37,21 +33,16 @@ from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops, recovery
-from tasks.run.backchannel import Backchannel, attach
-from tasks.run.egress import RunEgress, blocked_notifier, open_run_egress, proxy_env
+from tasks.run.backchannel import Backchannel
+from tasks.run.egress import RunEgress, proxy_env
 from tasks.run.env import RunEnv
-from tasks.run.gateway import SOCKET_NAME, ChannelUnavailable, RunChannel, build_channel, provider_of
+from tasks.run.gateway import RunChannel
+from tasks.run.outside import Outside, ProvisionFailed
 from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits, RuntimeUnavailable
 from tasks.run.settle import Settling
 from tasks.run.supervise import Stopped, Supervising
 
 log = structlog.get_logger("forgehand.tasks")
-
-
-class ProvisionFailed(Exception):
-    def __init__(self, reason: FailureReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 _WATCHDOG_ONLY = (
@@ -75,7 +66,7 @@ def _ms(t0: float) -> int:
     return int((time.monotonic() - t0) * 1000)
 
 
-class Execution(Settling, Supervising):
+class Execution(Settling, Supervising, Outside):
     """One run, from claimed to settled."""
 
     def __init__(self, env: RunEnv, run_id: int, stop: asyncio.Event) -> None:
@@ -282,7 +273,10 @@ class Execution(Settling, Supervising):
         if runtime.needs_model():
             model = await self._open_channel(runtime)
         if self.egress_plan is not None:
-            await self._open_egress()
+            t0 = time.monotonic()
+            egress = await self._open_egress(self.egress_plan)
+            plan = self.egress_plan
+            await self.system("egress", egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
         # Workspace: the task branch if it exists, else the base, at a recorded sha.
         t0 = time.monotonic()
         limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
@@ -380,28 +374,6 @@ class Execution(Settling, Supervising):
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
 
-    async def image_for(self, runtime: Any) -> str:
-        """The plain sandbox image, or for a CLI agent runtime (`image_kind() == "agents"`) the agents
-        image, which must hold that agent: checked from its labels before any container starts."""
-        kind = getattr(runtime, "image_kind", None)
-        if kind is None or kind() != "agents":
-            return self.env.image
-        own = getattr(runtime, "image", "")  # an operator's image for its agent: used as given
-        if own:
-            return str(own)
-        image = self.env.agents_image or DEFAULT_AGENTS_IMAGE
-        label = getattr(runtime, "agent_label", runtime.name)  # "" = an operator's agent: no label
-        try:
-            if label:
-                await self.env.engine.require_agent(label, image)
-        except AgentMissing as exc:
-            raise ProvisionFailed(
-                FailureReason.IMAGE_MISSING, f"{exc}: run `forgehand sandbox build --agents`"
-            ) from exc
-        except EngineUnavailable as exc:
-            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"no Docker engine answered: {exc}") from exc
-        return image
-
     async def _record_agent(self, ctx: RunContext) -> None:
         """What a CLI agent runtime reported: its name and version on the run, its session on the
         task (the first run's session id stays the task's: a resumed session keeps its id)."""
@@ -417,76 +389,6 @@ class Execution(Settling, Supervising):
                     .execution_options(synchronize_session=False)
                 )
 
-    async def _open_channel(self, runtime: Any) -> ModelEndpoint:
-        """The run's model gateway, before the sandbox starts (directory, socket, token); the run
-        records which provider it speaks and whose key pays."""
-        provider = provider_of(runtime)
-        try:
-            channel = build_channel(
-                self.settings, self.access, provider, task_id=self.task_id, run_id=self.run_id,
-                run_uuid=self.run_uuid, emit=self._emit,
-            )  # fmt: skip
-        except ChannelUnavailable as exc:
-            raise ProvisionFailed(FailureReason.MODEL_UNREACHABLE, str(exc)) from exc
-        self.channel = channel
-        try:
-            await channel.start()
-        except (OSError, RuntimeError) as exc:
-            raise ProvisionFailed(FailureReason.INTERNAL, f"the run's model gateway could not start: {exc}") from exc
-        await self._set_run(model_key=channel.provider.model_key, model_provider=provider)
-        assert self.writer is not None
-        budget = channel.budget
-        self.backchannel = Backchannel(
-            db=self.env.db, lifecycle=self.env.lifecycle, settings=self.settings, task_id=self.task_id,
-            run_id=self.run_id, emit=self._emit, redact=self.writer.redactor.redact,
-            runtimes=frozenset(self.env.runtimes),
-            remaining=lambda: max(0, budget.limit - budget.used) if budget.limit else None,
-            charge=budget.grant,
-        )  # fmt: skip
-        attach(channel, self.backchannel)
-        model = self.access[provider].model
-        timeout = self.settings.model_timeout_seconds
-        return ModelEndpoint(base_url="http://gateway/v1", model=model, api_key=channel.token, timeout=timeout,
-                             uds=str(channel.socket_path))  # fmt: skip
-
-    async def _open_egress(self) -> None:
-        """The run's egress proxy, before the sandbox starts (the repository allows network access)."""
-        assert self.egress_plan is not None
-        t0 = time.monotonic()
-        try:
-            self.egress = await open_run_egress(
-                self.egress_plan, self.channel.host_dir if self.channel is not None else None,
-                self.env.settings.effective_run_channel_dir, self.run_uuid, emit=self._emit,
-                notify=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id),
-            )  # fmt: skip
-        except OSError as exc:
-            raise ProvisionFailed(FailureReason.INTERNAL, f"the run's egress proxy could not start: {exc}") from exc
-        plan = self.egress_plan
-        await self.system("egress", self.egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
-
-    def _relays(self) -> tuple[Relay, ...]:
-        """The gateway's loopback relay whenever the run has a channel (a TCP base URL for codex, the
-        back-channel's MCP URL for every CLI), and the egress proxy's when the repository allows it."""
-        relays = [Relay(GATEWAY_RELAY_PORT, SOCKET_NAME)] if self.channel is not None else []
-        if self.egress is not None:
-            relays.append(self.egress.relay)
-        return tuple(relays)
-
-    def _channel_dir(self) -> Path | None:
-        if self.channel is not None:
-            return self.channel.host_dir
-        return self.egress.host_dir if self.egress is not None else None
-
-    async def _emit(self, kind: Any, payload: Any) -> None:
-        assert self.writer is not None
-        await self.writer.emit(kind, payload)
-
     def _check_stop(self) -> None:
         if self.stop_event.is_set():
             raise Stopped(None, "stopped by request")
-
-    async def _set_run(self, **values: Any) -> None:
-        async with self.env.db.session(write=True) as s:
-            await s.execute(
-                update(Run).where(Run.id == self.run_id).values(**values).execution_options(synchronize_session=False)
-            )

@@ -196,7 +196,8 @@ async def test_an_image_without_the_agent_fails_before_any_container_starts(
     import pytest
 
     from tasks.core.states import FailureReason
-    from tasks.run.execution import Execution, ProvisionFailed
+    from tasks.run.execution import Execution
+    from tasks.run.outside import ProvisionFailed
 
     absent = f"forgehand-sandbox-agents:absent-{secrets.token_hex(3)}"
     before = {c.id for c in docker_client.containers.list(all=True)}
