@@ -24,7 +24,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail, Notice, Question, System
+from tasks.core.transcript import HeadTail, Notice, System
 from tasks.run.backchannel import mcp_client_config
 from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
 from tasks.run.runtimes.acp_session import acp_mcp_servers, home_of, keep, restore
@@ -446,22 +446,10 @@ class _Drive:
         text += f": {tail}" if tail else ""
         outcome = self._failed(FailureReason.AGENT_NO_RESULT, text)
         outcome.exit_code = exit_code
-        return await self._policy_outcome() or outcome
-
-    async def _policy_outcome(self) -> Outcome | None:
-        broker = self.broker
-        if broker.policy_failure:
-            return self._failed(FailureReason.POLICY, broker.policy_failure)
-        if broker.parked is not None:
-            return Outcome(status=RunState.BLOCKED, approval=broker.parked)
-        if broker.question:
-            options = broker.question_options
-            await self.ctx.emit("question", Question(text=broker.question, options=options))
-            return Outcome(status=RunState.BLOCKED, question=broker.question, question_options=options)
-        return None
+        return await self.broker.ended() or outcome
 
     async def _outcome(self, stop: str) -> Outcome:
-        ended = await self._policy_outcome()
+        ended = await self.broker.ended()
         if ended is not None:
             return ended
         name = self.runtime.agent.name

@@ -49,7 +49,7 @@ from typing import Any
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail, Question
+from tasks.core.transcript import HeadTail
 from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
@@ -356,22 +356,9 @@ class _Drive:
     async def _outcome(
         self, final: dict[str, Any] | None, watchdog: tuple[FailureReason, str] | None, exit_code: int | None
     ) -> Outcome:
-        broker = self.broker
-        if broker.policy_failure:
-            return Outcome(
-                status=RunState.FAILED,
-                failure_reason=FailureReason.POLICY,
-                error=broker.policy_failure,
-                exit_code=exit_code,
-            )
-        if broker.parked is not None:
-            return Outcome(status=RunState.BLOCKED, approval=broker.parked, exit_code=exit_code)
-        if broker.question:
-            options = broker.question_options
-            await self.ctx.emit("question", Question(text=broker.question, options=options))
-            return Outcome(
-                status=RunState.BLOCKED, question=broker.question, question_options=options, exit_code=exit_code
-            )
+        ended = await self.broker.ended(exit_code)
+        if ended is not None:
+            return ended
         if watchdog is not None and (final is None or watchdog[0] is not FailureReason.AGENT_LINGERED):
             return Outcome(status=RunState.FAILED, failure_reason=watchdog[0], error=watchdog[1], exit_code=exit_code)
         if final is None:

@@ -28,8 +28,9 @@ from typing import Any, Literal
 import msgspec
 
 from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
-from tasks.core.transcript import Notice
-from tasks.run.runtimes.base import RunContext
+from tasks.core.states import FailureReason, RunState
+from tasks.core.transcript import Notice, Question
+from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.policy_steps import approval_request, record
 
 Behavior = Literal["allow", "deny"]
@@ -66,6 +67,24 @@ class PolicyBroker:
 
     def was_decided(self, tool_use_id: str) -> bool:
         return tool_use_id in self._decided
+
+    async def ended(self, exit_code: int | None = None) -> Outcome | None:
+        """How the run ends when a decision ended it (a failed policy, a parked call, a question for
+        the person; the question is recorded), or None: the agent's own ending decides."""
+        if self.policy_failure:
+            return Outcome(
+                status=RunState.FAILED, failure_reason=FailureReason.POLICY, error=self.policy_failure,
+                exit_code=exit_code,
+            )  # fmt: skip
+        if self.parked is not None:
+            return Outcome(status=RunState.BLOCKED, approval=self.parked, exit_code=exit_code)
+        if self.question:
+            options = self.question_options
+            await self.ctx.emit("question", Question(text=self.question, options=options))
+            return Outcome(
+                status=RunState.BLOCKED, question=self.question, question_options=options, exit_code=exit_code
+            )
+        return None
 
     async def decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
         known = self._decided.get(tool_use_id) if tool_use_id else None

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail, Question
+from tasks.core.transcript import HeadTail
 from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.claude_control import PolicyBroker
 from tasks.run.runtimes.cli_lines import StdoutReader, json_line
@@ -93,20 +93,10 @@ class CodexTurn:
         return await self._outcome(watchdog, exit_code, state.completed > completed_before)
 
     async def _outcome(self, watchdog: tuple[FailureReason, str] | None, exit_code: int | None, done: bool) -> Outcome:
-        broker, state = self.broker, self.state
-        if broker.policy_failure:
-            return Outcome(
-                status=RunState.FAILED, failure_reason=FailureReason.POLICY, error=broker.policy_failure,
-                exit_code=exit_code,
-            )  # fmt: skip
-        if broker.parked is not None:
-            return Outcome(status=RunState.BLOCKED, approval=broker.parked, exit_code=exit_code)
-        if broker.question:
-            options = broker.question_options
-            await self.ctx.emit("question", Question(text=broker.question, options=options))
-            return Outcome(
-                status=RunState.BLOCKED, question=broker.question, question_options=options, exit_code=exit_code
-            )
+        state = self.state
+        ended = await self.broker.ended(exit_code)
+        if ended is not None:
+            return ended
         if watchdog is not None:
             return Outcome(status=RunState.FAILED, failure_reason=watchdog[0], error=watchdog[1], exit_code=exit_code)
         if state.failure and not done:
