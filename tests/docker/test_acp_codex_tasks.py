@@ -10,24 +10,25 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
 from forge.settings import Settings
+from tests.support.agent_box import on_served
 from tests.support.agent_tasks import run_with_policy
-from tests.support.codex import add_file
-from tests.support.codex_acp import CODEX_ACP, CodexAcpResponses, told
-from tests.support.openai_responses import custom_tool_call, function_call, text, usage_of
+from tests.support.codex import add_file, tool_outputs
+from tests.support.codex_acp import CODEX_ACP, CodexAcpResponses, exec_command, key_scan, with_model
+from tests.support.openai_responses import custom_tool_call, text, usage_of
 from tests.support.policy import PolicyConsumer
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
 KEY = "sk-openai-instance-key-codex-acp-0123456789"
 TASKS = "/api/v1/repos/ana/demo/tasks"
-MODEL = "gpt-5.5"  # a model Codex knows: it offers apply_patch
 
 
 @pytest.fixture
@@ -35,24 +36,10 @@ def codex_acp_settings(settings: Settings, agents_image: str) -> Settings:
     return msgspec.structs.replace(task_settings(settings), webhooks_allowed_hosts="127.0.0.1")
 
 
-def with_model(s: Settings, api: CodexAcpResponses) -> Settings:
-    return msgspec.structs.replace(s, model_base_url=api.url, model_api_key=KEY, model_name=MODEL)
-
-
-def exec_command(cmd: str, call_id: str) -> Any:
-    return function_call("exec_command", {"cmd": cmd}, call_id)
-
-
 def test_a_codex_acp_task_edits_a_file_its_commit_lands_the_key_stays_out_and_usage_is_metered(
     codex_acp_settings: Settings,
 ) -> None:
-    half = len(KEY) // 2  # the scan's own command line must not hold the key
-    scan = (
-        f'k="{KEY[:half]}""{KEY[half:]}"; '
-        'n=$(grep -l -a -F -- "$k" /proc/[0-9]*/environ 2>/dev/null | wc -l); '
-        'w=$(grep -r -l -a -F -- "$k" /workspace "$HOME" 2>/dev/null | wc -l); '
-        'e=$(env | grep -c -F -- "$k"); echo "environ=$n files=$w env=$e"'
-    )
+    scan = key_scan(KEY)
     turns = [
         custom_tool_call("apply_patch", add_file("/workspace/hello.txt", "hello from codex-acp"), "call_patch"),
         exec_command("echo appended >> /workspace/hello.txt", "call_append"),
@@ -61,7 +48,7 @@ def test_a_codex_acp_task_edits_a_file_its_commit_lands_the_key_stays_out_and_us
     ]
     consumer = PolicyConsumer()
     with CodexAcpResponses(turns) as api:
-        s = with_model(codex_acp_settings, api)
+        s = with_model(codex_acp_settings, api, key=KEY)
         done, events, files = run_with_policy(s, consumer, {"goal": "write hello", **CODEX_ACP})
     notices = [e["payload"] for e in events if e["kind"] in ("notice", "system")]
     assert done["state"] == "awaiting_review", (done, notices)
@@ -72,7 +59,7 @@ def test_a_codex_acp_task_edits_a_file_its_commit_lands_the_key_stays_out_and_us
     assert run["model_provider"] == "openai" and done["agent_session_id"]
     # The real key went to the provider from the host, never into the container or the transcript.
     assert {h.get("authorization") for h in api.headers} == {f"Bearer {KEY}"}
-    assert told(api)["call_scan"].strip().endswith("environ=0 files=0 env=0")
+    assert tool_outputs(api.requests)["call_scan"].strip().endswith("environ=0 files=0 env=0")
     assert KEY not in json.dumps(events)
     # Every model call (the agent's four and the adapter's title request) metered on the run.
     answered = [usage_of(t) for t in turns] + [usage_of(text("A session title"))] * (
@@ -112,11 +99,11 @@ def test_a_consumer_s_deny_on_a_shell_call_stops_it_and_shows_in_the_transcript(
     consumer.answer = answer  # type: ignore[method-assign]
     turns = [exec_command("touch /workspace/marker", "call_deny"), text("The marker was refused.")]
     with CodexAcpResponses(turns) as api:
-        s = with_model(codex_acp_settings, api)
+        s = with_model(codex_acp_settings, api, key=KEY)
         done, events, files = run_with_policy(s, consumer, {"goal": "make a marker", **CODEX_ACP})
     assert done["state"] == "awaiting_review", done
     assert "marker" not in files
-    assert "no markers for codex-acp" in told(api)["call_deny"]  # the model read the reason
+    assert "no markers for codex-acp" in tool_outputs(api.requests)["call_deny"]  # the model read the reason
     pre = [b["data"] for b in consumer.seen if b["type"] == "pre_tool_use"]
     assert [(d["tool_use_id"], d["tool_name"], d["tool_input"]) for d in pre] == [
         ("call_deny", "Bash", {"command": "touch /workspace/marker"})
@@ -141,26 +128,26 @@ async def test_review_change_requests_continue_the_same_codex_acp_session_over_t
         exec_command("echo v3 > /workspace/hi.txt", "call_v3"),
         text("third"),
     ]
-    with CodexAcpResponses(turns) as api:
-        s = with_model(codex_acp_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "write hi", **CODEX_ACP})
-                assert r.status_code == 201, r.text
+
+    async def cycles(c: httpx.AsyncClient) -> tuple[dict[str, Any], list[str], list[dict[str, Any]]]:
+        r = await c.post(TASKS, json={"goal": "write hi", **CODEX_ACP})
+        assert r.status_code == 201, r.text
+        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
+        assert task["state"] == "awaiting_review", task
+        sessions = [task["agent_session_id"]]
+        for cycle in (2, 3):
+            review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
+            r = await c.post(f"{TASKS}/1/reviews", json=review)
+            assert r.status_code == 201, r.text
+            while len(task["runs"]) < cycle or task["state"] not in ("awaiting_review", "failed"):
+                await asyncio.sleep(0.3)
                 task = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
-                assert task["state"] == "awaiting_review", task
-                sessions = [task["agent_session_id"]]
-                for cycle in (2, 3):
-                    review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
-                    r = await c.post(f"{TASKS}/1/reviews", json=review)
-                    assert r.status_code == 201, r.text
-                    while len(task["runs"]) < cycle or task["state"] not in ("awaiting_review", "failed"):
-                        await asyncio.sleep(0.3)
-                        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
-                    assert task["state"] == "awaiting_review", task
-                    sessions.append(task["agent_session_id"])
-                events = await all_events(c, 1)
+            assert task["state"] == "awaiting_review", task
+            sessions.append(task["agent_session_id"])
+        return task, sessions, await all_events(c, 1)
+
+    with CodexAcpResponses(turns) as api:
+        (task, sessions, events), path = await on_served(with_model(codex_acp_settings, api, key=KEY), cycles)
     notices = [e["payload"]["text"] for e in events if e["kind"] == "notice"]
     assert [r["kind"] for r in task["runs"]] == ["start", "review", "review"]
     assert tree_files(path, task["head_sha"])["hi.txt"][1] == b"v3\n"
@@ -174,22 +161,21 @@ async def test_review_change_requests_continue_the_same_codex_acp_session_over_t
 
 async def test_a_stop_cancels_the_codex_acp_turn_over_acp(codex_acp_settings: Settings) -> None:
     turns = [exec_command("sleep 120", "call_sleep"), text("should not come")]
+
+    async def stop(c: httpx.AsyncClient) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        r = await c.post(TASKS, json={"goal": "wait", **CODEX_ACP})
+        assert r.status_code == 201, r.text
+        for _ in range(1200):  # the sleep is running
+            events = await all_events(c, 1)
+            if any(e["kind"] == "tool_call" and e["payload"]["id"] == "call_sleep" for e in events):
+                break
+            await asyncio.sleep(0.1)
+        r = await c.post(f"{TASKS}/1/stop")
+        assert r.status_code == 200, r.text
+        return r.json(), await all_events(c, 1)
+
     with CodexAcpResponses(turns) as api:
-        s = with_model(codex_acp_settings, api)
-        token, path = await asyncio.to_thread(lambda: asyncio.run(seed(s)))
-        for url in serve(s):
-            async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
-                r = await c.post(TASKS, json={"goal": "wait", **CODEX_ACP})
-                assert r.status_code == 201, r.text
-                for _ in range(1200):
-                    events = await all_events(c, 1)
-                    if any(e["kind"] == "tool_call" for e in events):
-                        break
-                    await asyncio.sleep(0.1)
-                r = await c.post(f"{TASKS}/1/stop")
-                assert r.status_code == 200, r.text
-                stopped = r.json()
-                events = await all_events(c, 1)
+        (stopped, events), _ = await on_served(with_model(codex_acp_settings, api, key=KEY), stop)
     assert stopped["state"] == "stopped", stopped
     ended = [e["payload"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "agent_result"]
     assert [e["detail"]["stop_reason"] for e in ended] == ["cancelled"], ended
@@ -208,7 +194,7 @@ def test_a_hostile_repository_codex_config_cannot_undo_forgehand_s_settings(code
     turns = [exec_command("echo ok > /workspace/ok.txt", "call_ok"), text("done")]
     consumer = PolicyConsumer()
     with CodexAcpResponses(turns) as api:
-        s = with_model(codex_acp_settings, api)
+        s = with_model(codex_acp_settings, api, key=KEY)
 
         async def plant(env: Env) -> None:
             store = RepoStore(s.data_dir / "repos")

@@ -5,21 +5,19 @@ every event they expect. Lag per event: the writer's timestamp (`at`, when it wa
 client had it, as tests/bench/bench_tasks.py measures it."""
 
 import asyncio
-import socket
 import statistics
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 import httpx
 import msgspec
-import uvicorn
 
-from forge.app import create_app
 from forge.settings import Settings
 from tasks.core.live import LiveHub
+from tests.support.tasks import serve
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
 
@@ -31,24 +29,9 @@ class Served(msgspec.Struct):
 
 @contextmanager
 def served(settings: Settings) -> Iterator[Served]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    s = msgspec.structs.replace(settings, host="127.0.0.1", port=port, base_url=f"http://127.0.0.1:{port}")
-    app = create_app(s)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield Served(url=f"http://127.0.0.1:{port}", hub=app.state["tasks"].hub)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    apps: list[Any] = []
+    for url in serve(settings, on_app=apps.append):
+        yield Served(url=url, hub=apps[0].state["tasks"].hub)
 
 
 async def follow(client: httpx.AsyncClient, number: int, kinds: set[str], expect: int, lags: list[float]) -> None:
