@@ -10,7 +10,6 @@ never asserted as limits; losing an event fails.
 
 Run: `pytest -q -s tests/bench/bench_acp.py -o python_files='bench_*.py'`."""
 
-import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ def scenario() -> dict[str, Any]:
     return {"turns": [[{"calls": CALLS}]]}
 
 
-CLIENTS = 3  # SSE clients per pass (they share this process with the server and the runtime)
+CLIENTS = 10  # SSE clients per pass, in a process of their own
 SHOWN = {"assistant", "tool_call", "tool_result"}
 
 
@@ -74,37 +73,36 @@ async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path
     with served(settings) as app:
         # The builtin runtime's path: typed events into the writer, SSE clients following.
         task_id, number, run_id = builtin_task
-        followers, builtin_lags = await subscribed(app.url, token, number, CLIENTS, SHOWN, 3 * CALLS)
-        before = await stored(db, task_id)
-        writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
-        writer.start()
-        t0 = time.perf_counter()
-        for i in range(CALLS):
-            await writer.emit("assistant", Assistant(text=f"step {i}"))
-            await writer.emit("tool_call", ToolCall(id=f"call-{i}", name="Read", input={"path": f"f{i}"}, kind="read"))
-            await writer.emit("tool_result", ToolResult(id=f"call-{i}", name="Read", output=f"line {i}\n"))
-        await writer.close()
-        direct = time.perf_counter() - t0
-        direct_events = await stored(db, task_id) - before
+        async with subscribed(app.url, token, number, clients=CLIENTS, kinds=SHOWN, expect=3 * CALLS) as builtin_lags:
+            before = await stored(db, task_id)
+            writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
+            writer.start()
+            t0 = time.perf_counter()
+            for i in range(CALLS):
+                await writer.emit("assistant", Assistant(text=f"step {i}"))
+                call = ToolCall(id=f"call-{i}", name="Read", input={"path": f"f{i}"}, kind="read")
+                await writer.emit("tool_call", call)
+                await writer.emit("tool_result", ToolResult(id=f"call-{i}", name="Read", output=f"line {i}\n"))
+            await writer.close()
+            direct = time.perf_counter() - t0
+            direct_events = await stored(db, task_id) - before
         assert direct_events == 3 * CALLS
-        await asyncio.wait_for(followers, 300)
 
         # The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer.
         task_id, number, run_id = acp_task
-        followers, acp_lags = await subscribed(app.url, token, number, CLIENTS, SHOWN, 3 * CALLS)
-        before = await stored(db, task_id)
-        writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
-        writer.start()
-        runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario()), provider="none"))
-        box = HostSandbox(tmp_path / "box", base_url="")
-        ctx = host_context(box, ScriptedGate(), writer.emit)  # type: ignore[arg-type]
-        t0 = time.perf_counter()
-        outcome = await runtime.run(ctx)
-        await writer.close()
-        acp = time.perf_counter() - t0
-        acp_events = await stored(db, task_id) - before
+        async with subscribed(app.url, token, number, clients=CLIENTS, kinds=SHOWN, expect=3 * CALLS) as acp_lags:
+            before = await stored(db, task_id)
+            writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
+            writer.start()
+            runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario()), provider="none"))
+            box = HostSandbox(tmp_path / "box", base_url="")
+            ctx = host_context(box, ScriptedGate(), writer.emit)  # type: ignore[arg-type]
+            t0 = time.perf_counter()
+            outcome = await runtime.run(ctx)
+            await writer.close()
+            acp = time.perf_counter() - t0
+            acp_events = await stored(db, task_id) - before
         assert outcome.status.value == "succeeded", outcome
-        await asyncio.wait_for(followers, 300)
     kinds = [e for e in (await _kinds(db, acp_task[0])) if e in SHOWN]
     assert len(kinds) >= 3 * CALLS  # nothing lost
     assert len(builtin_lags) == len(acp_lags) == CLIENTS * 3 * CALLS  # every client had every event

@@ -1,15 +1,23 @@
 """SSE clients' lag for the ingest benches: the real app served by uvicorn in a thread of the
 bench's process (so a TranscriptWriter in the bench notifies the same LiveHub the SSE endpoint
-waits on), and real SSE clients (httpx streaming) on a task's `/events` that stop once they had
-every event they expect. Lag per event: the writer's timestamp (`at`, when it was emitted) -> the
-client had it, as tests/bench/bench_tasks.py measures it."""
+waits on), and real SSE clients (httpx streaming) on a task's `/events`, in a process of their
+own (as in tests/bench/bench_tasks.py, their parsing does not share the server's GIL), that stop
+once they had every event they expect. Lag per event: the writer's timestamp (`at`, when it was
+emitted) -> the client had it, as the tasks bench measures it.
+
+    async with subscribed(app.url, token, number, clients=10, kinds={"tool_call"}, expect=N) as lags:
+        ...  # ingest; on leaving, every client had its N events and `lags` holds them"""
 
 import asyncio
+import json
+import os
 import statistics
+import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,11 +42,14 @@ def served(settings: Settings) -> Iterator[Served]:
         yield Served(url=url, hub=apps[0].state["tasks"].hub)
 
 
-async def follow(client: httpx.AsyncClient, number: int, kinds: set[str], expect: int, lags: list[float]) -> None:
+async def follow(
+    client: httpx.AsyncClient, number: int, kinds: set[str], expect: int, lags: list[float], connected: Any
+) -> None:
     """Read task `number`'s SSE stream until `expect` events of `kinds` arrived; their lags."""
     seen = 0
     async with client.stream("GET", f"{TASKS}/{number}/events", headers={"Accept": "text/event-stream"}) as r:
         assert r.status_code == 200, await r.aread()
+        connected()
         event, data = "message", ""
         async for line in r.aiter_lines():
             if line == "":
@@ -57,16 +68,52 @@ async def follow(client: httpx.AsyncClient, number: int, kinds: set[str], expect
     raise AssertionError(f"task {number}'s stream ended after {seen} of {expect} events")
 
 
-async def subscribed(
-    url: str, token: str, number: int, clients: int, kinds: set[str], expect: int
-) -> tuple[asyncio.Future[list[None]], list[float]]:
-    """`clients` SSE clients following task `number` (connected when this returns) and their lags."""
+async def _clients(url: str, token: str, number: int, clients: int, kinds: list[str], expect: int) -> None:
+    """The client process: prints `ready` once every client is connected, then the lags as JSON."""
     lags: list[float] = []
-    http = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=300)
-    followers = asyncio.gather(*(follow(http, number, kinds, expect, lags) for _ in range(clients)))
-    followers.add_done_callback(lambda _: asyncio.ensure_future(http.aclose()))
-    await asyncio.sleep(0.5)  # connected and replayed (nothing yet) before the stream starts
-    return followers, lags
+    count = [0]
+
+    def connected() -> None:
+        count[0] += 1
+        if count[0] == clients:
+            print("ready", flush=True)
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as http:
+        await asyncio.gather(*(follow(http, number, set(kinds), expect, lags, connected) for _ in range(clients)))
+    print(json.dumps(lags), flush=True)
+
+
+def clients_main() -> None:
+    asyncio.run(_clients(*json.loads(sys.argv[1])))
+
+
+@asynccontextmanager
+async def subscribed(
+    url: str, token: str, number: int, *, clients: int, kinds: set[str], expect: int
+) -> AsyncIterator[list[float]]:
+    """`clients` SSE clients following task `number` (all connected on entry); on leaving, once
+    each had `expect` events of `kinds`, their lags (seconds)."""
+    lags: list[float] = []
+    args = json.dumps([url, token, number, clients, sorted(kinds), expect])
+    code = "from tests.support.sse_lag import clients_main; clients_main()"
+    root = str(Path(__file__).resolve().parents[2])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, args, cwd=root, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        ready = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert ready.strip() == b"ready", ready
+        yield lags
+        out = await asyncio.wait_for(proc.stdout.read(), 300)
+        assert await proc.wait() == 0, "an SSE client failed"
+        lags.extend(json.loads(out.splitlines()[-1]))
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 def figures(lags: list[float]) -> str:
