@@ -43,17 +43,25 @@ def served(settings: Settings) -> Iterator[Served]:
 
 
 async def follow(
-    client: httpx.AsyncClient, number: int, kinds: set[str], expect: int, lags: list[float], connected: Any
+    client: httpx.AsyncClient,
+    number: int,
+    kinds: set[str],
+    expect: int,
+    lags: list[float],
+    connected: Any,
+    after: int = 0,
 ) -> None:
-    """Read task `number`'s SSE stream until `expect` events of `kinds` arrived; their lags."""
+    """Read task `number`'s SSE stream after seq `after` until `expect` events of `kinds` ("*": any
+    transcript event) arrived; their lags."""
     seen = 0
-    async with client.stream("GET", f"{TASKS}/{number}/events", headers={"Accept": "text/event-stream"}) as r:
+    headers = {"Accept": "text/event-stream"}
+    async with client.stream("GET", f"{TASKS}/{number}/events", params={"after": after}, headers=headers) as r:
         assert r.status_code == 200, await r.aread()
         connected()
         event, data = "message", ""
         async for line in r.aiter_lines():
             if line == "":
-                if data and event in kinds:
+                if data and (event in kinds or ("*" in kinds and event not in ("state", "end", "message"))):
                     received = time.time()
                     at = msgspec.json.decode(data)["at"]
                     lags.append(received - datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp())
@@ -68,7 +76,7 @@ async def follow(
     raise AssertionError(f"task {number}'s stream ended after {seen} of {expect} events")
 
 
-async def _clients(url: str, token: str, number: int, clients: int, kinds: list[str], expect: int) -> None:
+async def _clients(url: str, token: str, number: int, clients: int, kinds: list[str], expect: int, after: int) -> None:
     """The client process: prints `ready` once every client is connected, then the lags as JSON."""
     lags: list[float] = []
     count = [0]
@@ -80,7 +88,9 @@ async def _clients(url: str, token: str, number: int, clients: int, kinds: list[
 
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300) as http:
-        await asyncio.gather(*(follow(http, number, set(kinds), expect, lags, connected) for _ in range(clients)))
+        await asyncio.gather(
+            *(follow(http, number, set(kinds), expect, lags, connected, after) for _ in range(clients))
+        )
     print(json.dumps(lags), flush=True)
 
 
@@ -90,12 +100,12 @@ def clients_main() -> None:
 
 @asynccontextmanager
 async def subscribed(
-    url: str, token: str, number: int, *, clients: int, kinds: set[str], expect: int
+    url: str, token: str, number: int, *, clients: int, kinds: set[str], expect: int, after: int = 0
 ) -> AsyncIterator[list[float]]:
-    """`clients` SSE clients following task `number` (all connected on entry); on leaving, once
-    each had `expect` events of `kinds`, their lags (seconds)."""
+    """`clients` SSE clients following task `number` after seq `after` (all connected on entry);
+    on leaving, once each had `expect` events of `kinds`, their lags (seconds)."""
     lags: list[float] = []
-    args = json.dumps([url, token, number, clients, sorted(kinds), expect])
+    args = json.dumps([url, token, number, clients, sorted(kinds), expect, after])
     code = "from tests.support.sse_lag import clients_main; clients_main()"
     root = str(Path(__file__).resolve().parents[2])
     proc = await asyncio.create_subprocess_exec(
