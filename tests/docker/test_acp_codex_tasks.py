@@ -22,7 +22,7 @@ from tests.support.agent_tasks import run_with_policy
 from tests.support.codex import add_file, tool_outputs
 from tests.support.codex_acp import CODEX_ACP, CodexAcpResponses, exec_command, key_scan, with_model
 from tests.support.openai_responses import custom_tool_call, text, usage_of
-from tests.support.policy import PolicyConsumer
+from tests.support.policy import PolicyConsumer, denying
 from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
@@ -90,13 +90,7 @@ def test_a_codex_acp_task_edits_a_file_its_commit_lands_the_key_stays_out_and_us
 def test_a_consumer_s_deny_on_a_shell_call_stops_it_and_shows_in_the_transcript(
     codex_acp_settings: Settings,
 ) -> None:
-    def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
-        if body["type"] == "pre_tool_use" and "marker" in json.dumps(body["data"]["tool_input"]):
-            return 200, {"permission": {"decision": "deny", "reason": "no markers for codex-acp"}}
-        return 200, None
-
-    consumer = PolicyConsumer()
-    consumer.answer = answer  # type: ignore[method-assign]
+    consumer = denying("marker", "no markers for codex-acp")
     turns = [exec_command("touch /workspace/marker", "call_deny"), text("The marker was refused.")]
     with CodexAcpResponses(turns) as api:
         s = with_model(codex_acp_settings, api, key=KEY)
