@@ -29,7 +29,9 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
     log = tmp_path / "agent.jsonl"
     # The agent waits a moment (the hooks come in meanwhile, as Codex's do before the adapter
     # reports the call), then asks permission for the call the hook already decided.
-    turns = [[{"sleep": 1.5}, ask("call-1", MARKER), say("done")]]
+    startup = {"sessionUpdate": "tool_call", "toolCallId": "mcp_startup.forgehand.1", "title": "MCP startup",
+               "kind": "other", "status": "completed"}  # fmt: skip
+    turns = [[{"update": startup}, {"sleep": 1.5}, ask("call-1", MARKER), say("done")]]
     agent = AcpAgent(name="scripted", command=argv({"turns": turns, "log": str(log)}), provider="none", hooks="codex")
     runtime = AcpAgentRuntime(agent, idle_seconds=20)
     sandbox = HostSandbox(tmp_path, base_url="")
@@ -65,13 +67,13 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
     assert (sandbox.workspace / "marker").exists()
     # The transcript: call-1 with the hook's name and input, and the refused call-2 with its reason
     # (Codex never reports a call its hook refused).
-    calls = {c.id: (c.name, c.input) for c in emit.of("tool_call")}
+    calls = {c.id: (c.name, c.input) for c in emit.of("tool_call") if c.id != "mcp_startup.forgehand.1"}
     assert calls == {"call-1": ("Bash", {"command": MARKER}), "call-2": ("Bash", {"command": WIPE})}
     results = {r.id: r for r in emit.of("tool_result")}
     assert not results["call-1"].is_error
     assert results["call-2"].is_error and "no wiping" in results["call-2"].output
     # post_tool_use once for the call that ran (the adapter's result and Codex's PostToolUse both
-    # report it), none for the refused one.
+    # report it), none for the refused one nor for what no hook saw (the adapter's MCP startup).
     assert await channel.hook("codex", "PostToolUse", {**hook_body("call-1", MARKER), "tool_response": ""}) == {}
     assert await channel.hook("codex", "PostToolUse", {**hook_body("call-2", WIPE), "tool_response": ""}) == {}
     assert [c[1] for c in gate.events("post_tool_use")] == ["call-1"]

@@ -155,8 +155,12 @@ class AcpPolicy:
         return {}
 
     async def after(self, call_id: str, name: str, output: str, *, is_error: bool) -> None:
-        """`post_tool_use` once for a call that ran (from the hook or the adapter's result)."""
+        """`post_tool_use` once for a call that ran (from the hook or the adapter's result). Under
+        Codex every call passes the hook first: a result for an id that never did (the adapter
+        reports its MCP server's start as a tool call) is no tool call of the agent's."""
         if call_id in self.posted or call_id in self.broker.denied:
+            return
+        if self.agent.hooks == "codex" and call_id not in self.broker.allowed:
             return
         self.posted.add(call_id)
         await after_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=is_error)
