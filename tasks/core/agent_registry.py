@@ -54,6 +54,12 @@ class AcpAgent(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     # Set when the configuration ships but cannot run yet: the reason, shown in the list; such an
     # agent is listed as unavailable and a task naming it is refused (`acp_agent_unavailable`).
     unavailable: str = ""
+    # The CLI under the adapter whose managed hooks call back (`/hooks/<hooks>/...` on the run's
+    # socket): answered through the same policy as the permission requests; "" = none (refused).
+    hooks: Literal["", "claude", "codex"] = "claude"
+    # forgehand writes Codex's configuration (the gateway as its model provider, tasks/run/runtimes/
+    # codex_config.py) into `$CODEX_HOME` before each start: for an adapter that runs `codex app-server`.
+    codex_config: bool = False
     # `_meta` of session/new and session/load: the adapter's own session options.
     session_meta: dict[str, Any] = msgspec.field(default_factory=dict)
     # Where in `session_meta` the run's turn limit goes (dotted path; "" = the agent takes none).
@@ -95,18 +101,21 @@ SHIPPED_ACP_AGENTS: dict[str, AcpAgent] = {
         command=[NODE_PATH, adapter_entry("codex-acp")],
         description="OpenAI Codex through its ACP adapter (@agentclientprotocol/codex-acp)",
         provider="openai",
-        layers=("permission_requests",),
+        # Measured with codex-acp 2.6.0 and codex 0.171.0 (docs/agents.md): in full-access mode the
+        # adapter asks no permission for shell commands, patches or reads; every one passes the
+        # image's managed PreToolUse hook (/etc/codex/requirements.toml), answered by the ACP runtime.
+        layers=("managed_hooks",),
         package="codex-acp",
         session_paths=(".codex/sessions",),
         # codex-acp runs `codex app-server`: the Codex runtime's pinned binary (and its managed
         # requirements.toml) in the image, not the adapter's own copy (left out at build time).
         requires=("codex",),
-        env={"CODEX_PATH": "/usr/local/bin/codex"},
-        # What it still lacks: `codex app-server` needs its model provider (the gateway relay,
-        # wire_api responses) in a CODEX_HOME config forgehand writes after clearing the agent's,
-        # and the ACP runtime must answer Codex's managed hooks (`/hooks/codex/...`), which it
-        # refuses today (so every tool call would be denied).
-        unavailable="not wired yet: no model provider for codex app-server, Codex hooks unanswered",
+        # Full access: Codex's own sandbox (bubblewrap) cannot start in the hardened container (the
+        # container is the sandbox, as `codex exec --dangerously-bypass-approvals-and-sandbox`); the
+        # other modes run every command through it (each fails) and add an auto-review model call.
+        env={"CODEX_PATH": "/usr/local/bin/codex", "INITIAL_AGENT_MODE": "agent-full-access", "NO_BROWSER": "1"},
+        hooks="codex",
+        codex_config=True,
     ),
 }
 

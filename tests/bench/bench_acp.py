@@ -3,8 +3,10 @@ streams 10,000 `session/update` notifications (2,500 tool calls, each a message 
 its start and its completion) through the acp runtime into a real TranscriptWriter on SQLite,
 against the builtin runtime's transcript path measured in the same run: the same 7,500 typed
 events (assistant, tool_call, tool_result) emitted straight into a TranscriptWriter, as the
-builtin loop emits them. Figures are printed (ratio in one run), never asserted as limits;
-losing an event fails.
+builtin loop emits them. During each pass SSE clients follow the task's live transcript (the real
+app served in this process, tests/support/sse_lag.py) and the lag per event, emitted -> received,
+is printed for both paths (the tasks bench's figure). Figures are printed (ratio in one run),
+never asserted as limits; losing an event fails.
 
 Run: `pytest -q -s tests/bench/bench_acp.py -o python_files='bench_*.py'`."""
 
@@ -22,7 +24,6 @@ from forge.events import EventBus
 from forge.git import RepoStore
 from forge.settings import Settings
 from tasks.core.agent_registry import AcpAgent
-from tasks.core.live import LiveHub
 from tasks.core.models import Run, TranscriptEvent
 from tasks.core.policy import AllowAll
 from tasks.core.schemas import TaskCreate
@@ -32,6 +33,7 @@ from tasks.run.runtimes.acp import AcpAgentRuntime
 from tasks.services.tasks import TaskService
 from tests.support.acp_agent import argv
 from tests.support.claude_host import HostSandbox, ScriptedGate, host_context
+from tests.support.sse_lag import figures, served, subscribed
 from tests.support.tasks import seed
 
 CALLS = 2_500  # x 4 updates = 10,000 notifications -> 7,500 transcript events
@@ -41,8 +43,11 @@ def scenario() -> dict[str, Any]:
     return {"turns": [[{"calls": CALLS}]]}
 
 
-async def a_task(settings: Settings, db: Database) -> tuple[int, int]:
-    await seed(settings)
+CLIENTS = 10  # SSE clients per pass, in a process of their own
+SHOWN = {"assistant", "tool_call", "tool_result"}
+
+
+async def a_task(settings: Settings, db: Database) -> tuple[int, int, int]:
     store = RepoStore(settings.data_dir / "repos")
     try:
         async with db.session(write=True) as s:
@@ -52,7 +57,7 @@ async def a_task(settings: Settings, db: Database) -> tuple[int, int]:
             svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
             task = await svc.start(actor, res, TaskCreate(goal="bench", agent="fixer", command="true"))
             run = (await s.execute(select(Run).where(Run.task_id == task.id))).scalar_one()
-            return task.id, run.id
+            return task.id, task.number, run.id
     finally:
         await store.close()
 
@@ -63,37 +68,44 @@ async def stored(db: Database, task_id: int) -> int:
 
 
 async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path) -> None:
-    task_id, run_id = await a_task(settings, db)
-    hub = LiveHub()
+    token, _ = await seed(settings)
+    builtin_task, acp_task = await a_task(settings, db), await a_task(settings, db)
+    with served(settings) as app:
+        # The builtin runtime's path: typed events into the writer, SSE clients following.
+        task_id, number, run_id = builtin_task
+        async with subscribed(app.url, token, number, clients=CLIENTS, kinds=SHOWN, expect=3 * CALLS) as builtin_lags:
+            before = await stored(db, task_id)
+            writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
+            writer.start()
+            t0 = time.perf_counter()
+            for i in range(CALLS):
+                await writer.emit("assistant", Assistant(text=f"step {i}"))
+                call = ToolCall(id=f"call-{i}", name="Read", input={"path": f"f{i}"}, kind="read")
+                await writer.emit("tool_call", call)
+                await writer.emit("tool_result", ToolResult(id=f"call-{i}", name="Read", output=f"line {i}\n"))
+            await writer.close()
+            direct = time.perf_counter() - t0
+            direct_events = await stored(db, task_id) - before
+        assert direct_events == 3 * CALLS
 
-    # The builtin runtime's path: typed events into the writer.
-    before = await stored(db, task_id)
-    writer = TranscriptWriter(db, hub, task_id, run_id, Redactor([]))
-    writer.start()
-    t0 = time.perf_counter()
-    for i in range(CALLS):
-        await writer.emit("assistant", Assistant(text=f"step {i}"))
-        await writer.emit("tool_call", ToolCall(id=f"call-{i}", name="Read", input={"path": f"f{i}"}, kind="read"))
-        await writer.emit("tool_result", ToolResult(id=f"call-{i}", name="Read", output=f"line {i}\n"))
-    await writer.close()
-    direct = time.perf_counter() - t0
-    direct_events = await stored(db, task_id) - before
-    assert direct_events == 3 * CALLS
-
-    # The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer.
-    before = await stored(db, task_id)
-    writer = TranscriptWriter(db, hub, task_id, run_id, Redactor([]))
-    writer.start()
-    runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario()), provider="none"))
-    ctx = host_context(HostSandbox(tmp_path / "box", base_url=""), ScriptedGate(), writer.emit)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    outcome = await runtime.run(ctx)
-    await writer.close()
-    acp = time.perf_counter() - t0
-    acp_events = await stored(db, task_id) - before
-    assert outcome.status.value == "succeeded", outcome
-    kinds = [e for e in (await _kinds(db, task_id)) if e in ("assistant", "tool_call", "tool_result")]
-    assert len(kinds) >= 2 * 3 * CALLS  # both passes, nothing lost
+        # The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer.
+        task_id, number, run_id = acp_task
+        async with subscribed(app.url, token, number, clients=CLIENTS, kinds=SHOWN, expect=3 * CALLS) as acp_lags:
+            before = await stored(db, task_id)
+            writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
+            writer.start()
+            runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario()), provider="none"))
+            box = HostSandbox(tmp_path / "box", base_url="")
+            ctx = host_context(box, ScriptedGate(), writer.emit)  # type: ignore[arg-type]
+            t0 = time.perf_counter()
+            outcome = await runtime.run(ctx)
+            await writer.close()
+            acp = time.perf_counter() - t0
+            acp_events = await stored(db, task_id) - before
+        assert outcome.status.value == "succeeded", outcome
+    kinds = [e for e in (await _kinds(db, acp_task[0])) if e in SHOWN]
+    assert len(kinds) >= 3 * CALLS  # nothing lost
+    assert len(builtin_lags) == len(acp_lags) == CLIENTS * 3 * CALLS  # every client had every event
     print(
         f"\nACP ingest: {4 * CALLS:,} session/update notifications -> {acp_events:,} transcript events"
         f" (with the agent's start, initialize, session/new and {CALLS:,} post_tool_use dispatches) in {acp:.2f} s:"
@@ -102,6 +114,9 @@ async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path
         f" {direct_events / direct:,.0f} events/s"
         f"\nratio (acp / builtin events per second): {(acp_events / acp) / (direct_events / direct):.2f}"
         f"{'' if acp_events / acp >= direct_events / direct else '  -- slower than the builtin path'}"
+        f"\n{CLIENTS} SSE clients' lag, emitted -> received ({3 * CALLS:,} events each):"
+        f"\n  acp:     {figures(acp_lags)}"
+        f"\n  builtin: {figures(builtin_lags)}"
     )
 
 

@@ -6,7 +6,9 @@ codex runtime does it (each line kept for the raw artefact, decoded, normalised 
 emitted) into the real `TranscriptWriter` (redaction, batching, SQLite, the live hub); the same
 number of transcript events, built directly as the builtin runtime builds them, go through the
 same writer. Printed: events per second for each, the ratio (goal: codex >= builtin, ratio >= 1.0),
-and the live readers' lag (event emitted -> the hub woke a listener) for both. Figures are
+the live readers' lag (event emitted -> the hub woke a listener) and the lag of SSE clients
+following each task (emitted -> received, the tasks bench's figure; the app served in this
+process, the clients in their own) for both. Figures are
 printed, never asserted as wall-clock limits; a lost event fails.
 
 Run: `make bench` (or `pytest -q -s tests/bench/bench_codex_stream.py -o python_files='bench_*.py'`)."""
@@ -35,9 +37,11 @@ from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.cli_lines import json_line
 from tasks.run.runtimes.codex_stream import StreamState
 from tasks.services.tasks import TaskService
+from tests.support.sse_lag import Served, figures, served, subscribed
 from tests.support.tasks import seed
 
 EVENTS = 10_000
+CLIENTS = 10  # SSE clients per pass, in a process of their own (tests/support/sse_lag.py)
 
 
 def codex_lines(events: int) -> list[bytes]:
@@ -123,10 +127,9 @@ async def run_bench(tmp_path: Path) -> None:
     from forge.migrate import upgrade_async
 
     await upgrade_async(settings.effective_database_url)
-    await seed(settings)
+    token, _ = await seed(settings)
     db = Database(settings.effective_database_url)
     store = RepoStore(settings.data_dir / "repos")
-    hub = LiveHub()
     try:
         ids = []
         for goal in ("codex", "builtin"):
@@ -137,18 +140,25 @@ async def run_bench(tmp_path: Path) -> None:
                     account_id=ana.id, login="ana", type="User", via="token"))  # fmt: skip
                 svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
                 task = await svc.start(actor, res, TaskCreate(goal=goal, agent="fixer", command="true"))
-                ids.append(task.id)
+                ids.append((task.id, task.number))
 
-        async def ingest(task_id: int, feed: Any) -> tuple[float, list[float], list[float]]:
-            writer = TranscriptWriter(db, hub, task_id, None, Redactor(["sk-bench-secret-0123456789"]))
-            woken = Woken(hub, task_id)
-            emitted: list[float] = []
-            writer.start()
-            t0 = time.perf_counter()
-            await feed(writer, emitted)
-            await writer.close()
-            took = time.perf_counter() - t0
-            return took, emitted, woken.times
+        async def ingest(
+            app: Served, task_id: int, number: int, feed: Any
+        ) -> tuple[float, list[float], list[float], list[float]]:
+            async with db.session() as s:
+                after = int(await s.scalar(select(func.max(TranscriptEvent.seq)).where(
+                    TranscriptEvent.task_id == task_id)) or 0)  # fmt: skip
+            async with subscribed(app.url, token, number, clients=CLIENTS, kinds={"*"}, expect=EVENTS,
+                                  after=after) as sse:  # fmt: skip
+                writer = TranscriptWriter(db, app.hub, task_id, None, Redactor(["sk-bench-secret-0123456789"]))
+                woken = Woken(app.hub, task_id)
+                emitted: list[float] = []
+                writer.start()
+                t0 = time.perf_counter()
+                await feed(writer, emitted)
+                await writer.close()
+                took = time.perf_counter() - t0
+            return took, emitted, woken.times, sse
 
         raw_lines = codex_lines(EVENTS)
 
@@ -168,21 +178,24 @@ async def run_bench(tmp_path: Path) -> None:
                 emitted.append(time.perf_counter())
 
         results = {}
-        for name, task_id, feed in (("builtin", ids[1], builtin_feed), ("codex", ids[0], codex_feed)):
-            took, emitted, woken = await ingest(task_id, feed)
-            async with db.session() as s:
-                stored = await s.scalar(select(func.count()).where(TranscriptEvent.task_id == task_id))
-            # (the task's own start events are stored too)
-            assert len(emitted) == EVENTS and stored is not None and stored >= EVENTS, (name, len(emitted), stored)
-            results[name] = (took, lags(emitted, woken), stored)
+        with served(settings) as app:
+            for name, (task_id, number), feed in (("builtin", ids[1], builtin_feed), ("codex", ids[0], codex_feed)):
+                took, emitted, woken, sse = await ingest(app, task_id, number, feed)
+                async with db.session() as s:
+                    stored = await s.scalar(select(func.count()).where(TranscriptEvent.task_id == task_id))
+                # (the task's own start events are stored too)
+                assert len(emitted) == EVENTS and stored is not None and stored >= EVENTS, (name, len(emitted), stored)
+                assert len(sse) == CLIENTS * EVENTS, (name, len(sse))  # every SSE client had every event
+                results[name] = (took, lags(emitted, woken), stored, sse)
         codex_took, builtin_took = results["codex"][0], results["builtin"][0]
         ratio = builtin_took / codex_took
         print(f"\n{EVENTS:,} transcript events each, stored by the real TranscriptWriter (SQLite, live hub):")
-        for name, (took, lag, stored) in results.items():
+        for name, (took, lag, stored, sse) in results.items():
             print(
                 f"  {name:8s}: {EVENTS / took:,.0f} events/s ({took:.2f} s, {stored:,} rows);"
                 f" live readers' lag, emitted -> woken: median {statistics.median(lag) * 1000:.1f} ms,"
                 f" p95 {statistics.quantiles(lag, n=20)[-1] * 1000:.1f} ms, max {max(lag) * 1000:.1f} ms"
+                f"\n            {CLIENTS} SSE clients' lag, emitted -> received: {figures(sse)}"
             )
         verdict = "" if ratio >= 1.0 else "  -- MISSES THE GOAL"
         print(f"  codex / builtin throughput: {ratio:.2f}x (goal >= 1.0x){verdict}")

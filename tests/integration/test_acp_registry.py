@@ -4,6 +4,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -91,6 +92,20 @@ def test_the_registry_lists_every_runtime_with_version_image_and_layers(tmp_path
     own = listed[("acp", "scripted")]
     assert (own.image, own.available, own.provider) == ("example/own-agent:1", True, "")
     assert listed[("builtin", "")].image == "plain:1"
+
+
+def test_codex_acp_is_available_when_the_agents_image_has_the_adapter_and_the_codex_it_drives() -> None:
+    def listed(installed: dict[str, str]) -> Any:
+        agents = registry(("acp",), installed, acp_path="", plain_image="plain:1", agents_image="agents:5")
+        return next(a for a in agents if a.agent_command == "codex-acp")
+
+    codex_acp = listed({"codex": "0.171.0", "codex-acp": "2.6.0"})
+    assert (codex_acp.version, codex_acp.available, codex_acp.unavailable_reason) == ("2.6.0", True, "")
+    assert (codex_acp.provider, codex_acp.policy_layers, codex_acp.image) == ("openai", ["managed_hooks"], "agents:5")
+    assert listed({"codex-acp": "2.6.0"}).available is False  # no codex for its app-server
+    shipped = SHIPPED_ACP_AGENTS["codex-acp"]
+    assert (shipped.hooks, shipped.codex_config, shipped.unavailable) == ("codex", True, "")
+    assert shipped.env["INITIAL_AGENT_MODE"] == "agent-full-access"
 
 
 async def test_get_agents_needs_a_sign_in_and_lists_the_acp_agents(

@@ -60,6 +60,19 @@ class PolicyConsumer:
         return [b["type"] for b in self.seen]
 
 
+def denying(needle: str, reason: str) -> PolicyConsumer:
+    """A consumer that denies every `pre_tool_use` whose input mentions `needle` (and answers
+    nothing else)."""
+
+    class Denying(PolicyConsumer):
+        def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+            if body["type"] == "pre_tool_use" and needle in json.dumps(body["data"]["tool_input"]):
+                return 200, {"permission": {"decision": "deny", "reason": reason}}
+            return 200, None
+
+    return Denying()
+
+
 async def make_hook_token(settings: Settings) -> str:
     db = Database(settings.effective_database_url)
     try:

@@ -4,7 +4,7 @@ serve the app on 127.0.0.1 (with its worker), and read tasks and transcripts ove
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ async def seed(settings: Settings) -> tuple[str, Path]:
         await db.dispose()
 
 
-def serve(settings: Settings) -> Iterator[str]:
+def serve(settings: Settings, on_app: Callable[[Any], None] | None = None) -> Iterator[str]:
     import socket
     import threading
 
@@ -76,7 +76,10 @@ def serve(settings: Settings) -> Iterator[str]:
     port = sock.getsockname()[1]
     sock.close()
     served = msgspec.structs.replace(settings, host="127.0.0.1", port=port, base_url=f"http://127.0.0.1:{port}")
-    server = uvicorn.Server(uvicorn.Config(create_app(served), host="127.0.0.1", port=port, log_level="warning"))
+    app = create_app(served)
+    if on_app is not None:
+        on_app(app)  # e.g. a bench that needs the app's live hub
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

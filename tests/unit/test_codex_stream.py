@@ -148,7 +148,7 @@ def test_the_command_line_keeps_codex_to_forgehand_s_provider_and_back_channel()
     assert argv[:5] == ["/usr/local/bin/codex", "exec", "--json", "--skip-git-repo-check",
                         "--dangerously-bypass-approvals-and-sandbox"]  # fmt: skip
     flags = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
-    assert "model_provider=forgehand" in flags and 'web_search="disabled"' in flags
+    assert 'model_provider="forgehand"' in flags and 'web_search="disabled"' in flags
     assert {"features.plugins=false", "analytics.enabled=false", "features.unified_exec_tty=false"} <= set(flags)
     assert (
         'mcp_servers.forgehand={url="http://127.0.0.1:4100/mcp", bearer_token_env_var="FORGEHAND_RUN_TOKEN"}' in flags

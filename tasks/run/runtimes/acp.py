@@ -26,13 +26,15 @@ from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail, Notice, System
 from tasks.run.backchannel import mcp_client_config
+from tasks.run.runtimes.acp_policy import AcpPolicy
 from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
 from tasks.run.runtimes.acp_session import acp_mcp_servers, home_of, keep, restore
-from tasks.run.runtimes.acp_updates import UpdateState, choose_option
+from tasks.run.runtimes.acp_updates import UpdateState
 from tasks.run.runtimes.agent_session import prompt_of, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
-from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_answer, hook_refusal
-from tasks.run.runtimes.policy_steps import after_tool, record
+from tasks.run.runtimes.claude_control import Verdict
+from tasks.run.runtimes.codex_config import codex_settings, config_toml, nested, write_config
+from tasks.run.runtimes.policy_steps import record
 
 PROTOCOL_VERSION = 1
 WORKDIR = "/workspace"
@@ -109,7 +111,17 @@ class AcpAgentRuntime:
             )
             if channel.provider.anthropic_model:
                 env["ANTHROPIC_MODEL"] = channel.provider.anthropic_model
+        if self.agent.codex_config:
+            # The same settings as the config file, as the adapter's session config: they outrank
+            # a repository's `.codex/config.toml` (the adapter trusts the session's project).
+            model = channel.provider.openai_model
+            config = nested(self.codex_settings(ctx), model=model)
+            env.update(CODEX_HOME=f"{HOME_DIR}/.codex", CODEX_CONFIG=json.dumps(config))
         return env
+
+    def codex_settings(self, ctx: RunContext) -> list[tuple[str, Any]]:
+        allow = ctx.channel is not None and ctx.channel.provider.allow_web_search
+        return codex_settings(allow_web_search=bool(allow))
 
     async def run(self, ctx: RunContext) -> Outcome:
         if self.agent.provider != "none" and ctx.channel is None:
@@ -118,11 +130,13 @@ class AcpAgentRuntime:
         drive = _Drive(self, ctx, session)
         self._drive = drive
         if ctx.channel is not None:
-            ctx.channel.set_hook_handler(drive.on_hook)
+            ctx.channel.set_hook_handler(drive.policy.on_hook)
         if ctx.backchannel is not None:
             ctx.backchannel.set_question_hook(drive.on_question)
         try:
             await scrub(ctx, home_of(self.agent))
+            if self.agent.codex_config and ctx.channel is not None:
+                await write_config(ctx, config_toml(self.codex_settings(ctx), model=ctx.channel.provider.openai_model))
             proc = await ctx.sandbox.spawn(
                 list(self.agent.command), env=self.env(ctx), cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining)
             )
@@ -141,7 +155,7 @@ class AcpAgentRuntime:
 
 
 class _Drive:
-    """One agent process: the JSON-RPC peer, the permission path, the hook path, the watchdog."""
+    """One agent process: the JSON-RPC peer, the policy paths (acp_policy.py), the watchdog."""
 
     def __init__(self, runtime: AcpAgentRuntime, ctx: RunContext, session: str) -> None:
         self.runtime = runtime
@@ -151,21 +165,16 @@ class _Drive:
         self.version = ""
         self.raw = HeadTail(RAW_CAP)
         self.updates = UpdateState()
-        self.broker = PolicyBroker(ctx, self._stopping)
+        self.policy = AcpPolicy(ctx, runtime.agent, self.updates, self._stopping)
+        self.broker = self.policy.broker
         self.peer: Peer | None = None
         self.proc: Any = None
-        self.cancelled = False  # session/cancel sent: nothing more is decided
         self.request_ids: set[Any] = set()  # the agent's request ids seen (a reused one is refused)
-        self.open_permissions: dict[Any, asyncio.Future[None]] = {}
-        self.asked: dict[str, str] = {}  # tool call id -> the input asked about (canonical JSON)
-        self.posted: set[str] = set()
         self.last_text = ""
         self.last_line = time.monotonic()
         self._tasks: set[asyncio.Task[None]] = set()
         self.prompting = False
         self.prompt_ended = asyncio.Event()
-
-    # --- the policy paths -----------------------------------------------------------------------
 
     async def _stopping(self, verdict: Verdict) -> None:
         """A call parked, a question or a failed policy: the turn ends (session/cancel). The
@@ -180,100 +189,26 @@ class _Drive:
             self._spawn(self._stopping(Verdict(behavior="deny", stop="question")))
 
     async def cancel(self, *, wait: bool = True) -> None:
-        if self.cancelled or self.peer is None:
+        if self.policy.cancelled or self.peer is None:
             return
-        self.cancelled = True
+        self.policy.cancelled = True  # nothing more is decided
         if self.session:
             await self.peer.notify("session/cancel", {"sessionId": self.session})
-        for request_id, done in list(self.open_permissions.items()):
-            if not done.done():
-                done.set_result(None)
-                await self.peer.respond(request_id, {"outcome": {"outcome": "cancelled"}})
+        await self.policy.cancel_open(self.peer)
         if wait and self.prompting:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.prompt_ended.wait(), CANCEL_WAIT)
-
-    async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
-        """The managed hook of the CLI under the adapter (the backstop), as for claude-code."""
-        if agent != "claude":
-            return hook_refusal(event, f"forgehand: no {agent} hooks in this run")
-        if event != "PreToolUse":
-            return {}
-        name, tool_input = body.get("tool_name"), body.get("tool_input")
-        if not isinstance(name, str) or not name:
-            return hook_refusal(event, "forgehand: the hook input names no tool")
-        if self.cancelled:
-            return hook_refusal(event, "forgehand: the turn was cancelled")
-        verdict = await self.broker.decide(str(body.get("tool_use_id") or ""), name, tool_input)
-        return hook_answer(event, verdict)
-
-    async def _permission(self, msg: Incoming) -> None:
-        assert self.peer is not None
-        params: dict[str, Any] = msg.params if isinstance(msg.params, dict) else {}
-        call: dict[str, Any] = params["toolCall"] if isinstance(params.get("toolCall"), dict) else {}
-        call_id = str(call.get("toolCallId") or "")
-        answered = asyncio.get_running_loop().create_future()
-        self.open_permissions[msg.id] = answered
-        try:
-            if self.cancelled:
-                self.broker.denied.add(call_id)
-                await self._note(f"permission request for {call_id or 'a tool call'} after session/cancel: cancelled")
-                await self.peer.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
-                return
-            seen = self.updates.see(call)
-            for kind, payload in self.updates.show(call_id):
-                await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
-            tool_input = call.get("rawInput", seen.input)
-            canonical = json.dumps(tool_input, sort_keys=True, default=str)
-            if self.asked.setdefault(call_id, canonical) != canonical:
-                # A decision is per call id: another input under the same id was never decided.
-                self.broker.denied.add(call_id)
-                await self._note(f"{seen.name} ({call_id}): asked again with another input: refused")
-                answered.set_result(None)
-                await self.peer.respond(msg.id, {"outcome": choose_option(params.get("options"), False)[0]})
-                return
-            verdict = await self.broker.decide(call_id, seen.name, tool_input)
-            if answered.done():
-                return  # cancelled meanwhile: answered `cancelled` already
-            allow = verdict.behavior == "allow"
-            rewritten = allow and verdict.updated_input is not None and verdict.updated_input != tool_input
-            if rewritten:
-                # ACP cannot hand the agent another input: allowing would run the original one.
-                allow = False
-                why = "the policy rewrote the input, which ACP cannot carry: refused"
-                await self._note(f"{seen.name} ({call_id}): {why}")
-            outcome, allowed, note = choose_option(params.get("options"), allow)
-            if not allowed:
-                self.broker.denied.add(call_id)
-            if note:
-                await self._note(f"{seen.name} ({call_id}): {note}")
-            if not answered.done():
-                answered.set_result(None)
-                await self.peer.respond(msg.id, {"outcome": outcome})
-        except Exception as exc:  # a broken gate never lets the call run
-            self.broker.denied.add(call_id)
-            if not answered.done():
-                answered.set_result(None)
-                await self.peer.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
-            if not isinstance(exc, asyncio.CancelledError):
-                failure = f"forgehand policy error: {type(exc).__name__}"
-                self.broker.policy_failure = self.broker.policy_failure or failure
-        finally:
-            self.open_permissions.pop(msg.id, None)
-
-    async def _note(self, text: str) -> None:
-        await self.ctx.emit("notice", Notice(text=text[:4000], level="warning"))
 
     async def on_message(self, msg: Incoming) -> None:
         assert self.peer is not None
         if msg.is_request:
             if msg.id in self.request_ids:
-                await self._note(f"the agent reused request id {msg.id!r} ({msg.method}): refused")
+                await self.policy.note(f"the agent reused request id {msg.id!r} ({msg.method}): refused")
                 await self.peer.respond_error(msg.id, -32600, "request id already used")
                 return
             self.request_ids.add(msg.id)
             if msg.method == "session/request_permission":
-                self._spawn(self._permission(msg))
+                self._spawn(self.policy.permission(self.peer, msg))
             else:  # fs/*, terminal/*: capabilities forgehand does not offer
                 await self.peer.respond_error(msg.id, METHOD_NOT_FOUND, f"forgehand does not serve {msg.method}")
             return
@@ -286,12 +221,8 @@ class _Drive:
         await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
         if kind == "assistant":
             self.last_text = payload.text
-        elif kind == "tool_result" and payload.id not in self.posted and payload.id not in self.broker.denied:
-            self.posted.add(payload.id)
-            await after_tool(
-                self.ctx, tool_use_id=payload.id, tool_name=payload.name, output=payload.output,
-                is_error=payload.is_error,
-            )  # fmt: skip
+        elif kind == "tool_result":
+            await self.policy.after(payload.id, payload.name, payload.output, is_error=payload.is_error)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -417,7 +348,7 @@ class _Drive:
 
     def broker_busy(self) -> bool:
         """A decision is being taken (a consumer, a person): silence then is not the agent's."""
-        return bool(self.open_permissions) or bool(self._tasks)
+        return bool(self.policy.open) or bool(self._tasks)
 
     def _account(self, usage: Any) -> None:
         if not isinstance(usage, dict):

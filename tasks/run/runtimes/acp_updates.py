@@ -29,6 +29,7 @@ class CallSeen(msgspec.Struct, kw_only=True):
     input: Any = None
     shown: bool = False
     done: bool = False
+    pinned: bool = False  # name and input from the managed hook: what the policy saw
 
 
 def tool_name_of(call: dict[str, Any]) -> str:
@@ -146,13 +147,21 @@ class UpdateState:
             seen = CallSeen(name=tool_name_of(call), kind=str(call.get("kind") or "other"))
             self.calls[call_id] = seen
         elif not seen.shown:
-            if call.get("title") or call.get("_meta"):
+            if (call.get("title") or call.get("_meta")) and not seen.pinned:
                 named = tool_name_of(call)
                 seen.name = named if named != "tool" else seen.name
             if isinstance(call.get("kind"), str):
                 seen.kind = call["kind"]
-        if "rawInput" in call and not seen.shown:
+        if "rawInput" in call and not seen.shown and not seen.pinned:
             seen.input = call["rawInput"]
+        return seen
+
+    def pin(self, call_id: str, name: str, tool_input: Any, kind: str) -> CallSeen:
+        """A call the managed hook decided: the transcript shows it with the hook's name and input
+        (the policy record's), whatever the adapter's updates call it later."""
+        seen = self.calls.setdefault(call_id, CallSeen(name=name, kind=kind))
+        if not seen.shown:
+            seen.name, seen.input, seen.pinned = name, tool_input, True
         return seen
 
     def _tool_call(self, update: dict[str, Any]) -> list[Event]:

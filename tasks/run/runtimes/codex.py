@@ -38,6 +38,7 @@ from tasks.run.gateway import SOCKET_NAME
 from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_refusal
+from tasks.run.runtimes.codex_config import PROVIDER, codex_settings, overrides, provider_fields, toml_value
 from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
 from tasks.run.runtimes.codex_turn import CodexTurn
 from tasks.run.runtimes.policy_steps import after_tool, record
@@ -53,14 +54,12 @@ CODEX_HOME = AgentHome(
     path=".codex/sessions",
     scrub="mkdir -p .codex && find .codex -mindepth 1 -maxdepth 1 ! -name sessions -exec rm -rf {} +",
 )
-PROVIDER = "forgehand"
 RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 
 
 def provider_config(base_url: str) -> str:
     """The `-c` value of forgehand's provider: the relay's URL, the run token as the bearer."""
-    fields = f'name="{PROVIDER}", base_url="{base_url}", env_key="FORGEHAND_RUN_TOKEN", wire_api="responses"'
-    return f"model_providers.{PROVIDER}={{{fields}}}"
+    return f"model_providers.{PROVIDER}={toml_value(provider_fields(base_url))}"
 
 
 class CodexRuntime:
@@ -103,30 +102,8 @@ class CodexRuntime:
             "--dangerously-bypass-approvals-and-sandbox",
             "-C",
             WORKDIR,
-            "-c",
-            f"model_provider={PROVIDER}",
-            "-c",
-            provider_config(f"http://127.0.0.1:{GATEWAY_RELAY_PORT}/v1"),
-            # What would reach out on its own: plugins (marketplaces), analytics.
-            "-c",
-            "features.plugins=false",
-            "-c",
-            "analytics.enabled=false",
-            # No program run after each turn (a user config's `notify` would be one outside any hook).
-            "-c",
-            "notify=[]",
-            # Typing into a running command reaches no hook (the image's requirements pin it too).
-            "-c",
-            "features.unified_exec_tty=false",
-            # forgehand's back-channel (ask_user, report_summary, ...: POST /mcp on the run's socket,
-            # the run token as the bearer); the image's requirements allow no other MCP server. A
-            # gateway without /mcp only costs a line on stderr.
-            "-c",
-            f'mcp_servers.forgehand={{url="http://127.0.0.1:{GATEWAY_RELAY_PORT}/mcp", '
-            'bearer_token_env_var="FORGEHAND_RUN_TOKEN"}',
+            *overrides(codex_settings(allow_web_search=channel.provider.allow_web_search)),
         ]
-        if not channel.provider.allow_web_search:  # the repository's setting
-            argv += ["-c", 'web_search="disabled"']
         model = channel.provider.openai_model
         if model:
             argv += ["-m", model]

@@ -1,0 +1,95 @@
+"""The acp runtime's two policy paths for one agent: the adapter's `session/request_permission`
+and the managed hooks of the CLI under it (here Codex's, as for the shipped `codex-acp`), against
+a scripted ACP agent on the host. A call both paths see is dispatched once; a call only the hook
+sees is still decided (and, refused, shown in the transcript); another CLI's hooks are refused."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from tasks.core.agent_registry import AcpAgent
+from tasks.core.policy import GateDecision
+from tasks.core.states import RunState
+from tasks.run.runtimes.acp import AcpAgentRuntime
+from tests.support.acp_agent import argv, ask, say
+from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, StubChannel, host_context
+
+MARKER = "touch marker"
+WIPE = "rm -rf /workspace"
+
+
+def hook_body(call_id: str, command: str, **extra: Any) -> dict[str, Any]:
+    return {"tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": call_id, **extra}
+
+
+async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_and_a_hook_only_call_is_gated(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "agent.jsonl"
+    # The agent waits a moment (the hooks come in meanwhile, as Codex's do before the adapter
+    # reports the call), then asks permission for the call the hook already decided.
+    startup = {"sessionUpdate": "tool_call", "toolCallId": "mcp_startup.forgehand.1", "title": "MCP startup",
+               "kind": "other", "status": "completed"}  # fmt: skip
+    turns = [[{"update": startup}, {"sleep": 1.5}, ask("call-1", MARKER), say("done")]]
+    agent = AcpAgent(name="scripted", command=argv({"turns": turns, "log": str(log)}), provider="none", hooks="codex")
+    runtime = AcpAgentRuntime(agent, idle_seconds=20)
+    sandbox = HostSandbox(tmp_path, base_url="")
+    gate = ScriptedGate()
+
+    async def pre(ctx: Any, *, tool_use_id: str, tool_name: str, tool_input: Any) -> GateDecision:
+        gate.calls.append(("pre_tool_use", tool_use_id, tool_name))
+        return GateDecision(decision="deny", reason="no wiping") if WIPE in str(tool_input) else GateDecision()
+
+    gate.pre_tool_use = pre  # type: ignore[method-assign]
+    channel = StubChannel()
+    emit = Recorder()
+    ctx = host_context(sandbox, gate, emit, channel=channel, state_dir=tmp_path / "state")
+    task = asyncio.ensure_future(runtime.run(ctx))
+    for _ in range(200):
+        if channel.hook is not None and log.exists() and "session/prompt" in log.read_text():
+            break
+        await asyncio.sleep(0.05)
+    assert channel.hook is not None
+    allowed = await channel.hook("codex", "PreToolUse", hook_body("call-1", MARKER))
+    refused = await channel.hook("codex", "PreToolUse", hook_body("call-2", WIPE))
+    other = await channel.hook("claude", "PreToolUse", hook_body("call-3", "true"))
+    outcome = await asyncio.wait_for(task, 60)
+    assert outcome.status is RunState.SUCCEEDED, outcome
+    assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert refused["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "no wiping" in refused["hookSpecificOutput"]["permissionDecisionReason"]
+    assert other["hookSpecificOutput"]["permissionDecision"] == "deny"  # not this run's CLI
+    # One dispatch per call: the permission request for call-1 reused the hook's decision.
+    assert gate.events("pre_tool_use") == [("pre_tool_use", "call-1", "Bash"), ("pre_tool_use", "call-2", "Bash")]
+    [answer] = [m["answer"] for m in map(json.loads, log.read_text().splitlines()) if "answer_to" in m]
+    assert answer["result"] == {"outcome": {"outcome": "selected", "optionId": "once"}}
+    assert (sandbox.workspace / "marker").exists()
+    # The transcript: call-1 with the hook's name and input, and the refused call-2 with its reason
+    # (Codex never reports a call its hook refused).
+    calls = {c.id: (c.name, c.input) for c in emit.of("tool_call") if c.id != "mcp_startup.forgehand.1"}
+    assert calls == {"call-1": ("Bash", {"command": MARKER}), "call-2": ("Bash", {"command": WIPE})}
+    results = {r.id: r for r in emit.of("tool_result")}
+    assert not results["call-1"].is_error
+    assert results["call-2"].is_error and "no wiping" in results["call-2"].output
+    # post_tool_use once for the call that ran (the adapter's result and Codex's PostToolUse both
+    # report it), none for the refused one nor for what no hook saw (the adapter's MCP startup).
+    assert await channel.hook("codex", "PostToolUse", {**hook_body("call-1", MARKER), "tool_response": ""}) == {}
+    assert await channel.hook("codex", "PostToolUse", {**hook_body("call-2", WIPE), "tool_response": ""}) == {}
+    assert [c[1] for c in gate.events("post_tool_use")] == ["call-1"]
+
+
+async def test_an_agent_without_managed_hooks_refuses_every_hook_call(tmp_path: Path) -> None:
+    agent = AcpAgent(name="plain", command=argv({"turns": [[{"sleep": 1.0}, say("ok")]]}), provider="none", hooks="")
+    channel = StubChannel()
+    ctx = host_context(HostSandbox(tmp_path, base_url=""), ScriptedGate(), Recorder(), channel=channel)
+    task = asyncio.ensure_future(AcpAgentRuntime(agent, idle_seconds=20).run(ctx))
+    for _ in range(200):
+        if channel.hook is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert channel.hook is not None
+    for cli in ("claude", "codex"):
+        answer = await channel.hook(cli, "PreToolUse", hook_body("call-x", "true"))
+        assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert (await asyncio.wait_for(task, 60)).status is RunState.SUCCEEDED
