@@ -3,7 +3,6 @@ checked (http only, no userinfo, one Host header naming the URL's host, a rule f
 path), sent upstream in origin-form on a connection of its own (closed after the answer), and the
 answer streamed back. Bodies are streamed both ways in chunks, never held whole."""
 
-import asyncio
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
@@ -22,8 +21,9 @@ from egress.http11 import (
     send,
     send_refusal,
 )
+from egress.pump import transfer
 from egress.rules import RuleSet, split_authority
-from egress.sockio import READ_SIZE, Conn
+from egress.sockio import Conn
 
 
 class Gate(Protocol):
@@ -149,16 +149,24 @@ async def _copy_body(
             break
         left -= len(event.data)
         await send(client, conn, h11.Data(data=event.data))
-    view = memoryview(bytearray(READ_SIZE))
-    while left > 0:
-        n = await asyncio.wait_for(upstream.recv_into(view[: min(left, READ_SIZE)]), idle)
-        if not n:
+    if left:
+        # h11 frames (counts) the rest without seeing it; the bytes go socket to socket.
+        # The answer has a Content-Length, so h11 writes nothing but the part itself: not sent.
+        conn.send_with_data_passthrough(h11.Data(data=cast(bytes, _Unseen(left))))
+        if await transfer(upstream, client, left, idle) < left:
             return False  # the upstream closed mid-answer: the client's connection ends too
-        left -= n
-        # h11 frames (counts) the chunk and hands the view back untouched: no copy of the body.
-        await send(client, conn, h11.Data(data=cast(bytes, view[:n])))
     await send(client, conn, h11.EndOfMessage())
     return True
+
+
+class _Unseen:
+    """A body part h11 counts but never holds: it only takes `len()` of what it passes through."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def _content_length(response: h11.Response) -> int | None:

@@ -37,8 +37,9 @@ from egress.http11 import (
     send,
     send_refusal,
 )
+from egress.pump import tunnel
 from egress.rules import RuleSet, split_authority
-from egress.sockio import Conn, splice
+from egress.sockio import Conn, widen_buffers
 
 SOCKET_NAME = "egress.sock"
 
@@ -111,6 +112,7 @@ class EgressProxy:
         loop = asyncio.get_running_loop()
         while True:
             client, _ = await loop.sock_accept(listener)
+            widen_buffers(client)
             task = asyncio.ensure_future(self._client(Conn(client)))
             self._clients.add(task)
             task.add_done_callback(self._clients.discard)
@@ -196,6 +198,6 @@ class EgressProxy:
             await send(client, conn, h11.Response(status_code=200, headers=[], reason=b"Connection Established"))
             early, _closed = conn.trailing_data  # bytes the client sent after the request head
             await upstream.sendall(early)
-            await splice(client, upstream, self.timeouts.idle)
+            await tunnel(client, upstream, self.timeouts.idle)
         finally:
             upstream.close()
