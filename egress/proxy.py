@@ -38,8 +38,9 @@ from egress.http11 import (
     send_refusal,
 )
 from egress.pump import tunnel
-from egress.rules import RuleSet, split_authority
+from egress.rules import RuleSet, normalize_host, split_authority
 from egress.sockio import Conn, widen_buffers
+from egress.tls import HELLO_LIMIT, MalformedHello, is_tls_handshake, read_client_hello
 
 SOCKET_NAME = "egress.sock"
 
@@ -193,11 +194,49 @@ class EgressProxy:
         except Unreachable as exc:
             await send_refusal(conn, client, 504 if exc.timeout else 502, str(exc))
             return
-        try:
-            self.allowed(allowed)
-            await send(client, conn, h11.Response(status_code=200, headers=[], reason=b"Connection Established"))
+        counted = False
+
+        async def opening() -> bytes:
+            nonlocal counted
             early, _closed = conn.trailing_data  # bytes the client sent after the request head
-            await upstream.sendall(early)
-            await tunnel(client, upstream, self.timeouts.idle)
+            first = await self._checked_opening(client, host, port, early)
+            counted = True
+            self.allowed(allowed)
+            return first
+
+        try:
+            await send(client, conn, h11.Response(status_code=200, headers=[], reason=b"Connection Established"))
+            await tunnel(client, upstream, self.timeouts.idle, opening=opening)
         finally:
             upstream.close()
+        if not counted:
+            self.allowed(allowed)  # the client sent nothing: still a connection made
+
+    async def _checked_opening(self, client: Conn, host: str, port: int, early: bytes) -> bytes:
+        """The tunnel's first client bytes, held back until checked: a TLS ClientHello must name
+        the CONNECT host (or no host); anything that is not TLS passes (see tls.py)."""
+        data = early or await client.recv(size=HELLO_LIMIT)  # the tunnel's idle timeout applies
+        if not is_tls_handshake(data):
+            return data
+        try:
+            # Like a request head: the whole hello within one deadline.
+            async with asyncio.timeout(self.timeouts.head):
+                while (hello := read_client_hello(data)) is None:
+                    more = await client.recv(size=HELLO_LIMIT)
+                    if not more:
+                        raise MalformedHello("the client closed in the middle of its ClientHello")
+                    data += more
+        except MalformedHello as exc:
+            raise RefusedRequest(
+                400, Blocked(host, port, "CONNECT", "request", f"a malformed TLS ClientHello: {exc}")
+            ) from None
+        if hello.encrypted:
+            why = "the TLS ClientHello hides the server it asks for (encrypted_client_hello): it cannot be checked"
+            raise RefusedRequest(400, Blocked(host, port, "CONNECT", "request", why))
+        if hello.server_name is not None and normalize_host(hello.server_name) != host:
+            why = (
+                f"the TLS ClientHello asks for {hello.server_name[:100]!r} (SNI), not the CONNECT host {host}: "
+                "a tunnel reaches only the host it was allowed for"
+            )
+            raise RefusedRequest(403, Blocked(host, port, "CONNECT", "allow-list", why))
+        return data

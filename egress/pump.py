@@ -24,7 +24,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from egress.sockio import Conn
 
@@ -59,18 +59,24 @@ async def transfer(src: Conn, dst: Conn, count: int, idle: float) -> int:
     return pump.result()
 
 
-async def tunnel(a: Conn, b: Conn, idle: float) -> None:
+async def tunnel(a: Conn, b: Conn, idle: float, *, opening: Callable[[], Awaitable[bytes]] | None = None) -> None:
     """Bytes both ways until both sides are done, half-closes passed on; ends when no byte moved
     in either direction for `idle` seconds (one direction may be quiet for a whole download), or
-    when either side fails (a reset on one side ends both)."""
+    when either side fails (a reset on one side ends both). `opening` reads a's first bytes: b
+    gets them once it returns, and whatever it raises (but a timeout or a socket error) ends the
+    tunnel and is raised; b's bytes flow to a meanwhile (a server may speak first)."""
     flow = _Flow()
 
-    async def one_way(src: Conn, dst: Conn) -> int:
+    async def one_way(src: Conn, dst: Conn, first: Callable[[], Awaitable[bytes]] | None = None) -> int:
+        if first is not None:
+            data = await first()
+            flow.last = time.monotonic()
+            await dst.sendall(data)
         moved = await _direction(src, dst, None, flow)
         dst.shutdown_write()
         return moved
 
-    pumps = [asyncio.ensure_future(one_way(a, b)), asyncio.ensure_future(one_way(b, a))]
+    pumps = [asyncio.ensure_future(one_way(a, b, opening)), asyncio.ensure_future(one_way(b, a))]
     with contextlib.suppress(TimeoutError, OSError):
         await _watch(pumps, flow, idle)
 
@@ -198,6 +204,7 @@ async def _in_thread(fn: Callable[[], int], flow: _Flow) -> int:
         except asyncio.CancelledError:
             cancelled = flow.stop = True
     if cancelled:
+        future.exception()  # retrieved: the stop it was asked for, or what ended it first
         raise asyncio.CancelledError
     return future.result()
 
