@@ -6,19 +6,20 @@ it; the agents image is built FROM it). The launcher starts each relay as a proc
 session, detached from the exec (it outlives the launcher, reparented to the container's init), then
 waits until every port listens on 127.0.0.1, which it reads from /proc/net/tcp rather than by
 connecting, so that no probe reaches the socket behind. A relay that exits or does not listen in
-time fails the start, with its own error. The relay (relay_script.py) is passed as text, so
-that every image runs the same one.
+time fails the start, with its own error. The relay (relay_main.py, whose text this passes) is
+the same in every image.
 """
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .relay_script import SANDBOX_RELAY_SCRIPT
 from .errors import RelayFailed
 
 if TYPE_CHECKING:
     from .box import Sandbox
 
 READY_SECONDS = 5.0
+SANDBOX_RELAY_SCRIPT = (Path(__file__).parent / "relay_main.py").read_text(encoding="utf-8")
 
 # argv: SANDBOX_RELAY_SCRIPT DEADLINE PORT PATH [PORT PATH ...]. Prints "ok" or one line saying what failed.
 _LAUNCHER = """\

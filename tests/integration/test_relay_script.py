@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.relay_script import SANDBOX_RELAY_SCRIPT
+from sandbox.relays import SANDBOX_RELAY_SCRIPT
 
 
 @pytest.fixture
