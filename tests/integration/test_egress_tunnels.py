@@ -16,7 +16,7 @@ import trustme
 
 from egress import Timeouts
 from egress.pump import HANDOFF
-from tests.support.egress import origin_server, running_proxy, status_of
+from tests.support.egress import origin_server, running_proxy, send_and_read, status_of
 from tests.support.tls_hello import as_records, built_hello, extension, real_client_hello, server_name_extension
 
 
@@ -208,18 +208,7 @@ async def test_a_large_tunnel_arrives_exactly_both_ways(sock: Path) -> None:
 
     with raw_server(echo) as port:
         async with running_proxy(sock, [f"127.0.0.1:{port}"], allowed_hosts="127.0.0.1"):
-            reader, writer = await open_tunnel(sock, f"127.0.0.1:{port}")
-
-            async def upload() -> None:
-                for i in range(0, size, 1 << 20):
-                    writer.write(data[i : i + (1 << 20)])
-                    await writer.drain()
-                writer.write_eof()
-
-            sent = asyncio.ensure_future(upload())
-            echoed = await asyncio.wait_for(reader.read(), 30)
-            await sent
-            writer.close()
+            echoed = await send_and_read(*await open_tunnel(sock, f"127.0.0.1:{port}"), data)
     assert echoed == data
 
 

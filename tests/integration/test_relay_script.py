@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.relays import SANDBOX_RELAY_SCRIPT
+from tests.support.egress import send_and_read
 
 
 @pytest.fixture
@@ -54,18 +55,7 @@ async def test_bytes_go_both_ways_exactly_and_half_closes_pass_on(channel: Path)
     try:
         async with relay(path) as (port, _):
             for _ in range(2):
-                reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-
-                async def send(w: asyncio.StreamWriter = writer) -> None:
-                    for i in range(0, len(data), 1 << 20):
-                        w.write(data[i : i + (1 << 20)])
-                        await w.drain()
-                    w.write_eof()
-
-                sending = asyncio.ensure_future(send())
-                answer = await asyncio.wait_for(reader.read(), 30)
-                await sending
-                writer.close()
+                answer = await send_and_read(*await asyncio.open_connection("127.0.0.1", port, limit=1 << 20), data)
                 assert answer == data[::-1]
     finally:
         server.close()
