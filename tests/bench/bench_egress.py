@@ -3,9 +3,10 @@ download made directly on the host, and the latency an allowed CONNECT adds.
 
 Three processes, as in a run: the origin server (its own process), the proxy (this process, as in
 the worker), the client (its own process, standing in for the sandbox: it talks to the proxy's
-Unix socket). Then the whole real path once: the client in a real sandbox (the plain image, one
-CPU, network none) through its relay on 127.0.0.1:3128 to the proxy's socket in the channel
-directory, and on to the origin. The client reads with 1 MiB buffers and times each transfer.
+Unix socket). Then the whole real path: the client in a real sandbox (the plain image, network
+none; with the default limit of one CPU, and with two for comparison, since the client and the
+relay share the sandbox's CPU) through its relay on 127.0.0.1:3128 to the proxy's socket in the
+channel directory, and on to the origin. The client reads with 1 MiB buffers and times each transfer.
 
 - Download: plain HTTP (absolute-form through the proxy) and HTTPS-style (a CONNECT tunnel, the
   bytes inside unparsed), each against direct TCP on the host measured alternately in the same
@@ -45,6 +46,7 @@ from sandbox import (
 SIZE = 50 * 1024 * 1024
 DOWNLOADS = 7  # per path, alternating
 SANDBOX_DOWNLOADS = 5
+SANDBOX_CPUS = (1, 2)  # the sandbox's CPU limit: one is the default
 CONNECTS = 200
 
 ORIGIN = """
@@ -216,38 +218,45 @@ async def measure(tmp: Path) -> None:
             rtt_direct = [t for t, _ in await client("direct-rtt", f"127.0.0.1:{port}", port, CONNECTS)]
             rtt_proxy = [t for t, _ in await client("connect-rtt", str(sock), port, CONNECTS)]
             assert proxy.stats.allowed == 2 * DOWNLOADS + CONNECTS and proxy.stats.blocked == 0
+            boxed: dict[int, dict[str, list[float]]] = {}
+            rtt_boxed: dict[int, list[float]] = {}
             async with SandboxEngine() as engine:
-                sb = await engine.start(sandbox_spec(tmp))
-                try:
-                    boxed = await downloads(
-                        {"direct": direct, "http": partial(sandboxed, sb, "http", port, 1),
-                         "connect": partial(sandboxed, sb, "connect", port, 1)},
-                        SANDBOX_DOWNLOADS,
-                    )  # fmt: skip
-                    rtt_boxed = [t for t, _ in await sandboxed(sb, "connect-rtt", port, CONNECTS)]
-                finally:
-                    await sb.remove()
-            assert proxy.stats.allowed == 2 * DOWNLOADS + 2 * SANDBOX_DOWNLOADS + 2 * CONNECTS
+                for cpus in SANDBOX_CPUS:
+                    sb = await engine.start(sandbox_spec(tmp, cpus))
+                    try:
+                        boxed[cpus] = await downloads(
+                            {"direct": direct, "http": partial(sandboxed, sb, "http", port, 1),
+                             "connect": partial(sandboxed, sb, "connect", port, 1)},
+                            SANDBOX_DOWNLOADS,
+                        )  # fmt: skip
+                        rtt_boxed[cpus] = [t for t, _ in await sandboxed(sb, "connect-rtt", port, CONNECTS)]
+                    finally:
+                        await sb.remove()
+            boxed_count = len(SANDBOX_CPUS) * (2 * SANDBOX_DOWNLOADS + CONNECTS)
+            assert proxy.stats.allowed == 2 * DOWNLOADS + CONNECTS + boxed_count
         finally:
             await proxy.close()
     print()
     report("50 MB download (the client on the host, on the proxy's socket)", host,
            {"http": "plain HTTP through the proxy", "connect": "CONNECT tunnel"})  # fmt: skip
     latency("(host client)", rtt_direct, rtt_proxy)
-    report("50 MB download (the client in a sandbox, 1 CPU, through its relay)", boxed,
-           {"http": "plain HTTP, relay + proxy", "connect": "CONNECT tunnel, relay + proxy"})  # fmt: skip
-    latency("(sandbox client, relay + proxy; direct is the host's)", rtt_direct, rtt_boxed)
+    for cpus in SANDBOX_CPUS:
+        what = "the default limit: what a task gets" if cpus == 1 else "for comparison"
+        paths = {"http": "plain HTTP, relay + proxy", "connect": "CONNECT tunnel, relay + proxy"}
+        title = f"50 MB download (the client in a sandbox with {cpus} CPU ({what}), through its relay)"
+        report(title, boxed[cpus], paths)
+        latency(f"(sandbox client, {cpus} CPU, relay + proxy; direct is the host's)", rtt_direct, rtt_boxed[cpus])
 
 
-def sandbox_spec(channel: Path) -> SandboxSpec:
-    workspace = prepare_workspace(channel / "ws")
+def sandbox_spec(channel: Path, cpus: int) -> SandboxSpec:
+    workspace = prepare_workspace(channel / f"ws-{cpus}")
     return SandboxSpec(
         image=DEFAULT_IMAGE,
         workspace=workspace,
         instance=f"bench-{secrets.token_hex(3)}",
         task="bench-egress",
         run=secrets.token_hex(4),
-        limits=Limits(wall_clock_seconds=600, exec_timeout_seconds=300),
+        limits=Limits(wall_clock_seconds=600, exec_timeout_seconds=300, nano_cpus=cpus * 1_000_000_000),
         channel_dir=channel,
         relays=(Relay(EGRESS_PROXY_PORT, SOCKET_NAME),),
     )
