@@ -1,7 +1,9 @@
 """Plain HTTP through the proxy: an absolute-form request (`GET http://host/path HTTP/1.1`) is
 checked (http only, no userinfo, one Host header naming the URL's host, a rule for its method and
 path), sent upstream in origin-form on a connection of its own (closed after the answer), and the
-answer streamed back. Bodies are streamed both ways in chunks, never held whole."""
+answer streamed back. Bodies are streamed, never held whole: an answer of known length goes socket
+to socket (pump.py), a chunked or close-delimited one and every request body chunk by chunk
+through h11."""
 
 from typing import Protocol, cast
 from urllib.parse import urlsplit
@@ -150,8 +152,8 @@ async def _copy_body(
         left -= len(event.data)
         await send(client, conn, h11.Data(data=event.data))
     if left:
-        # h11 frames (counts) the rest without seeing it; the bytes go socket to socket.
-        # The answer has a Content-Length, so h11 writes nothing but the part itself: not sent.
+        # h11 counts the rest without seeing it (with a Content-Length it writes nothing but the
+        # part itself, which is not sent): the bytes go socket to socket.
         conn.send_with_data_passthrough(h11.Data(data=cast(bytes, _Unseen(left))))
         if await transfer(upstream, client, left, idle) < left:
             return False  # the upstream closed mid-answer: the client's connection ends too

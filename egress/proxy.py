@@ -4,9 +4,12 @@ channel directory; the sandbox reaches it through the relay on 127.0.0.1:3128).
 CONNECT opens a tunnel (HTTPS); an absolute-form request (`GET http://host/path`) is forwarded as
 plain HTTP (forward.py). Before anything is connected, the request must be well-formed and
 unambiguous (one Host header, naming the same host as the target), the rules must allow it
-(rules.py), and every address of the host must pass the address check (addresses.py). A refusal
-answers 400 or 403 and is reported (`on_blocked`); each connection made is counted and reported
-(`on_allowed`). The callbacks are plain functions: whoever records them must not block the proxy.
+(rules.py), and every address of the host must pass the address check (addresses.py). A tunnel's
+first client bytes are held back until checked: a TLS ClientHello must ask for the CONNECT host
+(tls.py: a shared front end routes by that name). A refusal answers 400 or 403 (a tunnel refused
+for its hello is closed) and is reported (`on_blocked`); each connection made is counted and
+reported (`on_allowed`). Once checked, bytes are pumped, not parsed (pump.py). The callbacks are
+plain functions: whoever records them must not block the proxy.
 
 HTTP parsing is h11's (the sans-I/O HTTP/1.1 library httpcore and uvicorn use): request heads,
 framing (Content-Length, chunked), keep-alive and CONNECT's switch to a tunnel are its job; this
