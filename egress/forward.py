@@ -1,9 +1,10 @@
 """Plain HTTP through the proxy: an absolute-form request (`GET http://host/path HTTP/1.1`) is
 checked (http only, no userinfo, one Host header naming the URL's host, a rule for its method and
 path), sent upstream in origin-form on a connection of its own (closed after the answer), and the
-answer streamed back. Bodies are streamed both ways in chunks, never held whole."""
+answer streamed back. Bodies are streamed, never held whole: an answer of known length goes socket
+to socket (pump.py), a chunked or close-delimited one and every request body chunk by chunk
+through h11."""
 
-import asyncio
 from typing import Protocol, cast
 from urllib.parse import urlsplit
 
@@ -22,8 +23,9 @@ from egress.http11 import (
     send,
     send_refusal,
 )
+from egress.pump import transfer
 from egress.rules import RuleSet, split_authority
-from egress.sockio import READ_SIZE, Conn
+from egress.sockio import Conn
 
 
 class Gate(Protocol):
@@ -149,16 +151,24 @@ async def _copy_body(
             break
         left -= len(event.data)
         await send(client, conn, h11.Data(data=event.data))
-    view = memoryview(bytearray(READ_SIZE))
-    while left > 0:
-        n = await asyncio.wait_for(upstream.recv_into(view[: min(left, READ_SIZE)]), idle)
-        if not n:
+    if left:
+        # h11 counts the rest without seeing it (with a Content-Length it writes nothing but the
+        # part itself, which is not sent): the bytes go socket to socket.
+        conn.send_with_data_passthrough(h11.Data(data=cast(bytes, _Unseen(left))))
+        if await transfer(upstream, client, left, idle) < left:
             return False  # the upstream closed mid-answer: the client's connection ends too
-        left -= n
-        # h11 frames (counts) the chunk and hands the view back untouched: no copy of the body.
-        await send(client, conn, h11.Data(data=cast(bytes, view[:n])))
     await send(client, conn, h11.EndOfMessage())
     return True
+
+
+class _Unseen:
+    """A body part h11 counts but never holds: it only takes `len()` of what it passes through."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def _content_length(response: h11.Response) -> int | None:

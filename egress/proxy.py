@@ -4,9 +4,12 @@ channel directory; the sandbox reaches it through the relay on 127.0.0.1:3128).
 CONNECT opens a tunnel (HTTPS); an absolute-form request (`GET http://host/path`) is forwarded as
 plain HTTP (forward.py). Before anything is connected, the request must be well-formed and
 unambiguous (one Host header, naming the same host as the target), the rules must allow it
-(rules.py), and every address of the host must pass the address check (addresses.py). A refusal
-answers 400 or 403 and is reported (`on_blocked`); each connection made is counted and reported
-(`on_allowed`). The callbacks are plain functions: whoever records them must not block the proxy.
+(rules.py), and every address of the host must pass the address check (addresses.py). A tunnel's
+first client bytes are held back until checked: a TLS ClientHello must ask for the CONNECT host
+(tls.py: a shared front end routes by that name). A refusal answers 400 or 403 (a tunnel refused
+for its hello is closed) and is reported (`on_blocked`); each connection made is counted and
+reported (`on_allowed`). Once checked, bytes are pumped, not parsed (pump.py). The callbacks are
+plain functions: whoever records them must not block the proxy.
 
 HTTP parsing is h11's (the sans-I/O HTTP/1.1 library httpcore and uvicorn use): request heads,
 framing (Content-Length, chunked), keep-alive and CONNECT's switch to a tunnel are its job; this
@@ -37,8 +40,10 @@ from egress.http11 import (
     send,
     send_refusal,
 )
-from egress.rules import RuleSet, split_authority
-from egress.sockio import Conn, splice
+from egress.pump import tunnel
+from egress.rules import RuleSet, normalize_host, split_authority
+from egress.sockio import Conn, widen_buffers
+from egress.tls import HELLO_LIMIT, MalformedHello, is_tls_handshake, read_client_hello
 
 SOCKET_NAME = "egress.sock"
 
@@ -111,6 +116,7 @@ class EgressProxy:
         loop = asyncio.get_running_loop()
         while True:
             client, _ = await loop.sock_accept(listener)
+            widen_buffers(client)
             task = asyncio.ensure_future(self._client(Conn(client)))
             self._clients.add(task)
             task.add_done_callback(self._clients.discard)
@@ -191,11 +197,49 @@ class EgressProxy:
         except Unreachable as exc:
             await send_refusal(conn, client, 504 if exc.timeout else 502, str(exc))
             return
-        try:
-            self.allowed(allowed)
-            await send(client, conn, h11.Response(status_code=200, headers=[], reason=b"Connection Established"))
+        counted = False
+
+        async def opening() -> bytes:
+            nonlocal counted
             early, _closed = conn.trailing_data  # bytes the client sent after the request head
-            await upstream.sendall(early)
-            await splice(client, upstream, self.timeouts.idle)
+            first = await self._checked_opening(client, host, port, early)
+            counted = True
+            self.allowed(allowed)
+            return first
+
+        try:
+            await send(client, conn, h11.Response(status_code=200, headers=[], reason=b"Connection Established"))
+            await tunnel(client, upstream, self.timeouts.idle, opening=opening)
         finally:
             upstream.close()
+        if not counted:
+            self.allowed(allowed)  # the client sent nothing: still a connection made
+
+    async def _checked_opening(self, client: Conn, host: str, port: int, early: bytes) -> bytes:
+        """The tunnel's first client bytes, held back until checked: a TLS ClientHello must name
+        the CONNECT host (or no host); anything that is not TLS passes (see tls.py)."""
+        data = early or await client.recv(size=HELLO_LIMIT)  # the tunnel's idle timeout applies
+        if not is_tls_handshake(data):
+            return data
+        try:
+            # Like a request head: the whole hello within one deadline.
+            async with asyncio.timeout(self.timeouts.head):
+                while (hello := read_client_hello(data)) is None:
+                    more = await client.recv(size=HELLO_LIMIT)
+                    if not more:
+                        raise MalformedHello("the client closed in the middle of its ClientHello")
+                    data += more
+        except MalformedHello as exc:
+            raise RefusedRequest(
+                400, Blocked(host, port, "CONNECT", "request", f"a malformed TLS ClientHello: {exc}")
+            ) from None
+        if hello.encrypted:
+            why = "the TLS ClientHello hides the server it asks for (encrypted_client_hello): it cannot be checked"
+            raise RefusedRequest(400, Blocked(host, port, "CONNECT", "request", why))
+        if hello.server_name is not None and normalize_host(hello.server_name) != host:
+            why = (
+                f"the TLS ClientHello asks for {hello.server_name[:100]!r} (SNI), not the CONNECT host {host}: "
+                "a tunnel reaches only the host it was allowed for"
+            )
+            raise RefusedRequest(403, Blocked(host, port, "CONNECT", "allow-list", why))
+        return data

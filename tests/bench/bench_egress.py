@@ -3,11 +3,14 @@ download made directly on the host, and the latency an allowed CONNECT adds.
 
 Three processes, as in a run: the origin server (its own process), the proxy (this process, as in
 the worker), the client (its own process, standing in for the sandbox: it talks to the proxy's
-Unix socket; the relay in the container is the same kind of byte pump and is not measured here).
-The client reads with 1 MiB buffers and times each transfer.
+Unix socket). Then the whole real path: the client in a real sandbox (the plain image, network
+none; with the default limit of one CPU, and with two for comparison, since the client and the
+relay share the sandbox's CPU) through its relay on 127.0.0.1:3128 to the proxy's socket in the
+channel directory, and on to the origin. The client reads with 1 MiB buffers and times each transfer.
 
 - Download: plain HTTP (absolute-form through the proxy) and HTTPS-style (a CONNECT tunnel, the
-  bytes inside unparsed), each against direct TCP; goal: throughput at least 0.8x direct.
+  bytes inside unparsed), each against direct TCP on the host measured alternately in the same
+  run; goal: throughput at least 0.8x direct.
 - CONNECT latency: from sending the CONNECT to the first byte of the origin's answer through the
   tunnel, against a direct TCP connect and the same exchange; goal: p50 added at most 5 ms.
 
@@ -17,18 +20,33 @@ correctness (every byte arrived, every connection counted) is asserted. Run: `ma
 
 import asyncio
 import json
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
-from egress import AllowedHosts, Dialer, EgressProxy, RuleSet
+from egress import SOCKET_NAME, AllowedHosts, Dialer, EgressProxy, RuleSet
+from sandbox import (
+    DEFAULT_IMAGE,
+    EGRESS_PROXY_PORT,
+    Limits,
+    Relay,
+    Sandbox,
+    SandboxEngine,
+    SandboxSpec,
+    build_image,
+    prepare_workspace,
+)
 
 SIZE = 50 * 1024 * 1024
 DOWNLOADS = 7  # per path, alternating
+SANDBOX_DOWNLOADS = 5
+SANDBOX_CPUS = (1, 2)  # the sandbox's CPU limit: one is the default
 CONNECTS = 200
 
 ORIGIN = """
@@ -59,6 +77,7 @@ while True:
 
 CLIENT = """
 import json, socket, sys, time
+# target: the proxy's Unix socket (/path), or host:port (the origin, or the sandbox's relay)
 mode, target, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 buf = bytearray(1 << 20)
 
@@ -66,7 +85,8 @@ def connect():
     if target.startswith("/"):
         s = socket.socket(socket.AF_UNIX); s.connect(target)
     else:
-        s = socket.create_connection((target, port))
+        host, _, tcp_port = target.rpartition(":")
+        s = socket.create_connection((host, int(tcp_port)))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -139,41 +159,112 @@ async def client(mode: str, target: str, port: int, count: int) -> list[tuple[fl
     return [(float(t), int(n)) for t, n in json.loads(out)]
 
 
+async def sandboxed(sb: Sandbox, mode: str, port: int, count: int) -> list[tuple[float, int]]:
+    """The same client inside the sandbox, through its relay (timed inside: no exec overhead)."""
+    relay = f"127.0.0.1:{EGRESS_PROXY_PORT}"
+    r = await sb.exec(["python3", "-c", CLIENT, mode, relay, str(port), str(count)], timeout=120)
+    assert r.exit_code == 0, f"the {mode} client in the sandbox failed: {r.stderr.decode()[-500:]}"
+    return [(float(t), int(n)) for t, n in json.loads(r.stdout)]
+
+
 def p50(values: list[float]) -> float:
     return statistics.median(values)
 
 
-async def measure() -> None:
-    with origin() as port, tempfile.TemporaryDirectory(prefix="fh-bench-", dir="/tmp") as tmp:
-        sock = Path(tmp) / "egress.sock"
-        proxy = EgressProxy(sock, RuleSet.build([f"127.0.0.1:{port}"]), Dialer(AllowedHosts.parse("127.0.0.1")))
-        await proxy.start()
-        try:
-            times: dict[str, list[float]] = {"direct": [], "http": [], "connect": []}
-            for _ in range(DOWNLOADS):  # alternating, so drift of the machine hits every path alike
-                for mode in times:
-                    target = "127.0.0.1" if mode == "direct" else str(sock)
-                    [(seconds, got)] = await client(mode, target, port, 1)
-                    assert got == SIZE, f"{mode}: {got} bytes"
-                    times[mode].append(seconds)
-            rtt_direct = [t for t, _ in await client("direct-rtt", "127.0.0.1", port, CONNECTS)]
-            rtt_proxy = [t for t, _ in await client("connect-rtt", str(sock), port, CONNECTS)]
-            assert proxy.stats.allowed == 2 * DOWNLOADS + CONNECTS and proxy.stats.blocked == 0
-        finally:
-            await proxy.close()
+def report(title: str, times: dict[str, list[float]], paths: dict[str, str]) -> None:
     mb = SIZE / 1e6
     direct, fastest = p50(times["direct"]), min(times["direct"])
-    print(f"\n50 MB download, {DOWNLOADS} each: direct {mb / direct:,.0f} MB/s median, {mb / fastest:,.0f} best")
-    for mode, label in (("http", "plain HTTP through the proxy"), ("connect", "CONNECT tunnel")):
+    runs = len(times["direct"])
+    print(f"{title}, {runs} each: direct {mb / direct:,.0f} MB/s median, {mb / fastest:,.0f} best")
+    for mode, label in paths.items():
         ratio, best = direct / p50(times[mode]), fastest / min(times[mode])
         speed = mb / p50(times[mode])
         print(f"  {label}: {speed:,.0f} MB/s = {ratio:.2f}x direct (median; best {best:.2f}x; goal >= 0.8x)")
-    added = (p50(rtt_proxy) - p50(rtt_direct)) * 1000
+
+
+def latency(label: str, direct: list[float], through: list[float]) -> None:
+    added = (p50(through) - p50(direct)) * 1000
     print(
-        f"CONNECT + first byte, {CONNECTS} each: direct p50 {p50(rtt_direct) * 1000:.2f} ms, "
-        f"through the proxy p50 {p50(rtt_proxy) * 1000:.2f} ms: +{added:.2f} ms (goal <= 5 ms)"
+        f"CONNECT + first byte {label}, {len(through)} each: direct p50 {p50(direct) * 1000:.2f} ms, "
+        f"through p50 {p50(through) * 1000:.2f} ms: +{added:.2f} ms (goal <= 5 ms)"
+    )
+
+
+Download = Callable[[], Awaitable[list[tuple[float, int]]]]
+
+
+async def downloads(modes: dict[str, Download], rounds: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(rounds):  # alternating, so drift of the machine hits every path alike
+        for mode, run in modes.items():
+            [(seconds, got)] = await run()
+            assert got == SIZE, f"{mode}: {got} bytes"
+            times[mode].append(seconds)
+    return times
+
+
+async def measure(tmp: Path) -> None:
+    sock = tmp / SOCKET_NAME
+    with origin() as port:
+        proxy = EgressProxy(sock, RuleSet.build([f"127.0.0.1:{port}"]), Dialer(AllowedHosts.parse("127.0.0.1")))
+        await proxy.start()
+        try:
+            direct = partial(client, "direct", f"127.0.0.1:{port}", port, 1)
+            host = await downloads(
+                {"direct": direct, "http": partial(client, "http", str(sock), port, 1),
+                 "connect": partial(client, "connect", str(sock), port, 1)},
+                DOWNLOADS,
+            )  # fmt: skip
+            rtt_direct = [t for t, _ in await client("direct-rtt", f"127.0.0.1:{port}", port, CONNECTS)]
+            rtt_proxy = [t for t, _ in await client("connect-rtt", str(sock), port, CONNECTS)]
+            assert proxy.stats.allowed == 2 * DOWNLOADS + CONNECTS and proxy.stats.blocked == 0
+            boxed: dict[int, dict[str, list[float]]] = {}
+            rtt_boxed: dict[int, list[float]] = {}
+            async with SandboxEngine() as engine:
+                for cpus in SANDBOX_CPUS:
+                    sb = await engine.start(sandbox_spec(tmp, cpus))
+                    try:
+                        boxed[cpus] = await downloads(
+                            {"direct": direct, "http": partial(sandboxed, sb, "http", port, 1),
+                             "connect": partial(sandboxed, sb, "connect", port, 1)},
+                            SANDBOX_DOWNLOADS,
+                        )  # fmt: skip
+                        rtt_boxed[cpus] = [t for t, _ in await sandboxed(sb, "connect-rtt", port, CONNECTS)]
+                    finally:
+                        await sb.remove()
+            boxed_count = len(SANDBOX_CPUS) * (2 * SANDBOX_DOWNLOADS + CONNECTS)
+            assert proxy.stats.allowed == 2 * DOWNLOADS + CONNECTS + boxed_count
+        finally:
+            await proxy.close()
+    print()
+    report("50 MB download (the client on the host, on the proxy's socket)", host,
+           {"http": "plain HTTP through the proxy", "connect": "CONNECT tunnel"})  # fmt: skip
+    latency("(host client)", rtt_direct, rtt_proxy)
+    for cpus in SANDBOX_CPUS:
+        what = "the default limit: what a task gets" if cpus == 1 else "for comparison"
+        paths = {"http": "plain HTTP, relay + proxy", "connect": "CONNECT tunnel, relay + proxy"}
+        title = f"50 MB download (the client in a sandbox with {cpus} CPU ({what}), through its relay)"
+        report(title, boxed[cpus], paths)
+        latency(f"(sandbox client, {cpus} CPU, relay + proxy; direct is the host's)", rtt_direct, rtt_boxed[cpus])
+
+
+def sandbox_spec(channel: Path, cpus: int) -> SandboxSpec:
+    workspace = prepare_workspace(channel / f"ws-{cpus}")
+    return SandboxSpec(
+        image=DEFAULT_IMAGE,
+        workspace=workspace,
+        instance=f"bench-{secrets.token_hex(3)}",
+        task="bench-egress",
+        run=secrets.token_hex(4),
+        limits=Limits(wall_clock_seconds=600, exec_timeout_seconds=300, nano_cpus=cpus * 1_000_000_000),
+        channel_dir=channel,
+        relays=(Relay(EGRESS_PROXY_PORT, SOCKET_NAME),),
     )
 
 
 def test_egress_proxy_throughput_and_connect_latency() -> None:
-    asyncio.run(measure())
+    build_image(DEFAULT_IMAGE)
+    # Short, under /tmp (a Unix socket path stays under 108 bytes); the sandbox user must enter it.
+    with tempfile.TemporaryDirectory(prefix="fh-bench-", dir="/tmp") as tmp:
+        Path(tmp).chmod(0o755)
+        asyncio.run(measure(Path(tmp)))

@@ -196,3 +196,23 @@ async def raw_exchange(socket_path: Path, data: bytes, *, timeout: float = 10.0)
 
 def status_of(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
+
+
+async def send_and_read(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> bytes:
+    """Send `data` in 1 MiB pieces and half-close while reading everything that comes back (the
+    peer may answer before the upload ends); the connection is closed after."""
+
+    async def upload() -> None:
+        for i in range(0, len(data), 1 << 20):
+            writer.write(data[i : i + (1 << 20)])
+            await writer.drain()
+        writer.write_eof()
+
+    sending = asyncio.ensure_future(upload())
+    try:
+        answer = await asyncio.wait_for(reader.read(), 30)
+        await sending
+    finally:
+        sending.cancel()
+        writer.close()
+    return answer
