@@ -99,7 +99,9 @@ async def test_one_consumer_denies_a_shell_call_in_every_agent_s_transcript(tmp_
         assert files["hello.txt"][1] == f"hello from task {n}\n".encode(), agent
         assert f"marker{n}" not in files, agent
         # The deny shows in the transcript: the policy record and the refused call's result.
-        policy = [e["payload"]["text"] for e in transcript if e["kind"] == "system" and e["payload"]["phase"] == "policy"]
+        policy = [
+            e["payload"]["text"] for e in transcript if e["kind"] == "system" and e["payload"]["phase"] == "policy"
+        ]
         assert any(t.startswith("pre_tool_use: deny (") for t in policy), (agent, policy)
         call_id = f"toolu_b{n}" if n in (1, 3) else f"call_b{n}"
         [result] = [e["payload"] for e in transcript if e["kind"] == "tool_result" and e["payload"]["id"] == call_id]
