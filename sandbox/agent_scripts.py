@@ -59,6 +59,7 @@ fixed, python runs isolated (`-I`: no PYTHONPATH, no user site), and every failu
 """
 
 import json
+from pathlib import Path
 
 HOOK_TIMEOUT_SECONDS = 120
 HOOK_EVENTS = ("PreToolUse", "PostToolUse")
@@ -67,7 +68,11 @@ RELAY_PATH = "/usr/local/bin/forgehand-relay"
 MANAGED_SETTINGS_PATH = "/etc/claude-code/managed-settings.json"
 CODEX_REQUIREMENTS_PATH = "/etc/codex/requirements.toml"
 RELAY_PORT = 4100  # the gateway relay's port inside the container (sandbox.spec GATEWAY_RELAY_PORT)
-PINNED_EMPTY_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT")
+# Variables that make a process load code or data it did not choose: the dynamic loader's, glibc's
+# locale and iconv modules, and the start-up files of shells. Pinned empty in the managed settings'
+# `env` (which outranks user settings), so a hook never starts under the agent's values; an empty
+# value is the same as unset for each of them.
+PINNED_EMPTY_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "LOCPATH", "BASH_ENV", "ENV")
 
 
 def _managed_settings() -> str:
@@ -151,11 +156,18 @@ deny: a PreToolUse `deny` with a reason becomes exit 2 with the reason on stderr
 an empty reason) is a deny. A PostToolUse answer is `{{}}` or a `block` with a reason.
 """
 
+import sys
+
+# http.client imports ssl when it can, and importing ssl makes OpenSSL read the file OPENSSL_CONF
+# names (engines and providers load code from it). A hook's environment is partly the agent's to
+# shape (Claude Code's user settings `env`), so the bridge never loads OpenSSL: it speaks plain HTTP
+# over a Unix socket.
+sys.modules["ssl"] = None
+
 import http.client
 import json
 import os
 import socket
-import sys
 
 SOCKET = "/run/forgehand/gateway.sock"
 TIMEOUT = {HOOK_TIMEOUT_SECONDS}
@@ -288,60 +300,6 @@ if __name__ == "__main__":
         deny(EVENT, "the hook bridge failed: " + type(exc).__name__)
 '''
 
-RELAY_SCRIPT = '''\
-#!/usr/bin/python3 -I
-"""forgehand-relay LISTEN_PORT SOCKET_PATH: a TCP listener on 127.0.0.1 relayed to a Unix socket.
-
-For agents that need a TCP base URL (the sandbox has no network; its channel is Unix sockets).
-Port 0 picks a free port. Prints "127.0.0.1:PORT" on stdout once listening. Each connection opens
-its own connection to the socket; bytes go both ways, half-closes are passed on.
-"""
-
-import asyncio
-import sys
-
-
-async def pipe(reader, writer):
-    try:
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                break
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        writer.close()
-
-
-async def handle(path, client_reader, client_writer):
-    try:
-        upstream_reader, upstream_writer = await asyncio.open_unix_connection(path)
-    except OSError as exc:
-        sys.stderr.write("forgehand-relay: cannot reach %s: %s\\n" % (path, exc))
-        client_writer.close()
-        return
-    await asyncio.gather(pipe(client_reader, upstream_writer), pipe(upstream_reader, client_writer))
-    for writer in (client_writer, upstream_writer):
-        writer.close()
-
-
-async def main(port, path):
-    server = await asyncio.start_server(lambda r, w: handle(path, r, w), "127.0.0.1", port)
-    bound = server.sockets[0].getsockname()[1]
-    sys.stdout.write("127.0.0.1:%d\\n" % bound)
-    sys.stdout.flush()
-    async with server:
-        await server.serve_forever()
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 3 or not sys.argv[1].isdigit():
-        sys.stderr.write("usage: forgehand-relay LISTEN_PORT SOCKET_PATH\\n")
-        sys.exit(64)
-    try:
-        asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
-    except KeyboardInterrupt:
-        pass
-'''
+# The relay every sandbox runs (relays.py passes this same text at exec time); the agents image
+# also carries it as `forgehand-relay`, so one script moves every byte in and out of a sandbox.
+RELAY_SCRIPT = (Path(__file__).parent / "relay_main.py").read_text(encoding="utf-8")

@@ -10,9 +10,8 @@ stdlib only) at exec time. It is a sandbox's only way out (the egress proxy, the
 moves bytes the cheapest way Python allows: one thread and one selector for every connection
 (nothing started per connection), each direction spliced (splice(2)) from socket to a kernel pipe
 to socket, never copied into the process, with 4 MiB socket buffers; copied through a buffer
-where the kernel does not splice. The agents image's `forgehand-relay` (agent_scripts.RELAY_SCRIPT,
-an asyncio copy loop) is baked into that image and its recipe digest: it changes with the next
-agents image version, not here.
+where the kernel does not splice. The agents image carries the same text as `forgehand-relay`
+(agent_scripts.RELAY_SCRIPT).
 """
 
 import contextlib

@@ -6,22 +6,21 @@ it; the agents image is built FROM it). The launcher starts each relay as a proc
 session, detached from the exec (it outlives the launcher, reparented to the container's init), then
 waits until every port listens on 127.0.0.1, which it reads from /proc/net/tcp rather than by
 connecting, so that no probe reaches the socket behind. A relay that exits or does not listen in
-time fails the start, with its own error. The relay (relay_main.py, whose text this passes) is
-the same in every image.
+time fails the start, with its own error. The relay is relay_main.py, whose text
+(agent_scripts.RELAY_SCRIPT) this passes, so every image runs the same one.
 """
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .agent_scripts import RELAY_SCRIPT
 from .errors import RelayFailed
 
 if TYPE_CHECKING:
     from .box import Sandbox
 
 READY_SECONDS = 5.0
-SANDBOX_RELAY_SCRIPT = (Path(__file__).parent / "relay_main.py").read_text(encoding="utf-8")
 
-# argv: SANDBOX_RELAY_SCRIPT DEADLINE PORT PATH [PORT PATH ...]. Prints "ok" or one line saying what failed.
+# argv: RELAY_SCRIPT DEADLINE PORT PATH [PORT PATH ...]. Prints "ok" or one line saying what failed.
 _LAUNCHER = """\
 import os, subprocess, sys, time
 script, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
@@ -74,7 +73,7 @@ async def start_relays(sandbox: "Sandbox", *, ready_seconds: float = READY_SECON
     relays = sandbox.spec.relays
     if not relays:
         return
-    argv = ["python3", "-I", "-c", _LAUNCHER, SANDBOX_RELAY_SCRIPT, f"{ready_seconds:g}"]
+    argv = ["python3", "-I", "-c", _LAUNCHER, RELAY_SCRIPT, f"{ready_seconds:g}"]
     for relay in relays:
         argv += [str(relay.port), relay.socket_path]
     code, out = await sandbox.run_quiet(argv, timeout=ready_seconds + 10)

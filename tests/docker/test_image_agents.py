@@ -201,6 +201,20 @@ async def test_hook_passes_allow_and_deny_through(agents_sandbox: Sandbox, chann
     assert ch.hooks[0].authorization == f"Bearer {ch.token}"
 
 
+async def test_the_bridge_never_reads_an_openssl_config_the_agent_names(
+    agents_sandbox: Sandbox, channel_dir: Path
+) -> None:
+    # An agent that can shape a hook's environment (Claude Code's user settings `env`) could point
+    # OPENSSL_CONF at a config that loads an engine of its own into the bridge. The config here is
+    # a FIFO nobody writes: a bridge that loaded OpenSSL would hang opening it, never answering.
+    made = await agents_sandbox.exec(["mkfifo", "/tmp/openssl.cnf"])
+    assert made.exit_code == 0, made
+    with FakeChannel(channel_dir, hook=lambda call: deny("no deleting")) as ch:
+        result = await run_hook(agents_sandbox, ch.token, env={"OPENSSL_CONF": "/tmp/openssl.cnf"})
+    assert result.exit_code == 0, result
+    assert decision(result) == ("deny", "no deleting")
+
+
 @pytest.mark.parametrize(
     ("reply", "reason"),
     [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.relays import SANDBOX_RELAY_SCRIPT
+from sandbox.agent_scripts import RELAY_SCRIPT
 from tests.support.egress import send_and_read
 
 
@@ -25,7 +25,7 @@ def channel() -> Iterator[Path]:
 @contextlib.asynccontextmanager
 async def relay(socket_path: Path) -> AsyncIterator[tuple[int, asyncio.subprocess.Process]]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-c", SANDBOX_RELAY_SCRIPT, "0", str(socket_path),
+        sys.executable, "-I", "-c", RELAY_SCRIPT, "0", str(socket_path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -86,7 +86,9 @@ def test_managed_settings_lock_the_hooks_on() -> None:
     assert settings["allowManagedHooksOnly"] is True
     assert settings["disableAllHooks"] is False
     assert "permissions" not in settings  # forgehand decides, not a static rule list
-    assert settings["env"] == {"LD_PRELOAD": "", "LD_LIBRARY_PATH": "", "LD_AUDIT": ""}
+    # What would make a hook (or any process of the agent) load code or data it did not choose.
+    pinned = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "LOCPATH", "BASH_ENV", "ENV")
+    assert settings["env"] == dict.fromkeys(pinned, "")
     for event in ("PreToolUse", "PostToolUse"):
         [entry] = settings["hooks"][event]
         assert entry["matcher"] == "*"
