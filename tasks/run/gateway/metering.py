@@ -49,6 +49,14 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
         )
         return round(total)
 
+    def not_above(self, other: "Price") -> bool:
+        """No kind of token costs more at this price than at `other`."""
+        mine = (self.input, self.output, self.cache_read, self.cache_write)
+        theirs = (other.input, other.output, other.cache_read, other.cache_write)
+        read = (self.input if mine[2] is None else mine[2], other.input if theirs[2] is None else theirs[2])
+        write = (self.input if mine[3] is None else mine[3], other.input if theirs[3] is None else theirs[3])
+        return mine[0] <= theirs[0] and mine[1] <= theirs[1] and read[0] <= read[1] and write[0] <= write[1]
+
 
 class PriceTable(msgspec.Struct, frozen=True):
     prices: dict[str, Price]
