@@ -151,7 +151,8 @@ async def test_gateway_overhead_per_streamed_call() -> None:
     for profile, (delay, event_delay, request) in PROFILES.items():
         ours, bare, cpu = await measure(delay, event_delay, request)
         goal = profile.startswith("paced")
-        size = f"{len(json.dumps(request)) / 1000:.0f} KB request, "
+        n = len(json.dumps(request))
+        size = f"{n / 1000:.0f} KB request, " if n >= 1000 else f"{n} byte request, "
         lines.append(f" {profile} ({size}answer after {delay * 1000:g} ms, {event_delay * 1000:g} ms between events):")
         for label, index in (("time to first byte", 0), ("total", 1)):
             for q in (50, 99):
