@@ -142,3 +142,25 @@ async def test_background_stored_prompts_and_foreign_item_references_are_refused
     assert made and ours.status_code == 200
     # what was refused never reached the provider: two passed, one stream, the own reference
     assert len(api.scripted) == 4
+
+
+async def test_a_messages_body_with_repeated_keys_goes_upstream_as_checked() -> None:
+    server_tool = [{"type": "web_search_20250305", "name": "web_search"}]
+    connector = [{"type": "url", "url": "https://mcp.example.com/sse", "name": "x"}]
+    base = [("model", "claude-test"), ("max_tokens", 64), ("messages", MESSAGES["messages"])]
+    with ScriptedAnthropic([claude_text("ok")], repeat_last=True) as api:
+        async with open_channel(upstreams(anthropic_url=api.url)) as ch, agent_client(ch) as c:
+            h = claude(ch.token)
+            sent = await c.post(
+                "/v1/messages",
+                content=raw(
+                    *base, ("tools", server_tool), ("mcp_servers", connector), ("tools", []), ("mcp_servers", None)
+                ),
+                headers=h,
+            )
+            refused = await c.post("/v1/messages", content=raw(*base, ("tools", []), ("tools", server_tool)), headers=h)
+    assert sent.status_code == 200
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "gateway_network_tool"
+    (seen,) = api.scripted
+    assert seen.body["tools"] == [] and seen.body["mcp_servers"] is None
+    assert b"web_search" not in seen.raw and b"mcp.example.com" not in seen.raw
