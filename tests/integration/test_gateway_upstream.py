@@ -236,3 +236,23 @@ async def test_a_slow_agent_holds_the_upstream_read_back() -> None:
     # Not read: at most the socket buffers' and the stream reader's worth, far from the whole body.
     assert held < total // 2
     assert got == total
+
+
+async def test_a_connection_opened_ahead_is_the_one_the_first_call_uses() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await read_request(reader)  # kept alive for the next call
+
+    transport = UpstreamTransport()
+    async with server(handler) as (port, accepted):
+        await transport.preconnect(f"http://127.0.0.1:{port}/v1/messages", 5)
+        await asyncio.sleep(0.05)
+        assert accepted == [1]  # connected before any call
+        answer = await transport.open(f"http://127.0.0.1:{port}/v1/messages", [], b"{}", 5)
+        assert await answer.next() == (b"ok", True)
+        assert accepted == [1]
+        await transport.preconnect(f"http://127.0.0.1:{port}/v1/messages", 5)  # one is idle: none more
+        assert accepted == [1]
+    await transport.aclose()

@@ -126,6 +126,7 @@ class RunChannel:
         self._transport: UpstreamTransport | None = None
         self._guarded: UpstreamTransport | None = None  # for endpoints the operator did not choose
         self._active: set[asyncio.Task[Any]] = set()
+        self._warming: set[asyncio.Future[None]] = set()
         self._closed = False
 
     # --- what runtimes and the execution use ---------------------------------------------------
@@ -171,6 +172,11 @@ class RunChannel:
             # An agent opening many calls at once gets 503s, not the worker's whole event loop.
             limit_concurrency=16,
         )
+        # The endpoint's connection opened while the sandbox starts, not on the agent's first call.
+        for upstream in self.upstreams.values():
+            transport = self._guarded if upstream.guarded else self._transport
+            if upstream.base_url and transport is not None:
+                self._warming.add(asyncio.ensure_future(self._preconnect(transport, upstream)))
         self._server = _Server(config)
         self._serving = asyncio.ensure_future(self._server.serve(sockets=[sock]))
         deadline = time.monotonic() + 10
@@ -187,7 +193,7 @@ class RunChannel:
         self._closed = True
         self.registry.revoke(self.token)
         self.registry.revoke_run(self.grant)
-        for task in list(self._active):
+        for task in [*self._active, *self._warming]:
             task.cancel()
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
@@ -200,6 +206,14 @@ class RunChannel:
             if transport is not None:
                 await transport.aclose()
         await asyncio.to_thread(shutil.rmtree, self.host_dir, True)
+
+    async def _preconnect(self, transport: UpstreamTransport, upstream: Upstream) -> None:
+        try:
+            await transport.preconnect(upstream.url("/v1/messages", ""), upstream.timeout)
+        except Exception as exc:  # the first call connects (and reports) on its own
+            log.debug("the model endpoint could not be reached ahead of the first call", error=str(exc))
+        finally:
+            self._warming.discard(asyncio.current_task())
 
     # --- the HTTP side ------------------------------------------------------------------------
 

@@ -328,6 +328,13 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             return conn
         raise last
 
+    async def preconnect(self, url: str, seconds: float | None) -> None:
+        """Open a connection to `url`'s endpoint ahead of the first call (TCP and TLS handshakes
+        then fall outside the agent's first time to first byte); kept like a released one."""
+        key, _, _ = _target(url)
+        if not self._idle.get(key):
+            self.release(key, await self._connect(key, seconds), keep=True)
+
     def release(self, key: Key, conn: _Conn, *, keep: bool) -> None:
         idle = self._idle.setdefault(key, [])
         conn.answer = None
