@@ -178,6 +178,29 @@ class Code(StrEnum):
     REVIEW_DRAFT_FULL = "review_draft_full", 409, "the review draft holds the most comments one review carries"
     REVIEW_COMMENT_NOT_FOUND = "review_comment_not_found", 404, "no such comment in the caller's review draft"
 
+    # The model gateway's own refusals, answered to the agent in the provider's error shape
+    # (`error.code`); nothing was sent to the provider.
+    GATEWAY_BAD_REQUEST = (
+        "gateway_bad_request",
+        400,
+        "a model request that is not a JSON object, or whose `tools` or `input` has the wrong shape",
+    )
+    GATEWAY_NETWORK_TOOL = (
+        "gateway_network_tool",
+        400,
+        "a model request asks the provider to reach the network (server-side tools, MCP connector, container)",
+    )
+    GATEWAY_REFUSED = (
+        "gateway_refused",
+        403,
+        "a Responses request names provider-side state the run did not create, a background run or a hosted tool",
+    )
+    GATEWAY_MODEL_REFUSED = (
+        "gateway_model_refused",
+        403,
+        "no model is configured for the run and the price table does not list the requested one",
+    )
+
     # Webhooks.
     WEBHOOKS_UNAVAILABLE = "webhooks_unavailable", 503, "webhooks are not set up on this server"
     HOOK_NOT_FOUND = "hook_not_found", 404, "no such webhook endpoint"

@@ -288,6 +288,8 @@ class RepoTaskSettings(Base):
     # Subtasks an agent may spawn (null: the defaults, depth 2 and 5 children per task).
     max_subtask_depth: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_subtasks: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Runtimes a subtask may use besides its parent's (null: the parent's only).
+    subtask_runtimes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 

@@ -60,6 +60,7 @@ class Spawned(msgspec.Struct, frozen=True, kw_only=True):
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     max_depth: int = DEFAULT_MAX_DEPTH
     max_subtasks: int = DEFAULT_MAX_SUBTASKS
+    other_runtimes: frozenset[str] = frozenset()  # a subtask's runtime besides its parent's
 
 
 async def limits(session: AsyncSession, repo_id: int) -> Limits:
@@ -69,6 +70,7 @@ async def limits(session: AsyncSession, repo_id: int) -> Limits:
     return Limits(
         max_depth=row.max_subtask_depth if row.max_subtask_depth is not None else DEFAULT_MAX_DEPTH,
         max_subtasks=row.max_subtasks if row.max_subtasks is not None else DEFAULT_MAX_SUBTASKS,
+        other_runtimes=frozenset(row.subtask_runtimes or ()),
     )
 
 
@@ -155,6 +157,15 @@ async def spawn(
     if runtime not in runtimes or runtime in NOT_SPAWNABLE:
         allowed = ", ".join(sorted(runtimes - NOT_SPAWNABLE))
         raise SubtaskRefused(f"refused: unknown runtime {runtime!r} (available: {allowed}); no subtask was created")
+    if runtime != parent.runtime and runtime not in found.other_runtimes:
+        # Another runtime may spend another provider's key (the starter's personal one, say) and
+        # run under other policy layers: the repository's admins choose whether it may.
+        others = ", ".join(sorted(found.other_runtimes & runtimes - NOT_SPAWNABLE)) or "none"
+        raise SubtaskRefused(
+            f"refused: a subtask runs on this task's runtime ({parent.runtime}); this repository lets subtasks "
+            f"use other runtimes only where its task settings list them (subtask_runtimes: {others}), and "
+            f"{runtime!r} is not listed; no subtask was created. Leave runtime out to use {parent.runtime}."
+        )
     if agent.disabled:
         raise SubtaskRefused("refused: the agent's account is disabled; no subtask was created")
     command, acp_provider = _acp_command(settings, parent, runtime)

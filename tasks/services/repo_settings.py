@@ -19,6 +19,7 @@ from tasks.core.repo_settings import secret_box
 from tasks.services import rules
 
 Seconds = Annotated[int, msgspec.Meta(ge=1, le=7 * 24 * 3600)]
+RuntimeName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
 
 
 class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
@@ -47,6 +48,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     # Subtasks an agent may spawn (spawn_subtask; null: depth 2, 5 per task; 0 turns them off).
     max_subtask_depth: int | None = None
     max_subtasks: int | None = None
+    # Runtimes a subtask may use besides its parent's (null or empty: the parent's only).
+    subtask_runtimes: list[str] | None = None
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -72,6 +75,7 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     egress: EgressSettings | None = None  # null or absent: off
     max_subtask_depth: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
     max_subtasks: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
+    subtask_runtimes: Annotated[list[RuntimeName], msgspec.Meta(max_length=10)] | None = None
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -95,6 +99,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         egress=from_stored(row.egress if row else None),
         max_subtask_depth=row.max_subtask_depth if row else None,
         max_subtasks=row.max_subtasks if row else None,
+        subtask_runtimes=row.subtask_runtimes if row else None,
     )
 
 
@@ -131,6 +136,7 @@ async def update(
     row.egress = msgspec.to_builtins(egress) if egress is not None and egress != EgressSettings() else None
     row.max_subtask_depth = change.max_subtask_depth
     row.max_subtasks = change.max_subtasks
+    row.subtask_runtimes = sorted(set(change.subtask_runtimes)) if change.subtask_runtimes else None
     await session.flush()
     audit.record(
         session,

@@ -65,7 +65,7 @@ async def test_a_streamed_response_passes_through_with_the_real_key_and_is_meter
     assert (call.input_tokens, call.cache_read_tokens, call.output_tokens) == (200, 1000, 42)
     assert call.cost_usd == (200 * 2.0 + 1000 * 0.5 + 42 * 8.0) / 1_000_000
     assert ch.usage.input_tokens == 200 and ch.usage.cache_read_tokens == 1000 and ch.usage.output_tokens == 42
-    assert ch.own_responses == {events[-1]["response"]["id"]}
+    assert ch.stored.responses == {events[-1]["response"]["id"]}
     assert OPENAI_KEY not in repr(rec.events)
 
 
@@ -99,7 +99,7 @@ async def test_a_json_response_is_metered_and_a_function_call_passes() -> None:
         20,
         5,
     )
-    assert ch.own_responses == {body["id"]}
+    assert ch.stored.responses == {body["id"]}
 
 
 async def test_missing_and_foreign_tokens_get_401_in_openai_shape_and_reach_nothing() -> None:

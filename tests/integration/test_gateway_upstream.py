@@ -176,3 +176,83 @@ async def test_tls_checks_the_certificate_against_the_url_host(tmp_path: Path) -
             with pytest.raises(httpx.ConnectError):
                 await c.post(f"https://localhost:{port}/", content=b"x")
     assert ok.text == "secure"
+
+
+def sse_chunk(i: int) -> bytes:
+    event = b'event: content_block_delta\ndata: {"type":"content_block_delta","delta":{"text":"%d"}}\n\n' % i
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+async def test_what_arrives_together_is_handed_on_as_one_piece() -> None:
+    pieces = [sse_chunk(i) for i in range(20)]
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        # the head and every event in one write, as a burst from one socket read
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + b"".join(pieces) + b"0\r\n\r\n")
+        await writer.drain()
+
+    transport = UpstreamTransport()
+    async with server(handler) as (port, _):
+        answer = await transport.open(f"http://127.0.0.1:{port}/v1/messages", [], b"{}", 5)
+        got = [await answer.next()]
+        await answer.aclose()
+    await transport.aclose()
+    events = b"".join(p.split(b"\r\n", 1)[1][:-2] for p in pieces)
+    assert got == [(events, True)]
+
+
+async def test_a_slow_agent_holds_the_upstream_read_back() -> None:
+    total = 64 * 1024 * 1024
+    written: list[int] = []
+    stalled = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % total)
+        piece = b"x" * (256 * 1024)
+        sent = 0
+        while sent < total:
+            writer.write(piece)
+            sent += len(piece)
+            written.append(sent)
+            try:
+                await asyncio.wait_for(writer.drain(), 0.5)
+            except TimeoutError:
+                stalled.set()  # the client reads nothing more: the upstream is held back
+                await writer.drain()
+
+    transport = UpstreamTransport()
+    async with server(handler) as (port, _):
+        answer = await transport.open(f"http://127.0.0.1:{port}/", [], b"{}", 10)
+        first, _ = await answer.next()
+        await asyncio.wait_for(stalled.wait(), 10)
+        held = written[-1]
+        got, ended = len(first), False
+        while not ended:
+            piece, ended = await answer.next()
+            got += len(piece)
+    await transport.aclose()
+    # Not read: at most the socket buffers' and the stream reader's worth, far from the whole body.
+    assert held < total // 2
+    assert got == total
+
+
+async def test_a_connection_opened_ahead_is_the_one_the_first_call_uses() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        await read_request(reader)  # kept alive for the next call
+
+    transport = UpstreamTransport()
+    async with server(handler) as (port, accepted):
+        await transport.preconnect(f"http://127.0.0.1:{port}/v1/messages", 5)
+        await asyncio.sleep(0.05)
+        assert accepted == [1]  # connected before any call
+        answer = await transport.open(f"http://127.0.0.1:{port}/v1/messages", [], b"{}", 5)
+        assert await answer.next() == (b"ok", True)
+        assert accepted == [1]
+        await transport.preconnect(f"http://127.0.0.1:{port}/v1/messages", 5)  # one is idle: none more
+        assert accepted == [1]
+    await transport.aclose()

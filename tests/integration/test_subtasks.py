@@ -43,7 +43,14 @@ def with_model(settings: Settings) -> Settings:
     return msgspec.structs.replace(settings, model_base_url="http://127.0.0.1:9/v1", model_name="scripted")
 
 
-async def start(client: AsyncTestClient[Litestar], world: World) -> dict[str, Any]:
+# The parents here are command tasks, a runtime no subtask may use: their subtasks run builtin.
+OTHER_RUNTIMES = {"subtask_runtimes": ["builtin"]}
+
+
+async def start(client: AsyncTestClient[Litestar], world: World, *, other_runtimes: bool = True) -> dict[str, Any]:
+    if other_runtimes:
+        r = await client.put("/api/v1/repos/ana/demo/task-settings", json=OTHER_RUNTIMES, headers=world.h("ana"))
+        assert r.status_code == 200 and r.json()["subtask_runtimes"] == ["builtin"], r.text
     body = {"goal": "the big job", "agent": "fixer", "command": "true", "title": "Parent"}
     r = await client.post(TASKS, json=body, headers=world.h("ana"))
     assert r.status_code == 201, r.text
@@ -116,7 +123,7 @@ async def test_over_the_limits_the_agent_is_refused_and_nothing_is_created(
     client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
 ) -> None:
     await start(client, world)
-    limits = {"max_subtasks": 1, "max_subtask_depth": 2}
+    limits = {"max_subtasks": 1, "max_subtask_depth": 2, **OTHER_RUNTIMES}
     r = await client.put("/api/v1/repos/ana/demo/task-settings", json=limits, headers=world.h("ana"))
     assert r.status_code == 200 and r.json()["max_subtasks"] == 1, r.text
     bc = await backchannel_for(client.app, db, 1, settings=with_model(settings))
@@ -249,3 +256,32 @@ async def test_a_subtasks_goal_passes_the_prompt_policy_which_sees_the_parent(
     assert [b["data"]["kind"] for b in goals] == ["goal", "goal", "goal"]
     assert [b["meta"]["task"]["parent"] for b in goals] == [None, {"number": 1}, {"number": 1}]
     assert goals[1]["meta"]["task"]["number"] == 2 and goals[1]["meta"]["actor"]["login"] == "fixer"
+
+
+async def test_a_subtask_keeps_its_parents_runtime_unless_the_repository_allows_others(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    await start(client, world, other_runtimes=False)
+    async with db.session(write=True) as s:  # a builtin parent (started as a command task: no model needed)
+        (await s.execute(select(Task).where(Task.number == 1))).scalar_one().runtime = "builtin"
+    runtimes = frozenset({"builtin", "claude-code", "codex", "command"})
+    bc = await backchannel_for(client.app, db, 1, settings=with_model(settings), runtimes=runtimes)
+    before = await task_count(db)
+    for other in ("codex", "claude-code"):
+        with pytest.raises(ToolRefused, match=rf"runs on this task's runtime \(builtin\).*{other!r} is not listed"):
+            await bc.spawn_subtask("Elsewhere", "On another agent.", other)
+    assert await task_count(db) == before  # nothing created
+    refusals = [a.detail for a in await audits(db, "task.subtask.spawn") if a.result == "refused"]
+    assert [d["runtime"] for d in refusals] == ["codex", "claude-code"]
+    assert "subtask #2 created" in await bc.spawn_subtask("Same", "On the parent's runtime.", None)
+    assert "subtask #3 created" in await bc.spawn_subtask("Same again", "Named explicitly.", "builtin")
+    # The repository lets subtasks use codex (whose OpenAI model the instance has): then it may.
+    url = "/api/v1/repos/ana/demo/task-settings"
+    r = await client.put(url, json={"subtask_runtimes": ["codex"]}, headers=world.h("ana"))
+    assert r.status_code == 200 and r.json()["subtask_runtimes"] == ["codex"]
+    made = await bc.spawn_subtask("Elsewhere", "On another agent.", "codex")
+    assert "subtask #4 created" in made and "runtime codex" in made
+    with pytest.raises(ToolRefused, match="'claude-code' is not listed"):
+        await bc.spawn_subtask("Elsewhere", "On another agent.", "claude-code")
+    bad = await client.put(url, json={"subtask_runtimes": ["Not A Runtime"]}, headers=world.h("ana"))
+    assert bad.status_code == 422

@@ -35,6 +35,7 @@ class Recorded(msgspec.Struct, kw_only=True):
     query: dict[str, str]
     headers: dict[str, str]  # lower-cased names
     body: dict[str, Any]
+    raw: bytes = b""  # the body's bytes as they arrived (what a parser other than json.loads reads)
 
 
 def pieces(value: str, count: int) -> list[str]:
@@ -68,7 +69,7 @@ class ScriptedHandler(BaseHTTPRequestHandler):
             body = {"_raw": raw.decode(errors="replace")}
         if not isinstance(body, dict):
             body = {"_raw": body}
-        self.server_api.record(self, body)
+        self.server_api.record(self, body, raw)
         return body
 
     def send_body(self, code: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
@@ -168,7 +169,7 @@ class ScriptedServer(Generic[TurnT]):
     def headers(self) -> list[dict[str, str]]:
         return [c.headers for c in self.scripted]
 
-    def record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    def record(self, handler: BaseHTTPRequestHandler, body: dict[str, Any], raw: bytes = b"") -> None:
         parts = urlsplit(handler.path)
         with self.lock:
             self.calls.append(
@@ -178,6 +179,7 @@ class ScriptedServer(Generic[TurnT]):
                     query=dict(parse_qsl(parts.query, keep_blank_values=True)),
                     headers={k.lower(): v for k, v in handler.headers.items()},
                     body=body,
+                    raw=raw,
                 )
             )
 

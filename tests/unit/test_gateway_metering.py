@@ -1,15 +1,9 @@
 """The gateway's stream meter on the bytes as they pass: events split anywhere across chunks,
 LF or CRLF line ends, the budget's stop just past a complete event, and bursts handed on whole."""
 
-import asyncio
 import json
-from collections.abc import AsyncIterator
-
-import httpx
-import pytest
 
 from tasks.run.gateway.metering import AnthropicMeter, OpenAIMeter
-from tasks.run.gateway.proxy import BodyChunks
 
 
 def sse(kind: str, data: object) -> bytes:
@@ -89,43 +83,3 @@ def test_openai_deltas_tool_arguments_and_usage_are_counted() -> None:
     meter.feed(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
     assert (meter.usage.input_tokens, meter.usage.cache_read_tokens, meter.usage.output_tokens) == (20, 10, 9)
     assert meter.final_output and meter.estimated_total == 39
-
-
-async def test_what_arrives_together_is_handed_on_as_one_piece() -> None:
-    pieces = [sse("content_block_delta", {"type": "content_block_delta", "delta": {"text": str(i)}}) for i in range(20)]
-
-    async def burst() -> AsyncIterator[bytes]:
-        for piece in pieces:  # all at once, as from one socket read
-            yield piece
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, content=burst())))
-    async with client, client.stream("POST", "http://upstream/v1/messages") as resp:
-        chunks = BodyChunks(resp)
-        got = []
-        while (piece := await chunks.next()) is not None:
-            got.append(piece)
-        await chunks.close()
-    assert got == [b"".join(pieces)]
-
-
-async def test_a_slow_agent_holds_the_upstream_read_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(BodyChunks, "HELD", 25)
-    pulled = []
-
-    async def stream() -> AsyncIterator[bytes]:
-        for i in range(10):
-            pulled.append(i)
-            yield b"x" * 10
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda _: httpx.Response(200, content=stream())))
-    async with client, client.stream("POST", "http://upstream/v1/messages") as resp:
-        chunks = BodyChunks(resp)
-        for _ in range(20):
-            await asyncio.sleep(0)
-        assert len(pulled) == 3  # 30 bytes held, nothing more read until the agent takes them
-        assert await chunks.next() == b"x" * 30
-        got = b""
-        while (piece := await chunks.next()) is not None:
-            got += piece
-        await chunks.close()
-    assert got == b"x" * 70 and len(pulled) == 10

@@ -58,6 +58,7 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     egress_preset_debian: str = ""
     max_subtask_depth: str = ""
     max_subtasks: str = ""
+    subtask_runtimes: str = ""  # comma- or space-separated
     csrf_token: str = ""
 
 
@@ -72,6 +73,7 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "anthropic_model": form.anthropic_model.strip()[:200] or None,
         "allow_personal_keys": bool(form.allow_personal_keys),
         "allow_web_search": bool(form.allow_web_search),
+        "subtask_runtimes": form.subtask_runtimes.replace(",", " ").split() or None,
         "egress": {
             "mode": form.egress_mode,
             "rules": [line.strip() for line in form.egress_rules.splitlines() if line.strip()],

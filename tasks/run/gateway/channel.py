@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 import msgspec
 import structlog
 import uvicorn
@@ -32,6 +31,7 @@ from tasks.run.gateway.budget import Budget
 from tasks.run.gateway.guard import guarded_transport
 from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
 from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_body, forward, send_json
+from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
 from tasks.run.gateway.upstream import UpstreamTransport
 from webhooks.urlguard import AllowList
@@ -118,14 +118,15 @@ class RunChannel:
         self.cost_micros: int | None = 0
         self.calls = 0
         self.allowed_hosts = allowed_hosts or AllowList()
-        self.own_responses: set[str] = set()  # ids of the Responses this run's calls created
+        self.stored = Stored()  # what this run's Responses calls created on the provider's side
         self._emit = emit
         self._hook: HookHandler | None = None
         self._server: _Server | None = None
         self._serving: asyncio.Task[None] | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._guarded: httpx.AsyncClient | None = None  # for endpoints the operator did not choose
+        self._transport: UpstreamTransport | None = None
+        self._guarded: UpstreamTransport | None = None  # for endpoints the operator did not choose
         self._active: set[asyncio.Task[Any]] = set()
+        self._warming: set[asyncio.Future[None]] = set()
         self._closed = False
 
     # --- what runtimes and the execution use ---------------------------------------------------
@@ -154,10 +155,9 @@ class RunChannel:
         self.socket_path.chmod(0o666)
         sock.listen(128)
         sock.setblocking(False)
-        self._client = httpx.AsyncClient(transport=UpstreamTransport(), follow_redirects=False, trust_env=False)
+        self._transport = UpstreamTransport()
         if any(u.guarded for u in self.upstreams.values()):
-            transport = guarded_transport(self.allowed_hosts)
-            self._guarded = httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False)
+            self._guarded = guarded_transport(self.allowed_hosts)
         config = uvicorn.Config(
             self._app,
             lifespan="off",
@@ -172,6 +172,11 @@ class RunChannel:
             # An agent opening many calls at once gets 503s, not the worker's whole event loop.
             limit_concurrency=16,
         )
+        # The endpoint's connection opened while the sandbox starts, not on the agent's first call.
+        for upstream in self.upstreams.values():
+            transport = self._guarded if upstream.guarded else self._transport
+            if upstream.base_url and transport is not None:
+                self._warming.add(asyncio.ensure_future(self._preconnect(transport, upstream)))
         self._server = _Server(config)
         self._serving = asyncio.ensure_future(self._server.serve(sockets=[sock]))
         deadline = time.monotonic() + 10
@@ -188,7 +193,7 @@ class RunChannel:
         self._closed = True
         self.registry.revoke(self.token)
         self.registry.revoke_run(self.grant)
-        for task in list(self._active):
+        for task in [*self._active, *self._warming]:
             task.cancel()
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
@@ -197,10 +202,18 @@ class RunChannel:
             except (TimeoutError, Exception):
                 self._serving.cancel()
                 log.warning("the run's gateway did not stop in time", socket=str(self.socket_path))
-        for client in (self._client, self._guarded):
-            if client is not None:
-                await client.aclose()
+        for transport in (self._transport, self._guarded):
+            if transport is not None:
+                await transport.aclose()
         await asyncio.to_thread(shutil.rmtree, self.host_dir, True)
+
+    async def _preconnect(self, transport: UpstreamTransport, upstream: Upstream) -> None:
+        try:
+            await transport.preconnect(upstream.url("/v1/messages", ""), upstream.timeout)
+        except Exception as exc:  # the first call connects (and reports) on its own
+            log.debug("the model endpoint could not be reached ahead of the first call", error=str(exc))
+        finally:
+            self._warming.discard(asyncio.current_task())
 
     # --- the HTTP side ------------------------------------------------------------------------
 
@@ -294,8 +307,8 @@ class RunChannel:
             text = f"no {provider} model endpoint is configured for this run"
             await send_json(send, 503, error_body(provider, 503, "api_error", text))
             return
-        client = self._guarded if upstream.guarded else self._client
-        assert client is not None
+        transport = self._guarded if upstream.guarded else self._transport
+        assert transport is not None
         self.calls += 1
         call_id = self.calls
         gone = asyncio.Event()
@@ -308,7 +321,7 @@ class RunChannel:
         watcher = asyncio.ensure_future(watch())
         try:
             result = await forward(
-                client,
+                transport,
                 upstream,
                 path=scope["path"],
                 query=scope.get("query_string", b"").decode("latin-1"),
@@ -319,7 +332,8 @@ class RunChannel:
                 call_id=call_id,
                 disconnected=gone.is_set,
                 allow_web_search=self.provider.allow_web_search,
-                own_responses=self.own_responses,
+                stored=self.stored,
+                prices=self.prices,
             )
         finally:
             watcher.cancel()

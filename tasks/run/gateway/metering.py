@@ -49,6 +49,14 @@ class Price(msgspec.Struct, frozen=True, kw_only=True):
         )
         return round(total)
 
+    def not_above(self, other: "Price") -> bool:
+        """No kind of token costs more at this price than at `other`."""
+        mine = (self.input, self.output, self.cache_read, self.cache_write)
+        theirs = (other.input, other.output, other.cache_read, other.cache_write)
+        read = (self.input if mine[2] is None else mine[2], other.input if theirs[2] is None else theirs[2])
+        write = (self.input if mine[3] is None else mine[3], other.input if theirs[3] is None else theirs[3])
+        return mine[0] <= theirs[0] and mine[1] <= theirs[1] and read[0] <= read[1] and write[0] <= write[1]
+
 
 class PriceTable(msgspec.Struct, frozen=True):
     prices: dict[str, Price]
@@ -97,6 +105,14 @@ def load_prices(path: str) -> PriceTable:
     return table
 
 
+class _Delta(msgspec.Struct):
+    """A delta's fields that carry streamed text (a struct: decoded faster than a dict)."""
+
+    text: Any = None
+    partial_json: Any = None
+    thinking: Any = None
+
+
 class _AnthropicEvent(msgspec.Struct):
     """The fields of an Anthropic stream event the meter reads (the rest is skipped unread)."""
 
@@ -104,7 +120,7 @@ class _AnthropicEvent(msgspec.Struct):
     message: Any = None
     usage: Any = None
     index: Any = None
-    delta: Any = None
+    delta: _Delta | None = None
     error: Any = None
 
 
@@ -173,6 +189,22 @@ class Meter:
         an error or cut never lands inside one). After each event, `stop()` may end the stream
         there: then the answer ends with that event and says so (True)."""
         buf = self._buffer + chunk if self._buffer else chunk
+        if b"\r" not in buf:  # LF line ends, as the providers send them: a split, no regex
+            frames = buf.split(b"\n\n")
+            rest = frames.pop()
+            if stop is None:
+                for frame in frames:
+                    self._read(frame)
+            else:
+                start = 0
+                for frame in frames:
+                    self._read(frame)
+                    start += len(frame) + 2
+                    if stop():
+                        self._buffer = b""
+                        return buf[:start], True
+            self._buffer = rest
+            return (buf[: len(buf) - len(rest)] if rest else buf), False
         start = 0
         for end in _EVENT_END.finditer(buf):
             self._read(buf[start : end.start()])
@@ -242,10 +274,9 @@ class AnthropicMeter(Meter):
 
     def on_event(self, event: _AnthropicEvent) -> None:
         kind = event.type
-        if kind == "content_block_delta" and isinstance(event.delta, dict):
+        if kind == "content_block_delta" and event.delta is not None:
             delta = event.delta
-            for field in ("text", "partial_json", "thinking"):
-                value = delta.get(field)
+            for value in (delta.text, delta.partial_json, delta.thinking):
                 if isinstance(value, str):
                     self.streamed_chars += len(value)
         elif kind == "message_start" and isinstance(event.message, dict):

@@ -9,8 +9,6 @@ body (429 with Retry-After, 500...), or a 502/504 in the provider's error shape 
 cannot be reached, is refused by the URL guard (tasks/run/gateway/guard.py) or does not answer in
 time (`x-forgehand-gateway: unreachable|refused|timeout`)."""
 
-import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -19,10 +17,13 @@ from typing import Any
 import httpx
 import msgspec
 
+from forge.error_codes import Code
 from tasks.run.gateway import responses
 from tasks.run.gateway.budget import GATEWAY_HEADER, Budget
 from tasks.run.gateway.guard import EndpointRefused
-from tasks.run.gateway.metering import Meter, meter_for
+from tasks.run.gateway.metering import EMPTY_PRICES, Meter, PriceTable, meter_for
+from tasks.run.gateway.request import ModelRequest, Refused, network_refusal, pinned_model
+from tasks.run.gateway.upstream import Answer, UpstreamTransport
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
 MAX_JSON_ANSWER_BYTES = 64 * 1024 * 1024
@@ -31,8 +32,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # Request headers an agent may pass on (the rest, its credentials first, stay here).
 _PASS_REQUEST = {"anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent", "openai-beta"}
-_PASS_ANSWER_PREFIXES = ("anthropic-", "x-ratelimit-", "openai-")
-_PASS_ANSWER = {"content-type", "retry-after", "request-id", "x-request-id", "cache-control"}
+_PASS_ANSWER_PREFIXES = (b"anthropic-", b"x-ratelimit-", b"openai-")
+_PASS_ANSWER = {b"content-type", b"retry-after", b"request-id", b"x-request-id", b"cache-control"}
 
 
 _MORE = {"more_body": True}
@@ -58,7 +59,7 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
         tail = path if self.provider == "anthropic" else path.removeprefix("/v1")
         return f"{base}{tail}" + (f"?{query}" if query else "")
 
-    def headers(self, incoming: dict[str, str]) -> dict[str, str]:
+    def headers(self, incoming: dict[str, str]) -> list[tuple[bytes, bytes]]:
         out = {k: v for k, v in incoming.items() if k in _PASS_REQUEST}
         out["accept-encoding"] = "identity"  # the bytes are metered as they pass: no compression
         if self.api_key:
@@ -67,46 +68,7 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
                 out.setdefault("anthropic-version", "2023-06-01")
             else:
                 out["authorization"] = f"Bearer {self.api_key}"
-        return out
-
-
-class ToolHead(msgspec.Struct):
-    type: Any = None
-
-
-class RequestHead(msgspec.Struct):
-    model: Any = None
-    stream: Any = None
-    # What would make the provider reach the network for the agent (AGENTS.md decision 6): its
-    # server-side tools, its MCP connector, its code-execution container, OpenAI's web search.
-    tools: list[ToolHead] | None = None
-    mcp_servers: Any = None
-    container: Any = None
-    web_search_options: Any = None
-
-
-# Tool types the provider runs on its side with network access (web search/fetch, code execution
-# in its container, MCP toolsets). A client tool has no type (Anthropic), "custom" or "function".
-_NETWORK_TOOL_PREFIXES = ("web_", "code_execution", "mcp")
-
-
-def network_refusal(head: RequestHead) -> str:
-    """Why the provider would reach the network for this request ("" when it would not): the
-    sandbox has no network, and a server-side tool must not become the way around it."""
-    if head.mcp_servers is not None:
-        return "the MCP connector (mcp_servers)"
-    if head.container is not None:
-        return "a code-execution container"
-    if head.web_search_options is not None:
-        return "web search (web_search_options)"
-    for tool in head.tools or ():
-        kind = tool.type
-        if isinstance(kind, str) and kind.startswith(_NETWORK_TOOL_PREFIXES):
-            return f"the server-side tool {kind!r}"
-    return ""
-
-
-_REQUEST_HEAD = msgspec.json.Decoder(RequestHead)
+        return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in out.items()]
 
 
 class CallResult(msgspec.Struct, kw_only=True):
@@ -119,10 +81,13 @@ class CallResult(msgspec.Struct, kw_only=True):
     error: str = ""
 
 
-def error_body(provider: str, status: int, kind: str, message: str) -> bytes:
+def error_body(provider: str, status: int, kind: str, message: str, code: str = "") -> bytes:
+    """The provider's error shape; `code` (a registered forge error code) says which of the
+    gateway's own refusals it is (Anthropic's error object gains a `code` beside its `type`)."""
     if provider == "anthropic":
-        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-    return json.dumps({"error": {"message": message, "type": kind, "code": kind}}).encode()
+        error = {"type": kind, "message": message} | ({"code": code} if code else {})
+        return json.dumps({"type": "error", "error": error}).encode()
+    return json.dumps({"error": {"message": message, "type": kind, "code": code or kind}}).encode()
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -137,74 +102,13 @@ async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[by
     await send({"type": "http.response.body", "body": body})
 
 
-def _answer_headers(resp: httpx.Response) -> list[tuple[bytes, bytes]]:
+def _answer_headers(answer: Answer) -> list[tuple[bytes, bytes]]:
     out = []
-    for key, value in resp.headers.items():
+    for key, value in answer.headers:
         k = key.lower()
         if k in _PASS_ANSWER or k.startswith(_PASS_ANSWER_PREFIXES):
-            out.append((k.encode(), value.encode()))
+            out.append((k, value))
     return out
-
-
-class BodyChunks:
-    """The upstream's body as it arrives, what came in together handed on as one piece: a burst
-    of events read in one go reaches the agent in one write (one parse at its end), not one per
-    event. A reader task pulls from httpx while the agent's side sends; past `HELD` bytes not yet
-    sent it waits, so a slow agent slows the upstream read rather than filling memory."""
-
-    HELD = 1024 * 1024
-
-    def __init__(self, resp: httpx.Response) -> None:
-        self._parts: list[bytes] = []
-        self._size = 0
-        # Bare futures, not asyncio.Events: one hand-over per upstream read, kept cheap.
-        self._ready: asyncio.Future[None] | None = None  # the sending side waits for bytes
-        self._room: asyncio.Future[None] | None = None  # the reader waits for the agent
-        self._done = False
-        self._error: Exception | None = None
-        self._reader = asyncio.ensure_future(self._read(resp))
-
-    def _wake(self) -> None:
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_result(None)
-
-    async def _read(self, resp: httpx.Response) -> None:
-        try:
-            async for piece in resp.aiter_raw():
-                self._parts.append(piece)
-                self._size += len(piece)
-                self._wake()
-                if self._size >= self.HELD:
-                    self._room = asyncio.get_running_loop().create_future()
-                    await self._room
-        except Exception as exc:  # handed to the sending side, which answers it
-            self._error = exc
-        finally:
-            self._done = True
-            self._wake()
-
-    async def next(self) -> bytes | None:
-        """What arrived since the last call (waiting for something); None at the body's end."""
-        while not self._parts:
-            if self._done:
-                if self._error is not None:
-                    raise self._error
-                return None
-            self._ready = asyncio.get_running_loop().create_future()
-            await self._ready
-        parts = self._parts
-        out = parts[0] if len(parts) == 1 else b"".join(parts)
-        parts.clear()
-        self._size = 0
-        if self._room is not None and not self._room.done():
-            self._room.set_result(None)
-        return out
-
-    async def close(self) -> None:
-        if not self._reader.done():
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
 
 
 def _stream_end(provider: str, meter: Meter) -> bytes:
@@ -259,7 +163,7 @@ async def _upstream_failed(send: Send, upstream: Upstream, exc: Exception, *, st
 
 
 async def forward(
-    client: httpx.AsyncClient,
+    transport: UpstreamTransport,
     upstream: Upstream,
     *,
     path: str,
@@ -271,27 +175,20 @@ async def forward(
     call_id: int,
     disconnected: Callable[[], bool],
     allow_web_search: bool = False,
-    own_responses: set[str] | None = None,
+    stored: responses.Stored | None = None,
+    prices: PriceTable = EMPTY_PRICES,
 ) -> CallResult:
     """Send one call upstream and its answer back; what happened, for the transcript and the meter.
-    `own_responses` collects the ids of the Responses this run created (and may continue)."""
+    `stored` collects what this run's Responses created on the provider's side (and may name)."""
     t0 = time.monotonic()
     is_responses = upstream.provider == "openai" and path == "/v1/responses"
     meter = responses.ResponsesMeter() if is_responses else meter_for(upstream.provider)
-    head: RequestHead | responses.ResponsesHead | None
-    try:
-        # Only the fields the gateway reads: an agent's request is often megabytes of context.
-        head = (responses.RESPONSES_HEAD if is_responses else _REQUEST_HEAD).decode(body or b"{}")
-    except msgspec.DecodeError:
-        head = None
-    model = head.model if head is not None and isinstance(head.model, str) else ""
-    stream = head is not None and head.stream is True
-    result = CallResult(status=0, model=model or upstream.model, stream=stream, meter=meter)
+    result = CallResult(status=0, model=upstream.model, stream=False, meter=meter)
 
     def done(status: int, error: str = "") -> CallResult:
         result.status, result.error = status, error
         result.latency_ms = int((time.monotonic() - t0) * 1000)
-        result.model = model or meter.model or upstream.model
+        result.model = result.model or meter.model
         return result
 
     if not budget.left():
@@ -299,74 +196,99 @@ async def forward(
         await send_json(send, 403, error_body(upstream.provider, 403, "permission_error", text), _BUDGET)
         budget.cut()
         return done(403, text)
-    if head is None:
-        text = "the request body is not a JSON object"
-        await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
-        return done(400, text)
-    if isinstance(head, responses.ResponsesHead):
-        refused = responses.refusal(head, allow_web_search=allow_web_search, own_responses=own_responses or set())
-        if refused:
-            text = f"forgehand: {refused}; nothing was sent to the provider"
-            await send_json(send, 403, error_body("openai", 403, "permission_error", text), _REFUSED)
-            return done(403, text)
-    elif refused := network_refusal(head):
-        text = f"forgehand: {refused} would reach the network from the provider's side; the sandbox has no network"
-        await send_json(send, 400, error_body(upstream.provider, 400, "invalid_request_error", text))
-        return done(400, text)
+    try:
+        request = _checked(upstream, body, is_responses, allow_web_search, stored or responses.Stored(), prices)
+    except Refused as refused:
+        provider, answer = upstream.provider, refused.message
+        headers_out = _REFUSED if refused.status == 403 else None
+        await send_json(
+            send, refused.status, error_body(provider, refused.status, refused.kind, answer, refused.code), headers_out
+        )
+        return done(refused.status, answer)
+    result.model, result.stream = request.model, request.stream
+    body = request.body()
     if not budget.admit(call_id, len(body)):
         text = "forgehand: the calls in flight may spend the rest of the run's token budget; retry when they end"
         await send_json(send, 429, error_body(upstream.provider, 429, "rate_limit_error", text), _RESERVED)
         return done(429, text)
-    request = client.build_request(
-        "POST", upstream.url(path, query), headers=upstream.headers(headers), content=body, timeout=upstream.timeout
-    )
     try:
-        status, error = await _exchange(client, request, upstream, send, budget, call_id, meter, result, disconnected)
+        url = upstream.url(path, query)
+        status, error = await _exchange(
+            transport, url, body, headers, upstream, send, budget, call_id, result, disconnected
+        )
     finally:
         budget.release(call_id)  # a call that ended before it settled (an error, the agent gone)
-    if isinstance(meter, responses.ResponsesMeter) and meter.response_id and own_responses is not None:
-        own_responses.add(meter.response_id)
+    if isinstance(meter, responses.ResponsesMeter) and stored is not None:
+        stored.add(meter)
     return done(status, error)
 
 
+def _checked(
+    upstream: Upstream,
+    body: bytes,
+    is_responses: bool,
+    allow_web_search: bool,
+    stored: responses.Stored,
+    prices: PriceTable,
+) -> ModelRequest:
+    """The request as it may go upstream (its model the run's), or Refused."""
+    request = ModelRequest(body, items=is_responses)
+    if is_responses:
+        if refused := responses.refusal(request, allow_web_search=allow_web_search, stored=stored):
+            raise Refused(403, Code.GATEWAY_REFUSED, f"forgehand: {refused}; nothing was sent to the provider")
+    elif refused := network_refusal(request):
+        text = f"forgehand: {refused} would reach the network from the provider's side; the sandbox has no network"
+        raise Refused(400, Code.GATEWAY_NETWORK_TOOL, text)
+    model = pinned_model(request.requested_model, upstream.model, prices)
+    if model is None:
+        text = f"forgehand: the model {request.requested_model!r} is not one this run may use "
+        text += "(none is configured and the price table does not list it)"
+        raise Refused(403, Code.GATEWAY_MODEL_REFUSED, text)
+    request.model = model
+    return request
+
+
 async def _exchange(
-    client: httpx.AsyncClient,
-    request: httpx.Request,
+    transport: UpstreamTransport,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
     upstream: Upstream,
     send: Send,
     budget: Budget,
     call_id: int,
-    meter: Meter,
     result: CallResult,
     disconnected: Callable[[], bool],
 ) -> tuple[int, str]:
     """The call upstream and its answer passed back: (the status the agent got, what went wrong)."""
     t0 = time.monotonic()
+    meter = result.meter
     try:
-        resp = await client.send(request, stream=True)
+        answer = await transport.open(url, upstream.headers(headers), body, upstream.timeout)
     except httpx.TransportError as exc:  # timeouts and refused addresses included
         return await _upstream_failed(send, upstream, exc, started=False)
-    chunks: BodyChunks | None = None
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)
-        is_sse = resp.headers.get("content-type", "").startswith("text/event-stream")
-        if not is_sse:
-            data = b""
+        status = answer.status
+        if not answer.header(b"content-type").startswith(b"text/event-stream"):
+            data = bytearray()
             try:
-                async for piece in resp.aiter_raw():
+                ended = False
+                while not ended:
+                    piece, ended = await answer.next()
                     data += piece
                     if len(data) > MAX_JSON_ANSWER_BYTES:
                         raise httpx.ReadError("the answer is too large")
             except httpx.TransportError as exc:
                 return await _upstream_failed(send, upstream, exc, started=True)
-            if resp.status_code == 200:
-                meter.finish_json(data)
+            if status == 200:
+                meter.finish_json(bytes(data))
             else:
                 meter.error = data[:500].decode("utf-8", "replace")
-            await send_json(send, resp.status_code, data, _answer_headers(resp))
-            budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or resp.status_code != 200)
-            return resp.status_code, "" if resp.status_code == 200 else f"upstream {resp.status_code}"
-        await send({"type": "http.response.start", "status": resp.status_code, "headers": _answer_headers(resp)})
+            await send_json(send, status, bytes(data), _answer_headers(answer))
+            budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
+            return status, "" if status == 200 else f"upstream {status}"
+        await send({"type": "http.response.start", "status": status, "headers": _answer_headers(answer)})
         cut = False
         over = None
         if budget.limit:
@@ -374,20 +296,25 @@ async def _exchange(
             def over() -> bool:
                 return budget.stream_over(call_id, meter.estimated_total)
 
-        chunks = BodyChunks(resp)
+        finished = False  # the agent's side was ended along with the last piece
         try:
-            # The bytes pass as they came, by whole events; the meter reads them on the side.
-            while (got := await chunks.next()) is not None:
+            # The bytes pass as they came, by whole events; the meter reads them on the side. The
+            # last piece and the stream's end leave in one write.
+            ended = False
+            while not ended:
+                got, ended = await answer.next()
                 out, cut = meter.feed(got, over)
                 if cut:
                     out += _stream_end(upstream.provider, meter)
+                elif ended:
+                    out += meter.rest()
+                    finished = True
+                    await send({"type": "http.response.body", "body": out})
+                    break
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
                 if cut or disconnected():
                     break
-            tail = meter.rest()
-            if tail and not cut:
-                await send({"type": "http.response.body", "body": tail, "more_body": True})
         except httpx.TimeoutException:
             text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
             await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
@@ -396,13 +323,12 @@ async def _exchange(
             text = f"the model endpoint broke off the stream ({type(exc).__name__})"
             await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
             meter.error = text
-        await send({"type": "http.response.body", "body": b""})
-        budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or resp.status_code != 200)
+        if not finished:
+            await send({"type": "http.response.body", "body": b""})
+        budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
         if cut:
             budget.cut()
-            return resp.status_code, f"{budget.text}: the stream was cut"
-        return resp.status_code, meter.error
+            return status, f"{budget.text}: the stream was cut"
+        return status, meter.error
     finally:
-        if chunks is not None:
-            await chunks.close()
-        await resp.aclose()
+        await answer.aclose()

@@ -19,13 +19,15 @@ from typing import Any
 import msgspec
 
 from tasks.run.gateway.metering import Meter, nonneg, sse_data
+from tasks.run.gateway.request import ModelRequest
 
 _DELTAS = frozenset(
     b"""response.output_text.delta response.function_call_arguments.delta response.custom_tool_call_input.delta
     response.reasoning_summary_text.delta response.reasoning_text.delta response.refusal.delta""".split()
 )
 _ENDS = frozenset(b"response.completed response.incomplete response.failed".split())
-_READ = _DELTAS | _ENDS | {b"response.created", b"error"}
+_ITEM_DONE = b"response.output_item.done"
+_READ = _DELTAS | _ENDS | {b"response.created", b"error", _ITEM_DONE}
 
 
 class _Event(msgspec.Struct):
@@ -34,6 +36,7 @@ class _Event(msgspec.Struct):
     delta: Any = None
     message: Any = None
     code: Any = None
+    item: Any = None
 
 
 _EVENT = msgspec.json.Decoder(_Event)
@@ -43,7 +46,12 @@ class ResponsesMeter(Meter):
     def __init__(self) -> None:
         super().__init__()
         self.response_id = ""
+        self.item_ids: list[str] = []  # the output items this response created
         self.events = 0  # events read so far
+
+    def _item(self, item: Any) -> None:
+        if isinstance(item, dict) and isinstance(item.get("id"), str) and len(self.item_ids) < 10_000:
+            self.item_ids.append(item["id"][:200])
 
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
@@ -62,6 +70,9 @@ class ResponsesMeter(Meter):
         if isinstance(response.get("id"), str):
             self.response_id = response["id"][:200]
         self._usage(response.get("usage"))
+        output = response.get("output")
+        for item in output if isinstance(output, list) else ():
+            self._item(item)
         error = response.get("error")
         if isinstance(error, dict):
             self.error = str(error.get("message") or error.get("code") or "error")[:500]
@@ -86,6 +97,8 @@ class ResponsesMeter(Meter):
             self.streamed_chars += len(event.delta)
         elif kind in _END_NAMES or kind == "response.created":
             self._response(event.response)
+        elif kind == "response.output_item.done":
+            self._item(event.item)
         elif kind == "error":
             self.error = str(event.message or event.code or "error")[:500]
 
@@ -150,35 +163,43 @@ _WEB_SEARCH = ("web_search",)  # web_search, web_search_preview, web_search_2025
 _HOSTED = ("file_search", "code_interpreter", "computer", "image_generation", "mcp", "connector")
 
 
-class ResponsesHead(msgspec.Struct):
-    model: Any = None
-    stream: Any = None
-    tools: Any = None
-    background: Any = None
-    previous_response_id: Any = None
-    conversation: Any = None
+class Stored:
+    """What this run's own calls created on the provider's side (the ids of its responses and of
+    their output items): the only provider-side state its later calls may name."""
+
+    def __init__(self) -> None:
+        self.responses: set[str] = set()
+        self.items: set[str] = set()
+
+    def add(self, meter: "ResponsesMeter") -> None:
+        if meter.response_id:
+            self.responses.add(meter.response_id)
+        self.items.update(meter.item_ids)
 
 
-RESPONSES_HEAD = msgspec.json.Decoder(ResponsesHead)
-
-
-def refusal(head: ResponsesHead, *, allow_web_search: bool, own_responses: set[str]) -> str:
+def refusal(request: ModelRequest, *, allow_web_search: bool, stored: Stored) -> str:
     """Why this Responses request must not be forwarded ("" when it may be).
 
-    `previous_response_id` continues a conversation the provider stored: allowed only for a
-    response this run's own calls created (`own_responses`), so a run cannot read another run's
-    (or anyone's) stored conversation under a shared key. `conversation` (the Conversations API,
-    provider-side state by id) is refused for the same reason. `background: true` runs the
-    response detached from this call, past the run's end and outside its metering."""
-    if head.background is True:
-        return "a background response (background: true) would run outside the run and its budget"
-    if head.conversation is not None:
+    `previous_response_id` continues a conversation the provider stored, and an `input[]` item of
+    type `item_reference` names a stored item: allowed only for what this run's own calls
+    created, so a run cannot read another run's (or anyone's) stored state under a shared key.
+    `conversation` (the Conversations API) and `prompt` (a stored prompt template, which brings
+    its own instructions and tools, unchecked) are provider-side state this run did not create.
+    `background` runs the response detached from this call, past the run's end and outside its
+    metering: anything but absent, null or false is refused."""
+    if request.value("background") not in (None, False):
+        return "a background response (background) would run outside the run and its budget"
+    if request.value("conversation") is not None:
         return "a provider-side conversation (conversation) is state this run did not create"
-    previous = head.previous_response_id
-    if previous is not None and previous not in own_responses:
+    if request.value("prompt") is not None:
+        return "a stored prompt template (prompt) brings instructions and tools the gateway cannot check"
+    previous = request.value("previous_response_id")
+    if previous is not None and previous not in stored.responses:
         return "previous_response_id names a response this run did not create"
-    for tool in head.tools if isinstance(head.tools, list) else ():
-        kind = tool.get("type") if isinstance(tool, dict) else None
+    for ref in request.item_references():
+        if not isinstance(ref, str) or ref not in stored.items:
+            return "an input item_reference names an item this run did not create"
+    for kind in request.tool_types():
         if not isinstance(kind, str):
             continue
         if kind.startswith(_WEB_SEARCH):

@@ -15,6 +15,7 @@ address checked, and the socket opened to a checked address."""
 
 import asyncio
 import contextlib
+import functools
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
@@ -29,7 +30,7 @@ from webhooks.urlguard import AddressRefused, GuardedBackend
 T = TypeVar("T")
 Key = tuple[bytes, str, int]
 MAX_IDLE = 16  # idle connections kept per endpoint (a run's gateway serves at most 16 calls at once)
-READ_SIZE = 64 * 1024
+HELD = 256 * 1024  # bytes of an answer held for the agent's side before reading pauses
 ALLOWED_HOSTS_SETTING = "FORGEHAND_MODEL_ALLOWED_HOSTS"
 
 
@@ -37,15 +38,128 @@ class EndpointRefused(httpx.ConnectError):
     """The endpoint's host is (or resolves to) an address the guard refuses; nothing was sent."""
 
 
-class _Conn:
-    __slots__ = ("reader", "writer")
+@functools.lru_cache(maxsize=256)
+def _target(url: str) -> tuple[Key, bytes, bytes]:
+    """(the connection's key, the request target, the Host header) of a URL, parsed once."""
+    parsed = httpx.URL(url)
+    scheme = parsed.raw_scheme
+    key: Key = (scheme, parsed.host, parsed.port or (443 if scheme == b"https" else 80))
+    return key, parsed.raw_path, parsed.netloc
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+
+class _Conn(asyncio.Protocol):
+    """One upstream connection. The socket's bytes go straight into the current answer's parser
+    (no StreamReader, no coroutine and timeout context per read: per streamed event that was
+    a good part of the gateway's own work), a waiting reader is woken by a bare future, and the
+    read timeout is one timer per timeout window, pushed back lazily from the time of the last
+    byte instead of set and cancelled around every read."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.answer: _Answer | None = None
+        self.closed = False
+        self.error: Exception | None = None
+        self.paused = False  # reading paused: the agent's side has not taken what came
+        self._waiter: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self._timer: asyncio.TimerHandle | None = None
+        self._last = 0.0  # when the last byte came (loop time)
+        self._wait_from = 0.0
+        self._limit = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._last = self.loop.time()
+        answer = self.answer
+        if answer is None or answer.complete:  # bytes nobody asked for: not reusable
+            self.close()
+            return
+        try:
+            answer.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = httpx.RemoteProtocolError(f"the answer is not valid HTTP/1.1: {exc}")
+        if answer.held > HELD and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_exception(httpx.WriteError(str(exc or "the connection was closed")))
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._writable = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def taken(self) -> None:
+        """The agent's side took what was held: read on."""
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    async def write(self, message: bytes, seconds: float | None) -> None:
+        if self.closed or self.transport is None:
+            raise httpx.RemoteProtocolError("the connection was closed before the request was sent")
+        self.transport.write(message)
+        if self._writable is not None:  # more than the buffer's high-water mark waits to go
+            await _within(seconds, self._writable, httpx.WriteTimeout, "the write timed out")
+
+    async def wait(self, seconds: float | None) -> None:
+        """Until bytes come or the connection ends; httpx.ReadTimeout after `seconds` without a byte."""
+        if self.closed or self.error is not None:
+            return
+        waiter = self._waiter = self.loop.create_future()
+        if seconds is not None:
+            self._wait_from, self._limit = self.loop.time(), seconds
+            due = self._wait_from + seconds
+            if self._timer is not None and self._timer.when() > due:
+                self._timer.cancel()
+                self._timer = None
+            if self._timer is None:
+                self._timer = self.loop.call_at(due, self._check)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _check(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        due = max(self._last, self._wait_from) + self._limit
+        if self.loop.time() >= due:
+            waiter.set_exception(httpx.ReadTimeout(f"no byte of the answer for {self._limit} s"))
+        else:
+            self._timer = self.loop.call_at(due, self._check)
 
     def close(self) -> None:
-        self.writer.close()
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.transport is not None:
+            self.transport.close()
 
 
 class _Answer:
@@ -58,6 +172,7 @@ class _Answer:
         self.complete = False
         self.keep_alive = False  # read when the answer ends (the parser forgets it after)
         self.body: deque[bytes] = deque()
+        self.held = 0  # bytes in `body`
         self.parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -71,6 +186,7 @@ class _Answer:
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
+        self.held += len(body)
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -85,31 +201,75 @@ async def _within(seconds: float | None, what: Awaitable[T], error: type[httpx.T
         raise error(text) from None
 
 
-class _Body(httpx.AsyncByteStream):
+class Answer:
+    """One upstream answer, its head read: the status, the headers, and the body as it arrives.
+    `next` hands over everything that arrived since the last call as one piece (a burst of
+    events read in one go reaches the agent in one write), with whether the body ended with it,
+    so the agent's last piece and the stream's end can leave together. While the agent's side
+    does not ask for more, nothing is read: the connection's own buffer fills and the upstream
+    is paused (a slow agent slows the upstream, memory stays bounded)."""
+
+    __slots__ = ("_answer", "_conn", "_key", "_read", "_transport", "headers", "status")
+
     def __init__(self, transport: "UpstreamTransport", key: Key, conn: _Conn, answer: _Answer, read: float | None):
         self._transport = transport
         self._key = key
         self._conn: _Conn | None = conn
         self._answer = answer
         self._read = read
+        self.status: int = answer.parser.get_status_code()
+        self.headers = answer.headers
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def header(self, name: bytes) -> bytes:
+        """The first value of a header (name in lower case), b"" when absent."""
+        return next((v for k, v in self.headers if k.lower() == name), b"")
+
+    async def _more(self) -> None:
+        answer, conn = self._answer, self._conn
+        if conn is None:
+            raise httpx.ReadError("the answer was closed")
+        await conn.wait(self._read)
+        if conn.error is not None:
+            raise conn.error
+        if not answer.body and not answer.complete and conn.closed:
+            if not answer.until_close:
+                raise httpx.RemoteProtocolError("the server closed the connection before the answer ended")
+            answer.complete, answer.keep_alive = True, False
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._transport.release(self._key, conn, keep=self._answer.keep_alive)
+
+    async def next(self) -> tuple[bytes, bool]:
+        """(what arrived, whether the body ended with it); raises httpx's errors."""
+        answer = self._answer
+        while not answer.body and not answer.complete:
+            await self._more()
+        body = answer.body
+        piece = body.popleft() if len(body) == 1 else b"".join(body)
+        body.clear()
+        answer.held = 0
+        if self._conn is not None:
+            self._conn.taken()
+        if answer.complete:
+            self._release()
+        return piece, answer.complete
+
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body piece by piece as the parser gave them (httpx's `aiter_raw`)."""
         answer = self._answer
         while True:
             while answer.body:
-                yield answer.body.popleft()
+                piece = answer.body.popleft()
+                answer.held -= len(piece)
+                yield piece
+            if self._conn is not None:
+                self._conn.taken()
             if answer.complete:
-                break
-            assert self._conn is not None
-            data = await _read(self._conn, self._read)
-            if not data:
-                if answer.until_close:
-                    break
-                raise httpx.RemoteProtocolError("the server closed the connection before the answer ended")
-            _feed(answer, data)
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._transport.release(self._key, conn, keep=answer.keep_alive and answer.complete)
+                self._release()
+                return
+            await self._more()
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
@@ -117,21 +277,16 @@ class _Body(httpx.AsyncByteStream):
             conn.close()
 
 
-async def _read(conn: _Conn, seconds: float | None) -> bytes:
-    try:
-        async with asyncio.timeout(seconds):
-            return await conn.reader.read(READ_SIZE)
-    except TimeoutError:
-        raise httpx.ReadTimeout(f"no byte of the answer for {seconds} s") from None
-    except OSError as exc:
-        raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, answer: Answer) -> None:
+        self._answer = answer
 
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for piece in self._answer.pieces():
+            yield piece
 
-def _feed(answer: _Answer, data: bytes) -> None:
-    try:
-        answer.parser.feed_data(data)
-    except httptools.HttpParserError as exc:
-        raise httpx.RemoteProtocolError(f"the answer is not valid HTTP/1.1: {exc}") from exc
+    async def aclose(self) -> None:
+        await self._answer.aclose()
 
 
 class UpstreamTransport(httpx.AsyncBaseTransport):
@@ -159,68 +314,91 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             except httpcore.ConnectError as exc:
                 raise httpx.ConnectError(str(exc)) from None
         last: Exception = httpx.ConnectError(f"{host} has no address")
+        loop = asyncio.get_running_loop()
         for address in addresses:
-            opening = asyncio.open_connection(address, port, ssl=tls, server_hostname=host if tls else None)
+            opening = loop.create_connection(
+                lambda: _Conn(loop), address, port, ssl=tls, server_hostname=host if tls else None
+            )
             try:
                 text = f"connecting to {host} timed out"
-                reader, writer = await _within(seconds, opening, httpx.ConnectTimeout, text)
+                _, conn = await _within(seconds, opening, httpx.ConnectTimeout, text)
             except OSError as exc:  # refused, unreachable, TLS failures (ssl.SSLError is an OSError)
                 last = httpx.ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}")
                 continue
-            return _Conn(reader, writer)
+            return conn
         raise last
+
+    async def preconnect(self, url: str, seconds: float | None) -> None:
+        """Open a connection to `url`'s endpoint ahead of the first call (TCP and TLS handshakes
+        then fall outside the agent's first time to first byte); kept like a released one."""
+        key, _, _ = _target(url)
+        if not self._idle.get(key):
+            self.release(key, await self._connect(key, seconds), keep=True)
 
     def release(self, key: Key, conn: _Conn, *, keep: bool) -> None:
         idle = self._idle.setdefault(key, [])
-        if keep and len(idle) < MAX_IDLE and not conn.reader.at_eof():
+        conn.answer = None
+        if keep and len(idle) < MAX_IDLE and not conn.closed:
             idle.append(conn)
         else:
             conn.close()
 
+    async def open(self, url: str, headers: list[tuple[bytes, bytes]], body: bytes, seconds: float | None) -> Answer:
+        """POST `body` to `url` and read the answer's head: the gateway's own path, without
+        building httpx's request and response objects (their URL parsing, header models and
+        cookie handling were a third of the gateway's CPU per call). `seconds` is each of
+        httpx's (connect, write, each read)."""
+        key, target, host = _target(url)
+        head = [b"POST ", target, b" HTTP/1.1\r\nhost: ", host, b"\r\ncontent-length: ", b"%d" % len(body), b"\r\n"]
+        for name, value in headers:
+            head += (name, b": ", value, b"\r\n")
+        head.append(b"\r\n")
+        return await self._send(key, b"".join(head) + body, seconds, seconds, seconds)
+
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        key: Key = (url.raw_scheme, url.host, url.port or (443 if url.raw_scheme == b"https" else 80))
+        key, _, _ = _target(str(request.url))
         timeouts: dict[str, Any] = request.extensions.get("timeout", {})
         body = await request.aread()
-        head = [request.method.encode(), b" ", url.raw_path, b" HTTP/1.1\r\n"]
+        head = [request.method.encode(), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
         for name, value in request.headers.raw:
             head += (name, b": ", value, b"\r\n")
         head.append(b"\r\n")
         message = b"".join(head) + body
+        answer = await self._send(key, message, timeouts.get("connect"), timeouts.get("write"), timeouts.get("read"))
+        return httpx.Response(answer.status, headers=answer.headers, stream=_Body(answer))
+
+    async def _send(
+        self, key: Key, message: bytes, connect: float | None, write: float | None, read: float | None
+    ) -> Answer:
         idle = self._idle.get(key)
-        while idle and idle[-1].reader.at_eof():
+        while idle and idle[-1].closed:
             idle.pop().close()
         reused = bool(idle)
-        conn = idle.pop() if idle else await self._connect(key, timeouts.get("connect"))
+        conn = idle.pop() if idle else await self._connect(key, connect)
         while True:
             try:
-                return await self._exchange(key, conn, message, timeouts)
+                return await self._exchange(key, conn, message, write, read)
             except (httpx.RemoteProtocolError, httpx.ReadError):
                 conn.close()
                 if not reused:
                     raise
                 # A kept-alive connection the server had closed before reading the request.
                 reused = False
-                conn = await self._connect(key, timeouts.get("connect"))
+                conn = await self._connect(key, connect)
             except BaseException:
                 conn.close()
                 raise
 
-    async def _exchange(self, key: Key, conn: _Conn, message: bytes, timeouts: dict[str, Any]) -> httpx.Response:
-        try:
-            conn.writer.write(message)
-            await _within(timeouts.get("write"), conn.writer.drain(), httpx.WriteTimeout, "the write timed out")
-        except OSError as exc:
-            raise httpx.RemoteProtocolError(f"the connection broke while sending ({exc})") from exc
-        answer = _Answer()
+    async def _exchange(self, key: Key, conn: _Conn, message: bytes, write: float | None, read: float | None) -> Answer:
+        answer = conn.answer = _Answer()
+        await conn.write(message, write)
         while not answer.head_done:
-            data = await _read(conn, timeouts.get("read"))
-            if not data:
+            await conn.wait(read)
+            if conn.error is not None:
+                raise conn.error
+            if not answer.head_done and conn.closed:
                 raise httpx.RemoteProtocolError("the server closed the connection without answering")
-            _feed(answer, data)
-        status = answer.parser.get_status_code()
-        stream = _Body(self, key, conn, answer, timeouts.get("read"))
-        return httpx.Response(status, headers=answer.headers, stream=stream)
+        return Answer(self, key, conn, answer, read)
 
     async def aclose(self) -> None:
         for idle in self._idle.values():
