@@ -1,18 +1,15 @@
 """a repository may let subtasks run on other runtimes than their parent's (spawn_subtask)
 
-Revision ID: 0020
+Revision ID: 0018
 Revises: 0017
 Create Date: 2026-12-01 19:20:00
-
-Written next to 0018 and 0019 (other branches, also after 0017); it touches only
-`repo_task_settings`, so it chains after them in any order.
 """
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '0020'
+revision: str = '0018'
 down_revision: str | None = '0017'
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
