@@ -174,6 +174,24 @@ async def test_upstream_down_slow_429_and_500_reach_the_agent_typed() -> None:
     assert [e.status for e in rec.model_calls()] == [429, 500, 504, 504, 200, 502]
 
 
+async def test_hook_and_back_channel_bodies_are_capped_below_model_calls() -> None:
+    seen: list[str] = []
+
+    async def handler(agent: str, event: str, body: dict) -> dict:
+        seen.append(event)
+        return {}
+
+    big = b'{"tool_name": "Write", "tool_input": {"content": "' + b"x" * (9 * 1024 * 1024) + b'"}}'
+    async with open_channel({}) as ch, agent_client(ch) as c:
+        ch.set_hook_handler(handler)
+        h = {"authorization": f"Bearer {ch.token}", "content-type": "application/json"}
+        hook = await c.post("/hooks/claude/PostToolUse", content=big, headers=h)
+        mcp = await c.post("/mcp", content=big, headers={**h, "accept": "application/json, text/event-stream"})
+        small = await c.post("/hooks/claude/PostToolUse", json={"tool_name": "Write"}, headers=h)
+    assert (hook.status_code, mcp.status_code) == (413, 413)
+    assert small.status_code == 200 and seen == ["PostToolUse"]  # the oversize ones reached nothing
+
+
 async def test_hooks_reach_the_registered_handler() -> None:
     async with open_channel({}) as ch, agent_client(ch) as c:
         h = {"authorization": f"Bearer {ch.token}"}

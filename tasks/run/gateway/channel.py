@@ -39,6 +39,10 @@ from webhooks.urlguard import AllowList
 log = structlog.get_logger("forgehand.gateway")
 
 SOCKET_NAME = "gateway.sock"
+# A hook's or back-channel call's body: one tool call's input (a file Write, a patch) or its
+# output, which the CLIs cap far below this; beyond it the call is refused (413), and refused
+# hooks deny.
+MAX_CONTROL_BYTES = 8 * 1024 * 1024
 HookHandler = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 Emit = Callable[[Kind, Payload], Awaitable[None]]
 KeySource = Literal["instance", "repository", "personal"]
@@ -247,6 +251,10 @@ class RunChannel:
         if scope["method"] != "POST":
             await send_json(send, 405, error_body(provider, 405, "invalid_request_error", "POST only"))
             return
+        # A model call may carry a long conversation; a hook or back-channel call is one tool's
+        # input and output. With 16 connections per run, the smaller cap keeps what an agent can
+        # make the worker hold far below 16 x MAX_REQUEST_BYTES on those paths.
+        limit = MAX_CONTROL_BYTES if path == MCP_PATH or path.startswith("/hooks/") else MAX_REQUEST_BYTES
         buffer = bytearray()  # bytes += bytes is quadratic: an agent could stall the event loop
         more = True
         while more:
@@ -255,7 +263,7 @@ class RunChannel:
                 return
             buffer += message_in.get("body", b"")
             more = message_in.get("more_body", False)
-            if len(buffer) > MAX_REQUEST_BYTES:
+            if len(buffer) > limit:
                 await send_json(send, 413, error_body(provider, 413, "request_too_large", "the request is too large"))
                 return
         body = bytes(buffer)
