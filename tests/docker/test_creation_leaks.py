@@ -22,6 +22,8 @@ import docker
 import pytest
 from docker.api.client import APIClient
 
+import sandbox.creation as sandbox_creation
+import sandbox.engine as sandbox_engine
 from sandbox import EngineUnavailable, SandboxEngine, list_sandboxes, prepare_workspace, reap, remove_workspace
 
 from .conftest import INSTANCE, SpecFactory
@@ -166,6 +168,71 @@ async def test_random_shutdowns_leave_nothing(
     async with SandboxEngine() as fresh:
         assert await _left(fresh, "rclose-") == [], outcomes  # close waited: nothing to poll for
     assert outcomes["cancelled"] + outcomes["closed"] > 0, outcomes
+
+
+async def test_close_waits_for_a_start_past_its_creation(
+    make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container exists and runs; the start is still at its relays when the engine closes.
+
+    A close that did not wait shut the thread pool down under the start, whose removal then ran in a
+    thread nobody waited for (or failed to be scheduled): a container left after close returned.
+    """
+    held, release = asyncio.Event(), asyncio.Event()
+    real = sandbox_engine.start_relays
+
+    async def slow_relays(sb: Any) -> None:
+        held.set()
+        await release.wait()
+        await real(sb)
+
+    monkeypatch.setattr(sandbox_engine, "start_relays", slow_relays)
+    engine = SandboxEngine()
+    try:
+        starting = asyncio.create_task(engine.start(make_spec(run="past-create")))
+        await asyncio.wait_for(held.wait(), 30)
+        closing = asyncio.create_task(engine.close())
+        await asyncio.sleep(0.3)
+        assert not closing.done()  # close waits for the start
+        release.set()
+        await closing
+        with pytest.raises(EngineUnavailable):
+            await starting
+        async with SandboxEngine() as fresh:
+            assert await _left(fresh, "past-create") == []  # close waited: nothing to poll for
+    finally:
+        release.set()
+        await engine.close()
+
+
+async def test_a_cancel_arriving_with_the_container_is_not_swallowed(
+    engine: SandboxEngine, make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread hands the container over and the caller is cancelled in the same loop iteration.
+
+    asyncio.wait_for (3.11) returned the result and dropped the cancel: the cancelled start went
+    on as if nothing happened, and a shutdown that had cancelled it closed the engine under it.
+    """
+    entered, returned = threading.Event(), threading.Event()
+    real = sandbox_creation.create_and_start
+
+    def create_and_start(*args: Any) -> str:
+        entered.set()
+        try:
+            return real(*args)
+        finally:
+            returned.set()
+
+    monkeypatch.setattr(sandbox_creation, "create_and_start", create_and_start)
+    starting = asyncio.create_task(engine.start(make_spec(run="cancel-with-result")))
+    assert await asyncio.to_thread(entered.wait, 30)
+    # Block the loop on purpose until the thread's answer is queued for it, then cancel.
+    assert returned.wait(30)
+    time.sleep(0.2)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert await _none_left_soon(engine, "cancel-with-result") == []
 
 
 _CREATOR = """
