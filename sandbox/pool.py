@@ -134,6 +134,7 @@ class SandboxPool:
         workspace_limit_bytes: int | None = None,
         max_idle_seconds: int = 600,
         parallel_starts: int = 2,
+        refill_delay: float = 0.0,
     ) -> None:
         if size < 1:
             raise ValueError("a pool needs a size of at least 1")
@@ -147,12 +148,16 @@ class SandboxPool:
         self.channel_root = channel_root
         self.workspace_limit_bytes = workspace_limit_bytes
         self.max_idle_seconds = max_idle_seconds
+        # A replacement started at once competes for the CPU with the run that just took its
+        # sandbox (the agent's own start is CPU-bound): the worker waits a little.
+        self.refill_delay = refill_delay
         self.handed_out = 0
         self._idle: list[_Idle] = []
         self._starting = 0
         self._start_slots = asyncio.Semaphore(parallel_starts)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._closing = asyncio.Event()
         LIVE_POOLS.add(self.id)
 
     async def __aenter__(self) -> "SandboxPool":
@@ -180,13 +185,19 @@ class SandboxPool:
         missing = self.size - len(self._idle) - self._starting
         await asyncio.gather(*(self._start_one() for _ in range(max(0, missing))))
 
-    def fill_later(self) -> None:
-        """`fill` in the background (a failed start only means fewer ready sandboxes)."""
+    def fill_later(self, delay: float = 0.0) -> None:
+        """`fill` in the background after `delay` seconds (a failed start only means fewer ready)."""
         if self._closed:
             return
-        task = asyncio.get_running_loop().create_task(self.fill())
+        task = asyncio.get_running_loop().create_task(self._fill_after(delay))
         self._tasks.add(task)
         task.add_done_callback(self._fill_done)
+
+    async def _fill_after(self, delay: float) -> None:
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):  # closing ends the wait (and the fill does nothing)
+                await asyncio.wait_for(self._closing.wait(), delay)
+        await self.fill()
 
     def _fill_done(self, task: "asyncio.Task[None]") -> None:
         self._tasks.discard(task)
@@ -256,7 +267,7 @@ class SandboxPool:
             return None
         while self._idle:
             idle = self._idle.pop(0)
-            self.fill_later()
+            self.fill_later(self.refill_delay)
             if time.monotonic() - idle.ready_at > self.max_idle_seconds:
                 await self._discard(idle.sandbox)
                 continue
@@ -268,7 +279,7 @@ class SandboxPool:
             if sandbox is not None:
                 self.handed_out += 1
                 return sandbox
-        self.fill_later()
+        self.fill_later(self.refill_delay)
         return None
 
     async def _hand_over(self, idle: _Idle, spec: SandboxSpec, name: str) -> Sandbox | None:
@@ -303,6 +314,7 @@ class SandboxPool:
     async def close(self) -> None:
         """Remove every idle sandbox and its slot (handed-out ones are their holders' to remove)."""
         self._closed = True
+        self._closing.set()
         LIVE_POOLS.discard(self.id)
         # Let starts in flight finish (they see `_closed` and discard what they made): cancelling
         # them would leave a container the engine creates anyway.
