@@ -8,9 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import docker
+import httpx
 import msgspec
 import pytest
 
+from forge.settings import Settings
 from sandbox import (
     GATEWAY_RELAY_PORT,
     Limits,
@@ -25,8 +28,13 @@ from sandbox import (
     sweep_pool_dirs,
 )
 from sandbox.quota import image_path, is_mounted, quota_mounts
+from tests.support.agent_box import on_served
+from tests.support.anthropic import ScriptedAnthropic, text, tool_use
+from tests.support.tasks import all_events, task_settings, tree_files, wait_state
 
 from .conftest import INSTANCE, SpecFactory
+
+TASKS = "/api/v1/repos/ana/demo/tasks"
 
 QUOTA = 32 * MiB
 _ASK_GATEWAY = (
@@ -219,3 +227,59 @@ async def test_a_dead_pools_directories_are_swept(tmp_path: Path, channel_dir: P
     removed = sweep_pool_dirs(root, channels)
     assert sorted(p.name for p in removed) == sorted([dead, live, f"pool-{dead}-slot"])
     assert not is_mounted(ws) and list(root.iterdir()) == [] and list(channels.iterdir()) == []
+
+
+async def test_claude_code_tasks_take_pooled_sandboxes_once_and_leave_nothing(
+    settings: Settings, agents_image: str, docker_client: docker.DockerClient
+) -> None:
+    """A served worker with FORGEHAND_TASK_SANDBOX_POOL=1: each task's sandbox comes from the pool
+    (a different container each time), its work lands on the branch from its own workspace, and
+    when the server stops, nothing of the pool is left (containers, slot directories)."""
+    s = msgspec.structs.replace(
+        task_settings(settings), task_sandbox_pool=1, anthropic_api_key="sk-ant-pool-key", anthropic_model="claude-t"
+    )
+    turns = [
+        tool_use("Write", {"file_path": "/workspace/pooled.txt", "content": "from a pooled sandbox\n"}, id="toolu_w"),
+        text("done"),
+    ]
+    with ScriptedAnthropic(turns * 2) as api:
+        s = msgspec.structs.replace(s, anthropic_base_url=api.url)
+
+        async def drive(c: httpx.AsyncClient) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+            out = []
+            for number in (1, 2):
+                await _pool_ready(docker_client, s.instance_id)
+                r = await c.post(TASKS, json={"goal": f"write {number}", "agent": "fixer", "runtime": "claude-code"})
+                assert r.status_code == 201, r.text
+                out.append(
+                    (await wait_state(c, number, "awaiting_review", "failed", timeout=180), await all_events(c, number))
+                )
+            return out
+
+        results, path = await on_served(s, drive)
+    containers = []
+    for done, events in results:
+        assert done["state"] == "awaiting_review", [e["payload"] for e in events if e["kind"] == "notice"]
+        assert tree_files(path, done["head_sha"])["pooled.txt"][1] == b"from a pooled sandbox\n"
+        sandbox = next(e["payload"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "sandbox")
+        assert sandbox["detail"]["pooled"] is True, sandbox
+        containers.append(sandbox["detail"]["container"])
+        workspace = next(e["payload"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "workspace")
+        assert workspace["detail"]["quota"] == "mount"
+    assert containers[0] != containers[1]
+    left = docker_client.containers.list(all=True, filters={"label": f"forgehand.instance={s.instance_id}"})
+    assert left == []
+    assert list((s.data_dir / "pool").iterdir()) == []
+    assert not list(s.effective_run_channel_dir.glob("pool-*"))
+
+
+async def _pool_ready(client: docker.DockerClient, instance: str) -> None:
+    """Wait until the served worker's pool has an idle sandbox again (the refill waits a little)."""
+    for _ in range(300):
+        idle = await asyncio.to_thread(
+            client.containers.list, filters={"label": [f"forgehand.instance={instance}", "forgehand.pool"]}
+        )
+        if any(c.labels.get("forgehand.run", "").startswith("pool:") for c in idle):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the pool never got an idle sandbox")
