@@ -45,8 +45,8 @@ CHANNEL_PREFIX = "pool-"
 _NAME_PREFIX = "forgehand-pool-"
 _MAX_ASSIGNED_NAME = 240
 
-# Pool ids alive in this process (their idle containers are kept by `reap`).
-LIVE_POOLS: set[str] = set()
+# The pools alive in this process, by id (their idle containers are kept by `reap`).
+LIVE_POOLS: dict[str, "SandboxPool"] = {}
 
 
 def assigned_name(token: str, task: str, run: str) -> str:
@@ -158,7 +158,7 @@ class SandboxPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._closing = asyncio.Event()
-        LIVE_POOLS.add(self.id)
+        LIVE_POOLS[self.id] = self
 
     async def __aenter__(self) -> "SandboxPool":
         await self.fill()
@@ -315,7 +315,7 @@ class SandboxPool:
         """Remove every idle sandbox and its slot (handed-out ones are their holders' to remove)."""
         self._closed = True
         self._closing.set()
-        LIVE_POOLS.discard(self.id)
+        LIVE_POOLS.pop(self.id, None)
         # Let starts in flight finish (they see `_closed` and discard what they made): cancelling
         # them would leave a container the engine creates anyway.
         await asyncio.gather(*list(self._tasks), return_exceptions=True)

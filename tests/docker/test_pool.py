@@ -27,6 +27,7 @@ from sandbox import (
     remove_workspace,
     sweep_pool_dirs,
 )
+from sandbox.pool import LIVE_POOLS
 from sandbox.quota import image_path, is_mounted, quota_mounts
 from tests.support.agent_box import on_served
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
@@ -248,7 +249,7 @@ async def test_claude_code_tasks_take_pooled_sandboxes_once_and_leave_nothing(
         async def drive(c: httpx.AsyncClient) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
             out = []
             for number in (1, 2):
-                await _pool_ready(docker_client, s.instance_id)
+                await _pool_ready(agents_image)
                 r = await c.post(TASKS, json={"goal": f"write {number}", "agent": "fixer", "runtime": "claude-code"})
                 assert r.status_code == 201, r.text
                 out.append(
@@ -273,13 +274,10 @@ async def test_claude_code_tasks_take_pooled_sandboxes_once_and_leave_nothing(
     assert not list(s.effective_run_channel_dir.glob("pool-*"))
 
 
-async def _pool_ready(client: docker.DockerClient, instance: str) -> None:
-    """Wait until the served worker's pool has an idle sandbox again (the refill waits a little)."""
+async def _pool_ready(image: str) -> None:
+    """Wait until the served worker's pool of `image` (in this process) has an idle sandbox again."""
     for _ in range(300):
-        idle = await asyncio.to_thread(
-            client.containers.list, filters={"label": [f"forgehand.instance={instance}", "forgehand.pool"]}
-        )
-        if any(c.labels.get("forgehand.run", "").startswith("pool:") for c in idle):
+        if any(p.ready and p.template.image == image for p in list(LIVE_POOLS.values())):
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the pool never got an idle sandbox")
