@@ -205,6 +205,27 @@ class SandboxPool:
         if not task.cancelled():
             task.exception()
 
+    def keep_fresh(self) -> None:
+        """In the background until closed: replace idle sandboxes before `max_idle_seconds`, so a
+        run after a quiet spell still finds a ready one (acquire discards a stale one)."""
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._refresh_loop())
+        self._tasks.add(task)
+        task.add_done_callback(self._fill_done)
+
+    async def _refresh_loop(self) -> None:
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.max_idle_seconds / 4)
+            stale = [i for i in self._idle if time.monotonic() - i.ready_at > self.max_idle_seconds / 2]
+            for idle in stale:
+                self._idle.remove(idle)
+            await asyncio.gather(*(self._discard(i.sandbox) for i in stale), return_exceptions=True)
+            if not self._closed:
+                with contextlib.suppress(Exception):
+                    await self.fill()
+
     async def _start_one(self) -> None:
         self._starting += 1
         try:

@@ -88,6 +88,7 @@ async def open_pools(env: RunEnv, workspaces: Path) -> dict[str, SandboxPool]:
             workspace_limit_bytes=mount_limit(settings), refill_delay=REFILL_DELAY_SECONDS,
         )  # fmt: skip
         pool.fill_later()
+        pool.keep_fresh()
         pools[image] = pool
     return pools
 

@@ -281,3 +281,20 @@ async def _pool_ready(image: str) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError("the pool never got an idle sandbox")
+
+
+async def test_idle_sandboxes_are_replaced_before_they_go_stale(
+    engine: SandboxEngine, make_spec: SpecFactory, pool_dirs: tuple[Path, Path]
+) -> None:
+    """A run after a quiet spell still finds a ready sandbox: the pool replaces its idle ones at
+    half their `max_idle_seconds` instead of discarding them at acquire."""
+    async with SandboxPool(engine, make_spec(), size=1, root=pool_dirs[0], max_idle_seconds=4) as pool:
+        first = {s.id for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")}
+        pool.keep_fresh()
+        for _ in range(150):
+            await asyncio.sleep(0.1)
+            now = {s.id for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")}
+            if pool.ready and now and not now & first:
+                break
+        assert pool.ready == 1 and len(now) == 1 and not now & first, (first, now)
+    assert not [s for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")]
