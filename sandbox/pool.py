@@ -158,6 +158,7 @@ class SandboxPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._closing = asyncio.Event()
+        self._settled = asyncio.Condition()  # a start ended (fill waits for the ones in flight)
         LIVE_POOLS[self.id] = self
 
     async def __aenter__(self) -> "SandboxPool":
@@ -181,9 +182,12 @@ class SandboxPool:
         )
 
     async def fill(self) -> None:
-        """Start sandboxes until `size` are ready (waits for them)."""
+        """Start sandboxes until `size` are ready (waits for them, and for those a background
+        refill is starting)."""
         missing = self.size - len(self._idle) - self._starting
         await asyncio.gather(*(self._start_one() for _ in range(max(0, missing))))
+        async with self._settled:
+            await self._settled.wait_for(lambda: not self._starting or self._closed or len(self._idle) >= self.size)
 
     def fill_later(self, delay: float = 0.0) -> None:
         """`fill` in the background after `delay` seconds (a failed start only means fewer ready)."""
@@ -263,6 +267,8 @@ class SandboxPool:
                 self._idle.append(_Idle(sandbox, token, time.monotonic()))
         finally:
             self._starting -= 1
+            async with self._settled:
+                self._settled.notify_all()
 
     def _make_slot(self, spec: SandboxSpec) -> None:
         prepare_workspace(spec.workspace, limit_bytes=self.workspace_limit_bytes)
