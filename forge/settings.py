@@ -69,6 +69,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # fallback without root, which ends the run at the limit but cannot stop a fast writer before it.
     task_workspace_limit_mb: int = 1024
     task_workspace_quota: Literal["mount", "watchdog"] = "mount"
+    # Sandboxes kept started ahead, per image, each handed to one run (docs/operator.md); 0 = off.
+    task_sandbox_pool: int = 0
     # A tool call parked for a person (policy `ask` or failure policy `hold`) expires after this.
     task_approval_ttl_seconds: int = 1800
     model_base_url: str = ""
@@ -200,6 +202,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             raise SettingsError(f"{src(name)}: must be a positive integer")
     if s.task_workspace_quota == "mount" and s.task_workspace_limit_mb < 16:
         raise SettingsError(f"{src('task_workspace_limit_mb')}: must be at least 16 (MiB) for a mounted workspace")
+    if not 0 <= s.task_sandbox_pool <= 32:
+        raise SettingsError(f"{src('task_sandbox_pool')}: must be between 0 (off) and 32")
     for name in ("token_cache_seconds", "task_token_budget"):
         if getattr(s, name) < 0:
             raise SettingsError(f"{src(name)}: must not be negative (0 turns it off)")

@@ -51,7 +51,7 @@ from .errors import (
 )
 from .execution import ExecResult, ExecStream
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
-from .pool import SandboxPool
+from .pool import SandboxPool, sweep_pool_dirs
 from .process import SandboxProcess, StdoutLine
 from .pump import OutputChunk
 from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
@@ -133,6 +133,7 @@ __all__ = [
     "reap",
     "remove_workspace",
     "require_agent",
+    "sweep_pool_dirs",
     "validate_spec",
     "weakenings_in_effect",
     "workspace_usage",

@@ -136,7 +136,10 @@ class InFlight:
         future: Future[str] = self._executor.submit(self._invoke, lambda c: create_and_start(c, kwargs, creation))
         self._track(future, creation)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+            # Not asyncio.wait_for: on 3.11 a cancel that arrives once the thread has finished is
+            # swallowed (the result is returned and the caller carries on as if never cancelled).
+            async with asyncio.timeout(timeout):
+                return await asyncio.wrap_future(future)
         except BaseException as exc:
             if handed_over := creation.abandon():
                 self.remove_later(handed_over)
@@ -160,6 +163,11 @@ class InFlight:
             return
         self._track(future)
 
+    async def settle(self, grace: float) -> None:
+        """Wait up to `grace` seconds for the background removals queued so far."""
+        if pending := self._pending(creations=False):
+            await asyncio.to_thread(futures_wait, pending, grace)
+
     async def drain(self, grace: float) -> None:
         """Abandon every creation in flight and wait up to `grace` seconds for them and the removals."""
         self.closed = True
@@ -172,5 +180,4 @@ class InFlight:
         if pending := self._pending():
             await asyncio.to_thread(futures_wait, pending, grace)
         # Removals queued by callers that resumed meanwhile.
-        if pending := self._pending(creations=False):
-            await asyncio.to_thread(futures_wait, pending, grace)
+        await self.settle(grace)

@@ -63,6 +63,9 @@ class SandboxEngine:
         self._client: docker.DockerClient | None = None
         self._client_lock = threading.Lock()
         self._in_flight = InFlight(self._executor, self._invoke)
+        # Starts between their call and their return: past the creation (relays, the quota mount
+        # check) a start still runs commands on the engine and, failing, queues its removal.
+        self._starts: set[asyncio.Future[None]] = set()
 
     async def __aenter__(self) -> "SandboxEngine":
         return self
@@ -76,7 +79,14 @@ class SandboxEngine:
         A creating thread cannot be interrupted; abandoned, it removes what it made (creation.py).
         Only then does the client close.
         """
-        await self._in_flight.drain(self.api_timeout if grace is None else grace)
+        limit = self.api_timeout if grace is None else grace
+        await self._in_flight.drain(limit)
+        # A start past its creation finds the engine closed at its next step and hands its container
+        # to `remove_later`; shutting the pool down under it would leave that removal to a thread
+        # nobody waits for (or to no thread at all).
+        if starts := list(self._starts):
+            await asyncio.wait(starts, timeout=limit)
+        await self._in_flight.settle(limit)
         client, self._client = self._client, None
         if client is not None:
             with contextlib.suppress(Exception):
@@ -121,7 +131,9 @@ class SandboxEngine:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, self._invoke, fn)
         try:
-            return await asyncio.wait_for(future, limit)
+            # Not asyncio.wait_for, which on 3.11 swallows a cancel arriving with the result.
+            async with asyncio.timeout(limit):
+                return await future
         except TimeoutError as exc:
             raise EngineUnavailable(f"the Docker engine did not answer within {limit:g}s") from exc
 
@@ -166,6 +178,15 @@ class SandboxEngine:
         """
         if self._in_flight.closed:
             raise EngineUnavailable("the sandbox engine is closed")
+        done = asyncio.get_running_loop().create_future()
+        self._starts.add(done)
+        try:
+            return await self._start(spec, name)
+        finally:
+            self._starts.discard(done)
+            done.set_result(None)
+
+    async def _start(self, spec: SandboxSpec, name: str | None) -> "Sandbox":
         workspace = Path(spec.workspace)
         if not await asyncio.to_thread(workspace.is_dir):
             raise SpecRefused(f"workspace {str(workspace)!r} is not a directory on this host")
@@ -185,6 +206,8 @@ class SandboxEngine:
             await start_relays(sandbox)
             if sandbox.workspace_quota == "mount":
                 await sandbox.verify_workspace_mount()
+            if self._in_flight.closed:
+                raise EngineUnavailable("the sandbox engine closed while the sandbox was being started")
         except BaseException:
             if sandbox is not None:
                 sandbox.cancel_wall_clock()

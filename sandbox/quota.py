@@ -168,6 +168,27 @@ def unmount_quota(workspace: Path) -> None:
         image_path(workspace).unlink()
 
 
+def move_quota_mount(slot: Path, target: Path) -> None:
+    """Bind the filesystem mounted at `slot` at the empty directory `target`, let the slot's mount
+    go and move its image beside `target` (same filesystem): `target` is that workspace now."""
+    if is_mounted(target):
+        raise WorkspaceQuotaUnavailable(f"{target} is already a mount point")
+    target.mkdir(exist_ok=True)
+    if any(target.iterdir()):
+        raise WorkspaceQuotaUnavailable(f"{target} is not empty")
+    _run(["mount", "--bind", str(slot), str(target)])
+    try:
+        image_path(slot).rename(image_path(target))
+    except OSError:
+        _run(["umount", str(target)])
+        raise
+    try:
+        _run(["umount", str(slot)])
+    except WorkspaceQuotaUnavailable:
+        _run(["umount", "-l", str(slot)])
+    slot.rmdir()
+
+
 def quota_mounts(under: Path, *, mountinfo: str | None = None) -> list[Path]:
     """Quota workspaces mounted below `under` (e.g. left by a crash, for recovery), from mountinfo."""
     if mountinfo is None:

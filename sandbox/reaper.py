@@ -3,7 +3,7 @@
 Which containers `reap(engine, instance, keep)` removes (docs/operator.md, "Sandboxes after a crash"):
 
 1. Its own instance's sandboxes (`forgehand.instance`) whose run is not in `keep` (the caller's live
-   runs), except the idle containers of a `SandboxPool` alive in this process.
+   runs), except the idle containers of a `SandboxPool` still alive (here or in another process).
 2. Any instance's sandboxes whose creating process is provably gone (`owner.creator_gone`): the
    `forgehand.host` label is this host's name and either the kernel has rebooted since (another
    boot id) or, in the same pid namespace, that pid no longer runs the process that created it.
@@ -21,7 +21,7 @@ import msgspec
 
 from .engine import SandboxEngine
 from .owner import LABEL_HOST, LABEL_OWNER, creator_gone
-from .pool import LIVE_POOLS, POOL_RUN_PREFIX, pool_identity
+from .pool import idle_pool_kept, pool_identity
 from .spec import LABEL_INSTANCE, LABEL_RUN, LABEL_TASK, LABEL_WEAKENED
 
 
@@ -88,17 +88,17 @@ async def reap(
     """Remove (kill first if needed) every sandbox of `instance` whose run id is not in `keep`, and,
     with `orphans`, every sandbox whose creating process is provably gone (the module doc).
 
-    Idle containers of a `SandboxPool` alive in this process are kept too.
+    Idle containers of a `SandboxPool` still alive (in this process or another on this host) are kept too.
 
     Returns the sandboxes removed. Containers already gone by the time we get to them are skipped.
     """
     if not instance:
         raise ValueError("reap needs an instance id; it never removes other instances' sandboxes")
-    live_pools = {f"{POOL_RUN_PREFIX}{pool_id}" for pool_id in LIVE_POOLS}
     doomed = [
         s
         for s in await list_sandboxes(engine, None if orphans else instance)
-        if (s.instance == instance and s.run not in keep and s.run not in live_pools) or s.orphaned
+        if (s.instance == instance and s.run not in keep and not idle_pool_kept(s.run, s.host, s.orphaned))
+        or s.orphaned
     ]
 
     async def remove(info: SandboxInfo) -> bool:

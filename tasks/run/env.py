@@ -12,7 +12,7 @@ from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
 from forge.settings import Settings
-from sandbox import SandboxEngine
+from sandbox import SandboxEngine, SandboxPool
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.live import LiveHub
 from tasks.core.policy import PolicyGate
@@ -35,6 +35,8 @@ class RunEnv:
     extra_secrets: tuple[str, ...] = ()
     agents_image: str = ""  # "" = sandbox.DEFAULT_AGENTS_IMAGE (CLI agent runtimes)
     clock: Callable[[], float] = field(default=time.monotonic)
+    # Warm pools of started sandboxes by image (tasks/run/warm.py), filled by the worker; empty = off.
+    pools: dict[str, SandboxPool] = field(default_factory=dict)
 
     def lifecycle(self, session: AsyncSession) -> Lifecycle:
         """Task steps on `session`; what they touch wakes live views (and workers) after the commit."""

@@ -18,8 +18,6 @@ from forge.models import Account, Repository
 from sandbox import (
     EngineUnavailable,
     ImageMissing,
-    Limits,
-    MiB,
     Sandbox,
     SandboxError,
     SandboxSpec,
@@ -32,7 +30,7 @@ from tasks.core.policy import ApprovedCall, GateContext, policy_record
 from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, Redactor, System
 from tasks.core.writer import TranscriptWriter
-from tasks.run import gitops, recovery
+from tasks.run import gitops, recovery, warm
 from tasks.run.backchannel import Backchannel
 from tasks.run.egress import RunEgress, proxy_env
 from tasks.run.env import RunEnv
@@ -277,28 +275,34 @@ class Execution(Settling, Supervising, Outside):
             egress = await self._open_egress(self.egress_plan)
             plan = self.egress_plan
             await self.system("egress", egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
-        # Workspace: the task branch if it exists, else the base, at a recorded sha.
+        # Workspace and sandbox. A warm pool's sandbox (tasks/run/warm.py) comes with the run's
+        # workspace filesystem made; otherwise the container starts while the tree is checked out.
         t0 = time.monotonic()
-        limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
-        try:
-            head = await env.store.read(self.repo_key, gitops.branch_sha, self.branch)
-            self.workspace = recovery.workspace_of(env, self.task_uuid, self.run_uuid)
-            mount_limit = limit_mb * MiB if quota == "mount" else None
-            await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=mount_limit)
-            self.checkout = await env.store.read(
-                self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace
+        self.workspace = recovery.workspace_of(env, self.task_uuid, self.run_uuid)
+        spec = SandboxSpec(
+            image=image, workspace=self.workspace, instance=env.instance, task=self.task_uuid, run=self.run_uuid,
+            limits=warm.run_limits(settings), channel_dir=self._channel_dir(),
+            env=proxy_env() if self.egress is not None else {}, relays=self._relays(),
+        )  # fmt: skip
+        pool = env.pools.get(image)
+        if pool is not None:
+            self.sandbox = await pool.acquire(spec, workspace_limit_bytes=warm.mount_limit(settings))
+        pooled = self.sandbox is not None
+        head = await self._prepare_workspace()
+        if pooled:
+            files = await self._check_out(head)
+        else:
+            checked_out, started = await asyncio.gather(
+                self._check_out(head), self._start_sandbox(spec), return_exceptions=True
             )
-            await asyncio.to_thread(gitops.save_manifest, self.workspace, self.checkout)
-            files = self.checkout.files
-            self.start_sha = head or self.base_sha  # only now: a partial checkout is never snapshotted
-        except Exception as exc:
-            log.exception("workspace preparation failed", run_id=self.run_id)
-            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-                raise ProvisionFailed(
-                    FailureReason.DISK_LIMIT, f"the checkout does not fit the workspace limit of {limit_mb} MiB"
-                ) from exc
-            raise ProvisionFailed(FailureReason.WORKSPACE, f"the workspace could not be prepared: {exc}") from exc
-        await self._set_run(start_sha=self.start_sha)
+            for failed in (checked_out, started):
+                if isinstance(failed, BaseException):
+                    raise failed
+            assert isinstance(checked_out, int)
+            files = checked_out
+        assert self.sandbox is not None
+        await self._set_run(start_sha=self.start_sha, container_id=self.sandbox.id)
+        limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
         await self.system(
             "workspace",
             f"workspace prepared from {'the task branch' if head else 'the base'} "
@@ -311,38 +315,14 @@ class Execution(Settling, Supervising, Outside):
         )
         if quota == "watchdog":
             await self._emit("notice", Notice(text=f"{_WATCHDOG_ONLY} ({limit_mb} MiB)", level="warning"))
-        self._check_stop()
-        # Sandbox.
-        t0 = time.monotonic()
-        spec = SandboxSpec(
-            image=image,
-            workspace=self.workspace,
-            instance=env.instance,
-            task=self.task_uuid,
-            run=self.run_uuid,
-            limits=Limits(
-                wall_clock_seconds=settings.task_wall_clock_seconds,
-                exec_timeout_seconds=settings.task_tool_timeout_seconds,
-                workspace_bytes=limit_mb * MiB,
-            ),
-            channel_dir=self._channel_dir(),
-            env=proxy_env() if self.egress is not None else {},
-            relays=self._relays(),
-        )
-        try:
-            self.sandbox = await env.engine.start(spec)
-        except ImageMissing as exc:
-            raise ProvisionFailed(
-                FailureReason.IMAGE_MISSING, f"the sandbox image {env.image} is missing: run `forgehand sandbox build`"
-            ) from exc
-        except EngineUnavailable as exc:
-            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"no Docker engine answered: {exc}") from exc
-        except SandboxError as exc:
-            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"the sandbox could not start: {exc}") from exc
-        await self._set_run(container_id=self.sandbox.id)
         weakened = weakenings_in_effect(spec)
         await self.system(
-            "sandbox", f"sandbox {self.sandbox.name} started", t0, container=self.sandbox.name, weakened=weakened
+            "sandbox",
+            f"sandbox {self.sandbox.name} {'taken from the warm pool' if pooled else 'started'}",
+            t0,
+            container=self.sandbox.name,
+            weakened=weakened,
+            pooled=pooled,
         )
         self._check_stop()
         t0 = time.monotonic()
@@ -373,6 +353,52 @@ class Execution(Settling, Supervising, Outside):
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
+
+    async def _prepare_workspace(self) -> str | None:
+        """The run's workspace directory (its own filesystem with the quota; made already when the
+        sandbox came from the pool); returns the task branch's head (None: start from the base)."""
+        assert self.workspace is not None
+        try:
+            head = await self.env.store.read(self.repo_key, gitops.branch_sha, self.branch)
+            await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=warm.mount_limit(self.settings))
+        except Exception as exc:
+            raise self._workspace_failed(exc) from exc
+        return head
+
+    async def _check_out(self, head: str | None) -> int:
+        """Check the tree out into the workspace; the number of files."""
+        assert self.workspace is not None
+        try:
+            self.checkout = await self.env.store.read(
+                self.repo_key, gitops.checkout_tree, head or self.base_sha, self.workspace
+            )
+            await asyncio.to_thread(gitops.save_manifest, self.workspace, self.checkout)
+        except Exception as exc:
+            raise self._workspace_failed(exc) from exc
+        self.start_sha = head or self.base_sha  # only now: a partial checkout is never snapshotted
+        return self.checkout.files
+
+    def _workspace_failed(self, exc: Exception) -> ProvisionFailed:
+        log.exception("workspace preparation failed", run_id=self.run_id)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            limit_mb = self.settings.task_workspace_limit_mb
+            return ProvisionFailed(
+                FailureReason.DISK_LIMIT, f"the checkout does not fit the workspace limit of {limit_mb} MiB"
+            )
+        return ProvisionFailed(FailureReason.WORKSPACE, f"the workspace could not be prepared: {exc}")
+
+    async def _start_sandbox(self, spec: SandboxSpec) -> None:
+        try:
+            self.sandbox = await self.env.engine.start(spec)
+        except ImageMissing as exc:
+            raise ProvisionFailed(
+                FailureReason.IMAGE_MISSING,
+                f"the sandbox image {self.env.image} is missing: run `forgehand sandbox build`",
+            ) from exc
+        except EngineUnavailable as exc:
+            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"no Docker engine answered: {exc}") from exc
+        except SandboxError as exc:
+            raise ProvisionFailed(FailureReason.ENGINE_UNAVAILABLE, f"the sandbox could not start: {exc}") from exc
 
     async def _record_agent(self, ctx: RunContext) -> None:
         """What a CLI agent runtime reported: its name and version on the run, its session on the

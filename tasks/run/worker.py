@@ -32,7 +32,7 @@ from tasks.core.policy import PolicyGate
 from tasks.core.states import FailureReason, RunState, TaskState
 from tasks.core.subtasks import report_to_parent
 from tasks.core.transcript import Notice, Pending
-from tasks.run import recovery
+from tasks.run import recovery, warm
 from tasks.run.env import RunEnv
 from tasks.run.execution import Execution
 from tasks.run.gateway import sweep_channels
@@ -130,6 +130,7 @@ class TaskWorker:
             fix = "run as root, or set FORGEHAND_TASK_WORKSPACE_QUOTA=watchdog (weaker)"
             log.error("run workspaces cannot be mounted: every run will fail", reason=why, fix=fix)
         await self.recover(reap_containers=True)
+        self.env.pools.update(await warm.open_pools(self.env, recovery.workspaces_root(self.env)))
         self.hub.listen(self.on_task_changed)
         self._bg = [
             asyncio.create_task(self._claim_loop()),
@@ -151,6 +152,7 @@ class TaskWorker:
             run_task.cancel()
         if self._running:
             await asyncio.wait(list(self._running.values()), timeout=60)
+        await warm.close_pools(self.env.pools)
         _LIVE_WORKERS.discard(self.id)
         if self._own_engine:
             await self.engine.close()

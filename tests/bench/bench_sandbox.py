@@ -151,15 +151,22 @@ async def test_bench_sandbox(image: str, tmp_path: Path) -> None:
             t0 = time.perf_counter()
             async with SandboxPool(engine, template, size=20, root=tmp_path / "pool") as pool:
                 fill_seconds = time.perf_counter() - t0
+
+                async def take(run: str, pool: SandboxPool = pool) -> Sandbox:
+                    # The run's own workspace path: the slot's directory moves there.
+                    sb = await pool.acquire(spec(tmp_path / "runs" / run, run))
+                    assert sb is not None, "the pool had nothing ready"
+                    return sb
+
                 pooled_singles = []
                 for i in range(ROUNDS):
-                    elapsed, sb = await timed(lambda i=i: pool.acquire(task="bench", run=f"pooled-{i}"))  # type: ignore[misc]
+                    elapsed, sb = await timed(lambda i=i: take(f"pooled-{i}"))  # type: ignore[misc]
                     pooled_singles.append(elapsed)
                     await sb.remove()
                     await pool.fill()  # wait for the refill, so the next one is measured alone
                 pooled_single = statistics.median(pooled_singles)
                 pooled = await asyncio.gather(
-                    *(timed(lambda i=i: pool.acquire(task="bench", run=f"pooled-many-{i}")) for i in range(20))  # type: ignore[misc]
+                    *(timed(lambda i=i: take(f"pooled-many-{i}")) for i in range(20))  # type: ignore[misc]
                 )
                 pooled_many = [elapsed for elapsed, _ in pooled]
                 await asyncio.gather(*(sb.remove() for _, sb in pooled))

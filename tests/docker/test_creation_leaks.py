@@ -22,7 +22,22 @@ import docker
 import pytest
 from docker.api.client import APIClient
 
-from sandbox import EngineUnavailable, SandboxEngine, list_sandboxes, prepare_workspace, reap, remove_workspace
+import sandbox.creation as sandbox_creation
+import sandbox.engine as sandbox_engine
+from sandbox import (
+    GATEWAY_RELAY_PORT,
+    EngineUnavailable,
+    MiB,
+    Relay,
+    SandboxEngine,
+    SandboxPool,
+    list_sandboxes,
+    prepare_workspace,
+    quota_mounts,
+    reap,
+    remove_workspace,
+    sweep_pool_dirs,
+)
 
 from .conftest import INSTANCE, SpecFactory
 
@@ -166,6 +181,144 @@ async def test_random_shutdowns_leave_nothing(
     async with SandboxEngine() as fresh:
         assert await _left(fresh, "rclose-") == [], outcomes  # close waited: nothing to poll for
     assert outcomes["cancelled"] + outcomes["closed"] > 0, outcomes
+
+
+async def test_close_waits_for_a_start_past_its_creation(
+    make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container exists and runs; the start is still at its relays when the engine closes.
+
+    A close that did not wait shut the thread pool down under the start, whose removal then ran in a
+    thread nobody waited for (or failed to be scheduled): a container left after close returned.
+    """
+    held, release = asyncio.Event(), asyncio.Event()
+    real = sandbox_engine.start_relays
+
+    async def slow_relays(sb: Any) -> None:
+        held.set()
+        await release.wait()
+        await real(sb)
+
+    monkeypatch.setattr(sandbox_engine, "start_relays", slow_relays)
+    engine = SandboxEngine()
+    try:
+        starting = asyncio.create_task(engine.start(make_spec(run="past-create")))
+        await asyncio.wait_for(held.wait(), 30)
+        closing = asyncio.create_task(engine.close())
+        await asyncio.sleep(0.3)
+        assert not closing.done()  # close waits for the start
+        release.set()
+        await closing
+        with pytest.raises(EngineUnavailable):
+            await starting
+        async with SandboxEngine() as fresh:
+            assert await _left(fresh, "past-create") == []  # close waited: nothing to poll for
+    finally:
+        release.set()
+        await engine.close()
+
+
+async def test_a_cancel_arriving_with_the_container_is_not_swallowed(
+    engine: SandboxEngine, make_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread hands the container over and the caller is cancelled in the same loop iteration.
+
+    asyncio.wait_for (3.11) returned the result and dropped the cancel: the cancelled start went
+    on as if nothing happened, and a shutdown that had cancelled it closed the engine under it.
+    """
+    entered, returned = threading.Event(), threading.Event()
+    real = sandbox_creation.create_and_start
+
+    def create_and_start(*args: Any) -> str:
+        entered.set()
+        try:
+            return real(*args)
+        finally:
+            returned.set()
+
+    monkeypatch.setattr(sandbox_creation, "create_and_start", create_and_start)
+    starting = asyncio.create_task(engine.start(make_spec(run="cancel-with-result")))
+    assert await asyncio.to_thread(entered.wait, 30)
+    # Block the loop on purpose until the thread's answer is queued for it, then cancel.
+    assert returned.wait(30)
+    time.sleep(0.2)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert await _none_left_soon(engine, "cancel-with-result") == []
+
+
+async def test_random_shutdowns_of_a_filling_pool_leave_nothing(
+    sandbox_image: str, make_spec: SpecFactory, tmp_path: Path, channel_dir: Path
+) -> None:
+    """A worker stopping while its pool fills: the pool closes, then the engine; no container, no
+    quota mount and no slot directory may be left."""
+    rng = random.Random(os.environ.get("FORGEHAND_TEST_SEED", "13"))
+    root, channels = tmp_path / "pool", channel_dir / "root"
+    template = make_spec(run="unused", relays=(Relay(GATEWAY_RELAY_PORT, "gateway.sock"),))
+    for _ in range(6):
+        engine = SandboxEngine()
+        pool = SandboxPool(engine, template, size=2, root=root, channel_root=channels, workspace_limit_bytes=32 * MiB)
+        pool.fill_later()
+        await asyncio.sleep(rng.uniform(0, 1.2))
+        await pool.close()
+        await engine.close()
+        async with SandboxEngine() as fresh:
+            assert [s.name for s in await list_sandboxes(fresh, INSTANCE) if s.run.startswith("pool:")] == []
+        assert quota_mounts(root) == []
+        assert not root.exists() or list(root.iterdir()) == []
+        assert not channels.exists() or list(channels.iterdir()) == []
+
+
+_POOL_CREATOR = """
+import asyncio, sys
+from pathlib import Path
+from sandbox import GATEWAY_RELAY_PORT, Limits, MiB, Relay, SandboxEngine, SandboxPool, SandboxSpec
+
+async def main() -> None:
+    instance, image, root, channels = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
+    spec = SandboxSpec(image=image, workspace=root, instance=instance, task="t", run="r",
+                       limits=Limits(wall_clock_seconds=300), relays=(Relay(GATEWAY_RELAY_PORT, "gateway.sock"),))
+    engine = SandboxEngine()
+    pool = SandboxPool(engine, spec, size=2, root=root, channel_root=channels, workspace_limit_bytes=32 * MiB)
+    await pool.fill()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_workers_pool_is_reaped_and_swept(
+    engine: SandboxEngine, sandbox_image: str, tmp_path: Path, channel_dir: Path
+) -> None:
+    """Alive, another process's idle pooled sandboxes are kept by our reap; SIGKILLed, they are
+    orphans: reaped, and its slots' directories (quota mounts included) swept."""
+    root, channels = tmp_path / "pool", channel_dir / "root"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _POOL_CREATOR, INSTANCE, sandbox_image, str(root), str(channels)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "ready"
+        pooled = [s for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")]
+        assert len(pooled) == 2
+        assert await reap(engine, INSTANCE, keep=set()) == []  # its pool lives
+        assert sweep_pool_dirs(root, channels) == []
+        os.kill(proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(proc.wait, 30)
+        removed = await reap(engine, INSTANCE, keep=set())
+        assert {s.id for s in pooled} <= {s.id for s in removed}
+        assert len(quota_mounts(root)) == 2
+        swept = sweep_pool_dirs(root, channels)
+        assert len(swept) == 3  # the pool's directory and its two channel slots
+        assert quota_mounts(root) == [] and list(root.iterdir()) == [] and list(channels.iterdir()) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(30)
 
 
 _CREATOR = """

@@ -15,6 +15,7 @@ def test_defaults() -> None:
         "var/forgehand.db"
     )
     assert s.effective_base_url == "http://127.0.0.1:8000"
+    assert s.task_sandbox_pool == 0  # the warm pool is opt-in
 
 
 def test_environment_values_are_converted() -> None:
@@ -25,8 +26,10 @@ def test_environment_values_are_converted() -> None:
             "FORGEHAND_BASE_URL": "https://forge.example.org/",
             "FORGEHAND_DATABASE_URL": "postgresql+asyncpg://u:p@db/fh",
             "FORGEHAND_RUN_WORKER": "false",
+            "FORGEHAND_TASK_SANDBOX_POOL": "3",
         }
     )
+    assert s.task_sandbox_pool == 3
     assert s.port == 9001 and s.data_dir == Path("/srv/fh")
     assert s.effective_base_url == "https://forge.example.org" and s.secure_cookies
     assert not s.is_sqlite and s.run_worker is False
@@ -46,6 +49,8 @@ def test_environment_values_are_converted() -> None:
         ({"FORGEHAND_PROT": "8000"}, "FORGEHAND_PROT"),
         ({"FORGEHAND_MAX_BODY_BYTES": "0"}, "FORGEHAND_MAX_BODY_BYTES"),
         ({"FORGEHAND_TASK_TOKEN_BUDGET": "-1"}, "FORGEHAND_TASK_TOKEN_BUDGET"),
+        ({"FORGEHAND_TASK_SANDBOX_POOL": "-1"}, "FORGEHAND_TASK_SANDBOX_POOL"),
+        ({"FORGEHAND_TASK_SANDBOX_POOL": "33"}, "FORGEHAND_TASK_SANDBOX_POOL"),
     ],
 )
 def test_errors_name_the_variable(env: dict[str, str], names: str) -> None:

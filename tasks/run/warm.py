@@ -1,0 +1,100 @@
+"""The run's sandbox spec, and the worker's warm pools of started sandboxes (sandbox/pool.py).
+
+With `FORGEHAND_TASK_SANDBOX_POOL=N` (0 = off) the worker keeps N sandboxes started ahead for the
+plain image and for the agents image (when built), each with a quota workspace of the instance's
+size and a channel directory with the gateway relay listening. A run whose spec is what the pool
+makes (the instance's limits and hardening: no repository weakening or other limits, the gateway
+relay alone, a channel) takes one; any other run, or one that finds the pool empty, starts its own
+as before. Either way the sandbox is the same spec and the workspace the run's own path."""
+
+import asyncio
+from pathlib import Path
+
+import structlog
+
+from forge.settings import Settings
+from sandbox import (
+    DEFAULT_AGENTS_IMAGE,
+    GATEWAY_RELAY_PORT,
+    EngineUnavailable,
+    Limits,
+    MiB,
+    Relay,
+    SandboxPool,
+    SandboxSpec,
+    sweep_pool_dirs,
+)
+from tasks.run.env import RunEnv
+from tasks.run.gateway import SOCKET_NAME
+
+log = structlog.get_logger("forgehand.tasks")
+
+GATEWAY_RELAY = Relay(GATEWAY_RELAY_PORT, SOCKET_NAME)
+# A replacement waits this long after a run took a pooled sandbox: started at once, it competed for
+# the CPU with the agent's own start (measured: the CLI took 2.5 s instead of 1 s on 2 cores).
+REFILL_DELAY_SECONDS = 3.0
+
+
+def run_limits(settings: Settings) -> Limits:
+    return Limits(
+        wall_clock_seconds=settings.task_wall_clock_seconds,
+        exec_timeout_seconds=settings.task_tool_timeout_seconds,
+        workspace_bytes=settings.task_workspace_limit_mb * MiB,
+    )
+
+
+def mount_limit(settings: Settings) -> int | None:
+    """The size of the run's workspace filesystem (None: a plain directory, the watchdog)."""
+    return settings.task_workspace_limit_mb * MiB if settings.task_workspace_quota == "mount" else None
+
+
+def pools_root(settings: Settings) -> Path:
+    return settings.data_dir.resolve() / "pool"
+
+
+def _same_filesystem(a: Path, b: Path) -> bool:
+    for p in (a, b):
+        p.mkdir(mode=0o755, parents=True, exist_ok=True)
+    return a.stat().st_dev == b.stat().st_dev
+
+
+async def open_pools(env: RunEnv, workspaces: Path) -> dict[str, SandboxPool]:
+    """The worker's pools, filling in the background; none when the setting is 0 or the slots'
+    directories could not be moved onto the runs' (another filesystem)."""
+    settings = env.settings
+    root, channels = pools_root(settings), settings.effective_run_channel_dir
+    await asyncio.to_thread(sweep_pool_dirs, root, channels)  # a crashed process's slots
+    size = settings.task_sandbox_pool
+    if size <= 0:
+        return {}
+    # (A slot's channel directory is made in the channel root itself: always the same filesystem.)
+    if not await asyncio.to_thread(_same_filesystem, root, workspaces):
+        log.warning("sandbox pool off: its directory is on another filesystem than the workspaces", root=str(root))
+        return {}
+    pools: dict[str, SandboxPool] = {}
+    for image in dict.fromkeys([env.image, env.agents_image or DEFAULT_AGENTS_IMAGE]):
+        try:
+            if not await env.engine.image_ready(image):
+                continue
+        except EngineUnavailable as exc:
+            log.warning("sandbox pool off: no Docker engine answered", error=str(exc))
+            return pools
+        template = SandboxSpec(
+            image=image, workspace=root, instance=env.instance, task="pool", run="pool",
+            limits=run_limits(settings), relays=(GATEWAY_RELAY,),
+        )  # fmt: skip
+        pool = SandboxPool(
+            env.engine, template, size=size, root=root, channel_root=channels,
+            workspace_limit_bytes=mount_limit(settings), refill_delay=REFILL_DELAY_SECONDS,
+        )  # fmt: skip
+        pool.fill_later()
+        pool.keep_fresh()
+        pools[image] = pool
+    return pools
+
+
+async def close_pools(pools: dict[str, SandboxPool]) -> None:
+    """Remove the idle sandboxes (handed-out ones belong to their runs)."""
+    items = list(pools.values())
+    pools.clear()
+    await asyncio.gather(*(p.close() for p in items), return_exceptions=True)
