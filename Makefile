@@ -12,11 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## make run: the whole product on http://127.0.0.1:8000 (SQLite, in-process worker, demo data)
+## make run: the whole product on http://127.0.0.1:8000 (SQLite, in-process worker, demo data,
+## one warm sandbox per image so a task starts without waiting for its container)
 run: $(STAMP)
 	@$(BIN)/forgehand sandbox build || echo "warning: no sandbox image (is Docker running?); tasks cannot run until 'forgehand sandbox build' succeeds"
 	@$(BIN)/forgehand sandbox build --agents || echo "warning: no agents image (is npm installed?); claude-code tasks cannot run until 'forgehand sandbox build --agents' succeeds"
-	$(BIN)/forgehand serve
+	FORGEHAND_TASK_SANDBOX_POOL=$${FORGEHAND_TASK_SANDBOX_POOL:-1} $(BIN)/forgehand serve
 
 ## make test: lint, types, import contracts and the whole test suite (real Docker included)
 test: $(STAMP) lint types imports provision sandbox-image
