@@ -216,11 +216,19 @@ class EgressProxy:
             self.allowed(allowed)  # the client sent nothing: still a connection made
 
     async def _checked_opening(self, client: Conn, host: str, port: int, early: bytes) -> bytes:
-        """The tunnel's first client bytes, held back until checked: a TLS ClientHello must name
-        the CONNECT host (or no host); anything that is not TLS passes (see tls.py)."""
+        """The tunnel's first client bytes, held back until checked: a TLS ClientHello that names
+        the CONNECT host (or no host), see tls.py. Anything else is refused: plain HTTP in a tunnel
+        would reach whatever site its Host header names behind the allowed host's front end (a CDN
+        routes by Host), unchecked; plain HTTP goes to the proxy as a request, where Host is checked."""
         data = early or await client.recv(size=HELLO_LIMIT)  # the tunnel's idle timeout applies
+        if not data:
+            return data  # the client closed without a byte: nothing to pass on
         if not is_tls_handshake(data):
-            return data
+            why = (
+                "a tunnel carries TLS only (its first bytes are not a TLS ClientHello): send plain HTTP "
+                "to the proxy as a request"
+            )
+            raise RefusedRequest(403, Blocked(host, port, "CONNECT", "request", why))
         try:
             # Like a request head: the whole hello within one deadline.
             async with asyncio.timeout(self.timeouts.head):

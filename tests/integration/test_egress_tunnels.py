@@ -148,20 +148,46 @@ async def test_malformed_truncated_oversize_or_hidden_hellos_are_refused(sock: P
     assert received in ([], [b""]) and rec.proxy.stats.allowed == 0
 
 
-async def test_what_is_not_tls_passes_and_a_server_may_speak_first(sock: Path) -> None:
+async def test_a_tunnel_carries_tls_only_though_a_server_may_speak_first(sock: Path) -> None:
+    received: list[bytes] = []
+
     def banner_then_echo(conn: socket.socket) -> None:
         conn.sendall(b"SSH-2.0-test\r\n")
-        conn.sendall(b"echo:" + conn.recv(100))
+        received.append(conn.recv(100))
 
     with raw_server(banner_then_echo) as port:
         async with running_proxy(sock, [f"allowed.test:{port}"], allowed_hosts="127.0.0.1", resolver=to_127) as rec:
             reader, writer = await open_tunnel(sock, f"allowed.test:{port}")
-            # The banner arrives while the proxy still holds back the client's (not yet sent) bytes.
+            # The banner arrives while the proxy still holds back the client's (not yet sent) bytes...
             assert await asyncio.wait_for(reader.readuntil(b"\r\n"), 10) == b"SSH-2.0-test\r\n"
+            # ... but what the client sends must be TLS: anything else closes the tunnel, unsent.
             writer.write(b"SSH-2.0-client")
-            assert await asyncio.wait_for(reader.read(), 10) == b"echo:SSH-2.0-client"
+            assert await asyncio.wait_for(reader.read(), 10) == b""
             writer.close()
-    assert rec.blocked == [] and rec.proxy.stats.allowed == 1
+    assert received in ([], [b""])
+    [blocked] = rec.blocked
+    assert (blocked.method, blocked.rules) == ("CONNECT", "request") and "TLS only" in blocked.reason
+    assert rec.proxy.stats.allowed == 0
+
+
+async def test_plain_http_in_a_tunnel_cannot_name_another_host(sock: Path) -> None:
+    # A CDN routes plain HTTP by its Host header: a tunnel to an allowed name on port 80 must not
+    # carry a request for another site on the same front end (the forward path refuses it too).
+    seen: list[bytes] = []
+
+    def front_end(conn: socket.socket) -> None:
+        seen.append(conn.recv(1000))
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    with raw_server(front_end) as port:
+        async with running_proxy(sock, [f"allowed.test:{port}"], allowed_hosts="127.0.0.1", resolver=to_127) as rec:
+            reader, writer = await open_tunnel(sock, f"allowed.test:{port}")
+            writer.write(b"GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+            assert await asyncio.wait_for(reader.read(), 10) == b""
+            writer.close()
+    assert seen in ([], [b""])  # the front end never saw the request
+    [blocked] = rec.blocked
+    assert blocked.host == "allowed.test" and "TLS only" in blocked.reason
 
 
 # --- bytes that move socket to socket -------------------------------------------------------------
@@ -200,7 +226,8 @@ def _handled(handle: Callable[[socket.socket], object], conn: socket.socket) -> 
 
 async def test_a_large_tunnel_arrives_exactly_both_ways(sock: Path) -> None:
     size = 8 * HANDOFF + 12345  # well past the bytes a direction moves on the loop
-    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    # A tunnel carries TLS: its first bytes are a ClientHello (no name: the host is an address).
+    data = real_client_hello(None) + bytes(range(256)) * (size // 256) + b"x" * (size % 256)
 
     def echo(conn: socket.socket) -> None:
         while chunk := conn.recv(1 << 20):
@@ -260,10 +287,12 @@ async def test_closing_the_proxy_ends_a_tunnel_moving_bytes_in_a_thread(sock: Pa
     with raw_server(flood) as port:
         async with running_proxy(sock, [f"127.0.0.1:{port}"], allowed_hosts="127.0.0.1") as rec:
             reader, writer = await open_tunnel(sock, f"127.0.0.1:{port}")
-            writer.write(b"go")
+            writer.write(real_client_hello(None))
             read = 0
             while read < 4 * HANDOFF:  # the download has moved to its thread
-                read += len(await asyncio.wait_for(reader.read(1 << 20), 10))
+                got = await asyncio.wait_for(reader.read(1 << 20), 10)
+                assert got, "the tunnel closed before the download moved to its thread"
+                read += len(got)
             started = asyncio.get_running_loop().time()
             await rec.proxy.close()
             elapsed = asyncio.get_running_loop().time() - started
