@@ -21,7 +21,9 @@ INPUT = [{"role": "user", "content": "hi"}]
 PRICES = PriceTable(
     {
         "claude-test": Price(input=3.0, output=15.0),  # the run's configured model (tests/support/gateway.py)
+        "claude-haiku-5-5": Price(input=1.0, output=5.0),  # what Claude Code's subagents ask for
         "claude-haiku-*": Price(input=1.0, output=5.0),
+        "claude-t*": Price(input=3.0, output=15.0),  # a family entry, for metering only
         "claude-opus-*": Price(input=15.0, output=75.0),
         "claude-cheap-writes": Price(input=1.0, output=5.0, cache_write=30.0),
     }
@@ -37,24 +39,29 @@ def openai(token: str) -> dict[str, str]:
 
 
 async def test_the_model_is_the_runs_unless_priced_no_higher_and_the_service_tier_is_dropped() -> None:
-    asked = ["claude-opus-9", "claude-haiku-9", "claude-test", "claude-cheap-writes", "claude-unpriced", ""]
+    asked = ["claude-opus-9", "claude-haiku-5-5", "claude-test", "claude-cheap-writes", "claude-unpriced", ""]
+    asked += ["claude-haiku-9", "claude-test-pro"]
     with ScriptedAnthropic([claude_text("ok")], repeat_last=True) as api:
         rec = Recorder()
         async with open_channel(upstreams(anthropic_url=api.url), prices=PRICES, emit=rec) as ch, agent_client(ch) as c:
             for model in asked:
-                body = {**MESSAGES, "model": model, "stream": True, "service_tier": "priority"}
+                body = {**MESSAGES, "model": model, "stream": True, "service_tier": "priority", "speed": "fast"}
                 r = await c.post("/v1/messages", json=body, headers=claude(ch.token))
                 assert r.status_code == 200
     seen = [call.body for call in api.scripted]
     assert [b["model"] for b in seen] == [
         "claude-test",  # 5x the configured model's price: replaced
-        "claude-haiku-9",  # cheaper per token of every kind: as asked (Claude Code's subagents)
+        "claude-haiku-5-5",  # cheaper per token of every kind: as asked (Claude Code's subagents)
         "claude-test",
         "claude-test",  # cheaper input and output, but dearer cache writes
         "claude-test",  # no price to compare: replaced
         "claude-test",  # no model named: the run's
+        # Priced only by a `prefix*` family entry: replaced, even when the family's price is not
+        # above the configured model's (a family's priciest member would pass as its cheapest).
+        "claude-test",
+        "claude-test",
     ]
-    assert all("service_tier" not in b for b in seen)
+    assert all("service_tier" not in b and "speed" not in b for b in seen)
     assert [m.model for m in rec.model_calls()] == [b["model"] for b in seen]
 
 
@@ -128,6 +135,9 @@ async def test_background_stored_prompts_and_foreign_item_references_are_refused
             ]
             passed = [await post(background=False), await post(background=None)]
             foreign = await post(input=[{"type": "item_reference", "id": "msg_not_ours"}])
+            # a reference's type is optional in the API: an item with an id and no type is one too
+            untyped = [await post(input=[{"id": "msg_not_ours"}]), await post(input=[{"type": None, "id": "msg_x"}])]
+            odd_previous = await post(previous_response_id=["resp_1"])
             streamed = {"model": "scripted", "input": INPUT, "stream": True}
             async with c.stream("POST", "/v1/responses", json=streamed, headers=h) as r:
                 events = parse_sse((await r.aread()).decode())
@@ -139,6 +149,8 @@ async def test_background_stored_prompts_and_foreign_item_references_are_refused
     assert "prompt" in refused[4].json()["error"]["message"]
     assert [r.status_code for r in passed] == [200, 200]
     assert foreign.status_code == 403 and "item_reference" in foreign.json()["error"]["message"]
+    assert [r.status_code for r in untyped] == [403, 403]
+    assert odd_previous.status_code == 403 and "previous_response_id" in odd_previous.json()["error"]["message"]
     assert made and ours.status_code == 200
     # what was refused never reached the provider: two passed, one stream, the own reference
     assert len(api.scripted) == 4
@@ -164,3 +176,15 @@ async def test_a_messages_body_with_repeated_keys_goes_upstream_as_checked() -> 
     (seen,) = api.scripted
     assert seen.body["tools"] == [] and seen.body["mcp_servers"] is None
     assert b"web_search" not in seen.raw and b"mcp.example.com" not in seen.raw
+
+
+async def test_premium_anthropic_betas_never_reach_the_provider() -> None:
+    betas = "fast-mode-2026-02-01, interleaved-thinking-2025-05-14,CONTEXT-1M-2025-08-07"
+    with ScriptedAnthropic([claude_text("ok")], repeat_last=True) as api:
+        async with open_channel(upstreams(anthropic_url=api.url)) as ch, agent_client(ch) as c:
+            h = claude(ch.token)
+            mixed = await c.post("/v1/messages", json=MESSAGES, headers={**h, "anthropic-beta": betas})
+            only = await c.post("/v1/messages", json=MESSAGES, headers={**h, "anthropic-beta": "fast-mode-2026-02-01"})
+    assert (mixed.status_code, only.status_code) == (200, 200)
+    # Fast mode and the 1M context window bill the same tokens at a premium: dropped, the rest kept.
+    assert [h.get("anthropic-beta") for h in api.headers] == ["interleaved-thinking-2025-05-14", None]

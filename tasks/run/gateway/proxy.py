@@ -32,6 +32,9 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 # Request headers an agent may pass on (the rest, its credentials first, stay here).
 _PASS_REQUEST = {"anthropic-version", "anthropic-beta", "content-type", "accept", "user-agent", "openai-beta"}
+# Anthropic betas that bill the same tokens at a premium (fast mode, the 1M-token context window):
+# the budget counts tokens, so these would spend several times more within it.
+_PREMIUM_BETAS = ("fast-mode-", "context-1m-")
 _PASS_ANSWER_PREFIXES = (b"anthropic-", b"x-ratelimit-", b"openai-")
 _PASS_ANSWER = {b"content-type", b"retry-after", b"request-id", b"x-request-id", b"cache-control"}
 
@@ -42,6 +45,12 @@ _UNREACHABLE = [(GATEWAY_HEADER.encode(), b"unreachable")]
 _BUDGET = [(GATEWAY_HEADER.encode(), b"budget")]
 _RESERVED = [(GATEWAY_HEADER.encode(), b"budget-reserved"), (b"retry-after", b"1")]
 _REFUSED = [(GATEWAY_HEADER.encode(), b"refused")]
+
+
+def premium_betas_removed(betas: str) -> str:
+    """An `anthropic-beta` header's value without the betas billed at a premium."""
+    kept = [b.strip() for b in betas.split(",") if b.strip() and not b.strip().lower().startswith(_PREMIUM_BETAS)]
+    return ",".join(kept)
 
 
 class Upstream(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +70,10 @@ class Upstream(msgspec.Struct, frozen=True, kw_only=True):
 
     def headers(self, incoming: dict[str, str]) -> list[tuple[bytes, bytes]]:
         out = {k: v for k, v in incoming.items() if k in _PASS_REQUEST}
+        if "anthropic-beta" in out:
+            betas = premium_betas_removed(out.pop("anthropic-beta"))
+            if betas:
+                out["anthropic-beta"] = betas
         out["accept-encoding"] = "identity"  # the bytes are metered as they pass: no compression
         if self.api_key:
             if self.provider == "anthropic":

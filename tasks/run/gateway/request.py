@@ -19,8 +19,9 @@ import msgspec
 from forge.error_codes import Code
 from tasks.run.gateway.metering import PriceTable
 
-# Fields the gateway removes before forwarding: what would bill the same tokens at a higher rate.
-DROPPED = ("service_tier",)
+# Fields the gateway removes before forwarding: what would bill the same tokens at a higher rate
+# (OpenAI's and Anthropic's priority tiers, Anthropic's fast mode).
+DROPPED = ("service_tier", "speed")
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _OBJECTS = msgspec.json.Decoder(list[dict[str, msgspec.Raw]] | None)
@@ -85,9 +86,16 @@ class ModelRequest:
         return [self.value("type", tool) for tool in self.tools or ()]
 
     def item_references(self) -> list[Any]:
-        """The ids of Responses `input[]` items of type `item_reference` (stored items by id)."""
+        """The ids of Responses `input[]` items that name a stored item: of type `item_reference`,
+        or with an `id` and no type (the API's type is optional on a reference). An item the agent
+        writes out in full (a message, a function call's output) carries its type."""
         items = self.items if isinstance(self.items, list) else ()
-        return [self.value("id", item) for item in items if self.value("type", item) == "item_reference"]
+        refs = []
+        for item in items:
+            kind = self.value("type", item)
+            if kind == "item_reference" or (kind is None and "id" in item):
+                refs.append(self.value("id", item))
+        return refs
 
     def body(self) -> bytes:
         fields = self.fields
@@ -104,8 +112,9 @@ class ModelRequest:
 
 def pinned_model(requested: str, configured: str, prices: PriceTable) -> str | None:
     """The model a call goes to: the run's configured one, or the requested one where it is that
-    model or one the price table prices at no more than it, per token of every kind (a cheaper
-    model, such as the small fast one Claude Code's subagents ask for, passes as asked). None:
+    model or one the price table names exactly (not by a `prefix*` entry) at no more than it, per
+    token of every kind (a cheaper model, such as the small fast one Claude Code's subagents ask
+    for, passes as asked when the table lists it). None:
     the request is refused (no model is configured and the price table, which then lists the
     models a run may use, does not price the requested one). Neither a model nor a price table:
     the agent's choice passes, there is nothing to pin it to."""
@@ -115,7 +124,9 @@ def pinned_model(requested: str, configured: str, prices: PriceTable) -> str | N
         return requested if requested and prices.find(requested) is not None else None
     if requested == configured or not requested:
         return configured
-    mine, theirs = prices.find(configured), prices.find(requested)
+    # Only a model the table names exactly may go instead: a `prefix*` entry prices a family for
+    # metering, and would let its priciest member pass as "not above" the configured one.
+    mine, theirs = prices.find(configured), prices.prices.get(requested)
     if mine is not None and theirs is not None and theirs.not_above(mine):
         return requested
     return configured

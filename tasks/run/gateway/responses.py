@@ -194,7 +194,7 @@ def refusal(request: ModelRequest, *, allow_web_search: bool, stored: Stored) ->
     if request.value("prompt") is not None:
         return "a stored prompt template (prompt) brings instructions and tools the gateway cannot check"
     previous = request.value("previous_response_id")
-    if previous is not None and previous not in stored.responses:
+    if previous is not None and (not isinstance(previous, str) or previous not in stored.responses):
         return "previous_response_id names a response this run did not create"
     for ref in request.item_references():
         if not isinstance(ref, str) or ref not in stored.items:
