@@ -54,12 +54,16 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
     allowed = await channel.hook("codex", "PreToolUse", hook_body("call-1", MARKER))
     refused = await channel.hook("codex", "PreToolUse", hook_body("call-2", WIPE))
     other = await channel.hook("claude", "PreToolUse", hook_body("call-3", "true"))
+    # The decided id asked again with another input: that input was never put to the policy.
+    again = await channel.hook("codex", "PreToolUse", hook_body("call-1", WIPE))
     outcome = await asyncio.wait_for(task, 60)
     assert outcome.status is RunState.SUCCEEDED, outcome
     assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"
     assert refused["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "no wiping" in refused["hookSpecificOutput"]["permissionDecisionReason"]
     assert other["hookSpecificOutput"]["permissionDecision"] == "deny"  # not this run's CLI
+    assert again["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "not the one policy decided" in again["hookSpecificOutput"]["permissionDecisionReason"]
     # One dispatch per call: the permission request for call-1 reused the hook's decision.
     assert gate.events("pre_tool_use") == [("pre_tool_use", "call-1", "Bash"), ("pre_tool_use", "call-2", "Bash")]
     [answer] = [m["answer"] for m in map(json.loads, log.read_text().splitlines()) if "answer_to" in m]

@@ -22,7 +22,7 @@ from tasks.core.transcript import Notice, ToolResult
 from tasks.run.runtimes.acp_rpc import Incoming, Peer
 from tasks.run.runtimes.acp_updates import UpdateState, choose_option
 from tasks.run.runtimes.base import RunContext
-from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, hook_answer, hook_refusal
+from tasks.run.runtimes.claude_control import NOT_DECIDED, PolicyBroker, Verdict, hook_answer, hook_refusal
 from tasks.run.runtimes.codex_stream import tool_kind
 from tasks.run.runtimes.policy_steps import after_tool
 
@@ -130,8 +130,12 @@ class AcpPolicy:
             return await self._post(call_id, name, body.get("tool_response"))
         if self.cancelled:
             return hook_refusal(event, "forgehand: the turn was cancelled")
+        again = bool(call_id) and self.broker.was_decided(call_id)
         verdict = await self.broker.decide(call_id, name, tool_input)
-        if agent == "codex" and call_id:
+        if again:
+            if verdict is NOT_DECIDED:  # another input under a decided id: the call shown stays
+                await self.note(f"{name} ({call_id}): {verdict.message}")
+        elif agent == "codex" and call_id:
             await self._codex_seen(call_id, name, tool_input, verdict)
         return hook_answer(event, verdict)
 

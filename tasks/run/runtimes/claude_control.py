@@ -22,6 +22,8 @@ with the reason told to the model, `ask` parks an `ApprovalRequest` bound to the
 call is refused and the run ends `blocked`), a failed dispatch fails the run closed."""
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -45,12 +47,24 @@ class Verdict(msgspec.Struct, frozen=True, kw_only=True):
     approval: ApprovalRequest | None = None
 
 
+def input_hash_of(tool_input: Any) -> str:
+    """A tool input's identity for the broker (any JSON value; canonical, so key order is moot)."""
+    return hashlib.sha256(json.dumps(tool_input, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# The answer to a second ask under a decided id with another input (see PolicyBroker.decide).
+NOT_DECIDED = Verdict(
+    behavior="deny", message="error: this call's input is not the one policy decided; nothing was run"
+)
+
+
 class PolicyBroker:
     """One run's tool-call decisions, keyed by tool_use_id."""
 
     def __init__(self, ctx: RunContext, on_stop: Callable[[Verdict], Awaitable[None]]) -> None:
         self.ctx = ctx
         self._decided: dict[str, asyncio.Future[Verdict]] = {}
+        self._inputs: dict[str, tuple[str, ...]] = {}  # tool_use_id -> the decided input (and its rewrite)
         self._on_stop = on_stop
         self.dispatched = 0  # pre_tool_use dispatches (one per tool_use_id)
         self.parked: ApprovalRequest | None = None
@@ -89,10 +103,18 @@ class PolicyBroker:
     async def decide(self, tool_use_id: str, tool_name: str, tool_input: Any) -> Verdict:
         known = self._decided.get(tool_use_id) if tool_use_id else None
         if known is not None:
-            return await asyncio.shield(known)
+            verdict = await asyncio.shield(known)
+            # One decision per call: a second ask under the same id (the other policy layer) gets
+            # it only for the input that was decided (or the policy's rewrite of it). Another
+            # input under a decided id was never put to the policy, and never runs.
+            inputs = self._inputs.get(tool_use_id, ())
+            if input_hash_of(tool_input) not in inputs:
+                return NOT_DECIDED
+            return verdict
         future: asyncio.Future[Verdict] = asyncio.get_running_loop().create_future()
         if tool_use_id:
             self._decided[tool_use_id] = future
+            self._inputs[tool_use_id] = (input_hash_of(tool_input),)
         try:
             verdict = await self._decide(tool_use_id, tool_name, tool_input)
         except BaseException as exc:
@@ -100,6 +122,8 @@ class PolicyBroker:
             future.exception()  # retrieved: a reuser gets it, nobody logs it twice
             raise
         future.set_result(verdict)
+        if tool_use_id and verdict.updated_input is not None:
+            self._inputs[tool_use_id] += (input_hash_of(verdict.updated_input),)
         if verdict.behavior == "deny":
             self.denied.add(tool_use_id)
         elif tool_use_id:
