@@ -3,6 +3,7 @@
 retried once; TLS with the URL's host for SNI and the certificate; httpx's timeouts and errors."""
 
 import asyncio
+import contextlib
 import datetime
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -91,6 +92,37 @@ async def test_a_kept_alive_connection_the_server_closed_is_retried_on_a_new_one
         await asyncio.sleep(0.1)
         assert (await c.post(f"http://127.0.0.1:{port}/", content=b"2")).text == "ok"
     assert accepted == [1, 2]
+
+
+async def test_a_pipelined_second_answer_is_never_part_of_the_first_nor_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            with contextlib.suppress(asyncio.IncompleteReadError):
+                await read_request(reader)
+                # One write: the answer, and a second one nobody asked for right behind it.
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi")
+                writer.write(b"HTTP/1.1 200 OK\r\nx-evil: 1\r\ncontent-length: 3\r\n\r\nabc")
+                await writer.drain()
+                continue
+            return
+
+    async with server(handler) as (port, accepted), client() as c:
+        first = await c.post(f"http://127.0.0.1:{port}/", content=b"1")
+        second = await c.post(f"http://127.0.0.1:{port}/", content=b"2")
+    assert (first.text, second.text) == ("hi", "hi")
+    assert "x-evil" not in first.headers and first.headers.get_list("content-length") == ["2"]
+    assert accepted == [1, 2]  # the connection that carried the extra answer was not reused
+
+
+async def test_an_answer_head_over_64_kib_is_an_error() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * (100 * 1024) + b"\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async with server(handler) as (port, _accepted), client() as c:
+        with pytest.raises(httpx.RemoteProtocolError, match="over 64 KiB"):
+            await c.post(f"http://127.0.0.1:{port}/", content=b"x")
 
 
 async def test_a_first_connection_that_breaks_is_an_error_not_a_retry() -> None:

@@ -80,8 +80,13 @@ class _Conn(asyncio.Protocol):
             return
         try:
             answer.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__ if isinstance(exc.__context__, AnswerHeadTooLarge) else exc
+            self.error = httpx.RemoteProtocolError(str(cause))
         except httptools.HttpParserError as exc:
             self.error = httpx.RemoteProtocolError(f"the answer is not valid HTTP/1.1: {exc}")
+        if answer.extra:  # what came after the answer is dropped, and the connection with it
+            answer.keep_alive = False
         if answer.held > HELD and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
@@ -162,12 +167,23 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
+# An answer's head (status line aside): far above any provider's, far below what would let an
+# upstream make the worker hold memory without bound (the body has its own caps).
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class AnswerHeadTooLarge(Exception):
+    pass
+
+
 class _Answer:
     """httptools' callbacks: the status, headers and body pieces of one answer."""
 
     def __init__(self) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
         self.head_done = False
+        self.head_bytes = 0
+        self.extra = False  # bytes came after the answer ended (a server that pipelines answers)
         self.until_close = False
         self.complete = False
         self.keep_alive = False  # read when the answer ends (the parser forgets it after)
@@ -176,19 +192,33 @@ class _Answer:
         self.parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.complete:  # a second message after this one: never part of this answer
+            self.extra = True
+            return
+        self.head_bytes += len(name) + len(value) + 4
+        if self.head_bytes > MAX_HEAD_BYTES:
+            raise AnswerHeadTooLarge(f"the answer's head is over {MAX_HEAD_BYTES // 1024} KiB")
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        if self.complete:
+            return
         self.head_done = True
         names = {name.lower() for name, _ in self.headers}
         # Neither a length nor chunks: the body ends when the server closes the connection.
         self.until_close = b"content-length" not in names and b"transfer-encoding" not in names
 
     def on_body(self, body: bytes) -> None:
+        if self.complete:
+            self.extra = True
+            return
         self.body.append(body)
         self.held += len(body)
 
     def on_message_complete(self) -> None:
+        if self.complete:
+            self.extra = True
+            return
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
 
