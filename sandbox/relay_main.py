@@ -21,6 +21,7 @@ import os
 import selectors
 import socket
 import sys
+import time
 
 PIPE_SIZE = 1 << 20
 BUFFER = 4 << 20
@@ -151,15 +152,22 @@ def accept(selector: selectors.BaseSelector, server: socket.socket, path: str) -
             client, _ = server.accept()
         except BlockingIOError:
             return
-        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        upstream.settimeout(5)  # a Unix connect waits only when the listener's backlog is full
+        except OSError as exc:  # out of descriptors or memory: the relay lives on, the client waits
+            sys.stderr.write(f"forgehand-relay: cannot accept: {exc}\n")
+            sys.stderr.flush()
+            time.sleep(0.05)  # the listener stays readable: do not spin until a descriptor frees
+            return
+        upstream = None
         try:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.settimeout(5)  # a Unix connect waits only when the listener's backlog is full
             upstream.connect(path)
         except OSError as exc:
             sys.stderr.write(f"forgehand-relay: cannot reach {path}: {exc}\n")
             sys.stderr.flush()
-            upstream.close()
+            if upstream is not None:
+                upstream.close()
             client.close()
             continue
         for sock in (client, upstream):

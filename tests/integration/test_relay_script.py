@@ -71,3 +71,44 @@ async def test_a_missing_socket_closes_the_client_and_says_why(channel: Path) ->
         assert proc.stderr is not None
         line = await asyncio.wait_for(proc.stderr.readline(), 10)
     assert line.startswith(b"forgehand-relay: cannot reach ") and b"absent.sock" in line
+
+
+async def test_the_relay_outlives_running_out_of_descriptors(channel: Path) -> None:
+    # The relay is a sandbox's only way to the gateway and the proxy: a process in the sandbox that
+    # exhausts the relay's descriptors (many connections at once) must not end it for the run.
+    path = channel / "echo.sock"
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(echo, path=str(path))
+    limit = (48, 48)  # a few dozen descriptors: each connection takes a socket each side and two pipes
+    proc = await asyncio.create_subprocess_exec(
+        "prlimit", f"--nofile={limit[0]}:{limit[1]}", sys.executable, "-I", "-c", RELAY_SCRIPT, "0", str(path),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    held: list[asyncio.StreamWriter] = []
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        port = int((await asyncio.wait_for(proc.stdout.readline(), 10)).decode().strip().partition(":")[2])
+        for _ in range(40):  # more than the relay can hold open
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            held.append(writer)
+        await asyncio.sleep(0.5)
+        for writer in held:
+            writer.close()
+        held.clear()
+        await asyncio.sleep(0.5)
+        assert proc.returncode is None  # still running
+        answer = await send_and_read(*await asyncio.open_connection("127.0.0.1", port), b"still here")
+        assert answer == b"still here"
+    finally:
+        for writer in held:
+            writer.close()
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        server.close()
+        await server.wait_closed()
