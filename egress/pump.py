@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import select
 import socket
@@ -29,6 +30,9 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from egress.sockio import Conn
 
 HANDOFF = 512 * 1024  # bytes a direction moves on the loop before it moves to a thread
+# Directions moving in threads at once, in the whole process (every run's proxy): each holds a
+# thread and a pipe of PIPE_SIZE, which count against the worker's descriptors and pipe pages.
+MAX_THREADS = 64
 PIPE_SIZE = 1024 * 1024  # the kernel pipe of a spliced direction (the default is 64 KiB)
 COPY_SIZE = 256 * 1024  # the buffer where the kernel does not splice
 _POLL_SECONDS = 0.2
@@ -103,10 +107,15 @@ async def _direction(src: Conn, dst: Conn, count: int | None, flow: _Flow) -> in
     """src to dst until src ends (or `count` bytes): the first `HANDOFF` on the loop, the rest in a thread."""
     first = HANDOFF if count is None else min(HANDOFF, count)
     moved, ended = await _on_loop(src, dst, first, flow)
-    if ended or moved == count:
-        return moved
-    rest = None if count is None else count - moved
-    return moved + await _in_thread(lambda: _in_a_thread(src.sock, dst.sock, rest, flow), flow)
+    while not ended and moved != count:
+        rest = None if count is None else count - moved
+        if _threads.running < MAX_THREADS:
+            return moved + await _in_thread(functools.partial(_in_a_thread, src.sock, dst.sock, rest, flow), flow)
+        # Every thread the process allows is moving bytes: this direction goes on on the loop,
+        # slower but never stuck, and asks again after each stretch.
+        step, ended = await _on_loop(src, dst, HANDOFF if rest is None else min(HANDOFF, rest), flow)
+        moved += step
+    return moved
 
 
 # --- on the loop ------------------------------------------------------------------------------
@@ -177,6 +186,13 @@ async def _ready(conn: Conn, *, write: bool) -> None:
 # --- in a thread ------------------------------------------------------------------------------
 
 
+class _Threads:
+    running = 0  # directions in threads now (the event loop's count: changed only on the loop)
+
+
+_threads = _Threads()
+
+
 async def _in_thread(fn: Callable[[], int], flow: _Flow) -> int:
     """fn in a thread of its own (a tunnel may last hours: not the loop's small executor). Returns
     only once the thread has ended: a cancel asks it to stop, waits, then goes on."""
@@ -197,12 +213,16 @@ async def _in_thread(fn: Callable[[], int], flow: _Flow) -> int:
             loop.call_soon_threadsafe(settle, result, exc)
 
     threading.Thread(target=run, name="egress-pump", daemon=True).start()
+    _threads.running += 1
     cancelled = False
-    while not future.done():
-        try:
-            await asyncio.wait([future])
-        except asyncio.CancelledError:
-            cancelled = flow.stop = True
+    try:
+        while not future.done():
+            try:
+                await asyncio.wait([future])
+            except asyncio.CancelledError:
+                cancelled = flow.stop = True
+    finally:
+        _threads.running -= 1
     if cancelled:
         future.exception()  # retrieved: the stop it was asked for, or what ended it first
         raise asyncio.CancelledError

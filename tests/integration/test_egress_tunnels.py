@@ -305,3 +305,21 @@ async def test_closing_the_proxy_ends_a_tunnel_moving_bytes_in_a_thread(sock: Pa
                     break
                 await asyncio.sleep(0.02)
     assert elapsed < 2 and [t.name for t in threading.enumerate() if t.name == "egress-pump"] == []
+
+
+async def test_past_the_process_s_pump_threads_a_tunnel_goes_on_on_the_loop(
+    sock: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("egress.pump.MAX_THREADS", 0)  # every thread slot taken
+    size = 6 * HANDOFF + 777
+    data = real_client_hello(None) + bytes(range(256)) * (size // 256)
+
+    def echo(conn: socket.socket) -> None:
+        while chunk := conn.recv(1 << 20):
+            conn.sendall(chunk)
+
+    with raw_server(echo) as port:
+        async with running_proxy(sock, [f"127.0.0.1:{port}"], allowed_hosts="127.0.0.1"):
+            echoed = await send_and_read(*await open_tunnel(sock, f"127.0.0.1:{port}"), data)
+            threads = [t.name for t in threading.enumerate() if t.name == "egress-pump"]
+    assert echoed == data and threads == []
