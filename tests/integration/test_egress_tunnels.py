@@ -224,14 +224,19 @@ def _handled(handle: Callable[[socket.socket], object], conn: socket.socket) -> 
         handle(conn)
 
 
-async def test_a_large_tunnel_arrives_exactly_both_ways(sock: Path) -> None:
-    size = 8 * HANDOFF + 12345  # well past the bytes a direction moves on the loop
-    # A tunnel carries TLS: its first bytes are a ClientHello (no name: the host is an address).
-    data = real_client_hello(None) + bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+def echo(conn: socket.socket) -> None:
+    while chunk := conn.recv(1 << 20):
+        conn.sendall(chunk)
 
-    def echo(conn: socket.socket) -> None:
-        while chunk := conn.recv(1 << 20):
-            conn.sendall(chunk)
+
+def tunnel_bytes(size: int) -> bytes:
+    """What a client sends through a tunnel: a TLS ClientHello first (a tunnel carries TLS; no
+    name, the host is an address), then `size` bytes."""
+    return real_client_hello(None) + bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+
+
+async def test_a_large_tunnel_arrives_exactly_both_ways(sock: Path) -> None:
+    data = tunnel_bytes(8 * HANDOFF + 12345)  # well past the bytes a direction moves on the loop
 
     with raw_server(echo) as port:
         async with running_proxy(sock, [f"127.0.0.1:{port}"], allowed_hosts="127.0.0.1"):
@@ -311,12 +316,7 @@ async def test_past_the_process_s_pump_threads_a_tunnel_goes_on_on_the_loop(
     sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("egress.pump.MAX_THREADS", 0)  # every thread slot taken
-    size = 6 * HANDOFF + 777
-    data = real_client_hello(None) + bytes(range(256)) * (size // 256)
-
-    def echo(conn: socket.socket) -> None:
-        while chunk := conn.recv(1 << 20):
-            conn.sendall(chunk)
+    data = tunnel_bytes(6 * HANDOFF + 777)
 
     with raw_server(echo) as port:
         async with running_proxy(sock, [f"127.0.0.1:{port}"], allowed_hosts="127.0.0.1"):
