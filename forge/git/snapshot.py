@@ -309,7 +309,8 @@ class _Overlay:
 
     def check_links(self) -> None:
         """Refuse new symlinks whose chain leaves the tree, through any link of the final tree,
-        until none is left; a base link that escapes on its own is the base's business."""
+        until none is left; a base link the agent left alone that escaped already is the base's
+        business. A new link at a path whose base link escaped is new: it must stay inside."""
         base_links = {
             p: os.fsdecode(self.repo[oid].peel(pygit2.Blob).data)
             for p, (mode, oid) in self.base.items()
@@ -322,7 +323,7 @@ class _Overlay:
             blamed: set[str] = set()
             for path in links:
                 out, through = escapes(path, links)
-                if out and path not in escaped_before:
+                if out and (path in self.new_links or path not in escaped_before):
                     blamed |= through & self.new_links.keys()
             if not blamed:
                 return
