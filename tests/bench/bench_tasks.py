@@ -28,6 +28,7 @@ import pytest
 
 from sandbox import DEFAULT_IMAGE
 from tests.support.serve_process import free_port, prepare, serving
+from tests.support.sse_lag import sse_frames
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
 FIRST_EVENT_RUNS = 5
@@ -51,18 +52,10 @@ async def follow(client: httpx.AsyncClient, number: int, out: list[Received], *,
     headers = {"Accept": "text/event-stream"}
     async with client.stream("GET", f"{TASKS}/{number}/events", params={"after": after}, headers=headers) as r:
         assert r.status_code == 200, await r.aread()
-        event, data = "message", ""
-        async for line in r.aiter_lines():
-            if line == "":
-                if data:
-                    out.append(Received(at=time.time(), event=event, data=msgspec.json.decode(data)))
-                    if event == "end":
-                        return
-                event, data = "message", ""
-            elif line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                data += line[5:].strip()
+        async for event, data in sse_frames(r):
+            out.append(Received(at=time.time(), event=event, data=msgspec.json.decode(data)))
+            if event == "end":
+                return
     raise AssertionError(f"the event stream of task {number} ended without an end frame")
 
 

@@ -42,6 +42,21 @@ def served(settings: Settings) -> Iterator[Served]:
         yield Served(url=url, hub=apps[0].state["tasks"].hub)
 
 
+async def sse_frames(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """The (event, data) frames of a server-sent event stream, as they arrive (frames without
+    data are skipped)."""
+    event, data = "message", ""
+    async for line in response.aiter_lines():
+        if line == "":
+            if data:
+                yield event, data
+            event, data = "message", ""
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data += line[5:].strip()
+
+
 async def follow(
     client: httpx.AsyncClient,
     number: int,
@@ -58,21 +73,14 @@ async def follow(
     async with client.stream("GET", f"{TASKS}/{number}/events", params={"after": after}, headers=headers) as r:
         assert r.status_code == 200, await r.aread()
         connected()
-        event, data = "message", ""
-        async for line in r.aiter_lines():
-            if line == "":
-                if data and (event in kinds or ("*" in kinds and event not in ("state", "end", "message"))):
-                    received = time.time()
-                    at = msgspec.json.decode(data)["at"]
-                    lags.append(received - datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp())
-                    seen += 1
-                    if seen >= expect:
-                        return
-                event, data = "message", ""
-            elif line.startswith("event:"):
-                event = line[6:].strip()
-            elif line.startswith("data:"):
-                data += line[5:].strip()
+        async for event, data in sse_frames(r):
+            if event in kinds or ("*" in kinds and event not in ("state", "end", "message")):
+                received = time.time()
+                at = msgspec.json.decode(data)["at"]
+                lags.append(received - datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp())
+                seen += 1
+                if seen >= expect:
+                    return
     raise AssertionError(f"task {number}'s stream ended after {seen} of {expect} events")
 
 
