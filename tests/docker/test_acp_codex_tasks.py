@@ -20,7 +20,7 @@ from forge.settings import Settings
 from tests.support.agent_box import on_served
 from tests.support.agent_tasks import run_with_policy
 from tests.support.codex import add_file, tool_outputs
-from tests.support.codex_acp import CODEX_ACP, CodexAcpResponses, exec_command, key_scan, with_model
+from tests.support.codex_acp import CODEX_ACP, CodexAcpResponses, exec_command, key_scan, three_cycles, with_model
 from tests.support.openai_responses import custom_tool_call, text, usage_of
 from tests.support.policy import PolicyConsumer, denying
 from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
@@ -114,14 +114,7 @@ def test_a_consumer_s_deny_on_a_shell_call_stops_it_and_shows_in_the_transcript(
 async def test_review_change_requests_continue_the_same_codex_acp_session_over_two_cycles(
     codex_acp_settings: Settings,
 ) -> None:
-    turns = [
-        custom_tool_call("apply_patch", add_file("/workspace/hi.txt", "v1"), "call_v1"),
-        text("first"),
-        exec_command("echo v2 > /workspace/hi.txt", "call_v2"),
-        text("second"),
-        exec_command("echo v3 > /workspace/hi.txt", "call_v3"),
-        text("third"),
-    ]
+    turns = three_cycles()
 
     async def cycles(c: httpx.AsyncClient) -> tuple[dict[str, Any], list[str], list[dict[str, Any]]]:
         r = await c.post(TASKS, json={"goal": "write hi", **CODEX_ACP})

@@ -15,7 +15,8 @@ import pytest
 from forge.settings import Settings
 from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
 from tests.support.codex import add_file
-from tests.support.openai_responses import ScriptedResponses, custom_tool_call, function_call, text
+from tests.support.codex_acp import exec_command, three_cycles
+from tests.support.openai_responses import ScriptedResponses, custom_tool_call, text
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, task_settings, tree_files, wait_state
 
@@ -33,10 +34,6 @@ def codex_settings(settings: Settings, agents_image: str) -> Settings:
 
 def with_model(s: Settings, api: ScriptedResponses) -> Settings:
     return msgspec.structs.replace(s, model_base_url=api.url, model_api_key=KEY, model_name=MODEL)
-
-
-def exec_command(cmd: str, call_id: str) -> Any:
-    return function_call("exec_command", {"cmd": cmd}, call_id)
 
 
 def told(api: ScriptedResponses) -> dict[str, str]:
@@ -149,14 +146,7 @@ def test_a_consumer_hanging_past_the_deadline_denies_the_call_and_fails_the_run_
 
 
 async def test_review_change_requests_resume_the_same_thread_over_two_cycles(codex_settings: Settings) -> None:
-    turns = [
-        custom_tool_call("apply_patch", add_file("/workspace/hi.txt", "v1"), "call_v1"),
-        text("first"),
-        exec_command("echo v2 > /workspace/hi.txt", "call_v2"),
-        text("second"),
-        exec_command("echo v3 > /workspace/hi.txt", "call_v3"),
-        text("third"),
-    ]
+    turns = three_cycles()
     with ScriptedResponses(turns) as api:
         s = with_model(codex_settings, api)
         (task, threads), path = await on_served(s, lambda c: review_cycles(c, "codex", "write hi", (2, 3)))

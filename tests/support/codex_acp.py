@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 
 from forge.settings import Settings
-from tests.support.openai_responses import ScriptedResponses, Turn, function_call, text
+from tests.support.codex import add_file
+from tests.support.openai_responses import ScriptedResponses, Turn, custom_tool_call, function_call, text
 
 CODEX_ACP = {"agent": "fixer", "runtime": "acp", "agent_command": "codex-acp"}
 
@@ -29,6 +30,19 @@ class CodexAcpResponses(ScriptedResponses):
 def exec_command(cmd: str, call_id: str) -> Turn:
     """A model turn calling Codex's shell tool."""
     return function_call("exec_command", {"cmd": cmd}, call_id)
+
+
+def three_cycles() -> list[Turn]:
+    """A script for three review cycles on hi.txt (v1 by apply_patch, then v2 and v3 by the shell),
+    each ending with a text turn."""
+    return [
+        custom_tool_call("apply_patch", add_file("/workspace/hi.txt", "v1"), "call_v1"),
+        text("first"),
+        exec_command("echo v2 > /workspace/hi.txt", "call_v2"),
+        text("second"),
+        exec_command("echo v3 > /workspace/hi.txt", "call_v3"),
+        text("third"),
+    ]
 
 
 def with_model(s: Settings, api: ScriptedResponses, *, key: str, model: str = "gpt-5.5") -> Settings:
