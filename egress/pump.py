@@ -33,6 +33,7 @@ HANDOFF = 512 * 1024  # bytes a direction moves on the loop before it moves to a
 # Directions moving in threads at once, in the whole process (every run's proxy): each holds a
 # thread and a pipe of PIPE_SIZE, which count against the worker's descriptors and pipe pages.
 MAX_THREADS = 64
+PUMP_THREAD = "egress-pump"
 PIPE_SIZE = 1024 * 1024  # the kernel pipe of a spliced direction (the default is 64 KiB)
 COPY_SIZE = 256 * 1024  # the buffer where the kernel does not splice
 _POLL_SECONDS = 0.2
@@ -109,7 +110,7 @@ async def _direction(src: Conn, dst: Conn, count: int | None, flow: _Flow) -> in
     moved, ended = await _on_loop(src, dst, first, flow)
     while not ended and moved != count:
         rest = None if count is None else count - moved
-        if _threads.running < MAX_THREADS:
+        if _pump_threads() < MAX_THREADS:
             return moved + await _in_thread(functools.partial(_in_a_thread, src.sock, dst.sock, rest, flow), flow)
         # Every thread the process allows is moving bytes: this direction goes on on the loop,
         # slower but never stuck, and asks again after each stretch.
@@ -186,11 +187,9 @@ async def _ready(conn: Conn, *, write: bool) -> None:
 # --- in a thread ------------------------------------------------------------------------------
 
 
-class _Threads:
-    running = 0  # directions in threads now (the event loop's count: changed only on the loop)
-
-
-_threads = _Threads()
+def _pump_threads() -> int:
+    """Directions moving in threads now, in the whole process (read once per hand-off)."""
+    return sum(t.name == PUMP_THREAD for t in threading.enumerate())
 
 
 async def _in_thread(fn: Callable[[], int], flow: _Flow) -> int:
@@ -212,17 +211,13 @@ async def _in_thread(fn: Callable[[], int], flow: _Flow) -> int:
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             loop.call_soon_threadsafe(settle, result, exc)
 
-    threading.Thread(target=run, name="egress-pump", daemon=True).start()
-    _threads.running += 1
+    threading.Thread(target=run, name=PUMP_THREAD, daemon=True).start()
     cancelled = False
-    try:
-        while not future.done():
-            try:
-                await asyncio.wait([future])
-            except asyncio.CancelledError:
-                cancelled = flow.stop = True
-    finally:
-        _threads.running -= 1
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            cancelled = flow.stop = True
     if cancelled:
         future.exception()  # retrieved: the stop it was asked for, or what ended it first
         raise asyncio.CancelledError
