@@ -123,7 +123,8 @@ class Dialer:
             addresses = [literal]
         else:
             try:
-                texts = await asyncio.wait_for(self.resolver(name, port), self.resolve_timeout)
+                async with asyncio.timeout(self.resolve_timeout):
+                    texts = await self.resolver(name, port)
             except TimeoutError:
                 raise Unreachable(
                     f"resolving {name} took longer than {self.resolve_timeout:g} s", timeout=True

@@ -27,7 +27,8 @@ class Conn:
         """Up to `size` bytes (b"" at the end); TimeoutError after `timeout` seconds without any."""
         if timeout is None:
             return await self.loop.sock_recv(self.sock, size)
-        return await asyncio.wait_for(self.loop.sock_recv(self.sock, size), timeout)
+        async with asyncio.timeout(timeout):
+            return await self.loop.sock_recv(self.sock, size)
 
     async def recv_into(self, view: memoryview) -> int:
         return await self.loop.sock_recv_into(self.sock, view)
@@ -59,7 +60,8 @@ async def open_tcp(address: str, port: int, timeout: float) -> Conn:  # noqa: AS
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setblocking(False)
     try:
-        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (address, port)), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.get_running_loop().sock_connect(sock, (address, port))
     except BaseException:
         sock.close()
         raise
@@ -70,7 +72,8 @@ async def open_unix(path: Path, timeout: float) -> Conn:  # noqa: ASYNC109
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.setblocking(False)
     try:
-        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, str(path)), timeout)
+        async with asyncio.timeout(timeout):
+            await asyncio.get_running_loop().sock_connect(sock, str(path))
     except BaseException:
         sock.close()
         raise

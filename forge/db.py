@@ -151,7 +151,8 @@ class Database:
             return
         lock = self._turns.setdefault(asyncio.get_running_loop(), asyncio.Lock())
         try:
-            await asyncio.wait_for(lock.acquire(), WRITE_TURN_SECONDS)
+            async with asyncio.timeout(WRITE_TURN_SECONDS):
+                await lock.acquire()
         except TimeoutError:
             raise PoolTimeout(f"no write turn within {WRITE_TURN_SECONDS:.0f} s") from None
         try:

@@ -200,7 +200,8 @@ class SandboxPool:
     async def _fill_after(self, delay: float) -> None:
         if delay > 0:
             with contextlib.suppress(TimeoutError):  # closing ends the wait (and the fill does nothing)
-                await asyncio.wait_for(self._closing.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._closing.wait()
         await self.fill()
 
     def _fill_done(self, task: "asyncio.Task[None]") -> None:
@@ -221,7 +222,8 @@ class SandboxPool:
     async def _refresh_loop(self) -> None:
         while not self._closed:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), self.max_idle_seconds / 4)
+                async with asyncio.timeout(self.max_idle_seconds / 4):
+                    await self._closing.wait()
             stale = [i for i in self._idle if time.monotonic() - i.ready_at > self.max_idle_seconds / 2]
             for idle in stale:
                 self._idle.remove(idle)

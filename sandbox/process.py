@@ -209,7 +209,8 @@ class SandboxProcess:
         # Give the output a moment to end after the kill; then stop reading whatever is left
         # (a process that slipped out of the kill and still holds the pipe).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._exited.wait(), self._kill_grace)
+            async with asyncio.timeout(self._kill_grace):
+                await self._exited.wait()
         self._stop_reading()
 
     async def aclose(self) -> None:
@@ -228,7 +229,8 @@ class SandboxProcess:
         if self._reader is not None:
             self._drain()
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._reader), self._kill_grace)
+                async with asyncio.timeout(self._kill_grace):
+                    await asyncio.shield(self._reader)
 
     def _never_ran(self) -> None:
         # Readers and waiters end at once (no output, no exit code).

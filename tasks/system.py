@@ -78,7 +78,8 @@ class TaskSystem:
         found: dict[str, str] = {}
         with contextlib.suppress(Exception):
             async with SandboxEngine() as engine:
-                found = await asyncio.wait_for(installed_agents(engine, DEFAULT_AGENTS_IMAGE), 10)
+                async with asyncio.timeout(10):
+                    found = await installed_agents(engine, DEFAULT_AGENTS_IMAGE)
         self._agents = (now, found)
         return found
 

@@ -261,11 +261,13 @@ class Deliverer:
                     claim_more = True
                     if inflight:
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), due)
+                            async with asyncio.timeout(due):
+                                await self._wake.wait()
                         continue
                 wait = self.poll_interval if due is None else min(max(due, 0.05), self.poll_interval)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 claim_more = True
         finally:
             for task in list(inflight):
@@ -286,7 +288,8 @@ class Deliverer:
         if self._wake is not None:
             self._wake.set()
         try:
-            await asyncio.wait_for(asyncio.shield(task), grace)
+            async with asyncio.timeout(grace):
+                await asyncio.shield(task)
         except TimeoutError:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

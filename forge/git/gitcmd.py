@@ -102,7 +102,8 @@ async def terminate_process(proc: asyncio.subprocess.Process, *, grace: float = 
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
         try:
-            await asyncio.wait_for(proc.wait(), timeout=grace)
+            async with asyncio.timeout(grace):
+                await proc.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

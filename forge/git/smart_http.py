@@ -217,7 +217,8 @@ async def advertise_refs(
         returncode = await proc.wait()
         if returncode != 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(stderr_task), 5)
+                async with asyncio.timeout(5):
+                    await asyncio.shield(stderr_task)
             message = stderr.decode("utf-8", "replace").strip()
             raise GitCommandFailed(f"git {svc} --advertise-refs failed: {message}", returncode=returncode)
     finally:
@@ -378,11 +379,13 @@ class GitServiceProcess:
             if self._proc.returncode is None and self.service == RECEIVE_PACK:
                 grace = self._config.finish_grace if self.fed else self._config.abort_grace
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._discard_stdout_until_exit(), grace)
+                    async with asyncio.timeout(grace):
+                        await self._discard_stdout_until_exit()
         finally:
             await terminate_process(self._proc)
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(self._stderr_task, 5)
+            async with asyncio.timeout(5):
+                await self._stderr_task
         if self._spool is not None:
             self._spool.close()
             self._spool = None

@@ -44,7 +44,8 @@ class LiveHub:
         with self._lock:
             self._waiters.setdefault(task_id, set()).add(key)
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
             return True
         except TimeoutError:
             return False
@@ -83,7 +84,8 @@ class Waiter:
 
     async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
             return True
         except TimeoutError:
             return False

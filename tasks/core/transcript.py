@@ -7,12 +7,13 @@ commit in `seq` order: a reader resuming after N can never miss a lower number c
 The public contract is docs/transcript.md.
 """
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
-from sqlalchemy import select, update
+from sqlalchemy import Table, Text, cast, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import utcnow
@@ -160,6 +161,7 @@ Payload = (
     | Progress
     | Subtask
 )
+P = TypeVar("P", bound=msgspec.Struct)
 
 _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     Prompt: ("prompt",),
@@ -189,6 +191,18 @@ class EventRead(msgspec.Struct, kw_only=True):
     payload: dict[str, Any]
 
 
+class EventRaw(msgspec.Struct, kw_only=True):
+    """`EventRead` with its payload as the stored JSON text: encodes to the same JSON without
+    decoding and re-encoding the payload (the live transcript's hot path, `read_raw`)."""
+
+    seq: int
+    kind: str
+    at: datetime
+    run: int | None
+    schema_version: int
+    payload: msgspec.Raw
+
+
 class Pending(msgspec.Struct, kw_only=True):
     kind: Kind
     payload: Payload
@@ -209,6 +223,14 @@ class Redactor:
         # Short values would redact half the transcript and protect nothing.
         self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
         self._carry: dict[str, str] = {}
+        # Secrets as they appear in JSON text, when each appears there as itself (no character
+        # JSON escapes); otherwise None and every value is searched string by string.
+        literal = all(msgspec.json.encode(s) == b'"' + s.encode() + b'"' for s in self.secrets)
+        self._needles = [s.encode() for s in self.secrets] if literal else None
+
+    def clean(self, encoded: bytes) -> bool:
+        """True only when the JSON text `encoded` holds no secret: then none of its strings does."""
+        return self._needles is not None and not any(n in encoded for n in self._needles)
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -238,6 +260,17 @@ class Redactor:
 
     def flush(self, stream: str) -> str:
         return self.redact(self._carry.pop(stream, ""))
+
+
+def redact_payload(redactor: Redactor, payload: P) -> P:
+    """A copy of `payload` with the secrets in its strings replaced (keys and numbers are kept).
+    Most payloads hold no secret: one look at their JSON text says so, and the copy is that text
+    decoded, instead of a walk over every value."""
+    encoded = msgspec.json.encode(payload)
+    if redactor.clean(encoded):
+        with contextlib.suppress(msgspec.ValidationError):  # e.g. a NaN, which JSON has no word for
+            return msgspec.json.decode(encoded, type=type(payload))
+    return msgspec.convert(redact_value(redactor, msgspec.to_builtins(payload)), type(payload))
 
 
 def redact_value(redactor: Redactor, value: Any) -> Any:
@@ -284,6 +317,8 @@ class HeadTail:
 
 
 def cap_text(text: str, cap: int = TOOL_OUTPUT_CAP) -> tuple[str, int]:
+    if len(text) <= cap - cap % 2 and text.isascii():  # fits as it is (one byte a character)
+        return text, 0
     buf = HeadTail(cap)
     buf.add(text.encode("utf-8", "replace"))
     return buf.text(), buf.omitted
@@ -296,6 +331,9 @@ def payload_dict(payload: Payload) -> dict[str, Any]:
     raw: dict[str, Any] = msgspec.to_builtins(payload)
     raw.pop("type", None)
     return raw
+
+
+_EVENTS: Table = TranscriptEvent.__table__  # type: ignore[assignment]  # a declarative model's table
 
 
 async def append(session: AsyncSession, task_id: int, events: Sequence[Pending]) -> list[int]:
@@ -314,19 +352,21 @@ async def append(session: AsyncSession, task_id: int, events: Sequence[Pending])
     )
     last = int((await session.execute(stmt)).scalar_one())
     first = last - len(events) + 1
-    session.add_all(
-        TranscriptEvent(
-            task_id=task_id,
-            seq=first + i,
-            run_id=ev.run_id,
-            at=ev.at,
-            kind=ev.kind,
-            schema_version=SCHEMA_VERSION,
-            payload=payload_dict(ev.payload),
-        )
+    # One multi-row INSERT, not a unit-of-work flush: an ORM flush inserts row by row (one
+    # round trip to the driver's thread each), which a busy process turns into a wait per event.
+    rows = [
+        {
+            "task_id": task_id,
+            "seq": first + i,
+            "run_id": ev.run_id,
+            "at": ev.at,
+            "kind": ev.kind,
+            "schema_version": SCHEMA_VERSION,
+            "payload": payload_dict(ev.payload),
+        }
         for i, ev in enumerate(events)
-    )
-    await session.flush()
+    ]
+    await session.execute(insert(_EVENTS), rows)
     return list(range(first, last + 1))
 
 
@@ -350,3 +390,31 @@ async def read(session: AsyncSession, task_id: int, *, after: int = 0, limit: in
         )
         for ev, run_seq in rows
     ]
+
+
+_EMPTY = msgspec.Raw(b"{}")
+
+
+async def read_raw(session: AsyncSession, task_id: int, *, after: int = 0, limit: int = 500) -> list[EventRaw]:
+    """`read`, with each payload as the JSON text the database holds (columns, not ORM objects)."""
+    stmt = (
+        select(
+            TranscriptEvent.seq,
+            TranscriptEvent.kind,
+            TranscriptEvent.at,
+            Run.seq,
+            TranscriptEvent.schema_version,
+            cast(TranscriptEvent.payload, Text),
+        )
+        .outerjoin(Run, Run.id == TranscriptEvent.run_id)
+        .where(TranscriptEvent.task_id == task_id, TranscriptEvent.seq > after)
+        .order_by(TranscriptEvent.seq)
+        .limit(limit)
+    )
+    out = []
+    for seq, kind, at, run_seq, version, text in (await session.execute(stmt)).all():
+        # The stored text is the serializer's one-line JSON object; anything else (NULL, `null`)
+        # is read as `read` reads it: an empty object.
+        payload = msgspec.Raw(text.encode()) if text and text[0] == "{" else _EMPTY
+        out.append(EventRaw(seq=seq, kind=kind, at=at, run=run_seq, schema_version=version, payload=payload))
+    return out

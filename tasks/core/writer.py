@@ -5,16 +5,14 @@ batched for a few milliseconds and written in one transaction, so a command prin
 thousands of lines costs a handful of writes per second, not one per line."""
 
 import asyncio
-import contextlib
 import time
 
-import msgspec
 import structlog
 
 from forge.db import Database
 from tasks.core import transcript
 from tasks.core.live import LiveHub
-from tasks.core.transcript import Kind, Output, Payload, Pending, Redactor, redact_value
+from tasks.core.transcript import Kind, Output, Payload, Pending, Redactor, redact_payload
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -70,8 +68,7 @@ class TranscriptWriter:
             rest = self.redactor.flush(stream)
             if rest:
                 out.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
-        raw = redact_value(self.redactor, msgspec.to_builtins(payload))
-        out.append(Pending(kind=kind, payload=msgspec.convert(raw, type(payload)), run_id=self.run_id))
+        out.append(Pending(kind=kind, payload=redact_payload(self.redactor, payload), run_id=self.run_id))
         return out
 
     async def emit(self, kind: Kind, payload: Payload, *, activity: bool = True) -> None:
@@ -140,6 +137,7 @@ class TranscriptWriter:
                 self._buffer.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
         if self._loop_task is not None:
             self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            # asyncio.wait, not `await` under suppress(CancelledError): a cancel of close()'s own
+            # caller must go on to the caller, not end here with the loop's.
+            await asyncio.wait([self._loop_task])
         await self.flush()

@@ -1,7 +1,11 @@
 """The live transcript over Server-Sent Events (docs/transcript.md), with Litestar's
 `ServerSentEvent`: replay from the database after `Last-Event-ID` (or `?after=`), then follow;
 `event: state` (no id) while the task is active, a `: heartbeat` comment after 15 s of silence,
-and `event: end` once the task rests and everything was sent."""
+and `event: end` once the task rests and everything was sent.
+
+The events of one database read go out as one chunk (`Frames`): one ASGI message, so one gzip
+flush and one socket write per read, not per event (per event, those were most of the server's
+work with ten followers), and each payload is sent as the JSON text the database holds."""
 
 import time
 from collections.abc import AsyncIterator
@@ -26,8 +30,24 @@ PAGE = 1000
 _json = msgspec.json.Encoder()
 
 
-def _message(ev: transcript.EventRead) -> ServerSentEventMessage:
-    return ServerSentEventMessage(id=ev.seq, event=ev.kind, data=_json.encode(ev).decode())
+class Frames(ServerSentEventMessage):
+    """Several transcript events as one chunk of the stream, each its own SSE frame (`id`,
+    `event`, `data`), as `ServerSentEventMessage.encode` writes one. Litestar sends whatever a
+    message encodes to as one body chunk; this is the one way to hand it several at once."""
+
+    def __init__(self, events: list[transcript.EventRaw]) -> None:
+        super().__init__(data=None)
+        self.events = events
+
+    def encode(self) -> bytes:
+        out = bytearray()
+        for ev in self.events:
+            data = _json.encode(ev)
+            if b"\n" in data or b"\r" in data:  # not from our serializer: framed line by line
+                out += ServerSentEventMessage(id=ev.seq, event=ev.kind, data=data).encode()
+            else:
+                out += b"id: %d\r\nevent: %s\r\ndata: %s\r\n\r\n" % (ev.seq, ev.kind.encode(), data)
+        return bytes(out)
 
 
 async def sse_stream(
@@ -54,7 +74,7 @@ async def sse_stream(
                     # State first: a resting state is committed after every event of the run that ended.
                     task_state = await s.get(Task, task_id, populate_existing=True)
                     resting = task_state is None or TaskState(task_state.state).is_resting
-                    events = await transcript.read(s, task_id, after=last, limit=PAGE)
+                    events = await transcript.read_raw(s, task_id, after=last, limit=PAGE)
             except PoolTimeout:
                 # The pool stayed full (a burst): a stream already under way cannot answer 503;
                 # it reads again shortly, from where it was (nothing is skipped).
@@ -64,8 +84,8 @@ async def sse_stream(
                 # No id: a state is not a transcript event (resuming replays events, not states).
                 seen_state = task_state.state
                 yield ServerSentEventMessage(event="state", data=_json.encode({"state": seen_state}).decode())
-            for ev in events:
-                yield _message(ev)
+            if events:
+                yield Frames(events)
             if events:
                 last = events[-1].seq
                 last_write = time.monotonic()

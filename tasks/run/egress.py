@@ -108,7 +108,8 @@ class RunEgress:
         self._queue.put_nowait(None)
         if self._reporter is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._reporter), 10)
+                async with asyncio.timeout(10):
+                    await asyncio.shield(self._reporter)
             except (TimeoutError, Exception):
                 self._reporter.cancel()
                 log.warning("egress refusals were not all recorded in time", blocked=self.blocked)

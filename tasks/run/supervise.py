@@ -105,14 +105,16 @@ class Supervising:
                 stopping = getattr(self.runtime, "stopping", None)  # e.g. ACP's session/cancel
                 if stopping is not None:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(stopping(), 10)
+                        async with asyncio.timeout(10):
+                            await stopping()
                 # Removing the sandbox ends any exec at once; then the runtime task unwinds.
                 if self.sandbox is not None:
                     with contextlib.suppress(Exception):
                         await self.sandbox.remove()
                 runtime_task.cancel()
                 with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(runtime_task, 30)
+                    async with asyncio.timeout(30):
+                        await runtime_task
 
     def _disk_limit_text(self) -> str:
         return f"the workspace reached its limit of {self.settings.task_workspace_limit_mb} MiB: stopped (disk_limit)"

@@ -303,7 +303,8 @@ class TaskWorker:
             except Exception:
                 log.exception("claiming runs failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self._wake.wait()
             self._wake.clear()
 
     async def _claim(self, free: int) -> list[tuple[int, int]]:
@@ -378,7 +379,8 @@ class TaskWorker:
     async def _heartbeat_loop(self) -> None:
         while not self._closing:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._check_stops.wait(), HEARTBEAT_SECONDS)
+                async with asyncio.timeout(HEARTBEAT_SECONDS):
+                    await self._check_stops.wait()
             self._check_stops.clear()
             owned = list(self._running)
             if not owned:

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
 from forge.audit import Actor
@@ -20,7 +20,7 @@ from forge.git import RepoStore
 from forge.models import AuditEvent
 from forge.settings import Settings
 from tasks.core import transcript
-from tasks.core.models import Task
+from tasks.core.models import Task, TranscriptEvent
 from tasks.core.policy import AllowAll
 from tasks.core.schemas import TaskCreate
 from tasks.core.states import TaskState
@@ -268,6 +268,54 @@ async def test_sse_resume_loses_nothing_while_events_are_appended(
         page = (await c.get(f"{TASKS}/1/transcript", params={"after": 10, "limit": 5})).json()
         assert [e["seq"] for e in page["events"]] == [11, 12, 13, 14, 15] and page["next_after"] == 15
         assert not page["complete"]
+
+
+async def test_sse_frames_carry_exactly_the_transcript_json(streaming: tuple[str, str, int], db: Database) -> None:
+    """The live stream sends each payload as the JSON the database holds, several events a chunk:
+    what a client parses must be what the transcript API returns, whatever the text holds, and a
+    stored payload with line breaks (written by something other than forgehand) stays one event."""
+    url, token, task_id = streaming
+    texts = ["two\nlines\r\nand CR\r", 'quotes " and \\ backslash', "unicode é ✓ 🙂 \u2028 sep", "data: fake\n\nid: 99"]
+    async with db.session(write=True) as s:
+        await transcript.append(s, task_id, [Pending(kind="notice", payload=Notice(text=t)) for t in texts])
+        await transcript.append(s, task_id, [Pending(kind="stdout", payload=Output(text="x" * 70_000))])
+        await transcript.append(s, task_id, [Pending(kind="notice", payload=Notice(text="pretty"))])
+        last = int(await s.scalar(select(func.max(TranscriptEvent.seq)).where(TranscriptEvent.task_id == task_id)) or 0)
+        # Pretty-printed JSON, as an operator's own tool might store it: line breaks in the text.
+        pretty = '{\n  "text": "pretty",\n  "level": "info"\n}'
+        sql = {
+            "postgresql": "UPDATE transcript_events SET payload = CAST(:p AS JSON) WHERE task_id = :t AND seq = :q",
+            "sqlite": "UPDATE transcript_events SET payload = :p WHERE task_id = :t AND seq = :q",
+        }[s.bind.dialect.name]
+        await s.execute(
+            text(sql),
+            {"p": pretty, "t": task_id, "q": last},
+        )
+        task = await s.get(Task, task_id)
+        assert task is not None
+        task.state = TaskState.AWAITING_REVIEW
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+        page = (await c.get(f"{TASKS}/1/transcript", params={"limit": 500})).json()["events"]
+        frames: list[tuple[str, str, str]] = []
+        async with c.stream("GET", f"{TASKS}/1/events") as resp:
+            event, ident, data = "", "", list[str]()
+            async for line in resp.aiter_lines():
+                if line == "":
+                    if data:
+                        frames.append((ident, event, "\n".join(data)))
+                    if event == "end":
+                        break
+                    event, ident, data = "", "", []
+                elif line.startswith("id: "):
+                    ident = line[4:]
+                elif line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    data.append(line[6:])
+    streamed = [msgspec.json.decode(d) for i, e, d in frames if e not in ("state", "end")]
+    assert streamed == page  # every field, every byte of every payload
+    assert [int(i) for i, e, _ in frames if e not in ("state", "end")] == [ev["seq"] for ev in page]
+    assert [ev["payload"]["text"] for ev in page if ev["kind"] == "notice"][-5:] == [*texts, "pretty"]
 
 
 async def test_web_pages_start_and_show_a_task(client: AsyncTestClient[Litestar], world: World) -> None:

@@ -202,7 +202,8 @@ class RunChannel:
         if self._server is not None and self._serving is not None:
             self._server.should_exit = True
             try:
-                await asyncio.wait_for(asyncio.shield(self._serving), 10)
+                async with asyncio.timeout(10):
+                    await asyncio.shield(self._serving)
             except (TimeoutError, Exception):
                 self._serving.cancel()
                 log.warning("the run's gateway did not stop in time", socket=str(self.socket_path))

@@ -197,7 +197,8 @@ class _Drive:
         await self.policy.cancel_open(self.peer)
         if wait and self.prompting:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.prompt_ended.wait(), CANCEL_WAIT)
+                async with asyncio.timeout(CANCEL_WAIT):
+                    await self.prompt_ended.wait()
 
     async def on_message(self, msg: Incoming) -> None:
         assert self.peer is not None
@@ -371,7 +372,8 @@ class _Drive:
     async def _exited(self) -> Outcome:
         exit_code: int | None = None
         with contextlib.suppress(Exception):
-            exit_code = await asyncio.wait_for(self.proc.wait(), 5)
+            async with asyncio.timeout(5):
+                exit_code = await self.proc.wait()
         tail = (getattr(self.proc, "stderr_tail", "") or "").strip()[-1000:]
         text = f"{self.runtime.agent.name} exited (code {exit_code}) before its turn ended"
         text += f": {tail}" if tail else ""

@@ -16,7 +16,6 @@ waiting request fails with `AgentExited`."""
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
@@ -24,6 +23,7 @@ import msgspec
 
 from tasks.core.states import FailureReason
 from tasks.core.transcript import HeadTail
+from tasks.run.runtimes.cli_lines import json_object
 
 LINE_CAP = 8 * 1024 * 1024  # a longer line is not JSON-RPC we read
 
@@ -82,15 +82,15 @@ class Peer:
     async def _send(self, obj: dict[str, Any]) -> bool:
         if not self.open:
             return False
-        line = json.dumps(obj, ensure_ascii=False) + "\n"
+        line = msgspec.json.encode(obj) + b"\n"
         async with self._writes:
             try:
-                await self.proc.write(line.encode())
+                await self.proc.write(line)
             except Exception:
                 self.open = False
                 return False
         if self.raw is not None:
-            self.raw.add(b"> " + line.encode())
+            self.raw.add(b"> " + line)
         return True
 
     async def request(self, method: str, params: Any, *, limit: float | None = None) -> Any:
@@ -103,7 +103,8 @@ class Peer:
                 {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             ):
                 raise AgentExited(f"the agent is gone (before {method})")
-            return await asyncio.wait_for(asyncio.shield(future), limit)
+            async with asyncio.timeout(limit):
+                return await asyncio.shield(future)
         finally:
             self._waiting.pop(request_id, None)
 
@@ -145,13 +146,9 @@ class Peer:
                     future.exception()  # retrieved here; the request re-raises it
 
     async def _dispatch(self, raw: bytes) -> None:
-        try:
-            message = json.loads(raw)
-        except ValueError:
+        message = json_object(raw)
+        if message is None:
             self.malformed += 1  # agents log to stdout by mistake at times: not fatal
-            return
-        if not isinstance(message, dict):
-            self.malformed += 1
             return
         method = message.get("method")
         if isinstance(method, str):

@@ -201,7 +201,8 @@ class _Drive:
         self._answers[request_id] = confirmed
         await self.send(interrupt_request(request_id))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(confirmed), INTERRUPT_WAIT)
+            async with asyncio.timeout(INTERRUPT_WAIT):
+                await asyncio.shield(confirmed)
         self._answers.pop(request_id, None)
 
     async def on_question(self, text: str, options: list[str]) -> None:
@@ -268,7 +269,8 @@ class _Drive:
             while True:
                 limit = self.runtime.linger_seconds if not self.stdin_open else self.runtime.idle_seconds
                 try:
-                    raw = await asyncio.wait_for(lines.get(), limit)
+                    async with asyncio.timeout(limit):
+                        raw = await lines.get()
                 except TimeoutError:
                     if not self.stdin_open and final is not None:
                         watchdog = (
@@ -330,7 +332,8 @@ class _Drive:
             await reader.close()
         exit_code: int | None = None
         with contextlib.suppress(Exception):
-            exit_code = await asyncio.wait_for(proc.wait(), self.runtime.linger_seconds)
+            async with asyncio.timeout(self.runtime.linger_seconds):
+                exit_code = await proc.wait()
         if exit_code is None and watchdog is None and final is not None:
             watchdog = (
                 FailureReason.AGENT_LINGERED,

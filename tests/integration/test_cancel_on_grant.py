@@ -1,0 +1,104 @@
+"""A cancel that arrives just as a wait is granted is never lost. Python 3.11's `asyncio.wait_for`
+returned the result and dropped such a cancel: a run's transcript writer, cancelled by `close()`
+as its database write turn came up, went back to waiting for work and `close()` never returned (a
+run that never ended; found by the ingest benches). Waits are `asyncio.timeout` blocks now."""
+
+import asyncio
+
+from sqlalchemy import func, select
+
+from forge import accounts, repositories
+from forge.access import Principal
+from forge.audit import Actor
+from forge.db import Database
+from forge.events import EventBus
+from forge.git import RepoStore
+from forge.settings import Settings
+from tasks.core.live import LiveHub
+from tasks.core.models import TranscriptEvent
+from tasks.core.policy import AllowAll
+from tasks.core.schemas import TaskCreate
+from tasks.core.transcript import Notice, Redactor
+from tasks.core.writer import TranscriptWriter
+from tasks.services.tasks import TaskService
+from tests.support.tasks import seed
+
+OFFSETS = range(12)  # loop turns between "the holder let go" and the cancel
+
+
+async def hold(db: Database, entered: asyncio.Event, release: asyncio.Event) -> None:
+    """Hold the database's write turn until `release`."""
+    async with db.session(write=True):
+        entered.set()
+        await release.wait()
+
+
+async def write(db: Database, went_on: list[int], turns: int) -> None:
+    async with db.session(write=True):
+        went_on.append(turns)
+
+
+async def test_a_cancel_as_the_write_turn_is_granted_is_not_swallowed(db: Database) -> None:
+    for turns in OFFSETS:
+        entered, release = asyncio.Event(), asyncio.Event()
+        went_on: list[int] = []
+
+        held = asyncio.create_task(hold(db, entered, release))
+        await entered.wait()
+        waiting = asyncio.create_task(write(db, went_on, turns))
+        await asyncio.sleep(0.02)  # queued behind the holder for its turn
+        release.set()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        before = bool(went_on)
+        waiting.cancel()
+        await held
+        try:
+            await waiting
+            ended = "finished"
+        except asyncio.CancelledError:
+            ended = "cancelled"
+        if not before:  # cancelled before its transaction began: it must not begin it
+            assert ended == "cancelled" and not went_on, f"cancel lost {turns} turns after the grant"
+
+
+async def _task(settings: Settings, db: Database) -> int:
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.require_by_login(s, "ana")
+            actor = Actor(principal=Principal(account_id=ana.id, login="ana", type="User", via="token"))
+            res = await repositories.load(s, actor.principal, "ana", "demo")
+            svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
+            return (await svc.start(actor, res, TaskCreate(goal="g", agent="fixer", command="true"))).id
+    finally:
+        await store.close()
+
+
+async def test_closing_a_writer_as_its_turn_comes_up_returns_with_every_event(settings: Settings, db: Database) -> None:
+    await seed(settings)
+    task_id = await _task(settings, db)
+    async with db.session() as s:
+        before = int(await s.scalar(select(func.count()).where(TranscriptEvent.task_id == task_id)) or 0)
+    for turns in OFFSETS:
+        writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([]), flush_interval=0.0)
+        writer.start()
+        entered, release = asyncio.Event(), asyncio.Event()
+        held = asyncio.create_task(hold(db, entered, release))
+        await entered.wait()
+        await writer.emit("notice", Notice(text=f"event {turns}"))
+        await asyncio.sleep(0.02)  # the writer's loop waits for the write turn
+        release.set()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        async with asyncio.timeout(10):  # before the fix: for ever, at some offsets
+            await writer.close()
+        await held
+    async with db.session() as s:
+        texts = (
+            await s.execute(
+                select(TranscriptEvent.payload).where(TranscriptEvent.task_id == task_id).order_by(TranscriptEvent.seq)
+            )
+        ).scalars()
+        stored = [p["text"] for p in texts][before:]
+    assert stored == [f"event {t}" for t in OFFSETS]  # each once, in order
