@@ -43,6 +43,7 @@ class TranscriptWriter:
         self._kick = asyncio.Event()
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
+        self._closing = False
         self.last_activity = time.monotonic()
         self.count = 0
 
@@ -81,15 +82,18 @@ class TranscriptWriter:
             self._kick.set()
 
     async def _loop(self) -> None:
-        while True:
+        while not self._closing:
             await self._kick.wait()
             self._kick.clear()
+            if self._closing:
+                return
             await asyncio.sleep(self.flush_interval)
             try:
                 await self.flush()
             except Exception:  # the next flush retries what is still buffered
                 log.exception("transcript flush failed", task_id=self.task_id)
-                await asyncio.sleep(0.5)
+                if not self._closing:
+                    await asyncio.sleep(0.5)
 
     @staticmethod
     def _coalesce(events: list[Pending]) -> list[Pending]:
@@ -136,8 +140,10 @@ class TranscriptWriter:
             if rest:
                 self._buffer.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            # asyncio.wait, not `await` under suppress(CancelledError): a cancel of close()'s own
-            # caller must go on to the caller, not end here with the loop's.
+            # The loop is told to end, not cancelled: a cancel could land inside a flush's
+            # transaction (once, under load, the next write then waited out SQLite's busy timeout).
+            # A cancel of close()'s own caller goes on to the caller (asyncio.wait does not swallow it).
+            self._closing = True
+            self._kick.set()
             await asyncio.wait([self._loop_task])
         await self.flush()

@@ -5,7 +5,9 @@ executions started and completed, file changes, agent messages, turn usage) is i
 codex runtime does it (each line kept for the raw artefact, decoded, normalised by `StreamState`,
 emitted) into the real `TranscriptWriter` (redaction, batching, SQLite, the live hub); the same
 number of transcript events, built directly as the builtin runtime builds them, go through the
-same writer. Printed: events per second for each, the ratio (goal: codex >= builtin, ratio >= 1.0),
+same writer. The passes alternate, builtin, codex, codex, builtin (each into a task of its own), so
+neither path always meets the bigger table or the warmer process; each path's figure is over its
+two passes. Printed: events per second for each, the ratio (goal: codex >= builtin, ratio >= 1.0),
 the live readers' lag (event emitted -> the hub woke a listener) and the lag of SSE clients
 following each task (emitted -> received, the tasks bench's figure; the app served in this
 process, the clients in their own) for both. Figures are
@@ -34,13 +36,13 @@ from tasks.core.policy import AllowAll
 from tasks.core.schemas import TaskCreate
 from tasks.core.transcript import Assistant, HeadTail, Redactor, System, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
-from tasks.run.runtimes.cli_lines import json_line
 from tasks.run.runtimes.codex_stream import StreamState
 from tasks.services.tasks import TaskService
 from tests.support.sse_lag import Served, figures, served, subscribed
 from tests.support.tasks import seed
 
 EVENTS = 10_000
+ORDER = ("builtin", "codex", "codex", "builtin")  # one pass each, alternating
 CLIENTS = 10  # SSE clients per pass, in a process of their own (tests/support/sse_lag.py)
 
 
@@ -132,7 +134,7 @@ async def run_bench(tmp_path: Path) -> None:
     store = RepoStore(settings.data_dir / "repos")
     try:
         ids = []
-        for goal in ("codex", "builtin"):
+        for goal in ORDER:
             async with db.session(write=True) as s:
                 res = await repositories.load(s, Actor.system("bench").principal, "ana", "demo")
                 ana = await accounts.require_by_login(s, "ana")
@@ -164,9 +166,8 @@ async def run_bench(tmp_path: Path) -> None:
 
         async def codex_feed(writer: TranscriptWriter, emitted: list[float]) -> None:
             state, kept = StreamState("0.171.0"), HeadTail(8 * 1024 * 1024)
-            for raw in raw_lines:
-                line = json_line(raw, kept)
-                for kind, payload in state.feed(line) if line is not None else []:
+            for raw in raw_lines:  # the codex runtime's per-line path (CodexTurn.run)
+                for kind, payload in state.feed_raw(raw, kept):
                     await writer.emit(kind, payload)  # type: ignore[arg-type]
                     emitted.append(time.perf_counter())
 
@@ -177,25 +178,33 @@ async def run_bench(tmp_path: Path) -> None:
                 await writer.emit(kind, payload)  # type: ignore[arg-type]
                 emitted.append(time.perf_counter())
 
-        results = {}
+        feeds = {"builtin": builtin_feed, "codex": codex_feed}
+        took: dict[str, float] = {"builtin": 0.0, "codex": 0.0}
+        woken_lags: dict[str, list[float]] = {"builtin": [], "codex": []}
+        sse_lags: dict[str, list[float]] = {"builtin": [], "codex": []}
+        passes: list[str] = []
         with served(settings) as app:
-            for name, (task_id, number), feed in (("builtin", ids[1], builtin_feed), ("codex", ids[0], codex_feed)):
-                took, emitted, woken, sse = await ingest(app, task_id, number, feed)
+            for name, (task_id, number) in zip(ORDER, ids, strict=True):
+                spent, emitted, woken, sse = await ingest(app, task_id, number, feeds[name])
                 async with db.session() as s:
                     stored = await s.scalar(select(func.count()).where(TranscriptEvent.task_id == task_id))
                 # (the task's own start events are stored too)
                 assert len(emitted) == EVENTS and stored is not None and stored >= EVENTS, (name, len(emitted), stored)
                 assert len(sse) == CLIENTS * EVENTS, (name, len(sse))  # every SSE client had every event
-                results[name] = (took, lags(emitted, woken), stored, sse)
-        codex_took, builtin_took = results["codex"][0], results["builtin"][0]
-        ratio = builtin_took / codex_took
-        print(f"\n{EVENTS:,} transcript events each, stored by the real TranscriptWriter (SQLite, live hub):")
-        for name, (took, lag, stored, sse) in results.items():
+                took[name] += spent
+                woken_lags[name] += lags(emitted, woken)
+                sse_lags[name] += sse
+                passes.append(f"{name} {EVENTS / spent:,.0f}")
+        ratio = took["builtin"] / took["codex"]
+        print(f"\n{EVENTS:,} transcript events a pass, stored by the real TranscriptWriter (SQLite, live hub);")
+        print(f"  passes in order (events/s): {', '.join(passes)}")
+        for name in ("builtin", "codex"):
+            lag = woken_lags[name]
             print(
-                f"  {name:8s}: {EVENTS / took:,.0f} events/s ({took:.2f} s, {stored:,} rows);"
+                f"  {name:8s}: {2 * EVENTS / took[name]:,.0f} events/s over its two passes ({took[name]:.2f} s);"
                 f" live readers' lag, emitted -> woken: median {statistics.median(lag) * 1000:.1f} ms,"
                 f" p95 {statistics.quantiles(lag, n=20)[-1] * 1000:.1f} ms, max {max(lag) * 1000:.1f} ms"
-                f"\n            {CLIENTS} SSE clients' lag, emitted -> received: {figures(sse)}"
+                f"\n            {CLIENTS} SSE clients' lag, emitted -> received: {figures(sse_lags[name])}"
             )
         verdict = "" if ratio >= 1.0 else "  -- MISSES THE GOAL"
         print(f"  codex / builtin throughput: {ratio:.2f}x (goal >= 1.0x){verdict}")

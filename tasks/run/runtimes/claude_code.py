@@ -259,7 +259,6 @@ class _Drive:
         self.proc = proc
         ctx = self.ctx
         reader = StdoutReader(proc)
-        lines = reader.lines
         await self.send({"type": "user", "session_id": "", "message": {"role": "user", "content": prompt},
                          "parent_tool_use_id": None})  # fmt: skip
         continued = False
@@ -269,8 +268,7 @@ class _Drive:
             while True:
                 limit = self.runtime.linger_seconds if not self.stdin_open else self.runtime.idle_seconds
                 try:
-                    async with asyncio.timeout(limit):
-                        raw = await lines.get()
+                    raw = await reader.next_line(limit)
                 except TimeoutError:
                     if not self.stdin_open and final is not None:
                         watchdog = (

@@ -30,6 +30,15 @@ class StdoutReader:
         finally:
             await self.lines.put(None)
 
+    async def next_line(self, timeout: float) -> bytes | None:  # noqa: ASYNC109
+        """The next line (None once stdout ended); TimeoutError after `timeout` s of silence. A
+        line already queued is taken without arming a timer (a busy stream's common case)."""
+        try:
+            return self.lines.get_nowait()
+        except asyncio.QueueEmpty:
+            async with asyncio.timeout(timeout):
+                return await self.lines.get()
+
     async def close(self) -> None:
         self._task.cancel()
         with contextlib.suppress(BaseException):

@@ -27,7 +27,18 @@ from typing import Any
 
 import msgspec
 
-from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, Notice, Payload, System, ToolCall, ToolResult, cap_text
+from tasks.core.transcript import (
+    TOOL_OUTPUT_CAP,
+    Assistant,
+    HeadTail,
+    Notice,
+    Payload,
+    System,
+    ToolCall,
+    ToolResult,
+    cap_text,
+)
+from tasks.run.runtimes.cli_lines import json_line
 
 Event = tuple[str, Payload]
 
@@ -106,6 +117,12 @@ class StreamState:
     def final(self) -> bool:
         """The turn ended (completed or failed): the process should exit now."""
         return self.completed > 0 or bool(self.failure)
+
+    def feed_raw(self, raw: bytes, kept: HeadTail) -> list[Event]:
+        """One stdout line as it came: kept for the raw artefact, decoded, normalised (the codex
+        runtime's whole per-line path, which the ingest bench drives)."""
+        line = json_line(raw, kept)
+        return self.feed(line) if line is not None else []
 
     def feed(self, line: dict[str, Any]) -> list[Event]:
         self.lines += 1

@@ -11,7 +11,7 @@ from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import HeadTail
 from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.claude_control import PolicyBroker
-from tasks.run.runtimes.cli_lines import StdoutReader, json_line
+from tasks.run.runtimes.cli_lines import StdoutReader
 from tasks.run.runtimes.codex_stream import StreamState
 
 if TYPE_CHECKING:
@@ -68,15 +68,13 @@ class CodexTurn:
                         watchdog = (FailureReason.IDLE, f"codex printed nothing for {idle:g} s: killed as idle")
                     break
                 try:
-                    async with asyncio.timeout(min(deadline - now, 1.0)):
-                        raw = await reader.lines.get()
+                    raw = await reader.next_line(min(deadline - now, 1.0))
                 except TimeoutError:
                     continue
                 last = time.monotonic()
                 if raw is None:
                     break
-                line = json_line(raw, self.raw)
-                for kind, payload in state.feed(line) if line is not None else []:
+                for kind, payload in state.feed_raw(raw, self.raw):
                     await ctx.emit(kind, payload)  # type: ignore[arg-type]
         finally:
             if watchdog is not None or cut:
