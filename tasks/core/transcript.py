@@ -415,6 +415,6 @@ async def read_raw(session: AsyncSession, task_id: int, *, after: int = 0, limit
     for seq, kind, at, run_seq, version, text in (await session.execute(stmt)).all():
         # The stored text is the serializer's one-line JSON object; anything else (NULL, `null`)
         # is read as `read` reads it: an empty object.
-        payload = msgspec.Raw(text.encode()) if text and text[0] == "{" else _EMPTY
+        payload = msgspec.Raw(text.encode()) if text and text.lstrip().startswith("{") else _EMPTY
         out.append(EventRaw(seq=seq, kind=kind, at=at, run=run_seq, schema_version=version, payload=payload))
     return out
