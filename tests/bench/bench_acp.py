@@ -17,25 +17,17 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from forge import accounts, repositories
-from forge.access import Principal
-from forge.audit import Actor
 from forge.db import Database
-from forge.events import EventBus
-from forge.git import RepoStore
 from forge.settings import Settings
 from tasks.core.agent_registry import AcpAgent
-from tasks.core.models import Run, TranscriptEvent
-from tasks.core.policy import AllowAll
-from tasks.core.schemas import TaskCreate
+from tasks.core.models import TranscriptEvent
 from tasks.core.transcript import Assistant, Redactor, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.acp import AcpAgentRuntime
-from tasks.services.tasks import TaskService
 from tests.support.acp_agent import argv
 from tests.support.claude_host import HostSandbox, ScriptedGate, host_context
 from tests.support.sse_lag import figures, served, subscribed
-from tests.support.tasks import seed
+from tests.support.tasks import seed, start_task
 
 CALLS = 2_500  # x 4 updates = 10,000 notifications -> 7,500 transcript events
 
@@ -47,21 +39,6 @@ def scenario() -> dict[str, Any]:
 CLIENTS = 10  # SSE clients per pass, in a process of their own
 ORDER = ("builtin", "acp", "acp", "builtin")  # one pass each, alternating
 SHOWN = {"assistant", "tool_call", "tool_result"}
-
-
-async def a_task(settings: Settings, db: Database) -> tuple[int, int, int]:
-    store = RepoStore(settings.data_dir / "repos")
-    try:
-        async with db.session(write=True) as s:
-            ana = await accounts.require_by_login(s, "ana")
-            actor = Actor(principal=Principal(account_id=ana.id, login="ana", type="User", via="token"))
-            res = await repositories.load(s, actor.principal, "ana", "demo")
-            svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
-            task = await svc.start(actor, res, TaskCreate(goal="bench", agent="fixer", command="true"))
-            run = (await s.execute(select(Run).where(Run.task_id == task.id))).scalar_one()
-            return task.id, task.number, run.id
-    finally:
-        await store.close()
 
 
 async def stored(db: Database, task_id: int) -> int:
@@ -88,7 +65,7 @@ async def acp_pass(writer: TranscriptWriter, box: Path) -> None:
 
 async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path) -> None:
     token, _ = await seed(settings)
-    tasks = [await a_task(settings, db) for _ in ORDER]
+    tasks = [await start_task(settings, db, goal=name) for name in ORDER]
     took: dict[str, float] = {"builtin": 0.0, "acp": 0.0}
     events: dict[str, int] = {"builtin": 0, "acp": 0}
     sse: dict[str, list[float]] = {"builtin": [], "acp": []}

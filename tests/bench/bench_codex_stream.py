@@ -24,22 +24,15 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from forge import accounts, repositories
-from forge.audit import Actor
 from forge.db import Database
-from forge.events import EventBus
-from forge.git import RepoStore
 from forge.settings import load_settings, prepare_data_dir
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
-from tasks.core.policy import AllowAll
-from tasks.core.schemas import TaskCreate
 from tasks.core.transcript import Assistant, HeadTail, Redactor, System, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.codex_stream import StreamState
-from tasks.services.tasks import TaskService
 from tests.support.sse_lag import Served, figures, served, subscribed
-from tests.support.tasks import seed
+from tests.support.tasks import seed, start_task
 
 EVENTS = 10_000
 ORDER = ("builtin", "codex", "codex", "builtin")  # one pass each, alternating
@@ -131,18 +124,8 @@ async def run_bench(tmp_path: Path) -> None:
     await upgrade_async(settings.effective_database_url)
     token, _ = await seed(settings)
     db = Database(settings.effective_database_url)
-    store = RepoStore(settings.data_dir / "repos")
     try:
-        ids = []
-        for goal in ORDER:
-            async with db.session(write=True) as s:
-                res = await repositories.load(s, Actor.system("bench").principal, "ana", "demo")
-                ana = await accounts.require_by_login(s, "ana")
-                actor = Actor(principal=Actor.system("bench").principal.__class__(
-                    account_id=ana.id, login="ana", type="User", via="token"))  # fmt: skip
-                svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
-                task = await svc.start(actor, res, TaskCreate(goal=goal, agent="fixer", command="true"))
-                ids.append((task.id, task.number))
+        ids = [(await start_task(settings, db, goal=name))[:2] for name in ORDER]
 
         async def ingest(
             app: Served, task_id: int, number: int, feed: Any
@@ -209,7 +192,6 @@ async def run_bench(tmp_path: Path) -> None:
         verdict = "" if ratio >= 1.0 else "  -- MISSES THE GOAL"
         print(f"  codex / builtin throughput: {ratio:.2f}x (goal >= 1.0x){verdict}")
     finally:
-        await store.close()
         await db.dispose()
 
 

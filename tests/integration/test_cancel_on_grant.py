@@ -7,21 +7,13 @@ import asyncio
 
 from sqlalchemy import func, select
 
-from forge import accounts, repositories
-from forge.access import Principal
-from forge.audit import Actor
 from forge.db import Database
-from forge.events import EventBus
-from forge.git import RepoStore
 from forge.settings import Settings
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
-from tasks.core.policy import AllowAll
-from tasks.core.schemas import TaskCreate
 from tasks.core.transcript import Notice, Redactor
 from tasks.core.writer import TranscriptWriter
-from tasks.services.tasks import TaskService
-from tests.support.tasks import seed
+from tests.support.tasks import seed, start_task
 
 OFFSETS = range(12)  # loop turns between "the holder let go" and the cancel
 
@@ -62,22 +54,9 @@ async def test_a_cancel_as_the_write_turn_is_granted_is_not_swallowed(db: Databa
             assert ended == "cancelled" and not went_on, f"cancel lost {turns} turns after the grant"
 
 
-async def _task(settings: Settings, db: Database) -> int:
-    store = RepoStore(settings.data_dir / "repos")
-    try:
-        async with db.session(write=True) as s:
-            ana = await accounts.require_by_login(s, "ana")
-            actor = Actor(principal=Principal(account_id=ana.id, login="ana", type="User", via="token"))
-            res = await repositories.load(s, actor.principal, "ana", "demo")
-            svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
-            return (await svc.start(actor, res, TaskCreate(goal="g", agent="fixer", command="true"))).id
-    finally:
-        await store.close()
-
-
 async def test_closing_a_writer_as_its_turn_comes_up_returns_with_every_event(settings: Settings, db: Database) -> None:
     await seed(settings)
-    task_id = await _task(settings, db)
+    task_id, _, _ = await start_task(settings, db)
     async with db.session() as s:
         before = int(await s.scalar(select(func.count()).where(TranscriptEvent.task_id == task_id)) or 0)
     for turns in OFFSETS:

@@ -180,3 +180,28 @@ def containers_of(settings: Settings) -> list[Any]:
         return list(client.containers.list(all=True, filters={"label": f"forgehand.instance={settings.instance_id}"}))
     finally:
         client.close()
+
+
+async def start_task(settings: Settings, db: Database, goal: str = "g") -> tuple[int, int, int]:
+    """A `command` task started by ana in the seeded repository (`seed`), straight through the
+    service (no worker runs it): its id, number and its first run's id."""
+    from sqlalchemy import select
+
+    from forge.access import Principal
+    from tasks.core.models import Run
+    from tasks.core.policy import AllowAll
+    from tasks.core.schemas import TaskCreate
+    from tasks.services.tasks import TaskService
+
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.require_by_login(s, "ana")
+            actor = Actor(principal=Principal(account_id=ana.id, login="ana", type="User", via="token"))
+            res = await repositories.load(s, actor.principal, "ana", "demo")
+            svc = TaskService(s, bus=EventBus(), store=store, settings=settings, gate=AllowAll())
+            task = await svc.start(actor, res, TaskCreate(goal=goal, agent="fixer", command="true"))
+            run = (await s.execute(select(Run).where(Run.task_id == task.id))).scalar_one()
+            return task.id, task.number, run.id
+    finally:
+        await store.close()
