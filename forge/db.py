@@ -6,12 +6,14 @@ with `BEGIN IMMEDIATE` so that two writers queue on the lock instead of failing 
 """
 
 import asyncio
+import json
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import structlog
 from sqlalchemy import DateTime, MetaData, TypeDecorator, event
 from sqlalchemy.engine import Dialect
@@ -90,13 +92,26 @@ POOL_MAX_OVERFLOW = 10
 WRITE_TURN_SECONDS = 15.0
 
 
+def json_text(value: Any) -> str:
+    """The JSON columns' serializer. msgspec, not `json.dumps` (several times faster on the
+    transcript's write path); a value already encoded (`msgspec.Raw`: a transcript payload whose
+    text redaction looked at) goes in as it is; what msgspec refuses (a string with a lone
+    surrogate) is written by `json.dumps`, as before."""
+    if isinstance(value, msgspec.Raw):
+        return bytes(value).decode()
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, UnicodeError):  # msgspec.EncodeError is a ValueError
+        return json.dumps(value)
+
+
 def create_engine(url: str) -> AsyncEngine:
     pool = {"pool_size": POOL_SIZE, "max_overflow": POOL_MAX_OVERFLOW, "pool_timeout": POOL_TIMEOUT_SECONDS}
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 15}, **pool)
+        engine = create_async_engine(url, connect_args={"timeout": 15}, json_serializer=json_text, **pool)
         _install_sqlite_hooks(engine)
         return engine
-    return create_async_engine(url, pool_pre_ping=True, **pool)
+    return create_async_engine(url, pool_pre_ping=True, json_serializer=json_text, **pool)
 
 
 def after_commit(session: AsyncSession, key: Hashable, fn: Callable[[], None]) -> None:

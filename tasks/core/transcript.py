@@ -7,7 +7,6 @@ commit in `seq` order: a reader resuming after N can never miss a lower number c
 The public contract is docs/transcript.md.
 """
 
-import contextlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
@@ -208,6 +207,10 @@ class Pending(msgspec.Struct, kw_only=True):
     payload: Payload
     run_id: int | None = None
     at: datetime = msgspec.field(default_factory=utcnow)
+    # The payload's JSON as the writer's redaction encoded it (secrets replaced): stored as it is,
+    # so a later change to an object the payload shares cannot alter what was recorded. b"": not
+    # encoded yet (`append` encodes it).
+    encoded: bytes = b""
 
 
 # --- redaction ---------------------------------------------------------------------------------
@@ -228,9 +231,14 @@ class Redactor:
         literal = all(msgspec.json.encode(s) == b'"' + s.encode() + b'"' for s in self.secrets)
         self._needles = [s.encode() for s in self.secrets] if literal else None
 
+    @property
+    def holding(self) -> bool:
+        """Some stream's tail is held back (it could start a secret)."""
+        return bool(self._carry)
+
     def clean(self, encoded: bytes) -> bool:
         """True only when the JSON text `encoded` holds no secret: then none of its strings does."""
-        return self._needles is not None and not any(n in encoded for n in self._needles)
+        return self._needles is not None and all(needle not in encoded for needle in self._needles)
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -262,15 +270,14 @@ class Redactor:
         return self.redact(self._carry.pop(stream, ""))
 
 
-def redact_payload(redactor: Redactor, payload: P) -> P:
-    """A copy of `payload` with the secrets in its strings replaced (keys and numbers are kept).
-    Most payloads hold no secret: one look at their JSON text says so, and the copy is that text
-    decoded, instead of a walk over every value."""
+def redacted_json(redactor: Redactor, payload: Payload) -> bytes:
+    """`payload`'s JSON with the secrets in its strings replaced (keys and numbers are kept). Most
+    payloads hold no secret: one look at their JSON text says so, and that text is the answer,
+    instead of a walk over every value."""
     encoded = msgspec.json.encode(payload)
     if redactor.clean(encoded):
-        with contextlib.suppress(msgspec.ValidationError):  # e.g. a NaN, which JSON has no word for
-            return msgspec.json.decode(encoded, type=type(payload))
-    return msgspec.convert(redact_value(redactor, msgspec.to_builtins(payload)), type(payload))
+        return encoded
+    return msgspec.json.encode(redact_value(redactor, msgspec.to_builtins(payload)))
 
 
 def redact_value(redactor: Redactor, value: Any) -> Any:
@@ -333,6 +340,34 @@ def payload_dict(payload: Payload) -> dict[str, Any]:
     return raw
 
 
+# Characters JSON may hold raw but that some line readers end a line at (Python's `splitlines`:
+# NEL, LINE and PARAGRAPH SEPARATOR): escaped, since the live transcript sends the stored text as
+# an SSE data line (msgspec writes them raw, json.dumps escaped them).
+_LINE_BREAKERS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def _line_safe(data: bytes) -> bytes:
+    if not data.isascii():
+        for raw, escaped in _LINE_BREAKERS:
+            data = data.replace(raw, escaped)
+    return data
+
+
+def stored_json(payload: Payload, encoded: bytes = b"") -> msgspec.Raw:
+    """The payload as the `payload` column holds it: its JSON object without the `type` tag (the
+    row's kind says it). `encoded` is its JSON already made (tag first, as msgspec writes a tagged
+    struct); the tag is cut off that text instead of encoding the fields again."""
+    data = _line_safe(encoded or msgspec.json.encode(payload))
+    prefix = b'{"type":"' + type(payload).__struct_config__.tag.encode() + b'"'  # type: ignore[union-attr]
+    if data.startswith(prefix):
+        rest = data[len(prefix) :]
+        if rest[:1] == b",":
+            return msgspec.Raw(b"{" + rest[1:])
+        if rest == b"}":
+            return msgspec.Raw(b"{}")
+    return msgspec.Raw(msgspec.json.encode(payload_dict(payload)))
+
+
 _EVENTS: Table = TranscriptEvent.__table__  # type: ignore[assignment]  # a declarative model's table
 
 
@@ -362,7 +397,8 @@ async def append(session: AsyncSession, task_id: int, events: Sequence[Pending])
             "at": ev.at,
             "kind": ev.kind,
             "schema_version": SCHEMA_VERSION,
-            "payload": payload_dict(ev.payload),
+            # The JSON text itself: the engine's serializer (forge.db.json_text) passes it on.
+            "payload": stored_json(ev.payload, ev.encoded),
         }
         for i, ev in enumerate(events)
     ]

@@ -6,13 +6,16 @@ thousands of lines costs a handful of writes per second, not one per line."""
 
 import asyncio
 import time
+from collections.abc import Iterable
+from datetime import datetime
 
+import msgspec
 import structlog
 
-from forge.db import Database
+from forge.db import Database, utcnow
 from tasks.core import transcript
 from tasks.core.live import LiveHub
-from tasks.core.transcript import Kind, Output, Payload, Pending, Redactor, redact_payload
+from tasks.core.transcript import Kind, Output, Payload, Pending, Redactor, redacted_json
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -53,32 +56,58 @@ class TranscriptWriter:
     def touch(self) -> None:
         self.last_activity = time.monotonic()
 
-    def _redacted(self, kind: Kind, payload: Payload) -> list[Pending]:
-        out: list[Pending] = []
+    def _redacted(self, out: list[Pending], kind: Kind, payload: Payload, at: datetime) -> None:
         if isinstance(payload, Output) and kind in _STREAMS:
             text = self.redactor.feed(kind, payload.text)
             if text or payload.omitted_bytes:
-                out.append(
-                    Pending(
-                        kind=kind, payload=Output(text=text, omitted_bytes=payload.omitted_bytes), run_id=self.run_id
-                    )
-                )
-            return out
-        # Anything else ends the output streams: what they held back goes first.
-        for stream in _STREAMS:
-            rest = self.redactor.flush(stream)
-            if rest:
-                out.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
-        out.append(Pending(kind=kind, payload=redact_payload(self.redactor, payload), run_id=self.run_id))
-        return out
+                output = Output(text=text, omitted_bytes=payload.omitted_bytes)
+                out.append(Pending(kind=kind, payload=output, run_id=self.run_id, at=at))
+            return
+        self._end_streams(out, at)
+        encoded = redacted_json(self.redactor, payload)
+        out.append(Pending(kind=kind, payload=payload, run_id=self.run_id, at=at, encoded=encoded))
+
+    def _end_streams(self, out: list[Pending], at: datetime) -> None:
+        """Anything but output ends the output streams: what they held back goes first."""
+        if self.redactor.holding:
+            for stream in _STREAMS:
+                rest = self.redactor.flush(stream)
+                if rest:
+                    out.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id, at=at))  # type: ignore[arg-type]
 
     async def emit(self, kind: Kind, payload: Payload, *, activity: bool = True) -> None:
         if activity:
             self.touch()
-        self._buffer.extend(self._redacted(kind, payload))
+        self._redacted(self._buffer, kind, payload, utcnow())
+        await self._queued()
+
+    async def emit_many(self, events: Iterable[tuple[Kind, Payload]]) -> None:
+        """Several events that arrived together (the lines a CLI printed at once), in order: one
+        timestamp for all of them (they were read in the same instant) and one look at the buffer."""
+        self.touch()
+        at = utcnow()
+        batch = list(events)
+        if any(isinstance(payload, Output) for _, payload in batch):  # streams: one by one
+            for kind, payload in batch:
+                self._redacted(self._buffer, kind, payload, at)
+        elif batch:
+            self._end_streams(self._buffer, at)
+            # One look for secrets over the whole batch's JSON. A line break joins them: msgspec
+            # never writes one raw, so no secret is found across two payloads (a secret holding
+            # one is no literal needle, and then every payload is walked).
+            encoded = [msgspec.json.encode(payload) for _, payload in batch]
+            if not self.redactor.clean(b"\n".join(encoded)):
+                encoded = [redacted_json(self.redactor, payload) for _, payload in batch]
+            self._buffer += [
+                Pending(kind=kind, payload=payload, run_id=self.run_id, at=at, encoded=data)
+                for (kind, payload), data in zip(batch, encoded, strict=True)
+            ]
+        await self._queued()
+
+    async def _queued(self) -> None:
         if len(self._buffer) >= self.max_buffer:
             await self.flush()
-        else:
+        elif self._buffer:
             self._kick.set()
 
     async def _loop(self) -> None:

@@ -343,6 +343,7 @@ class Execution(Settling, Supervising, Outside):
             gate=env.gate,
             gate_ctx=gate_ctx,
             emit=self._emit,
+            emit_many=self._emit_many,
             model=model,
             channel=self.channel,
             backchannel=self.backchannel,

@@ -126,6 +126,10 @@ class Outside:
         assert self.writer is not None
         await self.writer.emit(kind, payload)
 
+    async def _emit_many(self, events: Any) -> None:
+        assert self.writer is not None
+        await self.writer.emit_many(events)
+
     async def _set_run(self, **values: Any) -> None:
         async with self.env.db.session(write=True) as s:
             await s.execute(

@@ -1,8 +1,14 @@
 """Codex's `exec --json` lines (as 0.171.0 prints them) normalised into transcript events."""
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from tasks.core.transcript import Assistant, Notice, System, ToolCall, ToolResult
+import msgspec
+import pytest
+
+from tasks.core.transcript import Assistant, HeadTail, Notice, System, ToolCall, ToolResult
+from tasks.run.runtimes.cli_lines import StdoutReader
 from tasks.run.runtimes.codex import CodexRuntime, provider_config
 from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
 
@@ -175,3 +181,56 @@ def test_items_carry_the_id_name_and_input_the_policy_saw() -> None:
     item = {"id": "item_7", "type": "command_execution", "command": "/bin/bash -lc 'echo hi'", "status": "in_progress"}
     [(_, started)] = state.feed({"type": "item.started", "item": item})
     assert isinstance(started, ToolCall) and (started.id, started.input) == ("call_b", {"command": "echo hi"})
+
+
+def test_lines_read_together_normalise_as_one_by_one() -> None:
+    """`feed_lines` (the runtime's path for what its reader has queued) gives the same events as
+    the lines fed one at a time; an undecodable line is kept raw and skipped."""
+    raws = [msgspec.json.encode(line) for line in LINES]
+    raws.insert(2, b"not json {")
+    kept = HeadTail()
+    together = StreamState("0.171.0").feed_lines(raws, kept)
+    one_state = StreamState("0.171.0")
+    one_by_one = [ev for line in LINES for ev in one_state.feed(line)]
+    assert together == one_by_one
+    assert b"not json {\n" in bytes(kept.head)
+
+
+class _Piped:
+    def __init__(self, chunks: list[list[bytes]]) -> None:
+        self.chunks = chunks
+
+    async def stdout_lines(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            for raw in chunk:
+                yield raw
+            await asyncio.sleep(0.05)  # the next read of the pipe comes later
+
+
+def test_the_reader_hands_over_every_queued_line_then_the_end() -> None:
+    async def go() -> list[list[bytes] | None]:
+        reader = StdoutReader(_Piped([[b"a", b"b", b"c"], [b"d"]]))
+        got: list[list[bytes] | None] = []
+        try:
+            while True:
+                lines = await reader.next_lines(5.0)
+                got.append(lines)
+                if lines is None:
+                    return got
+        finally:
+            await reader.close()
+
+    assert asyncio.run(go()) == [[b"a", b"b", b"c"], [b"d"], None]
+
+
+def test_the_reader_times_out_on_silence() -> None:
+    async def go() -> None:
+        reader = StdoutReader(_Piped([[b"a"], []]))
+        try:
+            assert await reader.next_lines(5.0) == [b"a"]
+            with pytest.raises(TimeoutError):
+                await reader.next_lines(0.01)
+        finally:
+            await reader.close()
+
+    asyncio.run(go())

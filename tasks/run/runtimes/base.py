@@ -4,7 +4,7 @@ A runtime drives one run inside a started sandbox. It reports everything through
 (transcript events, redacted and stored by the worker) and returns an `Outcome`. It never sees the
 database, the repository or the sandbox's spec; later CLI-agent runtimes fit the same shape."""
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,6 +64,7 @@ class Outcome(msgspec.Struct, kw_only=True):
 
 
 Emit = Callable[[Kind, Payload], Awaitable[None]]
+EmitMany = Callable[[Sequence[tuple[Kind, Payload]]], Awaitable[None]]
 
 
 class RunContext(msgspec.Struct, kw_only=True):
@@ -77,6 +78,9 @@ class RunContext(msgspec.Struct, kw_only=True):
     gate: PolicyGate
     gate_ctx: GateContext
     emit: Emit
+    # The writer's batch entry (TranscriptWriter.emit_many): events that arrived together in one
+    # call (a CLI's lines read at once); None: `emit_all` emits them one by one.
+    emit_many: EmitMany | None = None
     model: ModelEndpoint | None = None
     # The run's channel (model gateway, hook bridge) when the runtime needs a model.
     channel: RunChannel | None = None
@@ -95,6 +99,16 @@ class RunContext(msgspec.Struct, kw_only=True):
     state_dir: Path | None = None
     agent_name: str = ""
     agent_version: str = ""
+
+    async def emit_all(self, events: Sequence[tuple[Kind, Payload]]) -> None:
+        """Events that arrived together (the lines a CLI printed at once), in order."""
+        if not events:
+            return
+        if self.emit_many is not None:
+            await self.emit_many(events)
+            return
+        for kind, payload in events:
+            await self.emit(kind, payload)
 
 
 class Runtime(Protocol):

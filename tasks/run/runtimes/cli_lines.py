@@ -21,6 +21,7 @@ class StdoutReader:
     def __init__(self, proc: Any) -> None:
         # Bounded: a CLI flooding stdout waits for the reader instead of growing the worker's memory.
         self.lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=256)
+        self._ended = False  # next_lines took the end marker
         self._task = asyncio.ensure_future(self._read(proc.stdout_lines()))
 
     async def _read(self, source: AsyncIterator[Any]) -> None:
@@ -38,6 +39,26 @@ class StdoutReader:
         except asyncio.QueueEmpty:
             async with asyncio.timeout(timeout):
                 return await self.lines.get()
+
+    async def next_lines(self, timeout: float) -> list[bytes] | None:  # noqa: ASYNC109
+        """Every line queued now, at least one (waiting up to `timeout` s for it, else
+        TimeoutError); None once stdout ended and every line was taken. A busy stream's lines are
+        normalised and stored together (one call to the transcript writer)."""
+        if self._ended:
+            return None
+        first = await self.next_line(timeout)
+        if first is None:
+            return None
+        out = [first]
+        while True:
+            try:
+                raw = self.lines.get_nowait()
+            except asyncio.QueueEmpty:
+                return out
+            if raw is None:
+                self._ended = True
+                return out
+            out.append(raw)
 
     async def close(self) -> None:
         self._task.cancel()

@@ -31,6 +31,7 @@ from tasks.core.transcript import (
     TOOL_OUTPUT_CAP,
     Assistant,
     HeadTail,
+    Kind,
     Notice,
     Payload,
     System,
@@ -40,7 +41,7 @@ from tasks.core.transcript import (
 )
 from tasks.run.runtimes.cli_lines import json_line
 
-Event = tuple[str, Payload]
+Event = tuple[Kind, Payload]
 
 # Codex's tools by what they do (the kinds of the Agent Client Protocol), by the names its hooks use.
 TOOL_KINDS: dict[str, str] = {
@@ -118,11 +119,15 @@ class StreamState:
         """The turn ended (completed or failed): the process should exit now."""
         return self.completed > 0 or bool(self.failure)
 
-    def feed_raw(self, raw: bytes, kept: HeadTail) -> list[Event]:
-        """One stdout line as it came: kept for the raw artefact, decoded, normalised (the codex
-        runtime's whole per-line path, which the ingest bench drives)."""
-        line = json_line(raw, kept)
-        return self.feed(line) if line is not None else []
+    def feed_lines(self, lines: list[bytes], kept: HeadTail) -> list[Event]:
+        """Lines read together, each kept for the raw artefact and decoded: their events in order (the codex
+        runtime's whole path for stdout, which the ingest bench drives)."""
+        out: list[Event] = []
+        for raw in lines:
+            line = json_line(raw, kept)
+            if line is not None:
+                out += self.feed(line)
+        return out
 
     def feed(self, line: dict[str, Any]) -> list[Event]:
         self.lines += 1

@@ -68,14 +68,13 @@ class CodexTurn:
                         watchdog = (FailureReason.IDLE, f"codex printed nothing for {idle:g} s: killed as idle")
                     break
                 try:
-                    raw = await reader.next_line(min(deadline - now, 1.0))
+                    lines = await reader.next_lines(min(deadline - now, 1.0))
                 except TimeoutError:
                     continue
                 last = time.monotonic()
-                if raw is None:
+                if lines is None:
                     break
-                for kind, payload in state.feed_raw(raw, self.raw):
-                    await ctx.emit(kind, payload)  # type: ignore[arg-type]
+                await ctx.emit_all(state.feed_lines(lines, self.raw))
         finally:
             if watchdog is not None or cut:
                 with contextlib.suppress(Exception):

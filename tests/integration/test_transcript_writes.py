@@ -1,0 +1,124 @@
+"""What the transcript writer stores is what was emitted, secrets replaced: one event at a time or
+a batch of a CLI's lines (`emit_many`), whatever the runtime does with its objects afterwards, with
+every JSON column written by msgspec (`forge.db.json_text`)."""
+
+import json
+
+import msgspec
+import pytest
+from sqlalchemy import select, text
+
+from forge.db import Database, json_text
+from forge.settings import Settings
+from tasks.core import transcript
+from tasks.core.live import LiveHub
+from tasks.core.models import TranscriptEvent
+from tasks.core.transcript import REDACTED, Assistant, Notice, Output, Redactor, ToolCall, ToolResult
+from tasks.core.writer import TranscriptWriter
+from tests.support.tasks import seed, start_task
+
+SECRET = "sk-writer-secret-0123456789"
+
+
+async def _stored(db: Database, task_id: int, after: int) -> list[tuple[str, dict[str, object]]]:
+    async with db.session() as s:
+        rows = await s.execute(
+            select(TranscriptEvent.kind, TranscriptEvent.payload)
+            .where(TranscriptEvent.task_id == task_id, TranscriptEvent.seq > after)
+            .order_by(TranscriptEvent.seq)
+        )
+        return [(kind, payload) for kind, payload in rows.all()]
+
+
+async def _last(db: Database, task_id: int) -> int:
+    async with db.session() as s:
+        events = await transcript.read(s, task_id, limit=10_000)
+        return events[-1].seq if events else 0
+
+
+@pytest.fixture
+async def task_id(settings: Settings, db: Database) -> int:
+    await seed(settings)
+    task_id, _, _ = await start_task(settings, db)
+    return task_id
+
+
+async def test_a_batch_is_stored_in_order_with_its_secrets_replaced(db: Database, task_id: int) -> None:
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([SECRET]))
+    writer.start()
+    await writer.emit_many([
+        ("assistant", Assistant(text="first")),
+        ("tool_call", ToolCall(id="c1", name="exec_command", input={"command": f"echo {SECRET}"}, kind="execute")),
+        ("tool_result", ToolResult(id="c1", name="exec_command", output=f"{SECRET}\n")),
+        ("assistant", Assistant(text="last")),
+    ])  # fmt: skip
+    await writer.close()
+    stored = await _stored(db, task_id, after)
+    assert [k for k, _ in stored] == ["assistant", "tool_call", "tool_result", "assistant"]
+    assert stored[0][1] == {"text": "first", "parent_id": ""}
+    assert stored[1][1]["input"] == {"command": f"echo {REDACTED}"}
+    assert stored[2][1]["output"] == f"{REDACTED}\n"
+    assert SECRET not in json.dumps(stored)
+
+
+async def test_a_batch_with_output_redacts_across_chunks_and_ends_the_streams(db: Database, task_id: int) -> None:
+    """A secret split across two output chunks of a batch is still replaced, and output held
+    back (it could start a secret) goes before the event that ends the stream."""
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([SECRET]))
+    writer.start()
+    await writer.emit_many([
+        ("stdout", Output(text="tail sk-writer-")),
+        ("stdout", Output(text="secret-0123456789 ok")),
+        ("stdout", Output(text=" sk-wri")),
+        ("notice", Notice(text="after")),
+    ])  # fmt: skip
+    await writer.close()
+    stored = await _stored(db, task_id, after)
+    assert "".join(str(p["text"]) for k, p in stored if k == "stdout") == f"tail {REDACTED} ok sk-wri"
+    assert stored[-1] == ("notice", {"text": "after", "level": "info"})
+    assert SECRET not in json.dumps(stored)
+
+
+async def test_an_object_changed_after_emit_does_not_change_what_was_recorded(db: Database, task_id: int) -> None:
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([SECRET]), flush_interval=60)
+    writer.start()
+    shared = {"command": "ls"}
+    await writer.emit("tool_call", ToolCall(id="c1", name="Bash", input=shared))
+    await writer.emit_many([("tool_call", ToolCall(id="c2", name="Bash", input=shared))])
+    shared["command"] = f"rm -rf / {SECRET}"  # the runtime reuses its dict before the flush
+    await writer.close()
+    stored = await _stored(db, task_id, after)
+    assert [p["input"] for _, p in stored] == [{"command": "ls"}, {"command": "ls"}]
+
+
+async def test_line_breaking_characters_are_escaped_in_the_stored_text(db: Database, task_id: int) -> None:
+    """The live transcript sends the stored text as one SSE data line: characters a reader could
+    end a line at are stored escaped (still the same JSON string)."""
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([]))
+    writer.start()
+    said = "a\u2028b\u2029c\x85d é ✓"
+    await writer.emit("assistant", Assistant(text=said))
+    await writer.emit_many([("assistant", Assistant(text=said))])
+    await writer.close()
+    async with db.session() as s:
+        raw = await transcript.read_raw(s, task_id, after=after)
+        texts = list((await s.execute(text(
+            "SELECT CAST(payload AS TEXT) FROM transcript_events WHERE task_id = :t AND seq > :a ORDER BY seq"
+        ), {"t": task_id, "a": after})).scalars())  # fmt: skip
+    assert [msgspec.json.decode(bytes(ev.payload))["text"] for ev in raw] == [said, said]
+    for stored in texts:
+        assert "\u2028" not in stored and "\u2029" not in stored and "\x85" not in stored
+        assert "\\u2028" in stored
+
+
+def test_json_columns_text() -> None:
+    assert json_text({"a": [1, "é"], "b": None}) == '{"a":[1,"é"],"b":null}'
+    assert json_text(msgspec.Raw(b'{"kept":"as it is"}')) == '{"kept":"as it is"}'
+    # msgspec refuses a lone surrogate; json.dumps writes it escaped, as before
+    assert json.loads(json_text({"s": "\ud800"})) == {"s": "\ud800"}
+    with pytest.raises(TypeError):
+        json_text({"x": object()})  # neither encoder knows it: an error, never a silent loss
