@@ -1,11 +1,13 @@
 """The real Claude Code CLI on the host, behind the `Sandbox.spawn`/`exec` shape the runtime uses,
 for tests of the claude-code runtime that need no Docker: the CLI binary installed on this machine
-(`CLAUDE_CLI`, default the npm cache path below), a workspace and a HOME in temporary directories,
+(`CLAUDE_CLI`, by default the pinned binary in the agents cache that `forgehand sandbox build --agents`
+fills, installed there with npm when missing), a workspace and a HOME in temporary directories,
 model traffic to a `ScriptedAnthropic` on 127.0.0.1 (the container's Unix socket base URL is
 swapped for the server's TCP one). The docker tests run the same runtime in the agents image."""
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -15,20 +17,25 @@ from typing import Any
 import msgspec
 
 from sandbox import ExecResult
+from sandbox.agents import AGENT_PINS, install_agent
 from sandbox.spec import HOME_DIR
 from tasks.core.policy import ApprovedCall, GateContext, GateDecision
 from tasks.core.states import RunKind
 from tasks.run.backchannel import Backchannel
 from tasks.run.runtimes.base import RunContext, RuntimeLimits
 
-HOST_CLI = os.environ.get("CLAUDE_CLI", "/tmp/cc/node_modules/@anthropic-ai/claude-code-linux-x64/claude")
+HOST_CLI = os.environ.get("CLAUDE_CLI", "")
 
 HookHandler = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+@functools.cache
 def host_cli() -> str:
+    if not HOST_CLI:
+        # The same pinned binary the agents image carries (cached by `make test`'s image step).
+        return str(install_agent("claude-code", AGENT_PINS["claude-code"]))
     if not Path(HOST_CLI).is_file():
-        raise RuntimeError(f"the Claude Code CLI is not at {HOST_CLI} (set CLAUDE_CLI)")
+        raise RuntimeError(f"the Claude Code CLI is not at {HOST_CLI} (CLAUDE_CLI)")
     return HOST_CLI
 
 
