@@ -13,6 +13,7 @@ from forge.audit import Actor
 from forge.db import Database
 from forge.errors import ForgeError
 from forge.git.errors import RepoError
+from forge.heap import freeze_startup_heap
 from forge.settings import Settings, SettingsError, load_settings, prepare_data_dir
 
 T = TypeVar("T")
@@ -90,7 +91,9 @@ def serve(host: str | None, port: int | None) -> None:
         if demo_name:
             click.echo(f"  Demo repository: {settings.effective_base_url}/{demo_name}  (bot: demo-agent, write access)")
     click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir.resolve()})")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
+    app = create_app(settings)
+    freeze_startup_heap()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
 
 
 async def _seed_demo(db: Database, settings: Settings) -> str | None:
@@ -358,4 +361,5 @@ def worker() -> None:
     settings = _settings()
     upgrade(settings.effective_database_url)
     click.echo(f"forgehand worker: claiming runs from {settings.effective_database_url.split('://')[0]} database")
+    freeze_startup_heap()
     asyncio.run(run_worker_process(settings))

@@ -14,7 +14,7 @@
             s.result                                           # ExecResult
             async with sb.spawn(["cat"], timeout=60) as p:     # interactive: stdin open
                 await p.write(b"hi\n"); await p.close_stdin()
-                async for line in p.stdout_lines(): ...        # capped bytes lines
+                async for line in p.stdout_lines(): ...        # bytes lines (a CutLine past the cap)
             await p.wait()                                     # exit code (or None)
             sb.disk_limit_reached                              # the workspace was seen full
         remove_workspace(ws)                                   # unmounts, deletes the image
@@ -52,7 +52,7 @@ from .errors import (
 from .execution import ExecResult, ExecStream
 from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
 from .pool import SandboxPool, sweep_pool_dirs
-from .process import SandboxProcess, StdoutLine
+from .process import CutLine, SandboxProcess, truncated
 from .pump import OutputChunk
 from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
 from .reaper import SandboxInfo, list_sandboxes, reap
@@ -91,6 +91,7 @@ __all__ = [
     "AgentMissing",
     "AgentPin",
     "BuildResult",
+    "CutLine",
     "EngineUnavailable",
     "ExecResult",
     "ExecStream",
@@ -113,7 +114,6 @@ __all__ = [
     "SandboxProcess",
     "SandboxSpec",
     "SpecRefused",
-    "StdoutLine",
     "Weakenings",
     "WorkspaceEntry",
     "WorkspaceFileTooLarge",
@@ -134,6 +134,7 @@ __all__ = [
     "remove_workspace",
     "require_agent",
     "sweep_pool_dirs",
+    "truncated",
     "validate_spec",
     "weakenings_in_effect",
     "workspace_usage",

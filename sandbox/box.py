@@ -180,7 +180,7 @@ class Sandbox:
         timeout: float | None = None,
         line_cap: int = DEFAULT_LINE_CAP,
         stderr_cap: int = DEFAULT_STDERR_CAP,
-        queue_lines: int = 16,
+        queue_batches: int = 16,
     ) -> SandboxProcess:
         """An interactive process (stdin open, stdout as capped lines; see process.py).
 
@@ -199,7 +199,7 @@ class Sandbox:
             timeout=limit,
             line_cap=line_cap,
             stderr_cap=stderr_cap,
-            queue_lines=queue_lines,
+            queue_batches=queue_batches,
         )
 
     def track(self, process: SandboxProcess) -> None:

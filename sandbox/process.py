@@ -3,18 +3,19 @@
     async with await sb.spawn(["claude", "-p", ...], env=..., timeout=3600) as p:
         await p.write(b'{"type": "user", ...}\\n')
         async for line in p.stdout_lines():      # bytes, without the newline
-            if line.truncated: ...                # longer than line_cap: cut there
+            if truncated(line): ...               # longer than line_cap: cut there (a CutLine)
+        # or p.stdout_batches(): the lines one read of the pipe completed, as one list
         await p.close_stdin()
         code = await p.wait()                     # int, or None when it could not be reaped
 
 It is the same docker exec as `Sandbox.stream` (execution.py: the wrapper with its pid marker, the
 process-tree kill, the in-container timeout; pump.py: the reader thread and its bounded channel),
 with stdin kept open on the exec's socket. Memory stays bounded whatever the process prints: a line
-is held up to `line_cap` bytes (the rest of it is counted and dropped), at most `queue_lines` lines
-wait for the consumer, and stderr keeps only its last `stderr_cap` bytes. A slow consumer slows the
-process down (its stdout pipe fills) instead of losing lines. The process is killed at its timeout,
-by `kill()` or leaving the `async with`, and ends with the sandbox: when the sandbox is removed its
-readers end (no hang), and `wait()` returns None.
+is held up to `line_cap` bytes (the rest of it is counted and dropped), the lines of at most
+`queue_batches` reads of the pipe wait for the consumer, and stderr keeps only its last `stderr_cap`
+bytes. A slow consumer slows the process down (its stdout pipe fills) instead of losing lines. The
+process is killed at its timeout, by `kill()` or leaving the `async with`, and ends with the
+sandbox: when the sandbox is removed its readers end (no hang), and `wait()` returns None.
 """
 
 import asyncio
@@ -22,7 +23,7 @@ import contextlib
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from .errors import ProcessEnded
@@ -38,36 +39,47 @@ _NO_TOTAL_CAP = 1 << 62  # the pump's total cap: an agent may print gigabytes ov
 _SEND_SIZE = 64 << 10
 
 
-class StdoutLine(bytes):
-    """One line of stdout without its newline; `truncated` when the line was longer than the cap
-    (`dropped` bytes past the cap were read and discarded)."""
+class CutLine(bytes):
+    """A line of stdout that was longer than the cap, cut there (`dropped` bytes past the cap were
+    read and discarded). Whole lines are plain bytes: a bytes subclass's instances are tracked by
+    the garbage collector, and thousands of them a second alive in the queues made its full
+    collections (a fifth of a second in a worker) come several times as often."""
 
-    truncated: bool = False
-    dropped: int = 0
+    truncated = True
+    dropped: int
 
-
-def _line(data: bytes | bytearray, dropped: int = 0) -> StdoutLine:
-    line = StdoutLine(data)
-    if dropped:
-        line.truncated = True
+    def __new__(cls, data: bytes | bytearray, dropped: int) -> "CutLine":
+        line = super().__new__(cls, data)
         line.dropped = dropped
-    return line
+        return line
+
+
+def truncated(line: bytes) -> bool:
+    """The line was cut at the process's line cap."""
+    return isinstance(line, CutLine)
 
 
 class LineSplitter:
-    """Splits stdout chunks into capped lines."""
+    """Splits stdout chunks into capped lines; counts the lines it cut (`truncated`)."""
 
     def __init__(self, cap: int) -> None:
         self._cap = cap
         self._buf = bytearray()
         self._dropped = 0
+        self.truncated = 0
 
-    def feed(self, data: bytes) -> list[StdoutLine]:
-        out: list[StdoutLine] = []
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        view = memoryview(data)
         start = 0
         while True:
             nl = data.find(b"\n", start)
-            piece = data[start:] if nl < 0 else data[start:nl]
+            if nl >= 0 and not self._buf and not self._dropped and nl - start <= self._cap:
+                # A whole line inside this chunk (the common case): one copy, straight from the chunk.
+                out.append(bytes(view[start:nl]))
+                start = nl + 1
+                continue
+            piece = view[start:] if nl < 0 else view[start:nl]
             room = self._cap - len(self._buf)
             if len(piece) > room:
                 self._dropped += len(piece) - max(room, 0)
@@ -75,15 +87,20 @@ class LineSplitter:
             self._buf += piece
             if nl < 0:
                 return out
-            out.append(_line(self._buf, self._dropped))
-            self._buf = bytearray()
-            self._dropped = 0
+            out.append(self._take())
             start = nl + 1
 
-    def flush(self) -> StdoutLine | None:
+    def flush(self) -> bytes | None:
         if not self._buf and not self._dropped:
             return None
-        line = _line(self._buf, self._dropped)
+        return self._take()
+
+    def _take(self) -> bytes:
+        if self._dropped:
+            self.truncated += 1
+            line: bytes = CutLine(self._buf, self._dropped)
+        else:
+            line = bytes(self._buf)
         self._buf = bytearray()
         self._dropped = 0
         return line
@@ -103,7 +120,7 @@ class SandboxProcess:
         timeout: float,
         line_cap: int = DEFAULT_LINE_CAP,
         stderr_cap: int = DEFAULT_STDERR_CAP,
-        queue_lines: int = 16,
+        queue_batches: int = 16,
         kill_grace: float = 5.0,
     ) -> None:
         self._sb = sandbox
@@ -114,7 +131,9 @@ class SandboxProcess:
         self._line_cap = line_cap
         self._stderr_cap = stderr_cap
         self._kill_grace = kill_grace
-        self._lines: asyncio.Queue[StdoutLine | End] = asyncio.Queue(maxsize=max(1, queue_lines))
+        # A batch is the lines one read of the pipe completed: a busy stream costs one queue hop a
+        # read, not one a line (a CLI printing thousands of JSON lines a second).
+        self._lines: asyncio.Queue[list[bytes] | End] = asyncio.Queue(maxsize=max(1, queue_batches))
         self._stderr = bytearray()
         self._start_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
@@ -288,8 +307,16 @@ class SandboxProcess:
 
     # -- stdout -------------------------------------------------------------------------------
 
-    async def stdout_lines(self) -> AsyncIterator[StdoutLine]:
+    async def stdout_lines(self) -> AsyncIterator[bytes]:
         """Lines of stdout as they come, until the process's output ends. One reader at a time."""
+        async with contextlib.aclosing(self.stdout_batches()) as batches:
+            async for batch in batches:
+                for line in batch:
+                    yield line
+
+    async def stdout_batches(self) -> AsyncGenerator[list[bytes], None]:
+        """Stdout's lines as they come, in lists (never empty): the lines one read of the pipe
+        completed. Until the process's output ends; one reader at a time."""
         await self.start()
         self._iterating += 1
         try:
@@ -313,13 +340,11 @@ class SandboxProcess:
         if self._output_ended:
             self._lines.put_nowait(End())
 
-    async def _deliver(self, line: StdoutLine) -> None:
-        if line.truncated:
-            self.truncated_lines += 1
+    async def _deliver(self, lines: list[bytes]) -> None:
         if self._closing or (self._discard and not self._iterating):
             self._drain()
             return
-        await self._lines.put(line)
+        await self._lines.put(lines)
 
     async def _read(self, channel: Channel) -> None:
         splitter = LineSplitter(self._line_cap)
@@ -335,11 +360,14 @@ class SandboxProcess:
                     if len(self._stderr) > self._stderr_cap:
                         del self._stderr[: len(self._stderr) - self._stderr_cap]
                     continue
-                for line in splitter.feed(item.data):
-                    await self._deliver(line)
+                lines = splitter.feed(item.data)
+                self.truncated_lines = splitter.truncated
+                if lines:
+                    await self._deliver(lines)
             last = splitter.flush()
+            self.truncated_lines = splitter.truncated
             if last is not None:
-                await self._deliver(last)
+                await self._deliver([last])
         finally:
             channel.abandoned.set()
             close_exec_socket(self._sock)

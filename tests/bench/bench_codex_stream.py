@@ -2,8 +2,9 @@
 
 A scripted Codex `exec --json` stream of 10,000 events (the shapes 0.171.0 prints: command
 executions started and completed, file changes, agent messages, turn usage) is ingested the way the
-codex runtime does it (the lines its `StdoutReader` has queued, as a pipe delivers them, each kept
-for the raw artefact, decoded, normalised by `StreamState`, then stored together with one call) into
+codex runtime does it (the bytes read from the pipe 64 KiB at a time and split into lines by the
+process's `LineSplitter`, the lines its `StdoutReader` has queued kept for the raw artefact, decoded,
+normalised by `StreamState`, then stored together with one call) into
 the real `TranscriptWriter` (redaction, batching, SQLite, the live hub); the same number of
 transcript events, built directly as the builtin runtime builds them, go through the
 same writer one `emit` at a time, as the builtin loop emits them. The passes alternate, builtin,
@@ -19,10 +20,11 @@ printed, never asserted as wall-clock limits; a lost event fails.
 Run: `make bench` (or `pytest -q -s tests/bench/bench_codex_stream.py -o python_files='bench_*.py'`)."""
 
 import asyncio
+import itertools
 import json
 import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ from sqlalchemy import func, select
 
 from forge.db import Database
 from forge.settings import load_settings, prepare_data_dir
+from sandbox.process import DEFAULT_LINE_CAP, LineSplitter
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
 from tasks.core.transcript import Assistant, HeadTail, Redactor, System, ToolCall, ToolResult
@@ -76,38 +79,41 @@ def codex_lines(events: int) -> list[bytes]:
     return lines
 
 
-def builtin_payloads(events: int) -> list[tuple[str, Any]]:
-    """The builtin runtime's events for the same work: calls, results, messages, built directly."""
-    out: list[tuple[str, Any]] = [("system", System(phase="runtime", text="runtime builtin started"))]
-    i = 0
-    while len(out) < events:
-        if i % 3 == 0:
-            out.append(("tool_call", ToolCall(id=f"c{i}", name="bash", input={"command": f"echo {i}"}, kind="execute")))
-            out.append(("tool_result", ToolResult(id=f"c{i}", name="bash", output=f"{i}\n" * 4)))
-        elif i % 3 == 1:
-            out.append(("tool_call", ToolCall(id=f"c{i}", name="write_file", input={"path": f"f{i}.txt"}, kind="edit")))
-            out.append(("tool_result", ToolResult(id=f"c{i}", name="write_file", output=f"add /workspace/f{i}.txt")))
-        else:
-            out.append(("assistant", Assistant(text=f"step {i} done; moving on to the next one")))
-        i += 1
-    return out[:events]
+def builtin_payloads(events: int) -> Iterator[tuple[str, Any]]:
+    """The builtin runtime's events for the same work: calls, results, messages, each built when it is
+    emitted (as the runtime builds its structs at emit time; bench_acp does the same)."""
+
+    def endless() -> Iterator[tuple[str, Any]]:
+        yield "system", System(phase="runtime", text="runtime builtin started")
+        for i in itertools.count():
+            if i % 3 == 0:
+                yield "tool_call", ToolCall(id=f"c{i}", name="bash", input={"command": f"echo {i}"}, kind="execute")
+                yield "tool_result", ToolResult(id=f"c{i}", name="bash", output=f"{i}\n" * 4)
+            elif i % 3 == 1:
+                yield "tool_call", ToolCall(id=f"c{i}", name="write_file", input={"path": f"f{i}.txt"}, kind="edit")
+                yield "tool_result", ToolResult(id=f"c{i}", name="write_file", output=f"add /workspace/f{i}.txt")
+            else:
+                yield "assistant", Assistant(text=f"step {i} done; moving on to the next one")
+
+    return itertools.islice(endless(), events)
 
 
 class PipedStdout:
-    """The CLI process as the runtime's StdoutReader sees it: stdout lines as a pipe hands them
-    over, a 64 KiB read at a time (the loop runs other work between two reads)."""
+    """The CLI process as the runtime's StdoutReader sees it (SandboxProcess.stdout_batches): stdout
+    read from the pipe 64 KiB at a time, split into lines by the process's own LineSplitter, each
+    read's lines handed over together (the loop runs other work between two reads)."""
 
     def __init__(self, lines: list[bytes]) -> None:
-        self.lines = lines
+        self.data = b"".join(raw + b"\n" for raw in lines)
 
-    async def stdout_lines(self) -> AsyncIterator[bytes]:
-        read = 0
-        for raw in self.lines:
-            yield raw
-            read += len(raw) + 1
-            if read >= 64 * 1024:
-                read = 0
-                await asyncio.sleep(0)
+    async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
+        splitter = LineSplitter(DEFAULT_LINE_CAP)
+        for at in range(0, len(self.data), 64 * 1024):
+            if lines := splitter.feed(self.data[at : at + 64 * 1024]):
+                yield lines
+            await asyncio.sleep(0)
+        if (last := splitter.flush()) is not None:
+            yield [last]
 
 
 class Woken:
@@ -182,10 +188,8 @@ async def run_bench(tmp_path: Path) -> None:
             finally:
                 await reader.close()
 
-        payloads = builtin_payloads(EVENTS)
-
         async def builtin_feed(writer: TranscriptWriter, emitted: list[float]) -> None:
-            for kind, payload in payloads:
+            for kind, payload in builtin_payloads(EVENTS):
                 await writer.emit(kind, payload)  # type: ignore[arg-type]
                 emitted.append(time.perf_counter())
 

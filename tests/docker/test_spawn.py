@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sandbox import ProcessEnded, Sandbox, SandboxEngine, SandboxError, StdoutLine
+from sandbox import CutLine, ProcessEnded, Sandbox, SandboxEngine, SandboxError, truncated
 
 from .conftest import SpecFactory
 
@@ -23,7 +23,7 @@ async def test_echo_loop_interleaves_writes_and_lines(sandbox: Sandbox) -> None:
             # Each answer arrives before the next question is written: the process is interactive.
             line = await asyncio.wait_for(anext(lines), 20)
             assert line == b"got " + word.encode()
-            assert not line.truncated
+            assert not truncated(line)
         await p.close_stdin()
         assert [line async for line in lines] == []
         assert await asyncio.wait_for(p.wait(), 20) == 0
@@ -47,9 +47,11 @@ async def test_a_huge_line_is_capped_and_flagged_and_the_next_line_is_whole(sand
         lines = [line async for line in p.stdout_lines()]
         assert await p.wait() == 0
     assert len(lines) == 2
-    assert lines[0].truncated and len(lines[0]) == 1 << 20 and lines[0].dropped == 3_000_000 - (1 << 20)
+    cut = lines[0]
+    assert isinstance(cut, CutLine) and truncated(cut)
+    assert len(cut) == 1 << 20 and cut.dropped == 3_000_000 - (1 << 20)
     assert set(lines[0]) == {ord("x")}
-    assert lines[1] == b"after" and not lines[1].truncated
+    assert lines[1] == b"after" and not truncated(lines[1])
     assert p.truncated_lines == 1
     assert p.stderr_tail == "e" * 1000  # only the tail is kept
 
@@ -96,7 +98,7 @@ async def test_removing_the_sandbox_ends_a_running_process(engine: SandboxEngine
         await p.write(b"anyone?\n")
 
 
-async def _rest(lines: AsyncIterator[StdoutLine]) -> list[bytes]:
+async def _rest(lines: AsyncIterator[bytes]) -> list[bytes]:
     return [bytes(line) async for line in lines]
 
 
@@ -104,7 +106,7 @@ async def test_a_slow_reader_slows_the_process_down_and_loses_nothing(sandbox: S
     # 20000 numbered lines (about 1 MiB with padding); the reader sleeps now and then: the process
     # blocks on its full pipe meanwhile, and every line arrives, in order.
     script = "for i in range(20000): print(f'{i:08d}' + '.' * 40)"
-    async with sandbox.spawn(["python3", "-c", script], timeout=120, queue_lines=4) as p:
+    async with sandbox.spawn(["python3", "-c", script], timeout=120, queue_batches=4) as p:
         got = 0
         async for line in p.stdout_lines():
             assert line[:8] == f"{got:08d}".encode()
@@ -116,7 +118,7 @@ async def test_a_slow_reader_slows_the_process_down_and_loses_nothing(sandbox: S
 
 
 async def test_wait_without_a_reader_discards_lines_and_does_not_hang(sandbox: Sandbox) -> None:
-    p = await sandbox.spawn(["sh", "-c", "seq 1 100000; echo done >&2"], timeout=60, queue_lines=2)
+    p = await sandbox.spawn(["sh", "-c", "seq 1 100000; echo done >&2"], timeout=60, queue_batches=2)
     assert await asyncio.wait_for(p.wait(), 30) == 0
     assert p.stderr_tail == "done\n"
 

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import os
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import msgspec
 
 from sandbox import ExecResult
 from sandbox.agents import AGENT_PINS, install_agent
+from sandbox.process import DEFAULT_LINE_CAP, LineSplitter
 from sandbox.spec import HOME_DIR
 from tasks.core.policy import ApprovedCall, GateContext, GateDecision
 from tasks.core.states import RunKind
@@ -89,10 +90,21 @@ class HostProcess:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
 
-    async def stdout_lines(self) -> AsyncIterator[bytes]:
+    async def stdout_batches(self) -> AsyncGenerator[list[bytes], None]:
+        """As `SandboxProcess.stdout_batches`: the lines each read of the pipe completed."""
         assert self.proc.stdout is not None
-        while line := await self.proc.stdout.readline():
-            yield line.rstrip(b"\n")
+        splitter = LineSplitter(DEFAULT_LINE_CAP)
+        while chunk := await self.proc.stdout.read(1 << 16):
+            if lines := splitter.feed(chunk):
+                yield lines
+        if (last := splitter.flush()) is not None:
+            yield [last]
+
+    async def stdout_lines(self) -> AsyncIterator[bytes]:
+        async with contextlib.aclosing(self.stdout_batches()) as batches:
+            async for batch in batches:
+                for line in batch:
+                    yield line
 
     async def wait(self) -> int | None:
         return await self.proc.wait()

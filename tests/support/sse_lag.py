@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from forge.heap import freeze_startup_heap
 from forge.settings import Settings
 from tasks.core.live import LiveHub
 from tests.support.tasks import serve
@@ -37,8 +38,11 @@ class Served(msgspec.Struct):
 
 @contextmanager
 def served(settings: Settings) -> Iterator[Served]:
+    """The app served in this process, its startup heap frozen as `forgehand serve` freezes it (a
+    bench's process only: frozen objects stay for the process's life)."""
     apps: list[Any] = []
     for url in serve(settings, on_app=apps.append):
+        freeze_startup_heap()
         yield Served(url=url, hub=apps[0].state["tasks"].hub)
 
 

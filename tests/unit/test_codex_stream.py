@@ -200,10 +200,9 @@ class _Piped:
     def __init__(self, chunks: list[list[bytes]]) -> None:
         self.chunks = chunks
 
-    async def stdout_lines(self) -> AsyncIterator[bytes]:
+    async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
         for chunk in self.chunks:
-            for raw in chunk:
-                yield raw
+            yield chunk
             await asyncio.sleep(0.05)  # the next read of the pipe comes later
 
 
@@ -234,3 +233,28 @@ def test_the_reader_times_out_on_silence() -> None:
             await reader.close()
 
     asyncio.run(go())
+
+
+def test_the_reader_hands_a_batch_over_line_by_line_or_with_the_rest() -> None:
+    """next_line takes one line of a batch read together; next_lines then takes the rest of it with
+    every batch queued behind it; the end comes once, after the last line."""
+
+    async def go() -> list[object]:
+        reader = StdoutReader(_Piped([[b"a", b"b", b"c"], [b"d"], [b"e"]]))
+        try:
+            first = await reader.next_line(5.0)
+            await asyncio.sleep(0.2)  # the later reads are queued meanwhile
+            rest = await reader.next_lines(5.0)
+            return [first, rest, await reader.next_line(5.0), await reader.next_lines(5.0)]
+        finally:
+            await reader.close()
+
+    assert asyncio.run(go()) == [b"a", [b"b", b"c", b"d", b"e"], None, None]
+
+
+def test_lines_read_together_are_kept_for_the_raw_artefact_in_order() -> None:
+    kept = HeadTail(64)
+    StreamState().feed_lines([b'{"type": "turn.started"}', b"x" * 40, b"tail"], kept)
+    assert (
+        kept.text() == '{"type": "turn.started"}\n' + "x" * 7 + "\n[... 7 bytes omitted ...]\n" + "x" * 26 + "\ntail\n"
+    )

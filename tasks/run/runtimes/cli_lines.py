@@ -1,5 +1,6 @@
 """A CLI agent's stdout as JSON lines, shared by the CLI runtimes (claude-code, codex): a reader that
-queues the process's lines (None at the end), and each line kept for the raw artefact and decoded.
+queues the process's lines as they were read (None at the end), and each line kept for the raw
+artefact and decoded.
 
 Lines are decoded with msgspec (about 7x faster than `json.loads` on the CLIs' lines, which is most
 of the per-line cost of a stream's normalisation); it is stricter too: `NaN`, numbers out of a
@@ -7,58 +8,91 @@ float's range and lone surrogate escapes make a line undecodable, so it is kept 
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
 from tasks.core.transcript import HeadTail
 
+# next_lines stops taking queued reads past this many lines: the transcript writer's buffer is a
+# few hundred events, and one huge batch would be one long write transaction.
+BATCH_LINES = 512
+
+
+class LineBatches(Protocol):
+    """What `Sandbox.spawn` gives (and the tests' host process): stdout as lists of lines, the lines
+    one read of the pipe completed."""
+
+    def stdout_batches(self) -> AsyncIterator[Sequence[bytes]]: ...
+
 
 class StdoutReader:
-    """The process's stdout lines on a queue, read in the background until it ends."""
+    """The process's stdout lines, read in the background until it ends. Lines are queued as the
+    batches they were read in: a busy stream costs a queue hop a read of the pipe, not one a line."""
 
-    def __init__(self, proc: Any) -> None:
-        # Bounded: a CLI flooding stdout waits for the reader instead of growing the worker's memory.
-        self.lines: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=256)
-        self._ended = False  # next_lines took the end marker
-        self._task = asyncio.ensure_future(self._read(proc.stdout_lines()))
+    def __init__(self, proc: LineBatches) -> None:
+        # Bounded: a CLI flooding stdout waits for the reader instead of growing the worker's memory
+        # (a batch is at most one read of the pipe, plus one line up to the process's line cap).
+        self._batches: asyncio.Queue[Sequence[bytes] | None] = asyncio.Queue(maxsize=16)
+        self._taken: deque[bytes] = deque()  # the rest of a batch next_line started
+        self._ended = False  # the end marker was taken
+        self._task = asyncio.ensure_future(self._read(proc.stdout_batches()))
 
-    async def _read(self, source: AsyncIterator[Any]) -> None:
+    async def _read(self, source: AsyncIterator[Sequence[bytes]]) -> None:
         try:
-            async for raw in source:
-                await self.lines.put(bytes(raw))
+            async for batch in source:
+                if batch:
+                    await self._batches.put(batch)
         finally:
-            await self.lines.put(None)
+            await self._batches.put(None)
+
+    async def _next_batch(self, timeout: float) -> Sequence[bytes] | None:  # noqa: ASYNC109
+        if self._ended:
+            return None
+        try:
+            batch = self._batches.get_nowait()
+        except asyncio.QueueEmpty:
+            async with asyncio.timeout(timeout):
+                batch = await self._batches.get()
+        if batch is None:
+            self._ended = True
+        return batch
 
     async def next_line(self, timeout: float) -> bytes | None:  # noqa: ASYNC109
         """The next line (None once stdout ended); TimeoutError after `timeout` s of silence. A
-        line already queued is taken without arming a timer (a busy stream's common case)."""
-        try:
-            return self.lines.get_nowait()
-        except asyncio.QueueEmpty:
-            async with asyncio.timeout(timeout):
-                return await self.lines.get()
+        line already read is taken without arming a timer (a busy stream's common case)."""
+        if not self._taken:
+            batch = await self._next_batch(timeout)
+            if batch is None:
+                return None
+            self._taken.extend(batch)
+        return bytes(self._taken.popleft())
 
     async def next_lines(self, timeout: float) -> list[bytes] | None:  # noqa: ASYNC109
-        """Every line queued now, at least one (waiting up to `timeout` s for it, else
-        TimeoutError); None once stdout ended and every line was taken. A busy stream's lines are
-        normalised and stored together (one call to the transcript writer)."""
-        if self._ended:
-            return None
-        first = await self.next_line(timeout)
-        if first is None:
-            return None
-        out = [first]
-        while True:
+        """The lines read and not yet taken, at least one (waiting up to `timeout` s for it, else
+        TimeoutError), whole reads of the pipe until `BATCH_LINES` are taken; None once stdout
+        ended and every line was taken. A busy stream's lines are normalised and stored together
+        (one call to the transcript writer, one transaction of a few hundred events)."""
+        if self._taken:
+            out = list(self._taken)
+            self._taken.clear()
+        else:
+            first = await self._next_batch(timeout)
+            if first is None:
+                return None
+            out = list(first)
+        while not self._ended and len(out) < BATCH_LINES:
             try:
-                raw = self.lines.get_nowait()
+                batch = self._batches.get_nowait()
             except asyncio.QueueEmpty:
-                return out
-            if raw is None:
+                break
+            if batch is None:
                 self._ended = True
-                return out
-            out.append(raw)
+            else:
+                out += batch
+        return out
 
     async def close(self) -> None:
         self._task.cancel()
@@ -76,6 +110,13 @@ def json_object(raw: bytes) -> dict[str, Any] | None:
     except msgspec.DecodeError:
         return None
     return line if isinstance(line, dict) else None
+
+
+def keep_lines(lines: Sequence[bytes], kept: HeadTail) -> None:
+    """Lines read together (without their newlines), kept for the raw stream artefact with one copy.
+    (The caller decodes them one at a time: a batch's decoded objects all alive at once would
+    outlive the collector's youngest generation and make its full collections come sooner.)"""
+    kept.add(b"\n".join(lines) + b"\n")
 
 
 def json_line(raw: bytes, kept: HeadTail) -> dict[str, Any] | None:

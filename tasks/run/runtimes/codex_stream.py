@@ -23,6 +23,7 @@ Shapes measured with the CLI 0.171.0 (against a scripted Responses server):
   exact input, as the policy saw it. An item no allowed call matches keeps its own id and shape."""
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -39,7 +40,7 @@ from tasks.core.transcript import (
     ToolResult,
     cap_text,
 )
-from tasks.run.runtimes.cli_lines import json_line
+from tasks.run.runtimes.cli_lines import json_object, keep_lines
 
 Event = tuple[Kind, Payload]
 
@@ -119,12 +120,13 @@ class StreamState:
         """The turn ended (completed or failed): the process should exit now."""
         return self.completed > 0 or bool(self.failure)
 
-    def feed_lines(self, lines: list[bytes], kept: HeadTail) -> list[Event]:
+    def feed_lines(self, lines: Sequence[bytes], kept: HeadTail) -> list[Event]:
         """Lines read together, each kept for the raw artefact and decoded: their events in order (the codex
         runtime's whole path for stdout, which the ingest bench drives)."""
+        keep_lines(lines, kept)
         out: list[Event] = []
         for raw in lines:
-            line = json_line(raw, kept)
+            line = json_object(raw)
             if line is not None:
                 out += self.feed(line)
         return out
