@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from tasks.core.transcript import Assistant, HeadTail, Notice, System, ToolCall, ToolResult
-from tasks.run.runtimes.cli_lines import StdoutReader
+from tasks.run.runtimes.cli_lines import BATCH_LINES, StdoutReader
 from tasks.run.runtimes.codex import CodexRuntime, provider_config
 from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
 
@@ -258,3 +258,24 @@ def test_lines_read_together_are_kept_for_the_raw_artefact_in_order() -> None:
     assert (
         kept.text() == '{"type": "turn.started"}\n' + "x" * 7 + "\n[... 7 bytes omitted ...]\n" + "x" * 26 + "\ntail\n"
     )
+
+
+def test_the_reader_hands_over_at_most_a_batch_of_lines_at_once() -> None:
+    """A read of the pipe full of short lines is stored as several batches of at most BATCH_LINES
+    (each a transaction), in order, nothing lost."""
+    many = [str(i).encode() for i in range(BATCH_LINES * 2 + 10)]
+
+    async def go() -> list[int]:
+        reader = StdoutReader(_Piped([many]))
+        sizes: list[int] = []
+        got: list[bytes] = []
+        try:
+            while (lines := await reader.next_lines(5.0)) is not None:
+                sizes.append(len(lines))
+                got += lines
+        finally:
+            await reader.close()
+        assert got == many
+        return sizes
+
+    assert asyncio.run(go()) == [BATCH_LINES, BATCH_LINES, 10]

@@ -16,8 +16,8 @@ import msgspec
 
 from tasks.core.transcript import HeadTail
 
-# next_lines stops taking queued reads past this many lines: the transcript writer's buffer is a
-# few hundred events, and one huge batch would be one long write transaction.
+# next_lines hands over at most this many lines: the transcript writer's buffer is a few hundred
+# events, and one huge batch (a read of the pipe full of short lines) one long write transaction.
 BATCH_LINES = 512
 
 
@@ -34,8 +34,8 @@ class StdoutReader:
 
     def __init__(self, proc: LineBatches) -> None:
         # Bounded: a CLI flooding stdout waits for the reader instead of growing the worker's memory
-        # (a batch is at most one read of the pipe, plus one line up to the process's line cap).
-        self._batches: asyncio.Queue[Sequence[bytes] | None] = asyncio.Queue(maxsize=16)
+        # (a batch is at most one read of the pipe, 256 KiB, plus one line up to the line cap).
+        self._batches: asyncio.Queue[Sequence[bytes] | None] = asyncio.Queue(maxsize=4)
         self._taken: deque[bytes] = deque()  # the rest of a batch next_line started
         self._ended = False  # the end marker was taken
         self._task = asyncio.ensure_future(self._read(proc.stdout_batches()))
@@ -72,18 +72,15 @@ class StdoutReader:
 
     async def next_lines(self, timeout: float) -> list[bytes] | None:  # noqa: ASYNC109
         """The lines read and not yet taken, at least one (waiting up to `timeout` s for it, else
-        TimeoutError), whole reads of the pipe until `BATCH_LINES` are taken; None once stdout
-        ended and every line was taken. A busy stream's lines are normalised and stored together
-        (one call to the transcript writer, one transaction of a few hundred events)."""
-        if self._taken:
-            out = list(self._taken)
-            self._taken.clear()
-        else:
+        TimeoutError) and at most `BATCH_LINES`; None once stdout ended and every line was taken.
+        A busy stream's lines are normalised and stored together (one call to the transcript
+        writer, one transaction of a few hundred events)."""
+        if not self._taken:
             first = await self._next_batch(timeout)
             if first is None:
                 return None
-            out = list(first)
-        while not self._ended and len(out) < BATCH_LINES:
+            self._taken.extend(first)
+        while not self._ended and len(self._taken) < BATCH_LINES:
             try:
                 batch = self._batches.get_nowait()
             except asyncio.QueueEmpty:
@@ -91,8 +88,12 @@ class StdoutReader:
             if batch is None:
                 self._ended = True
             else:
-                out += batch
-        return out
+                self._taken.extend(batch)
+        if len(self._taken) <= BATCH_LINES:
+            out = list(self._taken)
+            self._taken.clear()
+            return out
+        return [self._taken.popleft() for _ in range(BATCH_LINES)]
 
     async def close(self) -> None:
         self._task.cancel()
