@@ -357,7 +357,8 @@ def stored_json(payload: Payload, encoded: bytes = b"") -> msgspec.Raw:
     """The payload as the `payload` column holds it: its JSON object without the `type` tag (the
     row's kind says it). `encoded` is its JSON already made (tag first, as msgspec writes a tagged
     struct); the tag is cut off that text instead of encoding the fields again."""
-    data = _line_safe(encoded or msgspec.json.encode(payload))
+    source = encoded or msgspec.json.encode(payload)
+    data = _line_safe(source)
     prefix = b'{"type":"' + type(payload).__struct_config__.tag.encode() + b'"'  # type: ignore[union-attr]
     if data.startswith(prefix):
         rest = data[len(prefix) :]
@@ -365,7 +366,10 @@ def stored_json(payload: Payload, encoded: bytes = b"") -> msgspec.Raw:
             return msgspec.Raw(b"{" + rest[1:])
         if rest == b"}":
             return msgspec.Raw(b"{}")
-    return msgspec.Raw(msgspec.json.encode(payload_dict(payload)))
+    # Another shape than msgspec writes today: the same text (redacted, if it was), without its tag.
+    fields: dict[str, Any] = msgspec.json.decode(source)
+    fields.pop("type", None)
+    return msgspec.Raw(_line_safe(msgspec.json.encode(fields)))
 
 
 _EVENTS: Table = TranscriptEvent.__table__  # type: ignore[assignment]  # a declarative model's table

@@ -279,3 +279,39 @@ def test_the_reader_hands_over_at_most_a_batch_of_lines_at_once() -> None:
         return sizes
 
     assert asyncio.run(go()) == [BATCH_LINES, BATCH_LINES, 10]
+
+
+class _Endless:
+    """A CLI that keeps printing (a line a read), as an agent may after its turn was cut."""
+
+    async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
+        while True:
+            yield [b"more"]
+            await asyncio.sleep(0.001)
+
+
+def test_close_returns_while_the_process_keeps_printing_into_a_full_queue() -> None:
+    async def go() -> None:
+        reader = StdoutReader(_Endless())
+        assert await reader.next_lines(5.0)
+        await asyncio.sleep(0.1)  # the queue fills up meanwhile: nobody takes from it
+        async with asyncio.timeout(2):  # before the fix: waited for room that never came
+            await reader.close()
+
+    asyncio.run(go())
+
+
+def test_the_end_comes_after_every_line_when_it_found_the_queue_full() -> None:
+    async def go() -> list[bytes]:
+        reader = StdoutReader(_Piped([[b"1"], [b"2"], [b"3"], [b"4"]]))
+        await asyncio.sleep(0.5)  # every read is done: the end found the queue (4 reads) full
+        got: list[bytes] = []
+        try:
+            while (lines := await reader.next_lines(1.0)) is not None:
+                got += lines
+            assert await reader.next_line(1.0) is None
+        finally:
+            await reader.close()
+        return got
+
+    assert asyncio.run(go()) == [b"1", b"2", b"3", b"4"]

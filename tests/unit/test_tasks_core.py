@@ -1,12 +1,13 @@
 """Pure parts of tasks: the state graph, redaction (streamed), output caps, slugs, numbers."""
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from forge.errors import InvalidState, NotFound
 from tasks.core.states import TRANSITIONS, TaskState, check_transition
-from tasks.core.transcript import REDACTED, HeadTail, Redactor, cap_text
+from tasks.core.transcript import REDACTED, Assistant, HeadTail, Redactor, cap_text, redacted_json, stored_json
 from tasks.services.tasks import parse_number, slugify
 
 SECRET = "sk-live-0123456789abcdef"
@@ -84,3 +85,19 @@ def test_task_numbers_must_be_positive_integers(raw: str) -> None:
 def test_slug() -> None:
     assert slugify("Fix the README: typos!") == "fix-the-readme-typos"
     assert slugify("!!!") == "task"
+
+
+def test_a_stored_payload_is_the_redacted_text_whatever_its_field_order() -> None:
+    """stored_json keeps what redaction made of the payload even when the text is not in the shape
+    it cuts the tag from (tag first): it never falls back to the unredacted payload."""
+    secret = "sk-core-secret-0123456789"
+    payload = Assistant(text=f"the key is {secret}\u2028next")
+    redacted = redacted_json(Redactor([secret]), payload)
+    assert secret.encode() not in redacted
+    fields = {k: v for k, v in msgspec.json.decode(redacted).items() if k != "type"}
+    reordered = msgspec.json.encode({**fields, "type": "assistant"})
+    assert not reordered.startswith(b'{"type"')
+    for encoded in (redacted, reordered):
+        stored = bytes(stored_json(payload, encoded))
+        assert secret.encode() not in stored and b"\xe2\x80\xa8" not in stored  # LS escaped too
+        assert msgspec.json.decode(stored) == fields and fields["text"] == f"the key is {REDACTED}\u2028next"

@@ -38,6 +38,7 @@ class StdoutReader:
         self._batches: asyncio.Queue[Sequence[bytes] | None] = asyncio.Queue(maxsize=4)
         self._taken: deque[bytes] = deque()  # the rest of a batch next_line started
         self._ended = False  # the end marker was taken
+        self._source_ended = False
         self._task = asyncio.ensure_future(self._read(proc.stdout_batches()))
 
     async def _read(self, source: AsyncIterator[Sequence[bytes]]) -> None:
@@ -46,7 +47,11 @@ class StdoutReader:
                 if batch:
                     await self._batches.put(batch)
         finally:
-            await self._batches.put(None)
+            # Never waits for room: close() cancels this task while the queue may be full (and
+            # nobody takes from it any more). A full queue ends through `_source_ended` instead.
+            self._source_ended = True
+            with contextlib.suppress(asyncio.QueueFull):
+                self._batches.put_nowait(None)
 
     async def _next_batch(self, timeout: float) -> Sequence[bytes] | None:  # noqa: ASYNC109
         if self._ended:
@@ -54,6 +59,9 @@ class StdoutReader:
         try:
             batch = self._batches.get_nowait()
         except asyncio.QueueEmpty:
+            if self._source_ended:  # its end marker found no room
+                self._ended = True
+                return None
             async with asyncio.timeout(timeout):
                 batch = await self._batches.get()
         if batch is None:
@@ -97,8 +105,9 @@ class StdoutReader:
 
     async def close(self) -> None:
         self._task.cancel()
-        with contextlib.suppress(BaseException):
-            await self._task
+        # asyncio.wait: the reader's own end (cancelled, or the process's error) is not raised
+        # here, and a cancel of close()'s caller still reaches the caller.
+        await asyncio.wait([self._task])
 
 
 _decode = msgspec.json.Decoder()
