@@ -4,6 +4,7 @@ pip and curl as a task would use them."""
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import socket
 import time
@@ -88,7 +89,10 @@ async def egress_sandbox(engine: SandboxEngine, make_spec: SpecFactory, channel_
 
 
 def bridge_gateway(docker_client: docker.DockerClient) -> str:
-    return str(docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"])
+    config = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]
+    # Some engines (Debian's 20.10, docker0 set up by an earlier start) list only the subnet: the
+    # gateway is then its first address, as Docker assigns it.
+    return str(config.get("Gateway") or ipaddress.ip_network(config["Subnet"])[1])
 
 
 async def test_no_route_out_but_the_proxy(
