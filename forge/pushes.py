@@ -25,7 +25,7 @@ from forge.access import Principal, Role, effective_role
 from forge.audit import Actor
 from forge.db import Database
 from forge.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
-from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate
+from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, ref_locks
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.smart_http import GitServiceProcess
 from forge.models import PushRecord, Repository
@@ -213,8 +213,16 @@ class PushRecorder:
             await self._settle(entry)
             settled += 1
         removed = await asyncio.to_thread(sweep_quarantines, self.repos_root, older_than_seconds=self.quarantine_grace)
-        if settled or removed:
-            log.info("push journal reconciled", settled=settled, quarantines_removed=len(removed))
+        # A process killed while it held a ref's lock (a push's receive-pack, a merge) left it: the
+        # branch takes no update until it goes.
+        unlocked = await asyncio.to_thread(ref_locks.sweep, self.repos_root)
+        if settled or removed or unlocked:
+            log.info(
+                "push journal reconciled",
+                settled=settled,
+                quarantines_removed=len(removed),
+                stale_ref_locks_removed=len(unlocked),
+            )
         return settled
 
     async def start(self) -> None:

@@ -15,12 +15,14 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final, Literal
 
 import msgspec
 import pygit2
 from pygit2.enums import DiffFind, FileMode
 
+from forge.git import ref_locks
 from forge.git.errors import (
     BaseMoved,
     MergeConflicts,
@@ -209,6 +211,8 @@ def swap_branch(
                 current = _branch_target(repo, ref)
                 if current != old:
                     raise BaseMoved(old, current, branch=branch) from None
+                if ref_locks.remove_if_stale(Path(repo.path) / f"{ref}.lock"):  # a dead writer's
+                    continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise RefConflict(f"{ref} is locked by another update; try again") from locked.__cause__

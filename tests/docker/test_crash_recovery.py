@@ -24,6 +24,7 @@ import pytest
 from sqlalchemy import func, select
 
 from forge.db import Database
+from forge.git.ref_locks import STALE_SECONDS as STALE_REF_LOCK_SECONDS
 from forge.models import AuditEvent, PushRecord
 from forge.settings import Settings
 from sandbox import quota_mounts
@@ -255,7 +256,14 @@ def merge_cycle(c: Crash, i: int) -> None:
     assert state in ("merged", "awaiting_review"), state
     if state == "awaiting_review":
         c.found.append(f"merge {i}: not landed, rolled back")
-        r = c.api("POST", f"{TASKS}/{number}/merge", json={"strategy": strategy, "expected_head_sha": head})
+        # Killed while it held main's lock file, the merge left it behind: "being updated by
+        # someone else" until it is older than any live update holds one, then the retry lands.
+        deadline = time.monotonic() + STALE_REF_LOCK_SECONDS + 20
+        while True:
+            r = c.api("POST", f"{TASKS}/{number}/merge", json={"strategy": strategy, "expected_head_sha": head})
+            if r.status_code != 409 or r.json().get("code") != "base_moved" or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         assert r.status_code in (200, 201), r.text
     else:
         c.found.append(f"merge {i}: landed")

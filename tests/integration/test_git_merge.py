@@ -31,6 +31,7 @@ from forge.git import (
 )
 from forge.git.merge import MergeStrategy
 from forge.git.names import repo_path
+from forge.git.ref_locks import STALE_SECONDS as STALE_REF_LOCK_SECONDS
 from forge.git.schemas import Identity
 
 ALICE = Identity(name="Alice", email="alice@example.com")
@@ -493,6 +494,19 @@ def test_ref_locked_by_another_writer_is_waited_for_then_refused(r: Repo) -> Non
     assert lock.read_text() == "held by receive-pack\n"  # somebody else's lock is left alone
     lock.unlink()
     assert do_merge(r, feature, "merge").old_base_sha == main
+
+
+def test_a_lock_left_by_a_writer_that_died_is_removed_and_the_merge_lands(r: Repo) -> None:
+    """A process killed while it held the ref's lock (a merge cut by SIGKILL) leaves the file
+    behind; once it is older than any live update holds one, it no longer blocks the branch."""
+    _root, main, feature = diverged(r)
+    lock = r.path / "refs" / "heads" / "main.lock"
+    lock.write_text("")
+    old = time.time() - STALE_REF_LOCK_SECONDS - 1
+    os.utime(lock, (old, old))
+    result = do_merge(r, feature, "merge", lock_timeout=0.3)
+    assert result.old_base_sha == main and r.tip() == result.new_base_sha
+    assert not lock.exists()
 
 
 def test_lock_holder_that_moves_the_ref_wins(r: Repo) -> None:

@@ -247,3 +247,35 @@ async def _reconcile(recorder: PushRecorder) -> int:
         return await recorder.reconcile()
     finally:
         await recorder.db.dispose()
+
+
+def test_a_ref_lock_left_by_a_killed_writer_is_swept_and_the_branch_takes_pushes_again(tmp_path: Path) -> None:
+    """A process killed while it held `refs/heads/main.lock` (a push's receive-pack, a merge) leaves
+    it: git refuses every push to main. The reconciliation (at start and periodically) removes it
+    once it is older than any live update holds one; a fresh lock is left alone."""
+    repos = tmp_path / "repos"
+    bare = repos / "ana" / "demo.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare), cwd=tmp_path)
+    work = tmp_path / "work"
+    git("clone", "-q", str(bare), str(work), cwd=tmp_path)
+    (work / "a.txt").write_text("a\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "a", cwd=work)
+    git("push", "-q", "origin", "main", cwd=work)
+    stale, fresh = bare / "refs" / "heads" / "main.lock", bare / "refs" / "heads" / "other.lock"
+    stale.write_text("")
+    fresh.write_text("")
+    old = time.time() - 60
+    os.utime(stale, (old, old))
+    (work / "b.txt").write_text("b\n")
+    git("add", ".", cwd=work)
+    git("commit", "-q", "-m", "b", cwd=work)
+    refused = git("push", "-q", "origin", "main", cwd=work, check=False)
+    assert refused.returncode != 0 and "lock" in refused.stderr  # what the leftover did
+    recorder = PushRecorder(
+        Database(f"sqlite+aiosqlite:///{tmp_path / 'f.db'}"), EventBus(), PushJournal(tmp_path / "journal"), repos
+    )
+    asyncio.run(_reconcile(recorder))
+    assert not stale.exists() and fresh.exists()
+    git("push", "-q", "origin", "main", cwd=work)
+    assert git("rev-parse", "main", cwd=bare).stdout.strip() == git("rev-parse", "HEAD", cwd=work).stdout.strip()
