@@ -1,4 +1,4 @@
-"""Transcripts: typed payloads, secret redaction, output caps, and the append path.
+"""Transcripts: typed payloads and the append path (redaction: redaction.py; output caps: capping.py).
 
 Each event gets a per-task `seq` from the counter on the task row, incremented with
 `UPDATE ... RETURNING` in the transaction that inserts the event. The row lock (PostgreSQL) or
@@ -7,7 +7,7 @@ commit in `seq` order: a reader resuming after N can never miss a lower number c
 The public contract is docs/transcript.md.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -19,7 +19,6 @@ from forge.db import utcnow
 from tasks.core.models import Run, Task, TranscriptEvent
 
 SCHEMA_VERSION = 1
-TOOL_OUTPUT_CAP = 64 * 1024
 
 Kind = Literal[
     "prompt",
@@ -211,124 +210,6 @@ class Pending(msgspec.Struct, kw_only=True):
     # so a later change to an object the payload shares cannot alter what was recorded. b"": not
     # encoded yet (`append` encodes it).
     encoded: bytes = b""
-
-
-# --- redaction ---------------------------------------------------------------------------------
-
-REDACTED = "[REDACTED]"
-
-
-class Redactor:
-    """Replaces known secrets. `feed` works on a stream: a secret split across two chunks is still
-    found, because the longest tail that could start a secret is held back until the next chunk."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        # Short values would redact half the transcript and protect nothing.
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 8}, key=len, reverse=True)
-        self._carry: dict[str, str] = {}
-        # Secrets as they appear in JSON text, when each appears there as itself (no character
-        # JSON escapes); otherwise None and every value is searched string by string.
-        literal = all(msgspec.json.encode(s) == b'"' + s.encode() + b'"' for s in self.secrets)
-        self._needles = [s.encode() for s in self.secrets] if literal else None
-
-    @property
-    def holding(self) -> bool:
-        """Some stream's tail is held back (it could start a secret)."""
-        return bool(self._carry)
-
-    def clean(self, encoded: bytes) -> bool:
-        """True only when the JSON text `encoded` holds no secret: then none of its strings does."""
-        return self._needles is not None and all(needle not in encoded for needle in self._needles)
-
-    def redact(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return text
-
-    def _held_back(self, text: str) -> int:
-        """Length of the longest suffix of `text` that is a proper prefix of a secret."""
-        best = 0
-        for secret in self.secrets:
-            for n in range(min(len(secret) - 1, len(text)), best, -1):
-                if text.endswith(secret[:n]):
-                    best = n
-                    break
-        return best
-
-    def feed(self, stream: str, text: str) -> str:
-        if not self.secrets:
-            return text
-        text = self.redact(self._carry.pop(stream, "") + text)
-        hold = self._held_back(text)
-        if hold:
-            self._carry[stream] = text[-hold:]
-            text = text[:-hold]
-        return text
-
-    def flush(self, stream: str) -> str:
-        return self.redact(self._carry.pop(stream, ""))
-
-
-def redacted_json(redactor: Redactor, payload: Payload) -> bytes:
-    """`payload`'s JSON with the secrets in its strings replaced (keys and numbers are kept). Most
-    payloads hold no secret: one look at their JSON text says so, and that text is the answer,
-    instead of a walk over every value."""
-    encoded = msgspec.json.encode(payload)
-    if redactor.clean(encoded):
-        return encoded
-    return msgspec.json.encode(redact_value(redactor, msgspec.to_builtins(payload)))
-
-
-def redact_value(redactor: Redactor, value: Any) -> Any:
-    if isinstance(value, str):
-        return redactor.redact(value)
-    if isinstance(value, list):
-        return [redact_value(redactor, v) for v in value]
-    if isinstance(value, dict):
-        return {k: redact_value(redactor, v) for k, v in value.items()}
-    return value
-
-
-# --- capping -----------------------------------------------------------------------------------
-
-
-class HeadTail:
-    """Keeps the first and last `cap/2` bytes of a stream and counts what is in between."""
-
-    def __init__(self, cap: int = TOOL_OUTPUT_CAP) -> None:
-        self.half = cap // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.omitted = 0
-
-    def add(self, data: bytes) -> None:
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if not data:
-            return
-        self.tail += data
-        if len(self.tail) > self.half:
-            drop = len(self.tail) - self.half
-            self.omitted += drop
-            del self.tail[:drop]
-
-    def text(self) -> str:
-        head = self.head.decode("utf-8", "replace")
-        tail = self.tail.decode("utf-8", "replace")
-        if self.omitted:
-            return f"{head}\n[... {self.omitted} bytes omitted ...]\n{tail}"
-        return head + tail
-
-
-def cap_text(text: str, cap: int = TOOL_OUTPUT_CAP) -> tuple[str, int]:
-    if len(text) <= cap - cap % 2 and text.isascii():  # fits as it is (one byte a character)
-        return text, 0
-    buf = HeadTail(cap)
-    buf.add(text.encode("utf-8", "replace"))
-    return buf.text(), buf.omitted
 
 
 # --- storing and reading -----------------------------------------------------------------------

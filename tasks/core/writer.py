@@ -15,7 +15,8 @@ import structlog
 from forge.db import Database, utcnow
 from tasks.core import transcript
 from tasks.core.live import LiveHub
-from tasks.core.transcript import Kind, Output, Payload, Pending, Redactor, redacted_json
+from tasks.core.redaction import Redactor, redacted_json
+from tasks.core.transcript import Kind, Output, Payload, Pending
 
 log = structlog.get_logger("forgehand.tasks")
 

@@ -27,8 +27,9 @@ from sandbox import (
 from tasks.core import egress_config, repo_settings
 from tasks.core.models import Approval, RepoTaskSettings, Run, Task
 from tasks.core.policy import ApprovedCall, GateContext, policy_record
+from tasks.core.redaction import Redactor
 from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
-from tasks.core.transcript import Notice, Redactor, System
+from tasks.core.transcript import Notice, System
 from tasks.core.writer import TranscriptWriter
 from tasks.run import gitops, recovery, warm
 from tasks.run.backchannel import Backchannel

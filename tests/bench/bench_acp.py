@@ -21,7 +21,8 @@ from forge.db import Database
 from forge.settings import Settings
 from tasks.core.agent_registry import AcpAgent
 from tasks.core.models import TranscriptEvent
-from tasks.core.transcript import Assistant, Redactor, ToolCall, ToolResult
+from tasks.core.redaction import Redactor
+from tasks.core.transcript import Assistant, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.acp import AcpAgentRuntime
 from tests.support.acp_agent import argv

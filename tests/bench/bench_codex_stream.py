@@ -33,9 +33,11 @@ from sqlalchemy import func, select
 from forge.db import Database
 from forge.settings import load_settings, prepare_data_dir
 from sandbox.process import DEFAULT_LINE_CAP, LineSplitter
+from tasks.core.capping import HeadTail
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
-from tasks.core.transcript import Assistant, HeadTail, Redactor, System, ToolCall, ToolResult
+from tasks.core.redaction import Redactor
+from tasks.core.transcript import Assistant, System, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.cli_lines import StdoutReader
 from tasks.run.runtimes.codex_stream import StreamState

@@ -11,7 +11,8 @@ from forge.db import Database
 from forge.settings import Settings
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
-from tasks.core.transcript import Notice, Redactor
+from tasks.core.redaction import Redactor
+from tasks.core.transcript import Notice
 from tasks.core.writer import TranscriptWriter
 from tests.support.tasks import seed, start_task
 

@@ -13,7 +13,8 @@ from forge.settings import Settings
 from tasks.core import transcript
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
-from tasks.core.transcript import REDACTED, Assistant, Notice, Output, Redactor, ToolCall, ToolResult
+from tasks.core.redaction import REDACTED, Redactor
+from tasks.core.transcript import Assistant, Notice, Output, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tests.support.tasks import seed, start_task
 

@@ -7,7 +7,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from tasks.core.transcript import Assistant, HeadTail, Notice, System, ToolCall, ToolResult
+from tasks.core.capping import HeadTail
+from tasks.core.transcript import Assistant, Notice, System, ToolCall, ToolResult
 from tasks.run.runtimes.cli_lines import BATCH_LINES, StdoutReader
 from tasks.run.runtimes.codex import CodexRuntime, provider_config
 from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind

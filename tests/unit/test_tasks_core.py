@@ -6,8 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forge.errors import InvalidState, NotFound
+from tasks.core.capping import HeadTail, cap_text
+from tasks.core.redaction import REDACTED, Redactor, redacted_json
 from tasks.core.states import TRANSITIONS, TaskState, check_transition
-from tasks.core.transcript import REDACTED, Assistant, HeadTail, Redactor, cap_text, redacted_json, stored_json
+from tasks.core.transcript import Assistant, stored_json
 from tasks.services.tasks import parse_number, slugify
 
 SECRET = "sk-live-0123456789abcdef"

@@ -23,8 +23,9 @@ from forge.settings import Settings
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
+from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail, Notice, System
+from tasks.core.transcript import Notice, System
 from tasks.run.backchannel import mcp_client_config
 from tasks.run.runtimes.acp_policy import AcpPolicy
 from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of

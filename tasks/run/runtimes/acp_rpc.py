@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import msgspec
 
+from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason
-from tasks.core.transcript import HeadTail
 from tasks.run.runtimes.cli_lines import json_object
 
 LINE_CAP = 8 * 1024 * 1024  # a longer line is not JSON-RPC we read

@@ -16,7 +16,8 @@ from typing import Any
 
 import msgspec
 
-from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, Payload, System, ToolCall, ToolResult, cap_text
+from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
+from tasks.core.transcript import Assistant, Payload, System, ToolCall, ToolResult
 
 Event = tuple[str, Payload]
 TEXT_CAP = 256 * 1024

@@ -18,9 +18,10 @@ from sandbox import (
     read_workspace_file,
     write_workspace_file,
 )
+from tasks.core.capping import TOOL_OUTPUT_CAP, HeadTail, cap_text
 from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
-from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, HeadTail, Notice, Question, ToolCall, ToolResult, cap_text
+from tasks.core.transcript import Assistant, Notice, Question, ToolCall, ToolResult
 from tasks.run.backchannel import TOOL_NAMES as BACKCHANNEL_TOOLS
 from tasks.run.backchannel import ToolRefused
 from tasks.run.backchannel import call as call_tool

@@ -48,8 +48,8 @@ from typing import Any
 
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
+from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail
 from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable

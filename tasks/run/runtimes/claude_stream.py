@@ -22,7 +22,8 @@ from typing import Any
 
 import msgspec
 
-from tasks.core.transcript import TOOL_OUTPUT_CAP, Assistant, Notice, Payload, System, ToolCall, ToolResult, cap_text
+from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
+from tasks.core.transcript import Assistant, Notice, Payload, System, ToolCall, ToolResult
 
 Event = tuple[str, Payload]
 

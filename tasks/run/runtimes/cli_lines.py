@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from tasks.core.transcript import HeadTail
+from tasks.core.capping import HeadTail
 
 # next_lines hands over at most this many lines, stored as one transaction: bigger batches store
 # faster and show later (tests/bench/bench_codex_stream.py: 512 lines 0.92x-0.94x the builtin

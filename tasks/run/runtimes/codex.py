@@ -32,8 +32,9 @@ from typing import Any
 
 from sandbox import Relay, SandboxError
 from sandbox.spec import GATEWAY_RELAY_PORT, HOME_DIR
+from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail, ToolCall, ToolResult
+from tasks.core.transcript import ToolCall, ToolResult
 from tasks.run.gateway import SOCKET_NAME
 from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable

@@ -28,18 +28,8 @@ from typing import Any
 
 import msgspec
 
-from tasks.core.transcript import (
-    TOOL_OUTPUT_CAP,
-    Assistant,
-    HeadTail,
-    Kind,
-    Notice,
-    Payload,
-    System,
-    ToolCall,
-    ToolResult,
-    cap_text,
-)
+from tasks.core.capping import TOOL_OUTPUT_CAP, HeadTail, cap_text
+from tasks.core.transcript import Assistant, Kind, Notice, Payload, System, ToolCall, ToolResult
 from tasks.run.runtimes.cli_lines import json_object, keep_lines
 
 Event = tuple[Kind, Payload]

@@ -7,8 +7,8 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
+from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import HeadTail
 from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.claude_control import PolicyBroker
 from tasks.run.runtimes.cli_lines import StdoutReader
