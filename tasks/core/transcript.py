@@ -215,12 +215,6 @@ class Pending(msgspec.Struct, kw_only=True):
 # --- storing and reading -----------------------------------------------------------------------
 
 
-def payload_dict(payload: Payload) -> dict[str, Any]:
-    raw: dict[str, Any] = msgspec.to_builtins(payload)
-    raw.pop("type", None)
-    return raw
-
-
 # Characters JSON may hold raw but that some line readers end a line at (Python's `splitlines`:
 # NEL, LINE and PARAGRAPH SEPARATOR): escaped, since the live transcript sends the stored text as
 # an SSE data line (msgspec writes them raw, json.dumps escaped them).

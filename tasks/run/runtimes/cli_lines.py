@@ -78,7 +78,7 @@ class StdoutReader:
             if batch is None:
                 return None
             self._taken.extend(batch)
-        return bytes(self._taken.popleft())
+        return self._taken.popleft()
 
     async def next_lines(self, timeout: float) -> list[bytes] | None:  # noqa: ASYNC109
         """The lines read and not yet taken, at least one (waiting up to `timeout` s for it, else
