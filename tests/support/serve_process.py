@@ -40,17 +40,19 @@ async def prepare(tmp: Path, port: int) -> tuple[Settings, str]:
 
 @contextmanager
 def serving(settings: Settings, port: int, **extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """`forgehand serve` on `port` with the settings' data directory (and `extra` FORGEHAND_* variables),
-    up and healthy; terminated on exit."""
+    """`forgehand serve` on `port` with the settings' data directory and database (and `extra`
+    FORGEHAND_* variables, which win over these), up and healthy; terminated on exit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
     env.update(
-        FORGEHAND_DATA_DIR=str(settings.data_dir),
-        FORGEHAND_DATABASE_URL=settings.effective_database_url,
-        FORGEHAND_PORT=str(port),
-        FORGEHAND_SEED_DEMO="false",
-        FORGEHAND_LOG_LEVEL="warning",
-        FORGEHAND_RUN_WORKER="true",
-        **extra,
+        {
+            "FORGEHAND_DATA_DIR": str(settings.data_dir),
+            "FORGEHAND_DATABASE_URL": settings.effective_database_url,
+            "FORGEHAND_PORT": str(port),
+            "FORGEHAND_SEED_DEMO": "false",
+            "FORGEHAND_LOG_LEVEL": "warning",
+            "FORGEHAND_RUN_WORKER": "true",
+        }
+        | extra
     )
     server = subprocess.Popen([FORGEHAND, "serve"], env=env, stdout=subprocess.DEVNULL)
     try:
