@@ -3,14 +3,17 @@ streams 10,000 `session/update` notifications (2,500 tool calls, each a message 
 its start and its completion) through the acp runtime into a real TranscriptWriter on SQLite,
 against the builtin runtime's transcript path measured in the same run: the same 7,500 typed
 events (assistant, tool_call, tool_result) emitted straight into a TranscriptWriter, as the
-builtin loop emits them. During each pass SSE clients follow the task's live transcript (the real
-app served in this process, tests/support/sse_lag.py) and the lag per event, emitted -> received,
-is printed for both paths (the tasks bench's figure). The passes alternate (builtin, acp, acp,
-builtin), each into a task of its own; each path's figure is over its two passes. Figures are
-printed (ratio in one run), never asserted as limits; losing an event fails.
+builtin loop emits them, each result followed by its `post_tool_use` as the loop sends it (the
+acp pass sends one for each call too). During each pass SSE clients follow the task's live
+transcript (the real app served in this process, tests/support/sse_lag.py) and the lag per
+event, emitted -> received, is printed for both paths (the tasks bench's figure). The passes
+alternate (builtin, acp, acp, builtin, twice), each into a task of its own; each path's figure
+is over its four passes. Figures are printed (ratio in one run), never asserted as limits;
+losing an event fails.
 
 Run: `pytest -q -s tests/bench/bench_acp.py -o python_files='bench_*.py'`."""
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,11 +23,13 @@ from sqlalchemy import func, select
 from forge.db import Database
 from forge.settings import Settings
 from tasks.core.agent_registry import AcpAgent
+from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.models import TranscriptEvent
 from tasks.core.redaction import Redactor
 from tasks.core.transcript import Assistant, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.acp import AcpAgentRuntime
+from tasks.run.runtimes.policy_steps import after_tool
 from tests.support.acp_agent import argv
 from tests.support.claude_host import HostSandbox, ScriptedGate, host_context
 from tests.support.sse_lag import figures, served, subscribed
@@ -38,7 +43,7 @@ def scenario() -> dict[str, Any]:
 
 
 CLIENTS = 10  # SSE clients per pass, in a process of their own
-ORDER = ("builtin", "acp", "acp", "builtin")  # one pass each, alternating
+ORDER = ("builtin", "acp", "acp", "builtin") * 2  # alternating: each path meets each position alike
 SHOWN = {"assistant", "tool_call", "tool_result"}
 
 
@@ -47,19 +52,25 @@ async def stored(db: Database, task_id: int) -> int:
         return int((await s.execute(select(func.count()).where(TranscriptEvent.task_id == task_id))).scalar_one())
 
 
-async def builtin_pass(writer: TranscriptWriter) -> None:
-    """The builtin runtime's path: typed events into the writer, as its loop emits them."""
+async def builtin_pass(writer: TranscriptWriter, box: Path) -> None:
+    """The builtin runtime's path: typed events into the writer, as its loop emits them, and a
+    call's result followed by its `post_tool_use` (tasks/run/runtimes/builtin.py `_run_tool`), as
+    the acp pass sends one for each call that ran."""
+    ctx = host_context(HostSandbox(box, base_url=""), ScriptedGate(), writer.emit)  # type: ignore[arg-type]
     for i in range(CALLS):
         await writer.emit("assistant", Assistant(text=f"step {i}"))
-        call = ToolCall(id=f"call-{i}", name="Read", input={"path": f"f{i}"}, kind="read")
+        call = ToolCall(id=f"call-{i}", name="Read", input={"path": f"/workspace/f{i}.txt"}, kind="read")
         await writer.emit("tool_call", call)
-        await writer.emit("tool_result", ToolResult(id=f"call-{i}", name="Read", output=f"line {i}\n"))
+        text, omitted = cap_text(f"line {i}\n", TOOL_OUTPUT_CAP)
+        await writer.emit("tool_result", ToolResult(id=call.id, name="Read", output=text, omitted_bytes=omitted))
+        await after_tool(ctx, tool_use_id=call.id, tool_name="Read", output=text, is_error=False)
 
 
 async def acp_pass(writer: TranscriptWriter, box: Path) -> None:
     """The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer."""
-    runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario()), provider="none"))
+    runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario(), python=sys.executable), provider="none"))
     ctx = host_context(HostSandbox(box, base_url=""), ScriptedGate(), writer.emit)  # type: ignore[arg-type]
+    ctx.emit_many = writer.emit_many  # as the worker's run context has it (tasks/run/execution.py)
     outcome = await runtime.run(ctx)
     assert outcome.status.value == "succeeded", outcome
 
@@ -78,7 +89,8 @@ async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path
                 writer = TranscriptWriter(db, app.hub, task_id, run_id, Redactor([]))
                 writer.start()
                 t0 = time.perf_counter()
-                await (builtin_pass(writer) if name == "builtin" else acp_pass(writer, tmp_path / f"box{i}"))
+                box = tmp_path / f"box{i}"
+                await (builtin_pass(writer, box) if name == "builtin" else acp_pass(writer, box))
                 await writer.close()
                 spent = time.perf_counter() - t0
                 made = await stored(db, task_id) - before
@@ -89,14 +101,17 @@ async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path
             events[name] += made
             sse[name] += lags
             passes.append(f"{name} {made / spent:,.0f}")
-    assert events["builtin"] == 2 * 3 * CALLS
+    assert events["builtin"] == ORDER.count("builtin") * 3 * CALLS
     rate = {name: events[name] / took[name] for name in took}
+    passes_each = ORDER.count("acp")
     print(
-        f"\nACP ingest: {4 * CALLS:,} session/update notifications a pass -> {events['acp'] // 2:,} transcript events"
+        f"\nACP ingest: {4 * CALLS:,} session/update notifications a pass"
+        f" -> {events['acp'] // passes_each:,} transcript events"
         f" (with the agent's start, initialize, session/new and {CALLS:,} post_tool_use dispatches);"
         f" passes alternate, in order (events/s): {', '.join(passes)}"
-        f"\nacp: {rate['acp']:,.0f} events/s over its two passes ({took['acp']:.2f} s)"
-        f"\nbuiltin transcript path: {rate['builtin']:,.0f} events/s over its two passes ({took['builtin']:.2f} s)"
+        f"\nacp: {rate['acp']:,.0f} events/s over its {passes_each} passes ({took['acp']:.2f} s)"
+        f"\nbuiltin transcript path: {rate['builtin']:,.0f} events/s"
+        f" over its {passes_each} passes ({took['builtin']:.2f} s)"
         f"\nratio (acp / builtin events per second): {rate['acp'] / rate['builtin']:.2f}"
         f"{'' if rate['acp'] >= rate['builtin'] else '  -- slower than the builtin path'}"
         f"\n{CLIENTS} SSE clients' lag, emitted -> received ({3 * CALLS:,} events each a pass):"

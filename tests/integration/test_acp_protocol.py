@@ -265,3 +265,52 @@ async def test_resume_loads_the_same_session_from_the_carried_home(world: World)
     assert [m["params"]["sessionId"] for m in loads] == [session]
     # The replayed history is not shown again.
     assert [a.text for a in emit.of("assistant")] == ["second"]
+
+
+class PostRecording(ScriptedGate):
+    """A consumer subscribed to post_tool_use: each dispatch leaves its record in the transcript."""
+
+    async def post_tool_use(self, ctx: Any, *, tool_use_id: str, tool_name: str, **kw: Any) -> GateDecision:
+        await super().post_tool_use(ctx, tool_use_id=tool_use_id, tool_name=tool_name, **kw)
+        dispatch = {"event": "post_tool_use", "decision": "allow", "endpoints": [], "id": tool_use_id}
+        return GateDecision(dispatch=dispatch)
+
+
+async def test_a_busy_stream_is_stored_in_batches_each_result_followed_by_its_post_tool_use(world: World) -> None:
+    """Updates read together go to the writer in one call (the run context's `emit_many`), in the
+    order the agent sent them, and a call's post_tool_use record follows its result, before the
+    next call's text, as the builtin loop orders them."""
+    calls = 300
+    batches: list[list[tuple[str, Any]]] = []
+
+    async def emit_many(events: Any) -> None:
+        batches.append(list(events))
+
+    emit = Recorder()
+    ctx = host_context(world.sandbox, PostRecording(), emit, state_dir=world.state)
+    ctx.emit_many = emit_many
+    outcome = await asyncio.wait_for(world.runtime([[{"calls": calls}]]).run(ctx), 60)
+    assert outcome.status is RunState.SUCCEEDED, outcome
+    stored = [e for batch in batches for e in batch]
+    shown = [(k, p) for k, p in stored if k != "system" or p.phase == "policy"]
+    expected: list[tuple[str, Any]] = []
+    for i in range(calls):
+        expected += [
+            ("assistant", f"step {i}"),
+            ("tool_call", (f"call-{i}", "Read", "read", {"path": f"/workspace/f{i}.txt"})),
+            ("tool_result", (f"call-{i}", f"line {i}\n", False)),
+            ("system", f"call-{i}"),
+        ]
+
+    def view(kind: str, p: Any) -> tuple[str, Any]:
+        if kind == "assistant":
+            return kind, p.text
+        if kind == "tool_call":
+            return kind, (p.id, p.name, p.kind, p.input)
+        if kind == "tool_result":
+            return kind, (p.id, p.output, p.is_error)
+        return kind, p.detail["id"]
+
+    assert [view(k, p) for k, p in shown] == expected
+    # Read a pipe buffer at a time: far fewer writer calls than events.
+    assert len([b for b in batches if any(k == "tool_call" for k, _ in b)]) < calls / 4

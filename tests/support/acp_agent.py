@@ -1,6 +1,7 @@
 """A scripted ACP agent for tests: a small Python program speaking the Agent Client Protocol
 (JSON-RPC, one object per line) on stdio, run on the host or inside the sandbox (python3 is in the
-plain image) as `python3 -c SCRIPT SCENARIO_JSON`, so the real spawn path is tested.
+plain image) as `python3 -S -c SCRIPT SCENARIO_JSON` (only the standard library: no site
+packages), so the real spawn path is tested.
 
 The scenario is `{"turns": [[step, ...], ...], "log": PATH?, "load": bool}`: the n-th prompt of a
 session plays `turns[n]` (the last one repeats). Sessions live in `$HOME/.scripted-acp/<id>/`, so
@@ -23,7 +24,7 @@ session plays `turns[n]` (the last one repeats). Sessions live in `$HOME/.script
   permission request after it, say) and end the prompt with `cancelled`;
 - `{"chunks": N, "text": T}`: N `agent_message_chunk` updates of T each;
 - `{"calls": N}`: N read calls of 4 updates each (a chunk, the call, its start, its completion;
-  the speed bench).
+  the speed bench), written as fast as the agent makes them (the pipe gets them a buffer at a time).
 
 The log (JSON lines) holds everything the agent received, for the test to read."""
 
@@ -150,16 +151,28 @@ def prompt(rid, params, cwd):
                 if msg.get("method") == "session/cancel":
                     state["cancelled"] = True
         elif "calls" in step:
+            # A call's four updates encoded once, the number put in per call: json.dumps of each
+            # took the agent more CPU than forgehand's reading of them.
+            mark = "@N@"
+            text = {"type": "text", "text": "step " + mark}
+            out = {"type": "content", "content": {"type": "text", "text": "line " + mark + "\n"}}
+            call_id = "call-" + mark
+            shapes = [
+                {"sessionUpdate": "agent_message_chunk", "content": text},
+                {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": "Read", "kind": "read",
+                 "status": "pending", "rawInput": {"path": "/workspace/f" + mark + ".txt"}},
+                {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"},
+                {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed",
+                 "content": [out]},
+            ]
+            template = "".join(
+                json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                            "params": {"sessionId": sid, "update": shape}}) + "\n"
+                for shape in shapes
+            )
             for i in range(step["calls"]):
-                call = "call-%d" % i
-                text = {"type": "text", "text": "step %d" % i}
-                update(sid, {"sessionUpdate": "agent_message_chunk", "content": text})
-                update(sid, {"sessionUpdate": "tool_call", "toolCallId": call, "title": "Read", "kind": "read",
-                             "status": "pending", "rawInput": {"path": "/workspace/f%d.txt" % i}})
-                update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "in_progress"})
-                out = {"type": "content", "content": {"type": "text", "text": "line %d\n" % i}}
-                update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": call, "status": "completed",
-                             "content": [out]})
+                sys.stdout.write(template.replace(mark, str(i)))
+            sys.stdout.flush()
         elif "chunks" in step:
             text = step.get("text", "x")
             for _ in range(step["chunks"]):
@@ -204,9 +217,11 @@ main()
 """
 
 
-def argv(scenario: dict[str, object]) -> list[str]:
-    """The agent's command line (for a task: an operator's `command`)."""
-    return ["python3", "-c", SCRIPT, json.dumps(scenario)]
+def argv(scenario: dict[str, object], *, python: str = "python3") -> list[str]:
+    """The agent's command line (for a task: an operator's `command`). On the host, pass
+    `sys.executable`: a `python3` found on PATH may be a version manager's shim, which took
+    150 ms to start the agent here, a tenth of a bench's pass."""
+    return [python, "-S", "-c", SCRIPT, json.dumps(scenario)]
 
 
 def tool_call(call_id: str, command: str, *, title: str = "", kind: str = "execute") -> dict[str, object]:

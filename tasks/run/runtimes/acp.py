@@ -25,7 +25,7 @@ from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
-from tasks.core.transcript import Notice, System
+from tasks.core.transcript import Assistant, Kind, Notice, Payload, System, ToolResult
 from tasks.run.backchannel import mcp_client_config
 from tasks.run.runtimes.acp_policy import AcpPolicy
 from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
@@ -172,6 +172,7 @@ class _Drive:
         self.proc: Any = None
         self.request_ids: set[Any] = set()  # the agent's request ids seen (a reused one is refused)
         self.last_text = ""
+        self.held: list[tuple[Kind, Payload]] = []  # the events of the batch being read (`settle`)
         self.last_line = time.monotonic()
         self._tasks: set[asyncio.Task[None]] = set()
         self.prompting = False
@@ -204,6 +205,7 @@ class _Drive:
     async def on_message(self, msg: Incoming) -> None:
         assert self.peer is not None
         if msg.is_request:
+            await self.settle()  # what the updates before it stood for goes first
             if msg.id in self.request_ids:
                 await self.policy.note(f"the agent reused request id {msg.id!r} ({msg.method}): refused")
                 await self.peer.respond_error(msg.id, -32600, "request id already used")
@@ -214,17 +216,33 @@ class _Drive:
             else:  # fs/*, terminal/*: capabilities forgehand does not offer
                 await self.peer.respond_error(msg.id, METHOD_NOT_FOUND, f"forgehand does not serve {msg.method}")
             return
-        if msg.method == "session/update":
-            params = msg.params if isinstance(msg.params, dict) else {}
-            for kind, payload in self.updates.feed(params.get("update")):
-                await self._emit(kind, payload)
+        self.on_notification(msg.method, msg.params)
 
-    async def _emit(self, kind: str, payload: Any) -> None:
-        await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
-        if kind == "assistant":
-            self.last_text = payload.text
-        elif kind == "tool_result":
-            await self.policy.after(payload.id, payload.name, payload.output, is_error=payload.is_error)
+    def on_notification(self, method: str, params: Any) -> None:
+        """`session/update`: what it stands for is held until the batch of lines ends (`settle`)."""
+        if method == "session/update":
+            self.held += self.updates.feed(params.get("update") if isinstance(params, dict) else None)
+
+    async def settle(self) -> None:
+        """Store what the updates read so far stood for. The peer calls this after each batch of
+        lines it read together and before a response reaches its request."""
+        events, self.held = self.held, []
+        await self._emit_all(events)
+
+    async def _emit_all(self, events: list[tuple[Kind, Payload]]) -> None:
+        """Events in order, in one writer call (one timestamp, one look for secrets). Each call's
+        result is followed by what its `post_tool_use` showed (the dispatch's record), as the
+        builtin loop orders them; the dispatch goes out as the result is read, before the batch
+        is handed to the writer (which holds events a few milliseconds before it stores them
+        in any case)."""
+        out: list[tuple[Kind, Payload]] = []
+        for kind, payload in events:
+            out.append((kind, payload))
+            if isinstance(payload, Assistant):
+                self.last_text = payload.text
+            elif isinstance(payload, ToolResult):
+                out += await self.policy.after(payload.id, payload.name, payload.output, is_error=payload.is_error)
+        await self.ctx.emit_all(out)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -238,7 +256,7 @@ class _Drive:
 
     async def run(self, proc: Any, prompt: str) -> Outcome:
         self.proc = proc
-        peer = self.peer = Peer(proc, self.on_message, self.raw)
+        peer = self.peer = Peer(proc, self.on_message, self.raw, settle=self.settle, notified=self.on_notification)
         reader = asyncio.ensure_future(peer.read(self._touch))
         try:
             return await self._session(peer, prompt)
@@ -255,6 +273,8 @@ class _Drive:
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
+            with contextlib.suppress(Exception):  # a batch the reader was cut off in
+                await self.settle()
 
     async def _session(self, peer: Peer, prompt: str) -> Outcome:
         ctx = self.ctx
@@ -337,8 +357,8 @@ class _Drive:
         finally:
             self.prompting = False
             self.prompt_ended.set()
-        for kind, payload in self.updates.flush() + self.updates.pending_calls():
-            await self._emit(kind, payload)
+        await self.settle()
+        await self._emit_all(self.updates.flush() + self.updates.pending_calls())
         response = response if isinstance(response, dict) else {}
         self._account(response.get("usage"))
         stop = str(response.get("stopReason") or "")

@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tasks.core.agent_registry import AcpAgent
-from tasks.core.transcript import Notice, ToolResult
+from tasks.core.transcript import Kind, Notice, Payload, ToolResult
 from tasks.run.runtimes.acp_rpc import Incoming, Peer
 from tasks.run.runtimes.acp_updates import UpdateState, choose_option
 from tasks.run.runtimes.base import RunContext
 from tasks.run.runtimes.claude_control import NOT_DECIDED, PolicyBroker, Verdict, hook_answer, hook_refusal
 from tasks.run.runtimes.codex_stream import tool_kind
-from tasks.run.runtimes.policy_steps import after_tool
+from tasks.run.runtimes.policy_steps import post_tool
 
 CANCELLED = {"outcome": "cancelled"}
 
@@ -80,7 +80,7 @@ class AcpPolicy:
                 return
             seen = self.updates.see(call)
             for kind, payload in self.updates.show(call_id):
-                await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
+                await self.ctx.emit(kind, payload)
             tool_input = call.get("rawInput", seen.input)
             canonical = json.dumps(tool_input, sort_keys=True, default=str)
             if self.asked.setdefault(call_id, canonical) != canonical:
@@ -149,22 +149,24 @@ class AcpPolicy:
             return
         seen.done = True
         for kind, payload in self.updates.show(call_id):
-            await self.ctx.emit(kind, payload)  # type: ignore[arg-type]
+            await self.ctx.emit(kind, payload)
         await self.ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=verdict.message, is_error=True))
 
     async def _post(self, call_id: str, name: str, response: Any) -> dict[str, Any]:
         if call_id and call_id in self.broker.allowed:
             output = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
-            await self.after(call_id, name, output, is_error=False)
+            await self.ctx.emit_all(await self.after(call_id, name, output, is_error=False))
         return {}
 
-    async def after(self, call_id: str, name: str, output: str, *, is_error: bool) -> None:
-        """`post_tool_use` once for a call that ran (from the hook or the adapter's result). Under
-        Codex every call passes the hook first: a result for an id that never did (the adapter
-        reports its MCP server's start as a tool call) is no tool call of the agent's."""
+    async def after(self, call_id: str, name: str, output: str, *, is_error: bool) -> list[tuple[Kind, Payload]]:
+        """`post_tool_use` once for a call that ran (from the hook or the adapter's result), and
+        the events that show it, for the caller to store after the call's result. Under Codex
+        every call passes the hook first: a result for an id that never did (the adapter reports
+        its MCP server's start as a tool call) is no tool call of the agent's."""
         if call_id in self.posted or call_id in self.broker.denied:
-            return
+            return []
         if self.agent.hooks == "codex" and call_id not in self.broker.allowed:
-            return
+            return []
         self.posted.add(call_id)
-        await after_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=is_error)
+        _, events = await post_tool(self.ctx, tool_use_id=call_id, tool_name=name, output=output, is_error=is_error)
+        return events

@@ -11,8 +11,12 @@ needs is five methods and two notifications; decoding stays lenient here and eve
 
 `Peer` sends requests and notifications, routes the agent's responses to the waiting request by
 id (a response nobody waits for, a second one included, is counted and dropped), and hands the
-agent's requests and notifications to the runtime's handler. When the agent's stdout ends, every
-waiting request fails with `AgentExited`."""
+agent's requests and notifications to the runtime's handler. It reads the lines one read of the
+pipe completed together, and calls `settle` after each such batch and before it hands a response
+to its request: a handler may hold back what a batch's notifications stood for and store it in
+one go (the acp runtime's transcript events), and everything is out before the request goes on.
+Notifications, the bulk of a busy stream, go to `notified` (synchronous) when there is one.
+When the agent's stdout ends, every waiting request fails with `AgentExited`."""
 
 import asyncio
 import contextlib
@@ -21,6 +25,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from sandbox import truncated
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason
 from tasks.run.runtimes.cli_lines import json_object
@@ -33,7 +38,7 @@ class LineProcess(Protocol):
 
     async def write(self, data: bytes) -> None: ...
 
-    def stdout_lines(self) -> AsyncIterator[Any]: ...
+    def stdout_batches(self) -> AsyncIterator[list[bytes]]: ...
 
 
 class RpcError(Exception):
@@ -59,6 +64,9 @@ class Incoming(msgspec.Struct, kw_only=True):
 
 
 Handler = Callable[[Incoming], Awaitable[None]]
+Settle = Callable[[], Awaitable[None]]
+# A notification (method, params), taken synchronously: the stream's bulk, thousands a second.
+Notified = Callable[[str, Any], None]
 
 # JSON-RPC error codes forgehand answers with.
 METHOD_NOT_FOUND = -32601
@@ -67,10 +75,20 @@ INTERNAL_ERROR = -32603
 
 
 class Peer:
-    def __init__(self, proc: LineProcess, handler: Handler, raw: HeadTail | None = None) -> None:
+    def __init__(
+        self,
+        proc: LineProcess,
+        handler: Handler,
+        raw: HeadTail | None = None,
+        *,
+        settle: Settle | None = None,
+        notified: Notified | None = None,
+    ) -> None:
         self.proc = proc
-        self.handler = handler
+        self.handler = handler  # requests (and notifications when there is no `notified`)
         self.raw = raw
+        self.settle = settle
+        self.notified = notified
         self._next = 0
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._writes = asyncio.Lock()
@@ -128,16 +146,18 @@ class Peer:
     async def read(self, on_line: Callable[[], None] | None = None) -> None:
         """Read the agent's stdout until it ends (run as a task)."""
         try:
-            async for item in self.proc.stdout_lines():
-                raw = bytes(item)
-                if self.raw is not None:
-                    self.raw.add(b"< " + raw + (b"" if raw.endswith(b"\n") else b"\n"))
+            async for batch in self.proc.stdout_batches():
                 if on_line is not None:
                     on_line()
-                if len(raw) > LINE_CAP or getattr(item, "truncated", False):
-                    self.malformed += 1
-                    continue
-                await self._dispatch(raw)
+                if self.raw is not None:  # one copy a batch for the raw stream artefact
+                    self.raw.add(b"< " + b"\n< ".join(batch) + b"\n")
+                for line in batch:
+                    if len(line) > LINE_CAP or truncated(line):
+                        self.malformed += 1
+                        continue
+                    await self._dispatch(line)
+                if self.settle is not None:
+                    await self.settle()
         finally:
             self.closed = True
             for future in self._waiting.values():
@@ -153,6 +173,9 @@ class Peer:
         method = message.get("method")
         if isinstance(method, str):
             has_id = "id" in message and isinstance(message["id"], (int, str))
+            if not has_id and self.notified is not None:  # asks for no answer: taken in passing
+                self.notified(method, message.get("params"))
+                return
             incoming = Incoming(method=method, params=message.get("params"), id=message.get("id"), is_request=has_id)
             await self.handler(incoming)
             return
@@ -161,6 +184,8 @@ class Peer:
             if future is None or future.done():
                 self.stray_responses += 1
                 return
+            if self.settle is not None:  # what the batch held back goes before the request goes on
+                await self.settle()
             error = message.get("error")
             if isinstance(error, dict):
                 code = error.get("code")

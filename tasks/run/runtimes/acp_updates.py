@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
-from tasks.core.transcript import Assistant, Payload, System, ToolCall, ToolResult
+from tasks.core.transcript import Assistant, Kind, Payload, System, ToolCall, ToolResult
 
-Event = tuple[str, Payload]
+Event = tuple[Kind, Payload]
 TEXT_CAP = 256 * 1024
 KNOWN_OPTION_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
 
@@ -115,12 +115,16 @@ class UpdateState:
         return events
 
     def _flush_text(self) -> list[Event]:
+        if not self._text:  # the common case, a tool update after another: nothing to join
+            return []
         text, self._text = "".join(self._text), []
         if not text.strip():
             return []
         return [("assistant", Assistant(text=cap_text(text, TEXT_CAP)[0]))]
 
     def _flush_thought(self) -> list[Event]:
+        if not self._thought:
+            return []
         text, self._thought = "".join(self._thought), []
         if not text.strip():
             return []

@@ -6,7 +6,7 @@ from typing import Any
 
 from forge.text import without_nul
 from tasks.core.policy import ApprovalRequest, GateDecision, policy_record
-from tasks.core.transcript import Notice
+from tasks.core.transcript import Kind, Notice, Payload
 from tasks.run.runtimes.base import RunContext
 
 
@@ -31,8 +31,11 @@ def approval_request(decision: GateDecision, *, tool_use_id: str, tool_name: str
     )
 
 
-async def after_tool(ctx: RunContext, *, tool_use_id: str, tool_name: str, output: str, is_error: bool) -> GateDecision:
-    """`post_tool_use` for a call that ran, recorded, its user message shown."""
+async def post_tool(
+    ctx: RunContext, *, tool_use_id: str, tool_name: str, output: str, is_error: bool
+) -> tuple[GateDecision, list[tuple[Kind, Payload]]]:
+    """`post_tool_use` for a call that ran, and the events that show it (the dispatch's record,
+    its user message), for the caller to store right after the call's result."""
     after = await ctx.gate.post_tool_use(
         ctx.gate_ctx,
         tool_use_id=tool_use_id,
@@ -40,7 +43,18 @@ async def after_tool(ctx: RunContext, *, tool_use_id: str, tool_name: str, outpu
         tool_response=None if is_error else output,
         tool_error=output if is_error else None,
     )
-    await record(ctx, after)
+    events: list[tuple[Kind, Payload]] = []
+    entry = policy_record(after)
+    if entry is not None:
+        events.append(("system", entry))
     if after.user_message:
-        await ctx.emit("notice", Notice(text=after.user_message))
+        events.append(("notice", Notice(text=after.user_message)))
+    return after, events
+
+
+async def after_tool(ctx: RunContext, *, tool_use_id: str, tool_name: str, output: str, is_error: bool) -> GateDecision:
+    """`post_tool_use` for a call that ran, recorded, its user message shown."""
+    after, events = await post_tool(ctx, tool_use_id=tool_use_id, tool_name=tool_name, output=output, is_error=is_error)
+    for kind, payload in events:
+        await ctx.emit(kind, payload)
     return after
