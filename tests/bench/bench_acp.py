@@ -26,7 +26,7 @@ from tasks.core.agent_registry import AcpAgent
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.models import TranscriptEvent
 from tasks.core.redaction import Redactor
-from tasks.core.transcript import Assistant, ToolCall, ToolResult
+from tasks.core.transcript import Assistant, Kind, Payload, System, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.acp import AcpAgentRuntime
 from tasks.run.runtimes.policy_steps import after_tool
@@ -66,19 +66,29 @@ async def builtin_pass(writer: TranscriptWriter, box: Path) -> None:
         await after_tool(ctx, tool_use_id=call.id, tool_name="Read", output=text, is_error=False)
 
 
-async def acp_pass(writer: TranscriptWriter, box: Path) -> None:
-    """The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer."""
+async def acp_pass(writer: TranscriptWriter, box: Path) -> float:
+    """The acp runtime: the agent's process, JSON-RPC, normalisation, post_tool_use, the writer.
+    Returns when the stream began: the runtime's "session started" event, emitted as it sends
+    `session/prompt` (the agent's start, `initialize` and `session/new` are behind it)."""
     runtime = AcpAgentRuntime(AcpAgent(name="bench", command=argv(scenario(), python=sys.executable), provider="none"))
-    ctx = host_context(HostSandbox(box, base_url=""), ScriptedGate(), writer.emit)  # type: ignore[arg-type]
+    began: list[float] = []
+
+    async def emit(kind: Kind, payload: Payload) -> None:
+        if not began and isinstance(payload, System) and payload.phase == "agent":
+            began.append(time.perf_counter())
+        await writer.emit(kind, payload)
+
+    ctx = host_context(HostSandbox(box, base_url=""), ScriptedGate(), emit)  # type: ignore[arg-type]
     ctx.emit_many = writer.emit_many  # as the worker's run context has it (tasks/run/execution.py)
     outcome = await runtime.run(ctx)
     assert outcome.status.value == "succeeded", outcome
+    return began[0]
 
 
 async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path) -> None:
     token, _ = await seed(settings)
     tasks = [await start_task(settings, db, goal=name) for name in ORDER]
-    took: dict[str, float] = {"builtin": 0.0, "acp": 0.0}
+    took: dict[str, float] = {"builtin": 0.0, "acp": 0.0, "stream": 0.0}
     events: dict[str, int] = {"builtin": 0, "acp": 0}
     sse: dict[str, list[float]] = {"builtin": [], "acp": []}
     passes: list[str] = []
@@ -90,9 +100,15 @@ async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path
                 writer.start()
                 t0 = time.perf_counter()
                 box = tmp_path / f"box{i}"
-                await (builtin_pass(writer, box) if name == "builtin" else acp_pass(writer, box))
+                began = t0
+                if name == "builtin":
+                    await builtin_pass(writer, box)
+                else:
+                    began = await acp_pass(writer, box)
                 await writer.close()
-                spent = time.perf_counter() - t0
+                ended = time.perf_counter()
+                spent = ended - t0
+                took["stream"] += ended - began if name == "acp" else 0.0
                 made = await stored(db, task_id) - before
             kinds = [e for e in await _kinds(db, task_id) if e in SHOWN]
             assert len(kinds) >= 3 * CALLS  # nothing lost
@@ -102,18 +118,23 @@ async def test_bench_acp_ingest(settings: Settings, db: Database, tmp_path: Path
             sse[name] += lags
             passes.append(f"{name} {made / spent:,.0f}")
     assert events["builtin"] == ORDER.count("builtin") * 3 * CALLS
-    rate = {name: events[name] / took[name] for name in took}
+    rate = {"builtin": events["builtin"] / took["builtin"], "acp": events["acp"] / took["acp"]}
+    stream = events["acp"] / took["stream"]
     passes_each = ORDER.count("acp")
     print(
         f"\nACP ingest: {4 * CALLS:,} session/update notifications a pass"
         f" -> {events['acp'] // passes_each:,} transcript events"
-        f" (with the agent's start, initialize, session/new and {CALLS:,} post_tool_use dispatches);"
-        f" passes alternate, in order (events/s): {', '.join(passes)}"
-        f"\nacp: {rate['acp']:,.0f} events/s over its {passes_each} passes ({took['acp']:.2f} s)"
+        f" (with {CALLS:,} post_tool_use dispatches);"
+        f" passes alternate, in order (events/s, whole pass): {', '.join(passes)}"
+        f"\nacp, the stream (session/prompt sent -> every event stored): {stream:,.0f} events/s"
+        f" over its {passes_each} passes ({took['stream']:.2f} s)"
+        f"\nacp, the whole pass (the agent's start, initialize and session/new too): {rate['acp']:,.0f} events/s"
+        f" ({took['acp']:.2f} s)"
         f"\nbuiltin transcript path: {rate['builtin']:,.0f} events/s"
         f" over its {passes_each} passes ({took['builtin']:.2f} s)"
-        f"\nratio (acp / builtin events per second): {rate['acp'] / rate['builtin']:.2f}"
-        f"{'' if rate['acp'] >= rate['builtin'] else '  -- slower than the builtin path'}"
+        f"\nratio, the stream (acp / builtin events per second): {stream / rate['builtin']:.2f}"
+        f"{'' if stream >= rate['builtin'] else '  -- slower than the builtin path'}"
+        f"\nratio, the whole pass: {rate['acp'] / rate['builtin']:.2f}"
         f"\n{CLIENTS} SSE clients' lag, emitted -> received ({3 * CALLS:,} events each a pass):"
         f"\n  acp:     {figures(sse['acp'])}"
         f"\n  builtin: {figures(sse['builtin'])}"
