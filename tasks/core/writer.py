@@ -2,9 +2,14 @@
 
 Output chunks are redacted as a stream (a secret split across two chunks is still caught),
 batched for a few milliseconds and written in one transaction, so a command printing hundreds of
-thousands of lines costs a handful of writes per second, not one per line."""
+thousands of lines costs a handful of writes per second, not one per line. A CLI stream's batch
+(`emit_many`) that fills the buffer is stored at once by the writer's loop while the stream's next
+lines are read and normalised: the store's commit and the reading overlap (tests/bench/bench_acp.py
+and bench_codex_stream.py measure it); one event at a time (`emit`) waits for the store when the
+buffer is full, as the builtin loop's few events a second never notice."""
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -21,6 +26,9 @@ from tasks.core.transcript import Kind, Output, Payload, Pending
 log = structlog.get_logger("forgehand.tasks")
 
 _STREAMS = ("stdout", "stderr")
+# emit_many hands a full buffer to the loop and goes on; it waits for the store only once this many
+# buffers' worth piled up.
+BEHIND = 4
 MAX_EVENT_TEXT = 64 * 1024
 
 
@@ -45,6 +53,7 @@ class TranscriptWriter:
         self.max_buffer = max_buffer
         self._buffer: list[Pending] = []
         self._kick = asyncio.Event()
+        self._now = asyncio.Event()  # a batch filled the buffer: the loop flushes without its pause
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
@@ -103,6 +112,13 @@ class TranscriptWriter:
                 Pending(kind=kind, payload=payload, run_id=self.run_id, at=at, encoded=data)
                 for (kind, payload), data in zip(batch, encoded, strict=True)
             ]
+        if self.max_buffer <= len(self._buffer) < BEHIND * self.max_buffer and self._loop_task is not None:
+            # A stream's batch filled the buffer: the loop stores it now while the caller reads and
+            # normalises the next lines (the store's commit and the pipe's next lines overlap). Only
+            # a writer this far behind makes the stream wait (its memory stays bounded).
+            self._now.set()
+            self._kick.set()
+            return
         await self._queued()
 
     async def _queued(self) -> None:
@@ -117,7 +133,11 @@ class TranscriptWriter:
             self._kick.clear()
             if self._closing:
                 return
-            await asyncio.sleep(self.flush_interval)
+            if not self._now.is_set():
+                with contextlib.suppress(TimeoutError):  # a few ms for more events, unless one is full
+                    async with asyncio.timeout(self.flush_interval):
+                        await self._now.wait()
+            self._now.clear()
             try:
                 await self.flush()
             except Exception:  # the next flush retries what is still buffered

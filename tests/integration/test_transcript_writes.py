@@ -2,7 +2,9 @@
 a batch of a CLI's lines (`emit_many`), whatever the runtime does with its objects afterwards, with
 every JSON column written by msgspec (`forge.db.json_text`)."""
 
+import asyncio
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -14,8 +16,8 @@ from tasks.core import transcript
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
 from tasks.core.redaction import REDACTED, Redactor
-from tasks.core.transcript import Assistant, Notice, Output, ToolCall, ToolResult
-from tasks.core.writer import TranscriptWriter
+from tasks.core.transcript import Assistant, Kind, Notice, Output, Payload, ToolCall, ToolResult
+from tasks.core.writer import BEHIND, TranscriptWriter
 from tests.support.tasks import seed, start_task
 
 SECRET = "sk-writer-secret-0123456789"
@@ -114,6 +116,47 @@ async def test_line_breaking_characters_are_escaped_in_the_stored_text(db: Datab
     for stored in texts:
         assert "\u2028" not in stored and "\u2029" not in stored and "\x85" not in stored
         assert "\\u2028" in stored
+
+
+async def test_a_full_batch_is_stored_at_once_and_a_writer_far_behind_holds_the_stream(
+    db: Database, task_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that fills the buffer is stored now by the writer's loop (not after its pause, an
+    hour here) while the caller goes on; once BEHIND buffers' worth wait for a store that does not
+    end, emit_many waits for it, and everything is then stored once, in order."""
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([]), flush_interval=3600, max_buffer=4)
+    writer.start()
+
+    def batch(start: int) -> list[tuple[Kind, Payload]]:
+        return [("assistant", Assistant(text=f"line {n}")) for n in range(start, start + 4)]
+
+    await writer.emit_many(batch(0))
+    async with asyncio.timeout(30):  # the loop's own flush, long before its hour-long pause
+        while len(await _stored(db, task_id, after)) < 4:
+            await asyncio.sleep(0.02)
+
+    gate = asyncio.Event()
+    append = transcript.append
+
+    async def held(*args: Any, **kwargs: Any) -> None:
+        await gate.wait()  # a store that does not end (a slow database)
+        await append(*args, **kwargs)
+
+    monkeypatch.setattr(transcript, "append", held)
+    async with asyncio.timeout(30):  # each call returns (the old writer waited in the store)
+        await writer.emit_many(batch(4))  # the loop takes it and waits in its store
+        await asyncio.sleep(0.05)
+        for start in range(8, 8 + 4 * (BEHIND - 1), 4):  # piles up behind it
+            await writer.emit_many(batch(start))
+    waiting = asyncio.ensure_future(writer.emit_many(batch(8 + 4 * (BEHIND - 1))))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # BEHIND buffers' worth: the stream waits for the store
+    gate.set()
+    await waiting
+    await writer.close()
+    stored = await _stored(db, task_id, after)
+    assert [p["text"] for _, p in stored] == [f"line {n}" for n in range(4 * (BEHIND + 2))]
 
 
 def test_json_columns_text() -> None:

@@ -11,16 +11,17 @@ needs is five methods and two notifications; decoding stays lenient here and eve
 
 `Peer` sends requests and notifications, routes the agent's responses to the waiting request by
 id (a response nobody waits for, a second one included, is counted and dropped), and hands the
-agent's requests and notifications to the runtime's handler. It reads the lines one read of the
-pipe completed together, and calls `settle` after each such batch and before it hands a response
-to its request: a handler may hold back what a batch's notifications stood for and store it in
-one go (the acp runtime's transcript events), and everything is out before the request goes on.
+agent's requests and notifications to the runtime's handler. The pipe is read in the background
+(cli_lines.StdoutReader) and the lines that piled up since the last batch are handled together,
+up to `BATCH_LINES`; `settle` is called after each batch and before a response is handed to its
+request: a handler may hold back what a batch's notifications stood for and store it in one go
+(the acp runtime's transcript events), and everything is out before the request goes on.
 Notifications, the bulk of a busy stream, go to `notified` (synchronous) when there is one.
 When the agent's stdout ends, every waiting request fails with `AgentExited`."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -28,9 +29,10 @@ import msgspec
 from sandbox import truncated
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason
-from tasks.run.runtimes.cli_lines import json_object
+from tasks.run.runtimes.cli_lines import StdoutReader, json_object
 
 LINE_CAP = 8 * 1024 * 1024  # a longer line is not JSON-RPC we read
+QUIET_WAIT = 3600.0  # seconds next_lines waits before it looks again
 
 
 class LineProcess(Protocol):
@@ -38,7 +40,7 @@ class LineProcess(Protocol):
 
     async def write(self, data: bytes) -> None: ...
 
-    def stdout_batches(self) -> AsyncIterator[list[bytes]]: ...
+    def stdout_batches(self) -> AsyncIterator[Sequence[bytes]]: ...
 
 
 class RpcError(Exception):
@@ -144,9 +146,18 @@ class Peer:
                     await closer()
 
     async def read(self, on_line: Callable[[], None] | None = None) -> None:
-        """Read the agent's stdout until it ends (run as a task)."""
+        """Read the agent's stdout until it ends (run as a task). The pipe is read in the
+        background (`StdoutReader`) while a batch is handled: its store does not hold the agent up,
+        and what piled up meanwhile (up to `BATCH_LINES` lines) is the next batch."""
+        reader = StdoutReader(self.proc)
         try:
-            async for batch in self.proc.stdout_batches():
+            while True:
+                try:
+                    batch = await reader.next_lines(QUIET_WAIT)
+                except TimeoutError:  # silence is the run's watchdog's business
+                    continue
+                if batch is None:
+                    break
                 if on_line is not None:
                     on_line()
                 if self.raw is not None:  # one copy a batch for the raw stream artefact
@@ -160,6 +171,7 @@ class Peer:
                     await self.settle()
         finally:
             self.closed = True
+            await reader.close()
             for future in self._waiting.values():
                 if not future.done():
                     future.set_exception(AgentExited("the agent's output ended"))
