@@ -16,10 +16,12 @@ import msgspec
 
 from tasks.core.capping import HeadTail
 
-# next_lines hands over at most this many lines, stored as one transaction: bigger batches store
-# faster and show later (tests/bench/bench_codex_stream.py: 512 lines 0.92x-0.94x the builtin
-# path's events per second, 1,024 lines 1.17x-1.25x, 2,048 lines 1.4x-1.6x with the first event of
-# a batch some 90 ms late), and a read of the pipe full of short lines must not be one transaction.
+# next_lines hands over at most this many lines, handed to the transcript writer in one call:
+# bigger batches store faster and show later (tests/bench/bench_codex_stream.py, measured while the
+# stream waited for each store: 512 lines 0.92x-0.94x the builtin path's events per second, 1,024
+# lines 1.17x-1.25x, 2,048 lines 1.4x-1.6x with the first event of a batch some 90 ms late; since
+# the writer stores a full buffer while the next lines are read, 1,024 lines give 1.40x-1.53x), and
+# a read of the pipe full of short lines must not be one transaction.
 BATCH_LINES = 1024
 
 
