@@ -171,11 +171,11 @@ class Peer:
                     await self.settle()
         finally:
             self.closed = True
-            await reader.close()
             for future in self._waiting.values():
                 if not future.done():
                     future.set_exception(AgentExited("the agent's output ended"))
                     future.exception()  # retrieved here; the request re-raises it
+            await reader.close()
 
     async def _dispatch(self, raw: bytes) -> None:
         message = json_object(raw)
