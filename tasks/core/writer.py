@@ -27,8 +27,10 @@ log = structlog.get_logger("forgehand.tasks")
 
 _STREAMS = ("stdout", "stderr")
 # emit_many hands a full buffer to the loop and goes on; it waits for the store only once this many
-# buffers' worth piled up.
+# buffers' worth piled up, or this many bytes of JSON (an agent printing big events must not make
+# the worker hold thousands of them).
 BEHIND = 4
+BEHIND_BYTES = 16 * 1024 * 1024
 MAX_EVENT_TEXT = 64 * 1024
 
 
@@ -43,6 +45,7 @@ class TranscriptWriter:
         *,
         flush_interval: float = 0.05,
         max_buffer: int = 512,
+        behind_bytes: int = BEHIND_BYTES,
     ) -> None:
         self.db = db
         self.hub = hub
@@ -51,7 +54,9 @@ class TranscriptWriter:
         self.redactor = redactor
         self.flush_interval = flush_interval
         self.max_buffer = max_buffer
+        self.behind_bytes = behind_bytes
         self._buffer: list[Pending] = []
+        self._buffered_bytes = 0  # the JSON emit_many buffered since the last store began
         self._kick = asyncio.Event()
         self._now = asyncio.Event()  # a batch filled the buffer: the loop flushes without its pause
         self._lock = asyncio.Lock()
@@ -112,14 +117,16 @@ class TranscriptWriter:
                 Pending(kind=kind, payload=payload, run_id=self.run_id, at=at, encoded=data)
                 for (kind, payload), data in zip(batch, encoded, strict=True)
             ]
-        if self.max_buffer <= len(self._buffer) < BEHIND * self.max_buffer and self._loop_task is not None:
+            self._buffered_bytes += sum(len(data) for data in encoded)
+        if len(self._buffer) >= BEHIND * self.max_buffer or self._buffered_bytes >= self.behind_bytes:
+            await self.flush()  # this far behind, the stream waits (the worker's memory stays bounded)
+        elif len(self._buffer) >= self.max_buffer and self._loop_task is not None:
             # A stream's batch filled the buffer: the loop stores it now while the caller reads and
-            # normalises the next lines (the store's commit and the pipe's next lines overlap). Only
-            # a writer this far behind makes the stream wait (its memory stays bounded).
+            # normalises the next lines (the store's commit and the pipe's next lines overlap).
             self._now.set()
             self._kick.set()
-            return
-        await self._queued()
+        else:
+            await self._queued()
 
     async def _queued(self) -> None:
         if len(self._buffer) >= self.max_buffer:
@@ -175,11 +182,13 @@ class TranscriptWriter:
             if not self._buffer:
                 return
             events, self._buffer = self._coalesce(self._buffer), []
+            self._buffered_bytes = 0
             try:
                 async with self.db.session(write=True) as session:
                     await transcript.append(session, self.task_id, events)
             except BaseException:
                 self._buffer[:0] = events
+                self._buffered_bytes = sum(len(p.encoded) for p in self._buffer)
                 raise
             self.count += len(events)
         self.hub.notify(self.task_id)
@@ -194,6 +203,7 @@ class TranscriptWriter:
             # transaction (once, under load, the next write then waited out SQLite's busy timeout).
             # A cancel of close()'s own caller goes on to the caller (asyncio.wait does not swallow it).
             self._closing = True
+            self._now.set()  # a pause for more events ends now
             self._kick.set()
             await asyncio.wait([self._loop_task])
         await self.flush()

@@ -159,6 +159,33 @@ async def test_a_full_batch_is_stored_at_once_and_a_writer_far_behind_holds_the_
     assert [p["text"] for _, p in stored] == [f"line {n}" for n in range(4 * (BEHIND + 2))]
 
 
+async def test_big_events_make_the_stream_wait_for_the_store_before_the_buffer_fills(
+    db: Database, task_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is in bytes too: an agent printing big events cannot make the worker hold a
+    buffer's worth of them (512 here) while the store is slow."""
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([]), flush_interval=3600, behind_bytes=1000)
+    writer.start()
+    gate = asyncio.Event()
+    append = transcript.append
+
+    async def held(*args: Any, **kwargs: Any) -> None:
+        await gate.wait()
+        await append(*args, **kwargs)
+
+    monkeypatch.setattr(transcript, "append", held)
+    async with asyncio.timeout(30):
+        await writer.emit_many([("assistant", Assistant(text="a" * 600))])  # under the bound: returns
+    waiting = asyncio.ensure_future(writer.emit_many([("assistant", Assistant(text="b" * 600))]))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # 1,200 bytes buffered: it waits for the store
+    gate.set()
+    await waiting
+    assert [p["text"] for _, p in await _stored(db, task_id, after)] == ["a" * 600, "b" * 600]  # stored by then
+    await writer.close()
+
+
 def test_json_columns_text() -> None:
     assert json_text({"a": [1, "é"], "b": None}) == '{"a":[1,"é"],"b":null}'
     assert json_text(msgspec.Raw(b'{"kept":"as it is"}')) == '{"kept":"as it is"}'
