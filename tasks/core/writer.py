@@ -28,7 +28,8 @@ log = structlog.get_logger("forgehand.tasks")
 _STREAMS = ("stdout", "stderr")
 # emit_many hands a full buffer to the loop and goes on; it waits for the store only once this many
 # buffers' worth piled up, or this many bytes of JSON (an agent printing big events must not make
-# the worker hold thousands of them).
+# the worker hold thousands of them). The store under way is not counted: the worker holds up to
+# about twice the bound.
 BEHIND = 4
 BEHIND_BYTES = 16 * 1024 * 1024
 MAX_EVENT_TEXT = 64 * 1024
@@ -120,13 +121,16 @@ class TranscriptWriter:
             self._buffered_bytes += sum(len(data) for data in encoded)
         if len(self._buffer) >= BEHIND * self.max_buffer or self._buffered_bytes >= self.behind_bytes:
             await self.flush()  # this far behind, the stream waits (the worker's memory stays bounded)
-        elif len(self._buffer) >= self.max_buffer and self._loop_task is not None:
+        elif len(self._buffer) >= self.max_buffer and self._loop_running():
             # A stream's batch filled the buffer: the loop stores it now while the caller reads and
             # normalises the next lines (the store's commit and the pipe's next lines overlap).
             self._now.set()
             self._kick.set()
         else:
             await self._queued()
+
+    def _loop_running(self) -> bool:
+        return self._loop_task is not None and not self._loop_task.done() and not self._closing
 
     async def _queued(self) -> None:
         if len(self._buffer) >= self.max_buffer:
@@ -183,15 +187,30 @@ class TranscriptWriter:
                 return
             events, self._buffer = self._coalesce(self._buffer), []
             self._buffered_bytes = 0
-            try:
-                async with self.db.session(write=True) as session:
-                    await transcript.append(session, self.task_id, events)
-            except BaseException:
+            # The store is a task of its own, waited for to its end even when the caller is
+            # cancelled (the lock held meanwhile, so the order stays): a cancel landing between a
+            # transaction's commit and its return put the events back, and they were stored twice.
+            store = asyncio.ensure_future(self._store(events))
+            cancelled = False
+            while not store.done():
+                try:
+                    await asyncio.wait([store])  # never cancels the store
+                except asyncio.CancelledError:
+                    cancelled = True
+            if store.cancelled() or store.exception() is not None:
                 self._buffer[:0] = events
                 self._buffered_bytes = sum(len(p.encoded) for p in self._buffer)
-                raise
-            self.count += len(events)
-        self.hub.notify(self.task_id)
+                if not cancelled:
+                    store.result()  # the store's error, to the caller
+            else:
+                self.count += len(events)
+                self.hub.notify(self.task_id)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _store(self, events: list[Pending]) -> None:
+        async with self.db.session(write=True) as session:
+            await transcript.append(session, self.task_id, events)
 
     async def close(self) -> None:
         for stream in _STREAMS:

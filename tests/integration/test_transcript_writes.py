@@ -186,6 +186,40 @@ async def test_big_events_make_the_stream_wait_for_the_store_before_the_buffer_f
     await writer.close()
 
 
+async def test_a_cancelled_caller_does_not_cut_its_store_short(
+    db: Database, task_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store runs to its end though its caller is cancelled (a run's reader cancelled at the
+    end of the run while it waited for the store): a cancel landing between a transaction's
+    commit and its return put the events back, and close() stored them a second time."""
+    after = await _last(db, task_id)
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([]), flush_interval=3600, max_buffer=2)
+    writer.start()
+    gate, entered = asyncio.Event(), asyncio.Event()
+    append = transcript.append
+
+    async def held(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        await gate.wait()
+        await append(*args, **kwargs)
+
+    monkeypatch.setattr(transcript, "append", held)
+    caller = asyncio.ensure_future(writer.emit("assistant", Assistant(text="one")))
+    await caller  # under the bound: buffered
+    caller = asyncio.ensure_future(writer.emit("assistant", Assistant(text="two")))  # full: stores
+    async with asyncio.timeout(30):
+        await entered.wait()
+    caller.cancel()
+    await asyncio.sleep(0.1)
+    assert not caller.done()  # it waits for the store it began
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert [p["text"] for _, p in await _stored(db, task_id, after)] == ["one", "two"]  # stored, once
+    await writer.close()
+    assert [p["text"] for _, p in await _stored(db, task_id, after)] == ["one", "two"]
+
+
 def test_json_columns_text() -> None:
     assert json_text({"a": [1, "é"], "b": None}) == '{"a":[1,"é"],"b":null}'
     assert json_text(msgspec.Raw(b'{"kept":"as it is"}')) == '{"kept":"as it is"}'

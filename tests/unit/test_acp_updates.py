@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tasks.run.runtimes.acp_session import acp_mcp_servers
-from tasks.run.runtimes.acp_updates import KNOWN_OPTION_KINDS, UpdateState, choose_option, tool_name_of
+from tasks.run.runtimes.acp_updates import KNOWN_OPTION_KINDS, PART, UpdateState, choose_option, tool_name_of
 
 
 def chunk(text: str, kind: str = "agent_message_chunk") -> dict[str, Any]:
@@ -21,6 +21,26 @@ def test_message_chunks_become_one_assistant_event_when_something_else_happens()
     assert state.feed(chunk("think", "agent_thought_chunk")) == []
     [(kind, thought)] = state.flush()
     assert (kind, thought.phase, thought.text) == ("system", "thought", "think")
+
+
+def test_an_endless_message_is_shown_in_parts_none_cut_and_nothing_gathers_without_end() -> None:
+    """An agent streaming chunks and nothing else: the text gathered never passes a part (64 Ki
+    characters, at most the 256 KiB cap in UTF-8), and the parts joined are the whole text."""
+    state = UpdateState()
+    piece = "é" * 1000 + "\n"  # two bytes a character: a part of them still fits the byte cap
+    shown: list[str] = []
+    for n in range(1, 301):
+        for kind, payload in state.feed(chunk(piece)):
+            assert kind == "assistant"
+            shown.append(payload.text)
+        assert n * len(piece) - sum(map(len, shown)) <= PART  # what is held back
+    shown += [payload.text for _, payload in state.flush()]
+    assert len(shown) > 1 and all(len(part) <= PART for part in shown)
+    assert "".join(shown) == piece * 300  # nothing cut, nothing lost
+    thoughts = UpdateState()
+    parts = [p.text for _ in range(300) for _, p in thoughts.feed(chunk(piece, "agent_thought_chunk"))]
+    parts += [p.text for _, p in thoughts.flush()]
+    assert len(parts) > 1 and "".join(parts) == piece * 300
 
 
 def test_a_tool_call_is_held_until_its_input_is_complete_then_shown_once_with_its_result() -> None:

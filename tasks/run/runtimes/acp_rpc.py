@@ -198,8 +198,6 @@ class Peer:
                 return
             if self.settle is not None:  # what the batch held back goes before the request goes on
                 await self.settle()
-                if future.done():  # settled elsewhere while the batch was stored
-                    return
             error = message.get("error")
             if isinstance(error, dict):
                 code = error.get("code")

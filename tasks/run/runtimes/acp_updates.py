@@ -3,7 +3,8 @@ claude-code runtime emits), and the permission option a decision picks. Pure: `U
 takes one update and returns the events it stands for.
 
 - `agent_message_chunk` text is gathered and becomes one `assistant` event when something else
-  happens (a tool call, the end of the turn): an agent streams a word at a time;
+  happens (a tool call, the end of the turn): an agent streams a word at a time; a message over
+  `PART` characters (64 Ki) is shown in parts, none cut (nothing gathers without end);
 - `agent_thought_chunk` likewise becomes a `system` event of phase `thought`;
 - `tool_call` becomes `tool_call` (its name is the adapter's tool name when `_meta` names one,
   else the title; `kind` is ACP's), held until its input is complete (the first update with a
@@ -21,6 +22,7 @@ from tasks.core.transcript import Assistant, Kind, Payload, System, ToolCall, To
 
 Event = tuple[Kind, Payload]
 TEXT_CAP = 256 * 1024
+PART = TEXT_CAP // 4  # characters: a part is at most TEXT_CAP bytes of UTF-8, never cut
 KNOWN_OPTION_KINDS = ("allow_once", "allow_always", "reject_once", "reject_always")
 
 
@@ -85,6 +87,7 @@ class UpdateState:
         self.calls: dict[str, CallSeen] = {}
         self._text: list[str] = []
         self._thought: list[str] = []
+        self._text_size = self._thought_size = 0  # characters gathered in each
         self.usage: dict[str, Any] | None = None
         self.updates = 0
         self.replaying = False  # session/load replays the history: not shown again
@@ -95,11 +98,19 @@ class UpdateState:
             return []
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
-            self._text.append(_content_text(update.get("content")))
-            return self._flush_thought()
+            chunk = _content_text(update.get("content"))
+            # A message longer than a part is shown in parts: an agent streaming chunks and
+            # nothing else must not grow the worker's memory without end.
+            events = self._flush_thought() + (self._flush_text() if self._text_size + len(chunk) > PART else [])
+            self._text.append(chunk)
+            self._text_size += len(chunk)
+            return events
         if kind == "agent_thought_chunk":
-            self._thought.append(_content_text(update.get("content")))
-            return self._flush_text()
+            chunk = _content_text(update.get("content"))
+            events = self._flush_text() + (self._flush_thought() if self._thought_size + len(chunk) > PART else [])
+            self._thought.append(chunk)
+            self._thought_size += len(chunk)
+            return events
         events = self.flush()
         if kind in ("tool_call", "tool_call_update"):
             return events + self._tool_call(update)
@@ -117,7 +128,7 @@ class UpdateState:
     def _flush_text(self) -> list[Event]:
         if not self._text:  # the common case, a tool update after another: nothing to join
             return []
-        text, self._text = "".join(self._text), []
+        text, self._text, self._text_size = "".join(self._text), [], 0
         if not text.strip():
             return []
         return [("assistant", Assistant(text=cap_text(text, TEXT_CAP)[0]))]
@@ -125,7 +136,7 @@ class UpdateState:
     def _flush_thought(self) -> list[Event]:
         if not self._thought:
             return []
-        text, self._thought = "".join(self._thought), []
+        text, self._thought, self._thought_size = "".join(self._thought), [], 0
         if not text.strip():
             return []
         return [("system", System(phase="thought", text=cap_text(text, TEXT_CAP)[0]))]

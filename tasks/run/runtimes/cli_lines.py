@@ -43,6 +43,7 @@ class StdoutReader:
         self._taken: deque[bytes] = deque()  # the rest of a batch next_line started
         self._ended = False  # the end marker was taken
         self._source_ended = False
+        self.error: BaseException | None = None  # what ended the reading, when not the output's end
         self._task = asyncio.ensure_future(self._read(proc.stdout_batches()))
 
     async def _read(self, source: AsyncIterator[Sequence[bytes]]) -> None:
@@ -112,6 +113,9 @@ class StdoutReader:
         # asyncio.wait: the reader's own end (cancelled, or the process's error) is not raised
         # here, and a cancel of close()'s caller still reaches the caller.
         await asyncio.wait([self._task])
+        if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
+            # Taken here (not left to asyncio's "never retrieved" log): the run saw the output end.
+            self.error = self._task.exception()
 
 
 _decode = msgspec.json.Decoder()
