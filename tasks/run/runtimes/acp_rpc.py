@@ -21,7 +21,7 @@ When the agent's stdout ends, every waiting request fails with `AgentExited`."""
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -29,18 +29,15 @@ import msgspec
 from sandbox import truncated
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason
-from tasks.run.runtimes.cli_lines import StdoutReader, json_object
+from tasks.run.runtimes.cli_lines import LineBatches, StdoutReader, json_object
 
 LINE_CAP = 8 * 1024 * 1024  # a longer line is not JSON-RPC we read
-QUIET_WAIT = 3600.0  # seconds next_lines waits before it looks again
 
 
-class LineProcess(Protocol):
+class LineProcess(LineBatches, Protocol):
     """What `Sandbox.spawn` gives (and the tests' host process)."""
 
     async def write(self, data: bytes) -> None: ...
-
-    def stdout_batches(self) -> AsyncIterator[Sequence[bytes]]: ...
 
 
 class RpcError(Exception):
@@ -151,13 +148,8 @@ class Peer:
         and what piled up meanwhile (up to `BATCH_LINES` lines) is the next batch."""
         reader = StdoutReader(self.proc)
         try:
-            while True:
-                try:
-                    batch = await reader.next_lines(QUIET_WAIT)
-                except TimeoutError:  # silence is the run's watchdog's business
-                    continue
-                if batch is None:
-                    break
+            # No deadline here: silence is the run's watchdog's business.
+            while (batch := await reader.next_lines(None)) is not None:
                 if on_line is not None:
                     on_line()
                 if self.raw is not None:  # one copy a batch for the raw stream artefact

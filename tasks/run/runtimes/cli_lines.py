@@ -43,7 +43,6 @@ class StdoutReader:
         self._taken: deque[bytes] = deque()  # the rest of a batch next_line started
         self._ended = False  # the end marker was taken
         self._source_ended = False
-        self.error: BaseException | None = None  # what ended the reading, when not the output's end
         self._task = asyncio.ensure_future(self._read(proc.stdout_batches()))
 
     async def _read(self, source: AsyncIterator[Sequence[bytes]]) -> None:
@@ -58,7 +57,7 @@ class StdoutReader:
             with contextlib.suppress(asyncio.QueueFull):
                 self._batches.put_nowait(None)
 
-    async def _next_batch(self, timeout: float) -> Sequence[bytes] | None:  # noqa: ASYNC109
+    async def _next_batch(self, timeout: float | None) -> Sequence[bytes] | None:  # noqa: ASYNC109
         if self._ended:
             return None
         try:
@@ -83,11 +82,11 @@ class StdoutReader:
             self._taken.extend(batch)
         return self._taken.popleft()
 
-    async def next_lines(self, timeout: float) -> list[bytes] | None:  # noqa: ASYNC109
+    async def next_lines(self, timeout: float | None) -> list[bytes] | None:  # noqa: ASYNC109
         """The lines read and not yet taken, at least one (waiting up to `timeout` s for it, else
-        TimeoutError) and at most `BATCH_LINES`; None once stdout ended and every line was taken.
-        A busy stream's lines are normalised and stored together (one call to the transcript
-        writer, one transaction)."""
+        TimeoutError; a `timeout` of None waits as long as it takes) and at most `BATCH_LINES`;
+        None once stdout ended and every line was taken. A busy stream's lines are normalised and
+        handed to the transcript writer together (one call)."""
         if not self._taken:
             first = await self._next_batch(timeout)
             if first is None:
@@ -113,9 +112,8 @@ class StdoutReader:
         # asyncio.wait: the reader's own end (cancelled, or the process's error) is not raised
         # here, and a cancel of close()'s caller still reaches the caller.
         await asyncio.wait([self._task])
-        if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
-            # Taken here (not left to asyncio's "never retrieved" log): the run saw the output end.
-            self.error = self._task.exception()
+        if not self._task.cancelled():
+            self._task.exception()  # the process's error, taken: the run saw its output end
 
 
 _decode = msgspec.json.Decoder()
