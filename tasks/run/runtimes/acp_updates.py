@@ -13,6 +13,7 @@ takes one update and returns the events it stands for.
 - `plan` becomes a `system` event of phase `plan`; `usage_update` is kept (the last one) and shown
   with the turn's end; mode, command and session-info updates are not transcript events."""
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -80,14 +81,36 @@ def _output_of(update: dict[str, Any]) -> str:
     return text
 
 
+class _Gathered:
+    """Streamed text of one kind (the message, the thoughts), joined into one event when something
+    else happens or a part is full: an agent streaming chunks and nothing else must not grow the
+    worker's memory without end."""
+
+    def __init__(self, make: Callable[[str], Event]) -> None:
+        self.make = make
+        self.parts: list[str] = []
+        self.size = 0  # characters
+
+    def add(self, chunk: str) -> list[Event]:
+        events = self.take() if self.size + len(chunk) > PART else []
+        self.parts.append(chunk)
+        self.size += len(chunk)
+        return events
+
+    def take(self) -> list[Event]:
+        if not self.parts:  # the common case, a tool update after another: nothing to join
+            return []
+        text, self.parts, self.size = "".join(self.parts), [], 0
+        return [self.make(cap_text(text, TEXT_CAP)[0])] if text.strip() else []
+
+
 class UpdateState:
     """What the updates have said so far in one run."""
 
     def __init__(self) -> None:
         self.calls: dict[str, CallSeen] = {}
-        self._text: list[str] = []
-        self._thought: list[str] = []
-        self._text_size = self._thought_size = 0  # characters gathered in each
+        self._text = _Gathered(lambda text: ("assistant", Assistant(text=text)))
+        self._thought = _Gathered(lambda text: ("system", System(phase="thought", text=text)))
         self.usage: dict[str, Any] | None = None
         self.updates = 0
         self.replaying = False  # session/load replays the history: not shown again
@@ -98,19 +121,9 @@ class UpdateState:
             return []
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
-            chunk = _content_text(update.get("content"))
-            # A message longer than a part is shown in parts: an agent streaming chunks and
-            # nothing else must not grow the worker's memory without end.
-            events = self._flush_thought() + (self._flush_text() if self._text_size + len(chunk) > PART else [])
-            self._text.append(chunk)
-            self._text_size += len(chunk)
-            return events
+            return self._thought.take() + self._text.add(_content_text(update.get("content")))
         if kind == "agent_thought_chunk":
-            chunk = _content_text(update.get("content"))
-            events = self._flush_text() + (self._flush_thought() if self._thought_size + len(chunk) > PART else [])
-            self._thought.append(chunk)
-            self._thought_size += len(chunk)
-            return events
+            return self._text.take() + self._thought.add(_content_text(update.get("content")))
         events = self.flush()
         if kind in ("tool_call", "tool_call_update"):
             return events + self._tool_call(update)
@@ -125,25 +138,9 @@ class UpdateState:
             self.usage = {k: update[k] for k in ("used", "size", "cost") if k in update}
         return events
 
-    def _flush_text(self) -> list[Event]:
-        if not self._text:  # the common case, a tool update after another: nothing to join
-            return []
-        text, self._text, self._text_size = "".join(self._text), [], 0
-        if not text.strip():
-            return []
-        return [("assistant", Assistant(text=cap_text(text, TEXT_CAP)[0]))]
-
-    def _flush_thought(self) -> list[Event]:
-        if not self._thought:
-            return []
-        text, self._thought, self._thought_size = "".join(self._thought), [], 0
-        if not text.strip():
-            return []
-        return [("system", System(phase="thought", text=cap_text(text, TEXT_CAP)[0]))]
-
     def flush(self) -> list[Event]:
         """Gathered text, and the tool calls not shown yet (the end of a turn)."""
-        return self._flush_thought() + self._flush_text()
+        return self._thought.take() + self._text.take()
 
     def pending_calls(self) -> list[Event]:
         return [e for call_id in list(self.calls) for e in self.show(call_id)]
