@@ -6,7 +6,7 @@ import hashlib
 import secrets
 import string
 
-from argon2 import PasswordHasher
+from argon2 import Parameters, PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives import hashes
@@ -17,7 +17,18 @@ _TOKEN_ALPHABET = string.ascii_letters + string.digits
 _TOKEN_BODY_LEN = 40  # ~238 bits of entropy
 _hasher = PasswordHasher()
 # Verified when the login is unknown, so that the response time does not reveal which logins exist.
-_DUMMY_HASH = _hasher.hash(secrets.token_urlsafe(16))
+# Made on first use, not at import: every CLI command imports this module.
+_dummy_hash: list[str] = []
+
+
+def use_password_parameters(parameters: Parameters) -> None:
+    """Hash new passwords with `parameters` (argon2-cffi's default, RFC 9106's low-memory profile,
+    unless called). A stored hash always verifies with the parameters it names, so changing them
+    never locks anyone out. The test suite calls it with `argon2.profiles.CHEAPEST`: a hash there
+    costs microseconds where the default takes 0.1 to 0.5 s and 64 MiB."""
+    global _hasher
+    _hasher = PasswordHasher.from_parameters(parameters)
+    _dummy_hash.clear()
 
 
 def _hash_password_sync(password: str) -> str:
@@ -25,8 +36,10 @@ def _hash_password_sync(password: str) -> str:
 
 
 def _verify_password_sync(password_hash: str | None, password: str) -> bool:
+    if not _dummy_hash:
+        _dummy_hash.append(_hasher.hash(secrets.token_urlsafe(16)))
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+        return _hasher.verify(password_hash or _dummy_hash[0], password) and password_hash is not None
     except (VerifyMismatchError, VerificationError, InvalidHashError):
         return False
 

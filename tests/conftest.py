@@ -5,18 +5,19 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import argon2.profiles
 import msgspec
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
-from sqlalchemy import text
 
 from forge.app import create_app
-from forge.db import Database, create_engine
-from forge.migrate import upgrade_async
+from forge.db import Database
+from forge.security import use_password_parameters
 from forge.settings import Settings, load_settings, prepare_data_dir
+from tests.support import databases
 from tests.support.accounts import Accounts, LiveServer
 
 # Property tests check what holds, not how fast the machine is: on a loaded 2-CPU runner the default
@@ -27,6 +28,11 @@ hypothesis_settings.register_profile(
 )
 hypothesis_settings.load_profile("forgehand")
 
+# Passwords hashed in microseconds, not 0.1-0.5 s and 64 MiB each: thousands of accounts are made
+# across the suite, and the hashing is not what these tests check (tests/unit/test_security.py
+# checks the default parameters).
+use_password_parameters(argon2.profiles.CHEAPEST)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every test that touches the database carries the `db` marker, so CI can rerun them on PostgreSQL.
@@ -35,23 +41,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.db)
 
 
-async def _reset_postgres(url: str) -> None:
-    engine = create_engine(url)
-    async with engine.begin() as conn:
-        await conn.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
-        await conn.execute(text("CREATE SCHEMA public"))
-    await engine.dispose()
-
-
 @pytest.fixture
-async def db_url(tmp_path: Path) -> str:
-    url = os.environ.get("FORGEHAND_TEST_DATABASE_URL", "")
-    if url:
-        await _reset_postgres(url)
-    else:
-        url = f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}"
-    await upgrade_async(url)
-    return url
+async def db_url(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated database of the test's own (a copy of one template: tests/support/databases.py)."""
+    admin_url = os.environ.get("FORGEHAND_TEST_DATABASE_URL", "")
+    if admin_url:
+        return await databases.postgres_copy(admin_url)
+    template = databases.sqlite_template(tmp_path_factory.getbasetemp())
+    return databases.sqlite_copy(template, tmp_path / "forgehand.db")
 
 
 @pytest.fixture

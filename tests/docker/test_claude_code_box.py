@@ -200,11 +200,16 @@ async def test_an_image_without_the_agent_fails_before_any_container_starts(
     from tasks.run.outside import ProvisionFailed
 
     absent = f"forgehand-sandbox-agents:absent-{secrets.token_hex(3)}"
-    before = {c.id for c in docker_client.containers.list(all=True)}
+    def started_here() -> set[str]:
+        # Only containers of the two images named here: other tests (other workers) start their own.
+        mine = {absent, "forgehand-sandbox:1"}
+        return {c.id for c in docker_client.containers.list(all=True) if c.attrs["Config"]["Image"] in mine}
+
+    before = started_here()
     env = SimpleNamespace(engine=engine, image="forgehand-sandbox:1", agents_image=absent, settings=None)
     execution = Execution(env, 0, asyncio.Event())  # type: ignore[arg-type]
     with pytest.raises(ProvisionFailed) as caught:
         await execution.image_for(ClaudeCodeRuntime())
     assert caught.value.reason is FailureReason.IMAGE_MISSING
     assert "forgehand sandbox build --agents" in str(caught.value) and absent in str(caught.value)
-    assert {c.id for c in docker_client.containers.list(all=True)} <= before
+    assert started_here() <= before

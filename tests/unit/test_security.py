@@ -36,6 +36,25 @@ async def test_password_hash_roundtrip() -> None:
     assert not await verify_password("not-a-hash", "anything")
 
 
+async def test_the_default_parameters_and_hashes_made_with_others_still_verify() -> None:
+    import argon2
+    import argon2.profiles
+
+    from forge import security
+
+    cheap = await hash_password("correct horse battery")  # the suite hashes with the cheapest profile
+    security.use_password_parameters(argon2.profiles.RFC_9106_LOW_MEMORY)  # argon2-cffi's default
+    try:
+        strong = await hash_password("correct horse battery")
+        params = argon2.extract_parameters(strong)
+        assert (params.type, params.time_cost, params.memory_cost, params.parallelism) == (argon2.Type.ID, 3, 65536, 4)
+        assert await verify_password(cheap, "correct horse battery")
+        assert await verify_password(strong, "correct horse battery")
+        assert not await verify_password(strong, "wrong")
+    finally:
+        security.use_password_parameters(argon2.profiles.CHEAPEST)
+
+
 def test_secret_box_roundtrip_and_key_separation() -> None:
     box = SecretBox("k" * 40)
     sealed = box.encrypt("whsec_abc")
