@@ -35,6 +35,7 @@ EventType = Literal[
     "task.progress",
     "repo.pushed",
     "egress.blocked",
+    "policy.bypassed",
     "ping",
 ]
 
@@ -57,6 +58,7 @@ FailureReasonName = Literal[
     "disk_limit",
     "interrupted",
     "policy",
+    "policy_bypass",
     "approval_expired",
     "exit_code",
     "agent_no_result",
@@ -201,6 +203,16 @@ class EgressBlocked(Payload, frozen=True, tag="egress.blocked"):
     reason: str
 
 
+class PolicyBypassed(Payload, frozen=True, tag="policy.bypassed"):
+    """A tool call the agent ran without forgehand's allow decision: the run fails `policy_bypass`
+    and its work stays unmerged on the task branch (docs/security.md, "Verify, do not trust")."""
+
+    tool_use_id: str
+    tool_name: str
+    tool_input: Any
+    reason: str
+
+
 class Ping(Payload, frozen=True, tag="ping"):
     hook_id: int
     url: str
@@ -220,6 +232,7 @@ EventPayload = (
     | TaskProgress
     | RepoPushed
     | EgressBlocked
+    | PolicyBypassed
     | Ping
 )
 
@@ -237,6 +250,7 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         TaskProgress,
         RepoPushed,
         EgressBlocked,
+        PolicyBypassed,
         Ping,
     )
 }

@@ -34,6 +34,7 @@ NOTIFY_EVENTS: Final = (
     "task.progress",
     "repo.pushed",
     "egress.blocked",
+    "policy.bypassed",
     "ping",
 )
 # Which decisions each policy event accepts in `permission` (absent: no permission at all).

@@ -101,6 +101,8 @@ class FailureReason(StrEnum):
     DISK_LIMIT = "disk_limit"
     INTERRUPTED = "interrupted"
     POLICY = "policy"
+    # A tool call ran without forgehand's allow decision (the agent's stream showed its result).
+    POLICY_BYPASS = "policy_bypass"
     APPROVAL_EXPIRED = "approval_expired"
     EXIT_CODE = "exit_code"
     # A CLI agent (claude-code) exited without its final `result` line (crashed, killed mid-turn).

@@ -33,6 +33,7 @@ Kind = Literal[
     "question",
     "model_call",
     "egress_blocked",
+    "policy_bypass",
     "progress",
     "subtask",
 ]
@@ -144,6 +145,17 @@ class EgressBlocked(msgspec.Struct, kw_only=True, tag="egress_blocked"):
     reason: str
 
 
+class PolicyBypass(msgspec.Struct, kw_only=True, tag="policy_bypass"):
+    """A tool call the agent ran without forgehand's allow decision (tasks/run/runtimes/ledger.py;
+    notified as `policy.bypassed`): the run fails `policy_bypass`."""
+
+    text: str  # one line for people
+    tool_use_id: str
+    tool_name: str
+    tool_input: Any = None
+    reason: str
+
+
 Payload = (
     Prompt
     | Assistant
@@ -156,6 +168,7 @@ Payload = (
     | Question
     | ModelCall
     | EgressBlocked
+    | PolicyBypass
     | Progress
     | Subtask
 )
@@ -173,6 +186,7 @@ _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     Question: ("question",),
     ModelCall: ("model_call",),
     EgressBlocked: ("egress_blocked",),
+    PolicyBypass: ("policy_bypass",),
     Progress: ("progress",),
     Subtask: ("subtask",),
 }

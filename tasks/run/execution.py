@@ -14,6 +14,7 @@ import msgspec
 import structlog
 from sqlalchemy import select, update
 
+from forge import events
 from forge.models import Account, Repository
 from sandbox import (
     EngineUnavailable,
@@ -27,7 +28,7 @@ from sandbox import (
 from tasks.core import egress_config, repo_settings
 from tasks.core.models import Approval, RepoTaskSettings, Run, Task
 from tasks.core.policy import ApprovedCall, GateContext, policy_record
-from tasks.core.redaction import Redactor
+from tasks.core.redaction import Redactor, redact_value
 from tasks.core.states import ApprovalState, FailureReason, RunKind, RunState
 from tasks.core.transcript import Notice, System
 from tasks.core.writer import TranscriptWriter
@@ -39,7 +40,7 @@ from tasks.run.gateway import RunChannel
 from tasks.run.outside import Outside, ProvisionFailed
 from tasks.run.runtimes.base import ModelEndpoint, Outcome, RunContext, RuntimeLimits, RuntimeUnavailable
 from tasks.run.settle import Settling
-from tasks.run.supervise import Stopped, Supervising
+from tasks.run.supervise import Stopped, Supervising, bypassed
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -59,6 +60,9 @@ _SESSION_SOURCE: dict[RunKind, Any] = {
     RunKind.REVIEW: "review",
     RunKind.APPROVAL: "answer",
 }
+
+
+BYPASS_NOTIFICATIONS = 10  # `policy.bypassed` notifications of one run at most (the transcript has all)
 
 
 def _ms(t0: float) -> int:
@@ -165,7 +169,9 @@ class Execution(Settling, Supervising, Outside):
         await self._load()
         settings = self.settings
         keys = [a.api_key for a in self.access.values()]
-        redactor = Redactor([settings.model_api_key, settings.secret_key, *keys, *self.env.extra_secrets])
+        redactor = self.redactor = Redactor(
+            [settings.model_api_key, settings.secret_key, *keys, *self.env.extra_secrets]
+        )
         self.writer = TranscriptWriter(self.env.db, self.env.hub, self.task_id, self.run_id, redactor)
         self.writer.start()
         outcome: Outcome
@@ -197,6 +203,12 @@ class Execution(Settling, Supervising, Outside):
                 failure_reason=FailureReason.INTERNAL,
                 error=f"internal error: {type(exc).__name__}",
             )
+        if ctx is not None and ctx.ledger.tripped.is_set():
+            # A tool call ran without a decision: the run fails, however it ended (a stop included);
+            # its work is kept as a work-in-progress commit for inspection, never for review.
+            outcome, stopped = bypassed(ctx, outcome), False
+            with contextlib.suppress(Exception):
+                await self._notify_bypasses(ctx)
         if ctx is not None:
             self.turns, self.prompt_tokens, self.completion_tokens = ctx.turns, ctx.prompt_tokens, ctx.completion_tokens
             with contextlib.suppress(Exception):
@@ -210,6 +222,26 @@ class Execution(Settling, Supervising, Outside):
             await settle
         if cancelled:
             raise asyncio.CancelledError
+
+    async def _notify_bypasses(self, ctx: RunContext) -> None:
+        """A `policy.bypassed` notification per call that ran without a decision (the first few)."""
+        async with self.env.db.session(write=True) as s:
+            task, repo, run = (
+                await s.get(Task, self.task_id),
+                await s.get(Repository, self.repo_id),
+                await s.get(Run, self.run_id),
+            )
+            if task is None or repo is None or run is None:
+                return
+            life = self.env.lifecycle(s)
+            for bypass in ctx.ledger.bypasses[:BYPASS_NOTIFICATIONS]:
+                data = events.PolicyBypassed(
+                    tool_use_id=bypass.tool_use_id[:200],
+                    tool_name=bypass.tool_name[:200],
+                    tool_input=redact_value(self.redactor, bypass.tool_input),  # as the transcript shows it
+                    reason=bypass.reason,
+                )
+                await life.publish("policy.bypassed", task, repo, run=run, data=data)
 
     async def _end(self, outcome: Outcome, stopped: bool) -> None:
         """Close the run's egress proxy and channel first (its token dies with it, whatever the

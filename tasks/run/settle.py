@@ -219,7 +219,8 @@ class Settling:
                         life, task, repo, run, outcome.approval, ttl_seconds=env.settings.task_approval_ttl_seconds
                     )
                 await life.set_state(task, repo, TaskState.BLOCKED, run=run)
-            elif task.queued_message:
+            elif task.queued_message and outcome.failure_reason is not FailureReason.POLICY_BYPASS:
+                # (after a bypass the task stays failed for inspection: nothing continues on its own)
                 body, task.queued_message = task.queued_message, ""
                 nxt = await life.new_run(task, RunKind.MESSAGE, body, None)
                 if run_state is RunState.FAILED:

@@ -23,6 +23,29 @@ class Stopped(Exception):
         self.reason = reason
 
 
+def bypass_text(ctx: RunContext) -> str:
+    first = ctx.ledger.first
+    if first is None:
+        return "a tool call ran without a policy decision"
+    return f"policy bypass: the {first.tool_name or 'unnamed'} call {first.tool_use_id or '(no id)'}: {first.reason}"
+
+
+def bypassed(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """The outcome of a run whose ledger tripped: failed `policy_bypass`, whatever the runtime said
+    (its summary kept for the reviewer); any other outcome as it is."""
+    if not ctx.ledger.tripped.is_set():
+        return outcome
+    return Outcome(
+        status=RunState.FAILED,
+        failure_reason=FailureReason.POLICY_BYPASS,
+        error=bypass_text(ctx),
+        summary=outcome.summary,
+        summary_reported=outcome.summary_reported,
+        exit_code=outcome.exit_code,
+        conversation=outcome.conversation,
+    )
+
+
 def _budget_ends(outcome: Outcome) -> bool:
     """A used-up budget ends the run unless it failed for a reason of its own first."""
     model_reasons = (None, FailureReason.MODEL_ERROR, FailureReason.MODEL_UNREACHABLE, FailureReason.TOKEN_BUDGET)
@@ -49,14 +72,20 @@ class Supervising:
         budget_wait = asyncio.ensure_future(
             channel.budget_exhausted.wait() if channel is not None else asyncio.Event().wait()
         )
+        bypass_wait = asyncio.ensure_future(ctx.ledger.tripped.wait())
         deadline = time.monotonic() + settings.task_wall_clock_seconds
         idle = settings.task_idle_seconds
         warned = False
         try:
             while True:
                 done, _ = await asyncio.wait(
-                    {runtime_task, stop_wait, budget_wait}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED
+                    {runtime_task, stop_wait, budget_wait, bypass_wait},
+                    timeout=0.5,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
+                if bypass_wait in done and not runtime_task.done():
+                    # A tool call ran without a decision: whatever else the agent does is unchecked.
+                    raise Stopped(FailureReason.POLICY_BYPASS, bypass_text(ctx))
                 if budget_wait in done and runtime_task not in done:
                     # The gateway refused or cut a call: the runtime gets a moment to end on its own
                     # (it sees the refusal), else the run is stopped.
@@ -101,6 +130,7 @@ class Supervising:
         finally:
             stop_wait.cancel()
             budget_wait.cancel()
+            bypass_wait.cancel()
             if not runtime_task.done():
                 stopping = getattr(self.runtime, "stopping", None)  # e.g. ACP's session/cancel
                 if stopping is not None:

@@ -12,7 +12,7 @@ from tasks.core.agent_registry import AcpAgent
 from tasks.core.policy import GateDecision
 from tasks.core.states import RunState
 from tasks.run.runtimes.acp import AcpAgentRuntime
-from tests.support.acp_agent import argv, ask, say
+from tests.support.acp_agent import argv, ask, say, tool_call
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, StubChannel, host_context
 
 MARKER = "touch marker"
@@ -97,3 +97,37 @@ async def test_an_agent_without_managed_hooks_refuses_every_hook_call(tmp_path: 
         answer = await channel.hook(cli, "PreToolUse", hook_body("call-x", "true"))
         assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert (await asyncio.wait_for(task, 60)).status is RunState.SUCCEEDED
+
+
+async def test_a_call_the_adapter_reports_run_without_any_decision_fails_the_run_policy_bypass(tmp_path: Path) -> None:
+    """Under an adapter whose CLI passes the image's managed hooks, every call of the agent's is
+    decided; one the adapter reports completed that no hook nor permission request ever showed
+    (a hook that answered without asking forgehand) trips the run's ledger. A call decided by its
+    permission request, the adapter's MCP startup and a refused call are no bypass."""
+    startup = {"sessionUpdate": "tool_call", "toolCallId": "mcp_startup.forgehand.1", "title": "MCP startup",
+               "kind": "other", "status": "completed"}  # fmt: skip
+    unchecked = {**tool_call("call-unchecked", "touch bypassed"), "status": "completed",
+                 "content": [{"type": "content", "content": {"type": "text", "text": ""}}]}  # fmt: skip
+    turns = [[{"update": startup}, ask("call-asked", MARKER), {"update": unchecked}, say("done")]]
+    agent = AcpAgent(
+        name="scripted", command=argv({"turns": turns}), provider="none", hooks="codex",
+        layers=("permission_requests", "managed_hooks"),
+    )  # fmt: skip
+    ctx = host_context(HostSandbox(tmp_path, base_url=""), ScriptedGate(), Recorder(), channel=StubChannel())
+    emit = ctx.emit
+    assert isinstance(emit, Recorder)
+    await asyncio.wait_for(AcpAgentRuntime(agent, idle_seconds=20).run(ctx), 60)
+    assert ctx.ledger.tripped.is_set()
+    assert [(b.tool_use_id, b.tool_name) for b in ctx.ledger.bypasses] == [("call-unchecked", "`touch bypassed`")]
+    [event] = emit.of("policy_bypass")
+    assert event.tool_use_id == "call-unchecked" and "without a policy decision" in event.reason
+
+
+async def test_the_same_calls_under_an_agent_without_managed_hooks_are_not_verified(tmp_path: Path) -> None:
+    """An operator's agent reaches policy only through its permission requests (docs/agents.md):
+    what it runs without asking is outside policy by design, not a bypass."""
+    unchecked = {**tool_call("call-read", "cat README"), "status": "completed"}
+    agent = AcpAgent(name="plain", command=argv({"turns": [[{"update": unchecked}, say("ok")]]}), provider="none")
+    ctx = host_context(HostSandbox(tmp_path, base_url=""), ScriptedGate(), Recorder(), channel=StubChannel())
+    outcome = await asyncio.wait_for(AcpAgentRuntime(agent, idle_seconds=20).run(ctx), 60)
+    assert outcome.status is RunState.SUCCEEDED and not ctx.ledger.tripped.is_set()

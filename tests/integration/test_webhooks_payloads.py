@@ -23,6 +23,7 @@ from forge.events import (
     EventBus,
     EventPayload,
     Ping,
+    PolicyBypassed,
     PushedRef,
     RepoPushed,
     ReviewComment,
@@ -150,6 +151,10 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
         EgressBlocked(host="example.com", port=443, method="CONNECT", rules="allow-list", reason="no rule allows it"),
         {"host": "example.com", "port": 443, "method": "CONNECT", "rules": "allow-list", "reason": "no rule allows it"},
     ),
+    (
+        PolicyBypassed(tool_use_id="toolu_1", tool_name="Bash", tool_input={"command": "ls"}, reason="no decision"),
+        {"tool_use_id": "toolu_1", "tool_name": "Bash", "tool_input": {"command": "ls"}, "reason": "no decision"},
+    ),
 ]
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "webhooks.md"
@@ -193,7 +198,7 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
                     repository=f"ana/{repo.name}",
                     task=None if pushed else task,
                     run=RunRef(id=str(uuid.uuid4()), seq=1)
-                    if isinstance(payload, RunStarted | RunFinished | EgressBlocked)
+                    if isinstance(payload, RunStarted | RunFinished | EgressBlocked | PolicyBypassed)
                     else None,
                     data=payload,
                 ),

@@ -241,6 +241,7 @@ class _Drive:
             if isinstance(payload, Assistant):
                 self.last_text = payload.text
             elif isinstance(payload, ToolResult):
+                out += self.policy.verify(payload)
                 out += await self.policy.after(payload.id, payload.name, payload.output, is_error=payload.is_error)
         await self.ctx.emit_all(out)
 
@@ -384,8 +385,7 @@ class _Drive:
         self.ctx.completion_tokens += num("outputTokens")
 
     def _ending(self) -> bool:
-        broker = self.broker
-        return broker.parked is not None or bool(broker.policy_failure or broker.question)
+        return self.broker.ending
 
     def _failed(self, reason: FailureReason, text: str) -> Outcome:
         return Outcome(status=RunState.FAILED, failure_reason=reason, error=text)

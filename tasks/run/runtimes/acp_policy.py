@@ -22,11 +22,21 @@ from tasks.core.transcript import Kind, Notice, Payload, ToolResult
 from tasks.run.runtimes.acp_rpc import Incoming, Peer
 from tasks.run.runtimes.acp_updates import UpdateState, choose_option
 from tasks.run.runtimes.base import RunContext
-from tasks.run.runtimes.claude_control import NOT_DECIDED, PolicyBroker, Verdict, hook_answer, hook_refusal
+from tasks.run.runtimes.claude_control import (
+    NOT_DECIDED,
+    PolicyBroker,
+    Verdict,
+    hook_answer,
+    hook_refusal,
+    refused_before_deciding,
+)
 from tasks.run.runtimes.codex_stream import tool_kind
-from tasks.run.runtimes.policy_steps import post_tool
+from tasks.run.runtimes.policy_steps import post_tool, verify
 
 CANCELLED = {"outcome": "cancelled"}
+# codex-acp reports its MCP server's start as a tool call `mcp_startup.<server>.<uuid>`: no action
+# of the agent's.
+MCP_STARTUP = "mcp_startup."
 
 
 class AcpPolicy:
@@ -157,6 +167,19 @@ class AcpPolicy:
             output = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
             await self.ctx.emit_all(await self.after(call_id, name, output, is_error=False))
         return {}
+
+    def verify(self, result: ToolResult) -> list[tuple[Kind, Payload]]:
+        """A call the adapter reports ended: with the image's managed hooks under the adapter every
+        call of the agent's passes them, so one that ran without an allow decision is a bypass
+        (ledger.py). Not for an agent without them: only its permission requests reach policy.
+        Never the adapter's own pseudo-calls (its MCP server's start), nor a call refused before
+        any decision (cut off by a cancel, refused by the CLI itself)."""
+        if "managed_hooks" not in self.agent.layers or result.id.startswith(MCP_STARTUP):
+            return []
+        unrun = self.cancelled or self.broker.ending or refused_before_deciding(result.output, True)
+        if result.is_error and not self.broker.was_decided(result.id) and unrun:
+            return []
+        return verify(self.ctx, result.id, result.name, error=result.is_error)
 
     async def after(self, call_id: str, name: str, output: str, *, is_error: bool) -> list[tuple[Kind, Payload]]:
         """`post_tool_use` once for a call that ran (from the hook or the adapter's result), and

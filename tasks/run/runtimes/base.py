@@ -16,6 +16,7 @@ from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Kind, Payload
 from tasks.run.backchannel import Backchannel
 from tasks.run.gateway import RunChannel
+from tasks.run.runtimes.ledger import DecisionLedger
 
 __all__ = [
     "ApprovalRequest",
@@ -99,6 +100,9 @@ class RunContext(msgspec.Struct, kw_only=True):
     state_dir: Path | None = None
     agent_name: str = ""
     agent_version: str = ""
+    # Every decision taken and every call that ran, matched (ledger.py): a call that ran without an
+    # allow decision trips it, and the run fails `policy_bypass`.
+    ledger: DecisionLedger = msgspec.field(default_factory=DecisionLedger)
 
     async def emit_all(self, events: Sequence[tuple[Kind, Payload]]) -> None:
         """Events that arrived together (the lines a CLI printed at once), in order."""

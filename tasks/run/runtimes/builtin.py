@@ -27,7 +27,8 @@ from tasks.run.backchannel import ToolRefused
 from tasks.run.backchannel import call as call_tool
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.model_client import TOOL_NAMES, ModelFailure, chat
-from tasks.run.runtimes.policy_steps import after_tool, approval_request
+from tasks.run.runtimes.policy_steps import after_tool, approval_request, verify
+from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -235,6 +236,8 @@ class BuiltinRuntime:
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
             return None
+        # A person's decision is this call's: the approved input runs.
+        ctx.ledger.decided(call_id, decided.tool_input, allowed=True)
         result, _, extra = await self._run_tool(ctx, call_id, name, dict(decided.tool_input))
         if extra.get("question"):
             options = list(extra.get("options") or [])
@@ -274,6 +277,7 @@ class BuiltinRuntime:
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=parse_error, is_error=True))
             return parse_error, True, {}
         decision = await ctx.gate.pre_tool_use(ctx.gate_ctx, tool_use_id=call_id, tool_name=name, tool_input=args)
+        record_decision(ctx, call_id, args, decision)
         await _record(ctx, decision)
         if decision.user_message:
             await ctx.emit("notice", Notice(text=decision.user_message))
@@ -316,6 +320,8 @@ class BuiltinRuntime:
         await ctx.emit(
             "tool_result", ToolResult(id=call_id, name=name, output=text, is_error=is_error, omitted_bytes=omitted)
         )
+        # The loop runs only what was decided; the ledger still sees every call (one rule for all).
+        await ctx.emit_all(verify(ctx, call_id, name, args, error=is_error))
         after = await after_tool(ctx, tool_use_id=call_id, tool_name=name, output=text, is_error=is_error)
         contexts = [c for c in (context, after.model_context) if c.strip()]
         if contexts:

@@ -50,6 +50,7 @@ from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
+from tasks.core.transcript import ToolCall, ToolResult
 from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
@@ -61,10 +62,12 @@ from tasks.run.runtimes.claude_control import (
     hook_answer,
     hook_refusal,
     interrupt_request,
+    refused_before_deciding,
 )
 from tasks.run.runtimes.claude_stream import StreamState, usage_of
 from tasks.run.runtimes.cli_lines import StdoutReader, json_line
-from tasks.run.runtimes.policy_steps import after_tool, record
+from tasks.run.runtimes.ledger import ANNOUNCE_WAIT, NOT_GIVEN
+from tasks.run.runtimes.policy_steps import after_tool, record, verify
 
 AGENT_NAME = "claude-code"
 CLI_PATH = "/usr/local/bin/claude"
@@ -83,8 +86,10 @@ class ClaudeCodeRuntime:
         idle_seconds: float = 300.0,
         linger_seconds: float = 10.0,
         home_cap: int = HOME_CAP,
+        announce_wait: float = ANNOUNCE_WAIT,
     ) -> None:
         self.cli = cli
+        self.announce_wait = announce_wait  # a hook call waits this long for its id in the stream
         self.idle_seconds = idle_seconds  # stdout silent this long: killed (idle)
         self.linger_seconds = linger_seconds  # alive this long after its final result: killed
         self.home_cap = home_cap
@@ -220,7 +225,12 @@ class _Drive:
         name, tool_input = body.get("tool_name"), body.get("tool_input")
         if not isinstance(name, str) or not name:
             return hook_refusal(event, "forgehand: the hook input names no tool")
-        verdict = await self.broker.decide(str(body.get("tool_use_id") or ""), name, tool_input)
+        call_id = body.get("tool_use_id")
+        # The CLI prints a call on its stdout before it runs the call's hooks; a hook call for an
+        # id the stream never showed comes from something else in the sandbox: no policy is asked.
+        if not isinstance(call_id, str) or not await self.ctx.ledger.announced(call_id, self.runtime.announce_wait):
+            return hook_refusal(event, "forgehand: no such tool call was announced in the agent's stream")
+        verdict = await self.broker.decide(call_id, name, tool_input)
         return hook_answer(event, verdict)
 
     async def _can_use_tool(self, request_id: str, req: dict[str, Any]) -> None:
@@ -246,6 +256,18 @@ class _Drive:
             self._spawn(self._can_use_tool(request_id, req))
         else:  # hook callbacks and MCP messages are not registered by forgehand: refuse
             await self.send(control_error(request_id, f"forgehand does not serve {subtype!r}"))
+
+    async def _verify(self, result: ToolResult) -> None:
+        """A result the stream shows: the call ran only on an allow decision of forgehand's. A call
+        the CLI refused itself, or one cut off by an interrupt before any decision, never ran."""
+        call_id = result.id
+        undecided_error = result.is_error and not self.broker.was_decided(call_id)
+        if undecided_error and (refused_before_deciding(result.output, True) or self._ending()):
+            return
+        seen = self.state.calls.get(call_id)
+        tool_input = seen.input if seen is not None else NOT_GIVEN
+        events = verify(self.ctx, call_id, seen.name if seen else result.name, tool_input, error=result.is_error)
+        await self.ctx.emit_all(events)
 
     async def _post_tool_use(self, call_id: str, name: str, output: str, is_error: bool) -> None:
         if not call_id or call_id in self.posted or call_id in self.broker.denied:
@@ -294,13 +316,13 @@ class _Drive:
                     continue
                 for kind, payload in self.state.feed(line):
                     await ctx.emit(kind, payload)  # type: ignore[arg-type]
-                    if kind == "tool_result":
-                        seen = self.state.calls.get(payload.id)  # type: ignore[union-attr]
+                    if isinstance(payload, ToolCall):
+                        ctx.ledger.announce(payload.id)
+                    elif isinstance(payload, ToolResult):
+                        await self._verify(payload)
+                        seen = self.state.calls.get(payload.id)
                         await self._post_tool_use(
-                            payload.id,  # type: ignore[union-attr]
-                            seen.name if seen else "",
-                            payload.output,  # type: ignore[union-attr]
-                            payload.is_error,  # type: ignore[union-attr]
+                            payload.id, seen.name if seen else "", payload.output, payload.is_error
                         )
                 if line.get("type") != "result" or not self.stdin_open:
                     continue
@@ -341,7 +363,7 @@ class _Drive:
         return await self._outcome(self.state.final, watchdog, exit_code)
 
     def _ending(self) -> bool:
-        return self.broker.parked is not None or bool(self.broker.policy_failure or self.broker.question)
+        return self.broker.ending
 
     def _account(self) -> None:
         ctx = self.ctx

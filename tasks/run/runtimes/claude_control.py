@@ -82,6 +82,11 @@ class PolicyBroker:
     def was_decided(self, tool_use_id: str) -> bool:
         return tool_use_id in self._decided
 
+    @property
+    def ending(self) -> bool:
+        """A decision ended the run (parked, failed policy, a question) or a call bypassed policy."""
+        return self.parked is not None or bool(self.policy_failure or self.question) or self.ctx.ledger.tripped.is_set()
+
     async def ended(self, exit_code: int | None = None) -> Outcome | None:
         """How the run ends when a decision ended it (a failed policy, a parked call, a question for
         the person; the question is recorded), or None: the agent's own ending decides."""
@@ -122,6 +127,9 @@ class PolicyBroker:
             future.exception()  # retrieved: a reuser gets it, nobody logs it twice
             raise
         future.set_result(verdict)
+        self.ctx.ledger.decided(
+            tool_use_id, tool_input, allowed=verdict.behavior == "allow", runs=verdict.updated_input
+        )
         if tool_use_id and verdict.updated_input is not None:
             self._inputs[tool_use_id] += (input_hash_of(verdict.updated_input),)
         if verdict.behavior == "deny":
@@ -142,6 +150,8 @@ class PolicyBroker:
         ctx = self.ctx
         if self.parked is not None or self.policy_failure or self.question:
             return Verdict(behavior="deny", message="not run: the run is ending (waiting for a person's decision)")
+        if ctx.ledger.tripped.is_set():
+            return Verdict(behavior="deny", message="not run: the run is ending (a tool call ran without a decision)")
         if not isinstance(tool_input, dict):
             return Verdict(behavior="deny", message="error: the tool input is not a JSON object; nothing was run")
         approved = self.approved_pending
@@ -257,6 +267,15 @@ def hook_refusal(event: str, reason: str) -> dict[str, Any]:
             }
         }
     return {"decision": "block", "reason": reason}
+
+
+# How Claude Code answers a call it refused itself before any hook or permission prompt (an unknown
+# tool, an input its schema rejects): the call never ran.
+CLI_REFUSAL = "<tool_use_error>"
+
+
+def refused_before_deciding(output: str, is_error: bool) -> bool:
+    return is_error and output.lstrip().startswith(CLI_REFUSAL)
 
 
 def interrupt_request(request_id: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ Shapes measured with the CLI 0.171.0 (against a scripted Responses server):
   command, a change list whose paths the patch names) and is recorded with the call's id, name and
   exact input, as the policy saw it. An item no allowed call matches keeps its own id and shape."""
 
+import shlex
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -58,10 +59,31 @@ class Allowed(msgspec.Struct, frozen=True, kw_only=True):
     input: Any
 
 
+class Ran(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool item that completed: the call its hook allowed (`id` "" when none matched)."""
+
+    id: str
+    name: str
+    error: bool
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []
+
+
 def _matches(allowed: Allowed, item: dict[str, Any]) -> bool:
     given = allowed.input.get("command") if isinstance(allowed.input, dict) else None
     if item.get("type") == "command_execution":
-        return allowed.name == "Bash" and isinstance(given, str) and given in str(item.get("command") or "")
+        command = str(item.get("command") or "")
+        # The item shows the command as Codex ran it (`/bin/bash -lc '<command>'`, quoted).
+        runs = isinstance(given, str) and (given in command or given in _words(command))
+        return allowed.name == "Bash" and runs
+    if item.get("type") == "mcp_tool_call":
+        name = f"mcp__{item.get('server') or ''}__{item.get('tool') or ''}"
+        return allowed.name == name and allowed.input == item.get("arguments")
     if item.get("type") == "file_change":
         changes = item.get("changes") if isinstance(item.get("changes"), list) else []
         paths = [str(c.get("path") or "") for c in changes if isinstance(c, dict)]  # type: ignore[union-attr]
@@ -90,6 +112,13 @@ class StreamState:
         self._open: set[str] = set()  # items started and not completed
         self._allowed: deque[Allowed] = deque(maxlen=256)  # allowed calls not yet seen in the stream
         self._matched: dict[str, Allowed] = {}  # item id -> its call
+        # Tool items that completed since the runtime last took them (`take_ran`): each is checked
+        # against the decisions (ledger.py); provider-side web searches are the gateway's to refuse.
+        self.ran: list[Ran] = []
+
+    def take_ran(self) -> list[Ran]:
+        ran, self.ran = self.ran, []
+        return ran
 
     def allowed(self, call: Allowed) -> None:
         self._allowed.append(call)
@@ -189,6 +218,8 @@ class StreamState:
             result = self._result(call.id, call.name, item)
             events.append(("tool_result", result))
             self._matched.pop(item_id, None)
+            if item_type != "web_search" and item.get("status") != "declined":
+                self.ran.append(Ran(id=seen.id if seen else "", name=call.name, error=result.is_error))
         return events
 
     def _call(self, item_id: str, item: dict[str, Any]) -> ToolCall | None:

@@ -13,6 +13,7 @@ from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.claude_control import PolicyBroker
 from tasks.run.runtimes.cli_lines import StdoutReader
 from tasks.run.runtimes.codex_stream import StreamState
+from tasks.run.runtimes.policy_steps import verify
 
 if TYPE_CHECKING:
     from tasks.run.runtimes.codex import CodexRuntime
@@ -32,8 +33,7 @@ class CodexTurn:
         self.proc: Any = None
 
     def _ending(self) -> bool:
-        broker = self.broker
-        return broker.parked is not None or bool(broker.policy_failure or broker.question)
+        return self.broker.ending
 
     async def run(self, proc: Any) -> Outcome:
         self.proc = proc
@@ -74,7 +74,10 @@ class CodexTurn:
                 last = time.monotonic()
                 if lines is None:
                     break
-                await ctx.emit_all(state.feed_lines(lines, self.raw))
+                events = state.feed_lines(lines, self.raw)
+                for ran in state.take_ran():  # matched to the calls the hook allowed (codex_stream.py)
+                    events += verify(ctx, ran.id, ran.name, error=ran.error)
+                await ctx.emit_all(events)
         finally:
             if watchdog is not None or cut:
                 with contextlib.suppress(Exception):

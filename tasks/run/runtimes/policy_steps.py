@@ -6,8 +6,9 @@ from typing import Any
 
 from forge.text import without_nul
 from tasks.core.policy import ApprovalRequest, GateDecision, policy_record
-from tasks.core.transcript import Kind, Notice, Payload
+from tasks.core.transcript import Kind, Notice, Payload, PolicyBypass
 from tasks.run.runtimes.base import RunContext
+from tasks.run.runtimes.ledger import NOT_GIVEN
 
 
 async def record(ctx: RunContext, decision: GateDecision) -> None:
@@ -58,3 +59,29 @@ async def after_tool(ctx: RunContext, *, tool_use_id: str, tool_name: str, outpu
     for kind, payload in events:
         await ctx.emit(kind, payload)
     return after
+
+
+def decided(ctx: RunContext, tool_use_id: str, tool_input: Any, decision: GateDecision) -> None:
+    """The ledger's record of a `pre_tool_use` decision (the builtin loop's; the CLI agents' go
+    through PolicyBroker)."""
+    allowed = decision.decision == "allow" and not decision.failed
+    ctx.ledger.decided(tool_use_id, tool_input, allowed=allowed, runs=decision.input_override)
+
+
+def verify(
+    ctx: RunContext, tool_use_id: str, tool_name: str, tool_input: Any = NOT_GIVEN, *, error: bool = False
+) -> list[tuple[Kind, Payload]]:
+    """A call's result arrived: the `policy_bypass` event when it ran without an allow decision
+    (the ledger trips; the supervisor ends the run), for the caller to store with the result."""
+    bypass = ctx.ledger.ran(tool_use_id, tool_name, tool_input, error=error)
+    if bypass is None:
+        return []
+    text = f"policy bypass: the {tool_name or 'unnamed'} call {tool_use_id or '(no id)'}: {bypass.reason}"
+    event = PolicyBypass(
+        text=without_nul(text)[:4000],
+        tool_use_id=tool_use_id,
+        tool_name=tool_name,
+        tool_input=bypass.tool_input,
+        reason=bypass.reason,
+    )
+    return [("policy_bypass", event)]
