@@ -167,6 +167,7 @@ async def test_parallel_model_calls_stay_within_the_budget_plus_one_calls_maximu
 # --- a flood of forged hook calls -------------------------------------------------------------
 
 FLOOD = 2_000
+BURST, RATE = 100, 10  # the channel's defaults (settings run_channel_call_burst, _rate)
 REPO_TASKS = "/api/v1/repos/ana/demo/tasks"
 
 
@@ -190,8 +191,10 @@ def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings
     endpoint and written to the transcript (4,484 in 40 s in the report) and the API slowed to
     1.1 s for everyone. Now: past the burst and the rate (defaults: 100, 10 a second) they get
     429 `run_channel_limited`; the dispatches and the transcript stay within what the limit lets
-    through, the limit is noted once, and another client's requests answer within a few times
-    their speed before the flood (medians of 15, measured in this test: a ratio, not a time)."""
+    through, and the limit is noted once. Another client's requests must answer within a few times
+    their speed before the flood (medians of 15, a ratio, not a time), measured once the burst is
+    dispatched: refusals (paused, answered 429) must not become the new load. (Here, with one
+    fast consumer, the API kept up without the limit too: 1.4x; with it 1.6x.)"""
     consumer = PolicyConsumer()
     turns = [bash(HOOK_FLOOD.format(calls=FLOOD), "toolu_flood"), text("done")]
     with ScriptedAnthropic(turns, repeat_last=True) as api:
@@ -203,7 +206,8 @@ def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings
                 r = await c.post(TASKS, json={"goal": "flood", "agent": "fixer", "runtime": "claude-code"})
                 assert r.status_code == 201, r.text
                 deadline = time.monotonic() + 180
-                while not any(forged(b) for b in list(consumer.seen)):
+                # Measured once the burst the channel lets through is dispatched, while the flood goes on.
+                while sum(forged(b) for b in list(consumer.seen)) < BURST:
                     assert time.monotonic() < deadline, "the flood never reached the policy endpoint"
                     await asyncio.sleep(0.05)
                 during = await latencies(c)
@@ -215,7 +219,7 @@ def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings
     counts = script_result(events)
     let_through = counts.get("200", 0) + counts.get("400", 0)
     refused = counts.get("429:run_channel_limited", 0)
-    assert let_through <= 100 + 10 * counts["seconds"] + 10, counts  # the burst and the rate
+    assert let_through <= BURST + RATE * counts["seconds"] + 10, counts  # the burst and the rate
     assert refused >= FLOOD - let_through - 5, counts
     dispatched = [b for b in consumer.seen if forged(b)]
     assert len(dispatched) <= let_through, (len(dispatched), counts)
