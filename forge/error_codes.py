@@ -200,6 +200,18 @@ class Code(StrEnum):
         403,
         "no model is configured for the run and the price table does not list the requested one",
     )
+    GATEWAY_BUDGET_RESERVED = (
+        "gateway_budget_reserved",
+        429,
+        "a model call's input and declared maximum output do not fit in the run's token budget beside the calls "
+        "in flight; `Retry-After` says when to try again",
+    )
+    RUN_CHANNEL_LIMITED = (
+        "run_channel_limited",
+        429,
+        "a run's hook and back-channel calls passed the rate or the count its channel allows (`Retry-After` "
+        "when the rate recovers)",
+    )
 
     # Webhooks.
     WEBHOOKS_UNAVAILABLE = "webhooks_unavailable", 503, "webhooks are not set up on this server"

@@ -4,6 +4,7 @@ Precedence: environment variable > TOML file (`FORGEHAND_CONFIG`) > default. Eve
 variable (or the file key) it came from, so an operator knows what to fix.
 """
 
+import hashlib
 import os
 import secrets
 import tempfile
@@ -96,9 +97,15 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # presets (pypi, npm, debian) every repository that allows egress gets. Checked at start.
     egress_allowed_hosts: str = ""
     egress_presets: str = ""
-    # Per-run socket directories (the model gateway, the hook bridge); short: socket paths have a
-    # 107-byte limit. Empty means <tempdir>/forgehand-runs.
+    # The root of the per-run socket directories (the model gateway, the hook bridge, egress), each
+    # instance's in a directory of its own below it; short: socket paths have a 107-byte limit.
+    # Empty means <tempdir>/forgehand-runs, shared by every instance on the host.
     run_channel_dir: str = ""
+    # Hook and back-channel calls a run's sandbox may make on its channel: calls a second sustained,
+    # at once above that, and in the whole run; past them it gets 429 (docs/operator.md).
+    run_channel_call_rate: float = 10.0
+    run_channel_call_burst: int = 100
+    run_channel_call_cap: int = 20_000
     # ACP agents an operator configures for the `acp` runtime: a TOML or JSON file of
     # {agents: [{name, command, image, description, provider, layers}]} (docs/agents.md).
     acp_agents: str = ""
@@ -114,8 +121,17 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         return (self.base_url or f"http://{self.host}:{self.port}").rstrip("/")
 
     @property
-    def effective_run_channel_dir(self) -> Path:
+    def run_channel_root(self) -> Path:
+        """The directory every instance on the host keeps its run channels under (by default)."""
         return Path(self.run_channel_dir or Path(tempfile.gettempdir()) / "forgehand-runs")
+
+    @property
+    def effective_run_channel_dir(self) -> Path:
+        """This instance's run channels: a directory of its own under the root, named after the
+        instance id (hashed: short, and safe whatever the id holds), so that one instance's sweep
+        never reaches another's runs."""
+        instance = (self.instance_id or "forgehand").encode()
+        return self.run_channel_root / ("i" + hashlib.sha256(instance).hexdigest()[:10])
 
     @property
     def is_sqlite(self) -> bool:
@@ -197,6 +213,9 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         "model_timeout_seconds",
         "webhooks_policy_concurrency",
         "webhooks_delivery_concurrency",
+        "run_channel_call_rate",
+        "run_channel_call_burst",
+        "run_channel_call_cap",
     ):
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")

@@ -225,7 +225,10 @@ class TaskWorker:
         swept = await asyncio.to_thread(recovery.sweep, recovery.workspaces_root(self.env), keep)
         if swept:
             log.info("removed workspaces no live run owns", count=len(swept))
-        stale = await asyncio.to_thread(sweep_channels, self.settings.effective_run_channel_dir, keep)
+        # This instance's channels, and those an earlier version left in the shared root itself.
+        stale = []
+        for root in (self.settings.effective_run_channel_dir, self.settings.run_channel_root):
+            stale += await asyncio.to_thread(sweep_channels, root, keep)
         if stale:
             log.info("removed run channels no live run owns", count=len(stale))
 

@@ -240,18 +240,35 @@ async def test_openai_stream_error_for_unreachable_model_is_json_and_retry_is_pa
 
 
 async def test_the_sweep_removes_dead_channel_directories_only() -> None:
+    """Only a directory nobody serves any socket in and that did not change for ten minutes goes:
+    another worker's or instance's live run keeps its own, an egress-only one (no gateway.sock)
+    included, and so does a run whose directory was just made."""
     root = Path(tempfile.mkdtemp(prefix="fhs-", dir="/tmp"))
+    hour_ago = time.time() - 3_600
     try:
         dead = root / "0123456789abcdef"
         dead.mkdir()
         sock = socket.socket(socket.AF_UNIX)
         sock.bind(str(dead / "gateway.sock"))  # bound, never listening again: a crashed worker's
         sock.close()
+        egress = root / "fedcba9876543210"  # an egress-only run's: its proxy's socket, no gateway.sock
+        egress.mkdir()
+        proxy = socket.socket(socket.AF_UNIX)
+        proxy.bind(str(egress / "egress.sock"))
+        proxy.listen(1)
+        young = root / "00000000000000aa"  # made a moment ago, nothing served yet: a run starting
+        young.mkdir()
         async with open_channel({}, root=root) as live:
+            for old in (dead, egress, live.host_dir):
+                os.utime(old, (hour_ago, hour_ago))
             swept = await asyncio.to_thread(sweep_channels, root, set())
-            assert swept == [dead] and not dead.exists()
+            assert swept == [dead] and not dead.exists(), swept
             assert live.host_dir.exists()  # served by a live process: kept whatever the database says
+            assert egress.exists() and young.exists()
+        proxy.close()
         assert not live.host_dir.exists()
+        assert await asyncio.to_thread(sweep_channels, root, set()) == [egress]
+        assert await asyncio.to_thread(sweep_channels, root, set(), now=time.time() + 601) == [young]
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -249,7 +249,8 @@ async def test_a_stream_the_upstream_stops_sending_ends_in_response_failed() -> 
 
 async def test_parallel_calls_cannot_overrun_the_budget_together() -> None:
     """Without a reservation, every call starting while the budget is not used up would be let
-    through, and their input (reported only at the end by OpenAI) would add up past the limit."""
+    through, and their input (reported only at the end by OpenAI) would add up past the limit.
+    Each holds its input by size plus its declared `max_output_tokens`: two fit in 1,000, a third not."""
     big_input = [{"role": "user", "content": "x" * 1600}]  # ~400 tokens by size
     script = [slow(0.8, text("one", input_tokens=450))] * 3
     with ScriptedResponses(script) as api:
@@ -259,7 +260,7 @@ async def test_parallel_calls_cannot_overrun_the_budget_together() -> None:
             agent_client(ch) as c,
         ):
             h = {"authorization": f"Bearer {ch.token}"}
-            body = {**REQUEST, "input": big_input}
+            body = {**REQUEST, "input": big_input, "max_output_tokens": 50}
             first = asyncio.ensure_future(c.post("/v1/responses", json=body, headers=h))
             await asyncio.sleep(0.2)
             second = asyncio.ensure_future(c.post("/v1/responses", json=body, headers=h))
@@ -269,6 +270,7 @@ async def test_parallel_calls_cannot_overrun_the_budget_together() -> None:
     assert [r.status_code for r in ok] == [200, 200]
     assert third.status_code == 429 and third.headers["x-forgehand-gateway"] == "budget-reserved"
     assert third.headers["retry-after"] == "1" and "in flight" in third.json()["error"]["message"]
+    assert third.json()["error"]["code"] == "gateway_budget_reserved"
     assert len(api.responses) == 2  # the third never left the host
     assert ch.budget.used == 2 * 455 and not ch.budget_exhausted.is_set()
     assert sorted(e.status for e in rec.model_calls()) == [200, 200, 429]

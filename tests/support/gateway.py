@@ -14,6 +14,7 @@ import httpx
 
 from tasks.run.gateway import PriceTable, ProviderInfo, RunChannel, Upstream
 from tasks.run.gateway.guard import allow_list
+from tasks.run.gateway.limits import CallLimits
 
 ANTHROPIC_KEY = "sk-ant-real-key-0123456789abcdef"
 OPENAI_KEY = "sk-openai-real-key-0123456789abcdef"
@@ -70,6 +71,7 @@ async def open_channel(
     root: Path | None = None,
     allow_web_search: bool = False,
     allowed_hosts: str = "",
+    call_limits: CallLimits | None = None,
 ) -> AsyncIterator[RunChannel]:
     base = root or Path(tempfile.mkdtemp(prefix="fhg-", dir="/tmp"))
     channel = RunChannel(
@@ -85,6 +87,7 @@ async def open_channel(
         prices=prices or PriceTable({}),
         emit=emit,
         allowed_hosts=allow_list(allowed_hosts),
+        call_limits=call_limits,
     )
     await channel.start()
     try:

@@ -24,11 +24,13 @@ import msgspec
 import structlog
 import uvicorn
 
+from forge.error_codes import Code
 from sandbox import CHANNEL_DIR
-from tasks.core.transcript import Kind, ModelCall, Payload
+from tasks.core.transcript import Kind, ModelCall, Notice, Payload
 from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
 from tasks.run.gateway.budget import Budget
 from tasks.run.gateway.guard import guarded_transport
+from tasks.run.gateway.limits import REFUSAL_PAUSE_SECONDS, CallLimiter, CallLimits, Refusal
 from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
 from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_body, forward, send_json
 from tasks.run.gateway.responses import Stored
@@ -78,15 +80,30 @@ class _Server(uvicorn.Server):
 
 
 def check_channel_root(root: Path) -> None:
-    """The directory that holds every run's socket directory must be ours and writable by nobody
-    else: whoever can replace a run's directory there (a symlink, their own socket) gets the
-    run's token and answers its hooks. The default is under the shared temporary directory."""
-    info = root.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise PermissionError(
-            f"the run channel directory {root} must be a directory owned by this process's user and "
-            "writable by nobody else (FORGEHAND_RUN_CHANNEL_DIR)"
-        )
+    """The directory that holds this instance's run socket directories must be ours and writable
+    by nobody else, and so must the root it is in (FORGEHAND_RUN_CHANNEL_DIR, shared by the
+    instances on the host): whoever can replace a run's directory, or the instance's, (a symlink,
+    their own socket) gets the run's token and answers its hooks. The default is under the shared
+    temporary directory, whose sticky bit keeps others from replacing what is ours in it."""
+    for directory in (root, root.parent):
+        info = directory.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            if directory == root.parent and _keeps_ours(info):
+                continue
+            raise PermissionError(
+                f"the run channel directory {directory} must be a directory owned by this process's user and "
+                "writable by nobody else (FORGEHAND_RUN_CHANNEL_DIR)"
+            )
+
+
+def _keeps_ours(info: os.stat_result) -> bool:
+    """A directory where nobody else can replace what this user made (root's, and sticky where
+    others may write: /tmp), above the channel root."""
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid in (0, os.geteuid())
+        and (not info.st_mode & 0o022 or bool(info.st_mode & stat.S_ISVTX))
+    )
 
 
 class RunChannel:
@@ -107,6 +124,7 @@ class RunChannel:
         emit: Emit | None = None,
         registry: TokenRegistry = REGISTRY,
         allowed_hosts: AllowList | None = None,
+        call_limits: CallLimits | None = None,
     ) -> None:
         self.host_dir = root / channel_name(run_uuid)
         self.socket_path = self.host_dir / SOCKET_NAME
@@ -123,6 +141,9 @@ class RunChannel:
         self.calls = 0
         self.allowed_hosts = allowed_hosts or AllowList()
         self.stored = Stored()  # what this run's Responses calls created on the provider's side
+        # Hook and back-channel calls: a rate and a cap (limits.py); each limit reached is noted once.
+        self.control_calls = CallLimiter(call_limits or CallLimits())
+        self._limits_noted: set[str] = set()
         self._emit = emit
         self._hook: HookHandler | None = None
         self._server: _Server | None = None
@@ -211,6 +232,13 @@ class RunChannel:
             if transport is not None:
                 await transport.aclose()
         await asyncio.to_thread(shutil.rmtree, self.host_dir, True)
+        if any(self.control_calls.refused.values()):
+            log.warning(
+                "the run's channel refused hook and back-channel calls over its limits",
+                run_uuid=self.grant.run_uuid,
+                let_through=self.control_calls.calls,
+                **{f"refused_{k}": v for k, v in self.control_calls.refused.items()},
+            )
 
     async def _preconnect(self, transport: UpstreamTransport, upstream: Upstream) -> None:
         try:
@@ -252,10 +280,14 @@ class RunChannel:
         if scope["method"] != "POST":
             await send_json(send, 405, error_body(provider, 405, "invalid_request_error", "POST only"))
             return
+        control = path == MCP_PATH or path.startswith("/hooks/")
+        if control and (refusal := self.control_calls.take()):
+            await self._control_refused(refusal, send)  # before its body is read
+            return
         # A model call may carry a long conversation; a hook or back-channel call is one tool's
         # input and output. With 16 connections per run, the smaller cap keeps what an agent can
         # make the worker hold far below 16 x MAX_REQUEST_BYTES on those paths.
-        limit = MAX_CONTROL_BYTES if path == MCP_PATH or path.startswith("/hooks/") else MAX_REQUEST_BYTES
+        limit = MAX_CONTROL_BYTES if control else MAX_REQUEST_BYTES
         buffer = bytearray()  # bytes += bytes is quadratic: an agent could stall the event loop
         more = True
         while more:
@@ -276,6 +308,24 @@ class RunChannel:
             await self._model_call(provider, api, scope, headers, body, receive, send)
         else:
             await send_json(send, 404, error_body(provider, 404, "not_found_error", f"no route {path}"))
+
+    async def _control_refused(self, refusal: Refusal, send: Send) -> None:
+        """429 for a hook or back-channel call past the run's limits, after a short pause (a
+        flood over the run's few connections stays a trickle); the first of each kind is noted
+        in the transcript, the rest only counted."""
+        text = "forgehand: " + self.control_calls.describe(refusal)
+        if refusal not in self._limits_noted:
+            self._limits_noted.add(refusal)
+            log.warning("a run's channel limit was reached", run_uuid=self.grant.run_uuid, limit=refusal)
+            if self._emit is not None:
+                try:
+                    await self._emit("notice", Notice(text=text + " (429)", level="warning"))
+                except Exception:
+                    log.warning("the channel limit's transcript event was lost", exc_info=True)
+        await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
+        headers = [(b"retry-after", str(self.control_calls.retry_after()).encode())] if refusal == "rate" else []
+        body = json.dumps({"error": text, "code": Code.RUN_CHANNEL_LIMITED.value}).encode()
+        await send_json(send, 429, body, headers)
 
     async def _hook_call(self, path: str, body: bytes, send: Send) -> None:
         parts = path.split("/")

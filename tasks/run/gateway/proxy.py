@@ -22,7 +22,7 @@ from tasks.run.gateway import responses
 from tasks.run.gateway.budget import GATEWAY_HEADER, Budget
 from tasks.run.gateway.guard import EndpointRefused
 from tasks.run.gateway.metering import EMPTY_PRICES, Meter, PriceTable, meter_for
-from tasks.run.gateway.request import ModelRequest, Refused, network_refusal, pinned_model
+from tasks.run.gateway.request import ModelRequest, Refused, declared_max_output, network_refusal, pinned_model
 from tasks.run.gateway.upstream import Answer, UpstreamTransport
 
 MAX_REQUEST_BYTES = 32 * 1024 * 1024  # Anthropic's own request limit
@@ -220,9 +220,11 @@ async def forward(
         return done(refused.status, answer)
     result.model, result.stream = request.model, request.stream
     body = request.body()
-    if not budget.admit(call_id, len(body)):
-        text = "forgehand: the calls in flight may spend the rest of the run's token budget; retry when they end"
-        await send_json(send, 429, error_body(upstream.provider, 429, "rate_limit_error", text), _RESERVED)
+    if not budget.admit(call_id, len(body), declared_max_output(request, responses_api=is_responses)):
+        text = "forgehand: this call's input and maximum output do not fit in the run's token budget beside "
+        text += "the calls in flight, which may spend the rest; retry when they end"
+        refusal = error_body(upstream.provider, 429, "rate_limit_error", text, Code.GATEWAY_BUDGET_RESERVED)
+        await send_json(send, 429, refusal, _RESERVED)
         return done(429, text)
     try:
         url = upstream.url(path, query)
@@ -298,8 +300,9 @@ async def _exchange(
                 meter.finish_json(bytes(data))
             else:
                 meter.error = data[:500].decode("utf-8", "replace")
-            await send_json(send, status, bytes(data), _answer_headers(answer))
+            # Charged before the agent has the answer: a call it opens on reading it sees the cost.
             budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
+            await send_json(send, status, bytes(data), _answer_headers(answer))
             return status, "" if status == 200 else f"upstream {status}"
         await send({"type": "http.response.start", "status": status, "headers": _answer_headers(answer)})
         cut = False

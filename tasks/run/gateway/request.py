@@ -110,6 +110,23 @@ class ModelRequest:
         return _ENCODE.encode(fields)
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def declared_max_output(request: ModelRequest, *, responses_api: bool) -> int | None:
+    """The most output tokens a call says it may produce (None: it sets no maximum, or one the
+    provider would refuse): Responses' `max_output_tokens`; Messages' `max_tokens`; chat's
+    `max_completion_tokens` or the older `max_tokens` (the larger), for each of its `n` choices.
+    The provider stops the answer there (reasoning and thinking tokens included)."""
+    if responses_api:
+        return _count(request.value("max_output_tokens"))
+    declared = [n for n in (_count(request.value(k)) for k in ("max_tokens", "max_completion_tokens")) if n]
+    if not declared:
+        return None
+    return max(declared) * (_count(request.value("n")) or 1)
+
+
 def pinned_model(requested: str, configured: str, prices: PriceTable) -> str | None:
     """The model a call goes to: the run's configured one, or the requested one where it is that
     model or one the price table names exactly (not by a `prefix*` entry) at no more than it, per

@@ -3,13 +3,16 @@ sweep of channel directories no live run owns (at worker start)."""
 
 import shutil
 import socket
+import stat
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from forge.settings import Settings
 from tasks.core.repo_settings import Provider, ProviderAccess
-from tasks.run.gateway.channel import SOCKET_NAME, Emit, ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.channel import Emit, ProviderInfo, RunChannel, channel_name
 from tasks.run.gateway.guard import allow_list
+from tasks.run.gateway.limits import CallLimits
 from tasks.run.gateway.metering import load_prices
 from tasks.run.gateway.proxy import Upstream
 
@@ -75,7 +78,19 @@ def build_channel(
         prices=prices,
         emit=emit,
         allowed_hosts=allowed,
+        call_limits=call_limits(settings),
     )
+
+
+def call_limits(settings: Settings) -> CallLimits:
+    return CallLimits(
+        rate=settings.run_channel_call_rate, burst=settings.run_channel_call_burst, cap=settings.run_channel_call_cap
+    )
+
+
+# A channel directory changed this recently is never swept: its run may be starting (the
+# directory made, its sockets not yet served) on a worker this database does not know.
+SWEEP_MIN_AGE_SECONDS = 600.0
 
 
 def _serving(sock_path: Path) -> bool:
@@ -91,18 +106,33 @@ def _serving(sock_path: Path) -> bool:
     return True
 
 
-def sweep_channels(root: Path, live_run_uuids: set[str]) -> list[Path]:
-    """Remove the channel directories of runs that are not live and whose socket nobody serves
-    any more (a crashed worker's). The default root is shared by every instance on the host, so
-    a directory another process still serves is kept whatever this database says. Blocking."""
+def _in_use(entry: Path, now: float) -> bool:
+    """A channel directory that may belong to a live run: changed in the last ten minutes, or
+    with any socket in it someone still answers on (the gateway's, the egress proxy's, ...)."""
+    try:
+        info = entry.lstat()
+        if now - info.st_mtime < SWEEP_MIN_AGE_SECONDS:  # an entry made or removed in it changes it
+            return True
+        sockets = [f for f in entry.iterdir() if stat.S_ISSOCK(f.lstat().st_mode)]
+    except OSError:
+        return True  # changing under us: someone is there
+    return any(_serving(s) for s in sockets)
+
+
+def sweep_channels(root: Path, live_run_uuids: set[str], *, now: float | None = None) -> list[Path]:
+    """Remove the run channel directories in `root` (this instance's, FORGEHAND_RUN_CHANNEL_DIR
+    keeps one per instance) of runs that are not live, that nobody serves any more and that did
+    not change for ten minutes (a crashed worker's). A directory some process still serves is
+    kept whatever this database says (another worker's run, another instance's). Blocking."""
     removed: list[Path] = []
     if not root.is_dir():
         return removed
+    now = time.time() if now is None else now
     keep = {channel_name(u) for u in live_run_uuids}
     for entry in root.iterdir():
         if not entry.is_dir() or entry.is_symlink() or entry.name in keep or len(entry.name) != 16:
             continue
-        if _serving(entry / SOCKET_NAME):
+        if _in_use(entry, now):
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
