@@ -13,6 +13,7 @@ checks, from the host, that nothing ran without forgehand's decision (docs/secur
 """
 
 import json
+import shlex
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -164,7 +165,7 @@ print("env=%s sockets=%s" % (named, reached))
 async def test_the_messaging_socket_is_not_there_to_inject_into(
     settings: Settings, agents_image: str, tmp_path: Path
 ) -> None:
-    command = f"python3 -c '{PROBE}' > /workspace/probe.txt"
+    command = f"python3 -c {shlex.quote(PROBE)} > /workspace/probe.txt 2>&1"
     turns = [tool_use("Bash", {"command": command, "description": "probe"}, id="toolu_probe"), text("probed")]
     with ScriptedAnthropic(turns) as api:
         s = with_model(claude_settings(settings, tmp_path), api)
