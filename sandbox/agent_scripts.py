@@ -73,6 +73,27 @@ RELAY_PORT = 4100  # the gateway relay's port inside the container (sandbox.spec
 # `env` (which outranks user settings), so a hook never starts under the agent's values; an empty
 # value is the same as unset for each of them.
 PINNED_EMPTY_ENV = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "LOCPATH", "BASH_ENV", "ENV")
+# Claude Code's own variables that change what runs a hook, a tool or a process the CLI starts (read
+# in the 2.1.332 binary; an empty value is the same as unset for each): the program every shell-form
+# hook, Bash call and stdio MCP server is run through, the shell of the Bash tool, the launcher of
+# background sessions and teammates, extra plugin directories (plugins bring hooks, skills and MCP
+# servers), the cross-session messaging socket and its token, and function hooks.
+PINNED_EMPTY_CLAUDE_ENV = (
+    "CLAUDE_CODE_SHELL_PREFIX",
+    "CLAUDE_CODE_SHELL",
+    "CLAUDE_CODE_PROCESS_WRAPPER",
+    "CLAUDE_CODE_TEAMMATE_COMMAND",
+    "CLAUDE_CODE_PLUGIN_DIRS",
+    "CLAUDE_CODE_PLUGIN_SEED_DIR",
+    "CLAUDE_CODE_MESSAGING_SOCKET",
+    "CLAUDE_CODE_MESSAGING_TOKEN",
+    "CLAUDE_CODE_ENABLE_FUNCTION_HOOKS",
+)
+# Pinned to a value: the login shell the Bash tool picks from (the image's bash), agent teams off,
+# and the cross-session messaging inbox off (`CLAUDE_CODE_HARBOR_KITE` is the switch the CLI reads
+# before its feature flag; with it "0" no socket is bound, so no process in the sandbox can put text
+# before the model as another session's message).
+PINNED_ENV = {"SHELL": "/bin/bash", "CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS": "0", "CLAUDE_CODE_HARBOR_KITE": "0"}
 
 
 def _managed_settings() -> str:
@@ -82,8 +103,11 @@ def _managed_settings() -> str:
                 "matcher": "*",
                 "hooks": [
                     {
+                        # Exec form ("args" present): the CLI starts the bridge itself, with no
+                        # shell and no shell prefix in between.
                         "type": "command",
-                        "command": f"{HOOK_PATH} claude {event}",
+                        "command": HOOK_PATH,
+                        "args": ["claude", event],
                         # A little longer than the bridge's own timeout, so the bridge's deny wins.
                         "timeout": HOOK_TIMEOUT_SECONDS + 10,
                         "onFailure": "block",
@@ -95,10 +119,17 @@ def _managed_settings() -> str:
     }
     settings = {
         "allowManagedHooksOnly": True,
+        # Permission rules (allow lists, default modes) only from here, and there are none: a rule
+        # the agent writes into ~/.claude/settings.json, or the repository brings, is not applied.
+        "allowManagedPermissionRulesOnly": True,
         "disableAllHooks": False,
+        # A skill's or custom command's inline !`cmd` is shown as a placeholder, never run (it would
+        # run outside any tool call, so outside the policy).
+        "disableSkillShellExecution": True,
         # Managed env outranks the user's (and the repository's): an agent that writes
-        # ~/.claude/settings.json cannot preload a library into the hook bridge.
-        "env": dict.fromkeys(PINNED_EMPTY_ENV, ""),
+        # ~/.claude/settings.json cannot preload a library into the hook bridge, nor re-route how
+        # hooks, tools and the processes of the CLI are started.
+        "env": {**dict.fromkeys(PINNED_EMPTY_ENV + PINNED_EMPTY_CLAUDE_ENV, ""), **PINNED_ENV},
         "hooks": hooks,
     }
     return json.dumps(settings, indent=2) + "\n"

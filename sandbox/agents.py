@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .engine import SandboxEngine
 
 # Bump when the recipe below or a script in agent_scripts.py changes.
-AGENTS_IMAGE_VERSION = "5"
+AGENTS_IMAGE_VERSION = "6"
 AGENTS_IMAGE_REPOSITORY = "forgehand-sandbox-agents"
 DEFAULT_AGENTS_IMAGE = f"{AGENTS_IMAGE_REPOSITORY}:{AGENTS_IMAGE_VERSION}"
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"

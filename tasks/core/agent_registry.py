@@ -85,7 +85,8 @@ SHIPPED_ACP_AGENTS: dict[str, AcpAgent] = {
         # /etc/claude-code apply to every tool call, reads included.
         layers=("permission_requests", "managed_hooks"),
         package="claude-agent-acp",
-        session_paths=(".claude", ".claude.json"),
+        # The session transcripts only (see tasks/run/runtimes/agent_session.py: CLAUDE_HOME).
+        session_paths=(".claude/projects",),
         env={"CLAUDE_CODE_EXECUTABLE": "/usr/local/bin/claude", "CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false"},
         # The adapter's SDK options (`_meta.claudeCode.options`, applied over its defaults): only the
         # user's settings, as the claude-code runtime (the adapter loads the repository's

@@ -84,18 +84,36 @@ def test_codex_requirements_pin_the_managed_hooks_on() -> None:
 def test_managed_settings_lock_the_hooks_on() -> None:
     settings = json.loads(MANAGED_SETTINGS)
     assert settings["allowManagedHooksOnly"] is True
+    assert settings["allowManagedPermissionRulesOnly"] is True
+    assert settings["disableSkillShellExecution"] is True
     assert settings["disableAllHooks"] is False
     assert "permissions" not in settings  # forgehand decides, not a static rule list
-    # What would make a hook (or any process of the agent) load code or data it did not choose.
+    # What would make a hook (or any process of the agent) load code or data it did not choose, or
+    # make the CLI start a hook, a tool or a process through a program of the agent's.
     pinned = ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "LOCPATH", "BASH_ENV", "ENV")
-    assert settings["env"] == dict.fromkeys(pinned, "")
+    claude = (
+        "CLAUDE_CODE_SHELL_PREFIX",
+        "CLAUDE_CODE_SHELL",
+        "CLAUDE_CODE_PROCESS_WRAPPER",
+        "CLAUDE_CODE_TEAMMATE_COMMAND",
+    )
+    claude += ("CLAUDE_CODE_PLUGIN_DIRS", "CLAUDE_CODE_PLUGIN_SEED_DIR", "CLAUDE_CODE_MESSAGING_SOCKET")
+    claude += ("CLAUDE_CODE_MESSAGING_TOKEN", "CLAUDE_CODE_ENABLE_FUNCTION_HOOKS")
+    assert settings["env"] == {
+        **dict.fromkeys(pinned + claude, ""),
+        "SHELL": "/bin/bash",
+        "CLAUDE_CODE_EXPERIMENTAL_AGENT_TEAMS": "0",
+        "CLAUDE_CODE_HARBOR_KITE": "0",  # the cross-session messaging inbox: off
+    }
     for event in ("PreToolUse", "PostToolUse"):
         [entry] = settings["hooks"][event]
         assert entry["matcher"] == "*"
         [hook] = entry["hooks"]
+        # Exec form: no shell (and so no shell prefix) between the CLI and the bridge.
         assert hook == {
             "type": "command",
-            "command": f"{HOOK_PATH} claude {event}",
+            "command": HOOK_PATH,
+            "args": ["claude", event],
             "timeout": 130,
             "onFailure": "block",
         }

@@ -1,11 +1,12 @@
 """ACP agent sessions across runs (AGENTS.md decision 5). An ACP agent keeps its sessions where it
-likes under `$HOME` (the Claude adapter in `~/.claude/`, Codex in `~/.codex/sessions/`); those are
-archived after a run (capped; opaque data, never unpacked on the host) into the task's state
-directory (`acp-home.tgz`) and unpacked into the next run's fresh container before `session/load`,
-and the configuration an agent could have written beside them (Claude's user settings, anything in
-`~/.codex` but its sessions) is removed before each start. The rest of `$HOME` (rc files, trust
-lists) never carries over. The raw JSON-RPC stream of each run is kept beside it (capped).
-`acp_mcp_servers` gives a session's `mcpServers` for an MCP client config."""
+likes under `$HOME` (the Claude adapter in `~/.claude/projects/`, Codex in `~/.codex/sessions/`);
+those are archived after a run (capped; opaque data, never unpacked on the host) into the task's
+state directory (`acp-home.tgz`) and unpacked into the next run's fresh container before
+`session/load`, and the configuration an agent could have written beside them (anything in
+`~/.claude` but its transcripts, `~/.claude.json`, anything in `~/.codex` but its sessions) is
+removed before each start. The rest of `$HOME` (rc files, trust lists) never carries over. The raw
+JSON-RPC stream of each run is kept beside it (capped). `acp_mcp_servers` gives a session's
+`mcpServers` for an MCP client config."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +19,12 @@ from tasks.run.runtimes.base import RunContext
 
 HOME_CAP = 64 * 1024 * 1024
 HOME_ARCHIVE = "acp-home.tgz"
-# Before each start: Claude's user settings and anything in ~/.codex but its sessions go (an agent
-# could have written them in an earlier run; they would shape the next process before any policy).
+# Before each start: anything in ~/.claude but its session transcripts, ~/.claude.json, and anything
+# in ~/.codex but its sessions go (an agent could have written them in an earlier run; they would
+# shape the next process before any policy).
 SCRUB = (
     f"{CLAUDE_HOME.scrub}; "
+    "if [ -L .codex/sessions ]; then rm -f .codex/sessions; fi; "
     "if [ -d .codex ]; then find .codex -mindepth 1 -maxdepth 1 ! -name sessions -exec rm -rf {} +; fi"
 )
 

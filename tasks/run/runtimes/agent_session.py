@@ -37,15 +37,17 @@ class AgentHome(msgspec.Struct, frozen=True, kw_only=True):
     scrub: str = ""
 
 
-# `.claude.json` is kept to avoid the CLI's "configuration file not found" warning. The user
-# settings files go: `--setting-sources user` would load an agent-written permission list or env.
-CLAUDE_HOME = AgentHome(
-    label="Claude",
-    archive="claude-home.tgz",
-    path=".claude",
-    optional=(".claude.json",),
-    scrub="rm -f .claude/settings.json .claude/settings.local.json",
+# Only the session transcripts carry over: `--resume` reads `.claude/projects/<cwd>/<id>.jsonl`
+# (measured with 2.1.332: nothing else under `$HOME` is needed, and without `.claude.json` the CLI
+# starts clean). Everything else the agent could have written under `$HOME` goes before each start:
+# user settings (`--setting-sources user` would load their env and permission rules), skills and
+# custom commands (their inline shell), user subagents, plugins, `.claude.json` (trust, MCP servers).
+# A `projects` that is a symlink goes too (the CLI would write its sessions wherever it points).
+CLAUDE_SCRUB = (
+    "mkdir -p .claude && if [ -L .claude/projects ]; then rm -f .claude/projects; fi && "
+    "find .claude -mindepth 1 -maxdepth 1 ! -name projects -exec rm -rf {} + && rm -rf .claude.json"
 )
+CLAUDE_HOME = AgentHome(label="Claude", archive="claude-home.tgz", path=".claude/projects", scrub=CLAUDE_SCRUB)
 HOME_ARCHIVE = CLAUDE_HOME.archive
 
 

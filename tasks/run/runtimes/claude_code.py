@@ -29,13 +29,13 @@ temporary `HOME`), and relied on here:
   ends; its tool calls ask `can_use_tool` like the parent's.
 - Model traffic: only `POST /v1/messages?beta=true`, streaming, `Authorization: Bearer <token>`,
   `User-Agent: claude-cli/2.1.332 (external, sdk-cli)`; about 0.5 s from start to the first request.
-- `--resume SESSION_ID` in a fresh `HOME` holding only the saved `.claude/` (and `.claude.json`,
-  kept to avoid the CLI's "configuration file not found" warning) continues the session with the
-  same id; the next request carries the whole earlier conversation. Sessions live in
+- `--resume SESSION_ID` in a fresh `HOME` holding only the saved `.claude/projects/` continues the
+  session with the same id; the next request carries the whole earlier conversation. Sessions live in
   `$HOME/.claude/projects/<cwd with / as ->/<id>.jsonl`, so the working directory must stay
   `/workspace`.
 
-Resume (decision 5): after each run `$HOME/.claude` is archived through the sandbox (tar, capped)
+Resume (decision 5): after each run `$HOME/.claude/projects` (the session transcripts, nothing the
+agent could configure the CLI with) is archived through the sandbox (tar, capped)
 into the task's state directory on the host (`<data_dir>/agents/<task uuid>/claude-home.tgz`; it is
 opaque data, never unpacked on the host) and unpacked into the next run's fresh container before
 `--resume`. The raw stream of each run is kept there too, capped (`runs/<run uuid>.jsonl`)."""

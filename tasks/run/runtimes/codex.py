@@ -53,7 +53,10 @@ CODEX_HOME = AgentHome(
     label="Codex",
     archive="codex-home.tgz",
     path=".codex/sessions",
-    scrub="mkdir -p .codex && find .codex -mindepth 1 -maxdepth 1 ! -name sessions -exec rm -rf {} +",
+    scrub=(
+        "mkdir -p .codex && if [ -L .codex/sessions ]; then rm -f .codex/sessions; fi && "
+        "find .codex -mindepth 1 -maxdepth 1 ! -name sessions -exec rm -rf {} +"
+    ),
 )
 RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 
