@@ -4,7 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint types imports provision sandbox-image test-db bench clean
+.PHONY: run test suite lint types imports provision sandbox-image test-db bench clean
+
+# The suite runs in parallel (pytest-xdist): most tests wait on Docker, git, a browser or a
+# subprocess rather than the CPU, so more workers than CPUs pays off (docs/contributing.md has the
+# figures). `make test TEST_WORKERS=1` runs it in one process.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +27,13 @@ run: $(STAMP)
 
 ## make test: lint, types, import contracts and the whole test suite (real Docker included)
 test: $(STAMP) lint types imports provision sandbox-image
-	$(BIN)/pytest -q
+	@$(MAKE) --no-print-directory suite
+
+## the test suite alone, nothing provisioned or checked first (CI runs the phases one by one);
+## the 30 slowest tests are printed at the end
+suite: $(STAMP)
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not serial" --durations=30
+	$(BIN)/pytest -q -m serial --durations=5
 
 # What the suite needs beyond Python and git (Docker engine, debootstrap, chromium), installed and
 # started when missing (apt-get, as root or with sudo).
@@ -46,7 +58,8 @@ imports: $(STAMP)
 
 ## database-touching tests only (CI runs these again with FORGEHAND_TEST_DATABASE_URL=postgresql+asyncpg://...)
 test-db: $(STAMP) provision sandbox-image
-	$(BIN)/pytest -q -m db
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "db and not serial"
+	$(BIN)/pytest -q -m "db and serial"
 
 bench: $(STAMP)
 	$(BIN)/pytest -q -s tests/bench -p no:cacheprovider -o testpaths=tests/bench -o python_files='bench_*.py'

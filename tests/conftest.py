@@ -34,6 +34,30 @@ hypothesis_settings.load_profile("forgehand")
 use_password_parameters(argon2.profiles.CHEAPEST)
 
 
+def _databases() -> list[str]:
+    """The databases the `db` tests run on: `FORGEHAND_TEST_DATABASES` (`sqlite`, `postgresql` or
+    both, comma-separated); by default PostgreSQL when `FORGEHAND_TEST_DATABASE_URL` names one, else
+    SQLite. With both, each `db` test runs twice (ids `[sqlite]`, `[postgresql]`) in one pool of
+    workers: CI's one pass over both databases."""
+    default = "postgresql" if os.environ.get("FORGEHAND_TEST_DATABASE_URL") else "sqlite"
+    chosen = [d.strip() for d in os.environ.get("FORGEHAND_TEST_DATABASES", default).split(",") if d.strip()]
+    unknown = set(chosen) - {"sqlite", "postgresql"}
+    if unknown or not chosen:
+        raise pytest.UsageError(f"FORGEHAND_TEST_DATABASES: expected sqlite and/or postgresql, got {chosen}")
+    if "postgresql" in chosen and not os.environ.get("FORGEHAND_TEST_DATABASE_URL"):
+        raise pytest.UsageError(
+            "FORGEHAND_TEST_DATABASES names postgresql: set FORGEHAND_TEST_DATABASE_URL to a "
+            "postgresql+asyncpg:// URL of a database whose role may create databases"
+        )
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    chosen = _databases()
+    if "db_url" in metafunc.fixturenames and len(chosen) > 1:
+        metafunc.parametrize("db_url", chosen, indirect=True)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every test that touches the database carries the `db` marker, so CI can rerun them on PostgreSQL.
     for item in items:
@@ -42,11 +66,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-async def db_url(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A migrated database of the test's own (a copy of one template: tests/support/databases.py)."""
-    admin_url = os.environ.get("FORGEHAND_TEST_DATABASE_URL", "")
-    if admin_url:
-        return await databases.postgres_copy(admin_url)
+    which = getattr(request, "param", None) or _databases()[0]
+    if which == "postgresql":
+        return await databases.postgres_copy(os.environ["FORGEHAND_TEST_DATABASE_URL"])
     template = databases.sqlite_template(tmp_path_factory.getbasetemp())
     return databases.sqlite_copy(template, tmp_path / "forgehand.db")
 

@@ -185,6 +185,7 @@ async def latencies(c: httpx.AsyncClient, n: int = 15) -> list[float]:
     return out
 
 
+@pytest.mark.serial  # a latency ratio: another test's load beside it would move the ratio, not the product
 def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings: Settings, agents_image: str) -> None:
     """2,000 forged PreToolUse hook calls from a process in the sandbox (12 connections, as fast as
     the channel answers). Before the channel limited them, each was dispatched to the policy

@@ -92,6 +92,7 @@ async def last_seq(c: httpx.AsyncClient, number: int) -> int:
     return seq
 
 
+@pytest.mark.serial  # 400 connections against one server: it would slow every test beside it, and be slowed
 async def test_tasks_under_load(settings: Settings, served: str) -> None:
     token, _ = await seed(settings)
     headers = {"Authorization": f"Bearer {token}"}
