@@ -200,6 +200,7 @@ async def test_an_image_without_the_agent_fails_before_any_container_starts(
     from tasks.run.outside import ProvisionFailed
 
     absent = f"forgehand-sandbox-agents:absent-{secrets.token_hex(3)}"
+
     def started_here() -> set[str]:
         # Only containers of the two images named here: other tests (other workers) start their own.
         mine = {absent, "forgehand-sandbox:1"}
