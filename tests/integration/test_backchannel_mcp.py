@@ -87,6 +87,13 @@ async def test_an_mcp_client_initializes_lists_and_calls_the_tools(
         assert err and "policy did not allow" in text
         text, err = await bare.tool("report_summary", {"summary": "not mine to say"})
         assert err and "policy did not allow" in text
+        text, err = await bare.tool("report_summary", {"summary": "again"})
+        assert err and "policy did not allow" in text
+        # Recorded: the first refusal of each tool is a warning notice in the run's transcript.
+        notes = [p.text for k, p in bc.emit.events if k == "notice"]  # type: ignore[attr-defined]
+        assert len(notes) == 2 and all("no policy decision allowed was refused" in t for t in notes), notes
+        assert "spawn_subtask" in notes[0] and "report_summary" in notes[1]
+        assert bc.ungranted == {"spawn_subtask": 1, "report_summary": 2}
         mcp = McpClient(http, ch.token, backchannel=bc)
         init = await mcp.request("initialize", INIT)
         assert init["result"]["protocolVersion"] == "2025-06-18"

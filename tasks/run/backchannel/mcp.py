@@ -101,6 +101,7 @@ async def _tool_call(backchannel: Backchannel, id_: Any, params: dict[str, Any])
     if not isinstance(args, dict):
         return _error(id_, INVALID_PARAMS, "arguments must be a JSON object")
     if not backchannel.take(name, args):
+        await backchannel.refused_ungranted(name)
         text = (
             f"error: not run: forgehand's policy did not allow this {name} call (an MCP call runs only as the "
             "agent's own tool call, after pre_tool_use)"

@@ -31,7 +31,7 @@ from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.core.policy import input_hash
 from tasks.core.subtasks import SpawnRequest, SubtaskRefused, spawn
-from tasks.core.transcript import Kind, Payload, Progress
+from tasks.core.transcript import Kind, Notice, Payload, Progress
 
 log = structlog.get_logger("forgehand.backchannel")
 
@@ -115,6 +115,7 @@ class Backchannel:
         # call passes pre_tool_use first (its broker grants it here); anything else holding the run
         # token (a shell command curling the socket) finds no grant and runs nothing.
         self._grants: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.ungranted: collections.Counter[str] = collections.Counter()  # calls refused for want of a grant
         self._allowance = float(PROGRESS_BURST)
         self._refilled = clock()
 
@@ -129,6 +130,24 @@ class Backchannel:
             return False
         self._grants[key] -= 1
         return True
+
+    async def refused_ungranted(self, tool: str) -> None:
+        """A call no policy decision allowed (something in the sandbox holding the run token, not the
+        agent's own tool call) was refused: logged each time, the first of each tool noted in the
+        transcript (the channel's rate and cap bound how many there can be)."""
+        self.ungranted[tool] += 1
+        log.warning("a back-channel call no policy decision allowed was refused", tool=tool,
+                    task_id=self.task_id, run_id=self.run_id, count=self.ungranted[tool])  # fmt: skip
+        if self.ungranted[tool] > 1:
+            return
+        text = (
+            f"forgehand: a {tool} call on the back-channel that no policy decision allowed was refused "
+            "(not the agent's own tool call); nothing was done"
+        )
+        try:
+            await self.emit("notice", Notice(text=text, level="warning"))
+        except Exception:
+            log.warning("the refused back-channel call's transcript event was lost", exc_info=True)
 
     def set_question_hook(self, fn: QuestionHook | None) -> None:
         """The runtime's: called once with the question, so it ends the turn."""
