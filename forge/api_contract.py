@@ -13,7 +13,7 @@ rules the server actually follows:
   repositories);
 - request bodies that refuse unknown fields say `additionalProperties: false`;
 - closed vocabularies (token scopes, webhook events, error codes) are enums;
-- integers in paths and queries carry the signed 64-bit bounds that `forge.int_bounds` enforces.
+- integers in paths and queries carry the signed 32-bit bounds that `forge.int_bounds` enforces.
 
 A render plugin is Litestar's public hook for what `/api/schema/openapi.json` returns; the document
 is completed once, on first request, and cached.
@@ -97,8 +97,8 @@ def _statuses(method: str, path: str, operation: Mapping[str, Any]) -> list[str]
         out.append("400")
     if has_body:
         out += ["413", "415"]
-    if "{" in path:
-        out.append("404")
+    if "{" in path or has_body:
+        out.append("404")  # a path names a resource; so may a body (a bot's owner, a collaborator)
     if method in WRITE_METHODS:
         out.append("409")
         if "/tasks" in path:
@@ -107,7 +107,7 @@ def _statuses(method: str, path: str, operation: Mapping[str, Any]) -> list[str]
 
 
 def _bound_integers(schema: dict[str, Any]) -> None:
-    """Signed 64-bit bounds on an integer schema (or an `integer | null` one) that has none."""
+    """Signed 32-bit bounds (`forge.int_bounds`) on an integer schema (or an `integer | null` one) that has none."""
     kinds = [schema.get("type")] + [alt.get("type") for alt in schema.get("oneOf", [])]
     if "integer" in kinds:
         schema.setdefault("minimum", INT_MIN)

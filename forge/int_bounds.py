@@ -1,10 +1,11 @@
 """Integers in paths and query strings fit the database, or the request never reaches a handler.
 
-SQLite and PostgreSQL store signed 64-bit integers; a larger id or cursor used to travel to the
-driver and come back as a server error. One `before_request` guard covers every route, present and
-future: an integer path parameter out of range names nothing (404), an integer query parameter out of
-range is invalid input (422). Bounds a handler declares itself (`Parameter(ge=..., le=...)`) still
-apply on top, through Litestar's own validation."""
+Every id and cursor column is an `INTEGER`: signed 64-bit in SQLite, but signed 32-bit in
+PostgreSQL, where asyncpg refuses a larger argument; such an id or cursor used to travel to the
+driver and come back as a server error (on PostgreSQL from 2**31 on). One `before_request` guard
+covers every route, present and future: an integer path parameter out of range names nothing
+(404), an integer query parameter out of range is invalid input (422). Bounds a handler declares
+itself (`Parameter(ge=..., le=...)`) still apply on top, through Litestar's own validation."""
 
 import functools
 from typing import Any, Final
@@ -17,9 +18,11 @@ from litestar.typing import FieldDefinition
 from forge.error_codes import Code
 from forge.errors import InvalidInput, NotFound
 
-INT_MIN: Final = -(2**63)
-INT_MAX: Final = 2**63 - 1
-# int() of a longer string is slow (CPython caps it at 4300 digits and raises); 20 digits hold int64.
+# The range both databases hold in an INTEGER column (PostgreSQL's int4).
+INT_MIN: Final = -(2**31)
+INT_MAX: Final = 2**31 - 1
+# int() of a longer string is slow (CPython caps it at 4300 digits and raises); 20 digits hold any int64, so a
+# longer one is out of range without converting it.
 _MAX_DIGITS: Final = 20
 
 

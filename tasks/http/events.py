@@ -121,7 +121,7 @@ class TaskEventsController(Controller):
         self,
         request: Request[Any, Any, Any],
         task_scope: TaskScopeDep,
-        after: Annotated[int | None, QueryParameter(name="after", ge=0, le=2**31)] = None,
+        after: Annotated[int | None, QueryParameter(name="after", ge=0, le=2**31 - 1)] = None,
     ) -> ServerSentEvent:
         return ServerSentEvent(
             sse_stream(task_scope.system, task_scope.task.id, resume_point(request, after)),

@@ -73,7 +73,7 @@ class TaskController(Controller):
     async def transcript_page(
         self,
         task_scope: TaskScopeDep,
-        after: Annotated[int, QueryParameter(name="after", ge=0, le=2**31)] = 0,
+        after: Annotated[int, QueryParameter(name="after", ge=0, le=2**31 - 1)] = 0,
         limit: Annotated[int, QueryParameter(name="limit", ge=1, le=1000)] = 200,
     ) -> TranscriptPage:
         task = task_scope.task
