@@ -343,3 +343,27 @@ async def test_web_pages_start_and_show_a_task(client: AsyncTestClient[Litestar]
     assert (await client.get("/ana/demo/tasks/0")).status_code == 404
     bad = await client.post("/ana/demo/tasks/", data={**form, "agent": "nobody"}, follow_redirects=False)
     assert bad.status_code == 422 and "not an active bot" in bad.text
+
+
+async def test_nul_in_what_reaches_the_sandbox_is_422(client: AsyncTestClient[Litestar], world: World) -> None:
+    """A goal with NUL was stored and its run failed `internal` (the sandbox refuses NUL in argv and
+    environment): every text a start or a message hands to a run is refused at the API."""
+    h = auth(world, "ana")
+    ok = {"goal": "g", "agent": "fixer", "command": "true"}
+    for change, code in (
+        ({"goal": "a\x00b"}, "invalid_characters"),
+        ({"title": "t\x00"}, "invalid_characters"),
+        ({"agent": "fix\x00er"}, "invalid_characters"),
+        ({"base": "ma\x00in"}, "invalid_characters"),
+        ({"command": "echo \x00"}, "invalid_command"),
+        ({"command": ["echo", "\x00"]}, "invalid_command"),
+        ({"command": None, "runtime": "acp", "agent_command": "x\x00"}, "invalid_characters"),
+    ):
+        r = await client.post(TASKS, json={**ok, **change}, headers=h)
+        assert r.status_code == 422 and r.json()["code"] == code, (change, r.text)
+    assert (await client.get(TASKS, headers=h)).json() == []
+    assert (await client.post(TASKS, json=ok, headers=h)).status_code == 201
+    await client.post(f"{TASKS}/1/stop", headers=h)
+    for path in ("messages", "answer"):
+        r = await client.post(f"{TASKS}/1/{path}", json={"body": "more\x00"}, headers=h)
+        assert r.status_code == 422 and r.json()["code"] == "invalid_characters", r.text
