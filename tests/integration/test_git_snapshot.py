@@ -166,9 +166,10 @@ def test_a_base_name_that_is_not_utf8_is_kept_and_never_breaks_a_report(tmp_path
         limits=SnapshotLimits(), manifest=manifest,
     )  # fmt: skip
     assert [s.path for s in snap.skipped] == ["caf\\xe9.txt"] and snap.changed_files == ["ok.txt"]
-    assert tree_entries(repo, snap.sha)[os.fsdecode(b"caf\xe9.txt")] == tree_entries(repo, base)[
-        os.fsdecode(b"caf\xe9.txt")
-    ]
+    assert (
+        tree_entries(repo, snap.sha)[os.fsdecode(b"caf\xe9.txt")]
+        == tree_entries(repo, base)[os.fsdecode(b"caf\xe9.txt")]
+    )
     msgspec.json.encode(snap)
 
 
