@@ -58,7 +58,8 @@ class Code(StrEnum):
     DATABASE_BUSY = (
         "database_busy",
         503,
-        "every database connection stayed taken (5 s) or SQLite's lock (15 s); retry after `Retry-After`",
+        "every connection of the write pool stayed taken (5 s), SQLite's write lock (15 s), or every read"
+        " connection (30 s); retry after `Retry-After`",
     )
 
     # Accounts, sign-in, sessions and tokens.
