@@ -122,6 +122,11 @@ _REPO_RULES: dict[Action, tuple[Role, Scope]] = {
     Action.REVIEW_WRITE: (Role.WRITE, Scope.REVIEWS_WRITE),
     Action.WEBHOOKS_ADMIN: (Role.ADMIN, Scope.WEBHOOKS_ADMIN),
 }
+# Task actions: below the write role tasks do not exist for the caller (404, never 403).
+_TASK_ACTIONS = {Action.TASK_READ, Action.TASK_WRITE, Action.REVIEW_WRITE}
+# What a repository the caller cannot read answers, exactly as one that does not exist.
+REPO_NOT_FOUND = "repository not found"
+TASKS_HIDDEN = "task not found (tasks are visible to collaborators with write access)"
 # Actions that change repository content: refused on archived repositories.
 _CONTENT_WRITES = {Action.REPO_WRITE, Action.TASK_WRITE, Action.REVIEW_WRITE}
 
@@ -204,9 +209,11 @@ def can(principal: Principal, action: Action, resource: Resource) -> bool:
     return not (resource.archived and action in _CONTENT_WRITES)
 
 
-def require(principal: Principal, action: Action, resource: Resource, *, what: str = "repository") -> None:
+def require(principal: Principal, action: Action, resource: Resource) -> None:
     """Raise unless allowed. Whoever cannot see the resource gets 404, not 403, so that its
-    existence does not leak; tasks (and their transcripts) are invisible below the write role."""
+    existence does not leak: below read, the very answer of a repository that does not exist
+    (`repo_not_found`, same message); tasks (their transcripts, reviews, and starting one) are
+    invisible below the write role, on the API and the pages alike."""
     if can(principal, action, resource):
         return
     if isinstance(resource, Instance | AccountRef):
@@ -223,9 +230,10 @@ def require(principal: Principal, action: Action, resource: Resource, *, what: s
         raise Forbidden("you may manage only your own account and your bots")
     role = effective_role(principal, resource)
     needed_role, needed_scope = _REPO_RULES[action]
-    visible_from = Role.WRITE if action is Action.TASK_READ else Role.READ
-    if role is None or role < visible_from:
-        raise NotFound(f"{what} not found", refused=True)
+    if role is None:
+        raise NotFound(REPO_NOT_FOUND, code=Code.REPO_NOT_FOUND, refused=True)
+    if action in _TASK_ACTIONS and role < Role.WRITE:
+        raise NotFound(TASKS_HIDDEN, refused=True)
     if role < needed_role:
         raise Forbidden(f"this needs the {needed_role.name.lower()} role on the repository")
     if not principal.has_scope(needed_scope):

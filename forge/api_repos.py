@@ -65,7 +65,7 @@ class RepoController(Controller):
         actor: ActorDep,
         store: StoreDep,
         bus: BusDep,
-        base_url: BaseUrlDep,
+        forge_url: BaseUrlDep,
         data: JSONBody[RepoCreate],
     ) -> RepoRead:
         principal = actor.principal
@@ -75,18 +75,18 @@ class RepoController(Controller):
             raise Forbidden("this token lacks the 'repo:write' scope", code=Code.INSUFFICIENT_SCOPE)
         repo = await repo_lifecycle.create_own(db_session, store, bus, actor, data)
         res = await repositories.resource_for(db_session, repo, principal)
-        return repositories.to_read(res, principal, base_url)
+        return repositories.to_read(res, principal, forge_url)
 
     @get("/api/v1/repos", summary="Repositories the caller can read")
     async def list_repos(
-        self, db_session: DbSession, actor: ActorDep, base_url: BaseUrlDep, owner: FromQuery[str | None] = None
+        self, db_session: DbSession, actor: ActorDep, forge_url: BaseUrlDep, owner: FromQuery[str | None] = None
     ) -> list[RepoRead]:
         found = await repositories.list_visible(db_session, actor.principal, owner=owner)
-        return [repositories.to_read(r, actor.principal, base_url) for r in found]
+        return [repositories.to_read(r, actor.principal, forge_url) for r in found]
 
     @get(REPO, summary="A repository")
-    async def get_repo(self, path_repo: PathRepoDep, actor: ActorDep, base_url: BaseUrlDep) -> RepoRead:
-        return repositories.to_read(await path_repo.load(), actor.principal, base_url)
+    async def get_repo(self, path_repo: PathRepoDep, actor: ActorDep, forge_url: BaseUrlDep) -> RepoRead:
+        return repositories.to_read(await path_repo.load(), actor.principal, forge_url)
 
     @patch(REPO, summary="Rename, describe, change visibility, default branch or archive")
     async def update_repo(
@@ -94,13 +94,13 @@ class RepoController(Controller):
         db_session: DbSession,
         actor: ActorDep,
         store: StoreDep,
-        base_url: BaseUrlDep,
+        forge_url: BaseUrlDep,
         path_repo: PathRepoDep,
         data: JSONBody[RepoUpdate],
     ) -> RepoRead:
         res = await path_repo.load(Action.REPO_ADMIN)
         res = await repo_lifecycle.update(db_session, store, actor, res, data)
-        return repositories.to_read(res, actor.principal, base_url)
+        return repositories.to_read(res, actor.principal, forge_url)
 
     @delete(REPO, summary="Delete a repository (instance admins; body {confirm: 'owner/name'})", status_code=204)
     async def delete_repo(

@@ -26,7 +26,7 @@ from forge.api_contract import ContractJsonPlugin
 from forge.api_reference import API_REFERENCE_ASSETS, LocalSwaggerPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
-from forge.auth import AuthMiddleware, AuthState
+from forge.auth import AuthenticationLayer, AuthState
 from forge.db import Database
 from forge.deps import DEPENDENCIES
 from forge.edges import add_security_headers, before_request
@@ -163,7 +163,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         dependencies=DEPENDENCIES,
         middleware=[
             prometheus.middleware,
-            DefineMiddleware(AuthMiddleware, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
+            DefineMiddleware(AuthenticationLayer, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
         ],
         before_request=before_request,
         before_send=[add_security_headers],

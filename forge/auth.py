@@ -4,9 +4,12 @@ refuses bad credentials with 401 and an audit row. Authorization is `forge.acces
 
 import base64
 import secrets
+from typing import Any
 
 from litestar.connection import ASGIConnection
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.middleware._internal.exceptions import ExceptionHandlerMiddleware
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from forge import audit, tokens, websessions
 from forge.access import ANONYMOUS, Principal
@@ -101,3 +104,15 @@ class AuthMiddleware(AbstractAuthenticationMiddleware):
             if info is not None:
                 return AuthenticationResult(user=info.principal, auth=info)
         return AuthenticationResult(user=ANONYMOUS, auth=None)
+
+
+class AuthenticationLayer:
+    """`AuthMiddleware` with what it raises (a refused token, a busy database) answered right here,
+    as Litestar's own session-auth middleware does: the middleware around it (Prometheus) then
+    counts the status the client got. Raised further out, the error passed it as a 200."""
+
+    def __init__(self, app: ASGIApp, **options: Any) -> None:
+        self.app = ExceptionHandlerMiddleware(app=AuthMiddleware(app, **options), debug=None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)

@@ -17,6 +17,7 @@ import msgspec
 import structlog
 from sqlalchemy import DateTime, MetaData, TypeDecorator, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
@@ -83,11 +84,25 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-#: How long a request waits for a pooled connection before it is answered 503 with Retry-After
+#: How long a write waits for a pooled connection before it is answered 503 with Retry-After
 #: (`forge.problems`): a full pool is back-pressure, not a server error after 30 s.
 POOL_TIMEOUT_SECONDS = 5.0
+#: How long a read waits for one. Reads never queue behind writes (a pool of their own), so a
+#: full read pool is only many reads in flight, each soon done: 300 at once on two CPUs take
+#: 10-20 s in all, and every one is answered rather than the late ones refused 503.
+READ_POOL_TIMEOUT_SECONDS = 30.0
+#: The read pool (`Database.engine`). Writes have a pool of their own (`Database.write_engine`):
+#: a burst of writes queued on SQLite's one write lock, or PostgreSQL's row locks, never takes the
+#: connections reads need (in WAL mode SQLite readers go on while a writer writes).
 POOL_SIZE = 10
 POOL_MAX_OVERFLOW = 10
+#: SQLite has one writer at a time (and writers queue in-process first, `Database._write_turn`):
+#: a connection or two is all its writes can use. PostgreSQL writers run side by side.
+SQLITE_WRITE_POOL = 2
+WRITE_POOL_SIZE = 5
+WRITE_POOL_MAX_OVERFLOW = 5
+#: How long a read path's bookkeeping write (`Database.touch`) may wait before it is skipped.
+TOUCH_SECONDS = 1.0
 #: How long a SQLite writer waits for its turn (the engine's `busy_timeout`) before the same 503.
 WRITE_TURN_SECONDS = 15.0
 
@@ -105,8 +120,13 @@ def json_text(value: Any) -> str:
         return json.dumps(value)
 
 
-def create_engine(url: str) -> AsyncEngine:
-    pool = {"pool_size": POOL_SIZE, "max_overflow": POOL_MAX_OVERFLOW, "pool_timeout": POOL_TIMEOUT_SECONDS}
+def create_engine(url: str, *, write: bool = False) -> AsyncEngine:
+    """The read engine, or with `write` the engine of write transactions (a pool of its own)."""
+    size, overflow = (WRITE_POOL_SIZE, WRITE_POOL_MAX_OVERFLOW) if write else (POOL_SIZE, POOL_MAX_OVERFLOW)
+    if write and url.startswith("sqlite"):
+        size, overflow = SQLITE_WRITE_POOL, 0
+    wait = POOL_TIMEOUT_SECONDS if write else READ_POOL_TIMEOUT_SECONDS
+    pool = {"pool_size": size, "max_overflow": overflow, "pool_timeout": wait}
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 15}, json_serializer=json_text, **pool)
         _install_sqlite_hooks(engine)
@@ -150,8 +170,10 @@ class Database:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.engine = create_engine(url)
+        self.engine = create_engine(url)  # reads
+        self.write_engine = create_engine(url, write=True)
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
+        self.write_sessionmaker = async_sessionmaker(self.write_engine, expire_on_commit=False)
         # SQLite writers queue in-process, before taking a pooled connection: queued on the
         # database's lock instead, each would sit on a connection for up to `busy_timeout`, and a
         # burst of writes would starve every read of the pool. One lock per event loop.
@@ -180,8 +202,10 @@ class Database:
         """A session whose transaction commits on success and rolls back on error.
 
         `write=True` takes SQLite's write lock up front (BEGIN IMMEDIATE), after its turn among
-        this process's writers. What `after_commit` registered on it runs once it has committed."""
-        async with self._write_turn(write), self.sessionmaker() as session:
+        this process's writers, on a connection of the write pool; a read never waits for one.
+        What `after_commit` registered on it runs once it has committed."""
+        makers = self.write_sessionmaker if write else self.sessionmaker
+        async with self._write_turn(write), makers() as session:
             if write:
                 await session.connection(execution_options={IMMEDIATE: True})
             try:
@@ -191,5 +215,16 @@ class Database:
                 await session.rollback()
                 raise
 
+    async def touch(self, statement: Any, *, within: float = TOUCH_SECONDS) -> None:
+        """A bookkeeping write a read path makes (a token's or a session's last use): done if the
+        write path has room within `within` seconds, else skipped, so that a read never waits on
+        (or fails with) the write path."""
+        try:
+            async with asyncio.timeout(within), self.session(write=True) as session:
+                await session.execute(statement)
+        except (TimeoutError, PoolTimeout, OperationalError) as exc:
+            log.info("bookkeeping write skipped: the write path is busy", error=type(exc).__name__)
+
     async def dispose(self) -> None:
         await self.engine.dispose()
+        await self.write_engine.dispose()

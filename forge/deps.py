@@ -90,7 +90,7 @@ DEPENDENCIES = {
     "actor": Provide(provide_actor, sync_to_thread=False),
     "principal": Provide(provide_principal, sync_to_thread=False),
     "settings": _from_state("settings"),
-    "base_url": Provide(provide_base_url, sync_to_thread=False),
+    "forge_url": Provide(provide_base_url, sync_to_thread=False),
     "db": _from_state("db"),
     "token_cache": _from_state("auth", "token_cache"),
     "store": _from_state("repo_store"),
@@ -103,6 +103,8 @@ DbSession = NamedDependency[AsyncSession]
 ActorDep = NamedDependency[Actor]
 PrincipalDep = NamedDependency[Principal]
 SettingsDep = NamedDependency[Settings]
+# Named so no request body field shadows it (Litestar reads a body error on a field named like a
+# dependency as a server error: a too long `base_url` answered 500).
 BaseUrlDep = NamedDependency[str]
 DatabaseDep = NamedDependency[Database]
 TokenCacheDep = NamedDependency[TokenCache]

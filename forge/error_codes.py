@@ -58,7 +58,8 @@ class Code(StrEnum):
     DATABASE_BUSY = (
         "database_busy",
         503,
-        "every database connection stayed taken (5 s) or SQLite's lock (15 s); retry after `Retry-After`",
+        "every connection of the write pool stayed taken (5 s), SQLite's write lock (15 s), or every read"
+        " connection (30 s); retry after `Retry-After`",
     )
 
     # Accounts, sign-in, sessions and tokens.
@@ -170,7 +171,6 @@ class Code(StrEnum):
     STALE_HEAD = "stale_head", 409, "the task's head moved; see `head_sha`"
     STALE_COMMIT = "stale_commit", 409, "the review was written against an older commit; see `head_sha`"
     MERGE_BLOCKED = "merge_blocked", 409, "merge rules do not hold; see `blockers`"
-    TASKS_NEED_WRITE = "tasks_need_write", 403, "a page of tasks opened by someone who only reads the repository"
     TASK_NO_CHANGES = "task_no_changes", 409, "the task's runs changed nothing: there is nothing to merge"
     REVIEW_EMPTY = "review_empty", 422, "a review needs a body or inline comments"
     COMMENT_EMPTY = "comment_empty", 422, "an inline comment is empty"

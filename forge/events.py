@@ -65,6 +65,7 @@ FailureReasonName = Literal[
     "agent_lingered",
     "snapshot_too_large",
     "snapshot_failed",
+    "settle_failed",
     "internal",
 ]
 ApprovalDecidedName = Literal["approved", "denied", "expired", "cancelled"]

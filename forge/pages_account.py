@@ -85,7 +85,7 @@ class ProfilePages(Controller):
         request: Request[Any, Any, Any],
         db_session: DbSession,
         actor: ActorDep,
-        base_url: BaseUrlDep,
+        forge_url: BaseUrlDep,
         login: FromPath[str],
     ) -> Template:
         account = await accounts.get_by_login(db_session, login)
@@ -93,7 +93,7 @@ class ProfilePages(Controller):
             raise NotFound(f"no account {login!r}", code=Code.ACCOUNT_NOT_FOUND)
         principal = actor.principal
         found = await repositories.list_visible(db_session, principal, owner=account.login)
-        repos = [repositories.to_read(r, principal, base_url) for r in found]
+        repos = [repositories.to_read(r, principal, forge_url) for r in found]
         is_self = principal.account_id == account.id
         tasks: Sequence[Any] = []
         list_tasks: AccountTasks | None = getattr(request.app.state, "account_tasks", None)

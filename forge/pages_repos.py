@@ -66,9 +66,9 @@ class RepoViews:
 
 
 def provide_views(
-    request: Request[Any, Any, Any], path_repo: NamedDependency[PathRepo], base_url: NamedDependency[str]
+    request: Request[Any, Any, Any], path_repo: NamedDependency[PathRepo], forge_url: NamedDependency[str]
 ) -> RepoViews:
-    return RepoViews(request, path_repo, base_url)
+    return RepoViews(request, path_repo, forge_url)
 
 
 VIEWS = {"views": Provide(provide_views, sync_to_thread=False)}
@@ -87,10 +87,10 @@ class RepoListPages(Controller):
 
     @get("/repos")
     async def list_page(
-        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, base_url: BaseUrlDep
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, forge_url: BaseUrlDep
     ) -> Template:
         found = await repositories.list_visible(db_session, actor.principal)
-        repos = [repositories.to_read(r, actor.principal, base_url) for r in found]
+        repos = [repositories.to_read(r, actor.principal, forge_url) for r in found]
         return page(request, "repos/list.html", repos=repos)
 
     @get("/repos/new")

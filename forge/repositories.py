@@ -14,7 +14,8 @@ import msgspec
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import INSTANCE, Action, Principal, Role, Visibility, can, effective_role, require
+from forge.access import INSTANCE, REPO_NOT_FOUND, Action, Principal, Role, Visibility, can, effective_role, require
+from forge.error_codes import Code
 from forge.errors import NotFound
 from forge.models import Account, BranchRule, Collaborator, Repository
 from forge.text import NUL
@@ -125,7 +126,7 @@ async def load(
     """Find `owner/name` and check `action`; below read access the answer is 404."""
     repo = await find(session, owner, name)
     if repo is None:
-        raise NotFound("repository not found", code="repo_not_found", refused=True)
+        raise NotFound(REPO_NOT_FOUND, code=Code.REPO_NOT_FOUND, refused=True)
     res = await resource_for(session, repo, principal)
     require(principal, action, res)
     return res

@@ -16,6 +16,16 @@ def without_nul(value: str) -> str:
     return value.replace(NUL, "\ufffd")
 
 
+def safe_text(value: str) -> str:
+    """`value` with what no UTF-8 encoder takes (lone surrogates: a name that is not UTF-8, as
+    `os.fsdecode` gives it) written as escapes, so that it can go into JSON and the database."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
+
+
 def require_no_nul(value: str, what: str) -> str:
     if NUL in value:
         raise InvalidInput(f"{what} must not contain NUL characters", code=Code.INVALID_CHARACTERS)

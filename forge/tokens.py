@@ -1,7 +1,8 @@
 """Personal access tokens: `fh_` + 40 random characters, shown once, stored as SHA-256 + last eight."""
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
@@ -126,6 +127,27 @@ class TokenCache:
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
         self._entries: dict[str, tuple[float, Principal, datetime | None]] = {}
+        # One lookup per token at a time: the requests a client sends at once with a token this
+        # process has not seen share it (300 of them used to be 300 reads and 300 writes).
+        self._loading: dict[str, asyncio.Future[Principal]] = {}
+
+    async def once(self, token_hash: str, load: Callable[[], Awaitable[Principal]]) -> Principal:
+        """`load()`'s principal, shared by every caller that asks while it runs (on this loop)."""
+        pending = self._loading.get(token_hash)
+        if pending is None or pending.get_loop() is not asyncio.get_running_loop():
+            pending = asyncio.ensure_future(load())
+            self._loading[token_hash] = pending
+            pending.add_done_callback(lambda done: self._forget_loading(token_hash, done))
+        try:
+            return await asyncio.shield(pending)
+        except Unauthenticated as exc:  # each request raises (and audits) its own
+            raise Unauthenticated(exc.detail, code=exc.code) from None
+
+    def _forget_loading(self, token_hash: str, done: "asyncio.Future[Principal]") -> None:
+        if self._loading.get(token_hash) is done:
+            del self._loading[token_hash]
+        if not done.cancelled():
+            done.exception()  # retrieved: the waiters got it
 
     def get(self, token_hash: str) -> Principal | None:
         entry = self._entries.get(token_hash)
@@ -159,6 +181,10 @@ async def resolve(db: Database, cache: TokenCache, secret: str) -> Principal:
     cached = cache.get(token_hash)
     if cached is not None:
         return cached
+    return await cache.once(token_hash, lambda: _lookup(db, cache, token_hash))
+
+
+async def _lookup(db: Database, cache: TokenCache, token_hash: str) -> Principal:
     async with db.session() as session:
         found = (
             await session.execute(
@@ -193,7 +219,6 @@ async def resolve(db: Database, cache: TokenCache, secret: str) -> Principal:
         scopes=expand_scopes(granted),
     )
     if row.last_used_at is None or now - row.last_used_at > _LAST_USED_GRANULARITY:
-        async with db.session(write=True) as session:
-            await session.execute(update(AccessToken).where(AccessToken.id == row.id).values(last_used_at=now))
+        await db.touch(update(AccessToken).where(AccessToken.id == row.id).values(last_used_at=now))
     cache.put(token_hash, principal, row.expires_at)
     return principal

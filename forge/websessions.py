@@ -62,8 +62,7 @@ async def resolve(db: Database, sid: str) -> SessionInfo | None:
     if row.expires_at <= now or account.disabled or account.is_bot:
         return None
     if now - row.last_seen_at > _TOUCH_EVERY:
-        async with db.session(write=True) as session:
-            await session.execute(update(WebSession).where(WebSession.id_hash == id_hash).values(last_seen_at=now))
+        await db.touch(update(WebSession).where(WebSession.id_hash == id_hash).values(last_seen_at=now))
     principal = Principal(
         account_id=account.id,
         login=account.login,

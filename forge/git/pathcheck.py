@@ -50,6 +50,20 @@ def guarded_as(name: str) -> str | None:
     return None
 
 
+def shown(path: str) -> str:
+    """A path as people, JSON and the database can take it. A name that is not UTF-8 comes from
+    `os.fsdecode` with its bad bytes as lone surrogates, which no UTF-8 encoder accepts: those
+    bytes are written as `\\xff` escapes (`bad\\xffname`)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return path.encode("utf-8", "backslashreplace").decode("utf-8")
+    return path
+
+
 def name_problem(name: str) -> str | None:
     """Why a file name the agent introduced cannot go into a tree."""
     try:

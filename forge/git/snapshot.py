@@ -26,7 +26,7 @@ import pygit2
 from pygit2.enums import FileMode, ObjectType
 
 from forge.git.bare import update_ref
-from forge.git.pathcheck import blob_problem, escapes, link_problem, name_problem
+from forge.git.pathcheck import blob_problem, escapes, link_problem, name_problem, shown
 from forge.git.schemas import Identity
 
 _TREE = int(FileMode.TREE)
@@ -102,10 +102,13 @@ def checkout(repo: pygit2.Repository, sha: str, dest: Path, *, owner: tuple[int,
             name = os.fsdecode(entry.raw_name or b"")
             path = rel + name
             if entry.filemode == _COMMIT:
-                not_written.append(Skipped(path=path, reason="a submodule link is not checked out"))
+                not_written.append(Skipped(path=shown(path), reason="a submodule link is not checked out"))
                 continue
             if name in ("", ".", "..") or "/" in name or "\x00" in name or name.casefold().rstrip(" .") == ".git":
-                not_written.append(Skipped(path=path, reason="a name the checkout does not write"))
+                not_written.append(Skipped(path=shown(path), reason="a name the checkout does not write"))
+                continue
+            if shown(name) != name:  # its manifest entry and any report of it could not be encoded
+                not_written.append(Skipped(path=shown(path), reason="a name that is not UTF-8 is not checked out"))
                 continue
             target = into / name
             try:
@@ -128,7 +131,7 @@ def checkout(repo: pygit2.Repository, sha: str, dest: Path, *, owner: tuple[int,
                 _owned(target, owner, directory=False)
                 st = target.lstat()
             except OSError as exc:
-                not_written.append(Skipped(path=path, reason=f"the host refused it: {exc.strerror}"))
+                not_written.append(Skipped(path=shown(path), reason=f"the host refused it: {exc.strerror}"))
                 continue
             written.add(path)
             if entry.filemode != _LINK:
@@ -157,7 +160,7 @@ def expected_checkout(repo: pygit2.Repository, sha: str) -> Checkout:
     written = set()
     for path, (mode, _) in flatten(repo, tree):
         parts = path.split("/")
-        if mode != _COMMIT and not any(p.casefold().rstrip(" .") == ".git" for p in parts):
+        if mode != _COMMIT and shown(path) == path and not any(p.casefold().rstrip(" .") == ".git" for p in parts):
             written.add(path)
     return Checkout(files=len(written), written=frozenset(written), not_written=[])
 
@@ -393,7 +396,8 @@ def snapshot(
     overlay.deletions()
     overlay.check_links()
     tree_id = _apply(repo, base_tree, overlay.changes) or _write_tree(repo, {})
-    skipped = [Skipped(path=p, reason=r) for p, r in sorted(overlay.refused.items())]
+    # Shown safely: a refused name that is not UTF-8 must not break the JSON of what reports it.
+    skipped = [Skipped(path=shown(p), reason=r) for p, r in sorted(overlay.refused.items())]
     ref = f"refs/heads/{branch}"
     current = repo.references.get(ref)
     current_sha = str(current.target) if current is not None else None
@@ -404,7 +408,7 @@ def snapshot(
     if tree_id in (base_tree.id, parent.tree.id):
         return Snapshot(sha=head_sha, committed=False, changed_files=[], skipped=skipped)
     diff = repo[tree_id].peel(pygit2.Tree).diff_to_tree(parent.tree, swap=True)
-    changed = sorted({d.new_file.path or d.old_file.path for d in diff.deltas})
+    changed = sorted({shown(d.new_file.path or d.old_file.path) for d in diff.deltas})
     author_sig = pygit2.Signature(author.name, author.email)
     committer_sig = pygit2.Signature(committer.name, committer.email)
     commit_id = repo.create_commit(None, author_sig, committer_sig, message, tree_id, [parent.id])

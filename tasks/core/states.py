@@ -111,6 +111,8 @@ class FailureReason(StrEnum):
     AGENT_LINGERED = "agent_lingered"
     SNAPSHOT_TOO_LARGE = "snapshot_too_large"
     SNAPSHOT_FAILED = "snapshot_failed"
+    # The settle step itself failed (the run's end could not be recorded as it happened).
+    SETTLE_FAILED = "settle_failed"
     INTERNAL = "internal"
 
 

@@ -19,6 +19,7 @@ import structlog
 
 from forge.db import Database, utcnow
 from tasks.core import transcript
+from tasks.core.capping import STREAM_STORE_CAP, StoredCap
 from tasks.core.live import LiveHub
 from tasks.core.redaction import Redactor, redacted_json
 from tasks.core.transcript import Kind, Output, Payload, Pending
@@ -47,6 +48,7 @@ class TranscriptWriter:
         flush_interval: float = 0.05,
         max_buffer: int = 512,
         behind_bytes: int = BEHIND_BYTES,
+        stream_cap: int = STREAM_STORE_CAP,
     ) -> None:
         self.db = db
         self.hub = hub
@@ -58,6 +60,8 @@ class TranscriptWriter:
         self.behind_bytes = behind_bytes
         self._buffer: list[Pending] = []
         self._buffered_bytes = 0  # the JSON emit_many buffered since the last store began
+        self.stored_cap = StoredCap(stream_cap)  # stdout and stderr as stored, together
+        self._dropped: dict[Kind, int] = {}  # bytes past the cap, per stream, told at close
         self._kick = asyncio.Event()
         self._now = asyncio.Event()  # a batch filled the buffer: the loop flushes without its pause
         self._lock = asyncio.Lock()
@@ -74,22 +78,28 @@ class TranscriptWriter:
 
     def _redacted(self, out: list[Pending], kind: Kind, payload: Payload, at: datetime) -> None:
         if isinstance(payload, Output) and kind in _STREAMS:
-            text = self.redactor.feed(kind, payload.text)
-            if text or payload.omitted_bytes:
-                output = Output(text=text, omitted_bytes=payload.omitted_bytes)
-                out.append(Pending(kind=kind, payload=output, run_id=self.run_id, at=at))
+            self._stream(out, kind, self.redactor.feed(kind, payload.text), payload.omitted_bytes, at)
             return
         self._end_streams(out, at)
         encoded = redacted_json(self.redactor, payload)
         out.append(Pending(kind=kind, payload=payload, run_id=self.run_id, at=at, encoded=encoded))
 
+    def _stream(self, out: list[Pending], kind: Kind, text: str, omitted: int, at: datetime) -> None:
+        """Output as stored: within the run's stored cap (`StoredCap`); past it, only counted, and
+        the count told once, when the writer closes."""
+        text, dropped = self.stored_cap.take(text)
+        if dropped and not text:
+            self._dropped[kind] = self._dropped.get(kind, 0) + dropped + omitted
+            return
+        if text or omitted or dropped:
+            output = Output(text=text, omitted_bytes=omitted + dropped)
+            out.append(Pending(kind=kind, payload=output, run_id=self.run_id, at=at))
+
     def _end_streams(self, out: list[Pending], at: datetime) -> None:
         """Anything but output ends the output streams: what they held back goes first."""
         if self.redactor.holding:
             for stream in _STREAMS:
-                rest = self.redactor.flush(stream)
-                if rest:
-                    out.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id, at=at))  # type: ignore[arg-type]
+                self._stream(out, stream, self.redactor.flush(stream), 0, at)  # type: ignore[arg-type]
 
     async def emit(self, kind: Kind, payload: Payload, *, activity: bool = True) -> None:
         if activity:
@@ -213,10 +223,13 @@ class TranscriptWriter:
             await transcript.append(session, self.task_id, events)
 
     async def close(self) -> None:
+        at = utcnow()
         for stream in _STREAMS:
-            rest = self.redactor.flush(stream)
-            if rest:
-                self._buffer.append(Pending(kind=stream, payload=Output(text=rest), run_id=self.run_id))  # type: ignore[arg-type]
+            self._stream(self._buffer, stream, self.redactor.flush(stream), 0, at)  # type: ignore[arg-type]
+        for stream, dropped in self._dropped.items():
+            told = Output(text="", omitted_bytes=dropped)
+            self._buffer.append(Pending(kind=stream, payload=told, run_id=self.run_id))
+        self._dropped.clear()
         if self._loop_task is not None:
             # The loop is told to end, not cancelled: a cancel could land inside a flush's
             # transaction (once, under load, the next write then waited out SQLite's busy timeout).

@@ -124,13 +124,14 @@ async def wait_for_stop(system: TaskSystem, task_id: int, timeout: float) -> Non
 async def decide_approval(scope: TaskScope, approval_id: str, data: ApprovalDecide) -> ApprovalRead:
     """A denial's reason is a prompt: its policy check runs before the write transaction."""
     actor = scope.actor
+    approval_id = approval_id[:64]
 
     async def precheck(svc: TaskService, res: RepoResource, task: Task) -> PromptCheck | None:
-        return await ApprovalService(svc).precheck(actor, res, task, data)
+        return await ApprovalService(svc).precheck(actor, res, task, approval_id, data)
 
     async def write(svc: TaskService, res: RepoResource, task: Task, checked: PromptCheck | None) -> ApprovalRead:
         approvals = ApprovalService(svc)
-        return await approvals.read(await approvals.decide(actor, res, task, approval_id[:64], data, checked=checked))
+        return await approvals.read(await approvals.decide(actor, res, task, approval_id, data, checked=checked))
 
     return await precheck_then_write(scope, precheck, write)
 

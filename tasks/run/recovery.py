@@ -14,6 +14,7 @@ import pygit2
 import structlog
 
 from forge.models import Repository
+from forge.text import safe_text
 from sandbox import quota_mounts
 from tasks.core.models import Run, Task
 from tasks.run import gitops
@@ -67,8 +68,19 @@ async def salvage(env: RunEnv, run: Run, task: Task, repo: Repository, agent_log
             )
         except Exception as exc:
             log.exception("recovery snapshot failed", run_id=run.id)
-            out.error = f"the work-in-progress snapshot of the interrupted run failed: {exc}"
+            out.error = safe_text(f"the work-in-progress snapshot of the interrupted run failed: {exc}")
     out.tip, out.tip_is_wip = await env.store.read(key, _tip, task.branch)
+    return out
+
+
+def plain(found: Salvage, exc: Exception) -> Salvage:
+    """`found` without the lists recording it failed on (changed and skipped paths), and why."""
+    out = Salvage()
+    snap = found.snapshot
+    if snap is not None:
+        out.snapshot = gitops.Snapshot(sha=snap.sha, committed=snap.committed, changed_files=[], skipped=[])
+    out.error = safe_text(f"the interrupted run's reports could not be recorded: {type(exc).__name__}: {exc}")
+    out.tip, out.tip_is_wip = found.tip, found.tip_is_wip
     return out
 
 

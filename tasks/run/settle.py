@@ -16,6 +16,7 @@ from forge.events import RunFinished
 from forge.git import Identity
 from forge.models import Repository
 from forge.settings import Settings
+from forge.text import safe_text
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
 from tasks.core import payloads
@@ -79,6 +80,7 @@ class Settling:
     checkout: gitops.Checkout | None
     start_sha: str
     writer: TranscriptWriter | None
+    settled_snap: gitops.Snapshot | None = None  # the settle step's snapshot, once taken
     turns: int
     prompt_tokens: int
     completion_tokens: int
@@ -90,6 +92,39 @@ class Settling:
         raise NotImplementedError
 
     async def settle(self, outcome: Outcome, stopped: bool) -> None:
+        """Settle the run. Whatever fails on the way (an event that cannot be encoded, a write the
+        database refuses) still ends it: failed `settle_failed` with the error, never left
+        `running`; the workspace and its quota mount go once the run is recorded."""
+        settled = False
+        try:
+            await self._settle(outcome, stopped)
+            settled = True
+        except Exception as exc:
+            log.exception("settling the run failed", run_id=self.run_id)
+            settled = await self._settle_failed(exc)
+        if settled and self.workspace is not None:
+            await asyncio.to_thread(remove_workspace, self.workspace)
+
+    async def _settle_failed(self, exc: Exception) -> bool:
+        """End the run failed after its settle step raised (unless it already got recorded), with the
+        snapshot's commit if one landed; False if even that could not be written (then recovery
+        takes the run, its workspace kept for the work-in-progress snapshot)."""
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                await self.writer.close()
+        error = safe_text(f"the run could not be settled: {type(exc).__name__}: {exc}")
+        outcome = Outcome(status=RunState.FAILED, failure_reason=FailureReason.SETTLE_FAILED, error=error)
+        snap = self.settled_snap
+        if snap is not None:
+            snap = gitops.Snapshot(sha=snap.sha, committed=snap.committed, changed_files=[], skipped=[])
+        try:
+            await self.finish_in_db(outcome, RunState.FAILED, snap, notice=error)
+        except Exception:
+            log.exception("recording the failed settle failed", run_id=self.run_id)
+            return False
+        return True
+
+    async def _settle(self, outcome: Outcome, stopped: bool) -> None:
         env = self.env
         assert self.writer is not None
         if self.sandbox is not None:
@@ -126,6 +161,7 @@ class Settling:
                     outcome.status, outcome.error = RunState.FAILED, f"the snapshot failed: {exc}"
                     run_state = RunState.FAILED
             else:
+                self.settled_snap = snap
                 if snap.committed:
                     kind = "work-in-progress snapshot" if wip else "snapshot"
                     text = f"{kind} {snap.sha[:12]} on {self.branch}: {len(snap.changed_files)} files changed"
@@ -164,8 +200,6 @@ class Settling:
             await self.writer.emit("notice", Notice(text=outcome.error, level="error"))
         await self.writer.close()
         await self.finish_in_db(outcome, run_state, snap)
-        if self.workspace is not None:
-            await asyncio.to_thread(remove_workspace, self.workspace)
 
     def commit_message(self, outcome: Outcome, state: RunState, wip: bool) -> str:
         ref = f"{self.full_name}#{self.number}, run {self.run_seq}"
@@ -174,7 +208,9 @@ class Settling:
         body = f"\n\n{outcome.summary}" if outcome.summary else ""
         return f"{self.title}{body}\n\nTask {ref}\n"
 
-    async def finish_in_db(self, outcome: Outcome, run_state: RunState, snap: gitops.Snapshot | None) -> None:
+    async def finish_in_db(
+        self, outcome: Outcome, run_state: RunState, snap: gitops.Snapshot | None, *, notice: str = ""
+    ) -> None:
         env = self.env
         async with env.db.session(write=True) as s:
             life = env.lifecycle(s)
@@ -182,6 +218,12 @@ class Settling:
             task = await life.lock_id(self.task_id)
             repo = await s.get(Repository, task.repo_id)
             assert run is not None and repo is not None
+            if notice:  # the settle step failed: its writer is gone, the reason goes in this transaction
+                if run.state != RunState.RUNNING:
+                    return  # it was recorded before the failure
+                await life.append(
+                    task.id, [Pending(kind="notice", payload=Notice(text=notice, level="error"), run_id=run.id)]
+                )
             run.state = run_state
             run.exit_code = outcome.exit_code
             run.error = "" if run_state is RunState.STOPPED else outcome.error

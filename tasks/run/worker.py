@@ -247,12 +247,20 @@ class TaskWorker:
                 return
             found = await recovery.salvage(self.env, run, task, repo, agent.login if agent else "agent")
             workspace = recovery.workspace_of(self.env, task.uuid, run.uuid)
+        try:
+            await self._record_interrupted(run_id, found)
+        except Exception as exc:
+            # Never the same failure on every start: the run ends without what could not be written.
+            log.exception("recording an interrupted run failed; recording it without its reports", run_id=run_id)
+            await self._record_interrupted(run_id, recovery.plain(found, exc))
+        await asyncio.to_thread(remove_workspace, workspace)
+
+    async def _record_interrupted(self, run_id: int, found: recovery.Salvage) -> None:
         async with self.db.session(write=True) as s:
             run = await s.get(Run, run_id)
             if run is None or run.state != RunState.RUNNING:
                 return  # settled by another worker meanwhile
             await self._settle_interrupted(s, run, found)
-        await asyncio.to_thread(remove_workspace, workspace)
 
     async def _settle_interrupted(self, s: Any, run: Run, found: recovery.Salvage) -> None:
         task = await self.env.lifecycle(s).lock_id(run.task_id)

@@ -44,10 +44,40 @@ class ApprovalService:
         rules.require_decide(actor.principal, res, task)
         return require_no_nul(data.reason, "a reason").strip()
 
-    async def precheck(self, actor: Actor, res: RepoResource, task: Task, data: ApprovalDecide) -> PromptCheck | None:
+    async def _find(self, task: Task, approval_id: str, *, lock: bool) -> Approval:
+        query = select(Approval).where(Approval.uuid == approval_id, Approval.task_id == task.id)
+        if lock:
+            query = query.with_for_update().execution_options(populate_existing=True)
+        a = (await self.session.execute(query)).scalar_one_or_none()
+        if a is None:
+            raise NotFound("approval not found", code="approval_not_found")
+        return a
+
+    @staticmethod
+    def _check_decidable(task: Task, a: Approval, data: ApprovalDecide) -> None:
+        if a.state != ApprovalState.PENDING:
+            raise InvalidState(f"the approval is already {a.state}", code="approval_not_pending", state=a.state)
+        if is_due(a):
+            raise InvalidState(
+                f"the approval expired at {a.expires_at.isoformat()}",
+                code="approval_expired",
+                state=ApprovalState.EXPIRED.value,
+            )
+        if data.input_hash and data.input_hash != a.input_hash:
+            raise InvalidState(
+                "the parked input is not the one you reviewed (input_hash differs)", code="approval_input_mismatch"
+            )
+        if task.state != TaskState.BLOCKED:
+            raise InvalidState(f"the task is {task.state}, not blocked", code="invalid_task_state")
+
+    async def precheck(
+        self, actor: Actor, res: RepoResource, task: Task, approval_id: str, data: ApprovalDecide
+    ) -> PromptCheck | None:
         """A denial's reason reaches the agent: it is a prompt (`user_prompt_submit`, kind
-        `answer`), asked before the write transaction like any other."""
+        `answer`), asked before the write transaction like any other, and only about an approval
+        that exists and can be decided (the write checks again under the lock)."""
         reason = self._check_decider(actor, res, task, data)
+        self._check_decidable(task, await self._find(task, approval_id, lock=False), data)
         if data.decision != "deny" or not reason:
             return None
         return await self.tasks.precheck_prompt(await self.tasks.gate_ctx(task, res, actor), reason, "answer")
@@ -65,30 +95,8 @@ class ApprovalService:
         """Approve or deny a parked call; either way an `approval` run resumes the task."""
         reason = self._check_decider(actor, res, task, data)
         task = await self.life.lock(task)
-        a = (
-            await self.session.execute(
-                select(Approval)
-                .where(Approval.uuid == approval_id, Approval.task_id == task.id)
-                .with_for_update()
-                .execution_options(populate_existing=True)
-            )
-        ).scalar_one_or_none()
-        if a is None:
-            raise NotFound("approval not found", code="approval_not_found")
-        if a.state != ApprovalState.PENDING:
-            raise InvalidState(f"the approval is already {a.state}", code="approval_not_pending", state=a.state)
-        if is_due(a):
-            raise InvalidState(
-                f"the approval expired at {a.expires_at.isoformat()}",
-                code="approval_expired",
-                state=ApprovalState.EXPIRED.value,
-            )
-        if data.input_hash and data.input_hash != a.input_hash:
-            raise InvalidState(
-                "the parked input is not the one you reviewed (input_hash differs)", code="approval_input_mismatch"
-            )
-        if task.state != TaskState.BLOCKED:
-            raise InvalidState(f"the task is {task.state}, not blocked", code="invalid_task_state")
+        a = await self._find(task, approval_id, lock=True)
+        self._check_decidable(task, a, data)
         approve = data.decision == "approve"
         if not approve and reason:
             reason = await self.life.check_prompt(

@@ -109,6 +109,8 @@ async def update(
     rules.require_configure(actor.principal, res)
     for url in (change.model_base_url, change.anthropic_base_url):
         check_endpoint_url(url or "")
+    for key in (change.model_api_key, change.anthropic_api_key):
+        require_no_nul(key or "", "a model key")
     egress = checked(change.egress) if change.egress is not None else None
     row = await session.get(RepoTaskSettings, res.repo.id)
     if row is None:

@@ -21,6 +21,7 @@ from forge.git.errors import InvalidRefName
 from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
+from forge.text import require_no_nul
 from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.lifecycle import (
@@ -47,6 +48,19 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 def slugify(text: str, limit: int = 40) -> str:
     slug = _SLUG.sub("-", text.lower()).strip("-")[:limit].strip("-")
     return slug or "task"
+
+
+def _refuse_nul(data: TaskCreate) -> None:
+    """What a start stores ends up in the sandbox's argv and environment, where a NUL cannot go
+    (the run would fail `internal`), and in PostgreSQL, which cannot store one: refused here."""
+    for value, what in (
+        (data.goal, "a goal"),
+        (data.title, "a title"),
+        (data.agent, "an agent"),
+        (data.base, "a base branch"),
+        (data.agent_command or "", "an agent command"),
+    ):
+        require_no_nul(value, what)
 
 
 def title_from_goal(goal: str) -> str:
@@ -221,7 +235,7 @@ class TaskService:
             argv_of(command)
         except ValueError:
             raise InvalidInput("the command runtime needs a command", code="command_required") from None
-        if isinstance(command, list) and any("\x00" in a for a in command):
+        if any("\x00" in a for a in ([command] if isinstance(command, str) else command)):
             raise InvalidInput("command arguments may not contain NUL", code="invalid_command")
         return command
 
@@ -243,6 +257,7 @@ class TaskService:
     async def _prepare_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> tuple[Task, Account]:
         """Everything a start checks, and the task it would create (not added, no number yet)."""
         rules.require_start(actor.principal, res)
+        _refuse_nul(data)
         goal = data.goal.strip()
         if not goal:
             raise InvalidInput("the goal is required", code="goal_required")
@@ -287,7 +302,7 @@ class TaskService:
     # --- actions on a task --------------------------------------------------------------------
 
     async def _valid_message(self, task: Task, data: MessageCreate) -> str:
-        body = data.body.strip()
+        body = require_no_nul(data.body, "a message").strip()
         if not body:
             raise InvalidInput("the message is empty", code="body_required")
         state = TaskState(task.state)
@@ -302,7 +317,7 @@ class TaskService:
 
     @staticmethod
     def _valid_answer(task: Task, data: MessageCreate) -> str:
-        body = data.body.strip()
+        body = require_no_nul(data.body, "an answer").strip()
         if not body:
             raise InvalidInput("the answer is empty", code="body_required")
         if task.state != TaskState.BLOCKED or not task.question:

@@ -189,22 +189,24 @@ async def test_anonymous_calls_to_account_endpoints_are_401(app: Litestar, clien
     assert checked >= 20, checked
 
 
-async def test_a_full_connection_pool_is_a_503_with_retry_after(app: Litestar, make: Accounts) -> None:
-    """Back-pressure, not a server error: while every pooled connection is taken, a request waits the
-    pool timeout (5 s, not 30) and is answered 503 `database_busy` with `Retry-After`."""
+async def test_a_full_write_pool_is_a_503_with_retry_after_and_reads_go_on(app: Litestar, make: Accounts) -> None:
+    """Back-pressure, not a server error: while every connection of the write pool is taken, a write
+    waits the pool timeout (5 s, not 30) and is answered 503 `database_busy` with `Retry-After`;
+    reads have a pool of their own and go on meanwhile (a fresh token's last-use note included)."""
     import time
 
-    from forge.db import POOL_MAX_OVERFLOW, POOL_SIZE, POOL_TIMEOUT_SECONDS
+    from forge.db import POOL_TIMEOUT_SECONDS, SQLITE_WRITE_POOL, WRITE_POOL_MAX_OVERFLOW, WRITE_POOL_SIZE
 
     await make.user("ana")
-    token = await make.token("ana", "repo:read")
+    token = {"Authorization": f"Bearer {await make.token('ana', 'repo:write')}"}
     async with AsyncTestClient(app) as client:
-        engine = app.state.db.engine
+        db = app.state.db
+        size = SQLITE_WRITE_POOL if db.url.startswith("sqlite") else WRITE_POOL_SIZE + WRITE_POOL_MAX_OVERFLOW
 
         # Taken and given back on the app's own event loop (the test client runs the app in a portal
         # thread): asyncpg connections cannot cross loops.
         async def take() -> list[Any]:
-            return [await engine.connect() for _ in range(POOL_SIZE + POOL_MAX_OVERFLOW)]
+            return [await db.write_engine.connect() for _ in range(size)]
 
         async def give_back(conns: list[Any]) -> None:
             for conn in conns:
@@ -212,13 +214,15 @@ async def test_a_full_connection_pool_is_a_503_with_retry_after(app: Litestar, m
 
         held = client.blocking_portal.call(take)
         try:
+            read = await client.get("/api/v1/repos", headers=token)
             started = time.monotonic()
-            r = await client.get("/api/v1/repos", headers={"Authorization": f"Bearer {token}"})
+            r = await client.post("/api/v1/user/repos", json={"name": "busy"}, headers=token)
             waited = time.monotonic() - started
         finally:
             client.blocking_portal.call(give_back, held)
+        assert read.status_code == 200, read.text
         assert r.status_code == 503, r.text
         assert r.json()["code"] == "database_busy" and r.headers["retry-after"] == "1"
         assert waited < POOL_TIMEOUT_SECONDS * 3
-        again = await client.get("/api/v1/repos", headers={"Authorization": f"Bearer {token}"})
-        assert again.status_code == 200
+        again = await client.post("/api/v1/user/repos", json={"name": "busy"}, headers=token)
+        assert again.status_code == 201, again.text

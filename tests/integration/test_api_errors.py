@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import msgspec
+from litestar.handlers import HTTPRouteHandler
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
@@ -166,3 +168,19 @@ async def test_nul_characters_are_refused_not_500(client: AsyncTestClient[Any], 
         "/signin", data={"login": "an\x00a", "password": "x", "csrf_token": csrf_from(page.text), "next": "/"}
     )
     assert r.status_code == 401
+
+
+async def test_no_body_field_shares_a_name_with_a_dependency(client: AsyncTestClient[Any]) -> None:
+    """Litestar reads a validation error on a body field named like one of the handler's dependencies
+    as a server error (500, not 422): no request body may have such a field."""
+    clashes = []
+    for route in client.app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if not isinstance(handler, HTTPRouteHandler) or "data" not in handler.parsed_fn_signature.parameters:
+                continue
+            body = handler.parsed_fn_signature.parameters["data"].annotation
+            if not (isinstance(body, type) and issubclass(body, msgspec.Struct)):
+                continue
+            fields = {f.encode_name for f in msgspec.structs.fields(body)}
+            clashes += [(route.path, f) for f in fields & set(handler.resolve_dependencies())]
+    assert not clashes

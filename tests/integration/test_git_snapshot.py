@@ -2,11 +2,13 @@
 touched, and per refusal the rules call for (see the property test beside this file)."""
 
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pygit2
 import pytest
 
@@ -131,9 +133,44 @@ def test_one_bad_name_does_not_fail_the_snapshot(tmp_path: Path) -> None:
     (r.ws / "good.txt").write_text("good\n")
     snap = r.snap()
     skipped = {s.path for s in snap.skipped}
-    assert skipped == {*bad, ".git", os.fsdecode(b"bad\xff.txt")}
+    assert skipped == {*bad, ".git", "bad\\xff.txt"}  # a name that is not UTF-8 shown with its byte escaped
+    assert "bad\\\\xff.txt" in msgspec.json.encode(snap).decode()  # and the report encodes
     assert r.changes(snap) == {"good.txt": (BLOB, pygit2.hash(b"good\n"))}
     assert fsck_strict(r.path).returncode == 0
+
+
+def test_a_base_name_that_is_not_utf8_is_kept_and_never_breaks_a_report(tmp_path: Path) -> None:
+    """A pushed name that is not UTF-8 is not checked out (its manifest entry could not be
+    encoded) and is kept from the base; the agent cannot replace it."""
+    path = tmp_path / "r.git"
+    pygit2.init_repository(str(path), bare=True)
+    stream = b"commit refs/heads/main\ncommitter Ana <ana@example.com> 1700000000 +0000\ndata 4\nbase\n"
+    for name, data in ((b"caf\xe9.txt", b"latin-1\n"), (b"ok.txt", b"ok\n")):
+        stream += b"M 100644 inline %s\ndata %d\n%s\n" % (name, len(data), data)
+    subprocess.run(["git", f"--git-dir={path}", "fast-import", "--quiet"], input=stream, check=True, timeout=60)
+    repo = pygit2.Repository(str(path))
+    base = str(repo.references["refs/heads/main"].target)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    manifest = checkout(repo, base, ws)
+    assert sorted(os.listdir(ws)) == ["ok.txt"]
+    assert [(s.path, s.reason) for s in manifest.not_written] == [
+        ("caf\\xe9.txt", "a name that is not UTF-8 is not checked out")
+    ]
+    msgspec.msgpack.encode(manifest)  # the manifest saved beside the workspace
+    (ws / "ok.txt").write_text("changed\n")
+    with open(os.fsencode(ws) + b"/caf\xe9.txt", "wb") as fh:
+        fh.write(b"replaced\n")
+    snap = snapshot(
+        repo, ws, branch="agent/1", parent_sha=base, message="m", author=ANA, committer=ANA,
+        limits=SnapshotLimits(), manifest=manifest,
+    )  # fmt: skip
+    assert [s.path for s in snap.skipped] == ["caf\\xe9.txt"] and snap.changed_files == ["ok.txt"]
+    assert (
+        tree_entries(repo, snap.sha)[os.fsdecode(b"caf\xe9.txt")]
+        == tree_entries(repo, base)[os.fsdecode(b"caf\xe9.txt")]
+    )
+    msgspec.json.encode(snap)
 
 
 def test_hostile_base_names_are_not_checked_out_and_are_kept(tmp_path: Path) -> None:

@@ -182,3 +182,16 @@ async def test_the_model_access_page_sets_and_removes_a_key(client: AsyncTestCli
     r = await client.post("/settings/model-keys/openai/remove", data={"csrf_token": token})
     assert r.status_code in (200, 303)
     assert "ending in" not in (await client.get("/settings/model-keys/")).text
+
+
+async def test_an_overlong_or_mistyped_base_url_is_422_not_500(client: AsyncTestClient[Any], make: Accounts) -> None:
+    """A body error on `base_url` was a 500: the field shared its name with an app dependency."""
+    await make.user("ana")
+    ana = await session_headers(client, "ana")
+    path = "/api/v1/user/model-keys/anthropic"
+    for base_url in ("https://llm.example/" + "x" * 481, "https://llm.example/" + "x" * 5000, 5, ["x"]):
+        r = await client.put(path, json={"api_key": KEY, "base_url": base_url}, headers=ana)
+        assert r.status_code == 422, r.text
+        assert r.json()["code"] == "validation_failed" and r.json()["errors"][0]["key"] == "base_url"
+    r = await client.put(path, json={"api_key": KEY, "base_url": "https://llm.example/" + "x" * 480}, headers=ana)
+    assert r.status_code == 200 and len(r.json()["base_url"]) == 500

@@ -4,6 +4,7 @@ slow consumer used to stall every writer, and a consumer that itself writes thro
 stall until its own dispatch timed out)."""
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -92,3 +93,31 @@ def test_the_forge_can_write_while_a_prompt_policy_decides(live_server: LiveServ
     assert repo["description"] == "seen 2"
     task = httpx.get(f"{live_server.url}{TASKS}/1", headers=h, timeout=30).json()
     assert task["queued_message"] == "and more"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_decision_on_no_approval_is_404_before_any_prompt_check(live_server: LiveServer, settings: Settings) -> None:
+    """The denial reason of an approval that does not exist is nobody's prompt: a reachable consumer
+    is not asked, and an unreachable fail-closed one does not turn the 404 into a 502."""
+    world = run_sync(_make_world(settings))
+    consumer = WritingConsumer(live_server.url, world.tokens["ana"])
+    h = world.h("ana")
+    r = httpx.post(f"{live_server.url}{TASKS}", json={"goal": "go", "agent": "fixer", "command": "true"}, headers=h)
+    assert r.status_code == 201, r.text
+    decide = f"{live_server.url}{TASKS}/1/approvals/no-such-approval"
+    for url in (consumer.url, f"http://127.0.0.1:{_closed_port()}/policy"):
+        r = httpx.post(
+            f"{live_server.url}/api/v1/repos/ana/demo/hooks",
+            json={"url": url, "kind": "policy", "events": ["user_prompt_submit"]},
+            headers=h,
+            timeout=30,
+        )
+        assert r.status_code == 201, r.text
+        r = httpx.post(decide, json={"decision": "deny", "reason": "not this"}, headers=h, timeout=60)
+        assert r.status_code == 404 and r.json()["code"] == "approval_not_found", r.text
+    assert consumer.prompts == []

@@ -227,3 +227,26 @@ def test_json_columns_text() -> None:
     assert json.loads(json_text({"s": "\ud800"})) == {"s": "\ud800"}
     with pytest.raises(TypeError):
         json_text({"x": object()})  # neither encoder knows it: an error, never a silent loss
+
+
+async def test_stream_output_is_stored_within_the_cap_as_stored_not_as_written(db: Database, task_id: int) -> None:
+    """Binary output decoded with replacement stores about twice its size (U+FFFD is three bytes,
+    a control byte six): the cap counts what is stored; what is past it is counted and told once."""
+    after = await _last(db, task_id)
+    cap = 64 * 1024
+    writer = TranscriptWriter(db, LiveHub(), task_id, None, Redactor([SECRET]), stream_cap=cap)
+    writer.start()
+    binary = bytes(range(256)) * 64  # 16 KiB a chunk, every byte value
+    for _ in range(16):
+        await writer.emit("stdout", Output(text=binary.decode("utf-8", "replace")))
+    await writer.emit("stderr", Output(text="\x01" * 4096))
+    await writer.emit("notice", Notice(text="after"))
+    await writer.close()
+    stored = await _stored(db, task_id, after)
+    texts = [p for k, p in stored if k in ("stdout", "stderr")]
+    size = sum(len(msgspec.json.encode(p["text"])) - 2 for p in texts)
+    assert cap - 6 < size <= cap  # filled to the cap, never over it
+    told = [p["omitted_bytes"] for p in texts if p.get("omitted_bytes")]
+    written = 16 * len(binary.decode("utf-8", "replace").encode()) + 4096
+    assert sum(told) == written - sum(len(str(p["text"]).encode()) for p in texts)
+    assert ("notice", {"text": "after", "level": "info"}) in stored

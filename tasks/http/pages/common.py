@@ -3,24 +3,18 @@ pages' dependencies (a reader who sees the repository but not its tasks is told 
 
 import json
 import unicodedata
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
-from litestar import Request
-from litestar.datastructures import State
-from litestar.di import Provide
-from litestar.params import FromPath
 from litestar.response import Template
 
 from forge import repositories
-from forge.access import Action, Principal
-from forge.auth import actor_of
-from forge.error_codes import Code
-from forge.errors import Forbidden, ForgeError, NotFound
+from forge.access import Principal
+from forge.errors import ForgeError
 from forge.repositories import RepoResource
 from tasks.core.schemas import TaskRead
-from tasks.http.deps import DEPENDENCIES, RepoScope, provide_repo_scope, task_system
+from tasks.http.deps import DEPENDENCIES
 from tasks.services import rules
 
 Done = TypeVar("Done")
@@ -92,29 +86,6 @@ def egress_line(read: TaskRead) -> str:
     return f"{made} · {e.blocked:,} refused" if e.blocked else made
 
 
-async def provide_page_repo_scope(
-    request: Request[Any, Any, Any], state: State, owner: FromPath[str], name: FromPath[str]
-) -> AsyncGenerator[RepoScope, None]:
-    """`provide_repo_scope`, except that someone who can read the repository (a read collaborator)
-    learns that tasks need write access, instead of "repository not found" for a repository they
-    see. The REST API keeps its 404."""
-    scopes = provide_repo_scope(request, state, owner, name)
-    try:
-        scope = await scopes.__anext__()
-    except NotFound as hidden:
-        async with task_system(state).db.session() as s:
-            try:
-                await repositories.load(s, actor_of(request).principal, owner, name, Action.REPO_READ)
-            except ForgeError:
-                raise hidden from None
-        raise Forbidden(
-            f"Tasks of {owner}/{name} are for collaborators with write access; you can read the repository.",
-            code=Code.TASKS_NEED_WRITE,
-        ) from None
-    try:
-        yield scope
-    finally:
-        await scopes.aclose()
-
-
-PAGE_DEPENDENCIES = {**DEPENDENCIES, "repo_scope": Provide(provide_page_repo_scope)}
+# Pages load the repository as the REST API does: below the write role tasks are 404 on both
+# (forge.access.require), whatever the caller can read of the repository.
+PAGE_DEPENDENCIES = DEPENDENCIES

@@ -24,6 +24,9 @@ FOLD_LINES = 24
 FOLD_CHARS = 3000
 SUMMARY_CHARS = 90
 DIFF_CONTEXT = 2
+# The stdout/stderr text one render of the timeline shows at most, in all (a run may store up to
+# 16 MiB of it: tasks/core/capping.py STREAM_STORE_CAP).
+PAGE_OUTPUT_BYTES = 2 * 1024 * 1024
 # Rendered messages kept (by text) between page renders: at most about 4 MB of source text.
 MARKDOWN_CACHE_SIZE = 1024
 MARKDOWN_CACHE_CHARS = 4096
@@ -301,7 +304,10 @@ def _item(e: EventRead) -> Item:
             **base,
         )
     if e.kind in ("stdout", "stderr"):
-        return Item(kind="output", label=e.kind, chunks=[(e.seq, str(p.get("text", "")))], **base)
+        text = str(p.get("text", ""))
+        if p.get("omitted_bytes"):
+            text += f"\n[... {p['omitted_bytes']} bytes of output not kept ...]\n"
+        return Item(kind="output", label=e.kind, chunks=[(e.seq, text)], **base)
     if e.kind == "notice":
         return Item(kind="notice", text=str(p.get("text", "")), label=str(p.get("level", "info")), **base)
     if e.kind == "question":
@@ -322,13 +328,42 @@ def _item(e: EventRead) -> Item:
     )
 
 
+class OutputBudget:
+    """How much stdout/stderr text one render shows (UTF-8 bytes, as the page carries it): the
+    rest is said, not shown (the whole transcript is `GET .../transcript`)."""
+
+    def __init__(self, limit: int = PAGE_OUTPUT_BYTES) -> None:
+        self.left = limit
+        self.told = False
+
+    def cut(self, item: Item) -> None:
+        kept: list[tuple[int, str]] = []
+        for seq, text in item.chunks:
+            size = len(text.encode("utf-8", "replace"))
+            if size <= self.left:
+                self.left -= size
+                kept.append((seq, text))
+                continue
+            shown = text.encode("utf-8", "replace")[: max(self.left, 0)].decode("utf-8", "ignore")
+            self.left = 0
+            if not self.told:
+                self.told = True
+                shown += f"\n[... more output than a page shows ({PAGE_OUTPUT_BYTES} bytes): see the API ...]\n"
+            kept.append((seq, shown))
+        item.chunks = kept
+
+
 def build(events: list[EventRead]) -> list[Item]:
     """Items in order: a tool's result goes into its call's card (when the call is among these
-    events), consecutive output chunks of one stream and consecutive phases of one run merge."""
+    events), consecutive output chunks of one stream and consecutive phases of one run merge.
+    Output text is shown up to `PAGE_OUTPUT_BYTES` in all."""
     items: list[Item] = []
     calls: dict[str, Item] = {}
+    budget = OutputBudget()
     for e in events:
         item = _item(e)
+        if item.kind == "output":
+            budget.cut(item)
         last = items[-1] if items else None
         if item.kind == "result" and item.tool_id in calls and calls[item.tool_id].result is None:
             calls[item.tool_id].result = item.result
