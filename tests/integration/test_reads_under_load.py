@@ -44,6 +44,7 @@ async def counted(served: str) -> Counter[str]:
     return out
 
 
+@pytest.mark.serial  # 300 concurrent reads against one server: a load test, alone after the parallel pass
 async def test_300_concurrent_reads_all_answer_200_and_are_counted_as_such(settings: Settings, served: str) -> None:
     token, _ = await seed(settings)
     headers = {"Authorization": f"Bearer {token}"}
