@@ -6,6 +6,7 @@ bytes; a control byte as `\\u0001`, six) that was about twice as much: 30 MB sto
 import json
 from collections.abc import Iterator
 
+import msgspec
 import pytest
 from sqlalchemy import text
 
@@ -33,7 +34,9 @@ async def stored_output(env: Env) -> tuple[int, int, int]:
             ).all()
     finally:
         await db.dispose()
-    raw = [r[0] if isinstance(r[0], str) else json.dumps(r[0]) for r in rows]
+    # PostgreSQL hands a JSONB payload back decoded: re-encoded as the app writes it (UTF-8, not
+    # json.dumps's \uXXXX escapes, which would count a U+FFFD as six bytes instead of three).
+    raw = [r[0] if isinstance(r[0], str) else msgspec.json.encode(r[0]).decode() for r in rows]
     omitted = sum(int(json.loads(p).get("omitted_bytes") or 0) for p in raw)
     return sum(len(p.encode()) for p in raw), omitted, len(raw)
 
