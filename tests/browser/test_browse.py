@@ -35,6 +35,8 @@ def _tab_to(page: Page, element: ElementHandle) -> None:
 def test_every_browsing_page_reads_well(
     admin_page: Page, forge: ForgeServer, tmp_path: Path, artifacts_dir: Path
 ) -> None:
+    """Over 30 s: one walk over every browsing page (tree, blob, blame, commits, compare,
+    branches) at two widths with screenshots, in one browser page rather than a test per page."""
     page = admin_page
     empty = create_repo(page, forge.url, "blank", readme=False)
     with no_foreign_requests(page):

@@ -61,6 +61,8 @@ def codex_turns(n: int) -> list[Any]:
 
 
 async def test_one_consumer_denies_a_shell_call_in_every_agent_s_transcript(tmp_path: Path, agents_image: str) -> None:
+    """Over 30 s: one task for each agent runtime (real CLIs in real sandboxes) against the same
+    consumer, since the point is that one consumer governs them all alike."""
     port = free_port()
     anthropic_turns = claude_turns(1) + claude_turns(3)
     responses_turns = codex_turns(2) + codex_turns(4)

@@ -94,6 +94,8 @@ async def test_starting_a_missing_agents_image_says_how_to_build_it(
 
 
 async def test_a_changed_pin_rebuilds(docker_client: docker.DockerClient, agents_image: str) -> None:
+    """Over 30 s: it builds the agents image twice (a changed pin, then back), which is what it
+    checks; the CLIs come from the cache, never from npm."""
     # Another pinned version, its binary already in the cache (hard links to the real one, so npm
     # is not asked): the labels no longer match, so the image is rebuilt; back to the real pin, it
     # is rebuilt again. Under a throwaway tag.

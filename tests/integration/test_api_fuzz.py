@@ -19,6 +19,8 @@ CONTRACT_CHECKS = [not_a_server_error, status_code_conformance, content_type_con
 
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_no_server_errors_for_any_generated_request(live_server: LiveServer, shard: int) -> None:
+    """Up to 30 s a shard: generated requests for a quarter of the API's operations each, against
+    a real server; the cost is the number of examples, split into shards that run side by side."""
     token = run_sync(make_account_with_token(live_server.settings, "root", "admin", admin=True))
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]

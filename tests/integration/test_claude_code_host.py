@@ -259,6 +259,7 @@ async def test_a_subagent_s_calls_are_in_the_transcript_with_their_parent(tmp_pa
 
 
 async def test_model_failures_end_the_run_with_typed_reasons(tmp_path: Path) -> None:
+    """Up to 30 s: the real CLI once per failure kind, each with its own scripted model answer."""
     from tests.support.anthropic import status
 
     for i, (turn, reason, words) in enumerate(
