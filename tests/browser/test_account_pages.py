@@ -61,6 +61,9 @@ def type_password_change(page: Page, current: str, new: str) -> None:
 
 
 def test_every_account_page_at_desktop_and_phone(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
+    """Every account page at a desktop and a phone viewport, each with an accessibility scan and a
+    screenshot: about twenty page loads with axe, so 30-40 s under the parallel suite. One person's
+    pages, so they share one server instead of one per page."""
     make_user(site, "pia")
     with no_foreign_requests(page, site.url):
         page.goto(site.at("/signin"))
@@ -107,6 +110,10 @@ def test_a_forbidden_page_keeps_the_header(page: Page, site: ForgeServer, artifa
 
 
 def test_nav_links_admin_and_the_api_reference(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
+    """The admin navigation, the audit log and the API reference, which Swagger UI renders from
+    the whole OpenAPI document (the largest page there is) and which is then scanned at desktop
+    and phone widths, full-page screenshots included: that page is most of the 30 s this takes
+    under the parallel suite."""
     with no_foreign_requests(page, site.url):
         sign_in(page, site.url, site.admin_login, site.admin_password)
         nav = page.get_by_role("navigation", name="Main", exact=True)

@@ -47,6 +47,9 @@ BODY = "Nearly there: one **wording** change, see the comment."
 
 
 def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer, artifacts_dir: Path) -> None:
+    """Review through the pages: a task runs in a real sandbox, changes are requested, the second run
+    answers them, then approval and merge. Two real runs and the review rounds make it over 30 s;
+    one test because each step needs the one before."""
     sign_in(page, forge.url, forge.admin_login, forge.admin_password)
     create_bot(page, forge.url, "fixer")
     repo = create_repo(page, forge.url, "greeter", description="says hello")

@@ -22,6 +22,9 @@ SCRIPT = "printf 'hello\\n' > hello.txt\nfor i in $(seq 1 25); do echo line-$i; 
 
 
 def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: ForgeServer, artifacts_dir: Path) -> None:
+    """A whole task life by keyboard only: a bot, a repository, a task run in a real sandbox, its
+    transcript followed live, the review and the merge. Over 30 s because a real container runs
+    and each page is scanned; one test because each step needs the one before."""
     sign_in(page, forge.url, forge.admin_login, forge.admin_password)
     create_bot(page, forge.url, "fixer")
     repo = create_repo(page, forge.url, "greeter", description="says hello")

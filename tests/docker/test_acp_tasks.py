@@ -142,6 +142,9 @@ def test_the_claude_acp_adapter_edits_a_file_obeys_a_deny_and_never_sees_the_key
 
 
 async def test_a_review_resumes_the_same_claude_acp_session(claude_acp_settings: Settings) -> None:
+    """Two runs of the real claude-agent-acp adapter, each in a fresh container (the second resumes
+    the first's session after a review): two adapter starts of several seconds each, over 30 s
+    under the parallel suite."""
     turns = [
         tool_use("Write", {"file_path": "/workspace/hi.txt", "content": "v1\n"}),
         text("first"),
@@ -249,6 +252,8 @@ def test_a_hostile_repository_cannot_switch_the_claude_adapter_s_policy_off(
 
 
 def test_ask_parks_the_adapter_s_call_and_approving_runs_exactly_that_input(claude_acp_settings: Settings) -> None:
+    """The parked run and the approval run, each a real claude-agent-acp adapter in a fresh container:
+    two adapter starts of several seconds each, over 30 s under the parallel suite."""
     command = {"command": "echo approved > /workspace/approved.txt", "description": "write"}
     consumer = PolicyConsumer({"pre_tool_use": (200, {"permission": {"decision": "ask", "reason": "a person"}})})
     turns = [tool_use("Bash", command, id="toolu_ask"), tool_use("Bash", command), text("done")]

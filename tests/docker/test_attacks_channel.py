@@ -5,8 +5,9 @@ asks it to), against the run's own socket with the run's own token.
 - Parallel model calls under a small token budget: however many an agent opens at once, the run
   is billed at most its budget plus one call's maximum (each call in flight holds its declared
   maximum; a whole JSON answer cannot be cut, so only that reservation bounds it).
-- A flood of forged `/hooks/*` calls: refused with 429 past the channel's burst and rate, few
-  policy dispatches, one transcript notice, and the API answers others as fast as before.
+- Forged `/hooks/*` calls: a PreToolUse for an id the CLI never announced is denied with no
+  policy asked; a flood is refused with 429 past the channel's burst and rate, one transcript
+  notice, and the API answers others as fast as before.
 - Another instance's sweep of the shared channel root leaves a live egress-only run's channel.
 """
 
@@ -45,13 +46,16 @@ class Unix(http.client.HTTPConnection):
 env = os.environ
 TOKEN = env.get("FORGEHAND_RUN_TOKEN") or env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN")
 counts, lock = {}, threading.Lock()
-def post(conn, path, body):
+def post(conn, path, body, tag=""):
     try:
         headers = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
         conn.request("POST", path, body=json.dumps(body), headers=headers)
         r = conn.getresponse()
         data = r.read()
-        key = str(r.status)
+        key = tag + str(r.status)
+        if tag and r.status == 200:
+            out = json.loads(data).get("hookSpecificOutput") or {}
+            key += ":" + str(out.get("permissionDecision"))
         if r.status == 429:
             try:
                 d = json.loads(data)
@@ -60,7 +64,7 @@ def post(conn, path, body):
             except Exception:
                 pass
     except Exception as e:
-        key = type(e).__name__
+        key = tag + type(e).__name__
         conn.close()
     with lock:
         counts[key] = counts.get(key, 0) + 1
@@ -79,15 +83,22 @@ print("RESULT " + json.dumps(counts))
 """
 
 HOOK_FLOOD = """
-N, T = {calls}, 12
+N, T, F = {calls}, 10, 4
+def forge(k):
+    conn = Unix("localhost", timeout=60)
+    body = {{"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+            "tool_input": {{"command": "echo forged " + str(k)}}, "tool_use_id": "toolu_forged_" + str(k)}}
+    post(conn, "/hooks/claude/PreToolUse", body, tag="pre:")
 def worker(k):
     conn = Unix("localhost", timeout=60)
     for i in range(k, N, T):
-        body = {{"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash",
-                "tool_input": {{"command": "echo forged " + str(i)}}, "tool_use_id": "toolu_forged_" + str(i)}}
-        post(conn, "/hooks/claude/PreToolUse", body)
+        body = {{"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "Bash",
+                "tool_input": {{"command": "echo flood " + str(i)}}, "tool_use_id": "toolu_flood_" + str(i),
+                "tool_response": {{"stdout": "x"}}}}
+        post(conn, "/hooks/claude/PostToolUse", body)
 t0 = time.time()
-threads = [threading.Thread(target=worker, args=(k,)) for k in range(T)]
+threads = [threading.Thread(target=forge, args=(k,)) for k in range(F)]
+threads += [threading.Thread(target=worker, args=(k,)) for k in range(T)]
 for t in threads: t.start()
 for t in threads: t.join()
 counts["seconds"] = round(time.time() - t0, 2)
@@ -172,7 +183,7 @@ REPO_TASKS = "/api/v1/repos/ana/demo/tasks"
 
 
 def forged(dispatch: dict[str, Any]) -> bool:
-    return str(dispatch.get("data", {}).get("tool_use_id", "")).startswith("toolu_forged_")
+    return str(dispatch.get("data", {}).get("tool_use_id", "")).startswith(("toolu_forged_", "toolu_flood_"))
 
 
 async def latencies(c: httpx.AsyncClient, n: int = 15) -> list[float]:
@@ -185,17 +196,24 @@ async def latencies(c: httpx.AsyncClient, n: int = 15) -> list[float]:
     return out
 
 
+def limit_noted(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["kind"] == "notice" and "hook and back-channel calls" in e["payload"]["text"]]
+
+
 @pytest.mark.serial  # a latency ratio: another test's load beside it would move the ratio, not the product
 def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings: Settings, agents_image: str) -> None:
-    """2,000 forged PreToolUse hook calls from a process in the sandbox (12 connections, as fast as
-    the channel answers). Before the channel limited them, each was dispatched to the policy
-    endpoint and written to the transcript (4,484 in 40 s in the report) and the API slowed to
-    1.1 s for everyone. Now: past the burst and the rate (defaults: 100, 10 a second) they get
-    429 `run_channel_limited`; the dispatches and the transcript stay within what the limit lets
-    through, and the limit is noted once. Another client's requests must answer within a few times
-    their speed before the flood (medians of 15, a ratio, not a time), measured once the burst is
-    dispatched: refusals (paused, answered 429) must not become the new load. (Here, with one
-    fast consumer, the API kept up without the limit too: 1.4x; with it 1.6x.)"""
+    """Forged hook calls from a process in the sandbox. Before the channel checked and limited
+    them, each forged PreToolUse was dispatched to the policy endpoint and written to the
+    transcript (4,484 in 40 s in the report) and the API slowed to 1.1 s for everyone. Now:
+    - 4 forged PreToolUse calls for ids the CLI never showed in its stream are denied once the
+      announcement wait passes, and no policy endpoint is asked about them;
+    - a flood of 2,000 hook calls (10 connections, as fast as the channel answers) gets 429
+      `run_channel_limited` past the burst and the rate (defaults: 100, 10 a second); none is
+      dispatched, the transcript stays within what the limit lets through, and the limit is
+      noted once;
+    - another client's requests answer within a few times their speed before the flood (medians
+      of 15, a ratio, not a time), measured once the limit is reached, while the flood goes on:
+      refusals (paused, answered 429) must not become the new load."""
     consumer = PolicyConsumer()
     turns = [bash(HOOK_FLOOD.format(calls=FLOOD), "toolu_flood"), text("done")]
     with ScriptedAnthropic(turns, repeat_last=True) as api:
@@ -207,10 +225,10 @@ def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings
                 r = await c.post(TASKS, json={"goal": "flood", "agent": "fixer", "runtime": "claude-code"})
                 assert r.status_code == 201, r.text
                 deadline = time.monotonic() + 180
-                # Measured once the burst the channel lets through is dispatched, while the flood goes on.
-                while sum(forged(b) for b in list(consumer.seen)) < BURST:
-                    assert time.monotonic() < deadline, "the flood never reached the policy endpoint"
-                    await asyncio.sleep(0.05)
+                # Measured once the channel refuses the flood, while it goes on.
+                while not limit_noted(await all_events(c, 1)):
+                    assert time.monotonic() < deadline, "the flood never reached the channel's limit"
+                    await asyncio.sleep(0.2)
                 during = await latencies(c)
                 done = await wait_state(c, 1, "awaiting_review", "failed", timeout=300)
                 return done, await all_events(c, 1), before, during
@@ -218,14 +236,13 @@ def test_a_flood_of_forged_hook_calls_is_refused_and_the_api_stays_fast(settings
         for env in served_with_policy(s, consumer, ["pre_tool_use"]):
             done, events, before, during = asyncio.run(check(env))
     counts = script_result(events)
+    assert counts.get("pre:200:deny") == 4, counts  # the unannounced ids: denied, nobody asked
     let_through = counts.get("200", 0) + counts.get("400", 0)
     refused = counts.get("429:run_channel_limited", 0)
     assert let_through <= BURST + RATE * counts["seconds"] + 10, counts  # the burst and the rate
     assert refused >= FLOOD - let_through - 5, counts
-    dispatched = [b for b in consumer.seen if forged(b)]
-    assert len(dispatched) <= let_through, (len(dispatched), counts)
-    notes = [e for e in events if e["kind"] == "notice" and "hook and back-channel calls" in e["payload"]["text"]]
-    assert len(notes) == 1, notes
+    assert [b for b in consumer.seen if forged(b)] == [], counts
+    assert len(limit_noted(events)) == 1, limit_noted(events)
     assert len(events) <= 2 * let_through + 200, (len(events), counts)
     ratio = statistics.median(during) / statistics.median(before)
     assert ratio < 5, (ratio, before, during)

@@ -48,6 +48,8 @@ def test_every_command_has_help() -> None:
 
 
 def test_users_bots_tokens_audit_roundtrip(data_dir: Path, db_url: str) -> None:
+    """The CLI's account commands as an operator runs them, each a real `forgehand` process (about
+    twenty): the process start dominates, which is why it passes 30 s under the parallel suite."""
     assert run(data_dir, db_url, "db", "upgrade").returncode == 0
     r = run(data_dir, db_url, "users", "create", "ana", "--admin", "--password", "correct horse battery")
     assert r.returncode == 0, r.stderr
