@@ -16,7 +16,17 @@ from forge.db import Database
 from forge.settings import Settings
 from tasks.core.schemas import GOAL_MAX
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
-from tests.support.transcripts import COMMAND, WRITTEN, record, record_unknown_kind
+from tests.support.transcripts import (
+    ASK_REASON,
+    CLAUDE_HELD,
+    COMMAND,
+    PARKED_ID,
+    WRITTEN,
+    ask,
+    park,
+    record,
+    record_unknown_kind,
+)
 from tests.support.web import csrf_from
 
 pytestmark = pytest.mark.db
@@ -101,6 +111,57 @@ async def test_the_live_fragment_and_the_run_filter(
     assert only2.status_code == 200 and 'class="ti ' not in only2.text
     only1 = await client.get(f"{PAGE}/1?run=1", headers=world.h("wendy"))
     assert 'value="1" selected' in only1.text and "Fixed the" in only1.text
+
+
+def card(page: str, tool_id: str) -> str:
+    """The text of the tool call card of `tool_id` on a task page."""
+    start = page.index(f'data-tool-id="{tool_id}"')
+    return text_of(page[start : page.index("</article>", start)])
+
+
+async def test_a_parked_call_waits_for_approval_and_then_says_who_decided(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    approval = await park(db, 1)
+    waiting = card((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text, PARKED_ID)
+    # A pause, not a failure: no error badge, no "STOP" quoted as the call's result.
+    assert "waiting for your approval" in waiting and f"Reason: {ASK_REASON}" in waiting
+    assert "error" not in waiting and "result: Bash" not in waiting
+    assert "what the agent was told" in waiting  # Claude Code's words stay available, folded
+    r = await client.post(f"{TASKS}/1/approvals/{approval}", json={"decision": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 200, r.text
+    decided = card((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text, PARKED_ID)
+    assert "approved by wendy" in decided and "waiting for" not in decided and "error" not in decided
+
+
+async def test_a_denied_call_says_who_denied_it_and_why(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    approval = await park(db, 1)
+    body = {"decision": "deny", "reason": "not on main"}
+    r = await client.post(f"{TASKS}/1/approvals/{approval}", json=body, headers=world.h("olga"))
+    assert r.status_code == 200, r.text
+    denied = card((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text, PARKED_ID)
+    assert "denied by olga" in denied and "Reason: not on main" in denied and "error" not in denied
+
+
+async def test_a_question_is_a_question_for_you_and_then_answered(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    await ask(db, 1)
+    page = (await client.get(f"{PAGE}/1", headers=world.h("ana"))).text
+    asked = card(page, "toolu_01Ask")
+    assert "question for you" in asked and "The agent asks: Which colour?" in asked
+    assert "red" in asked and "blue" in asked
+    assert "error" not in asked and CLAUDE_HELD not in text_of(page[: page.index('id="transcript"')])
+    assert page.count('class="ti ev ev-question') == 0  # shown in the call that asked, once
+    r = await client.post(f"{TASKS}/1/answer", json={"body": "blue"}, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    answered = card((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text, "toolu_01Ask")
+    assert "answered by ana" in answered and "question for you" not in answered
 
 
 async def test_the_header_says_what_waits_for_whom(

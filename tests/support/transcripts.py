@@ -71,6 +71,97 @@ def every_kind(run_id: int) -> list[Pending]:
     return [Pending(kind=k, payload=p, run_id=run_id) for k, p in events]
 
 
+# What Claude Code tells its model about a call forgehand interrupted for a person (its tool result,
+# `is_error` true): a parked approval and a question alike.
+CLAUDE_HELD = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file edit, "
+    "the new_string was NOT written to the file). STOP what you are doing and wait for the user to tell you how "
+    "to proceed."
+)
+PARKED_ID = "toolu_01Park"
+PARKED_COMMAND = "rm -rf build\nmake all"
+ASKED_ID = "toolu_01Ask"
+ASK_REASON = "shell commands need a person"
+
+
+def parked_call(run_id: int) -> list[Pending]:
+    """A claude-code run whose Bash call a policy consumer answered `ask`: the call, the decision,
+    the CLI's tool result for the interrupted call, the run's end."""
+    ask = {
+        "event": "pre_tool_use",
+        "decision": "ask",
+        "delivery_id": "d-ask",
+        "tool_use_id": PARKED_ID,
+        "reason": ASK_REASON,
+        "endpoints": [
+            {"url": "http://127.0.0.1:9/policy", "result": "ok", "decision": "ask", "status": 200, "latency_ms": 8.0}
+        ],
+    }
+    events: list[Any] = [
+        ("tool_call", ToolCall(id=PARKED_ID, name="Bash", input={"command": PARKED_COMMAND}, kind="execute")),
+        ("system", System(phase="policy", text="pre_tool_use: ask", detail=ask)),
+        ("tool_result", ToolResult(id=PARKED_ID, name="Bash", output=CLAUDE_HELD, is_error=True)),
+    ]
+    return [Pending(kind=k, payload=p, run_id=run_id) for k, p in events]
+
+
+def asked_question(run_id: int) -> list[Pending]:
+    """A claude-code run that asked the person through forgehand's back-channel: the MCP tool call,
+    the CLI's result for the interrupted call, and the question (recorded as the run ends, naming
+    no call: the CLI does not say which call asked)."""
+    question = {"question": "Which colour?", "options": ["red", "blue"]}
+    events: list[Any] = [
+        ("tool_call", ToolCall(id=ASKED_ID, name="mcp__forgehand__ask_user", input=question, kind="other")),
+        ("tool_result", ToolResult(id=ASKED_ID, name="mcp__forgehand__ask_user", output=CLAUDE_HELD, is_error=True)),
+        ("question", Question(text="Which colour?", options=["red", "blue"])),
+    ]
+    return [Pending(kind=k, payload=p, run_id=run_id) for k, p in events]
+
+
+async def park(db: Database, number: int) -> str:
+    """Block task `number` on `parked_call` (recorded on its first run) as the runtime would: a
+    pending approval of the Bash call. Returns the approval's id."""
+    from datetime import timedelta
+
+    from forge.db import utcnow
+    from tasks.core.models import Approval
+    from tasks.core.policy import input_hash
+
+    async with db.session(write=True) as s:
+        task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+        run = (await s.execute(select(Run).where(Run.task_id == task.id).order_by(Run.seq))).scalars().first()
+        assert run is not None
+        await transcript.append(s, task.id, parked_call(run.id))
+        tool_input = {"command": PARKED_COMMAND}
+        approval = Approval(
+            task_id=task.id,
+            repo_id=task.repo_id,
+            run_id=run.id,
+            tool_use_id=PARKED_ID,
+            tool_name="Bash",
+            tool_input=tool_input,
+            input_hash=input_hash(tool_input),
+            reason=ASK_REASON,
+            requested_by="http://127.0.0.1:9/policy",
+            expires_at=utcnow() + timedelta(hours=1),
+        )
+        s.add(approval)
+        run.state = task.state = "blocked"
+        await s.flush()
+        return approval.uuid
+
+
+async def ask(db: Database, number: int) -> None:
+    """Block task `number` on `asked_question` (recorded on its first run), as the runtime would."""
+    async with db.session(write=True) as s:
+        task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+        run = (await s.execute(select(Run).where(Run.task_id == task.id).order_by(Run.seq))).scalars().first()
+        assert run is not None
+        await transcript.append(s, task.id, asked_question(run.id))
+        task.question, task.question_options = "Which colour?", ["red", "blue"]
+        run.state = task.state = "blocked"
+
+
 async def record(db: Database, number: int, events: list[Pending] | None = None) -> int:
     """Store `events` (default: `every_kind`) on task `number`'s first run; returns the last seq."""
     async with db.session(write=True) as s:

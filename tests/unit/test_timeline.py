@@ -144,3 +144,86 @@ def test_a_page_shows_output_up_to_its_budget_and_says_so() -> None:
     assert len(shown.encode()) <= PAGE_OUTPUT_BYTES + 200
     assert shown.count("more output than a page shows") == 1
     assert len(item.chunks) == 21  # every event keeps its place (the live view counts on them)
+
+
+def approval(state: str, *, run: int = 1, decided_by: str | None = None, reason: str = "") -> Any:
+    from tasks.core.schemas import ApprovalRead
+
+    return ApprovalRead(
+        id="a1",
+        state=state,
+        tool_use_id="p1",
+        tool_name="bash",
+        tool_input={"command": "make"},
+        input_hash="0" * 64,
+        reason="a person decides",
+        held=False,
+        requested_by="http://127.0.0.1:9/policy",
+        run=run,
+        created_at=AT,
+        expires_at=AT,
+        decided_by=decided_by,
+        decided_at=AT if decided_by else None,
+        decision_reason=reason,
+    )
+
+
+def test_a_builtin_question_waits_then_is_answered_by_its_author() -> None:
+    asked = [
+        ev(1, "tool_call", id="q1", name="ask_user", input={"question": "Which name?"}),
+        ev(2, "question", text="Which name?", tool_call_id="q1", options=["Ana", "Bo"]),
+    ]
+    [call] = build(asked, active=True)
+    assert call.pause is not None and call.pause.status == "question for you" and call.pause.waiting
+    assert call.pause.question == "Which name?" and call.pause.options == ["Ana", "Bo"]
+    assert call.last_seq == 2 and call.result is None
+    answered = build([*asked, ev(3, "prompt", run=2, text="Bo", source="answer", author="ana")], active=True)
+    assert answered[0].pause is not None and answered[0].pause.status == "answered by ana"
+    assert answered[0].pause.answer_seq == 3 and not answered[0].pause.waiting
+    # A task that came to rest without an answer (closed, stopped): the question was never answered.
+    [closed] = build(asked, active=False)
+    assert closed.pause is not None and closed.pause.status == "not answered"
+
+
+def test_a_claude_question_finds_the_call_that_asked_and_its_result_is_no_error() -> None:
+    held = "The user doesn't want to proceed with this tool use. The tool use was rejected. STOP what you are doing."
+    items = build(
+        [
+            ev(1, "tool_call", id="t0", name="Read", input={"file_path": "a.py"}),
+            ev(2, "tool_result", id="t0", name="Read", output="x = 1"),
+            ev(3, "tool_call", id="t1", name="AskUserQuestion", input={"questions": []}),
+            ev(4, "tool_result", id="t1", name="AskUserQuestion", output=held, is_error=True),
+            ev(5, "question", text="Which one?"),  # recorded as the run ends, naming no call
+        ],
+        active=True,
+    )
+    assert [i.kind for i in items] == ["tool", "tool"]
+    read, asked = items
+    assert read.pause is None and read.result is not None and not read.result.held
+    assert asked.pause is not None and asked.pause.status == "question for you"
+    assert asked.result is not None and asked.result.held and asked.result.is_error  # stored as it came
+    # A question no call of its run asked stands on its own, still a question.
+    [alone] = build([ev(1, "tool_call", run=1, id="x", name="ask_user"), ev(2, "question", run=2, text="Why?")])[1:]
+    assert alone.kind == "question" and alone.pause is not None and alone.pause.question == "Why?"
+
+
+def test_a_parked_call_shows_its_approval_as_it_stands() -> None:
+    parked = [
+        ev(1, "tool_call", id="p1", name="bash", input={"command": "make"}),
+        ev(2, "tool_result", id="p1", name="bash", output="not run yet: this bash call waits", is_error=True),
+    ]
+    [waiting] = build(parked, [approval("pending")], active=True)
+    assert waiting.pause is not None and waiting.pause.status == "waiting for your approval"
+    assert waiting.pause.reason == "a person decides" and waiting.result is not None and waiting.result.held
+    [denied] = build(parked, [approval("denied", decided_by="olga", reason="not today")])
+    assert denied.pause is not None and (denied.pause.status, denied.pause.reason) == ("denied by olga", "not today")
+    [expired] = build(parked, [approval("expired")])
+    assert expired.pause is not None and expired.pause.status == "expired: nobody decided in time"
+    # Approved (the builtin loop): the call's result is the approved run's, and a failure is a failure.
+    ran = [parked[0], ev(3, "tool_result", run=2, id="p1", name="bash", output="exit code 2\nboom", is_error=True)]
+    [approved] = build(ran, [approval("approved", decided_by="wendy")])
+    assert approved.pause is not None and approved.pause.status == "approved by wendy" and approved.pause.ran
+    assert approved.result is not None and approved.result.is_error and not approved.result.held
+    # The same call id in another run is another call.
+    [other] = build([ev(9, "tool_call", run=3, id="p1", name="bash")], [approval("pending")])
+    assert other.pause is None

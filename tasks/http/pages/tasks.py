@@ -15,7 +15,7 @@ from forge.pages import page
 from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
-from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep, task_system
+from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
 from tasks.http.pages import timeline
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
@@ -30,6 +30,7 @@ from tasks.http.pages.status import waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
 from tasks.services import agents, inbox, rules
+from tasks.services.approvals import ApprovalService
 from tasks.services.subtasks import subtask_reads
 
 # The task page renders this many events at most (the JSON transcript pages through all of them);
@@ -39,6 +40,9 @@ FRAGMENT_EVENTS = 500
 # Kinds newer producers add (the model gateway's calls, the egress proxy's refusals): the live
 # page listens for them too.
 EXTRA_KINDS = ("model_call", "egress_blocked")
+
+# A task in these states may still be waiting on a question its agent asked.
+ACTIVE_STATES = ("queued", "running", "blocked")
 
 LIST_STATES = ("", "queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed")
 
@@ -59,6 +63,14 @@ def run_number(raw: str | None) -> int | None:
 
 def of_run(events: list[transcript.EventRead], run: int | None) -> list[transcript.EventRead]:
     return events if run is None else [e for e in events if e.run == run]
+
+
+async def timeline_of(scope: TaskScope, events: list[transcript.EventRead]) -> list[timeline.Item]:
+    """The events as the timeline's items, with the task's approvals (a parked call shows what it
+    waits for, or who decided it)."""
+    approvals = await ApprovalService(scope.svc).list(scope.task) if events else []
+    active = scope.task.state in ACTIVE_STATES
+    return await asyncio.to_thread(timeline.build, events, approvals, active=active)
 
 
 async def list_page(
@@ -151,7 +163,7 @@ class TaskPages(Controller):
             task=read,
             # Autoescaped as text: the person sees the exact input, `<` and all.
             approval_input=visible_json(parked.tool_input) if parked else "",
-            items=await asyncio.to_thread(timeline.build, shown),
+            items=await timeline_of(task_scope, shown),
             event_count=len(events),
             truncated=len(events) >= PAGE_EVENTS,
             run_filter=run_filter,
@@ -178,7 +190,7 @@ class TaskPages(Controller):
         `X-Last-Seq` is the last event read (of every run); `X-More: yes` when there are more."""
         events = await transcript.read(task_scope.session, task_scope.task.id, after=after, limit=FRAGMENT_EVENTS)
         shown = of_run(events, run_number(run))
-        reply = page(request, "tasks/_timeline_items.html", items=await asyncio.to_thread(timeline.build, shown))
+        reply = page(request, "tasks/_timeline_items.html", items=await timeline_of(task_scope, shown))
         reply.headers["X-Last-Seq"] = str(events[-1].seq if events else after)
         reply.headers["X-More"] = "yes" if len(events) >= FRAGMENT_EVENTS else "no"
         reply.headers["Cache-Control"] = "no-store"

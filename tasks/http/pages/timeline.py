@@ -10,6 +10,7 @@ import difflib
 import functools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from forge.render import markdown
+from tasks.core.schemas import ApprovalRead
 from tasks.core.transcript import EventRead
 
 # Longer outputs and inputs are folded ("show all"), in their own scrolling box until then.
@@ -72,6 +74,9 @@ class ToolResultView:
     omitted_bytes: int
     stdout: Text | None = None
     stderr: Text | None = None
+    # What the agent was told when its call was held for a person (`HELD_MARKERS`), or about a
+    # call a person denied: shown as such, not as an error.
+    held: bool = False
 
 
 @dataclass
@@ -93,6 +98,60 @@ class Endpoint:
     decision: str
     status: int | None
     latency_ms: float | None
+
+
+# The tools an agent asks the person a question with: forgehand's back-channel `ask_user` (the
+# builtin loop's own, or `mcp__forgehand__ask_user` through a CLI's MCP client) and Claude Code's
+# AskUserQuestion.
+QUESTION_TOOLS = ("ask_user", "AskUserQuestion")
+# What an agent is told when forgehand ends its turn for a person (a parked call, a question):
+# Claude Code's own words for an interrupted call, and forgehand's refusals of the calls after it.
+# A pause, not an error.
+HELD_MARKERS = (
+    "doesn't want to proceed with this tool use",
+    "not run yet: this",
+    "not run: the run is ending",
+    "The question was sent to the user",
+)
+
+
+def is_question_tool(name: str) -> bool:
+    return name in QUESTION_TOOLS or name.endswith("__ask_user")
+
+
+def held(output: str) -> bool:
+    """The result of a call forgehand held for a person, not a failure of the call."""
+    return any(m in output for m in HELD_MARKERS)
+
+
+@dataclass
+class Pause:
+    """A tool call that waits for a person: an approval (a policy's `ask`) or a question."""
+
+    kind: str  # "approval" | "question"
+    status: str  # "waiting for your approval", "approved by ana", "question for you", "answered by ana", ...
+    waiting: bool  # still waiting (the task is blocked on it)
+    ran: bool = False  # approved: the call ran (its result is a result)
+    reason: str = ""  # why a policy asked, or a denial's reason
+    question: str = ""
+    options: list[str] = field(default_factory=list)
+    answer_seq: int = 0  # the answer's prompt event
+
+
+def approval_pause(a: ApprovalRead | None, *, blocked: bool) -> Pause:
+    """A parked call's pause, as its approval stands (None: the approval is not known here)."""
+    if a is None:
+        return Pause("approval", "waiting for your approval" if blocked else "parked for approval", blocked)
+    who = f" by {a.decided_by}" if a.decided_by else ""
+    status = {
+        "pending": "waiting for your approval",
+        "approved": f"approved{who}",
+        "denied": f"denied{who}",
+        "expired": "expired: nobody decided in time",
+        "cancelled": "cancelled: the task was stopped",
+    }.get(a.state, a.state)
+    reason = a.decision_reason if a.state == "denied" else a.reason
+    return Pause("approval", status, a.state == "pending", ran=a.state == "approved", reason=reason)
 
 
 @dataclass
@@ -121,6 +180,8 @@ class Item:
     endpoints: list[Endpoint] = field(default_factory=list)
     # generic: the payload's other scalar fields, one line
     facts: list[tuple[str, str]] = field(default_factory=list)
+    # tool: the person this call waits (or waited) for; question: its own pause when no call shows it
+    pause: Pause | None = None
     last_seq: int = 0
 
     @functools.cached_property
@@ -234,6 +295,7 @@ def result_view(seq: int, p: dict[str, Any]) -> ToolResultView:
         omitted_bytes=int(p.get("omitted_bytes") or 0),
         stdout=Text(stdout) if isinstance(stdout, str) and stdout else None,
         stderr=Text(stderr) if isinstance(stderr, str) and stderr else None,
+        held=held(output),
     )
 
 
@@ -311,7 +373,10 @@ def _item(e: EventRead) -> Item:
     if e.kind == "notice":
         return Item(kind="notice", text=str(p.get("text", "")), label=str(p.get("level", "info")), **base)
     if e.kind == "question":
-        return Item(kind="question", text=str(p.get("text", "")), **base)
+        text = str(p.get("text", ""))
+        options = [str(o) for o in p.get("options") or [] if isinstance(o, str | int | float)]
+        pause = Pause("question", "question for you", True, question=text, options=options)
+        return Item(kind="question", text=text, tool_id=str(p.get("tool_call_id") or ""), pause=pause, **base)
     if e.kind == "system":
         if p.get("phase") == "policy":
             return _policy(e, p)
@@ -353,22 +418,81 @@ class OutputBudget:
         item.chunks = kept
 
 
-def build(events: list[EventRead]) -> list[Item]:
-    """Items in order: a tool's result goes into its call's card (when the call is among these
-    events), consecutive output chunks of one stream and consecutive phases of one run merge.
-    Output text is shown up to `PAGE_OUTPUT_BYTES` in all."""
-    items: list[Item] = []
-    calls: dict[str, Item] = {}
-    budget = OutputBudget()
-    for e in events:
+class _Timeline:
+    """Items in the making (see `build`)."""
+
+    def __init__(self, approvals: Iterable[ApprovalRead], active: bool) -> None:
+        self.items: list[Item] = []
+        self.calls: dict[str, Item] = {}
+        self.budget = OutputBudget()
+        self.approvals: dict[tuple[int | None, str], ApprovalRead] = {(a.run, a.tool_use_id): a for a in approvals}
+        self.active = active
+        self.asked: list[Pause] = []  # questions no prompt followed yet
+
+    def add(self, e: EventRead) -> None:
         item = _item(e)
         if item.kind == "output":
-            budget.cut(item)
-        last = items[-1] if items else None
-        if item.kind == "result" and item.tool_id in calls and calls[item.tool_id].result is None:
-            calls[item.tool_id].result = item.result
-            calls[item.tool_id].last_seq = e.seq
-            continue
+            self.budget.cut(item)
+        if item.kind == "result" and self._into_call(item, e.seq):
+            return
+        if item.kind == "question" and item.pause is not None:
+            self.asked.append(item.pause)
+            call = self._asking_call(item)
+            if call is not None:
+                call.pause, call.last_seq = item.pause, e.seq
+                if call.result is not None:
+                    call.result.held = True
+                return
+        if item.kind == "prompt":
+            self._answer(item)
+        if self._merged(item, e.seq):
+            return
+        item.last_seq = e.seq
+        if item.kind == "tool" and item.tool_id:
+            self.calls[item.tool_id] = item
+            parked = self.approvals.get((item.run, item.tool_id))
+            if parked is not None:
+                item.pause = approval_pause(parked, blocked=self.active)
+        self.items.append(item)
+
+    def _into_call(self, item: Item, seq: int) -> bool:
+        call = self.calls.get(item.tool_id)
+        if call is None or call.result is not None or item.result is None:
+            return False
+        call.result, call.last_seq = item.result, seq
+        if call.pause is not None and not call.pause.ran:
+            item.result.held = True  # a denied, expired or still parked call: what the agent was told
+        return True
+
+    def _asking_call(self, question: Item) -> Item | None:
+        """The tool call that asked this question: the one it names, else the run's last call of a
+        question tool (a CLI agent's question does not name its call)."""
+        named = self.calls.get(question.tool_id) if question.tool_id else None
+        if named is not None and named.pause is None:
+            return named
+        for item in reversed(self.items):
+            if item.run != question.run:
+                break
+            if item.kind == "tool" and is_question_tool(item.name) and item.pause is None:
+                return item
+        return None
+
+    def _answer(self, prompt: Item) -> None:
+        """A prompt after a question: the answer (source `answer`), or the question went unanswered."""
+        if not self.asked:
+            return
+        *earlier, last = self.asked
+        for p in earlier:
+            p.status, p.waiting = "not answered", False
+        answered = prompt.label.startswith("answer")
+        who = prompt.label.removeprefix("answer").strip()
+        last.status = ("answered " + who).strip() if answered else "not answered"
+        last.waiting = False
+        last.answer_seq = prompt.seq if answered else 0
+        self.asked = []
+
+    def _merged(self, item: Item, seq: int) -> bool:
+        last = self.items[-1] if self.items else None
         if (
             last is not None
             and last.run == item.run
@@ -378,13 +502,30 @@ def build(events: list[EventRead]) -> list[Item]:
         ):
             last.chunks += item.chunks
             last.phases += item.phases
-            last.last_seq = e.seq
-            continue
-        item.last_seq = e.seq
-        if item.kind == "tool" and item.tool_id:
-            calls[item.tool_id] = item
-        items.append(item)
-    return items
+            last.last_seq = seq
+            return True
+        return False
+
+    def finish(self) -> list[Item]:
+        """A question nothing followed waits while the task is active (it is blocked on it, or is
+        about to be); on a task that came to rest otherwise it was never answered."""
+        for p in self.asked[:-1]:
+            p.status, p.waiting = "not answered", False
+        if self.asked and not self.active:
+            self.asked[-1].status, self.asked[-1].waiting = "not answered", False
+        return self.items
+
+
+def build(events: list[EventRead], approvals: Iterable[ApprovalRead] = (), *, active: bool = False) -> list[Item]:
+    """Items in order: a tool's result goes into its call's card (when the call is among these
+    events), consecutive output chunks of one stream and consecutive phases of one run merge.
+    A call parked for a person (`approvals`, the task's) or asking a question shows what it waits
+    for, or how it was decided, never as an error. `active`: the task is queued, running or
+    blocked (an open question waits for an answer). Output text is shown up to `PAGE_OUTPUT_BYTES`."""
+    timeline = _Timeline(approvals, active)
+    for e in events:
+        timeline.add(e)
+    return timeline.finish()
 
 
 def duration(ms: int | None) -> str:
