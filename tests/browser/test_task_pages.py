@@ -74,8 +74,15 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         card.locator(".tool-input > summary").click()
         expect(card.locator(".tool-input pre")).to_have_text(COMMAND)  # as written, no JSON escapes
         expect(card.locator(".ev-tool_result summary")).to_contain_text("exit code 0")
-        expect(log.locator(".ti-policy")).to_contain_text("Reason: no network tools here")
-        expect(log.locator(".ti-generic")).to_contain_text("model call")
+        # The call between its decisions: pre_tool_use above it, post_tool_use below its outcome.
+        expect(card.locator(".policy-before")).to_contain_text("pre_tool_use: allow")
+        expect(card.locator(".policy-after")).to_contain_text("post_tool_use: allow")
+        fetch = log.locator(".ti-tool").filter(has_text="web_fetch")
+        expect(fetch.locator(".policy-before")).to_contain_text("Reason: no network tools here")
+        # Plumbing in one line each, the details on demand.
+        expect(log.locator(".ti-model > summary")).to_contain_text("Model call: claude-test · 1,200 in / 80 out")
+        expect(log.locator(".ti-model .facts-line")).to_be_hidden()
+        expect(log.locator(".ti-generic")).to_contain_text("cache report")
         long_output = log.locator(".ti-output .fold.long").first
         long_output.locator("button.show-all").click()
         expect(long_output).to_have_class(re.compile(r"\bexpanded\b"))

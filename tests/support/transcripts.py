@@ -11,6 +11,7 @@ from tasks.core import transcript
 from tasks.core.models import Run, Task
 from tasks.core.transcript import (
     Assistant,
+    ModelCall,
     Notice,
     Output,
     Pending,
@@ -26,8 +27,14 @@ COMMAND = 'for f in *.txt; do echo "$f" | tr a-z A-Z; done && printf \'%s\\n\' "
 WRITTEN = 'def greet(name):\n    return f"hello {name}"\n'
 
 
+# A pooled sandbox's container name, as long as they come (the page shortens it).
+CONTAINER = "forgehand-pool-3f9c2a7d1e4b-t-" + b"9d2b7c1e4f3a4e5b8c6d7e8f9a0b1c2d".hex() + "-r-" + b"0b6f".hex()
+
+
 def every_kind(run_id: int) -> list[Pending]:
-    policy = {
+    """One event of each kind, in the order a builtin run records them (25 events; the 7th is the
+    bash call `c1`, its policy decisions around its result)."""
+    deny = {
         "event": "pre_tool_use",
         "decision": "deny",
         "delivery_id": "d1",
@@ -35,15 +42,42 @@ def every_kind(run_id: int) -> list[Pending]:
         "endpoints": [
             {"url": "http://127.0.0.1:9/policy", "result": "ok", "decision": "deny", "status": 200, "latency_ms": 12.5}
         ],
-    }
+    }  # no tool_use_id: recorded before decisions named their call
+
+    def allow(event: str) -> dict[str, Any]:
+        endpoint = {"url": "http://127.0.0.1:9/policy", "result": "ok", "decision": "allow", "status": 200}
+        return {
+            "event": event,
+            "decision": "allow",
+            "delivery_id": f"d-{event}",
+            "tool_use_id": "c1",
+            "endpoints": [{**endpoint, "latency_ms": 3.0}],
+        }
+
+    blocked = (
+        "error: an external policy blocked this web_fetch call; it was not executed and retrying it will be "
+        "denied again. Explain this to the user. Reason: no network tools here"
+    )
+    # As the gateway records a call: `ttfb_ms` null, `error` empty (nothing to show for either).
+    model = ModelCall(
+        provider="anthropic", model="claude-test", status=200, input_tokens=1200, output_tokens=80, latency_ms=850
+    )
     events: list[Any] = [
         ("prompt", Prompt(text="Fix the <b>greeting</b>\n> quoted", source="start", author="ana")),
         ("system", System(phase="claimed", text="claimed by worker w1", duration_ms=3)),
         ("system", System(phase="workspace", text="workspace prepared", duration_ms=420)),
-        ("system", System(phase="sandbox", text="sandbox started", duration_ms=2300)),
+        (
+            "system",
+            System(
+                phase="sandbox", text=f"sandbox {CONTAINER} started", duration_ms=2300, detail={"container": CONTAINER}
+            ),
+        ),
+        ("model_call", model),
         ("assistant", Assistant(text="I will **fix** it.\n\n<script>alert(1)</script><img src=x onerror=alert(2)>")),
         ("tool_call", ToolCall(id="c1", name="bash", input={"command": COMMAND})),
+        ("system", System(phase="policy", text="pre_tool_use: allow", detail=allow("pre_tool_use"))),
         ("tool_result", ToolResult(id="c1", name="bash", output="exit code 0\nA.TXT\ntab\there\n")),
+        ("system", System(phase="policy", text="post_tool_use: allow", detail=allow("post_tool_use"))),
         ("tool_call", ToolCall(id="c2", name="write_file", input={"path": "greet.py", "content": WRITTEN})),
         ("tool_result", ToolResult(id="c2", name="write_file", output="wrote 44 bytes to greet.py")),
         (
@@ -53,7 +87,9 @@ def every_kind(run_id: int) -> list[Pending]:
             ),
         ),
         ("tool_result", ToolResult(id="c3", name="edit_file", output="edited old.txt", is_error=False)),
-        ("system", System(phase="policy", text="pre_tool_use: deny", detail=policy)),
+        ("tool_call", ToolCall(id="c4", name="web_fetch", input={"url": "https://example.com/"})),
+        ("system", System(phase="policy", text="pre_tool_use: deny", detail=deny)),
+        ("tool_result", ToolResult(id="c4", name="web_fetch", output=blocked, is_error=True)),
         ("stdout", Output(text="line one\n")),
         ("stdout", Output(text="line two\n")),
         ("stderr", Output(text="warning: careful\n")),
@@ -173,7 +209,8 @@ async def record(db: Database, number: int, events: list[Pending] | None = None)
 
 
 async def record_unknown_kind(db: Database, number: int) -> None:
-    """An event of a kind this page was not written for (a newer producer's), stored raw."""
+    """An event of a kind this page was not written for (a newer producer's), stored raw; its
+    empty fields say nothing."""
     from tasks.core.models import TranscriptEvent
 
     async with db.session(write=True) as s:
@@ -185,9 +222,9 @@ async def record_unknown_kind(db: Database, number: int) -> None:
                 seq=task.last_seq,
                 run_id=None,
                 at=task.updated_at,
-                kind="model_call",
+                kind="cache_report",
                 schema_version=1,
-                payload={"model": "m-1", "input_tokens": 1200, "output_tokens": 80, "request": {"stream": True}},
+                payload={"hits": 1200, "misses": 80, "evicted": None, "note": "", "request": {"stream": True}},
             )
         )
 

@@ -86,7 +86,7 @@ def test_long_text_folds_and_durations_read_well() -> None:
 def test_unknown_kinds_are_shown_generically_and_markdown_is_sanitised() -> None:
     items = build(
         [
-            ev(1, "model_call", model="m", input_tokens=10, request={"stream": True}),
+            ev(1, "cache_report", model="m", input_tokens=10, request={"stream": True}),
             ev(2, "assistant", text="**b** <script>x()</script> ![](pic.png)"),
         ]
     )
@@ -227,3 +227,76 @@ def test_a_parked_call_shows_its_approval_as_it_stands() -> None:
     # The same call id in another run is another call.
     [other] = build([ev(9, "tool_call", run=3, id="p1", name="bash")], [approval("pending")])
     assert other.pause is None
+
+
+def policy(seq: int, event: str, decision: str, call: str = "", run: int = 1, **detail: Any) -> EventRead:
+    d = {"event": event, "decision": decision, "endpoints": [], **({"tool_use_id": call} if call else {}), **detail}
+    return ev(seq, "system", run=run, phase="policy", text=f"{event}: {decision}", detail=d)
+
+
+def test_a_calls_policy_decisions_go_into_its_card_before_and_after() -> None:
+    items = build(
+        [
+            policy(1, "session_start", "allow"),
+            policy(2, "pre_tool_use", "allow", "a"),  # decided before the stream showed the call
+            ev(3, "tool_call", id="a", name="Bash", input={"command": "make"}),
+            ev(4, "tool_result", id="a", name="Bash", output="Exit code 2\nboom", is_error=True),
+            policy(5, "post_tool_use", "allow", "a"),
+            ev(6, "tool_call", id="b", name="bash", input={"command": "ls"}),
+            policy(7, "pre_tool_use", "deny", reason="no"),  # an older record: no call id
+            ev(8, "tool_result", id="b", name="bash", output="error: blocked", is_error=True),
+            policy(9, "post_tool_use", "allow"),
+            policy(10, "pre_tool_use", "allow", "later"),  # its call is not among these events
+        ]
+    )
+    assert [i.kind for i in items] == ["policy", "tool", "tool", "policy"]
+    a, b = items[1], items[2]
+    assert [p.seq for p in a.before] == [2] and [p.seq for p in a.after] == [5] and a.last_seq == 5
+    assert a.result is not None and a.result.outcome == "exit code 2" and a.result.tone == "error"
+    assert [(p.seq, p.reason) for p in b.before] == [(7, "no")] and [p.seq for p in b.after] == [9]
+    assert items[3].tool_id == "later"  # the live page moves it into the card it names
+
+
+def test_a_policy_ask_without_its_approval_still_reads_as_a_pause() -> None:
+    [call] = build(
+        [
+            ev(1, "tool_call", id="p", name="bash", input={"command": "make"}),
+            policy(2, "pre_tool_use", "ask", "p", reason="a person decides"),
+        ],
+        active=True,
+    )
+    assert call.pause is not None and call.pause.status == "waiting for your approval"
+
+
+def test_outcomes_are_an_exit_status_ok_or_error() -> None:
+    from tasks.http.pages.timeline import result_view
+
+    def outcome(output: str, is_error: bool = False) -> tuple[str, str]:
+        r = result_view(1, {"output": output, "is_error": is_error})
+        return r.outcome, r.tone
+
+    assert outcome("exit code 0\nfine") == ("exit code 0", "ok")
+    assert outcome("exit code 1\n") == ("exit code 1", "warn")
+    assert outcome("Exit code 127\nnot found", True) == ("exit code 127", "error")
+    assert outcome("timed out") == ("timed out", "warn")
+    assert outcome("wrote 4 bytes") == ("ok", "ok")
+    assert outcome("Exit code is what it is", True) == ("error", "error")
+
+
+def test_plumbing_is_one_line_without_empty_fields() -> None:
+    from tasks.http.pages.timeline import short_name
+
+    call = ev(1, "model_call", provider="anthropic", model="m-1", status=200, input_tokens=1200, output_tokens=80,
+              latency_ms=2400, ttfb_ms=None, cost_usd=None, error="", stream=True)  # fmt: skip
+    failed = ev(2, "model_call", provider="openai", model="m-2", status=502, error="upstream unreachable")
+    odd = ev(3, "cache_report", hits=3, note="", evicted=None, extra={}, rows=[1])
+    model, broken, generic = build([call, failed, odd])
+    assert model.kind == "model" and model.text == "m-1 · 1,200 in / 80 out · 2.4 s" and model.label == ""
+    assert not {"ttfb_ms", "error", "cost_usd"} & set(dict(model.facts))
+    assert broken.label == "error" and broken.text.endswith("HTTP 502 · upstream unreachable")
+    assert generic.facts == [("hits", "3")] and [f.label for f in generic.fields] == ["rows"]
+    name = "forgehand-pool-" + "ab" * 80
+    assert short_name("forgehand-run-1") == "forgehand-run-1"
+    assert len(short_name(name)) < 40 and short_name(name).startswith("forgehand-pool-")
+    [phases] = build([ev(4, "system", phase="sandbox", text=f"sandbox {name} started", detail={"container": name})])
+    assert phases.phases[0].text == f"sandbox {short_name(name)} started" and phases.phases[0].container == name

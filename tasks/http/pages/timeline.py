@@ -78,6 +78,18 @@ class ToolResultView:
     # call a person denied: shown as such, not as an error.
     held: bool = False
 
+    @property
+    def outcome(self) -> str:
+        """How the call went, in a word or two: its exit status, else `error` or `ok`."""
+        return self.status or ("error" if self.is_error else "ok")
+
+    @property
+    def tone(self) -> str:
+        """The outcome's badge class: ok, warn (a non-zero exit, a timeout) or error."""
+        if self.is_error:
+            return "error"
+        return "ok" if self.outcome in ("ok", "exit code 0") else "warn"
+
 
 @dataclass
 class Phase:
@@ -85,6 +97,7 @@ class Phase:
     text: str
     duration_ms: int | None
     files: list[str] = field(default_factory=list)
+    container: str = ""  # the sandbox's full container name (the text shows it shortened)
 
     @property
     def took(self) -> str:
@@ -156,7 +169,7 @@ def approval_pause(a: ApprovalRead | None, *, blocked: bool) -> Pause:
 
 @dataclass
 class Item:
-    kind: str  # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, generic
+    kind: str  # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, model, generic
     seq: int
     run: int | None
     at: datetime
@@ -169,6 +182,9 @@ class Item:
     hint: str = ""
     fields: list[Field] = field(default_factory=list)
     result: ToolResultView | None = None
+    # tool: the policy decisions about the call, `pre_tool_use` (before it) and `post_tool_use`
+    before: list["Item"] = field(default_factory=list)
+    after: list["Item"] = field(default_factory=list)
     # output
     chunks: list[tuple[int, str]] = field(default_factory=list)
     # phases
@@ -280,12 +296,17 @@ def tool_fields(value: Any) -> tuple[list[Field], str]:
     return fields, hint
 
 
+_EXIT = re.compile(r"[Ee]xit code -?\d{1,3}")
+
+
 def result_view(seq: int, p: dict[str, Any]) -> ToolResultView:
     output = str(p.get("output", ""))
     status = ""
-    head = output.partition("\n")[0]
-    if head.startswith("exit code ") or head == "timed out":  # the builtin shell tool's first line
-        status = head  # shown in the card's summary too; the output stays as the agent saw it
+    head = output.partition("\n")[0].strip()
+    # The builtin shell tool's first line (`exit code 2`, `timed out`), Claude Code's Bash error's
+    # (`Exit code 2`): shown as the call's outcome; the output stays as the agent saw it.
+    if _EXIT.fullmatch(head) or head == "timed out":
+        status = head.lower()
     stdout, stderr = p.get("stdout"), p.get("stderr")
     return ToolResultView(
         seq=seq,
@@ -305,16 +326,59 @@ def _scalar(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _empty(value: Any) -> bool:
+    """A field with nothing to say (null, an empty string, list or object): not shown."""
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+def _model_call(p: dict[str, Any], base: dict[str, Any]) -> Item:
+    """One call through the model gateway: a line (model, tokens, time, cost, a failure), the
+    fields with something to say on demand."""
+
+    def num(key: str) -> int:
+        v = p.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    parts = [str(p.get("model") or "model")]
+    parts.append(f"{num('input_tokens'):,} in / {num('output_tokens'):,} out")
+    if num("latency_ms"):
+        parts.append(duration(num("latency_ms")))
+    cost = p.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        parts.append(f"${cost:,.4f}")
+    status = num("status")
+    failed = status >= 400 or bool(p.get("error"))
+    if failed:
+        parts.append(f"HTTP {status}" if status else "failed")
+        if p.get("error"):
+            parts.append(_one_line(str(p["error"])))
+    facts = [(k, _scalar(v)) for k, v in p.items() if not _empty(v) and not isinstance(v, dict | list)]
+    return Item(kind="model", text=" · ".join(parts), label="error" if failed else "", facts=facts, **base)
+
+
 def _phase(p: dict[str, Any]) -> Phase:
     detail = p.get("detail") or {}
     files = detail.get("changed_files") if isinstance(detail, dict) else None
     duration = p.get("duration_ms")
+    text = str(p.get("text", ""))
+    container = detail.get("container") if isinstance(detail, dict) else None
+    if isinstance(container, str) and container:
+        text = text.replace(container, short_name(container))
     return Phase(
         name=str(p.get("phase", "")),
-        text=str(p.get("text", "")),
+        text=text,
         duration_ms=duration if isinstance(duration, int) else None,
         files=[str(f) for f in files] if isinstance(files, list) else [],
+        container=container if isinstance(container, str) else "",
     )
+
+
+SHORT_NAME = 40
+
+
+def short_name(name: str) -> str:
+    """A long generated name (a pooled sandbox's is about 170 characters) as its head and tail."""
+    return name if len(name) <= SHORT_NAME else f"{name[:24]}…{name[-10:]}"
 
 
 def _policy(e: EventRead, p: dict[str, Any]) -> Item:
@@ -340,6 +404,7 @@ def _policy(e: EventRead, p: dict[str, Any]) -> Item:
         decision=str(d.get("decision", "")),
         reason=str(d.get("reason") or ""),
         endpoints=endpoints,
+        tool_id=str(d.get("tool_use_id") or ""),
     )
 
 
@@ -381,8 +446,11 @@ def _item(e: EventRead) -> Item:
         if p.get("phase") == "policy":
             return _policy(e, p)
         return Item(kind="phases", phases=[_phase(p)], **base)
-    facts = [(k, _scalar(v)) for k, v in p.items() if k != "text" and not isinstance(v, dict | list)]
-    nested = {k: v for k, v in p.items() if isinstance(v, dict | list)}
+    if e.kind == "model_call":
+        return _model_call(p, base)
+    shown = {k: v for k, v in p.items() if not _empty(v)}
+    facts = [(k, _scalar(v)) for k, v in shown.items() if k != "text" and not isinstance(v, dict | list)]
+    nested = {k: v for k, v in shown.items() if isinstance(v, dict | list)}
     return Item(
         kind="generic",
         label=e.kind,
@@ -421,9 +489,11 @@ class OutputBudget:
 class _Timeline:
     """Items in the making (see `build`)."""
 
-    def __init__(self, approvals: Iterable[ApprovalRead], active: bool) -> None:
+    def __init__(self, approvals: Iterable[ApprovalRead], active: bool, ahead: set[str]) -> None:
         self.items: list[Item] = []
         self.calls: dict[str, Item] = {}
+        self.ahead = ahead  # the calls among these events (a decision recorded first waits for its call)
+        self.early: dict[str, list[Item]] = {}
         self.budget = OutputBudget()
         self.approvals: dict[tuple[int | None, str], ApprovalRead] = {(a.run, a.tool_use_id): a for a in approvals}
         self.active = active
@@ -434,6 +504,8 @@ class _Timeline:
         if item.kind == "output":
             self.budget.cut(item)
         if item.kind == "result" and self._into_call(item, e.seq):
+            return
+        if item.kind == "policy" and self._policy_of_call(item, e.seq):
             return
         if item.kind == "question" and item.pause is not None:
             self.asked.append(item.pause)
@@ -453,7 +525,42 @@ class _Timeline:
             parked = self.approvals.get((item.run, item.tool_id))
             if parked is not None:
                 item.pause = approval_pause(parked, blocked=self.active)
+            for decided in self.early.pop(item.tool_id, []):
+                self._decided(item, decided)
         self.items.append(item)
+
+    def _policy_of_call(self, item: Item, seq: int) -> bool:
+        """A tool hook's decision goes into its call's card: `pre_tool_use` before the call,
+        `post_tool_use` after its outcome. Records without the call's id (older ones) go to the
+        run's last call still waiting for its result (pre), or its last call with one (post)."""
+        if item.event not in ("pre_tool_use", "post_tool_use"):
+            return False
+        item.last_seq = seq
+        if item.tool_id:
+            call = self.calls.get(item.tool_id)
+            if call is None and item.tool_id in self.ahead:
+                self.early.setdefault(item.tool_id, []).append(item)
+                return True
+        else:
+            call = self._last_call(item.run, with_result=item.event == "post_tool_use")
+        if call is None:
+            return False
+        self._decided(call, item)
+        call.last_seq = max(call.last_seq, seq)
+        return True
+
+    def _decided(self, call: Item, decision: Item) -> None:
+        (call.before if decision.event == "pre_tool_use" else call.after).append(decision)
+        if decision.event == "pre_tool_use" and decision.decision == "ask" and call.pause is None:
+            call.pause = approval_pause(None, blocked=self.active)
+
+    def _last_call(self, run: int | None, *, with_result: bool) -> Item | None:
+        for item in reversed(self.items):
+            if item.run != run:
+                return None
+            if item.kind == "tool":
+                return item if (item.result is not None) == with_result else None
+        return None
 
     def _into_call(self, item: Item, seq: int) -> bool:
         call = self.calls.get(item.tool_id)
@@ -517,12 +624,14 @@ class _Timeline:
 
 
 def build(events: list[EventRead], approvals: Iterable[ApprovalRead] = (), *, active: bool = False) -> list[Item]:
-    """Items in order: a tool's result goes into its call's card (when the call is among these
-    events), consecutive output chunks of one stream and consecutive phases of one run merge.
+    """Items in order: a tool's result and the policy decisions about it go into its call's card
+    (when the call is among these events), consecutive output chunks of one stream and
+    consecutive phases of one run merge.
     A call parked for a person (`approvals`, the task's) or asking a question shows what it waits
     for, or how it was decided, never as an error. `active`: the task is queued, running or
     blocked (an open question waits for an answer). Output text is shown up to `PAGE_OUTPUT_BYTES`."""
-    timeline = _Timeline(approvals, active)
+    ahead = {str(e.payload.get("id") or "") for e in events if e.kind == "tool_call"}
+    timeline = _Timeline(approvals, active, ahead)
     for e in events:
         timeline.add(e)
     return timeline.finish()
