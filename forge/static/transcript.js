@@ -132,10 +132,15 @@
   const src = new EventSource(box.dataset.events + "?after=" + lastSeq);
   (box.dataset.kinds || "").split(" ").forEach(function (k) { if (k) src.addEventListener(k, pull); });
   src.onmessage = pull;  // kinds this page was not told about still arrive
+  // The badge and the line under the title say the same state: a change updates both.
   src.addEventListener("state", function (m) {
     const st = JSON.parse(m.data).state;
     const badge = document.querySelector("h1 span.badge[class*='state-']");
-    if (badge) { badge.className = "badge state-" + st; badge.textContent = st.replace("_", " "); }
+    if (!badge || badge.dataset.state === st) return;
+    badge.className = "badge state-" + st; badge.dataset.state = st; badge.textContent = st.replace("_", " ");
+    const waiting = document.getElementById("waiting"), text = document.getElementById("waiting-text");
+    const line = waiting && waiting.getAttribute("data-when-" + st);
+    if (text && line) text.textContent = line;
   });
   // When the task comes to rest the page reloads, to show its new state and forms.
   src.addEventListener("end", function () { src.close(); pull().finally(function () { window.location.reload(); }); });

@@ -48,6 +48,9 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         page.keyboard.press("Enter")
         expect(page).to_have_url(re.compile(rf"/{re.escape(repo)}/tasks/1$"))
         expect(page.locator("#waiting")).to_contain_text(re.compile(r"Waiting for a worker|The agent is working"))
+        # The badge and the line under the title change together (live, as a worker takes the run).
+        expect(page.locator("h1 .badge")).to_have_text("running", timeout=60_000)
+        expect(page.locator("#waiting")).to_contain_text("The agent is working")
 
         # --- live: the reader at the top is not moved; a button offers the new events -------------
         page.set_viewport_size({"width": 1280, "height": 480})

@@ -207,7 +207,11 @@ async def test_the_header_says_what_waits_for_whom(
     await start(client, world)
     queued = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
     assert "Waiting for a worker (#1 in the queue)." in queued
-    assert "no model calls yet" in queued
+    # The badge says the same state as the line (and the live page changes both together).
+    assert '<span class="badge state-queued" data-state="queued">queued · #1 in queue</span>' in queued
+    assert 'data-when-running="The agent is working;' in queued
+    # A command task never calls a model: no usage line at all.
+    assert 'id="usage"' not in queued and "model calls" not in queued
     await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
     review = text_of((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text)
     assert "Waiting for your review" in review
@@ -234,6 +238,12 @@ async def test_a_task_that_changed_nothing_offers_no_merge(
     assert r.status_code == 409 and r.json()["code"] == "task_no_changes", r.text
     listed = (await client.get(f"{PAGE}/", headers=world.h("wendy"))).text
     assert "no changes</span>" in listed
+    # Its state says what it is (finished, with nothing to review), not "awaiting review"; the API
+    # keeps the state's name.
+    table = text_of(listed[listed.index('id="task-list"') : listed.index("</table>")])
+    for shown in (page, table):
+        assert "finished, no changes" in shown and "awaiting review" not in shown
+    assert (await client.get(f"{TASKS}/1", headers=world.h("wendy"))).json()["state"] == "awaiting_review"
 
 
 async def test_the_start_form_offers_the_bots_and_runtimes_and_keeps_a_refused_goal(

@@ -26,7 +26,7 @@ from tasks.http.pages.common import (
     visible_json,
 )
 from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
-from tasks.http.pages.status import waiting_line
+from tasks.http.pages.status import ACTIVE_LINES, waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
 from tasks.services import agents, inbox, rules
@@ -170,6 +170,7 @@ class TaskPages(Controller):
             kinds=" ".join(dict.fromkeys((*transcript.KINDS, *EXTRA_KINDS))),
             last_seq=last_seq,
             waiting=waiting_line(read, task, principal, res),
+            live_lines=ACTIVE_LINES,
             branch_exists=branch_exists,
             usage_line=usage_line(read),
             egress_line=egress_line(read),
