@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from markupsafe import escape
 from sqlalchemy import select
 
 from forge.db import Database
@@ -217,6 +218,28 @@ async def test_the_header_says_what_waits_for_whom(
     assert "Waiting for your review" in review
     bot = text_of((await client.get(f"{PAGE}/1", headers=world.h("fixer"))).text)
     assert "Waiting for review by someone with write access." in bot  # the agent never reviews itself
+
+
+async def test_the_header_keeps_a_commands_lines_and_renders_the_summarys_code(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    from tasks.core.models import Task
+
+    script = "printf 'hi\\n' > hi.txt\nfor i in 1 2; do echo $i; done"
+    await start(client, world, command=script)
+    async with db.session(write=True) as s:
+        task = (await s.execute(select(Task).where(Task.number == 1))).scalar_one()
+        task.summary, task.state = "Renamed `greet` to `hello`.<script>alert(1)</script>", "merged"
+        task.merged_sha = task.base_sha
+    page = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
+    # The command as written, its lines kept (a block, not a one-line code span).
+    assert f'<pre class="command" id="command"><code>{escape(script)}</code></pre>' in page
+    # The summary's code as code, no backtick left over.
+    summary = page[page.index('id="summary"') : page.index("</dd>", page.index('id="summary"'))]
+    assert "<code>greet</code>" in summary and "<code>hello</code>" in summary and "`" not in summary
+    assert "<script" not in summary and "alert(1)" not in summary  # sanitised as the agent's markdown is
+    # A merged command task says nothing about model calls.
+    assert 'id="usage"' not in page and "model calls" not in page
 
 
 async def test_a_task_that_changed_nothing_offers_no_merge(

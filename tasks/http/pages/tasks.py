@@ -13,7 +13,7 @@ from forge.deps import ActorDep, DbSession
 from forge.errors import ForgeError, NotFound
 from forge.pages import page
 from tasks.core import transcript
-from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
+from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
 from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
 from tasks.http.pages import timeline
@@ -63,6 +63,16 @@ def run_number(raw: str | None) -> int | None:
 
 def of_run(events: list[transcript.EventRead], run: int | None) -> list[transcript.EventRead]:
     return events if run is None else [e for e in events if e.run == run]
+
+
+def header_texts(read: TaskRead, subtasks: list[TaskRead]) -> dict[str, Any]:
+    """The header's texts: the command as written (its lines kept), the summaries as the agent's
+    markdown, sanitised (`code` as code). Markdown is CPU work: call in a worker thread."""
+    return {
+        "command_text": command_text(read.command),
+        "summary_html": timeline.agent_markdown(read.summary) if read.summary else "",
+        "subtask_summaries": {c.number: timeline.agent_markdown(c.summary) for c in subtasks if c.summary},
+    }
 
 
 async def timeline_of(scope: TaskScope, events: list[transcript.EventRead]) -> list[timeline.Item]:
@@ -157,10 +167,12 @@ class TaskPages(Controller):
         branch_exists = bool(read.head_sha) and read.head_sha != read.base_sha
         if not branch_exists and read.head_sha:  # a pushed branch, or one recovery left, still shows
             branch_exists = await svc.store.read(res.key, gitops.branch_sha, read.branch) is not None
+        subtasks = await subtask_reads(svc, res, task) if read.subtasks else []
         return page(
             request,
             "tasks/task.html",
             task=read,
+            **await asyncio.to_thread(header_texts, read, subtasks),
             # Autoescaped as text: the person sees the exact input, `<` and all.
             approval_input=visible_json(parked.tool_input) if parked else "",
             items=await timeline_of(task_scope, shown),
@@ -175,7 +187,7 @@ class TaskPages(Controller):
             usage_line=usage_line(read),
             egress_line=egress_line(read),
             may_stop=rules.may_stop(principal, res, task),
-            subtasks=await subtask_reads(svc, res, task) if read.subtasks else [],
+            subtasks=subtasks,
             **repo_context(res, principal, svc.base_url),
         )
 

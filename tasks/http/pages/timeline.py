@@ -18,6 +18,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from forge.render import markdown
+from forge.text import plural
 from tasks.core.schemas import ApprovalRead
 from tasks.core.transcript import EventRead
 
@@ -433,7 +434,7 @@ def _item(e: EventRead) -> Item:
     if e.kind in ("stdout", "stderr"):
         text = str(p.get("text", ""))
         if p.get("omitted_bytes"):
-            text += f"\n[... {p['omitted_bytes']} bytes of output not kept ...]\n"
+            text += f"\n[... {plural(int(p['omitted_bytes']), 'byte')} of output not kept ...]\n"
         return Item(kind="output", label=e.kind, chunks=[(e.seq, text)], **base)
     if e.kind == "notice":
         return Item(kind="notice", text=str(p.get("text", "")), label=str(p.get("level", "info")), **base)
