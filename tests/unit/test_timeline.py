@@ -221,8 +221,9 @@ def test_a_parked_call_shows_its_approval_as_it_stands() -> None:
     assert expired.pause is not None and expired.pause.status == "expired: nobody decided in time"
     # Approved (the builtin loop): the call's result is the approved run's, and a failure is a failure.
     ran = [parked[0], ev(3, "tool_result", run=2, id="p1", name="bash", output="exit code 2\nboom", is_error=True)]
-    [approved] = build(ran, [approval("approved", decided_by="wendy")])
+    [approved] = build(ran, [approval("approved", decided_by="wendy", reason="fine, once")])
     assert approved.pause is not None and approved.pause.status == "approved by wendy" and approved.pause.ran
+    assert approved.pause.reason == "fine, once"  # the person's reason (the policy's is in its decision)
     assert approved.result is not None and approved.result.is_error and not approved.result.held
     # The same call id in another run is another call.
     [other] = build([ev(9, "tool_call", run=3, id="p1", name="bash")], [approval("pending")])

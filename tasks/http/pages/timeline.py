@@ -146,7 +146,7 @@ class Pause:
     status: str  # "waiting for your approval", "approved by ana", "question for you", "answered by ana", ...
     waiting: bool  # still waiting (the task is blocked on it)
     ran: bool = False  # approved: the call ran (its result is a result)
-    reason: str = ""  # why a policy asked, or a denial's reason
+    reason: str = ""  # why a policy asked, or the reason the person gave with their decision
     question: str = ""
     options: list[str] = field(default_factory=list)
     answer_seq: int = 0  # the answer's prompt event
@@ -164,7 +164,8 @@ def approval_pause(a: ApprovalRead | None, *, blocked: bool) -> Pause:
         "expired": "expired: nobody decided in time",
         "cancelled": "cancelled: the task was stopped",
     }.get(a.state, a.state)
-    reason = a.decision_reason if a.state == "denied" else a.reason
+    # Waiting: why the policy asked; decided: the person's reason, if they gave one.
+    reason = a.reason if a.state == "pending" else a.decision_reason
     return Pause("approval", status, a.state == "pending", ran=a.state == "approved", reason=reason)
 
 
