@@ -45,6 +45,7 @@ from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.pushes import PushRecorder
 from forge.settings import Settings
+from forge.text import plural
 from forge.tokens import TokenCache
 from forge.version import VERSION
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
@@ -61,6 +62,11 @@ _API_ENUMS = {
     "HookCreate.events": _HOOK_EVENTS,
     "HookUpdate.events": _HOOK_EVENTS,
 }
+
+
+def _template_filters(engine: JinjaTemplateEngine) -> None:
+    """What every template may use besides Jinja's own: `n|plural("commit")` (1 commit, 2 commits)."""
+    engine.engine.filters["plural"] = plural
 
 
 @get("/healthz", include_in_schema=False, media_type=MediaType.JSON)
@@ -169,7 +175,9 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         before_send=[add_security_headers],
         after_exception=[audit_refusal],
         exception_handlers=EXCEPTION_HANDLERS,
-        template_config=TemplateConfig(directory=HERE / "templates", engine=JinjaTemplateEngine),
+        template_config=TemplateConfig(
+            directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=_template_filters
+        ),
         openapi_config=OpenAPIConfig(
             title="forgehand",
             version=VERSION,

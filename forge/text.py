@@ -2,6 +2,7 @@
 reached a query would be a 500 on one backend and fine on the other. Inputs with NUL are refused
 (or, for text that only describes a refusal, cleaned) before they get near the database."""
 
+import re
 from typing import Any
 
 from litestar import Request
@@ -36,3 +37,25 @@ async def reject_nul_in_url(request: Request[Any, Any, Any]) -> None:
     """`before_request`: paths and query strings with NUL never reach a handler."""
     if NUL in request.url.path or NUL in "".join(f"{k}{v}" for k, v in request.query_params.multi_items()):
         raise InvalidInput("the URL contains a NUL character", code=Code.INVALID_CHARACTERS)
+
+
+def code_span(text: str) -> str:
+    """`text` as a markdown code span, whatever backticks it holds (a fence one longer than its
+    longest run of them; padded when it starts or ends with one)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(text: str) -> str:
+    """`text` as a fenced markdown code block, its lines kept, whatever backticks it holds."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text.rstrip(chr(10))}\n{fence}"
+
+
+def plural(count: int, word: str, many: str = "") -> str:
+    """`1 commit`, `2 commits`, `1,024 files`: a count with its noun agreeing (`many` for a noun
+    whose plural is not the word with an `s`). Also the templates' `plural` filter."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"

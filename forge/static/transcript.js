@@ -56,6 +56,9 @@
     }
   }
   function sameRun(a, b) { return a && b && a.dataset.run === b.dataset.run; }
+  function toolCard(id) {
+    return Array.prototype.find.call(box.querySelectorAll(".ti-tool"), function (c) { return c.dataset.toolId === id; });
+  }
 
   // One item into the box: output chunks and system phases merge into the item before them, a
   // tool's result goes into its call's card; anything else is appended. True when it added an item.
@@ -78,10 +81,23 @@
     }
     const callId = item.dataset.resultFor;
     if (callId) {
-      const call = Array.prototype.find.call(box.querySelectorAll(".ti-tool"), function (c) { return c.dataset.toolId === callId; });
+      const call = toolCard(callId);
       const slot = call && call.querySelector(".result-slot");
       if (slot && slot.querySelector(".pending-result")) {
         slot.replaceChildren(item.querySelector(".ev-tool_result"));
+        call.dataset.lastSeq = item.dataset.lastSeq;
+        return false;
+      }
+    }
+    // A tool hook's decision recorded after its call was shown: into the call's card, before the
+    // call (pre_tool_use) or after its outcome (post_tool_use).
+    const decided = item.dataset.policyFor;
+    if (decided) {
+      const call = toolCard(decided);
+      const slot = call && call.querySelector(item.dataset.policyAt === "before" ? ".policy-before" : ".policy-after");
+      if (slot) {
+        slot.appendChild(item.querySelector(".policy-line"));
+        call.dataset.lastSeq = item.dataset.lastSeq;
         return false;
       }
     }
@@ -116,10 +132,15 @@
   const src = new EventSource(box.dataset.events + "?after=" + lastSeq);
   (box.dataset.kinds || "").split(" ").forEach(function (k) { if (k) src.addEventListener(k, pull); });
   src.onmessage = pull;  // kinds this page was not told about still arrive
+  // The badge and the line under the title say the same state: a change updates both.
   src.addEventListener("state", function (m) {
     const st = JSON.parse(m.data).state;
     const badge = document.querySelector("h1 span.badge[class*='state-']");
-    if (badge) { badge.className = "badge state-" + st; badge.textContent = st.replace("_", " "); }
+    if (!badge || badge.dataset.state === st) return;
+    badge.className = "badge state-" + st; badge.dataset.state = st; badge.textContent = st.replace("_", " ");
+    const waiting = document.getElementById("waiting"), text = document.getElementById("waiting-text");
+    const line = waiting && waiting.getAttribute("data-when-" + st);
+    if (text && line) text.textContent = line;
   });
   // When the task comes to rest the page reloads, to show its new state and forms.
   src.addEventListener("end", function () { src.close(); pull().finally(function () { window.location.reload(); }); });

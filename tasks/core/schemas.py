@@ -1,5 +1,6 @@
 """Wire shapes of the tasks API (msgspec structs). New fields get defaults; types never change."""
 
+import shlex
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -250,6 +251,13 @@ class TranscriptPage(msgspec.Struct, kw_only=True):
     events: list[EventRead]
     next_after: int  # pass as `after` for the next page
     complete: bool  # no more events right now
+
+
+def command_text(command: str | list[str] | None) -> str:
+    """A command as a person wrote it: a command line as is (its lines kept), an argv quoted."""
+    if command is None:
+        return ""
+    return command if isinstance(command, str) else shlex.join(command)
 
 
 def argv_of(command: str | list[str] | None) -> list[str]:

@@ -16,6 +16,7 @@ from sqlalchemy import select, update
 
 from forge import events
 from forge.models import Account, Repository
+from forge.text import plural
 from sandbox import (
     EngineUnavailable,
     ImageMissing,
@@ -339,7 +340,7 @@ class Execution(Settling, Supervising, Outside):
         await self.system(
             "workspace",
             f"workspace prepared from {'the task branch' if head else 'the base'} "
-            f"at {self.start_sha[:12]} ({files} files), limit {limit_mb} MiB ({quota})",
+            f"at {self.start_sha[:12]} ({plural(files, 'file')}), limit {limit_mb} MiB ({quota})",
             t0,
             sha=self.start_sha,
             files=files,

@@ -16,7 +16,7 @@ from forge.events import RunFinished
 from forge.git import Identity
 from forge.models import Repository
 from forge.settings import Settings
-from forge.text import safe_text
+from forge.text import plural, safe_text
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
 from tasks.core import payloads
@@ -164,7 +164,7 @@ class Settling:
                 self.settled_snap = snap
                 if snap.committed:
                     kind = "work-in-progress snapshot" if wip else "snapshot"
-                    text = f"{kind} {snap.sha[:12]} on {self.branch}: {len(snap.changed_files)} files changed"
+                    text = f"{kind} {snap.sha[:12]} on {self.branch}: {plural(len(snap.changed_files), 'file')} changed"
                 else:
                     text = "no changes: no new commit, the task branch is left as it was"
                 await self.system(

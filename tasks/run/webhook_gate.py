@@ -63,7 +63,7 @@ class WebhookGate:
             task_meta=meta,
             data=data,
         )
-        return _decision(outcome)
+        return _decision(outcome, str(data.get("tool_use_id") or ""))
 
     async def session_start(self, ctx: GateContext, *, source: SessionSource, runtime: str, image: str) -> GateDecision:
         return await self._dispatch(ctx, "session_start", {"source": source, "runtime": runtime, "image": image})
@@ -104,7 +104,7 @@ class WebhookGate:
         return await self._dispatch(ctx, "pre_merge", merge)
 
 
-def _decision(outcome: PolicyOutcome) -> GateDecision:
+def _decision(outcome: PolicyOutcome, tool_use_id: str = "") -> GateDecision:
     failure = outcome.failure_message
     return GateDecision(
         decision=outcome.decision,
@@ -119,6 +119,8 @@ def _decision(outcome: PolicyOutcome) -> GateDecision:
             "event": outcome.event_type,
             "decision": outcome.decision,
             "delivery_id": outcome.delivery_id,
+            # The call a tool hook decided: its transcript record sits with the call.
+            **({"tool_use_id": tool_use_id} if tool_use_id else {}),
             "endpoints": [
                 {
                     "url": r.url,

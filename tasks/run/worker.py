@@ -23,6 +23,7 @@ from forge.events import EventBus
 from forge.git import RepoStore
 from forge.models import Account, Repository
 from forge.settings import Settings
+from forge.text import plural
 from sandbox import DEFAULT_IMAGE, EngineUnavailable, SandboxEngine, SandboxError, quota_unavailable_reason, reap
 from tasks.core import payloads
 from tasks.core.live import LiveHub
@@ -277,8 +278,8 @@ class TaskWorker:
         if snap is not None:
             run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
             if snap.committed:
-                files = len(snap.changed_files)
-                text = f"work-in-progress snapshot {snap.sha[:12]} on {task.branch}: {files} files changed"
+                files = plural(len(snap.changed_files), "file")
+                text = f"work-in-progress snapshot {snap.sha[:12]} on {task.branch}: {files} changed"
                 notices.append(Pending(kind="notice", payload=Notice(text=text), run_id=run.id))
         if found.error:
             notices.append(Pending(kind="notice", payload=Notice(text=found.error, level="error"), run_id=run.id))

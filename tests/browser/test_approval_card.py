@@ -77,6 +77,12 @@ def test_a_parked_tool_call_is_shown_approved_and_run(
     expect(card).to_contain_text("Expires at")
     expect(card.get_by_role("button", name="Approve and run")).to_be_enabled()
     expect(card.get_by_role("button", name="Deny")).to_be_enabled()
+    # In the transcript the call is a pause, not a failure: the policy's ask before it, then what it waits for.
+    parked = transcript(page).locator(".ti-tool").filter(has_text="bash")
+    expect(parked.locator(".policy-before")).to_contain_text("pre_tool_use: ask")
+    expect(parked.locator(".pause")).to_contain_text("waiting for your approval")
+    expect(parked.locator(".pause")).to_contain_text(f"Reason: {REASON}")
+    expect(parked.locator(".badge.outcome-error")).to_have_count(0)
     # While the call waits, there is no message form (a denial with a reason redirects the agent).
     expect(page.get_by_label(re.compile(r"^\s*Message the agent"))).to_have_count(0)
     card.screenshot(path=str(artifacts_dir / "approval-card.png"))
@@ -98,7 +104,10 @@ def test_a_parked_tool_call_is_shown_approved_and_run(
     log = transcript(page)
     expect(log).to_contain_text("waits for approval")
     expect(log).to_contain_text(f"{forge.admin_login} approved the bash call")
-    result = log.locator(".ev-tool_result").filter(has_text="result: bash").last
+    ran = log.locator(".ti-tool").filter(has_text="bash")
+    expect(ran.locator(".pause")).to_contain_text(f"approved by {forge.admin_login}")
+    result = ran.locator(".ev-tool_result")
+    expect(result.locator("summary")).to_contain_text("exit code 0")
     result.locator("summary").click()
     expect(result.locator("pre")).to_contain_text("exit code 0")
     expect(result.locator("pre")).to_contain_text("<approved> & ran")

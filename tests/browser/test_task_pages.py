@@ -51,6 +51,9 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         page.keyboard.press("Enter")
         expect(page).to_have_url(re.compile(rf"/{re.escape(repo)}/tasks/1$"))
         expect(page.locator("#waiting")).to_contain_text(re.compile(r"Waiting for a worker|The agent is working"))
+        # The badge and the line under the title change together (live, as a worker takes the run).
+        expect(page.locator("h1 .badge")).to_have_text("running", timeout=60_000)
+        expect(page.locator("#waiting")).to_contain_text("The agent is working")
 
         # --- live: the reader at the top is not moved; a button offers the new events -------------
         page.set_viewport_size({"width": 1280, "height": 480})
@@ -77,8 +80,15 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         card.locator(".tool-input > summary").click()
         expect(card.locator(".tool-input pre")).to_have_text(COMMAND)  # as written, no JSON escapes
         expect(card.locator(".ev-tool_result summary")).to_contain_text("exit code 0")
-        expect(log.locator(".ti-policy")).to_contain_text("Reason: no network tools here")
-        expect(log.locator(".ti-generic")).to_contain_text("model call")
+        # The call between its decisions: pre_tool_use above it, post_tool_use below its outcome.
+        expect(card.locator(".policy-before")).to_contain_text("pre_tool_use: allow")
+        expect(card.locator(".policy-after")).to_contain_text("post_tool_use: allow")
+        fetch = log.locator(".ti-tool").filter(has_text="web_fetch")
+        expect(fetch.locator(".policy-before")).to_contain_text("Reason: no network tools here")
+        # Plumbing in one line each, the details on demand.
+        expect(log.locator(".ti-model > summary")).to_contain_text("Model call: claude-test · 1,200 in / 80 out")
+        expect(log.locator(".ti-model .facts-line")).to_be_hidden()
+        expect(log.locator(".ti-generic")).to_contain_text("cache report")
         long_output = log.locator(".ti-output .fold.long").first
         long_output.locator("button.show-all").click()
         expect(long_output).to_have_class(re.compile(r"\bexpanded\b"))

@@ -193,5 +193,5 @@ async def test_compare_page(client: AsyncTestClient[Any], make: Accounts, histor
     await _proj(client, make, history)
     r = await client.get(f"/ana/proj/compare/{history.docs_added}...feature/x?view=split", headers=HTML)
     assert r.status_code == 200
-    assert "1 commits ahead" in r.text and "Greet the world" in r.text
+    assert "1 commit ahead" in r.text and "1 commits" not in r.text and "Greet the world" in r.text
     assert 'class="diff code split"' in r.text and '<a href="#diff-1">' in r.text

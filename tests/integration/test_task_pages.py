@@ -10,13 +10,26 @@ from typing import Any
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from markupsafe import escape
 from sqlalchemy import select
 
 from forge.db import Database
 from forge.settings import Settings
 from tasks.core.schemas import GOAL_MAX
+from tasks.http.pages.timeline import short_name
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
-from tests.support.transcripts import COMMAND, WRITTEN, record, record_unknown_kind
+from tests.support.transcripts import (
+    ASK_REASON,
+    CLAUDE_HELD,
+    COMMAND,
+    CONTAINER,
+    PARKED_ID,
+    WRITTEN,
+    ask,
+    park,
+    record,
+    record_unknown_kind,
+)
 from tests.support.web import csrf_from
 
 pytestmark = pytest.mark.db
@@ -56,8 +69,8 @@ async def test_the_timeline_shows_each_kind_as_written(
     # The written file as its content, the edit as a diff.
     assert WRITTEN in shown and json.dumps(WRITTEN) not in shown
     assert '<span class="ddel">-two</span>' in body and '<span class="dadd">+TWO</span>' in body
-    # The shell result with its status, stdout and stderr as separate blocks.
-    assert 'class="badge">exit code 0</span>' in body
+    # The shell result as its exit status (not "result: bash"), stdout and stderr as separate blocks.
+    assert 'class="badge outcome-ok">exit code 0</span>' in body and "result: bash" not in body
     assert body.count('data-stream="stdout"') == 2 and body.count('data-stream="stderr"') == 1
     assert "line one\n</span><span" in body  # two chunks of one stream, one block
     assert "Show all (60 lines)" in body  # the long output folds
@@ -69,10 +82,37 @@ async def test_the_timeline_shows_each_kind_as_written(
     assert "420 ms" in body and "2.3 s" in body
     assert "Reason: no network tools here" in body and "http://127.0.0.1:9/policy" in body
     assert "greet.py</code></li>" in body  # the snapshot's changed files
-    # An unknown kind, generically.
-    assert "model call" in body and "input tokens" in body and "1200" in body
+    # An unknown kind, generically, without its empty fields.
+    generic = text_of(body[body.index("ti-generic") :])
+    assert "cache report" in generic and "hits 1200" in generic and "evicted" not in generic and "note" not in generic
     # Tool results sit in their calls' cards.
-    assert body.count("ti-result") == 0 and body.count("ti-tool") == 3
+    assert body.count("ti-result") == 0 and body.count("ti-tool") == 4
+
+
+async def test_the_reviewer_sees_each_call_between_its_decisions_and_plumbing_in_one_line(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    await record(db, 1)
+    page = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
+    body = page[page.index('id="transcript"') :]
+    # The bash call: its pre_tool_use decision before it, its exit status, then its post_tool_use.
+    bash = card(page, "c1")
+    assert bash.index("pre_tool_use") < bash.index("bash") < bash.index("exit code 0") < bash.index("post_tool_use")
+    # A decision recorded without the call's id (older records) still sits with the call it decided.
+    fetch = card(page, "c4")
+    assert fetch.index("pre_tool_use") < fetch.index("web_fetch") < fetch.index("error")
+    assert "Reason: no network tools here" in fetch and 'class="ti ev ev-system ti-policy' not in body
+    # Other calls say ok (or error), not "result: <tool>".
+    assert 'outcome-ok">ok</span>' in raw_card(page, "c2") and 'outcome-error">error</span>' in raw_card(page, "c4")
+    assert "result:" not in body
+    # A model call: one line, no empty fields (`ttfb ms null`, an empty `error`).
+    model = text_of(body[body.index("ti-model") : body.index("</details>", body.index("ti-model"))])
+    assert "Model call: claude-test · 1,200 in / 80 out · 850 ms" in model
+    assert "ttfb" not in model and "error" not in model and "null" not in model
+    # The sandbox's long container name: shortened in its phase, the whole name on demand.
+    phases = text_of(body[body.index("ti-phases") : body.index("</details>\n", body.index("phase-list"))])
+    assert f"sandbox {short_name(CONTAINER)} started" in phases and len(short_name(CONTAINER)) < 40
     # Each item's icon refers to the page's one definition of it, and each one it refers to is there.
     defined = set(re.findall(r'<symbol id="(i-[a-z]+)"', page))
     used = set(re.findall(r'<use href="#(i-[a-z]+)"', body))
@@ -91,9 +131,12 @@ async def test_the_live_fragment_and_the_run_filter(
     assert "<html" not in r.text  # a fragment, not a page
     assert '<use href="#i-summary"/>' in r.text and "<symbol" not in r.text  # the page's icons, referred to
     # A result whose call was sent earlier comes on its own, naming its call (the page moves it in).
-    after_call = first - 20 + 6  # `every_kind` has 20 events; the 6th is bash call c1, then its result
+    after_call = first - 25 + 7  # `every_kind` has 25 events; the 7th is bash call c1, then its result
     alone = await client.get(f"{PAGE}/1/timeline?after={after_call}", headers=world.h("wendy"))
     assert alone.text.count('data-result-for="c1"') == 1 and 'data-tool-id="c1"' not in alone.text
+    # Its policy decisions too, saying where they go (before the call, after its outcome).
+    assert 'data-policy-for="c1" data-policy-at="before"' in alone.text
+    assert 'data-policy-for="c1" data-policy-at="after"' in alone.text
     empty = await client.get(f"{PAGE}/1/timeline?after={first}", headers=world.h("wendy"))
     assert empty.headers["x-last-seq"] == str(first) and 'class="ti' not in empty.text
     # Run 2 has no events: the filter shows none, the run list offers both runs.
@@ -103,18 +146,100 @@ async def test_the_live_fragment_and_the_run_filter(
     assert 'value="1" selected' in only1.text and "Fixed the" in only1.text
 
 
+def raw_card(page: str, tool_id: str) -> str:
+    """The HTML of the tool call card of `tool_id` on a task page."""
+    start = page.index(f'data-tool-id="{tool_id}"')
+    return page[start : page.index("</article>", start)]
+
+
+def card(page: str, tool_id: str) -> str:
+    """The text of the tool call card of `tool_id` on a task page."""
+    return text_of(raw_card(page, tool_id))
+
+
+async def test_a_parked_call_waits_for_approval_and_then_says_who_decided(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    approval = await park(db, 1)
+    waiting = card((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text, PARKED_ID)
+    # A pause, not a failure: no error badge, no "STOP" quoted as the call's result.
+    assert "waiting for your approval" in waiting and f"Reason: {ASK_REASON}" in waiting
+    assert "error" not in waiting and "result: Bash" not in waiting
+    assert "what the agent was told" in waiting  # Claude Code's words stay available, folded
+    r = await client.post(f"{TASKS}/1/approvals/{approval}", json={"decision": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 200, r.text
+    decided = card((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text, PARKED_ID)
+    assert "approved by wendy" in decided and "waiting for" not in decided and "error" not in decided
+
+
+async def test_a_denied_call_says_who_denied_it_and_why(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    approval = await park(db, 1)
+    body = {"decision": "deny", "reason": "not on main"}
+    r = await client.post(f"{TASKS}/1/approvals/{approval}", json=body, headers=world.h("olga"))
+    assert r.status_code == 200, r.text
+    denied = card((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text, PARKED_ID)
+    assert "denied by olga" in denied and "Reason: not on main" in denied and "error" not in denied
+
+
+async def test_a_question_is_a_question_for_you_and_then_answered(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    await start(client, world)
+    await ask(db, 1)
+    page = (await client.get(f"{PAGE}/1", headers=world.h("ana"))).text
+    asked = card(page, "toolu_01Ask")
+    assert "question for you" in asked and "The agent asks: Which colour?" in asked
+    assert "red" in asked and "blue" in asked
+    assert "error" not in asked and CLAUDE_HELD not in text_of(page[: page.index('id="transcript"')])
+    assert page.count('class="ti ev ev-question') == 0  # shown in the call that asked, once
+    r = await client.post(f"{TASKS}/1/answer", json={"body": "blue"}, headers=world.h("ana"))
+    assert r.status_code == 200, r.text
+    answered = card((await client.get(f"{PAGE}/1", headers=world.h("ana"))).text, "toolu_01Ask")
+    assert "answered by ana" in answered and "question for you" not in answered
+
+
 async def test_the_header_says_what_waits_for_whom(
     client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
 ) -> None:
     await start(client, world)
     queued = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
     assert "Waiting for a worker (#1 in the queue)." in queued
-    assert "no model calls yet" in queued
+    # The badge says the same state as the line (and the live page changes both together).
+    assert '<span class="badge state-queued" data-state="queued">queued · #1 in queue</span>' in queued
+    assert 'data-when-running="The agent is working;' in queued
+    # A command task never calls a model: no usage line at all.
+    assert 'id="usage"' not in queued and "model calls" not in queued
     await agent_commits(db, settings, 1, {"hello.txt": b"hi\n"}, "greet")
     review = text_of((await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text)
     assert "Waiting for your review" in review
     bot = text_of((await client.get(f"{PAGE}/1", headers=world.h("fixer"))).text)
     assert "Waiting for review by someone with write access." in bot  # the agent never reviews itself
+
+
+async def test_the_header_keeps_a_commands_lines_and_renders_the_summarys_code(
+    client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    from tasks.core.models import Task
+
+    script = "printf 'hi\\n' > hi.txt\nfor i in 1 2; do echo $i; done"
+    await start(client, world, command=script)
+    async with db.session(write=True) as s:
+        task = (await s.execute(select(Task).where(Task.number == 1))).scalar_one()
+        task.summary, task.state = "Renamed `greet` to `hello`.<script>alert(1)</script>", "merged"
+        task.merged_sha = task.base_sha
+    page = (await client.get(f"{PAGE}/1", headers=world.h("wendy"))).text
+    # The command as written, its lines kept (a block, not a one-line code span).
+    assert f'<pre class="command" id="command"><code>{escape(script)}</code></pre>' in page
+    # The summary's code as code, no backtick left over.
+    summary = page[page.index('id="summary"') : page.index("</dd>", page.index('id="summary"'))]
+    assert "<code>greet</code>" in summary and "<code>hello</code>" in summary and "`" not in summary
+    assert "<script" not in summary and "alert(1)" not in summary  # sanitised as the agent's markdown is
+    # A merged command task says nothing about model calls.
+    assert 'id="usage"' not in page and "model calls" not in page
 
 
 async def test_a_task_that_changed_nothing_offers_no_merge(
@@ -136,6 +261,12 @@ async def test_a_task_that_changed_nothing_offers_no_merge(
     assert r.status_code == 409 and r.json()["code"] == "task_no_changes", r.text
     listed = (await client.get(f"{PAGE}/", headers=world.h("wendy"))).text
     assert "no changes</span>" in listed
+    # Its state says what it is (finished, with nothing to review), not "awaiting review"; the API
+    # keeps the state's name.
+    table = text_of(listed[listed.index('id="task-list"') : listed.index("</table>")])
+    for shown in (page, table):
+        assert "finished, no changes" in shown and "awaiting review" not in shown
+    assert (await client.get(f"{TASKS}/1", headers=world.h("wendy"))).json()["state"] == "awaiting_review"
 
 
 async def test_the_start_form_offers_the_bots_and_runtimes_and_keeps_a_refused_goal(

@@ -57,3 +57,21 @@ def test_control_and_unknown_lines_make_no_events() -> None:
 def test_tool_kinds() -> None:
     assert [tool_kind(n) for n in ("Read", "Edit", "Grep", "WebFetch", "Task", "mcp__x__y", "Odd")] == [
         "read", "edit", "search", "fetch", "think", "other", "other"]  # fmt: skip
+
+
+def test_an_error_result_never_reads_as_success() -> None:
+    """A model call that failed for good ends with subtype `success` and `is_error`: the run's
+    phase and the task's error say "error", never "(success)"."""
+    from tasks.run.runtimes.claude_code import error_text
+
+    failed = {**FINAL, "is_error": True, "result": "API Error: 403 forbidden", "terminal_reason": "api_error"}
+    ((_, phase),) = StreamState().feed(failed)
+    assert phase.text == "claude-code ended with an error" and "success" not in phase.text
+    assert error_text(failed) == "claude ended with an error: API Error: 403 forbidden"
+    turns = {**FINAL, "subtype": "error_max_turns", "is_error": True, "result": ""}
+    ((_, limit),) = StreamState().feed(turns)
+    assert limit.text == "claude-code ended with an error (error_max_turns)"
+    assert error_text(turns) == "claude ended with an error (it reached its turn limit)"
+    assert error_text({"subtype": "error_new_kind", "result": "x"}) == "claude ended with an error (error new kind): x"
+    ((_, ok),) = StreamState().feed(FINAL)
+    assert ok.text == "claude-code result: success"

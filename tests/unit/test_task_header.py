@@ -24,6 +24,13 @@ def task(**changes: object) -> TaskRead:
 
 def test_no_model_calls_yet() -> None:
     assert usage_line(task()) == "no model calls yet"
+    assert usage_line(task(state="merged")) == "no model calls"  # no "yet" once the task rests
+
+
+def test_a_command_task_says_nothing_of_models() -> None:
+    """The command runtime never calls a model: no usage line, whatever its state."""
+    assert usage_line(task(runtime="command", command="make", state="running")) == ""
+    assert usage_line(task(runtime="command", command="make", state="merged")) == ""
 
 
 def test_metered_usage_with_cache_and_cost() -> None:

@@ -86,7 +86,7 @@ def test_long_text_folds_and_durations_read_well() -> None:
 def test_unknown_kinds_are_shown_generically_and_markdown_is_sanitised() -> None:
     items = build(
         [
-            ev(1, "model_call", model="m", input_tokens=10, request={"stream": True}),
+            ev(1, "cache_report", model="m", input_tokens=10, request={"stream": True}),
             ev(2, "assistant", text="**b** <script>x()</script> ![](pic.png)"),
         ]
     )
@@ -144,3 +144,160 @@ def test_a_page_shows_output_up_to_its_budget_and_says_so() -> None:
     assert len(shown.encode()) <= PAGE_OUTPUT_BYTES + 200
     assert shown.count("more output than a page shows") == 1
     assert len(item.chunks) == 21  # every event keeps its place (the live view counts on them)
+
+
+def approval(state: str, *, run: int = 1, decided_by: str | None = None, reason: str = "") -> Any:
+    from tasks.core.schemas import ApprovalRead
+
+    return ApprovalRead(
+        id="a1",
+        state=state,
+        tool_use_id="p1",
+        tool_name="bash",
+        tool_input={"command": "make"},
+        input_hash="0" * 64,
+        reason="a person decides",
+        held=False,
+        requested_by="http://127.0.0.1:9/policy",
+        run=run,
+        created_at=AT,
+        expires_at=AT,
+        decided_by=decided_by,
+        decided_at=AT if decided_by else None,
+        decision_reason=reason,
+    )
+
+
+def test_a_builtin_question_waits_then_is_answered_by_its_author() -> None:
+    asked = [
+        ev(1, "tool_call", id="q1", name="ask_user", input={"question": "Which name?"}),
+        ev(2, "question", text="Which name?", tool_call_id="q1", options=["Ana", "Bo"]),
+    ]
+    [call] = build(asked, active=True)
+    assert call.pause is not None and call.pause.status == "question for you" and call.pause.waiting
+    assert call.pause.question == "Which name?" and call.pause.options == ["Ana", "Bo"]
+    assert call.last_seq == 2 and call.result is None
+    answered = build([*asked, ev(3, "prompt", run=2, text="Bo", source="answer", author="ana")], active=True)
+    assert answered[0].pause is not None and answered[0].pause.status == "answered by ana"
+    assert answered[0].pause.answer_seq == 3 and not answered[0].pause.waiting
+    # A task that came to rest without an answer (closed, stopped): the question was never answered.
+    [closed] = build(asked, active=False)
+    assert closed.pause is not None and closed.pause.status == "not answered"
+
+
+def test_a_claude_question_finds_the_call_that_asked_and_its_result_is_no_error() -> None:
+    held = "The user doesn't want to proceed with this tool use. The tool use was rejected. STOP what you are doing."
+    items = build(
+        [
+            ev(1, "tool_call", id="t0", name="Read", input={"file_path": "a.py"}),
+            ev(2, "tool_result", id="t0", name="Read", output="x = 1"),
+            ev(3, "tool_call", id="t1", name="AskUserQuestion", input={"questions": []}),
+            ev(4, "tool_result", id="t1", name="AskUserQuestion", output=held, is_error=True),
+            ev(5, "question", text="Which one?"),  # recorded as the run ends, naming no call
+        ],
+        active=True,
+    )
+    assert [i.kind for i in items] == ["tool", "tool"]
+    read, asked = items
+    assert read.pause is None and read.result is not None and not read.result.held
+    assert asked.pause is not None and asked.pause.status == "question for you"
+    assert asked.result is not None and asked.result.held and asked.result.is_error  # stored as it came
+    # A question no call of its run asked stands on its own, still a question.
+    [alone] = build([ev(1, "tool_call", run=1, id="x", name="ask_user"), ev(2, "question", run=2, text="Why?")])[1:]
+    assert alone.kind == "question" and alone.pause is not None and alone.pause.question == "Why?"
+
+
+def test_a_parked_call_shows_its_approval_as_it_stands() -> None:
+    parked = [
+        ev(1, "tool_call", id="p1", name="bash", input={"command": "make"}),
+        ev(2, "tool_result", id="p1", name="bash", output="not run yet: this bash call waits", is_error=True),
+    ]
+    [waiting] = build(parked, [approval("pending")], active=True)
+    assert waiting.pause is not None and waiting.pause.status == "waiting for your approval"
+    assert waiting.pause.reason == "a person decides" and waiting.result is not None and waiting.result.held
+    [denied] = build(parked, [approval("denied", decided_by="olga", reason="not today")])
+    assert denied.pause is not None and (denied.pause.status, denied.pause.reason) == ("denied by olga", "not today")
+    [expired] = build(parked, [approval("expired")])
+    assert expired.pause is not None and expired.pause.status == "expired: nobody decided in time"
+    # Approved (the builtin loop): the call's result is the approved run's, and a failure is a failure.
+    ran = [parked[0], ev(3, "tool_result", run=2, id="p1", name="bash", output="exit code 2\nboom", is_error=True)]
+    [approved] = build(ran, [approval("approved", decided_by="wendy", reason="fine, once")])
+    assert approved.pause is not None and approved.pause.status == "approved by wendy" and approved.pause.ran
+    assert approved.pause.reason == "fine, once"  # the person's reason (the policy's is in its decision)
+    assert approved.result is not None and approved.result.is_error and not approved.result.held
+    # The same call id in another run is another call.
+    [other] = build([ev(9, "tool_call", run=3, id="p1", name="bash")], [approval("pending")])
+    assert other.pause is None
+
+
+def policy(seq: int, event: str, decision: str, call: str = "", run: int = 1, **detail: Any) -> EventRead:
+    d = {"event": event, "decision": decision, "endpoints": [], **({"tool_use_id": call} if call else {}), **detail}
+    return ev(seq, "system", run=run, phase="policy", text=f"{event}: {decision}", detail=d)
+
+
+def test_a_calls_policy_decisions_go_into_its_card_before_and_after() -> None:
+    items = build(
+        [
+            policy(1, "session_start", "allow"),
+            policy(2, "pre_tool_use", "allow", "a"),  # decided before the stream showed the call
+            ev(3, "tool_call", id="a", name="Bash", input={"command": "make"}),
+            ev(4, "tool_result", id="a", name="Bash", output="Exit code 2\nboom", is_error=True),
+            policy(5, "post_tool_use", "allow", "a"),
+            ev(6, "tool_call", id="b", name="bash", input={"command": "ls"}),
+            policy(7, "pre_tool_use", "deny", reason="no"),  # an older record: no call id
+            ev(8, "tool_result", id="b", name="bash", output="error: blocked", is_error=True),
+            policy(9, "post_tool_use", "allow"),
+            policy(10, "pre_tool_use", "allow", "later"),  # its call is not among these events
+        ]
+    )
+    assert [i.kind for i in items] == ["policy", "tool", "tool", "policy"]
+    a, b = items[1], items[2]
+    assert [p.seq for p in a.before] == [2] and [p.seq for p in a.after] == [5] and a.last_seq == 5
+    assert a.result is not None and a.result.outcome == "exit code 2" and a.result.tone == "error"
+    assert [(p.seq, p.reason) for p in b.before] == [(7, "no")] and [p.seq for p in b.after] == [9]
+    assert items[3].tool_id == "later"  # the live page moves it into the card it names
+
+
+def test_a_policy_ask_without_its_approval_still_reads_as_a_pause() -> None:
+    [call] = build(
+        [
+            ev(1, "tool_call", id="p", name="bash", input={"command": "make"}),
+            policy(2, "pre_tool_use", "ask", "p", reason="a person decides"),
+        ],
+        active=True,
+    )
+    assert call.pause is not None and call.pause.status == "waiting for your approval"
+
+
+def test_outcomes_are_an_exit_status_ok_or_error() -> None:
+    from tasks.http.pages.timeline import result_view
+
+    def outcome(output: str, is_error: bool = False) -> tuple[str, str]:
+        r = result_view(1, {"output": output, "is_error": is_error})
+        return r.outcome, r.tone
+
+    assert outcome("exit code 0\nfine") == ("exit code 0", "ok")
+    assert outcome("exit code 1\n") == ("exit code 1", "warn")
+    assert outcome("Exit code 127\nnot found", True) == ("exit code 127", "error")
+    assert outcome("timed out") == ("timed out", "warn")
+    assert outcome("wrote 4 bytes") == ("ok", "ok")
+    assert outcome("Exit code is what it is", True) == ("error", "error")
+
+
+def test_plumbing_is_one_line_without_empty_fields() -> None:
+    from tasks.http.pages.timeline import short_name
+
+    call = ev(1, "model_call", provider="anthropic", model="m-1", status=200, input_tokens=1200, output_tokens=80,
+              latency_ms=2400, ttfb_ms=None, cost_usd=None, error="", stream=True)  # fmt: skip
+    failed = ev(2, "model_call", provider="openai", model="m-2", status=502, error="upstream unreachable")
+    odd = ev(3, "cache_report", hits=3, note="", evicted=None, extra={}, rows=[1])
+    model, broken, generic = build([call, failed, odd])
+    assert model.kind == "model" and model.text == "m-1 · 1,200 in / 80 out · 2.4 s" and model.label == ""
+    assert not {"ttfb_ms", "error", "cost_usd"} & set(dict(model.facts))
+    assert broken.label == "error" and broken.text.endswith("HTTP 502 · upstream unreachable")
+    assert generic.facts == [("hits", "3")] and [f.label for f in generic.fields] == ["rows"]
+    name = "forgehand-pool-" + "ab" * 80
+    assert short_name("forgehand-run-1") == "forgehand-run-1"
+    assert len(short_name(name)) < 40 and short_name(name).startswith("forgehand-pool-")
+    [phases] = build([ev(4, "system", phase="sandbox", text=f"sandbox {name} started", detail={"container": name})])
+    assert phases.phases[0].text == f"sandbox {short_name(name)} started" and phases.phases[0].container == name

@@ -63,7 +63,8 @@ def run_tokens(read: TaskRead) -> Tokens:
 
 def usage_line(read: TaskRead) -> str:
     """The task's model use so far, as the header says it: the gateway's metering (tokens, cache,
-    cost when priced), else the runtime's own counters, else that no model was called."""
+    cost when priced), else the runtime's own counters, else that no model was called ("yet"
+    while the task may still call one). Empty for a command task: it never calls a model."""
     u = read.usage
     if u.input_tokens or u.output_tokens or u.cache_read_tokens or u.cache_write_tokens:
         text = f"{u.input_tokens:,} input + {u.output_tokens:,} output tokens"
@@ -74,7 +75,9 @@ def usage_line(read: TaskRead) -> str:
     if tokens.prompt or tokens.completion:
         turns = f" in {tokens.turns} model turns" if tokens.turns else ""
         return f"{tokens.prompt:,} prompt + {tokens.completion:,} completion tokens{turns} · cost not known"
-    return "no model calls yet"
+    if read.runtime == "command":
+        return ""
+    return "no model calls yet" if read.state in ("queued", "running", "blocked") else "no model calls"
 
 
 def egress_line(read: TaskRead) -> str:

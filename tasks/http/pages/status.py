@@ -7,6 +7,13 @@ from tasks.core.models import Task
 from tasks.core.schemas import TaskRead
 from tasks.services import rules
 
+# What an active task waits for (the live page says it again when the state changes, with the
+# badge: the two never disagree).
+ACTIVE_LINES = {
+    "queued": "Waiting for a worker.",
+    "running": "The agent is working; messages sent now are delivered as its next run.",
+}
+
 
 def waiting_line(read: TaskRead, task: Task, principal: Principal, res: RepoResource) -> str:
     me = principal.login if principal.account_id is not None else None
@@ -16,7 +23,7 @@ def waiting_line(read: TaskRead, task: Task, principal: Principal, res: RepoReso
         where = f" (#{read.queue_position} in the queue)" if read.queue_position else ""
         return f"Waiting for a worker{where}."
     if state == "running":
-        return "The agent is working; messages sent now are delivered as its next run."
+        return ACTIVE_LINES["running"]
     if state == "blocked" and read.pending_approval is not None:
         if read.pending_approval.state != "pending":
             return f"The approval is {read.pending_approval.state}: retry or close the task."

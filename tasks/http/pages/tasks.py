@@ -13,9 +13,9 @@ from forge.deps import ActorDep, DbSession
 from forge.errors import ForgeError, NotFound
 from forge.pages import page
 from tasks.core import transcript
-from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
+from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
-from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScopeDep, task_system
+from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
 from tasks.http.pages import timeline
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
@@ -26,10 +26,11 @@ from tasks.http.pages.common import (
     visible_json,
 )
 from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
-from tasks.http.pages.status import waiting_line
+from tasks.http.pages.status import ACTIVE_LINES, waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
 from tasks.services import agents, inbox, rules
+from tasks.services.approvals import ApprovalService
 from tasks.services.subtasks import subtask_reads
 
 # The task page renders this many events at most (the JSON transcript pages through all of them);
@@ -39,6 +40,9 @@ FRAGMENT_EVENTS = 500
 # Kinds newer producers add (the model gateway's calls, the egress proxy's refusals): the live
 # page listens for them too.
 EXTRA_KINDS = ("model_call", "egress_blocked")
+
+# A task in these states may still be waiting on a question its agent asked.
+ACTIVE_STATES = ("queued", "running", "blocked")
 
 LIST_STATES = ("", "queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed")
 
@@ -59,6 +63,24 @@ def run_number(raw: str | None) -> int | None:
 
 def of_run(events: list[transcript.EventRead], run: int | None) -> list[transcript.EventRead]:
     return events if run is None else [e for e in events if e.run == run]
+
+
+def header_texts(read: TaskRead, subtasks: list[TaskRead]) -> dict[str, Any]:
+    """The header's texts: the command as written (its lines kept), the summaries as the agent's
+    markdown, sanitised (`code` as code). Markdown is CPU work: call in a worker thread."""
+    return {
+        "command_text": command_text(read.command),
+        "summary_html": timeline.agent_markdown(read.summary) if read.summary else "",
+        "subtask_summaries": {c.number: timeline.agent_markdown(c.summary) for c in subtasks if c.summary},
+    }
+
+
+async def timeline_of(scope: TaskScope, events: list[transcript.EventRead]) -> list[timeline.Item]:
+    """The events as the timeline's items, with the task's approvals (a parked call shows what it
+    waits for, or who decided it)."""
+    approvals = await ApprovalService(scope.svc).list(scope.task) if events else []
+    active = scope.task.state in ACTIVE_STATES
+    return await asyncio.to_thread(timeline.build, events, approvals, active=active)
 
 
 async def list_page(
@@ -145,24 +167,27 @@ class TaskPages(Controller):
         branch_exists = bool(read.head_sha) and read.head_sha != read.base_sha
         if not branch_exists and read.head_sha:  # a pushed branch, or one recovery left, still shows
             branch_exists = await svc.store.read(res.key, gitops.branch_sha, read.branch) is not None
+        subtasks = await subtask_reads(svc, res, task) if read.subtasks else []
         return page(
             request,
             "tasks/task.html",
             task=read,
+            **await asyncio.to_thread(header_texts, read, subtasks),
             # Autoescaped as text: the person sees the exact input, `<` and all.
             approval_input=visible_json(parked.tool_input) if parked else "",
-            items=await asyncio.to_thread(timeline.build, shown),
+            items=await timeline_of(task_scope, shown),
             event_count=len(events),
             truncated=len(events) >= PAGE_EVENTS,
             run_filter=run_filter,
             kinds=" ".join(dict.fromkeys((*transcript.KINDS, *EXTRA_KINDS))),
             last_seq=last_seq,
             waiting=waiting_line(read, task, principal, res),
+            live_lines=ACTIVE_LINES,
             branch_exists=branch_exists,
             usage_line=usage_line(read),
             egress_line=egress_line(read),
             may_stop=rules.may_stop(principal, res, task),
-            subtasks=await subtask_reads(svc, res, task) if read.subtasks else [],
+            subtasks=subtasks,
             **repo_context(res, principal, svc.base_url),
         )
 
@@ -178,7 +203,7 @@ class TaskPages(Controller):
         `X-Last-Seq` is the last event read (of every run); `X-More: yes` when there are more."""
         events = await transcript.read(task_scope.session, task_scope.task.id, after=after, limit=FRAGMENT_EVENTS)
         shown = of_run(events, run_number(run))
-        reply = page(request, "tasks/_timeline_items.html", items=await asyncio.to_thread(timeline.build, shown))
+        reply = page(request, "tasks/_timeline_items.html", items=await timeline_of(task_scope, shown))
         reply.headers["X-Last-Seq"] = str(events[-1].seq if events else after)
         reply.headers["X-More"] = "yes" if len(events) >= FRAGMENT_EVENTS else "no"
         reply.headers["Cache-Control"] = "no-store"

@@ -10,6 +10,7 @@ import difflib
 import functools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from forge.render import markdown
+from forge.text import plural
+from tasks.core.schemas import ApprovalRead
 from tasks.core.transcript import EventRead
 
 # Longer outputs and inputs are folded ("show all"), in their own scrolling box until then.
@@ -72,6 +75,21 @@ class ToolResultView:
     omitted_bytes: int
     stdout: Text | None = None
     stderr: Text | None = None
+    # What the agent was told when its call was held for a person (`HELD_MARKERS`), or about a
+    # call a person denied: shown as such, not as an error.
+    held: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """How the call went, in a word or two: its exit status, else `error` or `ok`."""
+        return self.status or ("error" if self.is_error else "ok")
+
+    @property
+    def tone(self) -> str:
+        """The outcome's badge class: ok, warn (a non-zero exit, a timeout) or error."""
+        if self.is_error:
+            return "error"
+        return "ok" if self.outcome in ("ok", "exit code 0") else "warn"
 
 
 @dataclass
@@ -80,6 +98,7 @@ class Phase:
     text: str
     duration_ms: int | None
     files: list[str] = field(default_factory=list)
+    container: str = ""  # the sandbox's full container name (the text shows it shortened)
 
     @property
     def took(self) -> str:
@@ -95,9 +114,64 @@ class Endpoint:
     latency_ms: float | None
 
 
+# The tools an agent asks the person a question with: forgehand's back-channel `ask_user` (the
+# builtin loop's own, or `mcp__forgehand__ask_user` through a CLI's MCP client) and Claude Code's
+# AskUserQuestion.
+QUESTION_TOOLS = ("ask_user", "AskUserQuestion")
+# What an agent is told when forgehand ends its turn for a person (a parked call, a question):
+# Claude Code's own words for an interrupted call, and forgehand's refusals of the calls after it.
+# A pause, not an error.
+HELD_MARKERS = (
+    "doesn't want to proceed with this tool use",
+    "not run yet: this",
+    "not run: the run is ending",
+    "The question was sent to the user",
+)
+
+
+def is_question_tool(name: str) -> bool:
+    return name in QUESTION_TOOLS or name.endswith("__ask_user")
+
+
+def held(output: str) -> bool:
+    """The result of a call forgehand held for a person, not a failure of the call."""
+    return any(m in output for m in HELD_MARKERS)
+
+
+@dataclass
+class Pause:
+    """A tool call that waits for a person: an approval (a policy's `ask`) or a question."""
+
+    kind: str  # "approval" | "question"
+    status: str  # "waiting for your approval", "approved by ana", "question for you", "answered by ana", ...
+    waiting: bool  # still waiting (the task is blocked on it)
+    ran: bool = False  # approved: the call ran (its result is a result)
+    reason: str = ""  # why a policy asked, or the reason the person gave with their decision
+    question: str = ""
+    options: list[str] = field(default_factory=list)
+    answer_seq: int = 0  # the answer's prompt event
+
+
+def approval_pause(a: ApprovalRead | None, *, blocked: bool) -> Pause:
+    """A parked call's pause, as its approval stands (None: the approval is not known here)."""
+    if a is None:
+        return Pause("approval", "waiting for your approval" if blocked else "parked for approval", blocked)
+    who = f" by {a.decided_by}" if a.decided_by else ""
+    status = {
+        "pending": "waiting for your approval",
+        "approved": f"approved{who}",
+        "denied": f"denied{who}",
+        "expired": "expired: nobody decided in time",
+        "cancelled": "cancelled: the task was stopped",
+    }.get(a.state, a.state)
+    # Waiting: why the policy asked; decided: the person's reason, if they gave one.
+    reason = a.reason if a.state == "pending" else a.decision_reason
+    return Pause("approval", status, a.state == "pending", ran=a.state == "approved", reason=reason)
+
+
 @dataclass
 class Item:
-    kind: str  # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, generic
+    kind: str  # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, model, generic
     seq: int
     run: int | None
     at: datetime
@@ -110,6 +184,9 @@ class Item:
     hint: str = ""
     fields: list[Field] = field(default_factory=list)
     result: ToolResultView | None = None
+    # tool: the policy decisions about the call, `pre_tool_use` (before it) and `post_tool_use`
+    before: list["Item"] = field(default_factory=list)
+    after: list["Item"] = field(default_factory=list)
     # output
     chunks: list[tuple[int, str]] = field(default_factory=list)
     # phases
@@ -121,6 +198,8 @@ class Item:
     endpoints: list[Endpoint] = field(default_factory=list)
     # generic: the payload's other scalar fields, one line
     facts: list[tuple[str, str]] = field(default_factory=list)
+    # tool: the person this call waits (or waited) for; question: its own pause when no call shows it
+    pause: Pause | None = None
     last_seq: int = 0
 
     @functools.cached_property
@@ -219,12 +298,17 @@ def tool_fields(value: Any) -> tuple[list[Field], str]:
     return fields, hint
 
 
+_EXIT = re.compile(r"[Ee]xit code -?\d{1,3}")
+
+
 def result_view(seq: int, p: dict[str, Any]) -> ToolResultView:
     output = str(p.get("output", ""))
     status = ""
-    head = output.partition("\n")[0]
-    if head.startswith("exit code ") or head == "timed out":  # the builtin shell tool's first line
-        status = head  # shown in the card's summary too; the output stays as the agent saw it
+    head = output.partition("\n")[0].strip()
+    # The builtin shell tool's first line (`exit code 2`, `timed out`), Claude Code's Bash error's
+    # (`Exit code 2`): shown as the call's outcome; the output stays as the agent saw it.
+    if _EXIT.fullmatch(head) or head == "timed out":
+        status = head.lower()
     stdout, stderr = p.get("stdout"), p.get("stderr")
     return ToolResultView(
         seq=seq,
@@ -234,6 +318,7 @@ def result_view(seq: int, p: dict[str, Any]) -> ToolResultView:
         omitted_bytes=int(p.get("omitted_bytes") or 0),
         stdout=Text(stdout) if isinstance(stdout, str) and stdout else None,
         stderr=Text(stderr) if isinstance(stderr, str) and stderr else None,
+        held=held(output),
     )
 
 
@@ -243,16 +328,59 @@ def _scalar(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _empty(value: Any) -> bool:
+    """A field with nothing to say (null, an empty string, list or object): not shown."""
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+def _model_call(p: dict[str, Any], base: dict[str, Any]) -> Item:
+    """One call through the model gateway: a line (model, tokens, time, cost, a failure), the
+    fields with something to say on demand."""
+
+    def num(key: str) -> int:
+        v = p.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    parts = [str(p.get("model") or "model")]
+    parts.append(f"{num('input_tokens'):,} in / {num('output_tokens'):,} out")
+    if num("latency_ms"):
+        parts.append(duration(num("latency_ms")))
+    cost = p.get("cost_usd")
+    if isinstance(cost, int | float) and not isinstance(cost, bool):
+        parts.append(f"${cost:,.4f}")
+    status = num("status")
+    failed = status >= 400 or bool(p.get("error"))
+    if failed:
+        parts.append(f"HTTP {status}" if status else "failed")
+        if p.get("error"):
+            parts.append(_one_line(str(p["error"])))
+    facts = [(k, _scalar(v)) for k, v in p.items() if not _empty(v) and not isinstance(v, dict | list)]
+    return Item(kind="model", text=" · ".join(parts), label="error" if failed else "", facts=facts, **base)
+
+
 def _phase(p: dict[str, Any]) -> Phase:
     detail = p.get("detail") or {}
     files = detail.get("changed_files") if isinstance(detail, dict) else None
     duration = p.get("duration_ms")
+    text = str(p.get("text", ""))
+    container = detail.get("container") if isinstance(detail, dict) else None
+    if isinstance(container, str) and container:
+        text = text.replace(container, short_name(container))
     return Phase(
         name=str(p.get("phase", "")),
-        text=str(p.get("text", "")),
+        text=text,
         duration_ms=duration if isinstance(duration, int) else None,
         files=[str(f) for f in files] if isinstance(files, list) else [],
+        container=container if isinstance(container, str) else "",
     )
+
+
+SHORT_NAME = 40
+
+
+def short_name(name: str) -> str:
+    """A long generated name (a pooled sandbox's is about 170 characters) as its head and tail."""
+    return name if len(name) <= SHORT_NAME else f"{name[:24]}…{name[-10:]}"
 
 
 def _policy(e: EventRead, p: dict[str, Any]) -> Item:
@@ -278,6 +406,7 @@ def _policy(e: EventRead, p: dict[str, Any]) -> Item:
         decision=str(d.get("decision", "")),
         reason=str(d.get("reason") or ""),
         endpoints=endpoints,
+        tool_id=str(d.get("tool_use_id") or ""),
     )
 
 
@@ -306,18 +435,24 @@ def _item(e: EventRead) -> Item:
     if e.kind in ("stdout", "stderr"):
         text = str(p.get("text", ""))
         if p.get("omitted_bytes"):
-            text += f"\n[... {p['omitted_bytes']} bytes of output not kept ...]\n"
+            text += f"\n[... {plural(int(p['omitted_bytes']), 'byte')} of output not kept ...]\n"
         return Item(kind="output", label=e.kind, chunks=[(e.seq, text)], **base)
     if e.kind == "notice":
         return Item(kind="notice", text=str(p.get("text", "")), label=str(p.get("level", "info")), **base)
     if e.kind == "question":
-        return Item(kind="question", text=str(p.get("text", "")), **base)
+        text = str(p.get("text", ""))
+        options = [str(o) for o in p.get("options") or [] if isinstance(o, str | int | float)]
+        pause = Pause("question", "question for you", True, question=text, options=options)
+        return Item(kind="question", text=text, tool_id=str(p.get("tool_call_id") or ""), pause=pause, **base)
     if e.kind == "system":
         if p.get("phase") == "policy":
             return _policy(e, p)
         return Item(kind="phases", phases=[_phase(p)], **base)
-    facts = [(k, _scalar(v)) for k, v in p.items() if k != "text" and not isinstance(v, dict | list)]
-    nested = {k: v for k, v in p.items() if isinstance(v, dict | list)}
+    if e.kind == "model_call":
+        return _model_call(p, base)
+    shown = {k: v for k, v in p.items() if not _empty(v)}
+    facts = [(k, _scalar(v)) for k, v in shown.items() if k != "text" and not isinstance(v, dict | list)]
+    nested = {k: v for k, v in shown.items() if isinstance(v, dict | list)}
     return Item(
         kind="generic",
         label=e.kind,
@@ -353,22 +488,120 @@ class OutputBudget:
         item.chunks = kept
 
 
-def build(events: list[EventRead]) -> list[Item]:
-    """Items in order: a tool's result goes into its call's card (when the call is among these
-    events), consecutive output chunks of one stream and consecutive phases of one run merge.
-    Output text is shown up to `PAGE_OUTPUT_BYTES` in all."""
-    items: list[Item] = []
-    calls: dict[str, Item] = {}
-    budget = OutputBudget()
-    for e in events:
+class _Timeline:
+    """Items in the making (see `build`)."""
+
+    def __init__(self, approvals: Iterable[ApprovalRead], active: bool, ahead: set[str]) -> None:
+        self.items: list[Item] = []
+        self.calls: dict[str, Item] = {}
+        self.ahead = ahead  # the calls among these events (a decision recorded first waits for its call)
+        self.early: dict[str, list[Item]] = {}
+        self.budget = OutputBudget()
+        self.approvals: dict[tuple[int | None, str], ApprovalRead] = {(a.run, a.tool_use_id): a for a in approvals}
+        self.active = active
+        self.asked: list[Pause] = []  # questions no prompt followed yet
+
+    def add(self, e: EventRead) -> None:
         item = _item(e)
         if item.kind == "output":
-            budget.cut(item)
-        last = items[-1] if items else None
-        if item.kind == "result" and item.tool_id in calls and calls[item.tool_id].result is None:
-            calls[item.tool_id].result = item.result
-            calls[item.tool_id].last_seq = e.seq
-            continue
+            self.budget.cut(item)
+        if item.kind == "result" and self._into_call(item, e.seq):
+            return
+        if item.kind == "policy" and self._policy_of_call(item, e.seq):
+            return
+        if item.kind == "question" and item.pause is not None:
+            self.asked.append(item.pause)
+            call = self._asking_call(item)
+            if call is not None:
+                call.pause, call.last_seq = item.pause, e.seq
+                if call.result is not None:
+                    call.result.held = True
+                return
+        if item.kind == "prompt":
+            self._answer(item)
+        if self._merged(item, e.seq):
+            return
+        item.last_seq = e.seq
+        if item.kind == "tool" and item.tool_id:
+            self.calls[item.tool_id] = item
+            parked = self.approvals.get((item.run, item.tool_id))
+            if parked is not None:
+                item.pause = approval_pause(parked, blocked=self.active)
+            for decided in self.early.pop(item.tool_id, []):
+                self._decided(item, decided)
+        self.items.append(item)
+
+    def _policy_of_call(self, item: Item, seq: int) -> bool:
+        """A tool hook's decision goes into its call's card: `pre_tool_use` before the call,
+        `post_tool_use` after its outcome. Records without the call's id (older ones) go to the
+        run's last call still waiting for its result (pre), or its last call with one (post)."""
+        if item.event not in ("pre_tool_use", "post_tool_use"):
+            return False
+        item.last_seq = seq
+        if item.tool_id:
+            call = self.calls.get(item.tool_id)
+            if call is None and item.tool_id in self.ahead:
+                self.early.setdefault(item.tool_id, []).append(item)
+                return True
+        else:
+            call = self._last_call(item.run, with_result=item.event == "post_tool_use")
+        if call is None:
+            return False
+        self._decided(call, item)
+        call.last_seq = max(call.last_seq, seq)
+        return True
+
+    def _decided(self, call: Item, decision: Item) -> None:
+        (call.before if decision.event == "pre_tool_use" else call.after).append(decision)
+        if decision.event == "pre_tool_use" and decision.decision == "ask" and call.pause is None:
+            call.pause = approval_pause(None, blocked=self.active)
+
+    def _last_call(self, run: int | None, *, with_result: bool) -> Item | None:
+        for item in reversed(self.items):
+            if item.run != run:
+                return None
+            if item.kind == "tool":
+                return item if (item.result is not None) == with_result else None
+        return None
+
+    def _into_call(self, item: Item, seq: int) -> bool:
+        call = self.calls.get(item.tool_id)
+        if call is None or call.result is not None or item.result is None:
+            return False
+        call.result, call.last_seq = item.result, seq
+        if call.pause is not None and not call.pause.ran:
+            item.result.held = True  # a denied, expired or still parked call: what the agent was told
+        return True
+
+    def _asking_call(self, question: Item) -> Item | None:
+        """The tool call that asked this question: the one it names, else the run's last call of a
+        question tool (a CLI agent's question does not name its call)."""
+        named = self.calls.get(question.tool_id) if question.tool_id else None
+        if named is not None and named.pause is None:
+            return named
+        for item in reversed(self.items):
+            if item.run != question.run:
+                break
+            if item.kind == "tool" and is_question_tool(item.name) and item.pause is None:
+                return item
+        return None
+
+    def _answer(self, prompt: Item) -> None:
+        """A prompt after a question: the answer (source `answer`), or the question went unanswered."""
+        if not self.asked:
+            return
+        *earlier, last = self.asked
+        for p in earlier:
+            p.status, p.waiting = "not answered", False
+        answered = prompt.label.startswith("answer")
+        who = prompt.label.removeprefix("answer").strip()
+        last.status = ("answered " + who).strip() if answered else "not answered"
+        last.waiting = False
+        last.answer_seq = prompt.seq if answered else 0
+        self.asked = []
+
+    def _merged(self, item: Item, seq: int) -> bool:
+        last = self.items[-1] if self.items else None
         if (
             last is not None
             and last.run == item.run
@@ -378,13 +611,32 @@ def build(events: list[EventRead]) -> list[Item]:
         ):
             last.chunks += item.chunks
             last.phases += item.phases
-            last.last_seq = e.seq
-            continue
-        item.last_seq = e.seq
-        if item.kind == "tool" and item.tool_id:
-            calls[item.tool_id] = item
-        items.append(item)
-    return items
+            last.last_seq = seq
+            return True
+        return False
+
+    def finish(self) -> list[Item]:
+        """A question nothing followed waits while the task is active (it is blocked on it, or is
+        about to be); on a task that came to rest otherwise it was never answered."""
+        for p in self.asked[:-1]:
+            p.status, p.waiting = "not answered", False
+        if self.asked and not self.active:
+            self.asked[-1].status, self.asked[-1].waiting = "not answered", False
+        return self.items
+
+
+def build(events: list[EventRead], approvals: Iterable[ApprovalRead] = (), *, active: bool = False) -> list[Item]:
+    """Items in order: a tool's result and the policy decisions about it go into its call's card
+    (when the call is among these events), consecutive output chunks of one stream and
+    consecutive phases of one run merge.
+    A call parked for a person (`approvals`, the task's) or asking a question shows what it waits
+    for, or how it was decided, never as an error. `active`: the task is queued, running or
+    blocked (an open question waits for an answer). Output text is shown up to `PAGE_OUTPUT_BYTES`."""
+    ahead = {str(e.payload.get("id") or "") for e in events if e.kind == "tool_call"}
+    timeline = _Timeline(approvals, active, ahead)
+    for e in events:
+        timeline.add(e)
+    return timeline.finish()
 
 
 def duration(ms: int | None) -> str:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import msgspec
 
+from forge.text import plural
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import RunKind
@@ -126,7 +127,7 @@ async def keep(
         "system",
         System(
             phase="agent_session",
-            text=f"session {state.session_id} saved ({len(result.stdout)} bytes)",
+            text=f"session {state.session_id} saved ({plural(len(result.stdout), 'byte')})",
             detail={"session_id": state.session_id, "bytes": len(result.stdout)},
         ),
     )

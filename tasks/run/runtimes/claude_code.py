@@ -396,10 +396,28 @@ class _Drive:
             return Outcome(
                 status=RunState.FAILED,
                 failure_reason=_failure_of(final),
-                error=f"claude ended with an error ({final.get('subtype')}): {str(final.get('result') or '')[:2000]}",
+                error=error_text(final),
                 exit_code=exit_code,
             )
         return Outcome(status=RunState.SUCCEEDED, summary=str(final.get("result") or ""), exit_code=exit_code)
+
+
+# How a `result` line's error subtypes read for a person (`success` with `is_error`: a model call
+# failed for good; the result text says why).
+_ENDINGS = {
+    "error_max_turns": "it reached its turn limit",
+    "error_max_budget_usd": "it reached its cost budget",
+    "error_during_execution": "an error during execution",
+}
+
+
+def error_text(result: dict[str, Any]) -> str:
+    """The task's error for a `result` line that ended in an error: never its subtype `success`."""
+    subtype = str(result.get("subtype") or "")
+    why = _ENDINGS.get(subtype, "" if subtype in ("", "success") else subtype.replace("_", " "))
+    said = str(result.get("result") or "").strip()[:2000]
+    head = f"claude ended with an error ({why})" if why else "claude ended with an error"
+    return f"{head}: {said}" if said else head
 
 
 _UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed out", "socket")

@@ -70,6 +70,7 @@ class PolicyBroker:
         self.parked: ApprovalRequest | None = None
         self.question = ""  # the agent asked the user (AskUserQuestion, ask_user): the run blocks on it
         self.question_options: list[str] = []
+        self.question_call = ""  # the AskUserQuestion call that asked ("": the back-channel's ask_user)
         self.policy_failure = ""
         self.denied: set[str] = set()
         # Calls this broker let run: only those get a post_tool_use (an agent's hook call naming an id
@@ -99,7 +100,8 @@ class PolicyBroker:
             return Outcome(status=RunState.BLOCKED, approval=self.parked, exit_code=exit_code)
         if self.question:
             options = self.question_options
-            await self.ctx.emit("question", Question(text=self.question, options=options))
+            question = Question(text=self.question, options=options, tool_call_id=self.question_call)
+            await self.ctx.emit("question", question)
             return Outcome(
                 status=RunState.BLOCKED, question=self.question, question_options=options, exit_code=exit_code
             )
@@ -193,6 +195,7 @@ class PolicyBroker:
             asked = decision.input_override or tool_input
             self.question = question_text(asked) or "The agent has a question."
             self.question_options = question_options(asked)
+            self.question_call = tool_use_id
             text = "The question was sent to the user. Stop here; their answer comes as the next message."
             return Verdict(behavior="deny", message=text, stop="question")
         return Verdict(behavior="allow", updated_input=decision.input_override or tool_input)

@@ -213,7 +213,11 @@ class StreamState:
         )
         denials = line.get("permission_denials")
         detail["permission_denials"] = len(denials) if isinstance(denials, list) else 0
-        text = f"claude-code result: {line.get('subtype')}" + (" (error)" if line.get("is_error") else "")
+        subtype = str(line.get("subtype") or "")
+        if line.get("is_error"):  # `success` with is_error: a model call failed for good
+            text = "claude-code ended with an error" + (f" ({subtype})" if subtype not in ("", "success") else "")
+        else:
+            text = f"claude-code result: {subtype}"
         return [("system", System(phase="agent_result", text=text, detail=detail))]
 
 

@@ -4,8 +4,9 @@ It needs no model, which makes it the runtime of the `make run` demo and of CI c
 
 import codecs
 
+from forge.text import code_block, code_span, plural
 from sandbox import OutputChunk
-from tasks.core.schemas import argv_of
+from tasks.core.schemas import argv_of, command_text
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice, Output
 from tasks.run.runtimes.base import Outcome, RunContext
@@ -50,7 +51,7 @@ class CommandRuntime:
         if result.truncated_bytes:
             await ctx.emit(
                 "notice",
-                Notice(text=f"output over the cap: {result.truncated_bytes} bytes were not kept", level="warning"),
+                Notice(text=f"output over the cap: {plural(result.truncated_bytes, 'byte')} not kept", level="warning"),
             )
         if result.oom_killed:
             return Outcome(
@@ -72,10 +73,19 @@ class CommandRuntime:
                 exit_code=result.exit_code,
             )
         if result.exit_code == 0:
-            return Outcome(status=RunState.SUCCEEDED, summary=f"`{' '.join(argv)}` exited 0", exit_code=0)
+            return Outcome(status=RunState.SUCCEEDED, summary=success_summary(ctx.command), exit_code=0)
         return Outcome(
             status=RunState.FAILED,
             failure_reason=FailureReason.EXIT_CODE,
             error=f"the command exited with status {result.exit_code}",
             exit_code=result.exit_code,
         )
+
+
+def success_summary(command: str | list[str] | None) -> str:
+    """The run's summary (markdown): the command as written, a command of several lines as a
+    block, so that its lines stay lines wherever the summary is shown."""
+    shown = command_text(command).strip("\n")
+    if "\n" in shown:
+        return f"The command exited 0:\n\n{code_block(shown)}"
+    return f"{code_span(shown)} exited 0"
