@@ -142,6 +142,12 @@ class Code(StrEnum):
         422,
         "the model endpoint is not an http(s) URL without credentials, query or fragment",
     )
+    HOST_NOT_ALLOWED = (
+        "host_not_allowed",
+        422,
+        "a model or webhook endpoint's host is a loopback name or a non-public address (or, for a webhook, "
+        "http) that the instance's allow-list does not name; the message says where an instance admin allows it",
+    )
     UNKNOWN_MODEL_PROVIDER = "unknown_model_provider", 404, "model keys are for `anthropic` or `openai`"
     INVALID_MODEL_KEY = "invalid_model_key", 422, "a model key is 8-4096 printable characters"
     INVALID_EGRESS_RULE = (

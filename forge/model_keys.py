@@ -12,8 +12,9 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
+from forge import allowlists, audit
 from forge.access import AccountRef, Action, require
+from forge.addresses import AllowList, ask_admin, host_refusal, is_noncanonical_ipv4
 from forge.audit import Actor
 from forge.error_codes import Code
 from forge.errors import InvalidInput, NotFound
@@ -85,6 +86,43 @@ def check_endpoint_url(url: str) -> str:
     return url
 
 
+def instance_endpoint(settings: Settings, provider: str) -> str:
+    """The instance's own endpoint of a provider (the operator's choice: never checked)."""
+    return settings.anthropic_base_url if provider == "anthropic" else settings.model_base_url
+
+
+def check_endpoint_host(url: str, allow: AllowList, instance: str) -> str:
+    """The address rules of a model endpoint, as the gateway applies them when it connects: a
+    loopback name or a literal address that is not public is refused unless the model allow-list
+    names it (names that resolve to such an address can only be refused when connecting). The
+    instance's own endpoint is exempt. Returns `url`; "" stays ""."""
+    if not url or url.rstrip("/") == instance.rstrip("/"):
+        return url
+    host = urlsplit(url).hostname or ""
+    if is_noncanonical_ipv4(host):
+        raise InvalidInput(
+            f"{host!r} is a non-canonical IPv4 spelling; write the address as a dotted quad",
+            code=Code.INVALID_MODEL_URL,
+        )
+    refused = host_refusal(host, allow)
+    if refused is not None:
+        raise InvalidInput(
+            f"{url} cannot be a model endpoint: {refused}; {ask_admin(host, 'model endpoints')}",
+            code=Code.HOST_NOT_ALLOWED,
+        )
+    return url
+
+
+async def check_endpoint(session: AsyncSession, settings: Settings, provider: str, url: str) -> str:
+    """A model endpoint as saved: its shape (`check_endpoint_url`) and its host (the allow-list
+    as it is now)."""
+    check_endpoint_url(url)
+    if not url:
+        return url
+    allow = await allowlists.current(session, settings, "model")
+    return check_endpoint_host(url, allow, instance_endpoint(settings, provider))
+
+
 async def _rows(session: AsyncSession, account_id: int) -> dict[str, ModelKey]:
     rows = (await session.execute(select(ModelKey).where(ModelKey.account_id == account_id))).scalars().all()
     return {r.provider: r for r in rows}
@@ -109,7 +147,7 @@ async def put(
     key = change.api_key.strip()
     if len(key) < 8 or not key.isprintable() or any(c.isspace() for c in key):
         raise InvalidInput("a model key is 8-4096 printable characters without spaces", code=Code.INVALID_MODEL_KEY)
-    base_url = check_endpoint_url((change.base_url or "").strip()) or None
+    base_url = await check_endpoint(session, settings, name, (change.base_url or "").strip()) or None
     row = (await _rows(session, account.id)).get(name)
     if row is None:
         row = ModelKey(account_id=account.id, provider=name, api_key_enc="", last4="")
