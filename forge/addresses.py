@@ -172,3 +172,36 @@ def ask_admin(host: str, what: str) -> str:
     """The fix a refusal names: where an instance admin allows `host` for `what` (model endpoints,
     webhooks)."""
     return f"ask an instance admin to allow {host.strip('[]')} in Admin > Network ({what})"
+
+
+def normalize_host(raw: str) -> str:
+    """One allow-list entry as stored: a host name (lower case, no trailing dot), an address, or a
+    CIDR (a one-address CIDR as the address). ValueError says what an entry may be."""
+    item = raw.strip().lower()
+    if item.startswith("[") and item.endswith("]"):
+        item = item[1:-1]
+    try:
+        network = ipaddress.ip_network(item, strict=False)
+    except ValueError:
+        network = None
+    if network is not None:
+        return str(network.network_address) if network.num_addresses == 1 else str(network)
+    host, sep, port = item.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        raise ValueError(f"{raw.strip()!r}: without the port; allow {host.strip('[]')} (every port of that host)")
+    name = item.rstrip(".")
+    if not valid_hostname(name):
+        raise ValueError(
+            f"{raw.strip()!r} is not a host name, an address or a CIDR (e.g. 127.0.0.1, llm.internal, 10.0.0.0/8)"
+        )
+    return name
+
+
+def merged(*lists: AllowList) -> AllowList:
+    """Every host any of `lists` allows."""
+    names: set[str] = set()
+    networks: list[Network] = []
+    for allow in lists:
+        names |= allow.names
+        networks.extend(n for n in allow.networks if n not in networks)
+    return AllowList(frozenset(names), tuple(networks))

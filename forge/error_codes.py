@@ -219,6 +219,16 @@ class Code(StrEnum):
         "when the rate recovers)",
     )
 
+    # The allow-lists an instance admin keeps (Admin > Network).
+    UNKNOWN_ALLOW_LIST = "unknown_allow_list", 404, "allow-lists are `model` and `webhooks`"
+    INVALID_ALLOWED_HOST = (
+        "invalid_allowed_host",
+        422,
+        "an allow-list entry is a host name, an address or a CIDR, without a port",
+    )
+    ALLOWED_HOST_EXISTS = "allowed_host_exists", 409, "the host is on that allow-list already"
+    ALLOWED_HOST_NOT_FOUND = "allowed_host_not_found", 404, "no such entry on that allow-list"
+
     # Webhooks.
     WEBHOOKS_UNAVAILABLE = "webhooks_unavailable", 503, "webhooks are not set up on this server"
     HOOK_NOT_FOUND = "hook_not_found", 404, "no such webhook endpoint"
