@@ -206,6 +206,12 @@ class Code(StrEnum):
         403,
         "no model is configured for the run and the price table does not list the requested one",
     )
+    GATEWAY_ENDPOINT_REFUSED = (
+        "gateway_endpoint_refused",
+        403,
+        "the run's model endpoint is (or resolves to) an address the model allow-list does not name: nothing was "
+        "sent, the agent is told not to retry, and the run fails `model_endpoint_refused`",
+    )
     GATEWAY_BUDGET_RESERVED = (
         "gateway_budget_reserved",
         429,

@@ -102,7 +102,12 @@ def validate_url(url: str, allow: AllowList) -> str:
 
 
 class AddressRefused(Exception):
-    """The host resolved to an address the guard refuses; nothing was connected to."""
+    """The host resolved to an address the guard refuses; nothing was connected to. `why` says
+    it in words (the address's kind, and the name it came from when the host is a name)."""
+
+    def __init__(self, message: str, why: str = "") -> None:
+        super().__init__(message)
+        self.why = why or message
 
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -158,7 +163,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 continue
             reason = refusal_reason(address)
             if reason is not None:
-                raise AddressRefused(f"{host} resolves to {address}: {reason}")
+                why = f"{address} is not a public address ({reason})"
+                if literal is None:
+                    why = f"{host} resolves to {address}, which is not a public address ({reason})"
+                raise AddressRefused(f"{host} resolves to {address}: {reason}", why)
         return addresses
 
     async def connect_tcp(

@@ -139,6 +139,9 @@ class RunChannel:
         self.usage = Usage()
         self.cost_micros: int | None = 0
         self.calls = 0
+        # The URL guard refused the run's endpoint: the first refusal's text, for the run's error.
+        self.endpoint_refused = asyncio.Event()
+        self.refusal = ""
         self.allowed_hosts: AllowList | AllowSource = allowed_hosts or AllowList()
         self.stored = Stored()  # what this run's Responses calls created on the provider's side
         # Hook and back-channel calls: a rate and a cap (limits.py); each limit reached is noted once.
@@ -396,6 +399,9 @@ class RunChannel:
             )
         finally:
             watcher.cancel()
+        if result.endpoint_refused and not self.endpoint_refused.is_set():
+            self.refusal = result.error
+            self.endpoint_refused.set()
         usage = result.meter.usage
         if not result.meter.final_output:
             usage.output_tokens = max(usage.output_tokens, result.meter.estimated_total - usage.total)
