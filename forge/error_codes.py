@@ -137,6 +137,12 @@ class Code(StrEnum):
         422,
         "the runtime needs a model endpoint (builtin and codex: FORGEHAND_MODEL_*, claude-code: FORGEHAND_ANTHROPIC_*)",
     )
+    MODEL_NOT_CHOSEN = (
+        "model_not_chosen",
+        422,
+        "the runtime's provider has an endpoint but no model can be chosen for the run; the message names where "
+        "to set one (your model access, the repository's task settings, the instance's setting)",
+    )
     INVALID_MODEL_URL = (
         "invalid_model_url",
         422,
@@ -150,6 +156,7 @@ class Code(StrEnum):
     )
     UNKNOWN_MODEL_PROVIDER = "unknown_model_provider", 404, "model keys are for `anthropic` or `openai`"
     INVALID_MODEL_KEY = "invalid_model_key", 422, "a model key is 8-4096 printable characters"
+    INVALID_MODEL_NAME = "invalid_model_name", 422, "a model name is printable characters without spaces"
     INVALID_EGRESS_RULE = (
         "invalid_egress_rule",
         422,

@@ -178,6 +178,8 @@ class ModelKey(Base):
     api_key_enc: Mapped[str] = mapped_column(Text)
     last4: Mapped[str] = mapped_column(String(4))
     base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # The model the person's runs ask for with this key (null: the repository's or the instance's).
+    model: Mapped[str | None] = mapped_column(String(200), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 
