@@ -1,16 +1,17 @@
-"""REST: instance administration (users, bots, their tokens, the audit log). Admins only."""
+"""REST: instance administration (users, bots, their tokens, the audit log, the network
+allow-lists). Admins only."""
 
 from typing import Annotated
 
-from litestar import Controller, get, patch, post, put
+from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
-from forge import accounts, audit, tokens, websessions
+from forge import accounts, allowlists, audit, tokens, websessions
 from forge.access import INSTANCE, Action, require
 from forge.accounts import AccountRead
 from forge.audit import AuditRead
 from forge.auth import signed_in
-from forge.deps import ActorDep, DbSession, TokenCacheDep
+from forge.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
 from forge.schemas import (
     AccountUpdate,
     BotCreate,
@@ -97,3 +98,32 @@ class AdminController(Controller):
     ) -> list[AuditRead]:
         require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         return list(await audit.tail(db_session, limit=limit, before_id=before))
+
+    @get("/allowed-hosts", summary="The model and webhook allow-lists (the operator's floor and the admins' hosts)")
+    async def allow_lists(
+        self, db_session: DbSession, actor: ActorDep, settings: SettingsDep
+    ) -> list[allowlists.AllowListRead]:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        return [await allowlists.read(db_session, settings, name) for name in allowlists.LISTS]
+
+    @post(
+        "/allowed-hosts/{list_name:str}",
+        summary="Allow a host for model endpoints or webhooks (in force at once, no restart)",
+    )
+    async def allow_host(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        settings: SettingsDep,
+        list_name: FromPath[str],
+        data: JSONBody[allowlists.AllowedHostCreate],
+    ) -> allowlists.AllowedHostRead:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        return await allowlists.add(db_session, settings, actor, allowlists.require_list(list_name), data)
+
+    @delete("/allowed-hosts/{list_name:str}/{entry_id:int}", summary="Remove a host an admin allowed")
+    async def disallow_host(
+        self, db_session: DbSession, actor: ActorDep, list_name: FromPath[str], entry_id: FromPath[int]
+    ) -> None:
+        require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+        await allowlists.remove(db_session, actor, allowlists.require_list(list_name), entry_id)

@@ -39,6 +39,7 @@ from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
 from forge.pages_account import AccountPages, ProfilePages
+from forge.pages_admin_network import NetworkPages
 from forge.pages_browse import RepoPages
 from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
@@ -158,6 +159,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             TokenPages,
             ModelKeyPages,
             AdminPages,
+            NetworkPages,
             RepoListPages,
             RepoPages,
             RepoSettingsPages,

@@ -137,13 +137,26 @@ class Code(StrEnum):
         422,
         "the runtime needs a model endpoint (builtin and codex: FORGEHAND_MODEL_*, claude-code: FORGEHAND_ANTHROPIC_*)",
     )
+    MODEL_NOT_CHOSEN = (
+        "model_not_chosen",
+        422,
+        "the runtime's provider has an endpoint but no model can be chosen for the run; the message names where "
+        "to set one (your model access, the repository's task settings, the instance's setting)",
+    )
     INVALID_MODEL_URL = (
         "invalid_model_url",
         422,
         "the model endpoint is not an http(s) URL without credentials, query or fragment",
     )
+    HOST_NOT_ALLOWED = (
+        "host_not_allowed",
+        422,
+        "a model or webhook endpoint's host is a loopback name or a non-public address (or, for a webhook, "
+        "http) that the instance's allow-list does not name; the message says where an instance admin allows it",
+    )
     UNKNOWN_MODEL_PROVIDER = "unknown_model_provider", 404, "model keys are for `anthropic` or `openai`"
     INVALID_MODEL_KEY = "invalid_model_key", 422, "a model key is 8-4096 printable characters"
+    INVALID_MODEL_NAME = "invalid_model_name", 422, "a model name is printable characters without spaces"
     INVALID_EGRESS_RULE = (
         "invalid_egress_rule",
         422,
@@ -200,6 +213,12 @@ class Code(StrEnum):
         403,
         "no model is configured for the run and the price table does not list the requested one",
     )
+    GATEWAY_ENDPOINT_REFUSED = (
+        "gateway_endpoint_refused",
+        403,
+        "the run's model endpoint is (or resolves to) an address the model allow-list does not name: nothing was "
+        "sent, the agent is told not to retry, and the run fails `model_endpoint_refused`",
+    )
     GATEWAY_BUDGET_RESERVED = (
         "gateway_budget_reserved",
         429,
@@ -212,6 +231,16 @@ class Code(StrEnum):
         "a run's hook and back-channel calls passed the rate or the count its channel allows (`Retry-After` "
         "when the rate recovers)",
     )
+
+    # The allow-lists an instance admin keeps (Admin > Network).
+    UNKNOWN_ALLOW_LIST = "unknown_allow_list", 404, "allow-lists are `model` and `webhooks`"
+    INVALID_ALLOWED_HOST = (
+        "invalid_allowed_host",
+        422,
+        "an allow-list entry is a host name, an address or a CIDR, without a port",
+    )
+    ALLOWED_HOST_EXISTS = "allowed_host_exists", 409, "the host is on that allow-list already"
+    ALLOWED_HOST_NOT_FOUND = "allowed_host_not_found", 404, "no such entry on that allow-list"
 
     # Webhooks.
     WEBHOOKS_UNAVAILABLE = "webhooks_unavailable", 503, "webhooks are not set up on this server"

@@ -50,6 +50,7 @@ FailureReasonName = Literal[
     "engine_unavailable",
     "model_unreachable",
     "model_error",
+    "model_endpoint_refused",
     "turn_limit",
     "token_budget",
     "timeout",

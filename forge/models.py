@@ -178,4 +178,22 @@ class ModelKey(Base):
     api_key_enc: Mapped[str] = mapped_column(Text)
     last4: Mapped[str] = mapped_column(String(4))
     base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # The model the person's runs ask for with this key (null: the repository's or the instance's).
+    model: Mapped[str | None] = mapped_column(String(200), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class AllowedHost(Base):
+    """A host an instance admin allows for one kind of endpoint although the address rules refuse
+    it (forge.allowlists): `model` (repository and personal model endpoints) or `webhooks`. The
+    operator's environment variables stay allowed beside these rows."""
+
+    __tablename__ = "allowed_hosts"
+    __table_args__ = (UniqueConstraint("list_name", "host", name="uq_allowed_hosts_list_host"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    list_name: Mapped[str] = mapped_column(String(16))  # "model" | "webhooks"
+    host: Mapped[str] = mapped_column(String(255))  # a name, an address or a CIDR, normalised
+    note: Mapped[str] = mapped_column(String(200), default="")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -24,6 +24,7 @@ async def _me(db_session: DbSession, actor: ActorDep) -> Account:
 class ModelKeyForm(WebForm):
     api_key: str = ""
     base_url: str = ""
+    model: str = ""
 
 
 class ModelKeyPages(Controller):
@@ -58,7 +59,11 @@ class ModelKeyPages(Controller):
         data: URLEncodedBody[ModelKeyForm],
     ) -> Template | Redirect:
         me = await _me(db_session, actor)
-        change = model_keys.ModelKeyPut(api_key=data.api_key[:4096], base_url=data.base_url.strip()[:500] or None)
+        change = model_keys.ModelKeyPut(
+            api_key=data.api_key[:4096],
+            base_url=data.base_url.strip()[:500] or None,
+            model=data.model.strip()[:200] or None,
+        )
         try:
             await model_keys.put(db_session, settings, actor, me, provider, change)
         except ForgeError as exc:

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from forge.addresses import AllowList
+
 ENV_PREFIX = "FORGEHAND_"
 
 
@@ -194,6 +196,11 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             f"{src('database_url')}: expected sqlite+aiosqlite:///PATH or postgresql+asyncpg://..., "
             f"got {s.database_url.split('://')[0]!r} scheme"
         )
+    for name in ("model_allowed_hosts", "webhooks_allowed_hosts"):
+        try:
+            AllowList.parse(getattr(s, name), setting=src(name))
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
     if s.secret_key and len(s.secret_key) < 32:
         raise SettingsError(f"{src('secret_key')}: must be at least 32 characters")
     for name in (

@@ -13,7 +13,7 @@ from typing import Literal
 
 import httpcore
 
-from webhooks.urlguard import AddressRefused, AllowList, GuardedBackend, Resolver
+from webhooks.urlguard import AddressRefused, AllowList, AllowSource, GuardedBackend, Resolver
 
 FailureKind = Literal["timeout", "connection_error", "refused"]
 
@@ -42,7 +42,7 @@ class Outbound:
 
     def __init__(
         self,
-        allow: AllowList,
+        allow: AllowList | AllowSource,
         *,
         max_connections: int = 64,
         resolver: Resolver | None = None,

@@ -3,6 +3,7 @@ the deliverer and the policy dispatcher around one guarded connection pool."""
 
 from typing import Any
 
+from forge.allowlists import AllowListSource
 from forge.db import Database
 from forge.events import EventBus
 from webhooks.config import WebhooksConfig
@@ -28,8 +29,10 @@ class WebhooksRuntime:
         self.db = db
         self.config = config
         self.deliver = deliver
-        self.policy_outbound = Outbound(config.allow, max_connections=config.policy_concurrency, resolver=resolver)
-        self.delivery_outbound = Outbound(config.allow, max_connections=config.delivery_concurrency, resolver=resolver)
+        # Every new connection checks the allow-list as it is now (the floor and an admin's hosts).
+        allow = AllowListSource(db, "webhooks", config.allow)
+        self.policy_outbound = Outbound(allow, max_connections=config.policy_concurrency, resolver=resolver)
+        self.delivery_outbound = Outbound(allow, max_connections=config.delivery_concurrency, resolver=resolver)
         self.policy = PolicyDispatcher(db, config, self.policy_outbound)
         self.deliverer = Deliverer(db, config, self.delivery_outbound)
         self.writer = OutboxWriter(config, wake=self.deliverer.wake)

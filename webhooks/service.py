@@ -10,7 +10,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
+from forge import allowlists, audit
 from forge.audit import Actor
 from forge.errors import Conflict, InvalidInput, NotFound
 from forge.events import Event, Ping
@@ -91,7 +91,7 @@ async def get_endpoint(session: AsyncSession, repo: Repository | None, hook_id: 
 async def create_endpoint(
     session: AsyncSession, actor: Actor, cfg: WebhooksConfig, repo: Repository | None, data: HookCreate
 ) -> tuple[WebhookEndpoint, str]:
-    url = validate_url(data.url, cfg.allow)
+    url = validate_url(data.url, await allowlists.with_entries(session, "webhooks", cfg.allow))
     events = _check_events(data.kind, data.events)
     failure_policy = _check_failure_policy(data.kind, data.failure_policy)
     key, shown = new_secret()
@@ -128,7 +128,7 @@ async def update_endpoint(
 ) -> WebhookEndpoint:
     changed: dict[str, object] = {}
     if data.url is not None and data.url != endpoint.url:
-        endpoint.url = validate_url(data.url, cfg.allow)
+        endpoint.url = validate_url(data.url, await allowlists.with_entries(session, "webhooks", cfg.allow))
         changed["url"] = endpoint.url
     if data.events is not None:
         events = _check_events(endpoint.kind, data.events)

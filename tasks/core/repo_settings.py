@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.error_codes import Code
 from forge.errors import InvalidInput
 from forge.model_keys import personal_keys
 from forge.security import SecretBox
@@ -102,6 +103,7 @@ async def model_access(
         if mine is not None:
             source, key = "personal", mine.api_key
             base = mine.base_url or instance[provider][0]
+            model = mine.model or model
         trusted = base.rstrip("/") == instance[provider][0].rstrip("/")
         out[provider] = ProviderAccess(
             provider=provider, base_url=base, api_key=key, model=model, source=source, trusted=trusted
@@ -139,6 +141,34 @@ _CLI_NEEDS: dict[str, tuple[Provider, str]] = {
         "FORGEHAND_MODEL_API_KEY, or the repository's or your own model key)",
     ),
 }
+# Where a provider's model is set, by whose key pays (the first named is where this run's would go).
+_MODEL_FIX: dict[Provider, dict[KeySource, str]] = {
+    "anthropic": {
+        "personal": "your Anthropic key's model (Settings > Model access)",
+        "repository": "the repository's Anthropic model (Settings > Tasks, anthropic_model)",
+        "instance": "FORGEHAND_ANTHROPIC_MODEL (the instance's)",
+    },
+    "openai": {
+        "personal": "your OpenAI-compatible key's model (Settings > Model access)",
+        "repository": "the repository's model (Settings > Tasks, model_name)",
+        "instance": "FORGEHAND_MODEL_NAME (the instance's)",
+    },
+}
+
+
+def _no_model(runtime: str, access: ProviderAccess, settings: Settings) -> InvalidInput | None:
+    """The refusal of a run whose provider has an endpoint but no model the gateway could use:
+    OpenAI-compatible endpoints name none by default, and with a price table
+    (`FORGEHAND_MODEL_PRICES`) the gateway lets through only a configured model or one the table
+    lists, which an agent's own default need not be."""
+    if access.model or (access.provider == "anthropic" and not settings.model_prices):
+        return None
+    fixes = _MODEL_FIX[access.provider]
+    where = [fixes[access.source], *(v for k, v in fixes.items() if k != access.source and k != "personal")]
+    why = "" if access.provider == "openai" else " (the price table lets through only the models a run is given)"
+    return InvalidInput(
+        f"no model can be chosen for {runtime}{why}: set {', or '.join(where)}", code=Code.MODEL_NOT_CHOSEN
+    )
 
 
 async def require_model(
@@ -161,8 +191,13 @@ async def require_model(
             return  # an agent that calls no model
     if need is not None:
         provider, what = need
-        access = await model_access(session, settings, repo_id, starter_id)
-        if not access[provider].configured:
+        access = (await model_access(session, settings, repo_id, starter_id))[provider]
+        # An OpenAI-compatible endpoint without a model is an endpoint all the same: its refusal
+        # names the missing model.
+        endpoint = access.configured or (provider == "openai" and access.base_url)
+        if endpoint and (refusal := _no_model(runtime, access, settings)) is not None:
+            raise refusal
+        if not access.configured:
             raise InvalidInput(f"the {runtime} runtime needs {what}", code="model_not_configured")
         return
     found = await effective(session, settings, repo_id)

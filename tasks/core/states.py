@@ -93,6 +93,8 @@ class FailureReason(StrEnum):
     ENGINE_UNAVAILABLE = "engine_unavailable"
     MODEL_UNREACHABLE = "model_unreachable"
     MODEL_ERROR = "model_error"
+    # The gateway's URL guard refused the run's model endpoint (not on the model allow-list).
+    MODEL_ENDPOINT_REFUSED = "model_endpoint_refused"
     TURN_LIMIT = "turn_limit"
     TOKEN_BUDGET = "token_budget"
     TIMEOUT = "timeout"

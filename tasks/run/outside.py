@@ -72,7 +72,7 @@ class Outside:
         try:
             channel = build_channel(
                 self.settings, self.access, provider, task_id=self.task_id, run_id=self.run_id,
-                run_uuid=self.run_uuid, emit=self._emit,
+                run_uuid=self.run_uuid, emit=self._emit, db=self.env.db,
             )  # fmt: skip
         except ChannelUnavailable as exc:
             raise ProvisionFailed(FailureReason.MODEL_UNREACHABLE, str(exc)) from exc

@@ -46,6 +46,22 @@ def bypassed(ctx: RunContext, outcome: Outcome) -> Outcome:
     )
 
 
+def _model_failure(outcome: Outcome) -> bool:
+    """A failed outcome the model's side explains (an error, an unreachable endpoint, the budget)."""
+    model_reasons = (None, FailureReason.MODEL_ERROR, FailureReason.MODEL_UNREACHABLE, FailureReason.TOKEN_BUDGET)
+    return outcome.status is RunState.FAILED and outcome.failure_reason in model_reasons
+
+
+def refused(outcome: Outcome, channel: RunChannel | None) -> Outcome:
+    """A run whose endpoint the gateway refused fails `model_endpoint_refused` with forgehand's own
+    reason as its error, however the agent worded the refusal it was answered (Claude Code wraps
+    it in its own "API Error" text); any other outcome as it is."""
+    if channel is None or not channel.endpoint_refused.is_set() or not _model_failure(outcome):
+        return outcome
+    outcome.failure_reason, outcome.error = FailureReason.MODEL_ENDPOINT_REFUSED, channel.refusal
+    return outcome
+
+
 def _budget_ends(outcome: Outcome) -> bool:
     """A used-up budget ends the run unless it failed for a reason of its own first."""
     model_reasons = (None, FailureReason.MODEL_ERROR, FailureReason.MODEL_UNREACHABLE, FailureReason.TOKEN_BUDGET)
@@ -73,13 +89,16 @@ class Supervising:
             channel.budget_exhausted.wait() if channel is not None else asyncio.Event().wait()
         )
         bypass_wait = asyncio.ensure_future(ctx.ledger.tripped.wait())
+        refused_wait = asyncio.ensure_future(
+            channel.endpoint_refused.wait() if channel is not None else asyncio.Event().wait()
+        )
         deadline = time.monotonic() + settings.task_wall_clock_seconds
         idle = settings.task_idle_seconds
         warned = False
         try:
             while True:
                 done, _ = await asyncio.wait(
-                    {runtime_task, stop_wait, budget_wait, bypass_wait},
+                    {runtime_task, stop_wait, budget_wait, bypass_wait, refused_wait},
                     timeout=0.5,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
@@ -93,6 +112,12 @@ class Supervising:
                     if not runtime_task.done():
                         assert channel is not None
                         raise Stopped(FailureReason.TOKEN_BUDGET, channel.budget.text)
+                if refused_wait in done and runtime_task not in done:
+                    # Every call would be refused alike: the agent gets a moment to end on its own.
+                    await asyncio.wait({runtime_task}, timeout=5)
+                    if not runtime_task.done():
+                        assert channel is not None
+                        raise Stopped(FailureReason.MODEL_ENDPOINT_REFUSED, channel.refusal)
                 if runtime_task in done or runtime_task.done():
                     if self.sandbox is not None and await self.sandbox.check_disk_limit():
                         raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
@@ -104,7 +129,7 @@ class Supervising:
                         # However the runtime took the refusal or the cut answer, the budget ended the run.
                         outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.TOKEN_BUDGET
                         outcome.error = outcome.error if "token budget" in outcome.error else channel.budget.text
-                    return outcome
+                    return refused(outcome, channel)
                 if stop_wait in done:
                     raise Stopped(None, "stopped by request")
                 if self.sandbox is not None and self.sandbox.disk_limit_reached:
@@ -131,6 +156,7 @@ class Supervising:
             stop_wait.cancel()
             budget_wait.cancel()
             bypass_wait.cancel()
+            refused_wait.cancel()
             if not runtime_task.done():
                 stopping = getattr(self.runtime, "stopping", None)  # e.g. ACP's session/cancel
                 if stopping is not None:

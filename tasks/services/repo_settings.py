@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
 from forge.audit import Actor
-from forge.model_keys import check_endpoint_url
+from forge.model_keys import check_endpoint
 from forge.repositories import RepoResource
 from forge.settings import Settings
 from forge.text import require_no_nul
@@ -107,8 +107,8 @@ async def update(
     session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, change: RepoTaskSettingsUpdate
 ) -> RepoTaskSettingsRead:
     rules.require_configure(actor.principal, res)
-    for url in (change.model_base_url, change.anthropic_base_url):
-        check_endpoint_url(url or "")
+    await check_endpoint(session, settings, "openai", change.model_base_url or "")
+    await check_endpoint(session, settings, "anthropic", change.anthropic_base_url or "")
     for key in (change.model_api_key, change.anthropic_api_key):
         require_no_nul(key or "", "a model key")
     egress = checked(change.egress) if change.egress is not None else None

@@ -24,12 +24,21 @@ async def test_a_repository_endpoint_on_loopback_is_refused_without_the_allow_li
                 agent_client(ch) as c,
             ):
                 r = await c.post("/v1/responses", json=REQUEST, headers={"authorization": f"Bearer {ch.token}"})
-            assert r.status_code == 502, r.text
-            assert r.headers["x-forgehand-gateway"] == "refused"
-            message = r.json()["error"]["message"]
-            assert "loopback" in message and "FORGEHAND_MODEL_ALLOWED_HOSTS" in message
+            # A status the agents' CLIs do not retry (every call would be refused alike), in the
+            # provider's shape, with forgehand's reason and the fix.
+            assert r.status_code == 403, r.text
+            assert r.headers["x-forgehand-gateway"] == "refused" and r.headers["x-should-retry"] == "false"
+            error = r.json()["error"]
+            assert (error["type"], error["code"]) == ("permission_error", "gateway_endpoint_refused")
+            assert error["message"].startswith(f"forgehand refused the model endpoint {url}: ")
+            assert "not a public address (loopback)" in error["message"]
+            assert (
+                "ask an instance admin to allow" in error["message"]
+                and "FORGEHAND_MODEL_ALLOWED_HOSTS" in error["message"]
+            )
+            assert ch.endpoint_refused.is_set() and ch.refusal == error["message"]
         assert api.calls == []  # nothing was connected to
-        assert [e.status for e in rec.model_calls()] == [502, 502]
+        assert [e.status for e in rec.model_calls()] == [403, 403]
 
 
 async def test_the_same_endpoint_is_reached_when_allow_listed_streams_included() -> None:

@@ -401,7 +401,7 @@ async def test_a_stopped_task_says_what_became_of_its_queued_message(
 async def test_with_a_model_configured_the_form_defaults_to_the_builtin_runtime(
     client: AsyncTestClient[Litestar], world: World
 ) -> None:
-    body = {"model_base_url": "http://127.0.0.1:9/v1", "model_name": "m"}
+    body = {"model_base_url": "https://llm.example/v1", "model_name": "m"}
     r = await client.put("/api/v1/repos/ana/demo/task-settings", json=body, headers=world.h("ana"))
     assert r.status_code == 200, r.text
     page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text

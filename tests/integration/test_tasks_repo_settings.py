@@ -25,7 +25,7 @@ async def test_admins_set_overrides_and_the_key_stays_secret(
     await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
     await client.put("/api/v1/repos/ana/app/collaborators/bob", json={"role": "write"}, headers=ana)
     path = "/api/v1/repos/ana/app/task-settings"
-    body = {"model_base_url": "http://127.0.0.1:9/v1", "model_name": "m", "model_api_key": "sk-topsecret",
+    body = {"model_base_url": "https://llm.example/v1", "model_name": "m", "model_api_key": "sk-topsecret",
             "turn_limit": 10, "tool_timeout_seconds": 30}  # fmt: skip
     r = await client.put(path, json=body, headers=ana)
     assert r.status_code == 200, r.text

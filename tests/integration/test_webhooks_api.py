@@ -153,10 +153,10 @@ async def test_repository_endpoints_follow_the_access_rule(
 @pytest.mark.parametrize(
     ("change", "status", "code"),
     [
-        ({"url": "http://hooks.example.com/x"}, 422, "invalid_hook_url"),
+        ({"url": "http://hooks.example.com/x"}, 422, "host_not_allowed"),
         ({"url": "https://user:pw@hooks.example.com/x"}, 422, "invalid_hook_url"),
         ({"url": "https://hooks.example.com/x#frag"}, 422, "invalid_hook_url"),
-        ({"url": "https://169.254.169.254/"}, 422, "invalid_hook_url"),
+        ({"url": "https://169.254.169.254/"}, 422, "host_not_allowed"),
         ({"url": "https://2130706433/"}, 422, "invalid_hook_url"),
         ({"events": ["pre_tool_use"]}, 422, "invalid_hook_events"),
         ({"events": []}, 422, "validation_failed"),

@@ -15,6 +15,7 @@ import httpx
 from tasks.run.gateway import PriceTable, ProviderInfo, RunChannel, Upstream
 from tasks.run.gateway.guard import allow_list
 from tasks.run.gateway.limits import CallLimits
+from webhooks.urlguard import AllowSource
 
 ANTHROPIC_KEY = "sk-ant-real-key-0123456789abcdef"
 OPENAI_KEY = "sk-openai-real-key-0123456789abcdef"
@@ -70,7 +71,7 @@ async def open_channel(
     emit: Any = None,
     root: Path | None = None,
     allow_web_search: bool = False,
-    allowed_hosts: str = "",
+    allowed_hosts: str | AllowSource = "",
     call_limits: CallLimits | None = None,
 ) -> AsyncIterator[RunChannel]:
     base = root or Path(tempfile.mkdtemp(prefix="fhg-", dir="/tmp"))
@@ -86,7 +87,7 @@ async def open_channel(
         token_budget=token_budget,
         prices=prices or PriceTable({}),
         emit=emit,
-        allowed_hosts=allow_list(allowed_hosts),
+        allowed_hosts=allow_list(allowed_hosts) if isinstance(allowed_hosts, str) else allowed_hosts,
         call_limits=call_limits,
     )
     await channel.start()

@@ -51,6 +51,8 @@ def test_environment_values_are_converted() -> None:
         ({"FORGEHAND_TASK_TOKEN_BUDGET": "-1"}, "FORGEHAND_TASK_TOKEN_BUDGET"),
         ({"FORGEHAND_TASK_SANDBOX_POOL": "-1"}, "FORGEHAND_TASK_SANDBOX_POOL"),
         ({"FORGEHAND_TASK_SANDBOX_POOL": "33"}, "FORGEHAND_TASK_SANDBOX_POOL"),
+        ({"FORGEHAND_MODEL_ALLOWED_HOSTS": "127.0.0.1, not a host"}, "FORGEHAND_MODEL_ALLOWED_HOSTS"),
+        ({"FORGEHAND_WEBHOOKS_ALLOWED_HOSTS": "a b"}, "FORGEHAND_WEBHOOKS_ALLOWED_HOSTS"),
     ],
 )
 def test_errors_name_the_variable(env: dict[str, str], names: str) -> None:

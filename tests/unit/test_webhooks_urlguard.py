@@ -9,6 +9,7 @@ from webhooks.urlguard import AllowList, refusal_reason, validate_url
 
 NONE = AllowList()
 LOOPBACK = AllowList.parse("127.0.0.1, localhost")
+INVALID, ALLOW = "invalid_hook_url", "host_not_allowed"
 
 
 def test_https_url_with_path_and_query_is_accepted_unchanged() -> None:
@@ -17,47 +18,52 @@ def test_https_url_with_path_and_query_is_accepted_unchanged() -> None:
 
 
 @pytest.mark.parametrize(
-    ("url", "why"),
+    ("url", "why", "code"),
     [
-        ("http://hooks.example.com/x", "must be https"),
-        ("ftp://hooks.example.com/x", "must be https"),
-        ("https://user:pw@hooks.example.com/x", "userinfo"),
-        ("https://user@hooks.example.com/x", "userinfo"),
-        ("https://hooks.example.com/x#frag", "fragment"),
-        ("https://hooks.example.com/x#", "fragment"),
-        ("https:///x", "host"),
-        ("https://", "host"),
-        ("https://hooks.example.com:99999/", "port"),
-        ("https://hooks.example.com:0/", "port 0"),
-        ("https://localhost/x", "loopback name"),
-        ("https://api.localhost/x", "loopback name"),
-        ("https://hooks example.com/", "whitespace"),
-        ("https://hooks.example.com/\n", "whitespace"),
-        ("https://hooks.example.com\\@evil/", "backslash"),
-        ("https://127.0.0.1/", "loopback"),
-        ("https://10.1.2.3/", "RFC 1918"),
-        ("https://169.254.169.254/latest/meta-data", "link-local"),
-        ("https://100.64.0.1/", "CGNAT"),
-        ("https://[::1]/", "loopback"),
-        ("https://[::ffff:127.0.0.1]/", "IPv4-mapped"),
-        ("https://[::ffff:7f00:1]/", "IPv4-mapped"),
-        ("https://[64:ff9b::7f00:1]/", "NAT64"),
-        ("https://[2002:7f00:1::]/", "6to4"),
-        ("https://[fd00:ec2::254]/", "unique local"),
-        ("https://[fe80::1%25eth0]/", "zone"),
-        ("https://2130706433/", "non-canonical"),
-        ("https://0177.0.0.1/", "non-canonical"),
-        ("https://0x7f.0.0.1/", "non-canonical"),
-        ("https://0x7f000001/", "non-canonical"),
-        ("https://127.1/", "non-canonical"),
-        ("https://-bad-.example.com/", "not a valid host"),
-        ("https://" + "a" * 2000 + ".com/", "2000"),
+        ("http://hooks.example.com/x", "must be https", ALLOW),
+        ("ftp://hooks.example.com/x", "must be https", INVALID),
+        ("https://user:pw@hooks.example.com/x", "userinfo", INVALID),
+        ("https://user@hooks.example.com/x", "userinfo", INVALID),
+        ("https://hooks.example.com/x#frag", "fragment", INVALID),
+        ("https://hooks.example.com/x#", "fragment", INVALID),
+        ("https:///x", "host", INVALID),
+        ("https://", "host", INVALID),
+        ("https://hooks.example.com:99999/", "port", INVALID),
+        ("https://hooks.example.com:0/", "port 0", INVALID),
+        ("https://localhost/x", "loopback name", ALLOW),
+        ("https://api.localhost/x", "loopback name", ALLOW),
+        ("https://hooks example.com/", "whitespace", INVALID),
+        ("https://hooks.example.com/\n", "whitespace", INVALID),
+        ("https://hooks.example.com\\@evil/", "backslash", INVALID),
+        ("https://127.0.0.1/", "not a public address \\(loopback\\)", ALLOW),
+        ("https://10.1.2.3/", "RFC 1918", ALLOW),
+        ("https://169.254.169.254/latest/meta-data", "link-local", ALLOW),
+        ("https://100.64.0.1/", "CGNAT", ALLOW),
+        ("https://[::1]/", "loopback", ALLOW),
+        ("https://[::ffff:127.0.0.1]/", "IPv4-mapped", ALLOW),
+        ("https://[::ffff:7f00:1]/", "IPv4-mapped", ALLOW),
+        ("https://[64:ff9b::7f00:1]/", "NAT64", ALLOW),
+        ("https://[2002:7f00:1::]/", "6to4", ALLOW),
+        ("https://[fd00:ec2::254]/", "unique local", ALLOW),
+        ("https://[fe80::1%25eth0]/", "zone", INVALID),
+        ("https://2130706433/", "non-canonical", INVALID),
+        ("https://0177.0.0.1/", "non-canonical", INVALID),
+        ("https://0x7f.0.0.1/", "non-canonical", INVALID),
+        ("https://0x7f000001/", "non-canonical", INVALID),
+        ("https://127.1/", "non-canonical", INVALID),
+        ("https://-bad-.example.com/", "not a valid host", INVALID),
+        ("https://" + "a" * 2000 + ".com/", "2000", INVALID),
     ],
 )
-def test_refused_urls(url: str, why: str) -> None:
+def test_refused_urls(url: str, why: str, code: str) -> None:
+    """A URL no allow-list could make good is `invalid_hook_url`; one the allow-list would let pass
+    is `host_not_allowed`, and its message says where an instance admin allows the host."""
     with pytest.raises(InvalidInput, match=why) as info:
         validate_url(url, NONE)
-    assert info.value.code == "invalid_hook_url"
+    assert info.value.code == code
+    if code == ALLOW:
+        assert "ask an instance admin to allow" in info.value.detail
+        assert "Admin > Network (webhooks)" in info.value.detail
 
 
 def test_allow_list_exempts_host_from_https_and_address_checks() -> None:

@@ -36,7 +36,7 @@ from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_bod
 from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
 from tasks.run.gateway.upstream import UpstreamTransport
-from webhooks.urlguard import AllowList
+from webhooks.urlguard import AllowList, AllowSource
 
 log = structlog.get_logger("forgehand.gateway")
 
@@ -123,7 +123,7 @@ class RunChannel:
         prices: PriceTable = EMPTY_PRICES,
         emit: Emit | None = None,
         registry: TokenRegistry = REGISTRY,
-        allowed_hosts: AllowList | None = None,
+        allowed_hosts: AllowList | AllowSource | None = None,
         call_limits: CallLimits | None = None,
     ) -> None:
         self.host_dir = root / channel_name(run_uuid)
@@ -139,7 +139,10 @@ class RunChannel:
         self.usage = Usage()
         self.cost_micros: int | None = 0
         self.calls = 0
-        self.allowed_hosts = allowed_hosts or AllowList()
+        # The URL guard refused the run's endpoint: the first refusal's text, for the run's error.
+        self.endpoint_refused = asyncio.Event()
+        self.refusal = ""
+        self.allowed_hosts: AllowList | AllowSource = allowed_hosts or AllowList()
         self.stored = Stored()  # what this run's Responses calls created on the provider's side
         # Hook and back-channel calls: a rate and a cap (limits.py); each limit reached is noted once.
         self.control_calls = CallLimiter(call_limits or CallLimits())
@@ -396,6 +399,9 @@ class RunChannel:
             )
         finally:
             watcher.cancel()
+        if result.endpoint_refused and not self.endpoint_refused.is_set():
+            self.refusal = result.error
+            self.endpoint_refused.set()
         usage = result.meter.usage
         if not result.meter.final_output:
             usage.output_tokens = max(usage.output_tokens, result.meter.estimated_total - usage.total)

@@ -4,7 +4,8 @@ when each connection is opened. The host is resolved once, every address is chec
 socket goes to a checked address, so a name cannot resolve to a public address for the check and
 to a private one for the connection (DNS rebinding). Loopback, private, link-local (cloud
 metadata) and other non-global addresses are refused unless the operator allow-lists them
-(`FORGEHAND_MODEL_ALLOWED_HOSTS`, the syntax of `FORGEHAND_WEBHOOKS_ALLOWED_HOSTS`). The
+(`FORGEHAND_MODEL_ALLOWED_HOSTS`, the syntax of `FORGEHAND_WEBHOOKS_ALLOWED_HOSTS`, and the hosts an
+instance admin adds in Admin > Network: forge.allowlists, read as they are at each connection). The
 instance's own endpoints (`FORGEHAND_MODEL_BASE_URL`, `FORGEHAND_ANTHROPIC_BASE_URL`) are the
 operator's choice and are not guarded.
 
@@ -13,7 +14,7 @@ The check runs in the gateway's upstream transport (tasks/run/gateway/upstream.p
 `EndpointRefused` (an `httpx.ConnectError`), answered 502 `x-forgehand-gateway: refused`."""
 
 from tasks.run.gateway.upstream import ALLOWED_HOSTS_SETTING, EndpointRefused, UpstreamTransport
-from webhooks.urlguard import AllowList, GuardedBackend, Resolver
+from webhooks.urlguard import AllowList, AllowSource, GuardedBackend, Resolver
 
 __all__ = ["EndpointRefused", "allow_list", "guarded_transport"]
 
@@ -23,5 +24,5 @@ def allow_list(value: str) -> AllowList:
     return AllowList.parse(value, setting=ALLOWED_HOSTS_SETTING)
 
 
-def guarded_transport(allow: AllowList, resolver: Resolver | None = None) -> UpstreamTransport:
+def guarded_transport(allow: AllowList | AllowSource, resolver: Resolver | None = None) -> UpstreamTransport:
     return UpstreamTransport(guard=GuardedBackend(allow, resolver))

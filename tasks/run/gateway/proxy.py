@@ -6,8 +6,12 @@ one, so the client sees a finished answer, never a hang).
 
 Upstream trouble reaches the agent as the provider would say it: the upstream's own status and
 body (429 with Retry-After, 500...), or a 502/504 in the provider's error shape when the endpoint
-cannot be reached, is refused by the URL guard (tasks/run/gateway/guard.py) or does not answer in
-time (`x-forgehand-gateway: unreachable|refused|timeout`)."""
+cannot be reached or does not answer in time (`x-forgehand-gateway: unreachable|timeout`). An
+endpoint the URL guard refuses (tasks/run/gateway/guard.py) is answered 403 `permission_error`
+(`gateway_endpoint_refused`, `x-forgehand-gateway: refused`, `x-should-retry: false`): a status the
+agents' CLIs do not retry, since every call would be refused alike (measured with Claude Code
+2.1.332: one call; a 400 it sends twice more, each time without another beta); the channel records
+it and the run fails once with that reason (tasks/run/supervise.py)."""
 
 import json
 import time
@@ -45,6 +49,8 @@ _UNREACHABLE = [(GATEWAY_HEADER.encode(), b"unreachable")]
 _BUDGET = [(GATEWAY_HEADER.encode(), b"budget")]
 _RESERVED = [(GATEWAY_HEADER.encode(), b"budget-reserved"), (b"retry-after", b"1")]
 _REFUSED = [(GATEWAY_HEADER.encode(), b"refused")]
+# The Anthropic and OpenAI SDKs (and the CLIs built on them) read `x-should-retry` before the status.
+_ENDPOINT_REFUSED = [*_REFUSED, (b"x-should-retry", b"false")]
 
 
 def premium_betas_removed(betas: str) -> str:
@@ -92,6 +98,8 @@ class CallResult(msgspec.Struct, kw_only=True):
     latency_ms: int = 0
     ttfb_ms: int | None = None
     error: str = ""
+    # The URL guard refused the endpoint (every call of the run would be refused alike).
+    endpoint_refused: bool = False
 
 
 def error_body(provider: str, status: int, kind: str, message: str, code: str = "") -> bytes:
@@ -159,14 +167,16 @@ def _stream_error(provider: str, meter: Meter, message: str) -> bytes:
 
 async def _upstream_failed(send: Send, upstream: Upstream, exc: Exception, *, started: bool) -> tuple[int, str]:
     """The agent's answer when the endpoint cannot be reached, or does not answer (or finish its
-    answer) in time: 502 or 504 in the provider's shape."""
+    answer) in time: 502 or 504 in the provider's shape; 403 when the URL guard refused it."""
     if isinstance(exc, httpx.TimeoutException):
         what = "finish its answer" if started else "answer"
         status, kind, said = 504, "timeout_error", _TIMEOUT
         text = f"the model endpoint did not {what} within {upstream.timeout:g} s"
     elif isinstance(exc, EndpointRefused):
-        status, kind, said = 502, "api_error", _REFUSED
-        text = f"forgehand: the model endpoint is refused: {exc}"
+        text = f"forgehand refused the model endpoint {upstream.base_url}: {exc}; nothing was sent"
+        body = error_body(upstream.provider, 403, "permission_error", text, Code.GATEWAY_ENDPOINT_REFUSED)
+        await send_json(send, 403, body, _ENDPOINT_REFUSED)
+        return 403, text
     else:
         status, kind, said = 502, "api_error", _UNREACHABLE
         text = "the model endpoint " + ("broke off its answer" if started else "is unreachable")
@@ -281,6 +291,7 @@ async def _exchange(
     try:
         answer = await transport.open(url, upstream.headers(headers), body, upstream.timeout)
     except httpx.TransportError as exc:  # timeouts and refused addresses included
+        result.endpoint_refused = isinstance(exc, EndpointRefused)
         return await _upstream_failed(send, upstream, exc, started=False)
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)

@@ -8,6 +8,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from forge.allowlists import AllowListSource
+from forge.db import Database
 from forge.settings import Settings
 from tasks.core.repo_settings import Provider, ProviderAccess
 from tasks.run.gateway.channel import Emit, ProviderInfo, RunChannel, channel_name
@@ -35,17 +37,21 @@ def build_channel(
     run_id: int,
     run_uuid: str,
     emit: Emit,
+    db: Database | None = None,
 ) -> RunChannel:
     """The channel of one run (not started): upstreams for every configured provider, the run's
-    budget, the price table. `provider` is what the runtime speaks; its key source is the run's."""
+    budget, the price table. `provider` is what the runtime speaks; its key source is the run's.
+    With `db`, the guarded endpoints are checked against the model allow-list as it is at each
+    connection (the operator's floor and an instance admin's hosts); without, the floor alone."""
     paying = access.get(provider)
     if paying is None or not paying.configured:
         raise ChannelUnavailable("no model endpoint is configured")
     try:
         prices = load_prices(settings.model_prices)
-        allowed = allow_list(settings.model_allowed_hosts)
+        floor = allow_list(settings.model_allowed_hosts)
     except ValueError as exc:
         raise ChannelUnavailable(str(exc)) from None
+    allowed = AllowListSource(db, "model", floor) if db is not None else floor
     upstreams: dict[str, Upstream] = {
         name: Upstream(
             provider=name,

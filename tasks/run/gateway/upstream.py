@@ -25,6 +25,7 @@ import httpcore
 import httptools
 import httpx
 
+from forge.addresses import ask_admin
 from webhooks.urlguard import AddressRefused, GuardedBackend
 
 T = TypeVar("T")
@@ -338,7 +339,8 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             try:
                 addresses = await self.guard.resolve_checked(host, port, seconds)
             except AddressRefused as exc:
-                raise EndpointRefused(f"{exc} (allow-list it in {ALLOWED_HOSTS_SETTING})") from None
+                fix = f"{ask_admin(host, 'model endpoints')}, or the operator in {ALLOWED_HOSTS_SETTING}"
+                raise EndpointRefused(f"{exc.why}; {fix}") from None
             except httpcore.ConnectTimeout as exc:
                 raise httpx.ConnectTimeout(str(exc)) from None
             except httpcore.ConnectError as exc:
