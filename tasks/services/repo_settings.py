@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
 from forge.audit import Actor
+from forge.errors import about_field
 from forge.model_keys import check_endpoint_url
 from forge.repositories import RepoResource
 from forge.settings import Settings
@@ -107,8 +108,9 @@ async def update(
     session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, change: RepoTaskSettingsUpdate
 ) -> RepoTaskSettingsRead:
     rules.require_configure(actor.principal, res)
-    for url in (change.model_base_url, change.anthropic_base_url):
-        check_endpoint_url(url or "")
+    for name in ("model_base_url", "anthropic_base_url"):
+        with about_field(name):
+            check_endpoint_url(getattr(change, name) or "")
     for key in (change.model_api_key, change.anthropic_api_key):
         require_no_nul(key or "", "a model key")
     egress = checked(change.egress) if change.egress is not None else None

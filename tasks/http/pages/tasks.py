@@ -11,6 +11,7 @@ from litestar.response import Redirect, Template
 from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession
 from forge.errors import ForgeError, NotFound
+from forge.forms import NO_ERRORS, FormErrors, form_errors
 from forge.pages import page
 from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead
@@ -25,7 +26,7 @@ from tasks.http.pages.common import (
     usage_line,
     visible_json,
 )
-from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
+from tasks.http.pages.forms import START_ALIASES, BodyForm, DecisionForm, StartForm, approval_decide, task_create
 from tasks.http.pages.status import waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
@@ -67,7 +68,7 @@ async def list_page(
     *,
     task_state: str | None = None,
     form: StartForm | None = None,
-    error: str | None = None,
+    errors: FormErrors = NO_ERRORS,
     status_code: int = 200,
 ) -> Template:
     svc, res = scope.svc, scope.res
@@ -88,7 +89,7 @@ async def list_page(
         tasks=tasks,
         task_state=task_state or "",
         states=LIST_STATES,
-        error=error,
+        errors=errors,
         form=chosen,
         options=options,
         goal_max=GOAL_MAX,
@@ -117,7 +118,8 @@ class TaskPages(Controller):
         self, request: Request[Any, Any, Any], repo_scope: RepoScopeDep, data: URLEncodedBody[StartForm]
     ) -> Template | Redirect:
         async def again(exc: ForgeError) -> Template:
-            return await list_page(request, repo_scope, form=data, error=exc.detail, status_code=exc.status)
+            errors = form_errors(exc, StartForm.__struct_fields__, START_ALIASES)
+            return await list_page(request, repo_scope, form=data, errors=errors, status_code=exc.status)
 
         async def create() -> TaskRead:
             return await start_task(repo_scope, task_create(data))  # a refused form shows again, kept
