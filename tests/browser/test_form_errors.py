@@ -63,7 +63,9 @@ def test_an_egress_typo_is_fixed_without_retyping(page: Page, forge: ForgeServer
         expect(rules).to_have_accessible_description(re.compile(r"'https://bad rule'"))
         error = page.locator("#field-egress_rules .field-error")
         expect(error).to_be_visible()
-        expect(error).to_contain_text("'https://bad rule'")
+        expect(error).to_contain_text("rule 'https://bad rule': a space after 'https://bad'")
+        expect(error).to_contain_text("expected host[:port], *.domain[:port] or METHOD http://host/path-prefix")
+        expect(error).not_to_contain_text("method")
         field_box, error_box = rules.bounding_box(), error.bounding_box()
         assert field_box and error_box and abs(field_box["y"] - error_box["y"]) < 120, (field_box, error_box)
         assert page.evaluate("window.scrollY") > 0, "the page scrolled to the refused field"

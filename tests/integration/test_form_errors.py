@@ -73,7 +73,7 @@ async def test_task_settings_keep_every_typed_value_and_place_the_error(
         "codex",
         "3",
     ]
-    assert_refused_at(form, "egress_rules", "'https://bad rule'")
+    assert_refused_at(form, "egress_rules", "'https://bad rule'", "a space after 'https://bad'", "expected host[:port]")
     assert "sk-typed-secret" not in r.text  # a key is never echoed back
     assert "The key you typed was not saved" in form["model_api_key-hint"].text
     assert form["form-error"].attrs.get("role") == "alert"
