@@ -100,7 +100,7 @@ def start_task(
     # The agent is a choice among the bots that may work on the repository.
     form.get_by_label(re.compile(r"^\s*Goal")).fill(goal)
     form.get_by_label(re.compile(r"^\s*Agent")).select_option(agent)
-    form.get_by_label(re.compile(r"^\s*Runtime")).select_option(runtime)
+    form.locator(f"input[name=runtime][value='{runtime}']").check()  # one radio per runtime
     if command:
         form.get_by_label(re.compile(r"^\s*Command")).fill(command)
     if base:
