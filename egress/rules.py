@@ -124,35 +124,94 @@ class PathRule:
 Rule = HostRule | PathRule
 
 
+EXPECTED = "expected host[:port], *.domain[:port] or METHOD http://host/path-prefix"
+# Methods a lower-case first word is most likely meant as (`get http://...`).
+KNOWN_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
+
+
+def _refuse(text: str, problem: str, *, expected: bool = True) -> RuleError:
+    """The refusal of rule `text`: what is wrong with which part, then the forms a rule takes."""
+    return RuleError(f"rule {text!r}: {problem}" + (f"; {EXPECTED}" if expected else ""))
+
+
 def parse_rule(text: str, source: Source = "repository") -> Rule:
-    """One rule (see the module doc); RuleError with the reason otherwise."""
+    """One rule (see the module doc); RuleError naming the wrong part and the expected form otherwise."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_RULE_LENGTH:
         raise RuleError(f"a rule must be 1 to {MAX_RULE_LENGTH} characters")
     rule = text.strip()
     if any(c.isspace() for c in rule):
-        method, _, url = rule.partition(" ")
-        return _path_rule(rule, method, url.strip(), source)
+        return _spaced_rule(rule, source)
     wildcard = rule.startswith("*.")
     split = split_authority(rule[2:] if wildcard else rule)
     if split is None:
-        raise RuleError(f"rule {text!r}: expected host[:port], *.domain[:port] or METHOD http://host/path-prefix")
+        raise _refuse(text, _host_problem(rule[2:] if wildcard else rule))
     host, port = split
     if wildcard and (not valid_hostname(host) or host.count(".") < 1):
         raise RuleError(f"rule {text!r}: a wildcard must name a domain of at least two labels (*.example.org)")
     return HostRule(text=rule, source=source, host=host, wildcard=wildcard, ports=(port,) if port else WEB_PORTS)
 
 
+def _spaced_rule(rule: str, source: Source) -> PathRule:
+    """A rule with a space: `METHOD URL`, or a host or URL with a space in it (a typo)."""
+    first, rest = rule.split(None, 1)
+    if first.upper() in KNOWN_METHODS and first != first.upper():
+        raise _refuse(rule, f"the method {first!r} must be upper case ({first.upper()})")
+    if not _METHOD.match(first):
+        if first.isascii() and first.isalpha() and "://" in rest:
+            raise _refuse(rule, f"the method {first!r} must be an upper-case word such as GET")
+        raise _refuse(rule, f"a space after {first!r}: a host or URL cannot contain spaces")
+    url = rest.strip()
+    if any(c.isspace() for c in url):
+        at = next(i for i, c in enumerate(url) if c.isspace())
+        raise _refuse(rule, f"a space in the URL after {url[:at]!r}: a URL cannot contain spaces")
+    return _path_rule(rule, first, url, source)
+
+
+def _host_problem(authority: str) -> str:
+    """What is wrong with a host rule that did not parse, in a person's words."""
+    if "://" in authority:
+        scheme, _, rest = authority.partition("://")
+        host = rest.split("/", 1)[0] or "host"
+        if scheme.lower() == "https":
+            return f"a host rule has no https:// (a tunnel is allowed by host and port): write {host}:443"
+        if scheme.lower() == "http" and rest.strip("/") != host:
+            return f"a path rule starts with its method: GET {authority}"
+        if scheme.lower() == "http":
+            return f"a host rule has no http://: write {host}:80 (or {host} for ports 80 and 443)"
+        return f"a host rule has no {scheme}://: write {host}[:port]"
+    if "/" in authority:
+        host = authority.split("/", 1)[0]
+        return f"a host rule has no path: write {host}, or GET http://{authority} for plain-HTTP requests below it"
+    if authority.startswith("[") or authority.count(":") > 1:
+        return "an IPv6 address is written in brackets: [2001:db8::1] or [2001:db8::1]:443"
+    host, _, port = authority.partition(":")
+    if ":" in authority and not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"the port {port!r} is not a number from 1 to 65535"
+    return _name_problem(host)
+
+
+def _name_problem(host: str) -> str:
+    if not host:
+        return "the host is missing"
+    if "*" in host:
+        return "a wildcard is written *.example.org (any name below example.org), at the start only"
+    bad = next((c for c in host if not (c.isascii() and (c.isalnum() or c in "-_."))), None)
+    if bad is not None:
+        return f"the host {host!r} contains {bad!r}, which a host name cannot hold"
+    if is_noncanonical_ipv4(host):
+        return f"{host!r} is not an IPv4 address in dotted form (four numbers: 127.0.0.1)"
+    return f"the host {host!r} is not a valid name (labels of letters, digits and inner hyphens, joined by dots)"
+
+
 def _path_rule(text: str, method: str, url: str, source: Source) -> PathRule:
-    if not _METHOD.match(method):
-        raise RuleError(f"rule {text!r}: the method must be an upper-case word such as GET")
     if method == "CONNECT":
         raise RuleError(f"rule {text!r}: CONNECT is allowed by host:port rules, not by method rules")
-    if any(c.isspace() for c in url) or "%" in url or "\\" in url:
-        raise RuleError(f"rule {text!r}: the URL must not contain spaces, % escapes or backslashes")
+    if "%" in url or "\\" in url:
+        raise RuleError(f"rule {text!r}: the URL must not contain % escapes or backslashes")
     try:
         parts = urlsplit(url)
     except ValueError:
-        raise RuleError(f"rule {text!r}: the URL cannot be parsed") from None
+        raise _refuse(text, f"the URL {url!r} cannot be parsed") from None
     if parts.scheme != "http":
         raise RuleError(
             f"rule {text!r}: method and path rules apply to plain http:// only "
@@ -162,7 +221,8 @@ def _path_rule(text: str, method: str, url: str, source: Source) -> PathRule:
         raise RuleError(f"rule {text!r}: the URL must not carry userinfo, a query or a fragment")
     split = split_authority(parts.netloc)
     if split is None:
-        raise RuleError(f"rule {text!r}: the URL has no valid host")
+        problem = f"in the URL, {_host_problem(parts.netloc)}" if parts.netloc else "the URL has no host"
+        raise _refuse(text, problem, expected=False)
     host, port = split
     prefix = parts.path or "/"
     if not _PATH.match(prefix) or not clean_path(prefix):

@@ -2,6 +2,8 @@
 or to an error page (web). `code` values are a stable contract for bots: each one is registered
 in `forge.error_codes` with its status, and an error built with any other code fails at once."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from forge.error_codes import Code, lookup
@@ -70,3 +72,14 @@ class BadGateway(ForgeError, code=Code.BAD_GATEWAY, title="Bad gateway"):
 
 class Unavailable(ForgeError, code=Code.UNAVAILABLE, title="Service unavailable"):
     pass
+
+
+@contextmanager
+def about_field(name: str) -> Iterator[None]:
+    """Refusals raised inside concern the input `name` (its wire name): a form shows them beside it
+    (forge/forms.py). One that names its field already keeps it."""
+    try:
+        yield
+    except ForgeError as exc:
+        exc.extra.setdefault("field", name)
+        raise

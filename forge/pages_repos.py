@@ -17,6 +17,7 @@ from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
 from forge.access import Action, Principal, can
 from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
 from forge.errors import ForgeError
+from forge.forms import NO_ERRORS, form_errors
 from forge.pages import WebForm, page
 from forge.repo_lifecycle import RepoCreate, RepoUpdate
 from forge.repositories import RepoResource
@@ -82,6 +83,10 @@ class NewRepoForm(WebForm):
     auto_init: str = ""
 
 
+# The create service's refusals (their codes) -> the field they concern.
+NEW_REPO_ALIASES = {"invalid_name": "name", "repo_exists": "name", "invalid_visibility": "visibility"}
+
+
 class RepoListPages(Controller):
     include_in_schema = False
 
@@ -97,7 +102,7 @@ class RepoListPages(Controller):
     async def new_form(self, request: Request[Any, Any, Any], actor: ActorDep) -> Template | Redirect:
         if not actor.principal.is_authenticated:
             return Redirect("/signin?next=/repos/new", status_code=303)
-        return page(request, "repos/new.html", error=None, form=NewRepoForm())
+        return page(request, "repos/new.html", errors=NO_ERRORS, form=NewRepoForm(auto_init="1"))
 
     @post("/repos/new")
     async def create(
@@ -120,7 +125,8 @@ class RepoListPages(Controller):
         try:
             repo = await repo_lifecycle.create_own(db_session, store, bus, actor, spec)
         except ForgeError as exc:
-            return page(request, "repos/new.html", status_code=exc.status, error=exc.detail, form=data)
+            errors = form_errors(exc, NewRepoForm.__struct_fields__, NEW_REPO_ALIASES)
+            return page(request, "repos/new.html", status_code=exc.status, errors=errors, form=data)
         return Redirect(f"/{repo.owner.login}/{repo.name}", status_code=303)
 
 

@@ -10,7 +10,8 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.errors import ForgeError
+from forge.errors import ForgeError, InvalidInput
+from forge.forms import NO_ERRORS, form_errors
 from forge.pages import page
 from webhooks import service
 from webhooks.models import WebhookEndpoint
@@ -31,6 +32,22 @@ class HookForm(msgspec.Struct, kw_only=True):
 
     def event_list(self) -> list[str]:
         return [self.events] if isinstance(self.events, str) else list(self.events)
+
+    def chosen_events(self) -> list[str]:
+        """The events ticked; none is refused here (the API's schema needs at least one)."""
+        events = self.event_list()
+        if not events:
+            raise InvalidInput("choose at least one event", code="invalid_hook_events")
+        return events
+
+
+# The form's inputs, and the refusals (codes) that concern each.
+INPUTS = ("url", "kind", "events", "failure_policy", "active")
+ALIASES = {
+    "invalid_hook_url": "url",
+    "invalid_hook_events": "events",
+    "invalid_failure_policy": "failure_policy",
+}
 
 
 def _failure_policy(value: str) -> FailurePolicy | None:
@@ -55,6 +72,7 @@ class _Pages:
             "scope_name": self.scope.name,
             "policy_events": POLICY_EVENTS,
             "notify_events": NOTIFY_EVENTS,
+            "errors": NO_ERRORS,
         }
 
     async def list_page(self, status_code: int = 200, **context: Any) -> Template:
@@ -64,8 +82,7 @@ class _Pages:
             "webhooks/list.html",
             status_code=status_code,
             hooks=[self.scope.read(e) for e in endpoints],
-            **self._ctx(),
-            **context,
+            **{**self._ctx(), **context},
         )
 
     async def detail_page(self, endpoint: WebhookEndpoint, status_code: int = 200, **context: Any) -> Template:
@@ -77,8 +94,7 @@ class _Pages:
             hook=self.scope.read(endpoint),
             deliveries=deliveries,
             queued=self.request.query_params.get("queued", ""),
-            **self._ctx(),
-            **context,
+            **{**self._ctx(), **context},
         )
 
     async def create(self, form: HookForm) -> Template:
@@ -86,13 +102,14 @@ class _Pages:
             data = HookCreate(
                 url=form.url.strip(),
                 kind="policy" if form.kind == "policy" else "notify",
-                events=form.event_list(),
+                events=form.chosen_events(),
                 failure_policy=_failure_policy(form.failure_policy) or "closed",
                 active=True,
             )
             endpoint, secret = await service.create_endpoint(self.s, self.actor, self.cfg, self.repo, data)
         except ForgeError as exc:
-            return await self.list_page(status_code=exc.status, error=exc.detail, form=form)
+            errors = form_errors(exc, INPUTS, ALIASES)
+            return await self.list_page(status_code=exc.status, errors=errors, form=form)
         return await self.detail_page(endpoint, created_secret=secret, created_kid=endpoint.secret_kid)
 
     async def edit(self, hook_id: int, form: HookForm) -> Template | Redirect:
@@ -100,7 +117,7 @@ class _Pages:
         try:
             data = HookUpdate(
                 url=form.url.strip() or None,
-                events=form.event_list() or None,
+                events=form.chosen_events(),
                 failure_policy=_failure_policy(form.failure_policy),
                 active=bool(form.active),
             )
@@ -108,7 +125,8 @@ class _Pages:
                 data.failure_policy = None
             await service.update_endpoint(self.s, self.actor, self.cfg, self.repo, endpoint, data)
         except ForgeError as exc:
-            return await self.detail_page(endpoint, status_code=exc.status, error=exc.detail)
+            errors = form_errors(exc, INPUTS, ALIASES)
+            return await self.detail_page(endpoint, status_code=exc.status, errors=errors, form=form)
         if endpoint.active:
             self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
@@ -125,7 +143,7 @@ class _Pages:
             else:
                 await service.rotate_retire(self.s, self.actor, cfg, self.repo, endpoint)
         except ForgeError as exc:
-            return await self.detail_page(endpoint, status_code=exc.status, error=exc.detail)
+            return await self.detail_page(endpoint, status_code=exc.status, errors=form_errors(exc, ()))
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
 
     async def ping(self, hook_id: int) -> Redirect:

@@ -9,10 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.access import Principal
+from forge.errors import ForgeError
 from forge.models import Account, AccountType
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
 from tasks.core import repo_settings
+from tasks.core.models import RepoTaskSettings
 from tasks.services import rules
 
 MAX_BOTS = 500
@@ -22,6 +24,16 @@ class StartOptions(msgspec.Struct, kw_only=True):
     agents: list[str]
     runtimes: list[str]
     model_configured: bool
+    # Why a start would be refused for want of a model, for the starter: by runtime, and by model
+    # API for ACP agents ("acp:anthropic", "acp:openai"); absent: a model can be had.
+    no_model: dict[str, str] = msgspec.field(default_factory=dict)
+    # Tasks here may spend the starter's personal model key (the repository's setting).
+    personal_keys: bool = False
+
+
+# The runtimes (and ACP model APIs) whose start needs a model; asked as a start would ask.
+_NEEDS_MODEL = ("builtin", "claude-code", "codex")
+_ACP_PROVIDERS = ("anthropic", "openai")
 
 
 async def eligible_agents(session: AsyncSession, res: RepoResource) -> list[str]:
@@ -42,14 +54,42 @@ async def eligible_agents(session: AsyncSession, res: RepoResource) -> list[str]
     return out
 
 
+async def missing_models(
+    session: AsyncSession, settings: Settings, res: RepoResource, runtimes: Iterable[str], starter_id: int | None
+) -> dict[str, str]:
+    """For each runtime that needs a model and has none for this starter, the refusal a start
+    would give (the start's own check, `repo_settings.require_model`)."""
+    names = set(runtimes)
+    asks = [(runtime, runtime, "") for runtime in _NEEDS_MODEL if runtime in names]
+    if "acp" in names:
+        asks += [(f"acp:{p}", "acp", p) for p in _ACP_PROVIDERS]
+    out: dict[str, str] = {}
+    for key, runtime, provider in asks:
+        try:
+            await repo_settings.require_model(
+                session, settings, res.repo.id, runtime, starter_id, acp_provider=provider
+            )
+        except ForgeError as exc:
+            out[key] = exc.detail
+    return out
+
+
 async def start_options(
-    session: AsyncSession, settings: Settings, res: RepoResource, runtimes: Iterable[str]
+    session: AsyncSession,
+    settings: Settings,
+    res: RepoResource,
+    runtimes: Iterable[str],
+    starter_id: int | None = None,
 ) -> StartOptions:
     effective = await repo_settings.effective(session, settings, res.repo.id)
+    row = await session.get(RepoTaskSettings, res.repo.id)
+    names = sorted(runtimes)
     return StartOptions(
         agents=await eligible_agents(session, res),
-        runtimes=sorted(runtimes),
+        runtimes=names,
         model_configured=bool(effective.model_base_url and effective.model_name),
+        no_model=await missing_models(session, settings, res, names, starter_id),
+        personal_keys=bool(row is not None and row.allow_personal_keys),
     )
 
 

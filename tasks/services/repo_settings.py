@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
 from forge.audit import Actor
+from forge.errors import about_field
 from forge.model_keys import check_endpoint
 from forge.repositories import RepoResource
 from forge.settings import Settings
@@ -107,8 +108,9 @@ async def update(
     session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, change: RepoTaskSettingsUpdate
 ) -> RepoTaskSettingsRead:
     rules.require_configure(actor.principal, res)
-    await check_endpoint(session, settings, "openai", change.model_base_url or "")
-    await check_endpoint(session, settings, "anthropic", change.anthropic_base_url or "")
+    for name, provider in (("model_base_url", "openai"), ("anthropic_base_url", "anthropic")):
+        with about_field(name):
+            await check_endpoint(session, settings, provider, getattr(change, name) or "")
     for key in (change.model_api_key, change.anthropic_api_key):
         require_no_nul(key or "", "a model key")
     egress = checked(change.egress) if change.egress is not None else None

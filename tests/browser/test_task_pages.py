@@ -38,13 +38,13 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         # --- the start form, by keyboard ------------------------------------------------------------
         page.goto(f"{forge.url}/{repo}/tasks/")
         expect(page.locator("#agent option")).to_have_text(["fixer"])  # the one bot that may work here
-        expect(page.locator("#runtime-hint")).to_contain_text("none is configured")
+        expect(page.locator("#runtime-builtin-why")).to_contain_text("none is set up here")
         check_page(page, artifacts_dir, "tasks-start-form")
         tab_to(page, "#goal")
         page.keyboard.type("Greet the world")
-        tab_to(page, "#runtime")
-        page.keyboard.type("command")  # a focused select picks the option typed
-        expect(page.locator("#runtime")).to_have_value("command")
+        tab_to(page, "input[name=runtime]")  # the group's one tab stop: the chosen radio
+        expect(page.locator("#runtime-command")).to_be_focused()  # the only runtime that can run here
+        expect(page.locator("#runtime-command")).to_be_checked()
         tab_to(page, "#command")
         page.keyboard.type(SCRIPT)  # several lines: Enter in a textarea is a line break
         tab_to(page, "#start-form button[type=submit]")

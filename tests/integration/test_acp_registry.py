@@ -14,6 +14,7 @@ from litestar.testing import AsyncTestClient
 from forge.settings import Settings
 from tasks.core.agent_registry import SHIPPED_ACP_AGENTS, acp_agents, load_acp_agents, registry, session_meta
 from tests.support.acp_agent import argv
+from tests.support.forms import read_form
 from tests.support.tasks import seed
 from tests.support.web import csrf_from, sign_in
 
@@ -145,10 +146,16 @@ async def test_the_start_form_offers_the_acp_agents(client: AsyncTestClient[Lite
     await seed(settings)
     await sign_in(client, "ana", "correct horse battery")
     page = (await client.get("/ana/demo/tasks/")).text
-    assert '<select id="agent_command" name="agent_command"' in page
-    assert '<option value="scripted"' in page and "an operator&#39;s agent" in page
-    assert "gated by permission_requests, managed_hooks" in page  # the Claude adapter's layers
-    assert '<option value="acp"' in page
+    form = read_form(page)
+    # One radio per agent, each saying in words what it is and how its tool calls are checked.
+    assert form["agent_command-scripted"].attrs["name"] == "agent_command"
+    assert "an operator's agent" in form["agent_command-scripted-about"].text
+    claude = " ".join(form["agent_command-claude-agent-acp-about"].text.split())
+    assert "the agent asks forgehand's permission" in claude and "hooks locked into the sandbox image" in claude
+    assert "gated by" not in page and "permission_requests" not in page
+    # The operator's agent calls no model: it can run; the Claude adapter needs one (none here).
+    assert "disabled" not in form["agent_command-scripted"].attrs and "disabled" not in form["runtime-acp"].attrs
+    assert "Anthropic model" in form["agent_command-claude-agent-acp-why"].text
     # Started from the form: the agent chosen there is the task's.
     form = {"goal": "from the form", "agent": "fixer", "runtime": "acp", "agent_command": "scripted"}
     start = page[page.index('id="start-form"') :]

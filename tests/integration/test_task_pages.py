@@ -17,6 +17,7 @@ from forge.db import Database
 from forge.settings import Settings
 from tasks.core.schemas import GOAL_MAX
 from tasks.http.pages.timeline import short_name
+from tests.support.forms import read_form
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 from tests.support.transcripts import (
     ASK_REASON,
@@ -275,9 +276,14 @@ async def test_the_start_form_offers_the_bots_and_runtimes_and_keeps_a_refused_g
     page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text
     form = page[page.index('id="start-form"') :]
     # Bots with write access only (fixer); people are never offered.
-    assert re.findall(r'<option value="([^"]+)"', form[: form.index('id="runtime"')]) == ["fixer"]
-    assert '<option value="builtin"' in form and '<option value="command"' in form
-    assert "none is configured" in form  # the builtin runtime's hint
+    assert re.findall(r'<option value="([^"]+)"', form[: form.index('id="field-runtime"')]) == ["fixer"]
+    runtimes = read_form(page)
+    # No model anywhere: the agents are offered disabled, saying why; the command runtime is chosen.
+    assert "disabled" in runtimes["runtime-builtin"].attrs and "disabled" not in runtimes["runtime-command"].attrs
+    assert ("runtime", "command") in runtimes.checked
+    why = " ".join(runtimes["runtime-builtin-why"].text.split())
+    assert why.startswith("Cannot run here: It needs an OpenAI-compatible model, and none is set up here for you.")
+    assert "Set an endpoint in the task settings" in why  # ana is the repository's admin
     assert "20,000 characters" in form
     long_goal = "x" * (GOAL_MAX + 1)
     data = {
@@ -404,8 +410,14 @@ async def test_with_a_model_configured_the_form_defaults_to_the_builtin_runtime(
     body = {"model_base_url": "https://llm.example/v1", "model_name": "m"}
     r = await client.put("/api/v1/repos/ana/demo/task-settings", json=body, headers=world.h("ana"))
     assert r.status_code == 200, r.text
-    page = (await client.get(f"{PAGE}/", headers=world.h("ana"))).text
-    assert '<option value="builtin" selected>' in page and "uses the configured model" in page
+    page = read_form((await client.get(f"{PAGE}/", headers=world.h("ana"))).text)
+    assert ("runtime", "builtin") in page.checked and "disabled" not in page["runtime-builtin"].attrs
+    assert "runtime-builtin-why" not in page
+    # A write collaborator who cannot open the settings is told who can fix what is missing.
+    wendy = read_form((await client.get(f"{PAGE}/", headers=world.h("wendy"))).text)
+    why = " ".join(wendy["runtime-claude-code-why"].text.split())
+    assert "Anthropic model" in why and "A repository admin can set an endpoint in the task settings." in why
+    assert "/settings/tasks/" not in str(wendy["runtime-claude-code-why"].attrs)
 
 
 async def test_a_person_s_own_task_lists_need_a_sign_in(client: AsyncTestClient[Litestar]) -> None:

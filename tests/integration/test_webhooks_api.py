@@ -21,6 +21,7 @@ from forge.events import EventBus
 from forge.models import AuditEvent, Collaborator, Repository
 from forge.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
+from tests.support.forms import read_form
 from tests.support.web import csrf_from, sign_in
 from tests.support.webhooks import LOOPBACK, config, make_repo, receiver
 from webhooks.deliverer import Deliverer
@@ -307,6 +308,47 @@ async def test_web_pages_create_show_secret_once_ping_and_notice(
     assert (await hc.get("/api/v1/user")).json()["login"] == "eve"
     assert (await hc.get(base)).status_code == 404
     assert (await hc.get("/admin/hooks")).status_code == 403
+
+
+async def test_refused_hook_forms_come_back_as_typed_with_the_error_at_its_field(
+    hc: AsyncTestClient[Litestar], make: Accounts, repo: Repository
+) -> None:
+    assert (await sign_in(hc, "ana", PASSWORD)).status_code == 303
+    base = "/ana/demo/settings/hooks"
+    page = await hc.get(base)
+    typed = {
+        "url": "http://hooks.example.com/x",
+        "kind": "policy",
+        "events": ["pre_tool_use", "pre_merge"],
+        "failure_policy": "hold",
+        "csrf_token": csrf_from(page.text),
+    }
+    bad = await hc.post(base + "/", data=typed)
+    assert bad.status_code == 422, bad.text
+    form = read_form(bad.text)
+    assert form["url"].attrs.get("aria-invalid") == "true" and "must be https" in form.error_of("url")
+    assert form.value("url") == "http://hooks.example.com/x"
+    assert form.value("kind") == "policy" and form.value("failure_policy") == "hold"
+    assert {("events", "pre_tool_use"), ("events", "pre_merge")} <= form.checked
+    none = await hc.post(base + "/", data={**typed, "url": "https://hooks.example.com/x", "events": []})
+    assert none.status_code == 422
+    assert "choose at least one event" in read_form(none.text)["events-error"].text
+    created = await hc.post(base + "/", data={**typed, "url": "https://hooks.example.com/x"})
+    assert created.status_code == 200 and "whsec_" in created.text
+
+    # The edit form: a refused save keeps what was typed there, not what is stored.
+    edit = {
+        "url": "ftp://elsewhere",
+        "events": ["pre_merge"],
+        "failure_policy": "open",
+        "csrf_token": csrf_from(created.text),
+    }
+    r = await hc.post(f"{base}/1/edit", data=edit)
+    assert r.status_code == 422, r.text
+    form = read_form(r.text)
+    assert form.value("url") == "ftp://elsewhere" and form.error_of("url")
+    assert form.value("failure_policy") == "open" and ("events", "pre_tool_use") not in form.checked
+    assert ("active", "1") not in form.checked  # unticked, as sent
 
 
 async def test_admin_pages(hc: AsyncTestClient[Litestar], make: Accounts) -> None:

@@ -100,7 +100,7 @@ def start_task(
     # The agent is a choice among the bots that may work on the repository.
     form.get_by_label(re.compile(r"^\s*Goal")).fill(goal)
     form.get_by_label(re.compile(r"^\s*Agent")).select_option(agent)
-    form.get_by_label(re.compile(r"^\s*Runtime")).select_option(runtime)
+    form.locator(f"input[name=runtime][value='{runtime}']").check()  # one radio per runtime
     if command:
         form.get_by_label(re.compile(r"^\s*Command")).fill(command)
     if base:
@@ -178,7 +178,7 @@ def add_policy_hook(
     page.goto(f"{base_url}/{full_name}/settings/hooks/")
     page.get_by_label("Payload URL").fill(url)
     page.get_by_label("Kind", exact=True).select_option("policy")
-    policy_events = page.locator("fieldset", has_text="Policy events")
+    policy_events = page.locator("fieldset fieldset", has_text="Policy events")
     for event in events:
         policy_events.get_by_label(event, exact=True).check()
     page.get_by_label("When a policy endpoint fails").select_option(failure_policy)

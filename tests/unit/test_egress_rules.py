@@ -62,15 +62,16 @@ def test_method_and_path_rules() -> None:
     [
         ("", "1 to 300"),
         ("x" * 301, "1 to 300"),
-        ("exa mple", "upper-case word"),
-        ("get http://h.example/", "upper-case word"),
+        ("exa mple", "a space after 'exa'"),
+        ("get http://h.example/", "'get' must be upper case \\(GET\\)"),
+        ("Fetch http://h.example/", "upper-case word"),
         ("CONNECT http://h.example/", "host:port rules"),
         ("GET https://h.example/", "plain http:// only"),
         ("GET http://h.example/a?b=1", "query"),
         ("GET http://u@h.example/", "userinfo"),
         ("GET http://h.example/a/../b", "without . or .."),
         ("GET http://h.example/%2e", "% escapes"),
-        ("GET http:///x", "no valid host"),
+        ("GET http:///x", "has no host"),
         ("h.example:0", "expected host\\[:port\\]"),
         ("h.example:70000", "expected host\\[:port\\]"),
         ("h.example:http", "expected host\\[:port\\]"),
@@ -83,6 +84,53 @@ def test_method_and_path_rules() -> None:
 def test_bad_rules_name_themselves(text: str, why: str) -> None:
     with pytest.raises(RuleError, match=why):
         parse_rule(text)
+
+
+EXPECTED_FORM = "expected host[:port], *.domain[:port] or METHOD http://host/path-prefix"
+
+
+@pytest.mark.parametrize(
+    ("text", "wrong_part"),
+    [
+        # A space inside a host or URL is named as such, not read as a method.
+        ("https://bad rule", "a space after 'https://bad': a host or URL cannot contain spaces"),
+        ("*.exa mple.org", "a space after '*.exa'"),
+        ("GET http://mirror.example/deb ian/", "a space in the URL after 'http://mirror.example/deb'"),
+        # A scheme or a path on a host rule: the rule it should have been.
+        ("https://pypi.org", "a host rule has no https://"),
+        ("https://pypi.org", "write pypi.org:443"),
+        ("http://mirror.example", "write mirror.example:80"),
+        ("http://mirror.example/debian/", "a path rule starts with its method: GET http://mirror.example/debian/"),
+        ("pypi.org/simple", "a host rule has no path: write pypi.org"),
+        # The host or port that is wrong, by name.
+        ("pypi.org:99999", "the port '99999' is not a number from 1 to 65535"),
+        ("pypi.org:https", "the port 'https' is not"),
+        ("py!pi.org", "the host 'py!pi.org' contains '!'"),
+        ("2001:db8::1", "an IPv6 address is written in brackets"),
+        ("127.1", "'127.1' is not an IPv4 address in dotted form"),
+        ("a.*.example.org", "a wildcard is written *.example.org"),
+    ],
+)
+def test_a_bad_rule_names_its_wrong_part_and_the_expected_form(text: str, wrong_part: str) -> None:
+    with pytest.raises(RuleError) as refused:
+        parse_rule(text)
+    message = str(refused.value)
+    assert message.startswith(f"rule {text!r}: "), message
+    assert wrong_part in message, message
+    assert "method must be" not in message  # the method is named only when it is the wrong part
+    assert message.endswith(EXPECTED_FORM), message
+
+
+def test_a_bad_method_or_url_in_a_path_rule_names_that_part() -> None:
+    for text, named in [
+        ("get http://mirror.example/", "the method 'get' must be upper case (GET)"),
+        ("GET https://mirror.example/", "plain http:// only"),
+        ("GET http://mir!ror.example/", "in the URL, the host 'mir!ror.example' contains '!'"),
+        ("GET http://mirror.example:0/", "in the URL, the port '0' is not a number from 1 to 65535"),
+    ]:
+        with pytest.raises(RuleError) as refused:
+            parse_rule(text)
+        assert named in str(refused.value), refused.value
 
 
 def test_presets_are_the_real_hosts() -> None:

@@ -5,6 +5,7 @@ from typing import Literal
 import msgspec
 
 from forge.errors import InvalidInput
+from forge.forms import invalid_input
 from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, TaskCreate
 from tasks.core.states import ReviewVerdict
 
@@ -18,6 +19,21 @@ class StartForm(msgspec.Struct, kw_only=True):
     base: str = ""
     title: str = ""
     csrf_token: str = ""
+
+
+# The start service's refusals (their codes) -> the start form's field they concern.
+START_ALIASES = {
+    "goal_required": "goal",
+    "invalid_agent": "agent",
+    "command_required": "command",
+    "invalid_command": "command",
+    "agent_command_required": "agent_command",
+    "unknown_acp_agent": "agent_command",
+    "acp_agent_unavailable": "agent_command",
+    "invalid_agent_command": "agent_command",
+    "model_not_configured": "runtime",
+    "base_not_found": "base",
+}
 
 
 class BodyForm(msgspec.Struct, kw_only=True):
@@ -74,7 +90,7 @@ def task_create(data: StartForm) -> TaskCreate:
     try:
         return msgspec.convert(raw, TaskCreate)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc).replace("$.", "")) from None
+        raise invalid_input(exc) from None
 
 
 def approval_decide(data: DecisionForm) -> ApprovalDecide:

@@ -14,11 +14,13 @@ from forge import repositories
 from forge.access import Action
 from forge.deps import ActorDep, DatabaseDep, SettingsDep
 from forge.errors import ForgeError, InvalidInput
+from forge.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
 from forge.pages import page
 from tasks.core import repo_settings as core_settings
 from tasks.core.models import RepoTaskSettings
 from tasks.http.pages.common import repo_context
 from tasks.services import agents, repo_settings
+from tasks.services.repo_settings import RepoTaskSettingsRead
 
 INT_FIELDS = (
     "turn_limit",
@@ -62,6 +64,38 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     csrf_token: str = ""
 
 
+# What a refusal can name (a wire path or an error code) -> the form's input.
+ALIASES = {
+    "egress.rules": "egress_rules",
+    "invalid_egress_rule": "egress_rules",
+    "egress.presets": "egress_presets",
+    "invalid_egress_preset": "egress_presets",
+    "egress.mode": "egress_mode",
+}
+INPUTS = (*TaskSettingsForm.__struct_fields__, "egress_presets")
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def settings_form(read: RepoTaskSettingsRead) -> TaskSettingsForm:
+    """The stored settings as the form shows them (blank: the instance's default)."""
+    values: dict[str, str] = {name: _text(getattr(read, name)) for name in INT_FIELDS}
+    for name in ("model_base_url", "model_name", "anthropic_base_url", "anthropic_model"):
+        values[name] = _text(getattr(read, name))
+    for name in ("approval_not_by_starter", "delete_branch_on_merge", "allow_personal_keys", "allow_web_search"):
+        values[name] = "1" if getattr(read, name) else ""
+    for name in PRESETS:
+        values[f"egress_preset_{name}"] = "1" if name in read.egress.presets else ""
+    return TaskSettingsForm(
+        **values,
+        egress_mode=read.egress.mode,
+        egress_rules="\n".join(read.egress.rules),
+        subtask_runtimes=", ".join(read.subtask_runtimes or []),
+    )
+
+
 def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpdate:
     """Blank means "the instance's default"; bad numbers are refused like the REST body would be."""
     values: dict[str, Any] = {
@@ -92,12 +126,12 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         raw = getattr(form, name).strip()
         if raw:
             if not (raw.isascii() and raw.isdigit()) or len(raw) > 10:
-                raise InvalidInput(f"{name.replace('_', ' ')}: a whole number, or blank for the default")
+                raise InvalidInput(f"{name.replace('_', ' ')}: a whole number, or blank for the default", field=name)
             values[name] = int(raw)
     try:
         return msgspec.convert(values, repo_settings.RepoTaskSettingsUpdate)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc).replace("$.", "")) from None
+        raise invalid_input(exc) from None
 
 
 class TaskSettingsPages(Controller):
@@ -105,7 +139,16 @@ class TaskSettingsPages(Controller):
     include_in_schema = False
 
     async def _render(
-        self, request: Request[Any, Any, Any], db: Any, actor: Any, owner: str, name: str, **extra: Any
+        self,
+        request: Request[Any, Any, Any],
+        db: Any,
+        actor: Any,
+        owner: str,
+        name: str,
+        *,
+        form: TaskSettingsForm | None = None,
+        errors: FormErrors = NO_ERRORS,
+        **extra: Any,
     ) -> Template:
         async with db.session() as s:
             res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
@@ -118,6 +161,8 @@ class TaskSettingsPages(Controller):
             request,
             "tasks/settings.html",
             current=current,
+            form=form or settings_form(current),
+            errors=errors,
             merge_warning=warning,
             egress_presets={name: ", ".join(hosts) for name, hosts in PRESETS.items()},
             operator_presets=request.app.state.settings.egress_presets,
@@ -134,7 +179,7 @@ class TaskSettingsPages(Controller):
         owner: FromPath[str],
         name: FromPath[str],
     ) -> Template:
-        return await self._render(request, db, actor, owner, name, error=None, notice=None)
+        return await self._render(request, db, actor, owner, name, notice=None)
 
     @post("/")
     async def save(
@@ -155,7 +200,9 @@ class TaskSettingsPages(Controller):
         except ForgeError as exc:
             if exc.status == 404:
                 raise
+            # Shown again as typed, the refusal beside the field it concerns.
+            errors = form_errors(exc, INPUTS, ALIASES)
             return await self._render(
-                request, db, actor, owner, name, error=exc.detail, notice=None, status_code=exc.status
+                request, db, actor, owner, name, form=data, errors=errors, notice=None, status_code=exc.status
             )
-        return await self._render(request, db, actor, owner, name, error=None, notice="Saved.")
+        return await self._render(request, db, actor, owner, name, notice="Saved.")

@@ -11,12 +11,13 @@ from litestar.response import Redirect, Template
 from forge.auth import signed_in
 from forge.deps import ActorDep, DbSession
 from forge.errors import ForgeError, NotFound
+from forge.forms import NO_ERRORS, FormErrors, form_errors
 from forge.pages import page
 from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
 from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
-from tasks.http.pages import timeline
+from tasks.http.pages import start_form, timeline
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
     egress_line,
@@ -25,7 +26,8 @@ from tasks.http.pages.common import (
     usage_line,
     visible_json,
 )
-from tasks.http.pages.forms import BodyForm, DecisionForm, StartForm, approval_decide, task_create
+from tasks.http.pages.forms import START_ALIASES, BodyForm, DecisionForm, StartForm, approval_decide, task_create
+from tasks.http.pages.start_form import Place
 from tasks.http.pages.status import ACTIVE_LINES, waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
@@ -89,19 +91,26 @@ async def list_page(
     *,
     task_state: str | None = None,
     form: StartForm | None = None,
-    error: str | None = None,
+    errors: FormErrors = NO_ERRORS,
     status_code: int = 200,
 ) -> Template:
     svc, res = scope.svc, scope.res
     tasks = await svc.to_reads([(t, res) for t in await svc.list_tasks(res, state=task_state or None)])
     principal = scope.actor.principal
-    options = None
+    context = repo_context(res, principal, svc.base_url)
+    options = runtimes = acp = None
     if rules.may_start(principal, res):
-        options = await agents.start_options(scope.session, svc.settings, res, RUNTIMES)
-    # The API's default runtime is builtin; the form picks it only when it has a model to talk to.
+        options = await agents.start_options(scope.session, svc.settings, res, RUNTIMES, principal.account_id)
+        registry = await task_system(request.app.state).agent_registry()
+        place = Place(repo=res.full_name, can_admin=context["can_admin"])
+        runtimes = start_form.runtime_choices(options, registry, place)
+        acp = start_form.acp_choices(options, registry, place)
+    # The API's default runtime is builtin; the form picks it only when it can run here.
+    ready = {c.value for c in runtimes or [] if c.ready}
     chosen = form or StartForm(
         agent=options.agents[0] if options and len(options.agents) == 1 else "",
-        runtime="builtin" if options and options.model_configured else "command",
+        runtime="builtin" if "builtin" in ready else "command",
+        agent_command=next((c.value for c in acp or [] if c.ready), ""),
     )
     return page(
         request,
@@ -110,13 +119,13 @@ async def list_page(
         tasks=tasks,
         task_state=task_state or "",
         states=LIST_STATES,
-        error=error,
+        errors=errors,
         form=chosen,
         options=options,
+        runtimes=runtimes,
+        acp_agents=acp,
         goal_max=GOAL_MAX,
-        agents=await task_system(request.app.state).installed_agents(),
-        acp_agents=[a for a in await task_system(request.app.state).agent_registry() if a.runtime == "acp"],
-        **repo_context(res, principal, svc.base_url),
+        **context,
     )
 
 
@@ -139,7 +148,8 @@ class TaskPages(Controller):
         self, request: Request[Any, Any, Any], repo_scope: RepoScopeDep, data: URLEncodedBody[StartForm]
     ) -> Template | Redirect:
         async def again(exc: ForgeError) -> Template:
-            return await list_page(request, repo_scope, form=data, error=exc.detail, status_code=exc.status)
+            errors = form_errors(exc, StartForm.__struct_fields__, START_ALIASES)
+            return await list_page(request, repo_scope, form=data, errors=errors, status_code=exc.status)
 
         async def create() -> TaskRead:
             return await start_task(repo_scope, task_create(data))  # a refused form shows again, kept
