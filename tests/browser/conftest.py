@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 from rich.console import Console
 
-from sandbox import DEFAULT_IMAGE, build_image
+from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE, build_agents_image, build_image
 from tests.support.browser import ForgeServer, serve_forge
 from tests.support.browser_ui import sign_in
 
@@ -157,6 +157,13 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
     """The sandbox image, built once (cached across sessions) by the same function as the CLI."""
     build_image(DEFAULT_IMAGE, console=Console(stderr=True))
     return DEFAULT_IMAGE
+
+
+@pytest.fixture(scope="session")
+def agents_image(sandbox_image: str) -> str:
+    """The agents image (the sandbox image plus the pinned CLIs), built once, as the docker tests have it."""
+    build_agents_image(DEFAULT_AGENTS_IMAGE, base=sandbox_image, console=Console(stderr=True))
+    return DEFAULT_AGENTS_IMAGE
 
 
 @pytest.fixture
