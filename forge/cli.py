@@ -90,7 +90,7 @@ def serve(host: str | None, port: int | None) -> None:
         demo_name = _run_db(settings, lambda db: _seed_demo(db, settings))
         if demo_name:
             click.echo(f"  Demo repository: {settings.effective_base_url}/{demo_name}  (bot: demo-agent, write access)")
-    click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir.resolve()})")
+    click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir})")
     app = create_app(settings)
     freeze_startup_heap()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
