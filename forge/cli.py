@@ -4,6 +4,7 @@ import asyncio
 import getpass
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -44,8 +45,47 @@ async def _require_migrated(db: Database) -> None:
         raise click.ClickException(f"the database {state}: run `forgehand db upgrade` first")
 
 
+def _load(**overrides: Any) -> Settings:
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data_dir = click.get_current_context().find_root().params.get("data_dir")
+    if data_dir is not None:
+        given["data_dir"] = data_dir
+    return load_settings(**given)
+
+
 def _settings(**overrides: Any) -> Settings:
-    return prepare_data_dir(load_settings(**{k: v for k, v in overrides.items() if v is not None}))
+    """Settings for the commands that start or create an instance (`serve`, `worker`, `db upgrade`):
+    the data directory is created when missing."""
+    return prepare_data_dir(_load(**overrides))
+
+
+def _instance_settings() -> Settings:
+    """Settings for the commands that work on an existing instance: when its SQLite database is not
+    there, stop and say where we looked, creating nothing (no second, empty instance by mistake)."""
+    settings = _load()
+    missing = _missing_sqlite_file(settings)
+    if missing is not None:
+        where = (
+            f"{settings.data_dir} has no forgehand database ({missing.name})"
+            if not settings.database_url
+            else f"the database file {missing} does not exist (FORGEHAND_DATABASE_URL)"
+        )
+        raise SettingsError(
+            f"{where}; nothing was created. Point the command at your instance's data directory with "
+            "FORGEHAND_DATA_DIR=PATH or `forgehand --data-dir PATH ...` (`forgehand serve` prints it on start: "
+            "`data: PATH`); to start a new instance there instead, run `forgehand db upgrade`"
+        )
+    return prepare_data_dir(settings)
+
+
+def _missing_sqlite_file(settings: Settings) -> Path | None:
+    if not settings.is_sqlite:
+        return None
+    path = settings.effective_database_url.split(":///", 1)[-1].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    file = Path(path)
+    return None if file.is_file() else file.absolute()
 
 
 def _run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
@@ -61,7 +101,13 @@ def _run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
 
 
 @click.group(cls=ForgehandGroup, context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The instance's data directory (FORGEHAND_DATA_DIR, default ./var of the current directory).",
+)
+def main(data_dir: Path | None) -> None:
     """forgehand: a self-hosted git forge whose collaborators hand work to AI coding agents."""
 
 
@@ -135,6 +181,7 @@ def users() -> None:
 @click.option("--password", default=None, help="Password (prompted when interactive; generated otherwise).")
 def users_create(login: str, admin: bool, password: str | None) -> None:
     """Create a person's account."""
+    settings = _instance_settings()  # before any prompt: a wrong data directory is said first
     generated = False
     if password is None:
         if sys.stdin.isatty():
@@ -145,7 +192,6 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
             from forge.security import generate_password
 
             password, generated = generate_password(), True
-    settings = _settings()
     pw = password
 
     async def go(db: Database) -> None:
@@ -161,7 +207,7 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
 @users.command("list")
 def users_list() -> None:
     """List accounts (people and bots)."""
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> list[accounts.AccountRead]:
         async with db.session() as session:
@@ -178,7 +224,7 @@ def users_disable(login: str) -> None:
     """Disable an account (its sessions end, its tokens stop working)."""
     from forge import websessions
 
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
@@ -194,13 +240,13 @@ def users_disable(login: str) -> None:
 def users_set_password(login: str) -> None:
     """Set a person's password, read from a prompt (twice) or, when stdin is not a terminal, its
     first line; never from the command line. Their browser sessions end; tokens keep working."""
+    settings = _instance_settings()
     if sys.stdin.isatty():
         password = getpass.getpass(f"new password for {login}: ")
         if getpass.getpass("again: ") != password:
             raise click.UsageError("the passwords differ")
     else:
         password = sys.stdin.readline().rstrip("\r\n")
-    settings = _settings()
 
     async def go(db: Database) -> int:
         async with db.session(write=True) as session:
@@ -220,7 +266,7 @@ def bots() -> None:
 @click.option("--owner", default=None, help="Login of the person responsible for the bot.")
 def bots_create(login: str, owner: str | None) -> None:
     """Create a bot account."""
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
@@ -243,7 +289,7 @@ def tokens_group() -> None:
 @click.option("--expires-days", type=int, default=None, help="Expire after N days (default: never).")
 def tokens_create(login: str, name: str, scopes: tuple[str, ...], expires_days: int | None) -> None:
     """Create a token; the token alone is printed on the last line."""
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> tokens.TokenCreated:
         async with db.session(write=True) as session:
@@ -260,7 +306,7 @@ def tokens_create(login: str, name: str, scopes: tuple[str, ...], expires_days: 
 @click.option("--all", "include_revoked", is_flag=True, help="Include revoked tokens.")
 def tokens_list(login: str, include_revoked: bool) -> None:
     """List an account's tokens."""
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> list[tokens.TokenRead]:
         async with db.session() as session:
@@ -276,7 +322,7 @@ def tokens_list(login: str, include_revoked: bool) -> None:
 @click.argument("token_id", type=int)
 def tokens_revoke(token_id: int) -> None:
     """Revoke a token by id."""
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
@@ -301,7 +347,7 @@ def repos_import(source: str, owner: str, name: str | None, visibility: str) -> 
     from forge import repo_lifecycle
     from forge.git import RepoStore
 
-    settings = _settings()
+    settings = _instance_settings()
     repo_name = name or source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
 
     async def go(db: Database) -> str:
@@ -328,7 +374,7 @@ def audit_group() -> None:
 @click.option("-n", "--lines", default=20, show_default=True, help="How many rows, newest last.")
 def audit_tail(lines: int) -> None:
     """Show the newest audit rows."""
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> list[audit.AuditRead]:
         async with db.session() as session:
