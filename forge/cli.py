@@ -279,7 +279,7 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
 
 @users.command("list")
 def users_list() -> None:
-    """List accounts (people and bots)."""
+    """List accounts (people and bots): a header line, then one tab-separated line per account."""
     from forge import accounts
 
     settings = _instance_settings()
@@ -288,7 +288,9 @@ def users_list() -> None:
         async with db.session() as session:
             return [await accounts.to_read(session, a) for a in await accounts.list_accounts(session)]
 
-    for a in _run_db(settings, go):
+    listed = _run_db(settings, go)
+    click.echo("login\ttype\tflags\towner")
+    for a in listed:
         flags = ",".join(f for f, on in (("admin", a.is_admin), ("disabled", a.disabled)) if on)
         click.echo(f"{a.login}\t{a.type}\t{flags or '-'}\t{a.owner or '-'}")
 

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from .errors import SandboxError
     from .image import Recipe
+    from .reaper import SandboxInfo
 
 
 def _console() -> Console:
@@ -80,35 +81,59 @@ def build_cmd(force: bool, agents: bool, tag: str | None, recipe: str, docker_ho
         )
 
 
+LS_COLUMNS = ("container", "instance", "task", "run", "status", "created", "weakened", "creator")
+
+
+def ls_rows(rows: list[SandboxInfo]) -> list[tuple[str, ...]]:
+    """One row of LS_COLUMNS per sandbox, every value whole."""
+    import datetime as dt
+
+    out: list[tuple[str, ...]] = []
+    for row in rows:
+        created = dt.datetime.fromtimestamp(row.created, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        creator = "gone" if row.orphaned else (row.host or "-")
+        out.append((row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-", creator))
+    return out
+
+
+def print_rows(columns: tuple[str, ...], rows: list[tuple[str, ...]], *, terminal: bool) -> None:
+    """A table on a terminal; otherwise (a pipe, a file) a header line and one tab-separated line
+    per row with every value in full, for grep, cut and awk."""
+    if terminal:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    for line in (columns, *rows):
+        click.echo("\t".join(line))
+
+
 @sandbox_group.command("ls")
 @click.option("--instance", default=None, help="Only this forgehand instance's sandboxes.")
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
 def ls_cmd(instance: str | None, docker_host: str | None) -> None:
-    """List sandbox containers (running or not)."""
+    """List sandbox containers (running or not): a table on a terminal, tab-separated lines with a
+    header line otherwise."""
     import asyncio
-    import datetime as dt
-
-    from rich.console import Console
-    from rich.table import Table
 
     from .engine import SandboxEngine
     from .errors import SandboxError
     from .reaper import list_sandboxes
 
-    async def run() -> None:
+    async def run() -> list[SandboxInfo]:
         async with SandboxEngine(docker_host) as engine:
-            rows = await list_sandboxes(engine, instance)
-        table = Table("container", "instance", "task", "run", "status", "created", "weakened", "creator")
-        for row in rows:
-            created = dt.datetime.fromtimestamp(row.created, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-            creator = "gone" if row.orphaned else (row.host or "-")
-            table.add_row(row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-", creator)
-        Console().print(table)
+            return await list_sandboxes(engine, instance)
 
     try:
-        asyncio.run(run())
+        rows = asyncio.run(run())
     except SandboxError as exc:
         _fail(exc)
+        return
+    print_rows(LS_COLUMNS, ls_rows(rows), terminal=sys.stdout.isatty())
 
 
 @sandbox_group.command("reap")

@@ -67,6 +67,7 @@ def test_users_bots_tokens_audit_roundtrip(data_dir: Path, db_url: str) -> None:
     assert run(data_dir, db_url, "tokens", "revoke", token_id).returncode == 0
     assert "revoked" in run(data_dir, db_url, "tokens", "list", "--user", "fixer", "--all").stdout
     users = run(data_dir, db_url, "users", "list").stdout
+    assert users.splitlines()[0] == "login\ttype\tflags\towner"
     assert "ana\tUser\tadmin" in users and "fixer\tBot\t-\tana" in users
     assert run(data_dir, db_url, "users", "disable", "carol").returncode == 0
     assert "carol\tUser\tdisabled" in run(data_dir, db_url, "users", "list").stdout
