@@ -17,6 +17,9 @@ from urllib.parse import urlsplit
 import msgspec
 
 ENV_PREFIX = "FORGEHAND_"
+# Variables of other forgehand programs, not settings of the instance: skipped, never "unknown".
+# FORGEHAND_HOOKS_SECRET: the endpoint secret of the reference consumer (`forgehand hooks serve`).
+NOT_SETTINGS = frozenset({"FORGEHAND_HOOKS_SECRET"})
 
 
 class SettingsError(ValueError):
@@ -253,7 +256,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
 
     known_env = {_env_name(n) for n in _FIELDS} | {ENV_PREFIX + "CONFIG"}
     for var, raw in env.items():
-        if not var.startswith(ENV_PREFIX) or var.startswith(ENV_PREFIX + "TEST_"):
+        if not var.startswith(ENV_PREFIX) or var.startswith(ENV_PREFIX + "TEST_") or var in NOT_SETTINGS:
             continue
         if var not in known_env:
             raise SettingsError(f"{var}: unknown setting (known: {', '.join(sorted(known_env))})")

@@ -71,6 +71,13 @@ def test_errors_name_the_variable(env: dict[str, str], names: str) -> None:
     assert str(exc.value).startswith(names)
 
 
+def test_the_reference_consumers_secret_variable_is_not_an_unknown_setting() -> None:
+    from webhooks.cli import SECRET_ENV
+
+    s = load_settings(environ={SECRET_ENV: "whsec_x", "FORGEHAND_PORT": "9001"})
+    assert s.port == 9001
+
+
 def test_toml_file_then_environment_overrides(tmp_path: Path) -> None:
     cfg = tmp_path / "forgehand.toml"
     cfg.write_text('port = 9100\nhost = "0.0.0.0"\n')
