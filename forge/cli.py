@@ -1,37 +1,91 @@
-"""The `forgehand` command. Errors are one clear line on stderr and exit status 2."""
+"""The `forgehand` command. Errors are one clear line on stderr and exit status 2.
 
-import asyncio
-import getpass
+Importing this module is cheap: `forgehand --help` and every command's help load click and this
+file only. Whatever a command needs (the database, the app, Docker, the webhooks consumer) is
+imported inside the command, and the `sandbox` and `hooks` groups are loaded when invoked."""
+
+from __future__ import annotations
+
+import importlib
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from forge import accounts, audit, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.errors import ForgeError
-from forge.git.errors import RepoError
-from forge.heap import freeze_startup_heap
-from forge.settings import Settings, SettingsError, load_settings, prepare_data_dir
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from forge import accounts, audit, tokens
+    from forge.audit import Actor
+    from forge.db import Database
+    from forge.settings import Settings
 
 T = TypeVar("T")
-CLI_ACTOR = Actor.system("cli")
+
+# Groups that live in other packages: (module, attribute, one-line help shown by `forgehand --help`
+# without importing them).
+LAZY_GROUPS = {
+    "hooks": ("webhooks.cli", "hooks_group", "Webhook tools: the reference consumer."),
+    "sandbox": ("sandbox.cli", "sandbox_group", "Build, list and reap sandbox images and containers."),
+}
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    from forge.errors import ForgeError
+    from forge.git.errors import RepoError
+    from forge.settings import SettingsError
+
+    return (ForgeError, SettingsError, RepoError)
 
 
 class ForgehandGroup(click.Group):
-    """Turns expected failures into one line and exit status 2 (never a traceback)."""
+    """Turns expected failures into one line and exit status 2 (never a traceback); loads the
+    groups of LAZY_GROUPS only when one of them is invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_GROUPS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_GROUPS and cmd_name not in self.commands:
+            module, attribute, _ = LAZY_GROUPS[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+            elif command is None:
+                rows.append((name, LAZY_GROUPS[name][2]))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (ForgeError, SettingsError, RepoError) as exc:
-            click.echo(f"forgehand: error: {exc}", err=True)
-            sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own (usage errors, --help): it prints them
         except OSError as exc:
             click.echo(f"forgehand: error: {exc.strerror or exc}", err=True)
             sys.exit(2)
+        except Exception as exc:
+            if not isinstance(exc, _expected_errors()):
+                raise
+            click.echo(f"forgehand: error: {exc}", err=True)
+            sys.exit(2)
+
+
+def _cli_actor() -> Actor:
+    from forge.audit import Actor
+
+    return Actor.system("cli")
 
 
 async def _require_migrated(db: Database) -> None:
@@ -44,11 +98,60 @@ async def _require_migrated(db: Database) -> None:
         raise click.ClickException(f"the database {state}: run `forgehand db upgrade` first")
 
 
+def _load(**overrides: Any) -> Settings:
+    from forge.settings import load_settings
+
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data_dir = click.get_current_context().find_root().params.get("data_dir")
+    if data_dir is not None:
+        given["data_dir"] = data_dir
+    return load_settings(**given)
+
+
 def _settings(**overrides: Any) -> Settings:
-    return prepare_data_dir(load_settings(**{k: v for k, v in overrides.items() if v is not None}))
+    """Settings for the commands that start or create an instance (`serve`, `worker`, `db upgrade`):
+    the data directory is created when missing."""
+    from forge.settings import prepare_data_dir
+
+    return prepare_data_dir(_load(**overrides))
+
+
+def _instance_settings() -> Settings:
+    """Settings for the commands that work on an existing instance: when its SQLite database is not
+    there, stop and say where we looked, creating nothing (no second, empty instance by mistake)."""
+    from forge.settings import SettingsError, prepare_data_dir
+
+    settings = _load()
+    missing = _missing_sqlite_file(settings)
+    if missing is not None:
+        where = (
+            f"{settings.data_dir} has no forgehand database ({missing.name})"
+            if not settings.database_url
+            else f"the database file {missing} does not exist (FORGEHAND_DATABASE_URL)"
+        )
+        raise SettingsError(
+            f"{where}; nothing was created. Point the command at your instance's data directory with "
+            "FORGEHAND_DATA_DIR=PATH or `forgehand --data-dir PATH ...` (`forgehand serve` prints it on start: "
+            "`data: PATH`); to start a new instance there instead, run `forgehand db upgrade`"
+        )
+    return prepare_data_dir(settings)
+
+
+def _missing_sqlite_file(settings: Settings) -> Path | None:
+    if not settings.is_sqlite:
+        return None
+    path = settings.effective_database_url.split(":///", 1)[-1].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    file = Path(path)
+    return None if file.is_file() else file.absolute()
 
 
 def _run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
+    import asyncio
+
+    from forge.db import Database
+
     async def go() -> T:
         db = Database(settings.effective_database_url)
         try:
@@ -61,7 +164,13 @@ def _run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
 
 
 @click.group(cls=ForgehandGroup, context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The instance's data directory (FORGEHAND_DATA_DIR, default ./var of the current directory).",
+)
+def main(data_dir: Path | None) -> None:
     """forgehand: a self-hosted git forge whose collaborators hand work to AI coding agents."""
 
 
@@ -74,6 +183,7 @@ def serve(host: str | None, port: int | None) -> None:
 
     from forge import bootstrap
     from forge.app import create_app
+    from forge.heap import freeze_startup_heap
     from forge.migrate import upgrade
 
     settings = _settings(host=host, port=port)
@@ -90,7 +200,7 @@ def serve(host: str | None, port: int | None) -> None:
         demo_name = _run_db(settings, lambda db: _seed_demo(db, settings))
         if demo_name:
             click.echo(f"  Demo repository: {settings.effective_base_url}/{demo_name}  (bot: demo-agent, write access)")
-    click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir.resolve()})")
+    click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir})")
     app = create_app(settings)
     freeze_startup_heap()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
@@ -124,6 +234,15 @@ def db_upgrade() -> None:
     click.echo("database is up to date")
 
 
+def _prompt_twice(prompt: str) -> str:
+    import getpass
+
+    password = getpass.getpass(prompt)
+    if getpass.getpass("again: ") != password:
+        raise click.UsageError("the passwords differ")
+    return password
+
+
 @main.group()
 def users() -> None:
     """Manage people's accounts."""
@@ -135,22 +254,22 @@ def users() -> None:
 @click.option("--password", default=None, help="Password (prompted when interactive; generated otherwise).")
 def users_create(login: str, admin: bool, password: str | None) -> None:
     """Create a person's account."""
+    from forge import accounts
+
+    settings = _instance_settings()  # before any prompt: a wrong data directory is said first
     generated = False
     if password is None:
         if sys.stdin.isatty():
-            password = getpass.getpass(f"password for {login}: ")
-            if getpass.getpass("again: ") != password:
-                raise click.UsageError("the passwords differ")
+            password = _prompt_twice(f"password for {login}: ")
         else:
             from forge.security import generate_password
 
             password, generated = generate_password(), True
-    settings = _settings()
     pw = password
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
-            await accounts.create_user(session, CLI_ACTOR, login, pw, is_admin=admin)
+            await accounts.create_user(session, _cli_actor(), login, pw, is_admin=admin)
 
     _run_db(settings, go)
     click.echo(f"created user {login}" + (" (admin)" if admin else ""))
@@ -160,14 +279,18 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
 
 @users.command("list")
 def users_list() -> None:
-    """List accounts (people and bots)."""
-    settings = _settings()
+    """List accounts (people and bots): a header line, then one tab-separated line per account."""
+    from forge import accounts
+
+    settings = _instance_settings()
 
     async def go(db: Database) -> list[accounts.AccountRead]:
         async with db.session() as session:
             return [await accounts.to_read(session, a) for a in await accounts.list_accounts(session)]
 
-    for a in _run_db(settings, go):
+    listed = _run_db(settings, go)
+    click.echo("login\ttype\tflags\towner")
+    for a in listed:
         flags = ",".join(f for f, on in (("admin", a.is_admin), ("disabled", a.disabled)) if on)
         click.echo(f"{a.login}\t{a.type}\t{flags or '-'}\t{a.owner or '-'}")
 
@@ -176,13 +299,13 @@ def users_list() -> None:
 @click.argument("login")
 def users_disable(login: str) -> None:
     """Disable an account (its sessions end, its tokens stop working)."""
-    from forge import websessions
+    from forge import accounts, websessions
 
-    settings = _settings()
+    settings = _instance_settings()
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
-            account = await accounts.set_disabled(session, CLI_ACTOR, login, True)
+            account = await accounts.set_disabled(session, _cli_actor(), login, True)
             await websessions.destroy_all_for(session, account.id)
 
     _run_db(settings, go)
@@ -194,17 +317,17 @@ def users_disable(login: str) -> None:
 def users_set_password(login: str) -> None:
     """Set a person's password, read from a prompt (twice) or, when stdin is not a terminal, its
     first line; never from the command line. Their browser sessions end; tokens keep working."""
+    from forge import accounts
+
+    settings = _instance_settings()
     if sys.stdin.isatty():
-        password = getpass.getpass(f"new password for {login}: ")
-        if getpass.getpass("again: ") != password:
-            raise click.UsageError("the passwords differ")
+        password = _prompt_twice(f"new password for {login}: ")
     else:
         password = sys.stdin.readline().rstrip("\r\n")
-    settings = _settings()
 
     async def go(db: Database) -> int:
         async with db.session(write=True) as session:
-            return await accounts.set_password(session, CLI_ACTOR, login, password)
+            return await accounts.set_password(session, _cli_actor(), login, password)
 
     ended = _run_db(settings, go)
     click.echo(f"password of {login} set ({ended} session(s) signed out)")
@@ -220,12 +343,14 @@ def bots() -> None:
 @click.option("--owner", default=None, help="Login of the person responsible for the bot.")
 def bots_create(login: str, owner: str | None) -> None:
     """Create a bot account."""
-    settings = _settings()
+    from forge import accounts
+
+    settings = _instance_settings()
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
             owner_row = await accounts.require_by_login(session, owner) if owner else None
-            await accounts.create_bot(session, CLI_ACTOR, login, owner=owner_row)
+            await accounts.create_bot(session, _cli_actor(), login, owner=owner_row)
 
     _run_db(settings, go)
     click.echo(f"created bot {login}")
@@ -243,12 +368,14 @@ def tokens_group() -> None:
 @click.option("--expires-days", type=int, default=None, help="Expire after N days (default: never).")
 def tokens_create(login: str, name: str, scopes: tuple[str, ...], expires_days: int | None) -> None:
     """Create a token; the token alone is printed on the last line."""
-    settings = _settings()
+    from forge import accounts, tokens
+
+    settings = _instance_settings()
 
     async def go(db: Database) -> tokens.TokenCreated:
         async with db.session(write=True) as session:
             owner = await accounts.require_by_login(session, login)
-            return await tokens.create(session, CLI_ACTOR, owner, name, list(scopes), expires_days)
+            return await tokens.create(session, _cli_actor(), owner, name, list(scopes), expires_days)
 
     created = _run_db(settings, go)
     click.echo(f"token {created.info.id} for {login} ({' '.join(created.info.scopes)}); shown once:")
@@ -260,7 +387,9 @@ def tokens_create(login: str, name: str, scopes: tuple[str, ...], expires_days: 
 @click.option("--all", "include_revoked", is_flag=True, help="Include revoked tokens.")
 def tokens_list(login: str, include_revoked: bool) -> None:
     """List an account's tokens."""
-    settings = _settings()
+    from forge import accounts, tokens
+
+    settings = _instance_settings()
 
     async def go(db: Database) -> list[tokens.TokenRead]:
         async with db.session() as session:
@@ -276,11 +405,13 @@ def tokens_list(login: str, include_revoked: bool) -> None:
 @click.argument("token_id", type=int)
 def tokens_revoke(token_id: int) -> None:
     """Revoke a token by id."""
-    settings = _settings()
+    from forge import tokens
+
+    settings = _instance_settings()
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
-            await tokens.revoke(session, CLI_ACTOR, token_id)
+            await tokens.revoke(session, _cli_actor(), token_id)
 
     _run_db(settings, go)
     click.echo(f"revoked token {token_id}")
@@ -298,10 +429,10 @@ def repos_group() -> None:
 @click.option("--visibility", type=click.Choice(["private", "internal", "public"]), default="private")
 def repos_import(source: str, owner: str, name: str | None, visibility: str) -> None:
     """Import a repository on this machine (a path or a file:// URL): all branches and tags."""
-    from forge import repo_lifecycle
+    from forge import accounts, repo_lifecycle
     from forge.git import RepoStore
 
-    settings = _settings()
+    settings = _instance_settings()
     repo_name = name or source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
 
     async def go(db: Database) -> str:
@@ -310,7 +441,7 @@ def repos_import(source: str, owner: str, name: str | None, visibility: str) -> 
             async with db.session(write=True) as session:
                 owner_row = await accounts.require_by_login(session, owner)
                 repo = await repo_lifecycle.import_existing(
-                    session, store, CLI_ACTOR, owner_row, repo_name, source, visibility=visibility
+                    session, store, _cli_actor(), owner_row, repo_name, source, visibility=visibility
                 )
                 return f"{owner_row.login}/{repo.name} (default branch {repo.default_branch})"
         finally:
@@ -328,7 +459,9 @@ def audit_group() -> None:
 @click.option("-n", "--lines", default=20, show_default=True, help="How many rows, newest last.")
 def audit_tail(lines: int) -> None:
     """Show the newest audit rows."""
-    settings = _settings()
+    from forge import audit
+
+    settings = _instance_settings()
 
     async def go(db: Database) -> list[audit.AuditRead]:
         async with db.session() as session:
@@ -341,20 +474,12 @@ def audit_tail(lines: int) -> None:
         )
 
 
-def _mount_optional() -> None:
-    from sandbox.cli import sandbox_group
-    from webhooks.cli import hooks_group
-
-    main.add_command(sandbox_group, "sandbox")
-    main.add_command(hooks_group, "hooks")
-
-
-_mount_optional()
-
-
 @main.command()
 def worker() -> None:
     """Run the task worker in its own process (claims queued runs; start several on Docker hosts)."""
+    import asyncio
+
+    from forge.heap import freeze_startup_heap
     from forge.migrate import upgrade
     from tasks.system import run_worker_process
 

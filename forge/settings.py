@@ -19,6 +19,9 @@ import msgspec
 from forge.addresses import AllowList
 
 ENV_PREFIX = "FORGEHAND_"
+# Variables of other forgehand programs, not settings of the instance: skipped, never "unknown".
+# FORGEHAND_HOOKS_SECRET: the endpoint secret of the reference consumer (`forgehand hooks serve`).
+NOT_SETTINGS = frozenset({"FORGEHAND_HOOKS_SECRET"})
 
 
 class SettingsError(ValueError):
@@ -28,6 +31,8 @@ class SettingsError(ValueError):
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
     host: str = "127.0.0.1"
     port: int = 8000
+    # Made absolute once, when the settings are loaded (relative to the directory the command was
+    # started in): git hooks run inside each bare repository and must find the same directory.
     data_dir: Path = Path("./var")
     # Empty means SQLite at <data_dir>/forgehand.db.
     database_url: str = ""
@@ -258,7 +263,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
 
     known_env = {_env_name(n) for n in _FIELDS} | {ENV_PREFIX + "CONFIG"}
     for var, raw in env.items():
-        if not var.startswith(ENV_PREFIX) or var.startswith(ENV_PREFIX + "TEST_"):
+        if not var.startswith(ENV_PREFIX) or var.startswith(ENV_PREFIX + "TEST_") or var in NOT_SETTINGS:
             continue
         if var not in known_env:
             raise SettingsError(f"{var}: unknown setting (known: {', '.join(sorted(known_env))})")
@@ -274,9 +279,17 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         values[name] = value
         sources[name] = f"--{name.replace('_', '-')}"
 
+    values["data_dir"] = absolute_data_dir(values.get("data_dir", _FIELDS["data_dir"].default))
     settings = Settings(**values)
     _validate(settings, sources)
     return settings
+
+
+def absolute_data_dir(path: Path) -> Path:
+    """The data directory as an absolute path, resolved against the current directory now (at
+    start): every process the server starts (git and its hooks run in the bare repository) and
+    every later use sees the same directory, whatever its own working directory."""
+    return Path(path).expanduser().resolve()
 
 
 def _read_or_create(path: Path, make: Any) -> str:
@@ -293,7 +306,7 @@ def _read_or_create(path: Path, make: Any) -> str:
 
 def prepare_data_dir(settings: Settings) -> Settings:
     """Create the data directory and fill generated settings (secret key, instance id)."""
-    data_dir = settings.data_dir
+    data_dir = absolute_data_dir(settings.data_dir)
     try:
         data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         (data_dir / "repos").mkdir(mode=0o700, exist_ok=True)
@@ -301,4 +314,4 @@ def prepare_data_dir(settings: Settings) -> Settings:
         raise SettingsError(f"FORGEHAND_DATA_DIR: cannot create {data_dir}: {exc.strerror}") from None
     secret = settings.secret_key or _read_or_create(data_dir / "secret_key", lambda: secrets.token_urlsafe(48))
     instance = settings.instance_id or _read_or_create(data_dir / "instance_id", lambda: "fh-" + secrets.token_hex(8))
-    return msgspec.structs.replace(settings, secret_key=secret, instance_id=instance)
+    return msgspec.structs.replace(settings, data_dir=data_dir, secret_key=secret, instance_id=instance)

@@ -22,62 +22,69 @@
                                                                # also any whose creator is gone
 
 The defaults and what each one stops: docs/security.md.
+
+Every name is imported on first use (PEP 562), so that importing one light module of the package
+(`sandbox.cli` for `forgehand sandbox --help`, `sandbox.errors`) does not load the Docker SDK.
 """
 
-from .agents import (
-    AGENT_PINS,
-    AGENTS_IMAGE_VERSION,
-    DEFAULT_AGENTS_IMAGE,
-    AgentPin,
-    build_agents_image,
-    installed_agents,
-    require_agent,
-)
-from .box import Sandbox
-from .engine import SandboxEngine
-from .errors import (
-    AgentMissing,
-    EngineUnavailable,
-    ImageBuildFailed,
-    ImageMissing,
-    ProcessEnded,
-    RelayFailed,
-    SandboxError,
-    SandboxGone,
-    SpecRefused,
-    WorkspaceFileTooLarge,
-    WorkspacePathRefused,
-    WorkspaceQuotaUnavailable,
-)
-from .execution import ExecResult, ExecStream
-from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
-from .pool import SandboxPool, sweep_pool_dirs
-from .process import CutLine, SandboxProcess, truncated
-from .pump import OutputChunk
-from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
-from .reaper import SandboxInfo, list_sandboxes, reap
-from .spec import (
-    CHANNEL_DIR,
-    EGRESS_PROXY_PORT,
-    GATEWAY_RELAY_PORT,
-    GiB,
-    Limits,
-    MiB,
-    Relay,
-    SandboxSpec,
-    Weakenings,
-    container_create_kwargs,
-    validate_spec,
-    weakenings_in_effect,
-)
-from .workspace import (
-    WorkspaceEntry,
-    list_workspace,
-    prepare_workspace,
-    read_workspace_file,
-    remove_workspace,
-    write_workspace_file,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .agents import (
+        AGENT_PINS,
+        AGENTS_IMAGE_VERSION,
+        DEFAULT_AGENTS_IMAGE,
+        AgentPin,
+        build_agents_image,
+        installed_agents,
+        require_agent,
+    )
+    from .box import Sandbox
+    from .engine import SandboxEngine
+    from .errors import (
+        AgentMissing,
+        EngineUnavailable,
+        ImageBuildFailed,
+        ImageMissing,
+        ProcessEnded,
+        RelayFailed,
+        SandboxError,
+        SandboxGone,
+        SpecRefused,
+        WorkspaceFileTooLarge,
+        WorkspacePathRefused,
+        WorkspaceQuotaUnavailable,
+    )
+    from .execution import ExecResult, ExecStream
+    from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
+    from .pool import SandboxPool, sweep_pool_dirs
+    from .process import CutLine, SandboxProcess, truncated
+    from .pump import OutputChunk
+    from .quota import QuotaKind, WorkspaceUsage, quota_mounts, quota_unavailable_reason, workspace_usage
+    from .reaper import SandboxInfo, list_sandboxes, reap
+    from .spec import (
+        CHANNEL_DIR,
+        EGRESS_PROXY_PORT,
+        GATEWAY_RELAY_PORT,
+        GiB,
+        Limits,
+        MiB,
+        Relay,
+        SandboxSpec,
+        Weakenings,
+        container_create_kwargs,
+        validate_spec,
+        weakenings_in_effect,
+    )
+    from .workspace import (
+        WorkspaceEntry,
+        list_workspace,
+        prepare_workspace,
+        read_workspace_file,
+        remove_workspace,
+        write_workspace_file,
+    )
 
 __all__ = [
     "AGENTS_IMAGE_VERSION",
@@ -140,3 +147,74 @@ __all__ = [
     "workspace_usage",
     "write_workspace_file",
 ]
+
+_LAZY = {
+    "AGENTS_IMAGE_VERSION": "agents",
+    "AGENT_PINS": "agents",
+    "AgentMissing": "errors",
+    "AgentPin": "agents",
+    "BuildResult": "image",
+    "CHANNEL_DIR": "spec",
+    "CutLine": "process",
+    "DEFAULT_AGENTS_IMAGE": "agents",
+    "DEFAULT_IMAGE": "image",
+    "EGRESS_PROXY_PORT": "spec",
+    "EngineUnavailable": "errors",
+    "ExecResult": "execution",
+    "ExecStream": "execution",
+    "GATEWAY_RELAY_PORT": "spec",
+    "GiB": "spec",
+    "IMAGE_VERSION": "image",
+    "ImageBuildFailed": "errors",
+    "ImageMissing": "errors",
+    "Limits": "spec",
+    "MiB": "spec",
+    "OutputChunk": "pump",
+    "ProcessEnded": "errors",
+    "QuotaKind": "quota",
+    "Relay": "spec",
+    "RelayFailed": "errors",
+    "Sandbox": "box",
+    "SandboxEngine": "engine",
+    "SandboxError": "errors",
+    "SandboxGone": "errors",
+    "SandboxInfo": "reaper",
+    "SandboxPool": "pool",
+    "SandboxProcess": "process",
+    "SandboxSpec": "spec",
+    "SpecRefused": "errors",
+    "Weakenings": "spec",
+    "WorkspaceEntry": "workspace",
+    "WorkspaceFileTooLarge": "errors",
+    "WorkspacePathRefused": "errors",
+    "WorkspaceQuotaUnavailable": "errors",
+    "WorkspaceUsage": "quota",
+    "build_agents_image": "agents",
+    "build_image": "image",
+    "container_create_kwargs": "spec",
+    "installed_agents": "agents",
+    "list_sandboxes": "reaper",
+    "list_workspace": "workspace",
+    "prepare_workspace": "workspace",
+    "quota_mounts": "quota",
+    "quota_unavailable_reason": "quota",
+    "read_workspace_file": "workspace",
+    "reap": "reaper",
+    "remove_workspace": "workspace",
+    "require_agent": "agents",
+    "sweep_pool_dirs": "pool",
+    "truncated": "process",
+    "validate_spec": "spec",
+    "weakenings_in_effect": "spec",
+    "workspace_usage": "quota",
+    "write_workspace_file": "workspace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"sandbox.{module}"), name)
+    globals()[name] = value
+    return value

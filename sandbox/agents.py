@@ -60,14 +60,14 @@ from .image import (
     connect,
     stream_build,
 )
+from .names import AGENTS_IMAGE_REPOSITORY as AGENTS_IMAGE_REPOSITORY
+from .names import AGENTS_IMAGE_VERSION as AGENTS_IMAGE_VERSION
+from .names import DEFAULT_AGENTS_IMAGE as DEFAULT_AGENTS_IMAGE
 
 if TYPE_CHECKING:
     from .engine import SandboxEngine
 
-# Bump when the recipe below or a script in agent_scripts.py changes.
-AGENTS_IMAGE_VERSION = "6"
-AGENTS_IMAGE_REPOSITORY = "forgehand-sandbox-agents"
-DEFAULT_AGENTS_IMAGE = f"{AGENTS_IMAGE_REPOSITORY}:{AGENTS_IMAGE_VERSION}"
+# AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a script in agent_scripts.py changes.
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
 RECIPE_DIGEST_LABEL = "org.forgehand.agents.recipe"
 AGENT_LABEL_PREFIX = "org.forgehand.agent."

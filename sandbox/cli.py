@@ -1,25 +1,32 @@
-"""`forgehand sandbox ...` commands (mounted by forge.cli)."""
+"""`forgehand sandbox ...` commands (mounted by forge.cli). Importing this module loads click and
+the image names only: the Docker SDK and rich are imported by the command that runs, so that
+`forgehand sandbox --help` is quick."""
 
-import asyncio
-import datetime as dt
+from __future__ import annotations
+
 import sys
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from .agents import DEFAULT_AGENTS_IMAGE, build_agents_image
-from .engine import SandboxEngine
-from .errors import SandboxError
-from .image import DEFAULT_IMAGE, Recipe, build_image
-from .reaper import list_sandboxes, reap
+from .names import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE
 
-_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .errors import SandboxError
+    from .image import Recipe
+    from .reaper import SandboxInfo
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _fail(exc: SandboxError) -> None:
-    _console.print(f"[red]error:[/red] {exc}")
+    _console().print(f"[red]error:[/red] {exc}")
     sys.exit(1)
 
 
@@ -51,46 +58,82 @@ def sandbox_group() -> None:
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
 def build_cmd(force: bool, agents: bool, tag: str | None, recipe: str, docker_host: str | None) -> None:
     """Build the sandbox image, or with --agents the agents image (cached; skipped when current)."""
+    from .agents import build_agents_image
+    from .errors import SandboxError
+    from .image import build_image
+
+    console = _console()
     try:
         if agents:
             # The plain image it starts FROM is built with the default recipe when missing.
-            result = build_agents_image(
-                tag or DEFAULT_AGENTS_IMAGE, force=force, base_url=docker_host, console=_console
-            )
+            result = build_agents_image(tag or DEFAULT_AGENTS_IMAGE, force=force, base_url=docker_host, console=console)
         else:
             result = build_image(
-                tag or DEFAULT_IMAGE, force=force, recipe=cast(Recipe, recipe), base_url=docker_host, console=_console
+                tag or DEFAULT_IMAGE, force=force, recipe=cast("Recipe", recipe), base_url=docker_host, console=console
             )
     except SandboxError as exc:
         _fail(exc)
         return
     if result.built:
-        _console.print(
+        console.print(
             f"[green]built[/green] {result.tag} ({result.image_id[:19]}) "
             f"with the {result.recipe} recipe in {result.seconds:.1f}s"
         )
+
+
+LS_COLUMNS = ("container", "instance", "task", "run", "status", "created", "weakened", "creator")
+
+
+def ls_rows(rows: list[SandboxInfo]) -> list[tuple[str, ...]]:
+    """One row of LS_COLUMNS per sandbox, every value whole."""
+    import datetime as dt
+
+    out: list[tuple[str, ...]] = []
+    for row in rows:
+        created = dt.datetime.fromtimestamp(row.created, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        creator = "gone" if row.orphaned else (row.host or "-")
+        out.append((row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-", creator))
+    return out
+
+
+def print_rows(columns: tuple[str, ...], rows: list[tuple[str, ...]], *, terminal: bool) -> None:
+    """A table on a terminal; otherwise (a pipe, a file) a header line and one tab-separated line
+    per row with every value in full, for grep, cut and awk."""
+    if terminal:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    for line in (columns, *rows):
+        click.echo("\t".join(line))
 
 
 @sandbox_group.command("ls")
 @click.option("--instance", default=None, help="Only this forgehand instance's sandboxes.")
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
 def ls_cmd(instance: str | None, docker_host: str | None) -> None:
-    """List sandbox containers (running or not)."""
+    """List sandbox containers (running or not): a table on a terminal, tab-separated lines with a
+    header line otherwise."""
+    import asyncio
 
-    async def run() -> None:
+    from .engine import SandboxEngine
+    from .errors import SandboxError
+    from .reaper import list_sandboxes
+
+    async def run() -> list[SandboxInfo]:
         async with SandboxEngine(docker_host) as engine:
-            rows = await list_sandboxes(engine, instance)
-        table = Table("container", "instance", "task", "run", "status", "created", "weakened", "creator")
-        for row in rows:
-            created = dt.datetime.fromtimestamp(row.created, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-            creator = "gone" if row.orphaned else (row.host or "-")
-            table.add_row(row.name, row.instance, row.task, row.run, row.status, created, row.weakened or "-", creator)
-        Console().print(table)
+            return await list_sandboxes(engine, instance)
 
     try:
-        asyncio.run(run())
+        rows = asyncio.run(run())
     except SandboxError as exc:
         _fail(exc)
+        return
+    print_rows(LS_COLUMNS, ls_rows(rows), terminal=sys.stdout.isatty())
 
 
 @sandbox_group.command("reap")
@@ -107,12 +150,19 @@ def reap_cmd(instance: str | None, keep: tuple[str, ...], docker_host: str | Non
     if not instance:
         # Never every instance at once: another forgehand on this engine would lose its sandboxes.
         raise click.UsageError("name the instance: --instance ID or FORGEHAND_INSTANCE_ID (see `forgehand sandbox ls`)")
+    import asyncio
+
+    from .engine import SandboxEngine
+    from .errors import SandboxError
+    from .reaper import reap
+
+    console = _console()
 
     async def run() -> int:
         async with SandboxEngine(docker_host) as engine:
             removed = await reap(engine, instance, set(keep))
         for row in removed:
-            _console.print(f"removed {row.name} (task {row.task}, run {row.run}, {row.status})")
+            console.print(f"removed {row.name} (task {row.task}, run {row.run}, {row.status})")
         return len(removed)
 
     try:
@@ -120,4 +170,4 @@ def reap_cmd(instance: str | None, keep: tuple[str, ...], docker_host: str | Non
     except SandboxError as exc:
         _fail(exc)
         return
-    _console.print(f"[green]{count}[/green] sandbox(es) removed")
+    console.print(f"[green]{count}[/green] sandbox(es) removed")

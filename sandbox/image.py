@@ -24,11 +24,11 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from .errors import EngineUnavailable, ImageBuildFailed
+from .names import DEFAULT_IMAGE as DEFAULT_IMAGE
+from .names import IMAGE_REPOSITORY as IMAGE_REPOSITORY
+from .names import IMAGE_VERSION as IMAGE_VERSION
 
-# Bump when any recipe text below changes: the build is skipped only for an image with this label.
-IMAGE_VERSION = "2"
-IMAGE_REPOSITORY = "forgehand-sandbox"
-DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_VERSION}"
+# IMAGE_VERSION (names.py): bump it when any recipe text below changes.
 BASE_IMAGE = f"{IMAGE_REPOSITORY}-base:bookworm-{IMAGE_VERSION}"
 VERSION_LABEL = "org.forgehand.sandbox.version"
 RECIPE_LABEL = "org.forgehand.sandbox.recipe"

@@ -1,9 +1,11 @@
 """The reference consumer behind `forgehand hooks serve` (standard library and PyJWT only).
 
-It logs one JSON line per request, denies tools whose name matches `--deny-tool-pattern`
-(remembering each decision per task and `tool_use_id` under one lock, so a duplicate delivery
-gets the same answer), and redacts prompt text matching `--redact-prompt-pattern` through an
-`allow` with an `input_override`. With `--log-only` it never answers with a decision.
+It logs one JSON line per request, denies tools whose name matches `--deny-tool-pattern`, answers
+`ask` (a person decides on the task page) for tool calls matching `--ask-tool-pattern` (see
+`call_subjects`), remembering each decision per task and `tool_use_id` under one lock, so a
+duplicate delivery gets the same answer, and redacts prompt text matching
+`--redact-prompt-pattern` through an `allow` with an `input_override`. A deny wins over an ask.
+With `--log-only` it never answers with a decision.
 """
 
 import json
@@ -15,10 +17,24 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
 
-from webhooks.consumer import Consumer, HookRequest, VerificationError, Verifier, allow, deny
+from webhooks.consumer import Consumer, HookRequest, VerificationError, Verifier, allow, ask, deny
 from webhooks.protocol import POLICY_EVENTS
 
 REDACTED = "[redacted]"
+
+
+def call_subjects(tool: str, tool_input: Any) -> list[str]:
+    """What `--ask-tool-pattern` is searched in: the tool name, and for a tool whose input has a
+    `command` (a string, or a list of strings joined with spaces: the shell tools of every runtime)
+    also `<tool name>: <command>`. So `^Bash$` asks for every Bash call and `^Bash: git push` only
+    for those that push."""
+    subjects = [tool]
+    command = tool_input.get("command") if isinstance(tool_input, dict) else None
+    if isinstance(command, list) and all(isinstance(part, str) for part in command):
+        command = " ".join(command)
+    if isinstance(command, str):
+        subjects.append(f"{tool}: {command}")
+    return subjects
 
 
 class ReferencePolicy:
@@ -26,11 +42,13 @@ class ReferencePolicy:
         self,
         *,
         deny_tool: re.Pattern[str] | None = None,
+        ask_tool: re.Pattern[str] | None = None,
         redact_prompt: re.Pattern[str] | None = None,
         log_only: bool = False,
         out: IO[str] | None = None,
     ) -> None:
         self.deny_tool = deny_tool
+        self.ask_tool = ask_tool
         self.redact_prompt = redact_prompt
         self.log_only = log_only
         self.out = out or sys.stdout
@@ -55,9 +73,7 @@ class ReferencePolicy:
                 answer = self._decisions[key]
                 remembered = True
             else:
-                answer = None
-                if self.deny_tool is not None and self.deny_tool.search(tool):
-                    answer = deny(f"tool {tool!r} matches the deny pattern {self.deny_tool.pattern!r}")
+                answer = self._decide(tool, req.data.get("tool_input"))
                 self._decisions[key] = answer
                 remembered = False
         decision = answer["permission"]["decision"] if answer else None
@@ -71,6 +87,16 @@ class ReferencePolicy:
             }
         )
         return None if self.log_only else answer
+
+    def _decide(self, tool: str, tool_input: Any) -> dict[str, Any] | None:
+        if self.deny_tool is not None and self.deny_tool.search(tool):
+            return deny(f"tool {tool!r} matches the deny pattern {self.deny_tool.pattern!r}")
+        if self.ask_tool is not None:
+            for subject in call_subjects(tool, tool_input):
+                if self.ask_tool.search(subject):
+                    shown = subject if len(subject) <= 200 else subject[:199] + "…"
+                    return ask(f"{shown!r} matches the ask pattern {self.ask_tool.pattern!r}: a person decides")
+        return None
 
     def user_prompt_submit(self, req: HookRequest) -> dict[str, Any] | None:
         prompt = req.data.get("prompt")
@@ -99,12 +125,14 @@ def make_consumer(
     secrets: list[str],
     issuer: str | None = None,
     deny_tool_pattern: str | None = None,
+    ask_tool_pattern: str | None = None,
     redact_prompt_pattern: str | None = None,
     log_only: bool = False,
     out: IO[str] | None = None,
 ) -> Consumer:
     policy = ReferencePolicy(
         deny_tool=re.compile(deny_tool_pattern) if deny_tool_pattern else None,
+        ask_tool=re.compile(ask_tool_pattern) if ask_tool_pattern else None,
         redact_prompt=re.compile(redact_prompt_pattern) if redact_prompt_pattern else None,
         log_only=log_only,
         out=out,

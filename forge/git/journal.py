@@ -70,7 +70,8 @@ def _ref_values(repo_path: Path, refs: list[str]) -> dict[str, str]:
 
 class PushJournal:
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        # Absolute: the post-receive hook writes `<id>.accepted` from inside the bare repository.
+        self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
 
     def _entry_path(self, entry_id: str) -> Path:

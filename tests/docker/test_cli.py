@@ -1,6 +1,10 @@
 """`forgehand sandbox build|ls|reap` against the real engine."""
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -30,6 +34,29 @@ async def test_ls_and_reap(engine: SandboxEngine, make_spec: SpecFactory) -> Non
         assert reaped.exit_code == 0, reaped.output
         assert "cli-run" in reaped.output
         assert "cli-run" not in {s.run for s in await list_sandboxes(engine, INSTANCE)}
+    finally:
+        await sb.remove()
+
+
+async def test_ls_off_a_terminal_prints_every_value_whole(engine: SandboxEngine, make_spec: SpecFactory) -> None:
+    # Long labels and a long container name: far wider than the 80 columns a table gets off a terminal.
+    task, run = "t" * 60, "whole-run-" + "r" * 40
+    sb = await engine.start(make_spec(task=task, run=run))
+    try:
+        forgehand = str(Path(sys.executable).with_name("forgehand"))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            [forgehand, "sandbox", "ls", "--instance", INSTANCE],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0] == "container\tinstance\ttask\trun\tstatus\tcreated\tweakened\tcreator"
+        mine = [line.split("\t") for line in lines[1:] if line.startswith(sb.name + "\t")]
+        assert len(mine) == 1, listed.stdout
+        assert mine[0][1:5] == [INSTANCE, task, run, "running"]
+        assert len(sb.name) > 60 and "…" not in listed.stdout
     finally:
         await sb.remove()
 

@@ -210,3 +210,46 @@ def test_reference_consumer_denies_bash_in_a_real_task(policy_settings: Settings
     assert result["id"] == "b1" and result["is_error"] is True
     assert result["output"].startswith("error: an external policy blocked this bash call; it was not executed")
     assert [x.get("decision") for x in decisions(proc) if x.get("event") == "pre_tool_use"] == ["deny"]
+
+
+def test_reference_consumer_asks_and_a_person_approves(policy_settings: Settings) -> None:
+    """`forgehand hooks serve --ask-tool-pattern '^bash: echo asked'` as a real process: the matching
+    call waits for a person, runs once approved; the other call is not asked about."""
+    turns = [
+        tool_call("bash", {"command": "echo asked > asked.txt"}, call_id="a1"),
+        tool_call("bash", {"command": "echo free > free.txt"}, call_id="a2"),
+        reply("both written"),
+    ]
+    with ScriptedModel(turns) as model:
+        settings = msgspec.structs.replace(policy_settings, model_base_url=model.url, model_name="scripted")
+        token, path = asyncio.run(seed(settings))
+        hook_token = asyncio.run(make_hook_token(settings))
+        for url in serve(settings):
+            with reference_consumer(url, hook_token, ask_tool_pattern="^bash: echo asked") as proc:
+                env = Env(url=url, settings=settings, token=token, repo_path=path)
+
+                async def check(env: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+                    async with env.client() as c:
+                        r = await c.post("/api/v1/repos/ana/demo/tasks", json={"goal": "shell", "agent": "fixer"})
+                        assert r.status_code == 201, r.text
+                        blocked = await wait_state(c, 1, "blocked", "failed", "awaiting_review", timeout=90)
+                        parked = blocked["pending_approval"]
+                        assert blocked["state"] == "blocked" and parked is not None, blocked
+                        r = await c.post(
+                            f"/api/v1/repos/ana/demo/tasks/1/approvals/{parked['id']}",
+                            json={"decision": "approve", "input_hash": parked["input_hash"]},
+                        )
+                        assert r.status_code == 200, r.text
+                        return parked, await wait_state(c, 1, "awaiting_review", "failed", "blocked", timeout=90)
+
+                parked, done = asyncio.run(check(env))
+            files = tree_files(path, done["head_sha"])
+    assert parked["tool_use_id"] == "a1" and parked["tool_input"] == {"command": "echo asked > asked.txt"}
+    assert (
+        parked["reason"]
+        == "'bash: echo asked > asked.txt' matches the ask pattern '^bash: echo asked': a person decides"
+    )
+    assert done["state"] == "awaiting_review", done
+    assert files["asked.txt"][1] == b"asked\n" and files["free.txt"][1] == b"free\n"
+    logged = [x.get("decision") for x in decisions(proc) if x.get("event") == "pre_tool_use"]
+    assert logged == ["ask", None]  # the approved call is not asked about again

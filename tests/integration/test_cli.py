@@ -69,6 +69,7 @@ def test_users_bots_tokens_audit_roundtrip(data_dir: Path, db_url: str) -> None:
     assert run(data_dir, db_url, "tokens", "revoke", token_id).returncode == 0
     assert "revoked" in run(data_dir, db_url, "tokens", "list", "--user", "fixer", "--all").stdout
     users = run(data_dir, db_url, "users", "list").stdout
+    assert users.splitlines()[0] == "login\ttype\tflags\towner"
     assert "ana\tUser\tadmin" in users and "fixer\tBot\t-\tana" in users
     assert run(data_dir, db_url, "users", "disable", "carol").returncode == 0
     assert "carol\tUser\tdisabled" in run(data_dir, db_url, "users", "list").stdout
@@ -140,3 +141,47 @@ def test_commands_on_an_unmigrated_database_say_to_run_db_upgrade(data_dir: Path
     assert run(data_dir, db_url, "db", "upgrade").returncode == 0
     created = run(data_dir, db_url, "users", "create", "bob", "--password", "correct horse battery")
     assert created.returncode == 0, created.stderr
+
+
+def _plain_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
+    env.update(extra)
+    return env
+
+
+def test_a_command_run_where_there_is_no_instance_says_where_it_looked_and_creates_nothing(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    empty = tmp_path / "empty"
+    elsewhere.mkdir()
+    empty.mkdir()
+    cases = [
+        (elsewhere, _plain_env(), elsewhere / "var"),  # the default ./var of another directory
+        (elsewhere, _plain_env(FORGEHAND_DATA_DIR=str(empty)), empty),  # an empty directory
+        (elsewhere, _plain_env(FORGEHAND_DATA_DIR="missing"), elsewhere / "missing"),  # relative, missing
+    ]
+    commands = (["users", "list"], ["users", "create", "bob"], ["tokens", "list", "--user", "ana"], ["audit", "tail"])
+    for cwd, env, looked_at in cases:
+        for args in commands:
+            r = subprocess.run([FORGEHAND, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 2, (args, r)
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+            assert f"{looked_at.resolve()} has no forgehand database (forgehand.db)" in lines[0]
+            assert "FORGEHAND_DATA_DIR=PATH" in lines[0] and "--data-dir PATH" in lines[0]
+            assert "nothing was created" in lines[0]
+    assert list(elsewhere.iterdir()) == [] and list(empty.iterdir()) == []
+
+
+def test_data_dir_option_points_a_command_at_an_instance_from_anywhere(tmp_path: Path) -> None:
+    instance, elsewhere = tmp_path / "instance", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([FORGEHAND, *args], cwd=elsewhere, env=_plain_env(), capture_output=True, text=True)
+
+    assert cli("--data-dir", str(instance), "db", "upgrade").returncode == 0
+    created = cli("--data-dir", str(instance), "users", "create", "ana", "--password", "correct horse battery")
+    assert created.returncode == 0, created.stderr
+    listed = cli("--data-dir", str(instance), "users", "list")
+    assert listed.returncode == 0 and "ana\tUser" in listed.stdout, listed.stderr
+    assert list(elsewhere.iterdir()) == []

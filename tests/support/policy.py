@@ -100,10 +100,13 @@ def served_with_policy(
 
 
 @contextmanager
-def reference_consumer(forge_url: str, admin_token: str, deny_tool_pattern: str) -> Iterator[subprocess.Popen[str]]:
-    """The shipped reference consumer, `forgehand hooks serve --deny-tool-pattern PATTERN`, as its own
-    process, registered as the demo repository's `pre_tool_use` policy endpoint; its decision log
-    (one JSON line per event) is on the process's stdout once it has ended."""
+def reference_consumer(
+    forge_url: str, admin_token: str, deny_tool_pattern: str | None = None, *, ask_tool_pattern: str | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """The shipped reference consumer, `forgehand hooks serve --deny-tool-pattern PATTERN` (or
+    `--ask-tool-pattern`), as its own process with the endpoint secret in FORGEHAND_HOOKS_SECRET,
+    registered as the demo repository's `pre_tool_use` policy endpoint; its decision log (one JSON
+    line per event) is on the process's stdout once it has ended."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -116,10 +119,12 @@ def reference_consumer(forge_url: str, admin_token: str, deny_tool_pattern: str)
         timeout=30,
     )
     assert r.status_code == 201, r.text
-    args = ["hooks", "serve", "--audience", hook_url, "--secret", r.json()["secret"], "--port", str(port)]
-    args += ["--deny-tool-pattern", deny_tool_pattern]
+    args = ["hooks", "serve", "--audience", hook_url, "--port", str(port)]
+    args += ["--deny-tool-pattern", deny_tool_pattern] if deny_tool_pattern else []
+    args += ["--ask-tool-pattern", ask_tool_pattern] if ask_tool_pattern else []
     cli = str(Path(sys.executable).parent / "forgehand")
-    proc = subprocess.Popen([cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ)
+    env = {**os.environ, "FORGEHAND_HOOKS_SECRET": r.json()["secret"]}
+    proc = subprocess.Popen([cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 20
         while True:

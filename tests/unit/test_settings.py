@@ -10,12 +10,24 @@ from forge.settings import SettingsError, load_settings, prepare_data_dir
 def test_defaults() -> None:
     s = load_settings(environ={})
     assert s.host == "127.0.0.1" and s.port == 8000
-    assert s.data_dir == Path("./var")
+    assert s.data_dir == Path.cwd().resolve() / "var"  # `./var`, made absolute when loaded
     assert s.effective_database_url.startswith("sqlite+aiosqlite:///") and s.effective_database_url.endswith(
         "var/forgehand.db"
     )
     assert s.effective_base_url == "http://127.0.0.1:8000"
     assert s.task_sandbox_pool == 0  # the warm pool is opt-in
+
+
+def test_a_relative_data_dir_is_made_absolute_once_where_the_command_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    from_env = load_settings(environ={"FORGEHAND_DATA_DIR": "state/../data"})
+    from_option = load_settings(environ={}, data_dir=Path("data"))
+    assert from_env.data_dir == from_option.data_dir == tmp_path.resolve() / "data"
+    monkeypatch.chdir("/")  # later work elsewhere (git hooks run in the bare repository) sees the same
+    assert from_env.effective_database_url == f"sqlite+aiosqlite:///{tmp_path.resolve() / 'data' / 'forgehand.db'}"
+    assert prepare_data_dir(from_env).data_dir == tmp_path.resolve() / "data"
 
 
 def test_environment_values_are_converted() -> None:
@@ -59,6 +71,13 @@ def test_errors_name_the_variable(env: dict[str, str], names: str) -> None:
     with pytest.raises(SettingsError) as exc:
         load_settings(environ=env)
     assert str(exc.value).startswith(names)
+
+
+def test_the_reference_consumers_secret_variable_is_not_an_unknown_setting() -> None:
+    from webhooks.cli import SECRET_ENV
+
+    s = load_settings(environ={SECRET_ENV: "whsec_x", "FORGEHAND_PORT": "9001"})
+    assert s.port == 9001
 
 
 def test_toml_file_then_environment_overrides(tmp_path: Path) -> None:
