@@ -3,6 +3,7 @@
 once in the transcript however many calls it refuses; model calls are not counted."""
 
 import asyncio
+import time
 from typing import Any
 
 from tasks.run.gateway.limits import CallLimits
@@ -30,12 +31,16 @@ async def test_a_hook_flood_is_refused_past_the_burst_and_noted_once() -> None:
             async with connections:
                 return await c.post(path, json=BODY, headers=h)
 
+        t0 = time.monotonic()
         answers = await asyncio.gather(*(post("/hooks/claude/PreToolUse") for _ in range(40)))
         answers += await asyncio.gather(*(post("/mcp") for _ in range(10)))
+        elapsed = time.monotonic() - t0
     statuses = [r.status_code for r in answers]
-    assert statuses.count(200) + statuses.count(400) <= 11  # the burst (and what the rate refilled)
+    # The burst, and what the rate refilled while the flood lasted (longer on a loaded machine).
+    allowed = 10 + int(2 * elapsed) + 1
+    assert statuses.count(200) + statuses.count(400) <= allowed, (statuses, elapsed)
     refused = [r for r in answers if r.status_code == 429]
-    assert len(refused) >= 39 and len(handled) <= 11
+    assert len(refused) >= 50 - allowed and len(handled) <= allowed
     assert {r.json()["code"] for r in refused} == {"run_channel_limited"}
     assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
     notes = [p for k, p in rec.events if k == "notice"]

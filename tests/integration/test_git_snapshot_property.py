@@ -14,7 +14,7 @@ import pygit2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from forge.git.pathcheck import escapes
+from forge.git.pathcheck import escapes, shown
 from forge.git.schemas import Identity
 from forge.git.snapshot import SnapshotLimits, checkout, snapshot
 from tests.support.git import BLOB, EXEC, GITLINK, LINK, Leaf, commit_tree, fsck_strict, tree_entries, work_leaves
@@ -154,7 +154,11 @@ def _check(tmp: Path, base_leaves: dict[str, Leaf], ops: list[tuple[Any, ...]]) 
     final = tree_entries(repo, snap.sha)
     work = work_leaves(ws)
     gitlinks = {p for p, (m, _) in base.items() if m == GITLINK}
-    skipped = {s.path: s.reason for s in snap.skipped}
+    # Skipped paths are reported as people read them (a name that is not UTF-8 escaped, `bad\\xff`):
+    # mapped back to the names on disk to compare.
+    names = {"/".join(q.split("/")[:i]) for q in set(work) | set(base) for i in range(1, q.count("/") + 2)}
+    raw_of = {shown(n): n for n in names}
+    skipped = {raw_of.get(s.path, s.path): s.reason for s in snap.skipped}
     final_links = {p: os.fsdecode(repo[oid].peel(pygit2.Blob).data) for p, (m, oid) in final.items() if m == LINK}
 
     def refused(path: str) -> bool:
