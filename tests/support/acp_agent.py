@@ -141,7 +141,7 @@ def prompt(rid, params, cwd):
             sys.stderr.flush()
             os._exit(step["exit"])
         elif "sleep" in step:
-            time.sleep(step["sleep"])
+            time.sleep(step["sleep"])  # a slow agent is the scenario, not a wait
         elif "fail" in step:
             send({"jsonrpc": "2.0", "id": rid, "error": step["fail"]})
             return
