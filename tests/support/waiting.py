@@ -180,3 +180,13 @@ class Seen(Generic[T]):
             raise _failure(what, timeout, self.items) from None
         assert items is not None
         return items
+
+
+async def loop_turns(turns: int = 10) -> None:
+    """Let every task that is ready run, `turns` times over, with no time passing.
+
+    For an absence on one event loop ("this call is still waiting") where everything the call
+    could wait on is held by the test (an event it has not set) and the rest is work without I/O:
+    a task that was going to finish has finished by then, however loaded the machine."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
