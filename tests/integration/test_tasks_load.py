@@ -146,10 +146,7 @@ async def test_tasks_under_load(settings: Settings, served: str) -> None:
         def lagging() -> dict[int, tuple[list[int], int]]:
             return {n: (seqs[n][-1:], targets[n]) for n in followed if not seqs[n] or seqs[n][-1] < targets[n]}
 
-        try:
-            await until(lambda: not lagging(), timeout=180, what="every follower to reach the last event")
-        except AssertionError:
-            raise AssertionError(lagging()) from None
+        await until(lambda: not lagging(), timeout=180, what="every follower to reach the last event", show=lagging)
         for f in followers:
             f.cancel()
         await asyncio.gather(*followers, return_exceptions=True)

@@ -353,10 +353,12 @@ async def test_a_change_written_by_another_process_is_honoured_once_the_entry_ex
             last[:] = [await dispatch(dispatcher, repo)]
             return _honoured(name, last[0], endpoint, other)
 
-        try:
-            await until(honoured, timeout=registry.TTL + 10, what=f"{name} to be honoured")
-        except AssertionError:
-            raise AssertionError(f"{name}: still not honoured: {called(last[0])} {last[0].decision}") from None
+        await until(
+            honoured,
+            timeout=registry.TTL + 10,
+            what=f"{name} to be honoured",
+            show=lambda: f"{called(last[0])} {last[0].decision}",
+        )
         # ... and it stays honoured (a background reload never brings the old state back).
         for _ in range(5):
             assert _honoured(name, await dispatch(dispatcher, repo), endpoint, other)

@@ -132,7 +132,8 @@ async def start(c: httpx.AsyncClient, command: Any, **kw: Any) -> dict[str, Any]
 async def wait_task(
     c: httpx.AsyncClient, number: int, check: Callable[[dict[str, Any]], object], *, what: str, timeout: float = 120
 ) -> dict[str, Any]:
-    """Task `number` (ana/demo) once `check` holds for it; fails naming `what` and the task last seen."""
+    """Task `number` (ana/demo) once `check` holds for it (`check` may fail at once on a state
+    that rules the wanted one out); fails naming `what` and the task last seen."""
     last: dict[str, Any] = {}
 
     async def look() -> dict[str, Any] | None:
@@ -141,10 +142,7 @@ async def wait_task(
         last = r.json()
         return last if check(last) else None
 
-    try:
-        task = await until(look, timeout=timeout, what=what)
-    except AssertionError:
-        raise AssertionError(f"waited {timeout:g} s for {what}; task stayed {last.get('state')}: {last}") from None
+    task = await until(look, timeout=timeout, what=what, show=lambda: last)
     assert task is not None
     return task
 

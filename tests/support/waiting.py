@@ -48,6 +48,7 @@ async def until(
     what: str,
     interval: float = ...,
     ignoring: tuple[type[BaseException], ...] = ...,
+    show: Callable[[], object] | None = ...,
 ) -> T: ...
 @overload
 async def until(
@@ -57,6 +58,7 @@ async def until(
     what: str,
     interval: float = ...,
     ignoring: tuple[type[BaseException], ...] = ...,
+    show: Callable[[], object] | None = ...,
 ) -> T: ...
 async def until(
     check: Callable[[], object],
@@ -65,11 +67,13 @@ async def until(
     what: str,
     interval: float = 0.2,
     ignoring: tuple[type[BaseException], ...] = (),
+    show: Callable[[], object] | None = None,
 ) -> object:
     """Call `check` (a function or a coroutine function) until it returns a truthy value and
     return that value. An exception listed in `ignoring` counts as "not yet" (and is the last
     value seen); any other propagates. Fails with an AssertionError naming `what` after `timeout`
-    seconds."""
+    seconds, with the last value seen, or what `show` returns then (say, the object the check
+    looked at)."""
     deadline = time.monotonic() + timeout
     last: object = _NOTHING
     for pause in _pauses(interval):
@@ -86,7 +90,7 @@ async def until(
             return value
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _failure(what, timeout, last)
+            raise _failure(what, timeout, show() if show is not None else last)
         await asyncio.sleep(min(pause, left))
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -98,6 +102,7 @@ def until_sync(
     what: str,
     interval: float = 0.2,
     ignoring: tuple[type[BaseException], ...] = (),
+    show: Callable[[], object] | None = None,
 ) -> T:
     """`until` for code outside an event loop: call `check` until it returns a truthy value."""
     deadline = time.monotonic() + timeout
@@ -113,7 +118,7 @@ def until_sync(
                 return value
         left = deadline - time.monotonic()
         if left <= 0:
-            raise _failure(what, timeout, last)
+            raise _failure(what, timeout, show() if show is not None else last)
         time.sleep(min(pause, left))
     raise AssertionError("unreachable")  # pragma: no cover
 

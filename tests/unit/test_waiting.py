@@ -2,6 +2,7 @@
 condition true, and fail naming what they waited for and the last value they saw."""
 
 import asyncio
+import re
 import threading
 
 import pytest
@@ -60,6 +61,15 @@ async def test_until_fails_naming_what_it_waited_for_and_the_last_value() -> Non
         await until(list, timeout=0.05, what="the webhook delivery")
     assert "the webhook delivery" in str(e.value)
     assert "last seen: []" in str(e.value)
+
+
+async def test_until_can_show_what_the_check_looked_at() -> None:
+    task = {"state": "queued"}
+    shown = re.escape("task 3 to end; last seen: {'state': 'queued'}")
+    with pytest.raises(AssertionError, match=shown):
+        await until(lambda: task["state"] == "ended", timeout=0.05, what="task 3 to end", show=lambda: task)
+    with pytest.raises(AssertionError, match=shown):
+        until_sync(lambda: task["state"] == "ended", timeout=0.05, what="task 3 to end", show=lambda: task)
 
 
 async def test_until_counts_an_ignored_exception_as_not_yet() -> None:
