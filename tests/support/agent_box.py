@@ -19,6 +19,17 @@ T = TypeVar("T")
 TASKS = "/api/v1/repos/ana/demo/tasks"
 
 
+async def running(sb: Sandbox, prefix: str) -> bool:
+    """Whether a process in the sandbox has a command line (its arguments joined by spaces) that
+    starts with `prefix`."""
+    script = (
+        "for p in /proc/[0-9]*; do"
+        f" case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in '{prefix}'*) echo found;; esac; done"
+    )
+    result = await sb.exec(["sh", "-c", script], timeout=30)
+    return b"found" in result.stdout
+
+
 async def kill_by_cmdline(sb: Sandbox, prefix: str) -> bool:
     """SIGKILL every process in the sandbox whose command line starts with `prefix`."""
     script = (
