@@ -19,6 +19,7 @@ from forge.security import use_password_parameters
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support import databases
 from tests.support.accounts import Accounts, LiveServer
+from tests.support.waiting import until_sync
 
 # Property tests check what holds, not how fast the machine is: on a loaded 2-CPU runner the default
 # 200 ms deadline and the "generation is slow" health check failed tests that were correct. Example
@@ -120,7 +121,6 @@ def live_server(settings: Settings, db_url: str) -> Iterator[LiveServer]:
     """The real app served by uvicorn on 127.0.0.1 (a free port), in a thread with its own loop."""
     import socket
     import threading
-    import time
 
     import uvicorn
 
@@ -133,11 +133,9 @@ def live_server(settings: Settings, db_url: str) -> Iterator[LiveServer]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
+    until_sync(lambda: server.started or not thread.is_alive(), timeout=30, what="the test server to start")
+    if not server.started:
+        raise RuntimeError("the test server did not start")
     yield LiveServer(url=f"http://127.0.0.1:{port}", settings=served)
     server.should_exit = True
     thread.join(timeout=30)

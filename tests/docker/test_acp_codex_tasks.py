@@ -6,7 +6,6 @@ metered; a consumer's deny on a shell call (gated by Codex's managed hook, answe
 runtime) stops it and shows in the transcript; review cycles continue the same session; a stop
 cancels the turn over ACP."""
 
-import asyncio
 import json
 from typing import Any
 
@@ -23,7 +22,8 @@ from tests.support.codex import add_file, tool_outputs
 from tests.support.codex_acp import CODEX_ACP, CodexAcpResponses, exec_command, key_scan, three_cycles, with_model
 from tests.support.openai_responses import custom_tool_call, text, usage_of
 from tests.support.policy import PolicyConsumer, denying
-from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, all_events, task_settings, tree_files, wait_state, wait_task
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -126,9 +126,13 @@ async def test_review_change_requests_continue_the_same_codex_acp_session_over_t
             review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
             r = await c.post(f"{TASKS}/1/reviews", json=review)
             assert r.status_code == 201, r.text
-            while len(task["runs"]) < cycle or task["state"] not in ("awaiting_review", "failed"):
-                await asyncio.sleep(0.3)
-                task = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
+            task = await wait_task(
+                c,
+                1,
+                lambda t, n=cycle: len(t["runs"]) >= n and t["state"] in ("awaiting_review", "failed"),
+                what=f"run {cycle} to end",
+                timeout=240,
+            )
             assert task["state"] == "awaiting_review", task
             sessions.append(task["agent_session_id"])
         return task, sessions, await all_events(c, 1)
@@ -152,11 +156,12 @@ async def test_a_stop_cancels_the_codex_acp_turn_over_acp(codex_acp_settings: Se
     async def stop(c: httpx.AsyncClient) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         r = await c.post(TASKS, json={"goal": "wait", **CODEX_ACP})
         assert r.status_code == 201, r.text
-        for _ in range(1200):  # the sleep is running
+
+        async def sleeping() -> bool:
             events = await all_events(c, 1)
-            if any(e["kind"] == "tool_call" and e["payload"]["id"] == "call_sleep" for e in events):
-                break
-            await asyncio.sleep(0.1)
+            return any(e["kind"] == "tool_call" and e["payload"]["id"] == "call_sleep" for e in events)
+
+        await until(sleeping, timeout=120, what="the agent's sleep to run")
         r = await c.post(f"{TASKS}/1/stop")
         assert r.status_code == 200, r.text
         return r.json(), await all_events(c, 1)

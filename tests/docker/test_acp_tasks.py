@@ -19,7 +19,8 @@ from tests.support.acp_agent import argv, ask, say, tool_call
 from tests.support.agent_tasks import approve_with_policy, run_with_policy
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use
 from tests.support.policy import PolicyConsumer
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state, wait_task
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -162,10 +163,13 @@ async def test_a_review_resumes_the_same_claude_acp_session(claude_acp_settings:
                 assert first["state"] == "awaiting_review", first
                 r = await c.post(f"{TASKS}/1/reviews", json={"verdict": "request_changes", "body": "make it v2"})
                 assert r.status_code == 201, r.text
-                task = first
-                while len(task["runs"]) < 2 or task["state"] not in ("awaiting_review", "failed"):
-                    await asyncio.sleep(0.3)
-                    task = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
+                task = await wait_task(
+                    c,
+                    1,
+                    lambda t: len(t["runs"]) >= 2 and t["state"] in ("awaiting_review", "failed"),
+                    what="the review run to end",
+                    timeout=240,
+                )
                 events = await all_events(c, 1)
     second = [(e["kind"], e["payload"]) for e in events if e["run"] == 2]
     assert task["state"] == "awaiting_review", task
@@ -196,11 +200,12 @@ async def test_a_stop_cancels_the_acp_turn_before_the_sandbox_goes(
         async with Env(url=url, settings=s, token=token, repo_path=path).client() as c:
             body = {"goal": "wait", "agent": "fixer", "runtime": "acp", "agent_command": "scripted"}
             assert (await c.post(TASKS, json=body)).status_code == 201
-            for _ in range(600):
+
+            async def agent_started() -> bool:
                 events = await all_events(c, 1)
-                if any(e["kind"] == "system" and e["payload"]["phase"] == "agent" for e in events):
-                    break
-                await asyncio.sleep(0.1)
+                return any(e["kind"] == "system" and e["payload"]["phase"] == "agent" for e in events)
+
+            await until(agent_started, timeout=60, what="the agent to start")
             r = await c.post(f"{TASKS}/1/stop")
             assert r.status_code == 200, r.text
             stopped = r.json()

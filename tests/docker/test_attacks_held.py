@@ -20,7 +20,6 @@ import asyncio
 import json
 import re
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -33,7 +32,8 @@ from tests.support import databases
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use
 from tests.support.model import ScriptedModel, reply
 from tests.support.policy import PolicyConsumer, make_hook_token
-from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files
+from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_task
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -167,14 +167,14 @@ async def wait_for(
     c: httpx.AsyncClient, number: int, ok: Callable[[dict[str, Any]], bool], timeout: float = 240
 ) -> dict[str, Any]:
     """The task once `ok` holds (a settled state that is not the one wanted fails at once)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        task: dict[str, Any] = (await c.get(f"{TASKS}/{number}")).json()
+
+    def there(task: dict[str, Any]) -> bool:
         if ok(task):
-            return task
+            return True
         assert task["state"] != "failed", task
-        assert time.monotonic() < deadline, f"task {number} never got there: {task}"
-        await asyncio.sleep(0.2)
+        return False
+
+    return await wait_task(c, number, there, what=f"task {number} to get there", timeout=timeout)
 
 
 def resting(state: str, runs: int) -> Callable[[dict[str, Any]], bool]:
@@ -368,10 +368,7 @@ def test_tokens_of_an_ended_run_and_of_another_live_run_get_401_and_reach_nothin
         b = await start(c, f"{b_tag} keep a note")
         first = await wait_for(c, b, resting("awaiting_review", 1))
         d = await start(c, f"{d_tag} show the token")
-        deadline = time.monotonic() + 240
-        while not foreign:
-            assert time.monotonic() < deadline, "D's token never reached the model"
-            await asyncio.sleep(0.2)
+        await until(lambda: foreign, timeout=240, what="D's token to reach the model")
         assert (await c.get(f"{TASKS}/{d}")).json()["state"] == "running"
         r = await c.post(f"{TASKS}/{b}/reviews", json={"verdict": "request_changes", "body": "again"})
         assert r.status_code == 201, r.text

@@ -11,9 +11,10 @@ from sandbox import SandboxEngine
 from tasks.core.policy import GateDecision
 from tasks.core.states import RunState
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
-from tests.support.agent_box import kill_by_cmdline
+from tests.support.agent_box import kill_by_cmdline, running
 from tests.support.channel import FakeChannel, HookCall, Reply, reply_json, text, tool_use
 from tests.support.claude_host import Provider, Recorder, ScriptedGate, host_context
+from tests.support.waiting import until
 
 from .conftest import SpecFactory
 
@@ -174,11 +175,11 @@ async def test_in_the_agents_image_the_cli_killed_mid_turn_fails_typed(
         try:
             ctx = host_context(sb, ScriptedGate(), Recorder(), channel=bridged)  # type: ignore[arg-type]
             run = asyncio.ensure_future(ClaudeCodeRuntime().run(ctx))
-            for _ in range(300):
-                if bridged.fake.hooks:
-                    break
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(1)  # the sleep runs
+            await until(
+                lambda: running(sb, "python3 -c import time; time.sleep(60)"),
+                timeout=60,
+                what="the agent's long command to run",
+            )
             assert await kill_by_cmdline(sb, "/usr/local/bin/claude -p")
             outcome = await asyncio.wait_for(run, 60)
         finally:

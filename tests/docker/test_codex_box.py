@@ -14,10 +14,11 @@ from sandbox import SandboxEngine
 from tasks.core.policy import ApprovedCall, GateDecision, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.run.runtimes.codex import CodexRuntime
-from tests.support.agent_box import kill_by_cmdline
+from tests.support.agent_box import kill_by_cmdline, running
 from tests.support.channel import Reply, reply_json
 from tests.support.claude_host import Recorder, ScriptedGate, host_context
 from tests.support.codex import CodexChannel, add_file, exec_call, message, patch_call, tool_outputs
+from tests.support.waiting import until
 
 from .conftest import SpecFactory
 
@@ -278,6 +279,7 @@ async def test_ask_parks_and_the_approval_resumes_the_same_thread_in_a_fresh_con
 async def test_a_cli_that_ends_without_its_turn_fails_typed(
     engine: SandboxEngine, make_spec: SpecFactory, agents_image: str, channel_dir: Path
 ) -> None:
+    # A long command (the scenario): the CLI is killed while it runs.
     turns: Turns = [[exec_call("python3 -c 'import time; time.sleep(60)'", call_id="call_wait")], [message("never")]]
     channel = CodexChannel(channel_dir, turns, asyncio.get_running_loop())
     with channel:
@@ -285,11 +287,11 @@ async def test_a_cli_that_ends_without_its_turn_fails_typed(
         try:
             ctx = host_context(sb, ScriptedGate(), Recorder(), channel=channel)  # type: ignore[arg-type]
             run = asyncio.ensure_future(CodexRuntime().run(ctx))
-            for _ in range(300):
-                if channel.hooks:
-                    break
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(1)
+            await until(
+                lambda: running(sb, "python3 -c import time; time.sleep(60)"),
+                timeout=60,
+                what="the agent's long command to run",
+            )
             assert await kill_by_cmdline(sb, "/usr/local/bin/codex exec")
             outcome = await asyncio.wait_for(run, 60)
         finally:

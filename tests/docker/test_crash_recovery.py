@@ -34,6 +34,7 @@ from tests.support.accounts import run_sync
 from tests.support.git import git
 from tests.support.task_world import TASKS, World, bare_repo, build_task_world
 from tests.support.tasks import containers_of
+from tests.support.waiting import until_sync
 from webhooks.models import WebhookOutbox
 
 pytestmark = pytest.mark.docker
@@ -45,13 +46,7 @@ WRITER = "i=0; while true; do i=$((i+1)); echo $i > w$i.txt; sleep 0.05; done"
 
 
 def _until(what: str, check: Callable[[], Any], timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    return until_sync(check, timeout=timeout, what=what)
 
 
 class Server:
@@ -124,7 +119,7 @@ class Crash(msgspec.Struct):
         return str(bare_repo(self.settings).revparse_single("refs/heads/main").id)
 
     def kill_after(self, delay: float, kind: str) -> None:
-        time.sleep(delay)
+        time.sleep(delay)  # the random kill point: the scenario
         self.server.kill()
         self.kills[kind] += 1
         self.server.start()
@@ -258,12 +253,21 @@ def merge_cycle(c: Crash, i: int) -> None:
         c.found.append(f"merge {i}: not landed, rolled back")
         # Killed while it held main's lock file, the merge left it behind: "being updated by
         # someone else" until it is older than any live update holds one, then the retry lands.
-        deadline = time.monotonic() + STALE_REF_LOCK_SECONDS + 20
-        while True:
+        tried: list[httpx.Response] = []
+
+        def retried() -> bool:
             r = c.api("POST", f"{TASKS}/{number}/merge", json={"strategy": strategy, "expected_head_sha": head})
-            if r.status_code != 409 or r.json().get("code") != "base_moved" or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+            tried.append(r)
+            return r.status_code != 409 or r.json().get("code") != "base_moved"
+
+        until_sync(
+            retried,
+            timeout=STALE_REF_LOCK_SECONDS + 20,
+            interval=1,
+            what="the merge retry past the stale lock",
+            show=lambda: tried[-1].text,
+        )
+        r = tried[-1]
         assert r.status_code in (200, 201), r.text
     else:
         c.found.append(f"merge {i}: landed")

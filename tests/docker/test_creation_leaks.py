@@ -38,6 +38,7 @@ from sandbox import (
     remove_workspace,
     sweep_pool_dirs,
 )
+from tests.support.waiting import until
 
 from .conftest import INSTANCE, SpecFactory
 
@@ -99,9 +100,14 @@ async def _left(engine: SandboxEngine, run_prefix: str) -> list[str]:
 
 
 async def _none_left_soon(engine: SandboxEngine, run_prefix: str, within: float = 15.0) -> list[str]:
-    deadline = time.monotonic() + within
-    while (left := await _left(engine, run_prefix)) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    left: list[str] = []
+
+    async def none_left() -> bool:
+        nonlocal left
+        left = await _left(engine, run_prefix)
+        return not left
+
+    await until(none_left, timeout=within, what=f"no {run_prefix}* sandbox to be left", show=lambda: left)
     return left
 
 
@@ -126,6 +132,9 @@ async def test_cut_off_at_each_point_leaves_nothing(
             assert await _none_left_soon(engine, run) == []
         else:
             closing = asyncio.create_task(engine.close())
+            # An absence (close has not returned): no event marks "close is waiting", and a close
+            # that did not wait would still hop through threads before returning, so the time
+            # gives it the chance to.
             await asyncio.sleep(0.1)
             assert not closing.done()  # close waits for the creation
             gate.release.set()
@@ -143,7 +152,7 @@ async def test_random_cancellations_leave_nothing(engine: SandboxEngine, make_sp
     outcomes = {"cancelled": 0, "completed": 0}
     for trial in range(20):
         starting = asyncio.create_task(engine.start(make_spec(run=f"rcancel-{trial}")))
-        await asyncio.sleep(rng.uniform(0, 0.6))
+        await asyncio.sleep(rng.uniform(0, 0.6))  # a random cut point: the scenario
         starting.cancel()
         try:
             sandbox = await starting
@@ -164,7 +173,7 @@ async def test_random_shutdowns_leave_nothing(
     for trial in range(20):
         engine = SandboxEngine()
         starts = [asyncio.create_task(engine.start(make_spec(run=f"rclose-{trial}-{i}"))) for i in range(2)]
-        await asyncio.sleep(rng.uniform(0, 0.6))
+        await asyncio.sleep(rng.uniform(0, 0.6))  # a random cut point: the scenario
         # What a server's shutdown does: cancel the runs, then close the engine.
         starts[0].cancel()
         await engine.close()
@@ -205,6 +214,8 @@ async def test_close_waits_for_a_start_past_its_creation(
         starting = asyncio.create_task(engine.start(make_spec(run="past-create")))
         await asyncio.wait_for(held.wait(), 30)
         closing = asyncio.create_task(engine.close())
+        # An absence (close has not returned): no event marks "close is waiting", and a close that
+        # did not wait would still hop through threads before returning; the time gives it the chance.
         await asyncio.sleep(0.3)
         assert not closing.done()  # close waits for the start
         release.set()
@@ -241,6 +252,8 @@ async def test_a_cancel_arriving_with_the_container_is_not_swallowed(
     assert await asyncio.to_thread(entered.wait, 30)
     # Block the loop on purpose until the thread's answer is queued for it, then cancel.
     assert returned.wait(30)
+    # The pool thread queues the answer for the loop after the function returned: nothing outside
+    # asyncio's internals marks that moment, so the blocked loop gives it this long.
     time.sleep(0.2)
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -260,7 +273,7 @@ async def test_random_shutdowns_of_a_filling_pool_leave_nothing(
         engine = SandboxEngine()
         pool = SandboxPool(engine, template, size=2, root=root, channel_root=channels, workspace_limit_bytes=32 * MiB)
         pool.fill_later()
-        await asyncio.sleep(rng.uniform(0, 1.2))
+        await asyncio.sleep(rng.uniform(0, 1.2))  # a random stop point: the scenario
         await pool.close()
         await engine.close()
         async with SandboxEngine() as fresh:
@@ -366,7 +379,7 @@ async def test_killed_creator_is_reaped_by_any_worker_but_a_live_one_never(
         assert {line.strip() for line in started} <= {s.id for s in mine}
         assert all(not s.orphaned and s.host for s in mine)
         # Killed in the middle of creating the next one.
-        await asyncio.sleep(random.uniform(0, 0.4))
+        await asyncio.sleep(random.uniform(0, 0.4))  # a random kill point: the scenario
         os.kill(proc.pid, signal.SIGKILL)
         await asyncio.to_thread(proc.wait, 30)
         left = await list_sandboxes(engine, other)

@@ -7,7 +7,6 @@ import contextlib
 import ipaddress
 import json
 import socket
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from egress import SOCKET_NAME
 from sandbox import EGRESS_PROXY_PORT, Relay, Sandbox, SandboxEngine, write_workspace_file
 from tasks.run.egress import proxy_env
 from tests.support.egress import origin_server, running_proxy, simple_index, throwaway_ca
+from tests.support.waiting import until_sync
 
 from .conftest import SpecFactory
 
@@ -68,14 +68,12 @@ def other_container(docker_client: docker.DockerClient, image: str) -> Iterator[
     try:
         c.reload()
         address = str(c.attrs["NetworkSettings"]["IPAddress"])
-        deadline = time.monotonic() + 30
-        while True:  # until it listens: the sandbox's failure below must not be its
-            try:
-                socket.create_connection((address, 8000), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the other container never listened"
-                time.sleep(0.05)
+
+        def listening() -> bool:  # the sandbox's failure below must not be its
+            socket.create_connection((address, 8000), timeout=1).close()
+            return True
+
+        until_sync(listening, timeout=30, what="the other container to listen", ignoring=(OSError,))
         yield address
     finally:
         c.remove(force=True)

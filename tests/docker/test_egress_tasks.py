@@ -4,7 +4,6 @@ delivered `egress.blocked` notification, and the counts show on the run and the 
 the setting off, the sandbox has no proxy and reaches nothing."""
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from forge.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.egress import origin_server
+from tests.support.waiting import until_sync
 from tests.support.webhooks import Receiver, receiver
 
 
@@ -34,13 +34,15 @@ def consumer() -> Iterator[Receiver]:
 
 
 def wait_task(api: httpx.Client, number: int, *states: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while True:
-        body: dict[str, Any] = api.get(f"/api/v1/repos/ana/app/tasks/{number}").json()
-        if body["state"] in states:
-            return body
-        assert time.monotonic() < deadline, body
-        time.sleep(0.2)
+    body: dict[str, Any] = {}
+
+    def there() -> bool:
+        nonlocal body
+        body = api.get(f"/api/v1/repos/ana/app/tasks/{number}").json()
+        return body["state"] in states
+
+    until_sync(there, timeout=120, what=f"task {number} to be {' or '.join(states)}", show=lambda: body)
+    return body
 
 
 def file_at(api: httpx.Client, branch: str, path: str) -> str:
@@ -109,10 +111,7 @@ def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer,
     [phase] = [e for e in events if e["kind"] == "system" and e["payload"]["phase"] == "egress"]
     assert phase["payload"]["detail"] == {"rules": [f"127.0.0.1:{index.port}"], "presets": ["pypi"]}
 
-    deadline = time.monotonic() + 60
-    while not consumer.seen:
-        assert time.monotonic() < deadline, "no egress.blocked notification arrived"
-        time.sleep(0.1)
+    until_sync(lambda: consumer.seen, timeout=60, what="the egress.blocked notification")
     [note] = [json.loads(seen.body) for seen in consumer.seen]
     assert note["type"] == "egress.blocked" and note["meta"]["task"]["number"] == 1 and note["meta"]["run"]["seq"] == 1
     assert note["data"] == {

@@ -21,6 +21,7 @@ from sandbox import (
     list_sandboxes,
 )
 from sandbox.relays import start_relays
+from tests.support.waiting import until
 
 from .conftest import INSTANCE, SpecFactory
 
@@ -167,10 +168,11 @@ async def test_start_fails_and_leaves_nothing_when_a_relay_cannot_start(
     )
     with pytest.raises(RelayFailed, match="has no python3"):
         await engine.start(spec)
-    for _ in range(50):  # removed in the background
-        if not [s for s in await list_sandboxes(engine, INSTANCE) if s.run == spec.run]:
-            break
-        await asyncio.sleep(0.1)
+
+    async def gone() -> bool:  # removed in the background
+        return not [s for s in await list_sandboxes(engine, INSTANCE) if s.run == spec.run]
+
+    await until(gone, timeout=30, what="the sandbox to be removed")
     assert [s for s in await list_sandboxes(engine, INSTANCE) if s.run == spec.run] == []
 
 

@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from forge.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.http import LoopbackServer
+from tests.support.waiting import until_sync
 from webhooks.consumer import Verifier
 
 
@@ -50,10 +50,7 @@ class Consumer:
         return [json.loads(body)["type"] for _, body in self.received]
 
     def wait_for(self, event: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while event not in self.types():
-            assert time.monotonic() < deadline, f"{event} never arrived; got {self.types()}"
-            time.sleep(0.1)
+        until_sync(lambda: event in self.types(), timeout=timeout, what=f"{event} to arrive", show=self.types)
 
 
 @pytest.fixture
@@ -107,13 +104,15 @@ def test_push_and_task_events_are_delivered_signed(live_server: LiveServer, cons
                                                       "command": "echo hi > hi.txt"})  # fmt: skip
     assert r.status_code == 201, r.text
     consumer.wait_for("run.finished")
-    deadline = time.monotonic() + 30
-    while not any(
-        json.loads(b)["type"] == "task.state_changed" and json.loads(b)["data"].get("to") == "awaiting_review"
-        for _, b in consumer.received
-    ):
-        assert time.monotonic() < deadline, consumer.types()
-        time.sleep(0.1)
+    until_sync(
+        lambda: any(
+            json.loads(b)["type"] == "task.state_changed" and json.loads(b)["data"].get("to") == "awaiting_review"
+            for _, b in consumer.received
+        ),
+        timeout=30,
+        what="task.state_changed to awaiting_review",
+        show=consumer.types,
+    )
 
     verifier = Verifier(audience=consumer.url, secrets=[secret], issuer=live_server.settings.instance_id)
     for headers, body in consumer.received:

@@ -6,7 +6,7 @@ process that made it (a crash) and an image left without its mount (a reboot) is
 is; cleanup leaves no mount, no loop device and no image. The watchdog fallback and the scratch
 tmpfs (noexec) too."""
 
-import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -28,6 +28,7 @@ from sandbox import (
     write_workspace_file,
 )
 from sandbox.quota import image_path, is_mounted
+from tests.support.waiting import until
 
 from .conftest import SpecFactory
 
@@ -60,12 +61,23 @@ def loop_device_of(image: Path) -> bool:
 
 
 async def wait_for(sb: Sandbox, *, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if sb.disk_limit_reached:
-            return True
-        await asyncio.sleep(0.05)
+    with contextlib.suppress(AssertionError):  # the caller says what it means when it is not
+        await until(lambda: sb.disk_limit_reached, timeout=seconds, what="the workspace seen full")
     return sb.disk_limit_reached
+
+
+async def watch_looks(sb: Sandbox, looks: int) -> None:
+    """Until the sandbox's workspace watch has looked `looks` more times, the last one begun
+    after this was called."""
+    watch = sb._workspace_watch
+    seen: list[object] = [watch.last]
+
+    def looked() -> bool:
+        if watch.last is not seen[-1]:
+            seen.append(watch.last)
+        return len(seen) > looks  # the first look seen may have begun before; the next ones did not
+
+    await until(looked, timeout=30, what=f"{looks} looks of the workspace watch")
 
 
 async def test_a_writer_past_the_limit_gets_enospc_and_the_host_disk_grows_by_at_most_the_limit(
@@ -110,7 +122,7 @@ async def test_a_run_under_the_limit_is_unaffected_and_the_host_reads_it_afterwa
             r = await sb.exec(["sh", "-c", script])
             assert r.ok, r
             assert int(r.stdout.split()[1]) <= LIMIT  # the sandbox sees the quota's size
-            await asyncio.sleep(0.6)  # two looks of the watch
+            await watch_looks(sb, 2)
             assert not sb.disk_limit_reached and not await sb.check_disk_limit()
         # The container is gone; the work tree is still there for the snapshot.
         assert read_workspace_file(ws, "src/a.txt", 100) == b"hi\n"

@@ -14,6 +14,7 @@ from tasks.core.states import RunState
 from tasks.run.runtimes.acp import AcpAgentRuntime
 from tests.support.acp_agent import argv, ask, say, tool_call
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, StubChannel, host_context
+from tests.support.waiting import until
 
 MARKER = "touch marker"
 WIPE = "rm -rf /workspace"
@@ -27,11 +28,12 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "agent.jsonl"
-    # The agent waits a moment (the hooks come in meanwhile, as Codex's do before the adapter
-    # reports the call), then asks permission for the call the hook already decided.
+    go_ahead = tmp_path / "hooks-done"
+    # The agent waits until the hooks came in (as Codex's do before the adapter reports the call),
+    # then asks permission for the call the hook already decided.
     startup = {"sessionUpdate": "tool_call", "toolCallId": "mcp_startup.forgehand.1", "title": "MCP startup",
                "kind": "other", "status": "completed"}  # fmt: skip
-    turns = [[{"update": startup}, {"sleep": 1.5}, ask("call-1", MARKER), say("done")]]
+    turns = [[{"update": startup}, {"wait_file": str(go_ahead)}, ask("call-1", MARKER), say("done")]]
     agent = AcpAgent(name="scripted", command=argv({"turns": turns, "log": str(log)}), provider="none", hooks="codex")
     runtime = AcpAgentRuntime(agent, idle_seconds=20)
     sandbox = HostSandbox(tmp_path, base_url="")
@@ -46,16 +48,18 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
     emit = Recorder()
     ctx = host_context(sandbox, gate, emit, channel=channel, state_dir=tmp_path / "state")
     task = asyncio.ensure_future(runtime.run(ctx))
-    for _ in range(200):
-        if channel.hook is not None and log.exists() and "session/prompt" in log.read_text():
-            break
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: channel.hook is not None and log.exists() and "session/prompt" in log.read_text(),
+        timeout=30,
+        what="the agent to be prompted",
+    )
     assert channel.hook is not None
     allowed = await channel.hook("codex", "PreToolUse", hook_body("call-1", MARKER))
     refused = await channel.hook("codex", "PreToolUse", hook_body("call-2", WIPE))
     other = await channel.hook("claude", "PreToolUse", hook_body("call-3", "true"))
     # The decided id asked again with another input: that input was never put to the policy.
     again = await channel.hook("codex", "PreToolUse", hook_body("call-1", WIPE))
+    go_ahead.touch()
     outcome = await asyncio.wait_for(task, 60)
     assert outcome.status is RunState.SUCCEEDED, outcome
     assert allowed["hookSpecificOutput"]["permissionDecision"] == "allow"
@@ -84,18 +88,18 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
 
 
 async def test_an_agent_without_managed_hooks_refuses_every_hook_call(tmp_path: Path) -> None:
-    agent = AcpAgent(name="plain", command=argv({"turns": [[{"sleep": 1.0}, say("ok")]]}), provider="none", hooks="")
+    go_ahead = tmp_path / "hooks-done"  # the agent runs until the hook calls were made
+    turns = [[{"wait_file": str(go_ahead)}, say("ok")]]
+    agent = AcpAgent(name="plain", command=argv({"turns": turns}), provider="none", hooks="")
     channel = StubChannel()
     ctx = host_context(HostSandbox(tmp_path, base_url=""), ScriptedGate(), Recorder(), channel=channel)
     task = asyncio.ensure_future(AcpAgentRuntime(agent, idle_seconds=20).run(ctx))
-    for _ in range(200):
-        if channel.hook is not None:
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: channel.hook is not None, timeout=30, what="the run to open its hook channel")
     assert channel.hook is not None
     for cli in ("claude", "codex"):
         answer = await channel.hook(cli, "PreToolUse", hook_body("call-x", "true"))
         assert answer["hookSpecificOutput"]["permissionDecision"] == "deny"
+    go_ahead.touch()
     assert (await asyncio.wait_for(task, 60)).status is RunState.SUCCEEDED
 
 

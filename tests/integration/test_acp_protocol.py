@@ -16,6 +16,7 @@ from tasks.run.runtimes.acp import AcpAgentRuntime
 from tasks.run.runtimes.base import Outcome
 from tests.support.acp_agent import OPTIONS, argv, ask, say, tool_call
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, host_context
+from tests.support.waiting import until
 
 
 class World:
@@ -218,7 +219,7 @@ class HangingGate(ScriptedGate):
     async def pre_tool_use(self, ctx: Any, *, tool_use_id: str, tool_name: str, tool_input: Any) -> GateDecision:
         self.calls.append(("pre_tool_use", tool_use_id, tool_name))
         self.asked.set()
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # never answers
         return GateDecision()
 
 
@@ -241,10 +242,11 @@ async def test_a_permission_request_after_session_cancel_is_cancelled_without_a_
     gate = ScriptedGate()
     ctx = host_context(world.sandbox, gate, Recorder(), state_dir=world.state)
     task = asyncio.ensure_future(runtime.run(ctx))
-    for _ in range(300):
-        if any(m.get("method") == "session/prompt" for m in world.received()):
-            break
-        await asyncio.sleep(0.05)
+    await until(
+        lambda: any(m.get("method") == "session/prompt" for m in world.received()),
+        timeout=30,
+        what="the agent to receive its prompt",
+    )
     await runtime.stopping()
     await asyncio.wait_for(task, 30)
     assert world.answers()[0]["result"] == {"outcome": {"outcome": "cancelled"}}

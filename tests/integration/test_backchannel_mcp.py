@@ -153,7 +153,7 @@ async def test_a_summary_racing_the_end_of_the_run_is_kept_exactly_once(
             body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                     "params": {"name": "report_summary", "arguments": {"summary": f"done {delay}"}}}  # fmt: skip
             call = asyncio.ensure_future(mcp.post(body))
-            await asyncio.sleep(delay)
+            await asyncio.sleep(delay)  # the race itself: the run ends this long after the call left
         bc.seal()
         stored = bc.summary
         try:

@@ -15,6 +15,7 @@ from tasks.core.redaction import Redactor
 from tasks.core.transcript import Notice
 from tasks.core.writer import TranscriptWriter
 from tests.support.tasks import seed, start_task
+from tests.support.waiting import until
 
 OFFSETS = range(12)  # loop turns between "the holder let go" and the cancel
 
@@ -24,6 +25,13 @@ async def hold(db: Database, entered: asyncio.Event, release: asyncio.Event) -> 
     async with db.session(write=True):
         entered.set()
         await release.wait()
+
+
+def turn_waiters(db: Database) -> int:
+    """How many of this loop's writers wait for SQLite's write turn (none without a turn lock:
+    PostgreSQL's writers do not queue in-process)."""
+    lock = db._turns.get(asyncio.get_running_loop()) if db._turns is not None else None
+    return len(lock._waiters or ()) if lock is not None else 0
 
 
 async def write(db: Database, went_on: list[int], turns: int) -> None:
@@ -39,10 +47,15 @@ async def test_a_cancel_as_the_write_turn_is_granted_is_not_swallowed(db: Databa
         held = asyncio.create_task(hold(db, entered, release))
         await entered.wait()
         waiting = asyncio.create_task(write(db, went_on, turns))
-        await asyncio.sleep(0.02)  # queued behind the holder for its turn
+        # Queued behind the holder for its turn (or, without a turn lock, gone on).
+        await until(
+            lambda: turn_waiters(db) or went_on,  # noqa: B023
+            timeout=10,
+            what="the writer to queue for its turn",
+        )
         release.set()
         for _ in range(turns):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the offset, in loop turns (no time passes)
         before = bool(went_on)
         waiting.cancel()
         await held
@@ -66,11 +79,17 @@ async def test_closing_a_writer_as_its_turn_comes_up_returns_with_every_event(se
         entered, release = asyncio.Event(), asyncio.Event()
         held = asyncio.create_task(hold(db, entered, release))
         await entered.wait()
+        stored = writer.count
         await writer.emit("notice", Notice(text=f"event {turns}"))
-        await asyncio.sleep(0.02)  # the writer's loop waits for the write turn
+        # The writer's loop waits for the write turn (or, without a turn lock, has stored it).
+        await until(
+            lambda: turn_waiters(db) or writer.count > stored,  # noqa: B023
+            timeout=10,
+            what="the writer's loop to wait for the write turn",
+        )
         release.set()
         for _ in range(turns):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the offset, in loop turns (no time passes)
         async with asyncio.timeout(10):  # before the fix: for ever, at some offsets
             await writer.close()
         await held

@@ -10,6 +10,7 @@ from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, host_context
+from tests.support.waiting import until
 
 
 def _tool_results(api: ScriptedAnthropic) -> list[dict]:
@@ -163,10 +164,7 @@ async def test_the_cli_killed_mid_turn_fails_with_a_typed_reason(tmp_path: Path)
     with ScriptedAnthropic([hang()]) as api:
         sb = HostSandbox(tmp_path, api.url)
         run = asyncio.ensure_future(ClaudeCodeRuntime().run(host_context(sb, ScriptedGate(), Recorder())))
-        for _ in range(200):
-            if api.requests:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: api.requests, timeout=10, what="the CLI to call the model")
         assert api.requests, "the CLI never called the model"
         sb.spawned[0].proc.kill()
         outcome = await asyncio.wait_for(run, 30)

@@ -11,6 +11,7 @@ import pytest
 
 from egress import Timeouts
 from tests.support.egress import origin_server, raw_exchange, running_proxy, status_of, throwaway_ca
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -197,9 +198,10 @@ async def test_stalled_clients_and_closed_proxies_end_connections(sock: Path) ->
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
         # A connection still open when the proxy closes ends with it.
+        before = set(rec.proxy._clients)
         reader2, writer2 = await asyncio.open_unix_connection(str(sock))
         writer2.write(b"GET ")
-        await asyncio.sleep(0.05)
+        await until(lambda: rec.proxy._clients - before, timeout=10, what="the proxy to take the second connection")
         await rec.proxy.close()
         assert await asyncio.wait_for(reader2.read(), 5) == b""
         writer2.close()

@@ -18,6 +18,7 @@ from egress import Timeouts
 from egress.pump import HANDOFF
 from tests.support.egress import origin_server, running_proxy, send_and_read, status_of
 from tests.support.tls_hello import as_records, built_hello, extension, real_client_hello, server_name_extension
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -106,6 +107,8 @@ async def test_the_sni_check_ignores_case_and_a_trailing_dot_and_reads_split_hel
             for part in (hello[:3], hello[3:70], hello[70:]):
                 writer.write(part)
                 await writer.drain()
+                # The pause is the scenario (the proxy reads the hello in pieces); no event tells
+                # this test that the proxy has read a piece.
                 await asyncio.sleep(0.05)
             writer.write_eof()
             assert await asyncio.wait_for(reader.read(), 10) == b""
@@ -305,10 +308,12 @@ async def test_closing_the_proxy_ends_a_tunnel_moving_bytes_in_a_thread(sock: Pa
                 while await asyncio.wait_for(reader.read(1 << 20), 10):
                     pass
             writer.close()
-            for _ in range(100):  # a pump thread has settled its future just before it exits
-                if not any(t.name == "egress-pump" for t in threading.enumerate()):
-                    break
-                await asyncio.sleep(0.02)
+            # A pump thread has settled its future just before it exits.
+            await until(
+                lambda: not any(t.name == "egress-pump" for t in threading.enumerate()),
+                timeout=10,
+                what="the egress pump threads to exit",
+            )
     assert elapsed < 2 and [t.name for t in threading.enumerate() if t.name == "egress-pump"] == []
 
 

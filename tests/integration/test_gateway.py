@@ -19,6 +19,7 @@ from tasks.run.gateway.metering import Price
 from tests.support.anthropic import ScriptedAnthropic, hang, parse_sse, slow, status, text, tool_use
 from tests.support.gateway import ANTHROPIC_KEY, OPENAI_KEY, Recorder, agent_client, open_channel, upstreams
 from tests.support.model import ScriptedModel, error, reply
+from tests.support.waiting import until
 
 MESSAGES = {"model": "claude-test", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -200,7 +201,7 @@ async def test_hooks_reach_the_registered_handler() -> None:
 
         async def handler(agent: str, event: str, body: dict) -> dict:
             seen.append((agent, event, body))
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a handler that awaits (no time passes)
             return {"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": "no"}}
 
         ch.set_hook_handler(handler)
@@ -218,7 +219,7 @@ async def test_close_ends_an_open_call_and_removes_the_directory() -> None:
         async with open_channel(upstreams(anthropic_url=api.url, timeout=60)) as ch:
             client = agent_client(ch)
             pending = asyncio.ensure_future(client.post("/v1/messages", json=MESSAGES, headers={"x-api-key": ch.token}))
-            await asyncio.sleep(0.3)
+            await until(lambda: api.messages, timeout=30, what="the call to be open at the model API")
             t0 = time.monotonic()
         assert time.monotonic() - t0 < 5
         assert not ch.host_dir.exists()

@@ -22,6 +22,7 @@ from tests.support.openai_responses import (
     text,
     turn,
 )
+from tests.support.waiting import until
 
 REQUEST = {"model": "scripted", "input": [{"role": "user", "content": "hi"}], "store": False}
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+a\n*** End Patch\n"
@@ -158,10 +159,7 @@ async def test_an_agent_that_hangs_up_before_the_usage_is_charged_its_input() ->
             async with c.stream("POST", "/v1/responses", json=big, headers=h) as r:
                 async for _ in r.aiter_bytes():
                     break  # the first bytes, then the agent is gone
-            deadline = time.monotonic() + 10
-            while not ch.budget_exhausted.is_set():
-                assert time.monotonic() < deadline, ch.budget.used
-                await asyncio.sleep(0.05)
+            await until(ch.budget_exhausted.is_set, timeout=10, what="the abandoned call to use up the budget")
             refused = await c.post("/v1/responses", json={**REQUEST, "stream": True}, headers=h)
     assert ch.budget.used >= 10_000
     assert refused.status_code == 403 and refused.headers["x-forgehand-gateway"] == "budget"
@@ -262,9 +260,9 @@ async def test_parallel_calls_cannot_overrun_the_budget_together() -> None:
             h = {"authorization": f"Bearer {ch.token}"}
             body = {**REQUEST, "input": big_input, "max_output_tokens": 50}
             first = asyncio.ensure_future(c.post("/v1/responses", json=body, headers=h))
-            await asyncio.sleep(0.2)
+            await until(lambda: len(api.responses) == 1, timeout=30, what="the first call to reach the API")
             second = asyncio.ensure_future(c.post("/v1/responses", json=body, headers=h))
-            await asyncio.sleep(0.2)
+            await until(lambda: len(api.responses) == 2, timeout=30, what="the second call to reach the API")
             third = await c.post("/v1/responses", json=body, headers=h)
             ok = [await first, await second]
     assert [r.status_code for r in ok] == [200, 200]

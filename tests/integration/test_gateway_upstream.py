@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tasks.run.gateway.upstream import UpstreamTransport
+from tests.support.waiting import event, until
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -81,15 +82,20 @@ async def test_bodies_by_length_chunked_and_until_close_and_connections_reused()
 
 
 async def test_a_kept_alive_connection_the_server_closed_is_retried_on_a_new_one() -> None:
+    closed = asyncio.Event()
+
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         await writer.drain()
         # then close the kept-alive connection without a word (an idle timeout on the server)
+        writer.close()
+        await writer.wait_closed()
+        closed.set()
 
     async with server(handler) as (port, accepted), client() as c:
         assert (await c.post(f"http://127.0.0.1:{port}/", content=b"1")).text == "ok"
-        await asyncio.sleep(0.1)
+        await event(closed, timeout=10, what="the server to close the kept-alive connection")
         assert (await c.post(f"http://127.0.0.1:{port}/", content=b"2")).text == "ok"
     assert accepted == [1, 2]
 
@@ -138,13 +144,13 @@ async def test_a_first_connection_that_breaks_is_an_error_not_a_retry() -> None:
 async def test_timeouts_and_refused_connections_are_httpx_errors() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # the scenario: no answer within the client's 0.3 s (then it hangs up)
 
     async def stalls_mid_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nhi\r\n")
         await writer.drain()
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # the scenario: the body stalls past the client's 0.3 s
 
     async with server(silent) as (port, _), httpx.AsyncClient(transport=UpstreamTransport(), timeout=0.3) as c:
         with pytest.raises(httpx.ReadTimeout):
@@ -280,7 +286,7 @@ async def test_a_connection_opened_ahead_is_the_one_the_first_call_uses() -> Non
     transport = UpstreamTransport()
     async with server(handler) as (port, accepted):
         await transport.preconnect(f"http://127.0.0.1:{port}/v1/messages", 5)
-        await asyncio.sleep(0.05)
+        await until(lambda: accepted, timeout=10, what="the server to accept the connection opened ahead")
         assert accepted == [1]  # connected before any call
         answer = await transport.open(f"http://127.0.0.1:{port}/v1/messages", [], b"{}", 5)
         assert await answer.next() == (b"ok", True)

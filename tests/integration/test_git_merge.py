@@ -28,11 +28,13 @@ from forge.git import (
     bare,
     merge,
     plan_merge,
+    ref_locks,
 )
 from forge.git.merge import MergeStrategy
 from forge.git.names import repo_path
 from forge.git.ref_locks import STALE_SECONDS as STALE_REF_LOCK_SECONDS
 from forge.git.schemas import Identity
+from tests.support.waiting import event_sync
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 BOB = Identity(name="Bob Merger", email="bob@example.com")
@@ -509,15 +511,23 @@ def test_a_lock_left_by_a_writer_that_died_is_removed_and_the_merge_lands(r: Rep
     assert not lock.exists()
 
 
-def test_lock_holder_that_moves_the_ref_wins(r: Repo) -> None:
+def test_lock_holder_that_moves_the_ref_wins(r: Repo, monkeypatch: pytest.MonkeyPatch) -> None:
     """What receive-pack does: write the new value into ``<ref>.lock``, rename it over the ref."""
     _root, main, feature = diverged(r)
     theirs = r.commit("elsewhere", {"c.txt": "other writer\n"}, start=main)
     heads = r.path / "refs" / "heads"
     (heads / "main.lock").write_text(theirs + "\n")
+    merge_waits = threading.Event()
+    remove_if_stale = ref_locks.remove_if_stale
+
+    def found_locked(path: Path) -> bool:
+        merge_waits.set()  # the merge found the lock taken (and the ref not moved yet)
+        return remove_if_stale(path)
+
+    monkeypatch.setattr(ref_locks, "remove_if_stale", found_locked)
 
     def finish_update() -> None:
-        time.sleep(0.3)
+        event_sync(merge_waits, timeout=30, what="the merge to wait for the lock")
         (heads / "main.lock").rename(heads / "main")
 
     writer = threading.Thread(target=finish_update)

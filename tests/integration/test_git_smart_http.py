@@ -29,6 +29,7 @@ from forge.git.smart_http import (
     run_service,
 )
 from tests.support.git import Client, Server, pack_objects, serve
+from tests.support.waiting import until
 
 ALICE = Identity(name="Alice", email="alice@example.com")
 
@@ -42,9 +43,14 @@ def ref_of(path: Path, ref: str) -> str | None:
     return proc.stdout.decode().strip() or None
 
 
+def quarantines(path: Path) -> list[str]:
+    """The object directories a push under way receives into."""
+    return [p.name for p in (path / "objects").iterdir() if p.name.startswith(("tmp_objdir", "incoming-"))]
+
+
 def assert_intact(path: Path) -> None:
     subprocess.run(["git", f"--git-dir={path}", "fsck", "--no-progress"], check=True, capture_output=True)
-    leftovers = [p.name for p in (path / "objects").iterdir() if p.name.startswith(("tmp_objdir", "incoming-"))]
+    leftovers = quarantines(path)
     assert leftovers == []
 
 
@@ -369,12 +375,9 @@ async def test_client_disconnect_mid_push(root: Path, seeded: Path, tmp_path: Pa
         head = f"POST /alice/proj.git/git-receive-pack HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
         writer.write(head.encode() + body[: len(body) // 3])
         await writer.drain()
-        await asyncio.sleep(0.3)
+        await until(lambda: quarantines(seeded), timeout=30, what="receive-pack to start taking the pack")
         writer.transport.abort()
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if not list((seeded / "objects").glob("tmp_objdir*")):
-                break
+        await until(lambda: not quarantines(seeded), timeout=30, what="the aborted push's quarantine to go")
     assert bare_git(seeded, "for-each-ref") == before
     assert server.pushes == []
     assert_intact(seeded)
@@ -393,10 +396,9 @@ async def test_client_disconnect_mid_clone_reaps_git(root: Path, seeded: Path, t
         await writer.drain()
         await reader.read(1000)  # the response started
         writer.transport.abort()
-        for _ in range(100):
-            await asyncio.sleep(0.05)
-            if all(p.returncode is not None for p in server.processes):
-                break
+        await until(
+            lambda: all(p.returncode is not None for p in server.processes), timeout=30, what="git to be reaped"
+        )
         assert server.processes and all(p.returncode is not None for p in server.processes)
 
 

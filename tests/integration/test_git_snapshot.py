@@ -12,9 +12,11 @@ import msgspec
 import pygit2
 import pytest
 
+from forge.git import snapshot as git_snapshot
 from forge.git.schemas import Identity
 from forge.git.snapshot import Snapshot, SnapshotLimits, SnapshotTooLarge, checkout, snapshot
 from tests.support.git import BLOB, EXEC, GITLINK, LINK, Leaf, commit_tree, fast_import, fsck_strict, tree_entries
+from tests.support.waiting import until_sync
 
 ANA = Identity(name="Ana", email="ana@example.com")
 SUB = b"1234567890abcdef1234567890abcdef12345678"
@@ -237,10 +239,20 @@ def test_mode_changes_and_the_base_mode_of_unchanged_files(tmp_path: Path) -> No
     assert snap.skipped == []
 
 
-def test_a_change_that_keeps_size_and_times_is_still_seen(tmp_path: Path) -> None:
+def test_a_change_that_keeps_size_and_times_is_still_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The checkout's stat of a.txt is trusted: no racy window here (the checkout computes its
+    # window when it ends, so no pause after it could make a stat it just took trusted) ...
+    monkeypatch.setattr(git_snapshot, "_RACY_NS", 0)
     r = Repo(tmp_path, {"a.txt": (BLOB, b"aaaa\n")})
-    time.sleep(0.2)  # past the racy window: the checkout's stat of a.txt is trusted
     st = (r.ws / "a.txt").stat()
+    # ... and the change below lands in a later tick of the file clock, as past the window.
+    tick = tmp_path / "tick"
+
+    def ticked() -> bool:
+        tick.write_bytes(b"")
+        return tick.stat().st_ctime_ns > st.st_ctime_ns
+
+    until_sync(ticked, timeout=10, what="the file clock to move past a.txt's change time")
     (r.ws / "a.txt").write_bytes(b"bbbb\n")
     os.utime(r.ws / "a.txt", ns=(st.st_atime_ns, st.st_mtime_ns))  # the change time cannot be put back
     assert r.changes(r.snap()) == {"a.txt": (BLOB, pygit2.hash(b"bbbb\n"))}

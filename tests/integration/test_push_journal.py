@@ -29,6 +29,7 @@ from forge.pushes import PushRecorder
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git, pack_objects
+from tests.support.waiting import until_sync
 from webhooks.config import WebhooksConfig
 from webhooks.models import WebhookOutbox
 from webhooks.schemas import HookCreate
@@ -68,10 +69,13 @@ async def _subscribe(settings: Settings, owner: str, name: str) -> None:
 
 
 def _wait(check: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+    until_sync(check, timeout=timeout, what=what)
+
+
+def _bare_main(settings: Settings) -> str:
+    bare = settings.data_dir / "repos" / "ana" / "demo.git"
+    head = subprocess.run(["git", f"--git-dir={bare}", "rev-parse", "main"], capture_output=True, text=True)
+    return head.stdout.strip()
 
 
 def _setup_repo(url: str, settings: Settings, tmp: Path) -> tuple[str, Path]:
@@ -124,20 +128,18 @@ def test_a_client_that_hangs_up_still_leaves_a_record(live_server: LiveServer, t
                 chunk = sock.recv(65536)
                 assert chunk, seen
                 seen += chunk
-        else:  # the whole request is in once its journal entry is written and a moment has passed
+        else:  # the whole request is in once its journal entry is written and git moved the ref
             journal = settings.data_dir / "push-journal"
             _wait(
                 lambda: list(journal.glob("*.json")) or run_sync(_counts(settings.effective_database_url))["pushes"],
                 "no push",
             )
-            time.sleep(1)
+            _wait(lambda: _bare_main(settings) == _rev(work, "HEAD"), "git to move main (the whole pack is in)")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
     db_url = settings.effective_database_url
     _wait(lambda: run_sync(_counts(db_url))["pushes"] == 1, "the push was not recorded")
     assert run_sync(_counts(db_url)) == {"pushes": 1, "audit": 1, "outbox": 1}
-    bare = settings.data_dir / "repos" / "ana" / "demo.git"
-    head = subprocess.run(["git", f"--git-dir={bare}", "rev-parse", "main"], capture_output=True, text=True)
-    assert head.stdout.strip() == _rev(work, "HEAD")
+    assert _bare_main(settings) == _rev(work, "HEAD")
     _wait(lambda: not list((settings.data_dir / "push-journal").iterdir()), "the journal entry was not crossed out")
 
 
@@ -161,15 +163,13 @@ class Serve:
 
     def start(self) -> None:
         self.proc = subprocess.Popen([FORGEHAND, "serve"], env=self.env, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.proc.poll() is None and time.monotonic() < deadline, "forgehand serve did not come up"
-            time.sleep(0.2)
+        proc = self.proc
+
+        def healthy() -> bool:
+            assert proc.poll() is None, "forgehand serve exited"
+            return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
+
+        until_sync(healthy, timeout=60, what="forgehand serve to come up", ignoring=(httpx.TransportError,))
 
     def kill(self) -> None:
         assert self.proc is not None

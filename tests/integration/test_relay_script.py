@@ -4,6 +4,7 @@ on, one connection per client, and a clear line when the socket is not there."""
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 
 from sandbox.agent_scripts import RELAY_SCRIPT
 from tests.support.egress import send_and_read
+from tests.support.waiting import until
 
 
 @pytest.fixture
@@ -73,12 +75,23 @@ async def test_a_missing_socket_closes_the_client_and_says_why(channel: Path) ->
     assert line.startswith(b"forgehand-relay: cannot reach ") and b"absent.sock" in line
 
 
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def lines_into(stream: asyncio.StreamReader, out: list[bytes]) -> None:
+    while line := await stream.readline():
+        out.append(line)
+
+
 async def test_the_relay_outlives_running_out_of_descriptors(channel: Path) -> None:
     # The relay is a sandbox's only way to the gateway and the proxy: a process in the sandbox that
     # exhausts the relay's descriptors (many connections at once) must not end it for the run.
     path = channel / "echo.sock"
+    relayed = {"opened": 0}  # connections the relay made to the socket
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        relayed["opened"] += 1
         writer.write(await reader.read())
         await writer.drain()
         writer.close()
@@ -89,18 +102,30 @@ async def test_the_relay_outlives_running_out_of_descriptors(channel: Path) -> N
         "prlimit", f"--nofile={limit[0]}:{limit[1]}", sys.executable, "-I", "-c", RELAY_SCRIPT, "0", str(path),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    said: list[bytes] = []
+    listening = asyncio.ensure_future(lines_into(proc.stderr, said))
     held: list[asyncio.StreamWriter] = []
     try:
-        assert proc.stdout is not None and proc.stderr is not None
         port = int((await asyncio.wait_for(proc.stdout.readline(), 10)).decode().strip().partition(":")[2])
+        idle = descriptors(proc.pid)
         for _ in range(40):  # more than the relay can hold open
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             held.append(writer)
-        await asyncio.sleep(0.5)
+        await until(lambda: said, timeout=30, what="the relay to run out of descriptors (a line on stderr)")
         for writer in held:
             writer.close()
         held.clear()
-        await asyncio.sleep(0.5)
+
+        def settled() -> bool:
+            """Each of the 40 was relayed or refused ("cannot reach") and the relay holds no
+            connection any more (its descriptors are back to what it held idle), or it is gone."""
+            if listening.done():  # its stderr ended
+                return True
+            refused = sum(line.startswith(b"forgehand-relay: cannot reach") for line in said)
+            return relayed["opened"] + refused == 40 and descriptors(proc.pid) == idle
+
+        await until(settled, timeout=30, what="the relay to deal with every connection")
         assert proc.returncode is None  # still running
         answer = await send_and_read(*await asyncio.open_connection("127.0.0.1", port), b"still here")
         assert answer == b"still here"
@@ -110,5 +135,6 @@ async def test_the_relay_outlives_running_out_of_descriptors(channel: Path) -> N
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+        await listening
         server.close()
         await server.wait_closed()

@@ -6,10 +6,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+
+from tests.support.waiting import until_sync
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 
@@ -28,16 +29,12 @@ def test_first_start_creates_admin_and_serves(tmp_path: Path) -> None:
     proc = subprocess.Popen([FORGEHAND, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
+
+        def healthy() -> bool:
             assert proc.poll() is None, "forgehand serve exited"
-            assert time.monotonic() < deadline, "forgehand serve did not come up"
-            time.sleep(0.2)
+            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+
+        until_sync(healthy, timeout=60, what="forgehand serve to come up", ignoring=(httpx.TransportError,))
         password_file = data / "admin-password.txt"
         assert password_file.stat().st_mode & 0o777 == 0o600
         password = re.search(r"password: (\S+)", password_file.read_text())

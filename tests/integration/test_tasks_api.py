@@ -236,7 +236,7 @@ async def test_sse_resume_loses_nothing_while_events_are_appended(
                     task_id,
                     [Pending(kind="stdout", payload=Output(text=f"line {i}.{j}\n")) for j in range(5)],
                 )
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # an agent's pace: the events keep arriving while the stream is read
         async with db.session(write=True) as s:
             await transcript.append(s, task_id, [Pending(kind="notice", payload=Notice(text="done"))])
             task = await s.get(Task, task_id)

@@ -19,6 +19,7 @@ from tasks.core.redaction import REDACTED, Redactor
 from tasks.core.transcript import Assistant, Kind, Notice, Output, Payload, ToolCall, ToolResult
 from tasks.core.writer import BEHIND, TranscriptWriter
 from tests.support.tasks import seed, start_task
+from tests.support.waiting import event, loop_turns, until
 
 SECRET = "sk-writer-secret-0123456789"
 
@@ -31,6 +32,10 @@ async def _stored(db: Database, task_id: int, after: int) -> list[tuple[str, dic
             .order_by(TranscriptEvent.seq)
         )
         return [(kind, payload) for kind, payload in rows.all()]
+
+
+async def _stored_count(db: Database, task_id: int, after: int, n: int) -> bool:
+    return len(await _stored(db, task_id, after)) >= n
 
 
 async def _last(db: Database, task_id: int) -> int:
@@ -132,25 +137,25 @@ async def test_a_full_batch_is_stored_at_once_and_a_writer_far_behind_holds_the_
         return [("assistant", Assistant(text=f"line {n}")) for n in range(start, start + 4)]
 
     await writer.emit_many(batch(0))
-    async with asyncio.timeout(30):  # the loop's own flush, long before its hour-long pause
-        while len(await _stored(db, task_id, after)) < 4:
-            await asyncio.sleep(0.02)
+    # The loop's own flush, long before its hour-long pause.
+    await until(lambda: _stored_count(db, task_id, after, 4), timeout=30, what="the first batch to be stored")
 
-    gate = asyncio.Event()
+    gate, entered = asyncio.Event(), asyncio.Event()
     append = transcript.append
 
     async def held(*args: Any, **kwargs: Any) -> None:
+        entered.set()
         await gate.wait()  # a store that does not end (a slow database)
         await append(*args, **kwargs)
 
     monkeypatch.setattr(transcript, "append", held)
     async with asyncio.timeout(30):  # each call returns (the old writer waited in the store)
         await writer.emit_many(batch(4))  # the loop takes it and waits in its store
-        await asyncio.sleep(0.05)
+        await event(entered, timeout=30, what="the loop's store to begin")
         for start in range(8, 8 + 4 * (BEHIND - 1), 4):  # piles up behind it
             await writer.emit_many(batch(start))
     waiting = asyncio.ensure_future(writer.emit_many(batch(8 + 4 * (BEHIND - 1))))
-    await asyncio.sleep(0.3)
+    await loop_turns()  # the store is held: nothing else the call could wait for
     assert not waiting.done()  # BEHIND buffers' worth: the stream waits for the store
     gate.set()
     await waiting
@@ -178,7 +183,7 @@ async def test_big_events_make_the_stream_wait_for_the_store_before_the_buffer_f
     async with asyncio.timeout(30):
         await writer.emit_many([("assistant", Assistant(text="a" * 600))])  # under the bound: returns
     waiting = asyncio.ensure_future(writer.emit_many([("assistant", Assistant(text="b" * 600))]))
-    await asyncio.sleep(0.3)
+    await loop_turns()  # the store is held: nothing else the call could wait for
     assert not waiting.done()  # 1,200 bytes buffered: it waits for the store
     gate.set()
     await waiting
@@ -210,7 +215,7 @@ async def test_a_cancelled_caller_does_not_cut_its_store_short(
     async with asyncio.timeout(30):
         await entered.wait()
     caller.cancel()
-    await asyncio.sleep(0.1)
+    await loop_turns()  # the cancel lands; the store is held: nothing else the caller could wait for
     assert not caller.done()  # it waits for the store it began
     gate.set()
     with pytest.raises(asyncio.CancelledError):

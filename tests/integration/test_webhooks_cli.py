@@ -16,6 +16,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from tests.support.waiting import until_sync
 from tests.support.webhooks import free_port
 from webhooks.cli import hooks_group
 from webhooks.protocol import encode_secret, kid_for
@@ -84,14 +85,13 @@ def test_serve_denies_matching_tools_and_logs_one_line_per_request() -> None:
         env={**os.environ, "PYTHONPATH": os.getcwd()},
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-                time.sleep(0.05)
+
+        def listening() -> bool:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+
+        until_sync(listening, timeout=20, what="the consumer to listen", ignoring=(OSError,))
         with httpx.Client(timeout=5) as client:
             headers, body = signed(url, "bash")
             denied = client.post(url, headers=headers, content=body)

@@ -21,6 +21,8 @@ from forge.db import Database
 from forge.events import EventBus, TaskCreated, TaskStateChanged
 from forge.models import AuditEvent, Repository
 from forge.settings import Settings
+from tests.support.waiting import event as event_set
+from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, free_port, make_endpoint, make_repo, receiver, task_ref
 from webhooks import schedule as outbox_mod
 from webhooks import service
@@ -253,6 +255,7 @@ async def test_notification_attempt_has_a_total_timeout(
     rig: Rig, db: Database, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(outbox_mod, "TOTAL_TIMEOUT", 0.4)
+    # The receiver answers after 1.5 s (the scenario: past the 0.4 s total timeout).
     with receiver(lambda s: (time.sleep(1.5), (200, [], b""))[1]) as r:
         await make_endpoint(db, rig.cfg, repo, r.url)
         await rig.publish(event(repo))
@@ -291,7 +294,7 @@ async def test_deliverer_killed_with_sigkill_loses_nothing(
     rig: Rig, db: Database, settings: Settings, repo: Repository
 ) -> None:
     def slow(_: Seen) -> tuple[int, list[tuple[str, str]], bytes]:
-        time.sleep(0.4)
+        time.sleep(0.4)  # the scenario: deliveries take a while, so the kill lands amid some
         return 200, [], b""
 
     with receiver(slow) as r:
@@ -310,9 +313,7 @@ async def test_deliverer_killed_with_sigkill_loses_nothing(
         env = {**os.environ, "PYTHONPATH": os.getcwd()}
         proc = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, json.dumps(values)], env=env)
         try:
-            deadline = time.monotonic() + 30
-            while len(r.seen) < 3 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await until(lambda: len(r.seen) >= 3, timeout=30, what="the worker to deliver three notifications")
             assert len(r.seen) >= 3, "the worker never delivered"
         finally:
             proc.send_signal(signal.SIGKILL)
@@ -323,7 +324,8 @@ async def test_deliverer_killed_with_sigkill_loses_nothing(
         rig.clock.advance(minutes=2)
         while await rig.drain():
             rig.clock.advance(seconds=1)
-        await asyncio.sleep(0.5)  # let the old worker's orphaned requests finish being recorded by the receiver
+        # The old worker's orphaned requests finish being recorded by the receiver.
+        await until(lambda: r.receiving == 0, timeout=10, what="the receiver to record every request under way")
     assert all(row.state == "delivered" for row in await rig.rows())
     ids = [s.headers["webhook-id"] for s in r.seen]
     assert set(ids) == {e.id for e in events} and len(r.seen) > before
@@ -345,17 +347,25 @@ async def test_runtime_loop_delivers_right_after_the_commit(db: Database, settin
     runtime = wire(bus, settings, db, allow=config(settings).allow)
     runtime.deliverer.poll_interval = 30.0  # only the wake-up after the commit can explain a quick delivery
     before = metrics.DELIVERIES.labels(event="task.created", result="ok")._value.get()
+    idle = asyncio.Event()
+    due_in = runtime.deliverer.store.next_due_in
+
+    async def next_due_in() -> float | None:
+        due = await due_in()
+        idle.set()  # the loop found nothing to claim: it waits for a wake-up (or its 30 s poll)
+        return due
+
+    runtime.deliverer.store.next_due_in = next_due_in  # type: ignore[method-assign]
     with receiver() as r:
         await make_endpoint(db, runtime.config, repo, r.url)
         await runtime.start()
-        await asyncio.sleep(0.2)  # the loop is idle, waiting
+        await event_set(idle, timeout=30, what="the delivery loop to be idle, waiting")
         try:
             e = event(repo, task=task_ref())
             t0 = time.monotonic()
             async with db.session(write=True) as s:
                 await bus.publish(s, e)
-            while not r.seen and time.monotonic() - t0 < 5:
-                await asyncio.sleep(0.01)
+            await until(lambda: r.seen, timeout=5, interval=0.01, what="the notification to be delivered")
             assert r.seen and time.monotonic() - t0 < 1.0
         finally:
             await runtime.stop()

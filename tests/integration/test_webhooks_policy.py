@@ -19,6 +19,7 @@ from forge.db import Database
 from forge.events import AccountRef, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
+from tests.support.waiting import until
 from tests.support.webhooks import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
 from webhooks import service
 from webhooks.consumer import Consumer, HookRequest, Verifier, allow, ask, deny
@@ -259,6 +260,7 @@ async def test_no_retry_on_http_or_protocol_errors(
 async def test_timeout_is_not_retried(
     db: Database, settings: Settings, dispatcher: PolicyDispatcher, repo: Repository
 ) -> None:
+    # The consumer answers after 0.6 s (the scenario: past the 0.3 s deadline).
     with receiver(lambda s: (time.sleep(0.6), (200, [], b""))[1]) as r:
         await policy_endpoint(db, settings, repo, r.url)
         outcome = await dispatcher.dispatch(
@@ -333,10 +335,8 @@ async def test_deadline_is_shared_by_the_capacity_wait_and_the_retry(
             for r in (repo, other, third):
                 await one_slot._targets(None, r.id, "pre_tool_use")
             holder = asyncio.create_task(run(repo, 0.6))  # holds the only slot for 0.6 s
-            for _ in range(200):  # until it holds the slot (its request is at the consumer)
-                if slow.seen:
-                    break
-                await asyncio.sleep(0.005)
+            # Until it holds the slot (its request is at the consumer).
+            await until(lambda: slow.seen, timeout=1, interval=0.005, what="the first dispatch to reach its consumer")
             assert slow.seen, "the first dispatch never reached its consumer"
             (starved, waited), (squeezed, took) = await asyncio.gather(
                 run(other, 0.4),  # gives up waiting for the slot

@@ -3,10 +3,8 @@ endpoint answers again (a notification or a ping succeeds), its waiting notifica
 in order per task, each once; a flapping endpoint gets the schedule plus at most one catch-up per
 row between scheduled attempts, never a hot loop."""
 
-import asyncio
 import json
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -16,6 +14,7 @@ from forge.db import Database
 from forge.events import TaskRef
 from forge.models import Repository
 from forge.settings import Settings
+from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
 from webhooks.deliverer import Deliverer
@@ -57,6 +56,10 @@ async def ping(rig: Rig, db: Database, repo: Repository, endpoint_id: int) -> We
         return await service.ping(s, Actor.system("t"), rig.cfg, repo, endpoint)
 
 
+async def _all_delivered(rig: Rig) -> bool:
+    return all(x.state == "delivered" for x in await rig.rows())
+
+
 def steps_of(seen: list[Seen], task: TaskRef) -> list[int]:
     bodies = [json.loads(s.body) for s in seen]
     return [b["data"]["queue_position"] for b in bodies if b["type"] != "ping" and b["meta"]["task"]["id"] == task.id]
@@ -88,7 +91,6 @@ async def test_a_backlog_drains_at_once_when_the_endpoint_answers_again(
             rig.deliverer.poll_interval = 30.0  # only the catch-up (and its wake-up) explains a quick drain
             await rig.deliverer.start()
             try:
-                t0 = time.monotonic()
                 d = task_ref()
                 if trigger == "event":
                     fresh = event(repo, None, d)
@@ -97,9 +99,17 @@ async def test_a_backlog_drains_at_once_when_the_endpoint_answers_again(
                     await ping(rig, db, repo, endpoint.id)
                 rig.deliverer.wake()  # what the after-commit hook of the writer or the route does
                 expected = len(backlog) + 1
-                while len(r.seen) - down_requests < expected and time.monotonic() - t0 < 10:
-                    await asyncio.sleep(0.02)
-                await asyncio.sleep(0.2)  # anything extra would show now
+                await until(
+                    lambda: len(r.seen) - down_requests >= expected,
+                    timeout=10,
+                    what=f"the backlog ({expected} requests) to drain well before its 5 min retry delay",
+                )
+                # Anything extra would come from a row claimed again before its attempt was
+                # recorded: once every row is recorded as delivered none can be claimed again, and
+                # stop() below waits for every send under way, so what the receiver saw is final.
+                await until(
+                    lambda: _all_delivered(rig), timeout=30, what="every outbox row to be recorded as delivered"
+                )
             finally:
                 await rig.deliverer.stop()
         assert rig.clock.now == frozen  # every row went well before its scheduled retry

@@ -4,8 +4,6 @@ REST API) is honoured by the very next dispatch, whatever the cache's time to li
 written by another process (a second engine, plain SQL, no ORM event here) is honoured once the
 cached entry expires."""
 
-import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
@@ -25,6 +23,7 @@ from forge.events import AccountRef, EventBus, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
 from tests.support.accounts import Accounts
+from tests.support.waiting import until
 from tests.support.webhooks import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver
 from webhooks import registry, service
 from webhooks.envelope import RepoRef, TaskMeta
@@ -348,13 +347,18 @@ async def test_a_change_written_by_another_process_is_honoured_once_the_entry_ex
         finally:
             await elsewhere.dispose()
         # Before the entry expires the cached answer may still be used; afterwards the change holds.
-        deadline = time.monotonic() + registry.TTL + 10
-        while True:
-            outcome = await dispatch(dispatcher, repo)
-            if _honoured(name, outcome, endpoint, other):
-                break
-            assert time.monotonic() < deadline, f"{name}: still not honoured: {called(outcome)} {outcome.decision}"
-            await asyncio.sleep(0.05)
+        last: list[Any] = []
+
+        async def honoured() -> bool:
+            last[:] = [await dispatch(dispatcher, repo)]
+            return _honoured(name, last[0], endpoint, other)
+
+        await until(
+            honoured,
+            timeout=registry.TTL + 10,
+            what=f"{name} to be honoured",
+            show=lambda: f"{called(last[0])} {last[0].decision}",
+        )
         # ... and it stays honoured (a background reload never brings the old state back).
         for _ in range(5):
             assert _honoured(name, await dispatch(dispatcher, repo), endpoint, other)

@@ -18,7 +18,8 @@ session plays `turns[n]` (the last one repeats). Sessions live in `$HOME/.script
 - `{"noise": "text"}`: a line that is not JSON;
 - `{"fs_read": PATH}`: a `fs/read_text_file` request (forgehand offers no fs: it must refuse);
 - `{"exit": CODE}`: exit now, mid-prompt (stderr says why);
-- `{"sleep": SECONDS}`;
+- `{"wait_file": PATH}`: wait until PATH exists (the test's go-ahead; the agent exits with 3
+  after a minute without it);
 - `{"fail": {"code", "message"}}`: answer the prompt with that JSON-RPC error;
 - `{"wait_cancel": true}`: wait for `session/cancel`, then go on with the next step (a
   permission request after it, say) and end the prompt with `cancelled`;
@@ -140,8 +141,14 @@ def prompt(rid, params, cwd):
             sys.stderr.write("scripted agent: exiting mid-prompt\n")
             sys.stderr.flush()
             os._exit(step["exit"])
-        elif "sleep" in step:
-            time.sleep(step["sleep"])
+        elif "wait_file" in step:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(step["wait_file"]):
+                if time.monotonic() > deadline:
+                    sys.stderr.write("scripted agent: no go-ahead at " + step["wait_file"] + "\n")
+                    sys.stderr.flush()
+                    os._exit(3)
+                time.sleep(0.01)
         elif "fail" in step:
             send({"jsonrpc": "2.0", "id": rid, "error": step["fail"]})
             return

@@ -12,11 +12,22 @@ import httpx
 from forge.settings import Settings
 from sandbox import Sandbox
 from tests.support.policy import PolicyConsumer, served_with_policy
-from tests.support.tasks import Env, all_events, seed, serve, wait_state
+from tests.support.tasks import Env, all_events, seed, serve, wait_state, wait_task
 
 T = TypeVar("T")
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
+
+
+async def running(sb: Sandbox, prefix: str) -> bool:
+    """Whether a process in the sandbox has a command line (its arguments joined by spaces) that
+    starts with `prefix`."""
+    script = (
+        "for p in /proc/[0-9]*; do"
+        f" case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in '{prefix}'*) echo found;; esac; done"
+    )
+    result = await sb.exec(["sh", "-c", script], timeout=30)
+    return b"found" in result.stdout
 
 
 async def kill_by_cmdline(sb: Sandbox, prefix: str) -> bool:
@@ -42,10 +53,14 @@ async def review_cycles(
         review = {"verdict": "request_changes", "body": f"change it, cycle {cycle}"}
         r = await c.post(f"{TASKS}/1/reviews", json=review)
         assert r.status_code == 201, r.text
-        task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
-        while len(task["runs"]) < cycle:  # the review run may not have started yet
-            await asyncio.sleep(0.2)
-            task = await wait_state(c, 1, "awaiting_review", "failed", timeout=180)
+        # The review run may not have started yet: wait for it, ended.
+        task = await wait_task(
+            c,
+            1,
+            lambda t, n=cycle: t["state"] in ("awaiting_review", "failed") and len(t["runs"]) >= n,
+            what=f"run {cycle} to end",
+            timeout=180,
+        )
         assert task["state"] == "awaiting_review", task
         sessions.append(task["agent_session_id"])
     return task, sessions

@@ -4,7 +4,6 @@
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from forge.audit import Actor
 from forge.db import Database
 from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
+from tests.support.waiting import until_sync
 
 T = TypeVar("T")
 ADMIN_LOGIN = "ada"
@@ -101,11 +101,9 @@ def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServ
     )
     thread = threading.Thread(target=server.run, name="forgehand-browser-test-server", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the forgehand test server did not start")
-        time.sleep(0.02)
+    until_sync(lambda: server.started or not thread.is_alive(), timeout=30, what="the forgehand test server to start")
+    if not server.started:
+        raise RuntimeError("the forgehand test server did not start")
     try:
         yield ForgeServer(
             url=f"http://127.0.0.1:{port}",

@@ -192,7 +192,7 @@ class FakeChannel:
                     channel.hooks.append(call)
                 reply = channel.hook(call)
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    time.sleep(reply.delay)  # a slow hook server is the scenario, not a wait
                 if reply.close or reply.raw is not None:
                     self.wfile.write(reply.raw or b"")
                     self.close_connection = True

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -23,6 +22,7 @@ from forge.db import Database
 from forge.settings import Settings
 from tests.support.http import LoopbackServer
 from tests.support.tasks import Env, seed, serve
+from tests.support.waiting import until_sync
 
 
 class PolicyConsumer:
@@ -126,14 +126,13 @@ def reference_consumer(
     env = {**os.environ, "FORGEHAND_HOOKS_SECRET": r.json()["secret"]}
     proc = subprocess.Popen([cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None, "hooks serve did not start"
-                time.sleep(0.05)
+
+        def listening() -> bool:
+            assert proc.poll() is None, "hooks serve exited before it listened"
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return True
+
+        until_sync(listening, timeout=20, what="hooks serve to listen", ignoring=(OSError,))
         yield proc
     finally:
         if proc.poll() is None:

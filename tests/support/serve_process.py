@@ -5,7 +5,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +14,7 @@ import httpx
 from forge.migrate import upgrade_async
 from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.tasks import seed
+from tests.support.waiting import until_sync
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 
@@ -56,14 +56,12 @@ def serving(settings: Settings, port: int, **extra: str) -> Iterator[subprocess.
     )
     server = subprocess.Popen([FORGEHAND, "serve"], env=env, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None and time.monotonic() < deadline, "forgehand serve did not start"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
+
+        def healthy() -> bool:
+            assert server.poll() is None, "forgehand serve exited before it was healthy"
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+
+        until_sync(healthy, timeout=60, what="forgehand serve to answer /healthz", ignoring=(httpx.TransportError,))
         yield server
     finally:
         server.terminate()

@@ -3,7 +3,6 @@ serve the app on 127.0.0.1 (with its worker), and read tasks and transcripts ove
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from forge.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
 from forge.settings import Settings
+from tests.support.waiting import until, until_sync
 
 SECRET = "sk-live-0123456789abcdefXYZ"
 SYSTEM = Actor.system("test")
@@ -82,10 +82,8 @@ def serve(settings: Settings, on_app: Callable[[Any], None] | None = None) -> It
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
+    until_sync(lambda: server.started or not thread.is_alive(), timeout=30, what="the server to start")
+    assert server.started, "the server did not start"
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -131,15 +129,28 @@ async def start(c: httpx.AsyncClient, command: Any, **kw: Any) -> dict[str, Any]
     return body
 
 
-async def wait_state(c: httpx.AsyncClient, number: int, *states: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
+async def wait_task(
+    c: httpx.AsyncClient, number: int, check: Callable[[dict[str, Any]], object], *, what: str, timeout: float = 120
+) -> dict[str, Any]:
+    """Task `number` (ana/demo) once `check` holds for it (`check` may fail at once on a state
+    that rules the wanted one out); fails naming `what` and the task last seen."""
+    last: dict[str, Any] = {}
+
+    async def look() -> dict[str, Any] | None:
+        nonlocal last
         r = await c.get(f"/api/v1/repos/ana/demo/tasks/{number}")
-        body: dict[str, Any] = r.json()
-        if body["state"] in states:
-            return body
-        assert time.monotonic() < deadline, f"task stayed {body['state']}: {body}"
-        await asyncio.sleep(0.2)
+        last = r.json()
+        return last if check(last) else None
+
+    task = await until(look, timeout=timeout, what=what, show=lambda: last)
+    assert task is not None
+    return task
+
+
+async def wait_state(c: httpx.AsyncClient, number: int, *states: str, timeout: float = 120) -> dict[str, Any]:
+    return await wait_task(
+        c, number, lambda t: t["state"] in states, what=f"task {number} to be {' or '.join(states)}", timeout=timeout
+    )
 
 
 async def all_events(c: httpx.AsyncClient, number: int) -> list[dict[str, Any]]:

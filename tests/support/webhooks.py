@@ -62,6 +62,7 @@ class Receiver:
     port: int = 0
     seen: list[Seen] = field(default_factory=list)
     connections: int = 0
+    receiving: int = 0  # requests whose head arrived and that are not recorded in `seen` yet
     _server: LoopbackServer | None = None
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -80,13 +81,19 @@ class Receiver:
                 return
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                item = Seen(
-                    self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
-                )
                 with receiver._lock:
-                    receiver.seen.append(item)
+                    receiver.receiving += 1
+                try:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = self.rfile.read(length) if length else b""
+                    item = Seen(
+                        self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
+                    )
+                    with receiver._lock:
+                        receiver.seen.append(item)
+                finally:
+                    with receiver._lock:
+                        receiver.receiving -= 1
                 try:
                     status, headers, payload = receiver.respond(item)
                 except Drop:

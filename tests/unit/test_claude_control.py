@@ -8,11 +8,20 @@ from typing import Any
 from tasks.core.policy import GateDecision
 from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, control_answer, hook_answer
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, host_context
+from tests.support.waiting import event
 
 
-class SlowGate(ScriptedGate):
+class HeldGate(ScriptedGate):
+    """A gate that answers only once the test releases it (after both paths have asked)."""
+
+    def __init__(self, decisions: dict[str, GateDecision]) -> None:
+        super().__init__(decisions)
+        self.asked = asyncio.Event()
+        self.release = asyncio.Event()
+
     async def pre_tool_use(self, ctx: Any, **kw: Any) -> GateDecision:
-        await asyncio.sleep(0.05)
+        self.asked.set()
+        await self.release.wait()
         return await super().pre_tool_use(ctx, **kw)
 
 
@@ -27,11 +36,16 @@ def broker(tmp_path: Path, gate: ScriptedGate) -> tuple[PolicyBroker, list[Verdi
 
 
 async def test_the_hook_and_the_control_channel_share_one_decision(tmp_path: Path) -> None:
-    gate = SlowGate({"Bash": GateDecision(decision="deny", reason="no")})
+    gate = HeldGate({"Bash": GateDecision(decision="deny", reason="no")})
     b, _ = broker(tmp_path, gate)
-    hook, control = await asyncio.gather(
+    both = asyncio.gather(
         b.decide("toolu_1", "Bash", {"command": "ls"}), b.decide("toolu_1", "Bash", {"command": "ls"})
     )
+    # The gate is asked by one path; the other (started in the same turn of the loop) has asked
+    # the broker too by the time this wakes, so the gate answers while both wait.
+    await event(gate.asked, timeout=30, what="the gate to be asked")
+    gate.release.set()
+    hook, control = await both
     assert hook == control and hook.behavior == "deny" and "Reason: no" in hook.message
     assert gate.events("pre_tool_use") == [("pre_tool_use", "toolu_1", "Bash")]
     # Later, the other path for the same call: the same answer, no second dispatch.

@@ -12,6 +12,7 @@ from tasks.core.transcript import Assistant, Notice, System, ToolCall, ToolResul
 from tasks.run.runtimes.cli_lines import BATCH_LINES, StdoutReader
 from tasks.run.runtimes.codex import CodexRuntime, provider_config
 from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
+from tests.support.waiting import event, until
 
 # One run, measured: a patch, a failing command, a message, the turn's usage.
 LINES: list[dict[str, Any]] = [
@@ -198,18 +199,29 @@ def test_lines_read_together_normalise_as_one_by_one() -> None:
 
 
 class _Piped:
-    def __init__(self, chunks: list[list[bytes]]) -> None:
+    """A pipe read as `chunks`. When `paced`, each read after the first waits for the test's
+    go-ahead (`more`): the next read of the pipe comes later. `ended` is set once every read was
+    handed to the reader (which has then queued its end, or found no room for it)."""
+
+    def __init__(self, chunks: list[list[bytes]], *, paced: bool = False) -> None:
         self.chunks = chunks
+        self.paced = paced
+        self.more = asyncio.Event()
+        self.ended = asyncio.Event()
 
     async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
-        for chunk in self.chunks:
+        for i, chunk in enumerate(self.chunks):
+            if i and self.paced:
+                await self.more.wait()
+                self.more.clear()
             yield chunk
-            await asyncio.sleep(0.05)  # the next read of the pipe comes later
+        self.ended.set()
 
 
 def test_the_reader_hands_over_every_queued_line_then_the_end() -> None:
     async def go() -> list[list[bytes] | None]:
-        reader = StdoutReader(_Piped([[b"a", b"b", b"c"], [b"d"]]))
+        piped = _Piped([[b"a", b"b", b"c"], [b"d"]], paced=True)
+        reader = StdoutReader(piped)
         got: list[list[bytes] | None] = []
         try:
             while True:
@@ -217,6 +229,7 @@ def test_the_reader_hands_over_every_queued_line_then_the_end() -> None:
                 got.append(lines)
                 if lines is None:
                     return got
+                piped.more.set()
         finally:
             await reader.close()
 
@@ -225,7 +238,7 @@ def test_the_reader_hands_over_every_queued_line_then_the_end() -> None:
 
 def test_the_reader_times_out_on_silence() -> None:
     async def go() -> None:
-        reader = StdoutReader(_Piped([[b"a"], []]))
+        reader = StdoutReader(_Piped([[b"a"], []], paced=True))  # the second read never comes
         try:
             assert await reader.next_lines(5.0) == [b"a"]
             with pytest.raises(TimeoutError):
@@ -241,10 +254,11 @@ def test_the_reader_hands_a_batch_over_line_by_line_or_with_the_rest() -> None:
     every batch queued behind it; the end comes once, after the last line."""
 
     async def go() -> list[object]:
-        reader = StdoutReader(_Piped([[b"a", b"b", b"c"], [b"d"], [b"e"]]))
+        piped = _Piped([[b"a", b"b", b"c"], [b"d"], [b"e"]])
+        reader = StdoutReader(piped)
         try:
             first = await reader.next_line(5.0)
-            await asyncio.sleep(0.2)  # the later reads are queued meanwhile
+            await event(piped.ended, timeout=30, what="the later reads to be queued")
             rest = await reader.next_lines(5.0)
             return [first, rest, await reader.next_line(5.0), await reader.next_lines(5.0)]
         finally:
@@ -285,17 +299,26 @@ def test_the_reader_hands_over_at_most_a_batch_of_lines_at_once() -> None:
 class _Endless:
     """A CLI that keeps printing (a line a read), as an agent may after its turn was cut."""
 
+    def __init__(self) -> None:
+        self.reads = 0
+
     async def stdout_batches(self) -> AsyncIterator[list[bytes]]:
         while True:
+            self.reads += 1
             yield [b"more"]
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # the printer's own pace (part of the scenario, not a wait)
 
 
 def test_close_returns_while_the_process_keeps_printing_into_a_full_queue() -> None:
     async def go() -> None:
-        reader = StdoutReader(_Endless())
-        assert await reader.next_lines(5.0)
-        await asyncio.sleep(0.1)  # the queue fills up meanwhile: nobody takes from it
+        endless = _Endless()
+        reader = StdoutReader(endless)
+        taken = await reader.next_lines(5.0)
+        assert taken
+        # The queue fills up: nobody takes from it. A read is handed over only once the one
+        # before was queued, so the fifth read past those taken is the one waiting for room
+        # behind four queued reads.
+        await until(lambda: endless.reads >= len(taken) + 5, timeout=30, what="the queue to be full")
         async with asyncio.timeout(2):  # before the fix: waited for room that never came
             await reader.close()
 
@@ -304,8 +327,10 @@ def test_close_returns_while_the_process_keeps_printing_into_a_full_queue() -> N
 
 def test_the_end_comes_after_every_line_when_it_found_the_queue_full() -> None:
     async def go() -> list[bytes]:
-        reader = StdoutReader(_Piped([[b"1"], [b"2"], [b"3"], [b"4"]]))
-        await asyncio.sleep(0.5)  # every read is done: the end found the queue (4 reads) full
+        piped = _Piped([[b"1"], [b"2"], [b"3"], [b"4"]])
+        reader = StdoutReader(piped)
+        # Every read is done: the end found the queue (4 reads) full.
+        await event(piped.ended, timeout=30, what="every read of the pipe")
         got: list[bytes] = []
         try:
             while (lines := await reader.next_lines(1.0)) is not None:

@@ -67,7 +67,7 @@ def test_an_approval_adds_an_allow_to_a_call_decided_before() -> None:
 async def test_a_hook_waits_for_the_stream_to_announce_its_call_and_a_forged_id_times_out() -> None:
     ledger = DecisionLedger()
     waiting = asyncio.ensure_future(ledger.announced("toolu_late", 5.0))
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop (no time passes): the hook's wait begins
     assert not waiting.done()
     ledger.announce("toolu_late")  # the stream's line arrives after the hook call
     assert await waiting is True

@@ -2,11 +2,11 @@
 
 import subprocess
 import sys
-import time
 
 import msgspec
 
 from sandbox.owner import LABEL_HOST, LABEL_OWNER, Owner, creator_gone, current_owner, parse_owner, process_start
+from tests.support.waiting import until_sync
 
 
 def _labels(owner: Owner) -> dict[str, str]:
@@ -26,7 +26,7 @@ def test_this_process_is_not_gone() -> None:
 
 
 def test_a_live_process_is_not_gone_and_an_exited_one_is() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # a live process (killed below)
     try:
         start = process_start(child.pid)
         assert start is not None
@@ -35,9 +35,7 @@ def test_a_live_process_is_not_gone_and_an_exited_one_is() -> None:
     finally:
         child.kill()
     # Killed but not waited for: a zombie (once the signal lands), which runs nothing.
-    deadline = time.monotonic() + 10
-    while process_start(child.pid) is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    until_sync(lambda: process_start(child.pid) is None, timeout=10, what="the killed child to become a zombie")
     assert creator_gone(_labels(other))
     child.wait()
     assert creator_gone(_labels(other))

@@ -6,6 +6,7 @@ import socket
 import struct
 
 from sandbox.pump import PID_MARKER, Channel, End, OutputChunk, Pump
+from tests.support.waiting import until
 
 
 def frame(stream: int, data: bytes) -> bytes:
@@ -72,26 +73,51 @@ async def test_cap_counts_the_rest_as_truncated() -> None:
     assert pump.truncated == 800
 
 
+class WatchedChannel(Channel):
+    """A channel that counts the pump's puts begun and done: one begun and not done is the pump
+    waiting for room."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_items: int) -> None:
+        super().__init__(loop, max_items)
+        self.begun = 0
+        self.done = 0
+
+    def put(self, item: OutputChunk) -> bool:
+        self.begun += 1
+        try:
+            return super().put(item)
+        finally:
+            self.done += 1
+
+
 async def test_slow_consumer_slows_the_producer() -> None:
     # The channel holds 4 chunks; a consumer that reads nothing must stop the pump from reading,
     # so the sender's socket buffer fills up and its writes block (nothing is dropped).
     a, b = socket.socketpair()
     b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    channel = Channel(asyncio.get_running_loop(), 4)
+    channel = WatchedChannel(asyncio.get_running_loop(), 4)
     pump = Pump(b, channel, 1 << 30)
     pump.thread.start()
     a.setblocking(False)
     sent = 0
     block = frame(1, b"x" * 1000)
-    stalls = 0
-    while stalls < 6 and sent < 200 * len(block):
+
+    def held() -> bool:  # four chunks queued, the fifth waiting for room: the pump reads no more
+        return channel.done == 4 and channel.begun == 5
+
+    def sender_held() -> bool:
+        """Send what the socket takes; True once it takes no more while the pump waits for room
+        (or once everything went: nothing held the sender back, which the assertion catches)."""
+        nonlocal sent
         try:
-            sent += a.send(block)
-            stalls = 0
+            while sent < 200 * len(block):
+                sent += a.send(block)
         except BlockingIOError:
-            stalls += 1  # give the pump every chance to make room, then conclude it won't
-            await asyncio.sleep(0.05)
+            return held()
+        return True
+
+    await until(sender_held, timeout=30, what="the sender to be held back by the full channel")
     assert sent < 100 * len(block), "the producer should have been held back"
     # Now drain everything that was sent: all of it arrives.
     a.setblocking(True)

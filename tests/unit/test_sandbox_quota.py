@@ -1,7 +1,6 @@
 """The workspace quota's pure parts: when a workspace counts as full, the watchdog's walk, the
 refusals without root, and the settings that choose the limit and how it is held."""
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 from forge.settings import SettingsError, load_settings
 from sandbox import MiB, WorkspaceQuotaUnavailable, WorkspaceUsage, prepare_workspace, quota, workspace_usage
 from sandbox.quota import WorkspaceWatch, full_margin, image_path, mount_quota, quota_mounts, tree_bytes
+from tests.support.waiting import until
 
 
 def usage(kind: quota.QuotaKind, *, limit: int, used: int, files_free: int | None = None) -> WorkspaceUsage:
@@ -76,11 +76,7 @@ async def test_the_watch_looks_by_itself(tmp_path: Path, monkeypatch: pytest.Mon
     watch.start()
     try:
         (tmp_path / "big").write_bytes(os.urandom(2 * MiB))
-        for _ in range(100):
-            if watch.limit_reached:
-                break
-            await asyncio.sleep(0.05)
-        assert watch.limit_reached
+        assert await until(lambda: watch.limit_reached, timeout=30, what="the watch to see the limit reached")
     finally:
         watch.stop()
 
