@@ -55,16 +55,11 @@ def test_first_start_creates_admin_and_serves(tmp_path: Path) -> None:
 
 
 def _wait_healthy(proc: subprocess.Popen[str], base: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
+    def healthy() -> bool:
         assert proc.poll() is None, "forgehand serve exited"
-        assert time.monotonic() < deadline, "forgehand serve did not come up"
-        time.sleep(0.2)
+        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+
+    until_sync(healthy, timeout=60, what="forgehand serve to come up", ignoring=(httpx.TransportError,))
 
 
 def test_push_to_a_server_on_the_default_relative_data_dir_prints_no_traceback(tmp_path: Path) -> None:
@@ -107,10 +102,8 @@ def test_push_to_a_server_on_the_default_relative_data_dir_prints_no_traceback(t
         assert "Traceback" not in push.stderr and "Error" not in push.stderr, push.stderr
         assert "[new branch]      main -> main" in push.stderr
         journal = project / "var" / "push-journal"
-        deadline = time.monotonic() + 30
-        while list(journal.iterdir()):  # written before git ran, crossed out once the push is recorded
-            assert time.monotonic() < deadline, list(journal.iterdir())
-            time.sleep(0.05)
+        # Written before git ran, crossed out once the push is recorded.
+        until_sync(lambda: not list(journal.iterdir()), timeout=30, what="the push journal emptied")
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
