@@ -2,8 +2,6 @@
 the name is skipped with a notice that shows it escaped, and the workspace with its quota mount
 goes. And a settle step that fails anyway ends its run `settle_failed`, never left `running`."""
 
-import asyncio
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +11,7 @@ from forge.git import snapshot as snapshot_module
 from forge.settings import Settings
 from sandbox import quota_mounts
 from tests.support.tasks import Env, all_events, containers_of, serve_env, start, tree_files, wait_state
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -28,12 +27,15 @@ async def workspaces_left(env: Env, deadline: float = 60.0) -> list[Path]:
     """The workspaces (and quota mounts) still there once the settle step had `deadline` seconds
     to remove them (it does so after recording the run's end)."""
     root = env.settings.data_dir / "workspaces"
-    end = time.monotonic() + deadline
-    while True:
+    left: list[Path] = []
+
+    def none_left() -> bool:
+        nonlocal left
         left = [*quota_mounts(root), *(p for p in root.rglob("*") if p.is_dir())] if root.exists() else []
-        if not left or time.monotonic() > end:
-            return left
-        await asyncio.sleep(0.1)
+        return not left
+
+    await until(none_left, timeout=deadline, what="the settle step to remove the workspaces", show=lambda: left)
+    return left
 
 
 async def test_a_name_that_is_not_utf8_is_skipped_with_a_notice(env: Env) -> None:

@@ -17,6 +17,7 @@ from sandbox import (
     list_sandboxes,
     reap,
 )
+from tests.support.waiting import until
 
 from .conftest import INSTANCE, SpecFactory
 
@@ -85,6 +86,8 @@ async def test_slow_consumer_slows_the_command(sandbox: Sandbox) -> None:
     )
     async with sandbox.stream(["python3", "-c", script], queue_chunks=2, output_cap=64 << 20) as s:
         first = await s.__anext__()
+        # An absence (the command does not run ahead): no event marks "held back", and a command
+        # that was not would write its 8 MiB and leave its mark well within this time.
         await asyncio.sleep(1.5)
         probe = await sandbox.exec(["test", "-e", "/tmp/finished"])
         assert probe.exit_code == 1, "the command must be held back while nobody reads its output"
@@ -119,16 +122,17 @@ async def test_stop_and_remove_are_idempotent(engine: SandboxEngine, make_spec: 
         await sb.exec(["true"])
 
 
+async def ended(sb: Sandbox) -> bool:
+    return await sb.status() != "running"
+
+
 async def test_wall_clock_ends_the_sandbox(engine: SandboxEngine, make_spec: SpecFactory) -> None:
     sb = await engine.start(make_spec(limits=Limits(wall_clock_seconds=2)))
     async with sb:
         r = await sb.exec(["sleep", "30"])
         assert r.timed_out, "an exec is clamped to what is left of the wall clock"
         assert r.duration < 4
-        for _ in range(50):
-            if await sb.status() != "running":
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: ended(sb), timeout=30, what="the wall clock to stop the sandbox")
         assert await sb.status() == "exited"
         with pytest.raises(SandboxGone):
             await sb.exec(["true"])
@@ -141,10 +145,7 @@ async def test_wall_clock_even_when_the_idle_process_is_stopped(engine: SandboxE
         freeze = "for p in /proc/[0-9]*; do grep -q '^sleep' $p/cmdline && kill -STOP ${p#/proc/}; done; echo ok"
         r = await sb.exec(["sh", "-c", freeze])
         assert r.stdout == b"ok\n"
-        for _ in range(60):
-            if await sb.status() != "running":
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: ended(sb), timeout=30, what="the host-side timer to stop the sandbox")
         assert await sb.status() == "exited"
 
 

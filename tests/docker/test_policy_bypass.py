@@ -12,7 +12,6 @@ import io
 import json
 import secrets
 import tarfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from tests.support.openai_responses import ScriptedResponses
 from tests.support.openai_responses import text as codex_text
 from tests.support.policy import PolicyConsumer, make_hook_token, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -109,10 +109,7 @@ def run_bypassed(s: Settings, consumer: Consumer, runtime: str) -> tuple[dict[st
                 done = await wait_state(c, 1, "awaiting_review", "failed", timeout=240)
                 merge = await c.post(f"{TASKS}/1/merge", json={})
                 assert merge.status_code in (404, 409, 422), merge.text  # never mergeable
-                deadline = time.monotonic() + 60
-                while not consumer.notes("policy.bypassed"):
-                    assert time.monotonic() < deadline, "no policy.bypassed notification arrived"
-                    await asyncio.sleep(0.1)
+                await until(lambda: consumer.notes("policy.bypassed"), timeout=60, what="policy.bypassed notification")
                 return done, await all_events(c, 1)
 
         done, events = asyncio.run(drive())

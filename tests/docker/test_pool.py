@@ -32,6 +32,7 @@ from sandbox.quota import image_path, is_mounted, quota_mounts
 from tests.support.agent_box import on_served
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.tasks import all_events, task_settings, tree_files, wait_state
+from tests.support.waiting import until
 
 from .conftest import INSTANCE, SpecFactory
 
@@ -152,10 +153,7 @@ async def test_each_pooled_sandbox_is_handed_out_once(
             workspace=ws, run=f"once-{i}", limits=Limits(wall_clock_seconds=120), channel_dir=channel,
             relays=(Relay(GATEWAY_RELAY_PORT, "gateway.sock"),),
         )  # fmt: skip
-        for _ in range(200):  # the refill runs in the background
-            if pool.ready:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: pool.ready, timeout=30, what="the pool's refill (in the background)")
         sb = await pool.acquire(spec, workspace_limit_bytes=QUOTA)
         assert sb is not None
         assert sb.id not in seen
@@ -276,11 +274,11 @@ async def test_claude_code_tasks_take_pooled_sandboxes_once_and_leave_nothing(
 
 async def _pool_ready(image: str) -> None:
     """Wait until the served worker's pool of `image` (in this process) has an idle sandbox again."""
-    for _ in range(300):
-        if any(p.ready and p.template.image == image for p in list(LIVE_POOLS.values())):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the pool never got an idle sandbox")
+    await until(
+        lambda: any(p.ready and p.template.image == image for p in list(LIVE_POOLS.values())),
+        timeout=30,
+        what="an idle sandbox in the pool",
+    )
 
 
 async def test_idle_sandboxes_are_replaced_before_they_go_stale(
@@ -291,10 +289,13 @@ async def test_idle_sandboxes_are_replaced_before_they_go_stale(
     async with SandboxPool(engine, make_spec(), size=1, root=pool_dirs[0], max_idle_seconds=4) as pool:
         first = {s.id for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")}
         pool.keep_fresh()
-        for _ in range(150):
-            await asyncio.sleep(0.1)
+        now: set[str] = set()
+
+        async def replaced() -> bool:
+            nonlocal now
             now = {s.id for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")}
-            if pool.ready and now and not now & first:
-                break
+            return bool(pool.ready and now and not now & first)
+
+        await until(replaced, timeout=30, what="the idle sandbox to be replaced", show=lambda: (first, now))
         assert pool.ready == 1 and len(now) == 1 and not now & first, (first, now)
     assert not [s for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")]

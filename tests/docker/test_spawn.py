@@ -112,7 +112,7 @@ async def test_a_slow_reader_slows_the_process_down_and_loses_nothing(sandbox: S
             assert line[:8] == f"{got:08d}".encode()
             got += 1
             if got % 5000 == 0:
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(0.3)  # the slow reader: the scenario
         assert await p.wait() == 0
     assert got == 20000
 

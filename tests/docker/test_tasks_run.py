@@ -37,7 +37,9 @@ from tests.support.tasks import (
     task_settings,
     tree_files,
     wait_state,
+    wait_task,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -107,14 +109,16 @@ async def test_sandbox_escapes_never_reach_the_commit_and_secrets_are_redacted(e
         assert "[REDACTED]" in output_text(events, "stderr")
 
 
+async def printed(c: httpx.AsyncClient, text: str) -> bool:
+    """Whether task 1's output holds `text`."""
+    return text in output_text(await all_events(c, 1))
+
+
 async def test_stop_kills_the_sandbox_then_retry_continues_from_the_wip_snapshot(env: Env) -> None:
     script = "if [ -f marker ]; then echo second; else touch marker; echo first; sleep 300; fi"
     async with env.client() as c:
         await start(c, script)
-        deadline = time.monotonic() + 120
-        while "first" not in output_text(await all_events(c, 1)):
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.2)
+        await until(lambda: printed(c, "first"), timeout=120, what="the first run to print 'first'")
         assert containers_of(env.settings)
         t0 = time.monotonic()
         r = await c.post("/api/v1/repos/ana/demo/tasks/1/stop")
@@ -142,13 +146,12 @@ async def test_message_while_running_is_queued_and_delivered(env: Env) -> None:
         r = await c.post("/api/v1/repos/ana/demo/tasks/1/messages", json={"body": "also do this"})
         assert r.status_code == 200, r.text
         assert r.json()["queued_message"] == "also do this" and r.json()["state"] == "running"
-        deadline = time.monotonic() + 120
-        while True:
-            body = (await c.get("/api/v1/repos/ana/demo/tasks/1")).json()
-            if len(body["runs"]) == 2 and body["state"] == "awaiting_review":
-                break
-            assert time.monotonic() < deadline, body
-            await asyncio.sleep(0.2)
+        body = await wait_task(
+            c,
+            1,
+            lambda t: len(t["runs"]) == 2 and t["state"] == "awaiting_review",
+            what="the message's run to end in review",
+        )
         assert [run["kind"] for run in body["runs"]] == ["start", "message"]
         assert body["queued_message"] == ""
         assert tree_files(env.repo_path, body["head_sha"])["prompt.txt"] == (0o100644, b"also do this")
@@ -185,10 +188,7 @@ async def test_worker_killed_mid_run_then_restarted(worker_env: tuple[Settings, 
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
                 await start(c, "echo started; sleep 300")
                 await wait_state(c, 1, "running")
-                deadline = time.monotonic() + 60
-                while "started" not in output_text(await all_events(c, 1)):
-                    assert time.monotonic() < deadline
-                    await asyncio.sleep(0.2)
+                await until(lambda: printed(c, "started"), timeout=60, what="the run to print 'started'")
                 assert containers_of(settings)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
@@ -267,10 +267,11 @@ async def test_a_snapshot_that_cannot_be_written_fails_the_run(env: Env) -> None
     objects = env.repo_path / "objects"
     async with env.client() as c:
         await start(c, "sleep 3; echo one > new.txt")
-        deadline = time.monotonic() + 120
-        while "runtime" not in {e["payload"].get("phase") for e in await all_events(c, 1) if e["kind"] == "system"}:
-            assert time.monotonic() < deadline, "the runtime did not start"
-            await asyncio.sleep(0.1)
+
+        async def runtime_started() -> bool:
+            return "runtime" in {e["payload"].get("phase") for e in await all_events(c, 1) if e["kind"] == "system"}
+
+        await until(runtime_started, timeout=120, what="the runtime to start")
         objects.rename(env.repo_path / "objects.away")
         objects.write_text("")  # the object store is gone: nothing can be read or written
         try:
