@@ -30,6 +30,7 @@ from sandbox import (
     list_workspace,
     read_workspace_file,
 )
+from tests.support.waiting import until
 
 from .conftest import SpecFactory
 
@@ -163,7 +164,7 @@ async def test_no_network_to_host_or_internet(
     # The canary itself works, so a connection would have been counted.
     with socket.create_connection(("127.0.0.1", canary.port), timeout=2):
         pass
-    await asyncio.sleep(0.3)
+    await until(lambda: canary.connections, timeout=10, what="the canary to count the connection")
     assert canary.connections == 1
 
 
@@ -270,10 +271,12 @@ async def test_fork_bomb_is_contained(engine: SandboxEngine, make_spec: SpecFact
 
         # While the bomb runs: the container sits at its pids limit, never above it ...
         seen: list[int] = []
-        deadline = time.monotonic() + 6
-        while time.monotonic() < deadline and (not seen or seen[-1] < 250):
+
+        async def at_the_limit() -> bool:
             seen.append(await pids())
-            await asyncio.sleep(0.2)
+            return seen[-1] >= 250
+
+        await until(at_the_limit, timeout=6, what="the bomb to reach the pids limit", show=lambda: seen)
         assert max(seen) >= 250, seen
         assert max(seen) <= 256, seen
         # ... and the host forks as usual.
@@ -284,10 +287,14 @@ async def test_fork_bomb_is_contained(engine: SandboxEngine, make_spec: SpecFact
         result = await bomb
         assert result.timed_out
         # After the timeout the bomb is gone and the sandbox works again.
-        for _ in range(50):
-            if (after := await pids()) <= 3:
-                break
-            await asyncio.sleep(0.2)
+        counts: list[int] = []
+
+        async def calm() -> bool:
+            counts.append(await pids())
+            return counts[-1] <= 3
+
+        await until(calm, timeout=10, what="the bomb's processes to be gone", show=lambda: counts)
+        after = counts[-1]
         assert after <= 3
         r = await sb.exec(["echo", "alive"])
         assert r.stdout == b"alive\n"
@@ -361,7 +368,7 @@ async def test_one_gigabyte_of_output_is_capped_and_memory_stays_flat(sandbox: S
         nonlocal peak
         while not stop.is_set():
             peak = max(peak, rss_bytes())
-            time.sleep(0.01)
+            time.sleep(0.01)  # the sampling interval of the measurement, not a wait
 
     baseline = rss_bytes()
     sampler = threading.Thread(target=sample, daemon=True)

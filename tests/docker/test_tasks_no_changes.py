@@ -1,15 +1,13 @@
 """A run that changes nothing: no commit, no task branch created or moved, the run and the task say
 "no changes", and the merge service refuses the empty diff with its own code."""
 
-import asyncio
-import time
 from collections.abc import Iterator
 
 import pygit2
 import pytest
 
 from forge.settings import Settings
-from tests.support.tasks import Env, serve_env, start, tree_files, wait_state
+from tests.support.tasks import Env, serve_env, start, tree_files, wait_state, wait_task
 
 pytestmark = pytest.mark.docker
 
@@ -41,13 +39,12 @@ async def test_a_run_that_changes_nothing_leaves_no_branch_and_cannot_be_merged(
         # The next run that does change something makes the branch, and the task has changes.
         r = await c.post(f"{TASK}/messages", json={"body": "write it"})
         assert r.status_code in (200, 201, 202), r.text
-        deadline = time.monotonic() + 120
-        while True:
-            again = (await c.get(TASK)).json()
-            if len(again["runs"]) == 2 and again["runs"][1]["finished_at"] and again["state"] == "awaiting_review":
-                break
-            assert time.monotonic() < deadline, again
-            await asyncio.sleep(0.2)
+        again = await wait_task(
+            c,
+            1,
+            lambda t: len(t["runs"]) == 2 and t["runs"][1]["finished_at"] and t["state"] == "awaiting_review",
+            what="the message's run to end in review",
+        )
         assert not again["no_changes"] and not again["runs"][1]["no_changes"], again
         ref = repo.references.get(f"refs/heads/{again['branch']}")
         assert ref is not None and str(ref.target) == again["head_sha"]

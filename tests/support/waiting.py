@@ -4,8 +4,9 @@
 then up to `interval`) and return its first truthy value; when the deadline passes they fail
 with an AssertionError naming what was awaited and the last value seen. `event` and
 `event_sync` wait for an `asyncio.Event` / `threading.Event` that the code under test (or a fake
-server) sets; `Seen` is a thread-safe record a fake server appends to, which a test can wait on.
-A deadline is there so that a hang fails, with room for a loaded runner, never to measure speed.
+server) sets. `loop_turns` lets ready tasks run with no time passing (for an absence on one loop
+where the test holds everything the code could wait on). A deadline is there so that a hang
+fails, with room for a loaded runner, never to measure speed.
 """
 
 import asyncio
@@ -13,7 +14,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Generic, TypeVar, overload
+from typing import TypeVar, overload
 
 T = TypeVar("T")
 
@@ -135,56 +136,6 @@ def event_sync(ev: threading.Event, *, timeout: float, what: str) -> None:
     """Wait until the threading event `ev` is set, or fail naming `what`."""
     if not ev.wait(timeout):
         raise AssertionError(f"waited {timeout:g} s for {what}; it was not set")
-
-
-class Seen(Generic[T]):
-    """What a fake server (or any thread) records, in order, with a wait for a condition on it.
-
-    `add` may be called from any thread; `wait_sync` (threads) and `wait` (a loop) block until
-    `check(items)` is truthy, woken by each `add` rather than by a timer."""
-
-    def __init__(self) -> None:
-        self._items: list[T] = []
-        self._changed = threading.Condition()
-
-    def add(self, item: T) -> None:
-        with self._changed:
-            self._items.append(item)
-            self._changed.notify_all()
-
-    @property
-    def items(self) -> list[T]:
-        with self._changed:
-            return list(self._items)
-
-    def __len__(self) -> int:
-        with self._changed:
-            return len(self._items)
-
-    def wait_sync(self, check: Callable[[list[T]], object], *, timeout: float, what: str) -> list[T]:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not check(self._items):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _failure(what, timeout, list(self._items))
-                self._changed.wait(left)
-            return list(self._items)
-
-    async def wait(self, check: Callable[[list[T]], object], *, timeout: float, what: str) -> list[T]:
-        """`wait_sync` from a loop: looks again every few milliseconds rather than blocking a
-        thread that a cancelled test could not take back."""
-
-        def seen() -> list[T] | None:
-            items = self.items
-            return items if check(items) else None
-
-        try:
-            items = await until(seen, timeout=timeout, what=what, interval=0.02)
-        except AssertionError:
-            raise _failure(what, timeout, self.items) from None
-        assert items is not None
-        return items
 
 
 async def loop_turns(turns: int = 10) -> None:
