@@ -170,6 +170,23 @@ async def set_disabled(session: AsyncSession, actor: Actor, login: str, disabled
     return account
 
 
+async def update_profile(session: AsyncSession, actor: Actor, display_name: str) -> Account:
+    """The signed-in person changes what their profile shows (the display name, at most 200
+    characters; blank: the login alone)."""
+    account_id = actor.principal.account_id
+    account = await session.get(Account, account_id) if account_id is not None else None
+    if account is None:
+        raise Unauthenticated("sign in first", code=Code.UNAUTHENTICATED)
+    name = display_name.strip()
+    if len(name) > 200:
+        raise InvalidInput("a display name is at most 200 characters", code=Code.VALIDATION_FAILED)
+    name = require_no_nul(name, "a display name")
+    if name != account.display_name:
+        account.display_name = name
+        audit.record(session, actor, "user.profile.update", account.login, display_name=True)
+    return account
+
+
 async def list_accounts(session: AsyncSession, *, type_: str | None = None) -> Sequence[Account]:
     stmt = select(Account).order_by(Account.login_key)
     if type_ is not None:

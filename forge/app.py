@@ -38,7 +38,7 @@ from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
-from forge.pages_account import AccountPages, ProfilePages
+from forge.pages_account import OldSettingsPages, ProfilePages, SettingsPages
 from forge.pages_browse import RepoPages
 from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
@@ -155,7 +155,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             RepoListPages,
             RepoPages,
             RepoSettingsPages,
-            AccountPages,
+            SettingsPages,
+            OldSettingsPages,
             ProfilePages,  # `/{login}`: one segment, after every static one-segment route above
             create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
             API_REFERENCE_ASSETS,
