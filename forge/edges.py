@@ -14,6 +14,7 @@ from litestar.types import Message, Scope
 from forge.csrf import check_csrf
 from forge.int_bounds import refuse_out_of_range_ints
 from forge.json_limits import refuse_deep_json
+from forge.password_gate import require_own_password
 from forge.text import reject_nul_in_url
 
 # Headers on every response. Images only from this instance (or inline data): text an untrusted
@@ -54,11 +55,13 @@ def options_response(request: Request[Any, Any, Any]) -> Response[None] | None:
     return Response(None, status_code=HTTP_204_NO_CONTENT, headers={"Allow": ", ".join(sorted(methods))})
 
 
-async def before_request(request: Request[Any, Any, Any]) -> Response[None] | None:
+async def before_request(request: Request[Any, Any, Any]) -> Response[Any] | None:
     await reject_nul_in_url(request)
     await refuse_out_of_range_ints(request)
     if (answer := options_response(request)) is not None:
         return answer
     await check_csrf(request)
+    if (answer := await require_own_password(request)) is not None:
+        return answer
     await refuse_deep_json(request)
     return None

@@ -69,6 +69,12 @@ class Code(StrEnum):
     ACCOUNT_NOT_FOUND = "account_not_found", 404, "no account with this login"
     WRONG_PASSWORD = "wrong_password", 403, "the current password given to change it is wrong"
     PASSWORD_MISMATCH = "password_mismatch", 422, "the new password and its repetition differ"
+    PASSWORD_UNCHANGED = "password_unchanged", 422, "the new password is the current one"
+    PASSWORD_CHANGE_REQUIRED = (
+        "password_change_required",
+        403,
+        "the session's password was generated: change it at /settings/password first (tokens are not affected)",
+    )
     NO_PASSWORD = "no_password", 422, "bots have no password (they act through tokens)"
     LOGIN_TAKEN = "login_taken", 409, "another account has this login"
     CANNOT_DISABLE_SELF = "cannot_disable_self", 422, "an admin cannot disable their own account"

@@ -8,10 +8,10 @@ routes, which Litestar matches before a path parameter, and their names are rese
 (`accounts.RESERVED_LOGINS`), so no account can be named like one."""
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, URLEncodedBody
+from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,7 +21,8 @@ from forge.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
 from forge.error_codes import Code
 from forge.errors import ForgeError, InvalidInput, NotFound
 from forge.models import Account
-from forge.pages import WebForm, page, signed_in
+from forge.pages import WebForm, page, safe_next, signed_in
+from forge.password_gate import must_change
 
 # The composition root hands in how to list an account's tasks (forge does not know the tasks
 # package): `app.state.account_tasks(session, principal)` returns task reads, newest first.
@@ -39,10 +40,22 @@ class PasswordForm(WebForm):
     current_password: str = ""
     new_password: str = ""
     repeat_password: str = ""
+    next: str = ""  # where a forced change came from (`forge.password_gate`)
 
 
 class ProfileForm(WebForm):
     display_name: str = ""
+
+
+def _password_page(request: Request[Any, Any, Any], next_: str, status_code: int = 200, **extra: Any) -> Template:
+    return page(
+        request,
+        PASSWORD_TEMPLATE,
+        status_code=status_code,
+        must_change=must_change(request),
+        next=safe_next(next_) if next_ else "",
+        **{"error": None, "notice": None, **extra},
+    )
 
 
 def _profile_page(request: Request[Any, Any, Any], account: Account, status_code: int = 200, **extra: Any) -> Template:
@@ -84,8 +97,10 @@ class SettingsPages(Controller):
         return _profile_page(request, account, notice="Profile saved.")
 
     @get("/password")
-    async def password_page(self, request: Request[Any, Any, Any]) -> Template:
-        return page(request, PASSWORD_TEMPLATE, error=None, notice=None)
+    async def password_page(
+        self, request: Request[Any, Any, Any], next_: Annotated[str, QueryParameter(name="next")] = ""
+    ) -> Template:
+        return _password_page(request, next_)
 
     @post("/password")
     async def change_password(
@@ -110,15 +125,16 @@ class SettingsPages(Controller):
             )
         except ForgeError as exc:
             exc.audited = True  # change_password audits its refusals; a mismatch is the form's own
-            response = page(request, PASSWORD_TEMPLATE, status_code=exc.status, error=exc.detail, notice=None)
+            response = _password_page(request, data.next, status_code=exc.status, error=exc.detail)
             if exc.status == 429:
                 response.headers["Retry-After"] = str(getattr(exc, "retry_after", 60))
             return response
-        return page(
+        forced = must_change(request)  # as the session was when this request began
+        return _password_page(
             request,
-            PASSWORD_TEMPLATE,
-            error=None,
+            data.next,
             notice="Password changed. Your other sessions were signed out; this one stays signed in.",
+            continue_to=(safe_next(data.next) if data.next else "/") if forced else None,
         )
 
 
