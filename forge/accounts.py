@@ -44,6 +44,7 @@ RESERVED_LOGINS = frozenset(
         "tasks",
         "repos",
         "git",
+        "favicon.ico",  # cannot be a login (no dots), but every first path segment of a route is listed
     }
 )
 MIN_PASSWORD = 10

@@ -48,7 +48,7 @@ class LocalSwaggerPlugin(SwaggerRenderPlugin):
             js_url=f"{ASSETS_PATH}/swagger-ui-bundle.js",
             css_url=f"{ASSETS_PATH}/swagger-ui.css",
             standalone_preset_js_url=f"{ASSETS_PATH}/swagger-ui-standalone-preset.js",
-            favicon=f'<link rel="icon" type="image/png" href="{ASSETS_PATH}/favicon-32x32.png">',
+            favicon='<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">',
         )
 
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:

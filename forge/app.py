@@ -13,6 +13,7 @@ from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.response import File
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from sqlalchemy import text
@@ -72,6 +73,13 @@ async def healthz(state: State) -> Response[dict[str, str]]:
     except Exception:
         return Response({"status": "unhealthy", "database": "unreachable"}, status_code=503)
     return Response({"status": "ok", "version": VERSION})
+
+
+@get("/favicon.ico", include_in_schema=False, name="favicon")
+async def favicon() -> File:
+    # Pages link /static/favicon.svg; a browser showing a document with no link of its own (the
+    # JSON of /api/schema/openapi.json, a raw file) asks here, and a 404 would be a console error.
+    return File(path=HERE / "static" / "favicon.svg", media_type="image/svg+xml", content_disposition_type="inline")
 
 
 class MetricsController(PrometheusController):
@@ -138,6 +146,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             healthz,
+            favicon,
             MetricsController,
             UserController,
             AdminController,
@@ -164,7 +173,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         dependencies=DEPENDENCIES,
         middleware=[
             prometheus.middleware,
-            DefineMiddleware(AuthenticationLayer, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
+            DefineMiddleware(AuthenticationLayer, exclude=["^/static/", "^/healthz$", "^/metrics$", "^/favicon.ico$"]),
         ],
         before_request=before_request,
         before_send=[add_security_headers],

@@ -1,22 +1,24 @@
 """Settings and the first hour in a real browser: a generated password is changed before anything
-else. One server for the module (no tasks run here, so no worker and no sandbox)."""
+else; secrets shown once and the clone URL have copy buttons; no page logs a console error (the
+favicon is there). One server for the module (no tasks run here, so no worker and no sandbox)."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from tests.support.a11y import check_page, no_foreign_requests
 from tests.support.browser import ForgeServer, serve_forge
-from tests.support.browser_ui import sign_in
+from tests.support.browser_ui import create_repo, sign_in
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForgeServer]:
-    with serve_forge(tmp_path_factory.mktemp("settings-pages"), {"run_worker": False}) as server:
+    overrides = {"run_worker": False, "webhooks_allowed_hosts": "127.0.0.1"}
+    with serve_forge(tmp_path_factory.mktemp("settings-pages"), overrides) as server:
         yield server
 
 
@@ -64,3 +66,82 @@ def test_a_generated_password_is_changed_at_first_sign_in(page: Page, site: Forg
     page.context.clear_cookies()
     sign_in(page, site.url, "newbie", new)
     expect(page).to_have_url(site.at("/"))  # no longer asked
+
+
+def copies(page: Page, button: Locator, expected: str) -> None:
+    """Press a copy button: the clipboard holds `expected` and the page says it was copied."""
+    button.click()
+    expect(button).to_have_attribute("title", "Copied to the clipboard.")
+    assert page.evaluate("navigator.clipboard.readText()") == expected
+
+
+def test_copy_buttons_and_no_console_errors(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=site.url)
+    with no_foreign_requests(page, site.url):
+        sign_in(page, site.url, site.admin_login, site.admin_password)
+        # The favicon every page links is served (and so is /favicon.ico, for documents without a link).
+        href = page.locator("link[rel=icon]").get_attribute("href")
+        assert href == "/static/favicon.svg"
+        for path in (href, "/favicon.ico"):
+            icon = page.request.get(site.at(path))
+            assert icon.ok and icon.headers["content-type"].startswith("image/svg+xml"), path
+
+        full_name = create_repo(page, site.url, "copyme", readme=True)
+        clone = page.get_by_role("button", name="Copy the clone URL to the clipboard")
+        copies(page, clone, page.locator("#clone-url").input_value())
+        assert page.locator("#clone-url").input_value() == site.at(f"/{full_name}.git")
+        check_page(page, artifacts_dir, "repo-home-clone-copy")
+
+        generated = create_user(page, site, "copied")
+        copies(page, page.get_by_role("button", name="Copy the password of copied to the clipboard"), generated)
+        expect(page.locator("#new-password-copy-status")).to_have_text("Copied to the clipboard.")
+        check_page(page, artifacts_dir, "admin-password-created")
+
+        page.goto(site.at(f"/{full_name}/settings/hooks/"))
+        page.get_by_label("Payload URL").fill("http://127.0.0.1:9/hook")
+        page.get_by_role("button", name="Create endpoint").click()
+        expect(page.get_by_role("status").first).to_contain_text("Endpoint created.")
+        secret = page.locator("#new-secret").inner_text().strip()
+        assert secret.startswith("whsec_")
+        copies(page, page.get_by_role("button", name="Copy the signing secret to the clipboard"), secret)
+
+        page.goto(site.at("/settings/tokens/"))
+        page.get_by_label("Name", exact=True).fill("copy check")
+        page.get_by_label("repo:read", exact=True).check()
+        page.get_by_role("button", name="Create token").click()
+        token = page.locator("#new-token").inner_text().strip()
+        copies(page, page.get_by_role("button", name="Copy the new token to the clipboard"), token)
+
+        # A url input looks like the text inputs beside it.
+        page.goto(site.at("/settings/model-keys/"))
+        styles = (
+            "el => { const s = getComputedStyle(el);"
+            " return [s.borderTopWidth, s.borderTopStyle, s.borderRadius, s.paddingLeft, s.width]; }"
+        )
+        url_style = page.locator("#base_url_openai").evaluate(styles)
+        text_style = page.locator("#api_key_openai").evaluate(styles)
+        assert url_style == text_style, (url_style, text_style)
+        check_page(page, artifacts_dir, "settings-model-access")
+
+        for path in (
+            "/",
+            "/repos",
+            "/tasks",
+            f"/{site.admin_login}",
+            "/settings/profile",
+            "/settings/password",
+            "/settings/tokens/",
+            "/admin/",
+            "/admin/audit",
+            f"/{full_name}",
+            f"/{full_name}/commits",
+            f"/{full_name}/settings/",
+            f"/{full_name}/settings/tasks/",
+            f"/{full_name}/settings/hooks/",
+        ):
+            page.goto(site.at(path))
+            expect(page.locator("header.top")).to_contain_text(site.admin_login)
+    assert errors == [], "\n".join(errors)
