@@ -99,6 +99,7 @@ class Code(StrEnum):
     INVALID_VISIBILITY = "invalid_visibility", 422, "visibility is private, internal or public"
     BRANCH_NOT_FOUND = "branch_not_found", 422, "the new default branch does not exist"
     CONFIRMATION_REQUIRED = "confirmation_required", 422, "type the repository's full name to confirm"
+    INVALID_TRANSFER = "invalid_transfer", 422, "the new owner already owns it, or is disabled"
     OWNER_ROLE = "owner_role", 422, "the owner's role cannot change (always admin)"
     INVALID_ROLE = "invalid_role", 422, "a role is read, write or admin"
     COLLABORATOR_NOT_FOUND = "collaborator_not_found", 404, "the account is not a collaborator"

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from forge import accounts
+from forge.audit import Actor
+from forge.db import Database
 from tests.support.a11y import check_page, no_foreign_requests
-from tests.support.browser import ForgeServer, serve_forge
-from tests.support.browser_ui import create_repo, sign_in
+from tests.support.browser import ForgeServer, run_async, serve_forge
+from tests.support.browser_ui import add_collaborator, create_repo, remove_collaborator, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -145,3 +148,68 @@ def test_copy_buttons_and_no_console_errors(page: Page, site: ForgeServer, artif
             page.goto(site.at(path))
             expect(page.locator("header.top")).to_contain_text(site.admin_login)
     assert errors == [], "\n".join(errors)
+
+
+def make_person(site: ForgeServer, login: str) -> None:
+    """A person with a password they chose (so not asked to change it)."""
+
+    async def go() -> None:
+        db = Database(site.settings.effective_database_url)
+        try:
+            async with db.session(write=True) as s:
+                await accounts.create_user(s, Actor.system("test"), login, "a password of their own")
+        finally:
+            await db.dispose()
+
+    run_async(go())
+
+
+def danger_action(page: Page, summary: str) -> Locator:
+    """Open one action of the danger zone (a disclosure) and return it."""
+    item = page.locator("#danger-zone details", has_text=summary)
+    if item.get_attribute("open") is None:
+        item.locator("summary").click()
+    expect(item.locator("form")).to_be_visible()
+    return item
+
+
+def test_the_danger_zone_and_removing_a_collaborator(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
+    make_person(site, "heir")
+    with no_foreign_requests(page, site.url):
+        sign_in(page, site.url, site.admin_login, site.admin_password)
+        full_name = create_repo(page, site.url, "danger")
+        add_collaborator(page, site.url, full_name, "heir", "write")
+        remove_collaborator(page, site.url, full_name, "heir")
+
+        page.get_by_role("navigation", name="Repository settings").get_by_role("link", name="Danger zone").click()
+        rename = danger_action(page, "Rename this repository")
+        rename.get_by_label("New name").fill("renamed")
+        rename.get_by_label(f"Type {full_name} to confirm").fill("danger")
+        rename.get_by_role("button", name="Rename repository").click()
+        rename = page.locator("#danger-rename")
+        expect(rename.get_by_role("alert")).to_contain_text(f"type '{full_name}' to confirm")
+        expect(rename.get_by_label("New name")).to_have_value("renamed")  # what was typed stays
+        check_page(page, artifacts_dir, "repo-settings-danger-refused")
+        rename.get_by_label(f"Type {full_name} to confirm").fill(full_name)
+        rename.get_by_role("button", name="Rename repository").click()
+        renamed = f"{site.admin_login}/renamed"
+        expect(page).to_have_url(site.at(f"/{renamed}/settings/?done=renamed#danger-zone"))
+        expect(page.get_by_role("status")).to_contain_text("Renamed. The old address no longer works")
+        expect(page.locator("#clone-url")).to_have_value(site.at(f"/{renamed}.git"))
+
+        transfer = danger_action(page, "Transfer ownership")
+        transfer.get_by_label("New owner (login)").fill("heir")
+        transfer.get_by_label(f"Type {renamed} to confirm").fill(renamed)
+        transfer.get_by_role("button", name="Transfer repository").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text(f"{renamed} was transferred")
+        page.get_by_role("link", name="heir/renamed").click()
+        expect(page).to_have_url(site.at("/heir/renamed"))
+
+        page.goto(site.at("/heir/renamed/settings/"))
+        delete = danger_action(page, "Delete this repository")
+        delete.get_by_label("Type heir/renamed to confirm").fill("heir/renamed")
+        check_page(page, artifacts_dir, "repo-settings-danger-delete")
+        delete.get_by_role("button", name="Delete repository").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text("heir/renamed was deleted")
+        response = page.goto(site.at("/heir/renamed"))
+        assert response is not None and response.status == 404
