@@ -20,11 +20,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
-from forge import __doc__ as forge_doc
 from forge.access import Principal, Scope
 from forge.api_admin import AdminController
 from forge.api_contract import ContractJsonPlugin
-from forge.api_reference import API_REFERENCE_ASSETS, LocalSwaggerPlugin
+from forge.api_reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthenticationLayer, AuthState
@@ -183,8 +182,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         openapi_config=OpenAPIConfig(
             title="forgehand",
             version=VERSION,
-            description=(forge_doc or "").strip(),
-            path="/api/schema",
+            description=API_DESCRIPTION,
+            path=SCHEMA_PATH,
             # The API reference is served from this instance (assets included): no request leaves it.
             render_plugins=[
                 LocalSwaggerPlugin(),

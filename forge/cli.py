@@ -73,6 +73,7 @@ def serve(host: str | None, port: int | None) -> None:
     import uvicorn
 
     from forge import bootstrap
+    from forge.api_reference import warm_up
     from forge.app import create_app
     from forge.migrate import upgrade
 
@@ -93,6 +94,7 @@ def serve(host: str | None, port: int | None) -> None:
             click.echo(f"  Demo repository: {settings.effective_base_url}/{demo_name}  (bot: demo-agent, write access)")
     click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir.resolve()})")
     app = create_app(settings)
+    warm_up(app)  # the API reference's document, built in the background from the start
     freeze_startup_heap()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
 

@@ -11,6 +11,7 @@ from litestar.datastructures import ResponseHeader
 from litestar.status_codes import HTTP_204_NO_CONTENT
 from litestar.types import Message, Scope
 
+from forge.api_reference import before_schema
 from forge.csrf import check_csrf
 from forge.int_bounds import refuse_out_of_range_ints
 from forge.json_limits import refuse_deep_json
@@ -64,4 +65,5 @@ async def before_request(request: Request[Any, Any, Any]) -> Response[Any] | Non
     if (answer := await require_own_password(request)) is not None:
         return answer
     await refuse_deep_json(request)
+    await before_schema(request)
     return None
