@@ -104,6 +104,7 @@ class Action(StrEnum):
     REPO_READ = "repo.read"
     REPO_WRITE = "repo.write"  # push, branch changes
     REPO_ADMIN = "repo.admin"  # settings, collaborators, archive
+    REPO_TRANSFER = "repo.transfer"  # give the repository to another account: its owner or an instance admin
     TASK_READ = "task.read"  # tasks and transcripts (they show command output)
     TASK_WRITE = "task.write"  # start, message, answer, retry, stop, close
     REVIEW_WRITE = "review.write"  # review, merge
@@ -180,6 +181,16 @@ def effective_role(principal: Principal, repo: RepoLike) -> Role | None:
     return max(roles) if roles else None
 
 
+def _may_transfer(principal: Principal, repo: RepoLike) -> bool:
+    """Giving a repository away is its owner's decision (or an instance admin's), never a
+    collaborator admin's: they could otherwise take it over."""
+    if principal.account_id is None:
+        return False
+    if principal.is_admin and principal.has_scope(Scope.ADMIN):
+        return True
+    return principal.account_id == repo.owner_id and principal.has_scope(Scope.REPO_WRITE)
+
+
 def can(principal: Principal, action: Action, resource: Resource) -> bool:
     if principal.via == "internal":
         # forgehand itself (worker, CLI at the operator's shell) is not subject to roles.
@@ -197,6 +208,8 @@ def can(principal: Principal, action: Action, resource: Resource) -> bool:
         if principal.via != "session":
             return False
         return principal.account_id in {resource.account_id, resource.owner_id}
+    if action is Action.REPO_TRANSFER:
+        return _may_transfer(principal, resource)
     rule = _REPO_RULES.get(action)
     if rule is None:
         return False
@@ -229,9 +242,13 @@ def require(principal: Principal, action: Action, resource: Resource) -> None:
             raise Forbidden("a token cannot manage tokens or account settings: use a signed-in browser session")
         raise Forbidden("you may manage only your own account and your bots")
     role = effective_role(principal, resource)
-    needed_role, needed_scope = _REPO_RULES[action]
     if role is None:
         raise NotFound(REPO_NOT_FOUND, code=Code.REPO_NOT_FOUND, refused=True)
+    if action is Action.REPO_TRANSFER:
+        if principal.account_id == resource.owner_id:
+            raise Forbidden(f"this token lacks the {Scope.REPO_WRITE.value!r} scope", code=Code.INSUFFICIENT_SCOPE)
+        raise Forbidden("only the repository's owner or an instance admin may transfer it")
+    needed_role, needed_scope = _REPO_RULES[action]
     if action in _TASK_ACTIONS and role < Role.WRITE:
         raise NotFound(TASKS_HIDDEN, refused=True)
     if role < needed_role:

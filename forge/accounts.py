@@ -9,7 +9,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit, websessions
+from forge import audit, initial_password, websessions
 from forge.access import INSTANCE, Action, require
 from forge.audit import Actor
 from forge.db import Database, utcnow
@@ -44,6 +44,7 @@ RESERVED_LOGINS = frozenset(
         "tasks",
         "repos",
         "git",
+        "favicon.ico",  # cannot be a login (no dots), but every first path segment of a route is listed
     }
 )
 MIN_PASSWORD = 10
@@ -58,6 +59,8 @@ class AccountRead(msgspec.Struct, kw_only=True):
     disabled: bool
     owner: str | None
     created_at: datetime
+    # The password was generated and not yet changed: the next sign-in must choose one.
+    must_change_password: bool = False
 
 
 def validate_login(login: str) -> str:
@@ -93,6 +96,7 @@ async def to_read(session: AsyncSession, account: Account) -> AccountRead:
         disabled=account.disabled,
         owner=owner,
         created_at=account.created_at,
+        must_change_password=account.must_change_password,
     )
 
 
@@ -138,14 +142,23 @@ async def create_user(
     *,
     is_admin: bool = False,
     display_name: str = "",
+    must_change_password: bool = False,
 ) -> Account:
+    """A person's account. `must_change_password` for a generated password (someone else saw it):
+    the person chooses their own at first sign-in."""
     validate_login(login)
     validate_password(password)
     await _ensure_free(session, login)
     account = await _add_account(
-        session, login, AccountType.USER, display_name, password_hash=await hash_password(password), is_admin=is_admin
+        session,
+        login,
+        AccountType.USER,
+        display_name,
+        password_hash=await hash_password(password),
+        is_admin=is_admin,
+        must_change_password=must_change_password,
     )
-    audit.record(session, actor, "user.create", login, is_admin=is_admin)
+    audit.record(session, actor, "user.create", login, is_admin=is_admin, must_change_password=must_change_password)
     return account
 
 
@@ -167,6 +180,23 @@ async def set_disabled(session: AsyncSession, actor: Actor, login: str, disabled
         raise InvalidInput("you cannot disable your own account", code=Code.CANNOT_DISABLE_SELF)
     account.disabled = disabled
     audit.record(session, actor, "user.disable" if disabled else "user.enable", account.login)
+    return account
+
+
+async def update_profile(session: AsyncSession, actor: Actor, display_name: str) -> Account:
+    """The signed-in person changes what their profile shows (the display name, at most 200
+    characters; blank: the login alone)."""
+    account_id = actor.principal.account_id
+    account = await session.get(Account, account_id) if account_id is not None else None
+    if account is None:
+        raise Unauthenticated("sign in first", code=Code.UNAUTHENTICATED)
+    name = display_name.strip()
+    if len(name) > 200:
+        raise InvalidInput("a display name is at most 200 characters", code=Code.VALIDATION_FAILED)
+    name = require_no_nul(name, "a display name")
+    if name != account.display_name:
+        account.display_name = name
+        audit.record(session, actor, "user.profile.update", account.login, display_name=True)
     return account
 
 
@@ -248,7 +278,8 @@ async def change_password(
     """The signed-in person changes their own password: the current one is checked (failures are
     audited and rate-limited like sign-ins), every other session of the account ends, the one
     `keep_session` names (the cookie of the request) stays. Tokens are separate credentials and
-    keep working (revoke them on the tokens page)."""
+    keep working (revoke them on the tokens page). A generated password's "must change" ends, and
+    the first admin's password file goes (it would hold a password that no longer works)."""
     account_id = actor.principal.account_id
     if account_id is None or actor.principal.via != "session":
         # A token must not be able to take the account over.
@@ -267,27 +298,45 @@ async def change_password(
     if not await verify_password(account.password_hash, current):
         await audit.record_refusal(db, actor, "user.password.change", target, reason="wrong_password")
         raise Forbidden("the current password is wrong", code=Code.WRONG_PASSWORD)
+    if new == current:
+        raise InvalidInput("choose a new password: this is the current one", code=Code.PASSWORD_UNCHANGED)
     new_hash = await hash_password(new)
     async with db.session(write=True) as session:
         row = await session.get(Account, account_id)
         assert row is not None
         row.password_hash = new_hash
+        was_generated, row.must_change_password = row.must_change_password, False
         ended = await websessions.destroy_all_for(session, account_id, keep=keep_session)
-        audit.record(session, actor, "user.password.change", row.login, other_sessions_ended=ended)
+        audit.record(
+            session, actor, "user.password.change", row.login, other_sessions_ended=ended, was_generated=was_generated
+        )
+    if initial_password.discard(settings.data_dir, account.login):
+        async with db.session(write=True) as session:
+            audit.record(session, actor, "instance.password_file.remove", initial_password.PASSWORD_FILE)
 
 
 async def set_password(
-    session: AsyncSession, actor: Actor, login: str, password: str, *, keep_session: str | None = None
+    session: AsyncSession,
+    actor: Actor,
+    login: str,
+    password: str,
+    *,
+    keep_session: str | None = None,
+    generated: bool = False,
 ) -> int:
     """An instance admin (or the operator's CLI) sets an account's password. Every session of that
     account ends (but `keep_session`: an admin resetting their own password stays signed in);
-    returns how many sessions ended. Tokens keep working: they are separate credentials."""
+    returns how many sessions ended. Tokens keep working: they are separate credentials. A
+    `generated` password must be changed at the next sign-in; a chosen one need not."""
     require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
     validate_password(password)
     account = await require_by_login(session, login)
     if account.is_bot:
         raise InvalidInput(f"{account.login} is a bot: bots have no password", code=Code.NO_PASSWORD)
     account.password_hash = await hash_password(password)
+    account.must_change_password = generated
     ended = await websessions.destroy_all_for(session, account.id, keep=keep_session)
-    audit.record(session, actor, "user.password.reset", account.login, sessions_ended=ended)
+    audit.record(
+        session, actor, "user.password.reset", account.login, sessions_ended=ended, must_change_password=generated
+    )
     return ended

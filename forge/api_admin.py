@@ -39,7 +39,13 @@ class AdminController(Controller):
         require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         password = data.password or generate_password()
         await accounts.create_user(
-            db_session, actor, data.login, password, is_admin=data.is_admin, display_name=data.display_name
+            db_session,
+            actor,
+            data.login,
+            password,
+            is_admin=data.is_admin,
+            display_name=data.display_name,
+            must_change_password=not data.password,
         )
         return UserCreated(login=data.login, password=None if data.password else password)
 
@@ -74,7 +80,7 @@ class AdminController(Controller):
     ) -> PasswordSetResult:
         require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
         password = data.password or generate_password()
-        ended = await accounts.set_password(db_session, actor, login, password)
+        ended = await accounts.set_password(db_session, actor, login, password, generated=not data.password)
         account = await accounts.require_by_login(db_session, login)
         return PasswordSetResult(
             login=account.login, password=None if data.password else password, sessions_ended=ended

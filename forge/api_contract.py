@@ -16,17 +16,22 @@ rules the server actually follows:
 - integers in paths and queries carry the signed 32-bit bounds that `forge.int_bounds` enforces.
 
 A render plugin is Litestar's public hook for what `/api/schema/openapi.json` returns; the document
-is completed once, on first request, and cached.
+is completed and encoded once per process (every app built by `forge.app.create_app` has the same
+routes) and cached: `ContractJsonPlugin.contract`, which `forge.api_reference` also calls ahead of
+the first request, off the event loop.
 """
 
 import copy
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 from litestar import Litestar, Request
 from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.serialization import encode_json
 
+from forge.error_codes import BY_VALUE
 from forge.int_bounds import INT_MAX, INT_MIN
 from forge.problems import PROBLEM_JSON, Problem
 from forge.websessions import SESSION_COOKIE
@@ -49,19 +54,36 @@ DESCRIPTIONS = {
 class ContractJsonPlugin(JsonRenderPlugin):
     """`/openapi.json`, completed (see the module docstring)."""
 
+    # The encoded contract per route table (one per process in practice), shared by every app.
+    _cache: dict[tuple[str, ...], bytes] = {}
+    _lock = threading.Lock()
+
     def __init__(self, *, enums: Mapping[str, Sequence[str]], codes: Sequence[str] = (), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._enums = dict(enums)
         self._codes = list(codes)
-        self._rendered: bytes | None = None
 
     def render(self, request: Request[Any, Any, Any], openapi_schema: dict[str, Any]) -> bytes:
-        if self._rendered is None:
-            completed = complete(
-                openapi_schema, strict_bodies=strict_body_names(request.app), enums=self._enums, codes=self._codes
-            )
-            self._rendered = self.render_json(request, completed)
-        return self._rendered
+        return self.contract(request.app, openapi_schema)
+
+    def contract(self, app: Litestar, openapi_schema: dict[str, Any]) -> bytes:
+        """The completed document, encoded: built on the first call for these routes, then cached."""
+        key = route_key(app)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        with self._lock:
+            if key not in self._cache:
+                completed = complete(
+                    openapi_schema, strict_bodies=strict_body_names(app), enums=self._enums, codes=self._codes
+                )
+                self._cache[key] = encode_json(completed)
+            return self._cache[key]
+
+
+def route_key(app: Litestar) -> tuple[str, ...]:
+    """What the OpenAPI document of an app depends on: its routes and their methods."""
+    return tuple(sorted(f"{route.path} {' '.join(sorted(getattr(route, 'methods', ())))}" for route in app.routes))
 
 
 def strict_body_names(app: Litestar) -> set[str]:
@@ -78,11 +100,22 @@ def strict_body_names(app: Litestar) -> set[str]:
     return names
 
 
+def _code_line(code: str) -> str:
+    entry = BY_VALUE.get(code)
+    if entry is None:
+        return f"- `{code}`"
+    return f"- `{code}` ({', '.join(map(str, entry.statuses))}): {entry.meaning}"
+
+
 def problem_schema(codes: Sequence[str]) -> dict[str, Any]:
     schema: dict[str, Any] = msgspec.json.schema(Problem)["$defs"]["Problem"]
     schema["additionalProperties"] = False
     if codes:
-        schema["properties"]["code"]["enum"] = sorted(codes)
+        code = schema["properties"]["code"]
+        code["enum"] = sorted(codes)
+        # What each code means, where a person reading the API reference looks for it.
+        listing = "\n".join(_code_line(c) for c in sorted(codes))
+        code["description"] = f"A stable code to branch on (the `detail` is for people). Every code:\n\n{listing}"
     return schema
 
 

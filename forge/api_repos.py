@@ -34,7 +34,7 @@ from forge.git import (
 )
 from forge.git.schemas import BlobInfo
 from forge.repo_collaborators import CollaboratorRead
-from forge.repo_lifecycle import RepoCreate, RepoUpdate
+from forge.repo_lifecycle import RepoCreate, RepoTransfer, RepoUpdate
 from forge.repositories import RepoRead, RoleName
 
 REPO = "/api/v1/repos/{owner:str}/{name:str}"
@@ -113,6 +113,24 @@ class RepoController(Controller):
     ) -> None:
         res = await path_repo.load(Action.REPO_ADMIN)
         await repo_lifecycle.remove(db_session, store, actor, res, data.confirm)
+
+    @post(
+        REPO + "/transfer",
+        summary="Transfer a repository to another account (its owner or instance admins; body {new_owner, confirm})",
+        status_code=200,
+    )
+    async def transfer_repo(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        forge_url: BaseUrlDep,
+        path_repo: PathRepoDep,
+        data: JSONBody[RepoTransfer],
+    ) -> RepoRead:
+        res = await path_repo.load(Action.REPO_READ)
+        res = await repo_lifecycle.transfer(db_session, store, actor, res, data.new_owner, data.confirm)
+        return repositories.to_read(res, actor.principal, forge_url)
 
     @get(REPO + "/collaborators", summary="Collaborators and their roles")
     async def collaborators(self, db_session: DbSession, path_repo: PathRepoDep) -> list[CollaboratorRead]:

@@ -13,17 +13,17 @@ from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
+from litestar.response import File
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
-from forge import __doc__ as forge_doc
 from forge.access import Principal, Scope
 from forge.api_admin import AdminController
 from forge.api_contract import ContractJsonPlugin
-from forge.api_reference import API_REFERENCE_ASSETS, LocalSwaggerPlugin
+from forge.api_reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthenticationLayer, AuthState
@@ -38,7 +38,7 @@ from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
 from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
-from forge.pages_account import AccountPages, ProfilePages
+from forge.pages_account import OldSettingsPages, ProfilePages, SettingsPages
 from forge.pages_admin_network import NetworkPages
 from forge.pages_browse import RepoPages
 from forge.pages_model_keys import ModelKeyPages
@@ -79,6 +79,13 @@ async def healthz(state: State) -> Response[dict[str, str]]:
     except Exception:
         return Response({"status": "unhealthy", "database": "unreachable"}, status_code=503)
     return Response({"status": "ok", "version": VERSION})
+
+
+@get("/favicon.ico", include_in_schema=False, name="favicon")
+async def favicon() -> File:
+    # Pages link /static/favicon.svg; a browser showing a document with no link of its own (the
+    # JSON of /api/schema/openapi.json, a raw file) asks here, and a 404 would be a console error.
+    return File(path=HERE / "static" / "favicon.svg", media_type="image/svg+xml", content_disposition_type="inline")
 
 
 class MetricsController(PrometheusController):
@@ -145,6 +152,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     return Litestar(
         route_handlers=[
             healthz,
+            favicon,
             MetricsController,
             UserController,
             AdminController,
@@ -163,7 +171,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             RepoListPages,
             RepoPages,
             RepoSettingsPages,
-            AccountPages,
+            SettingsPages,
+            OldSettingsPages,
             ProfilePages,  # `/{login}`: one segment, after every static one-segment route above
             create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
             API_REFERENCE_ASSETS,
@@ -171,7 +180,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         dependencies=DEPENDENCIES,
         middleware=[
             prometheus.middleware,
-            DefineMiddleware(AuthenticationLayer, exclude=["^/static/", "^/healthz$", "^/metrics$"]),
+            DefineMiddleware(AuthenticationLayer, exclude=["^/static/", "^/healthz$", "^/metrics$", "^/favicon.ico$"]),
         ],
         before_request=before_request,
         before_send=[add_security_headers],
@@ -183,8 +192,8 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         openapi_config=OpenAPIConfig(
             title="forgehand",
             version=VERSION,
-            description=(forge_doc or "").strip(),
-            path="/api/schema",
+            description=API_DESCRIPTION,
+            path=SCHEMA_PATH,
             # The API reference is served from this instance (assets included): no request leaves it.
             render_plugins=[
                 LocalSwaggerPlugin(),

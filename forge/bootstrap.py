@@ -1,17 +1,16 @@
-"""First start: the instance admin (password printed once and kept in a 0600 file)."""
+"""First start: the instance admin, with a generated password printed once and kept in a 0600 file
+(`forge.initial_password`) until they change it, which they must do at their first sign-in."""
 
-import os
-from pathlib import Path
-
-from forge import accounts
+from forge import accounts, initial_password
 from forge.audit import Actor
 from forge.db import Database
+from forge.initial_password import PASSWORD_FILE
 from forge.security import generate_password
 from forge.settings import Settings
 
 # "admin" is a reserved path segment (/admin); GitLab-style "root" it is.
 ADMIN_LOGIN = "root"
-PASSWORD_FILE = "admin-password.txt"
+__all__ = ["ADMIN_LOGIN", "PASSWORD_FILE", "ensure_admin"]
 
 
 async def ensure_admin(db: Database, settings: Settings) -> str | None:
@@ -20,9 +19,8 @@ async def ensure_admin(db: Database, settings: Settings) -> str | None:
         if await accounts.count_accounts(session):
             return None
         password = generate_password()
-        await accounts.create_user(session, Actor.system("bootstrap"), ADMIN_LOGIN, password, is_admin=True)
-    path: Path = settings.data_dir / PASSWORD_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(f"login: {ADMIN_LOGIN}\npassword: {password}\n")
+        await accounts.create_user(
+            session, Actor.system("bootstrap"), ADMIN_LOGIN, password, is_admin=True, must_change_password=True
+        )
+    initial_password.write(settings.data_dir, ADMIN_LOGIN, password)
     return password

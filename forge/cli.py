@@ -182,6 +182,7 @@ def serve(host: str | None, port: int | None) -> None:
     import uvicorn
 
     from forge import bootstrap
+    from forge.api_reference import warm_up
     from forge.app import create_app
     from forge.heap import freeze_startup_heap
     from forge.migrate import upgrade
@@ -194,7 +195,8 @@ def serve(host: str | None, port: int | None) -> None:
         click.echo("  First start: an instance admin was created.")
         click.echo(f"  login:    {bootstrap.ADMIN_LOGIN}")
         click.echo(f"  password: {password}")
-        click.echo(f"  (also in {settings.data_dir / bootstrap.PASSWORD_FILE}, mode 0600)")
+        click.echo(f"  (also in {settings.data_dir / bootstrap.PASSWORD_FILE}, mode 0600, until you change it)")
+        click.echo("  Sign in and choose your own password: the first page asks for it.")
         click.echo("")
     if settings.seed_demo and password:
         demo_name = _run_db(settings, lambda db: _seed_demo(db, settings))
@@ -202,6 +204,7 @@ def serve(host: str | None, port: int | None) -> None:
             click.echo(f"  Demo repository: {settings.effective_base_url}/{demo_name}  (bot: demo-agent, write access)")
     click.echo(f"forgehand {settings.effective_base_url}  (data: {settings.data_dir})")
     app = create_app(settings)
+    warm_up(app)  # the API reference's document, built in the background from the start
     freeze_startup_heap()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", proxy_headers=False)
 
@@ -269,12 +272,12 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
 
     async def go(db: Database) -> None:
         async with db.session(write=True) as session:
-            await accounts.create_user(session, _cli_actor(), login, pw, is_admin=admin)
+            await accounts.create_user(session, _cli_actor(), login, pw, is_admin=admin, must_change_password=generated)
 
     _run_db(settings, go)
     click.echo(f"created user {login}" + (" (admin)" if admin else ""))
     if generated:
-        click.echo(f"password: {password}")
+        click.echo(f"password: {password}  (generated: {login} must change it at the first sign-in)")
 
 
 @users.command("list")

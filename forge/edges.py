@@ -11,9 +11,11 @@ from litestar.datastructures import ResponseHeader
 from litestar.status_codes import HTTP_204_NO_CONTENT
 from litestar.types import Message, Scope
 
+from forge.api_reference import before_schema
 from forge.csrf import check_csrf
 from forge.int_bounds import refuse_out_of_range_ints
 from forge.json_limits import refuse_deep_json
+from forge.password_gate import require_own_password
 from forge.text import reject_nul_in_url
 
 # Headers on every response. Images only from this instance (or inline data): text an untrusted
@@ -54,11 +56,14 @@ def options_response(request: Request[Any, Any, Any]) -> Response[None] | None:
     return Response(None, status_code=HTTP_204_NO_CONTENT, headers={"Allow": ", ".join(sorted(methods))})
 
 
-async def before_request(request: Request[Any, Any, Any]) -> Response[None] | None:
+async def before_request(request: Request[Any, Any, Any]) -> Response[Any] | None:
     await reject_nul_in_url(request)
     await refuse_out_of_range_ints(request)
     if (answer := options_response(request)) is not None:
         return answer
     await check_csrf(request)
+    if (answer := await require_own_password(request)) is not None:
+        return answer
     await refuse_deep_json(request)
+    await before_schema(request)
     return None

@@ -69,6 +69,12 @@ class Code(StrEnum):
     ACCOUNT_NOT_FOUND = "account_not_found", 404, "no account with this login"
     WRONG_PASSWORD = "wrong_password", 403, "the current password given to change it is wrong"
     PASSWORD_MISMATCH = "password_mismatch", 422, "the new password and its repetition differ"
+    PASSWORD_UNCHANGED = "password_unchanged", 422, "the new password is the current one"
+    PASSWORD_CHANGE_REQUIRED = (
+        "password_change_required",
+        403,
+        "the session's password was generated: change it at /settings/password first (tokens are not affected)",
+    )
     NO_PASSWORD = "no_password", 422, "bots have no password (they act through tokens)"
     LOGIN_TAKEN = "login_taken", 409, "another account has this login"
     CANNOT_DISABLE_SELF = "cannot_disable_self", 422, "an admin cannot disable their own account"
@@ -93,6 +99,7 @@ class Code(StrEnum):
     INVALID_VISIBILITY = "invalid_visibility", 422, "visibility is private, internal or public"
     BRANCH_NOT_FOUND = "branch_not_found", 422, "the new default branch does not exist"
     CONFIRMATION_REQUIRED = "confirmation_required", 422, "type the repository's full name to confirm"
+    INVALID_TRANSFER = "invalid_transfer", 422, "the new owner already owns it, or is disabled"
     OWNER_ROLE = "owner_role", 422, "the owner's role cannot change (always admin)"
     INVALID_ROLE = "invalid_role", 422, "a role is read, write or admin"
     COLLABORATOR_NOT_FOUND = "collaborator_not_found", 404, "the account is not a collaborator"

@@ -4,7 +4,7 @@ import uuid as uuid_mod
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from forge.db import Base, utcnow
@@ -29,6 +29,9 @@ class Account(Base):
     password_hash: Mapped[str | None] = mapped_column(String(200), nullable=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The password was generated (first start, or an admin's "generate one"): the person must choose
+    # their own before any page but the password page opens (tokens are not affected).
+    must_change_password: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # For bots: the person responsible for it.
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

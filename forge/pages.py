@@ -55,7 +55,7 @@ class SignInForm(WebForm):
     next: str = "/"
 
 
-def _safe_next(value: str) -> str:
+def safe_next(value: str) -> str:
     # Only same-site paths: no scheme, no host, no protocol-relative `//evil`.
     if not value.startswith("/") or value.startswith("//") or "\\" in value:
         return "/"
@@ -70,7 +70,7 @@ class AuthPages(Controller):
         self, request: Request[Any, Any, Any], next_: Annotated[str, QueryParameter(name="next")] = "/"
     ) -> Template:
         token = request.cookies.get(websessions.PRESESSION_COOKIE) or random_id(24)
-        response = page(request, "signin.html", presession_csrf=token, next=_safe_next(next_), error=None)
+        response = page(request, "signin.html", presession_csrf=token, next=safe_next(next_), error=None)
         response.cookies.append(
             Cookie(
                 key=websessions.PRESESSION_COOKIE,
@@ -100,7 +100,7 @@ class AuthPages(Controller):
                 "signin.html",
                 status_code=exc.status,
                 presession_csrf=data.csrf_token,
-                next=_safe_next(data.next),
+                next=safe_next(data.next),
                 error=exc.detail,
                 login=data.login,
             )
@@ -127,7 +127,7 @@ class AuthPages(Controller):
             )
             audit.record(db_session, signed_in, "auth.sign_in", account.login_key)
         return Redirect(
-            _safe_next(data.next),
+            safe_next(data.next),
             status_code=303,
             cookies=[
                 Cookie(
@@ -369,7 +369,9 @@ class AdminPages(Controller):
                 await accounts.create_bot(db_session, actor, data.login.strip(), owner=owner)
                 return await self._render(request, db_session, notice=f"bot {data.login} created")
             password = generate_password()
-            await accounts.create_user(db_session, actor, data.login.strip(), password, is_admin=bool(data.is_admin))
+            await accounts.create_user(
+                db_session, actor, data.login.strip(), password, is_admin=bool(data.is_admin), must_change_password=True
+            )
         except ForgeError as exc:
             return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
         return await self._render(
@@ -422,7 +424,12 @@ class AdminPages(Controller):
         password = data.password or generate_password()
         try:
             await accounts.set_password(
-                db_session, actor, login, password, keep_session=request.cookies.get(websessions.SESSION_COOKIE)
+                db_session,
+                actor,
+                login,
+                password,
+                keep_session=request.cookies.get(websessions.SESSION_COOKIE),
+                generated=not data.password,
             )
         except ForgeError as exc:
             return await self._render(request, db_session, status_code=exc.status, error=exc.detail)

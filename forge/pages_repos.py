@@ -9,14 +9,15 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
-from litestar.params import Parameter, URLEncodedBody
+from litestar.params import FromPath, Parameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
-from forge.access import Action, Principal, can
+from forge.access import INSTANCE, Action, Principal, can
 from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
-from forge.errors import ForgeError
+from forge.error_codes import Code
+from forge.errors import ForgeError, NotFound
 from forge.forms import NO_ERRORS, form_errors
 from forge.pages import WebForm, page
 from forge.repo_lifecycle import RepoCreate, RepoUpdate
@@ -142,6 +143,22 @@ class CollaboratorForm(WebForm):
     role: str = "read"
 
 
+class DangerForm(WebForm):
+    """Rename (`new_name`), transfer (`new_owner`) or delete: each needs the full name typed."""
+
+    confirm: str = ""
+    new_name: str = ""
+    new_owner: str = ""
+
+
+# Notices the settings page shows after a redirect (`?done=`): fixed texts, nothing reflected.
+DONE_NOTICES = {
+    "renamed": "Renamed. The old address no longer works: point your clones at the new one "
+    "(git remote set-url origin NEW-URL).",
+    "collaborator-removed": "Collaborator removed.",
+}
+
+
 class RuleForm(WebForm):
     pattern: str = ""
     allow_force_push: str = ""
@@ -156,7 +173,23 @@ class RepoSettingsPages(Controller):
     async def _render(self, db_session: AsyncSession, view: RepoView, status_code: int = 200, **extra: Any) -> Template:
         collaborators = await repo_collaborators.list_collaborators(db_session, view.res)
         rules = await repositories.branch_rules(db_session, view.res.repo)
-        return view.render("repos/settings.html", status_code, collaborators=collaborators, rules=rules, **extra)
+        return view.render(
+            "repos/settings.html",
+            status_code,
+            collaborators=collaborators,
+            rules=rules,
+            can_transfer=can(view.principal, Action.REPO_TRANSFER, view.res),
+            can_delete=can(view.principal, Action.INSTANCE_ADMIN, INSTANCE),
+            **{"danger": None, "danger_form": DangerForm(), **extra},
+        )
+
+    async def _refused(
+        self, db_session: AsyncSession, view: RepoView, section: str, exc: ForgeError, form: DangerForm
+    ) -> Template:
+        """A refused danger-zone action: the page again, the reason inside that action's section."""
+        return await self._render(
+            db_session, view, exc.status, danger=section, danger_error=exc.detail, danger_form=form
+        )
 
     async def _apply(self, db_session: AsyncSession, view: RepoView, change: Awaitable[object]) -> Template:
         """Run one settings change and show the page again, with the refusal when there is one."""
@@ -167,9 +200,11 @@ class RepoSettingsPages(Controller):
         return await self._render(db_session, view, notice="saved")
 
     @get("/")
-    async def index(self, db_session: DbSession, views: ViewsDep) -> Template:
+    async def index(
+        self, db_session: DbSession, views: ViewsDep, done: Annotated[str, Parameter(max_length=40)] = ""
+    ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
-        return await self._render(db_session, view)
+        return await self._render(db_session, view, notice=DONE_NOTICES.get(done))
 
     @post("/")
     async def update(
@@ -198,13 +233,82 @@ class RepoSettingsPages(Controller):
         self, db_session: DbSession, actor: ActorDep, views: ViewsDep, data: URLEncodedBody[CollaboratorForm]
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
-        login = data.login.strip()
-        change = (
-            repo_collaborators.remove_collaborator(db_session, actor, view.res, login)
-            if data.role == "remove"
-            else repo_collaborators.set_collaborator(db_session, actor, view.res, login, data.role)  # type: ignore[arg-type]
-        )
+        change = repo_collaborators.set_collaborator(db_session, actor, view.res, data.login.strip(), data.role)  # type: ignore[arg-type]
         return await self._apply(db_session, view, change)
+
+    @get("/collaborators/{login:str}/remove")
+    async def confirm_remove_collaborator(
+        self, db_session: DbSession, views: ViewsDep, login: FromPath[str]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        found = [
+            c
+            for c in await repo_collaborators.list_collaborators(db_session, view.res)
+            if c.login.lower() == login.lower()
+        ]
+        if not found or found[0].login.lower() == view.res.repo.owner.login.lower():
+            raise NotFound(
+                f"{login} is not a collaborator (the owner is always an admin)", code=Code.COLLABORATOR_NOT_FOUND
+            )
+        return view.render("repos/collaborator_remove.html", collaborator=found[0])
+
+    @post("/collaborators/{login:str}/remove")
+    async def remove_collaborator(
+        self, db_session: DbSession, actor: ActorDep, views: ViewsDep, login: FromPath[str]
+    ) -> Redirect:
+        view = await views.load(Action.REPO_ADMIN)
+        await repo_collaborators.remove_collaborator(db_session, actor, view.res, login)
+        return Redirect(
+            f"/{view.res.full_name}/settings/?done=collaborator-removed#collaborators-section", status_code=303
+        )
+
+    @post("/rename")
+    async def rename(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
+    ) -> Template | Redirect:
+        view = await views.load(Action.REPO_ADMIN)
+        try:
+            repo_lifecycle.require_confirmation(view.res, data.confirm)
+            change = RepoUpdate(name=data.new_name.strip())
+            await repo_lifecycle.update(db_session, store, actor, view.res, change)
+        except ForgeError as exc:
+            await db_session.rollback()
+            view = await views.load(Action.REPO_ADMIN)
+            return await self._refused(db_session, view, "rename", exc, data)
+        return Redirect(f"/{view.res.full_name}/settings/?done=renamed#danger-zone", status_code=303)
+
+    @post("/transfer")
+    async def transfer(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        old_name = view.res.full_name
+        try:
+            res = await repo_lifecycle.transfer(db_session, store, actor, view.res, data.new_owner, data.confirm)
+        except ForgeError as exc:
+            await db_session.rollback()
+            view = await views.load(Action.REPO_ADMIN)
+            return await self._refused(db_session, view, "transfer", exc, data)
+        still_reads = can(view.principal, Action.REPO_READ, res)
+        return page(
+            view.request,
+            "repos/gone.html",
+            old_name=old_name,
+            new_name=res.full_name if still_reads else None,
+            moved_to=res.repo.owner.login,
+        )
+
+    @post("/delete")
+    async def delete_repo(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        old_name = view.res.full_name
+        try:
+            await repo_lifecycle.remove(db_session, store, actor, view.res, data.confirm)
+        except ForgeError as exc:
+            return await self._refused(db_session, view, "delete", exc, data)
+        return page(view.request, "repos/gone.html", old_name=old_name, deleted=True)
 
     @post("/rules")
     async def rule(

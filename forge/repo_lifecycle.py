@@ -1,5 +1,5 @@
 """Repositories' life in the database and on disk together: create, import, change settings
-(rename, visibility, default branch, archive), delete. Each use case checks everything first,
+(rename, visibility, default branch, archive), transfer to another owner, delete. Each use case checks everything first,
 then writes the row, then the bare repository (through `forge.git.RepoStore`), so a refusal or a
 database error leaves nothing half-done."""
 
@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 import msgspec
+from sqlalchemy import delete as sa_delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -19,7 +20,7 @@ from forge.events import EventBus
 from forge.git import Identity, InvalidName, RepoStore, list_branches, validate_branch_name, validate_repo_name
 from forge.git.bare import default_branch as storage_default_branch
 from forge.git.bare import set_default_branch
-from forge.models import Account, Repository
+from forge.models import Account, Collaborator, Repository
 from forge.repositories import RepoResource, VisibilityName, find
 from forge.text import require_no_nul
 
@@ -201,12 +202,54 @@ async def update(
     return res
 
 
+def require_confirmation(res: RepoResource, confirm: str) -> None:
+    """What cannot be undone (delete, transfer, rename) needs the repository's full name typed."""
+    if confirm.strip() != res.full_name:
+        raise InvalidInput(f"type {res.full_name!r} to confirm", code=Code.CONFIRMATION_REQUIRED)
+
+
+class RepoTransfer(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    new_owner: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    confirm: Annotated[str, msgspec.Meta(max_length=300)] = ""
+
+
+async def transfer(
+    session: AsyncSession, store: RepoStore, actor: Actor, res: RepoResource, new_owner: str, confirm: str
+) -> RepoResource:
+    """Give the repository to another account (its owner or an instance admin, after typing its
+    full name). Tasks, webhooks, collaborators and history go with it; the new owner is its admin
+    and the previous owner keeps no role (add them as a collaborator first to keep one)."""
+    require(actor.principal, Action.REPO_TRANSFER, res)
+    require_confirmation(res, confirm)
+    target = await accounts.require_by_login(session, new_owner.strip())
+    repo = res.repo
+    if target.id == repo.owner_id:
+        raise InvalidInput(f"{target.login} owns {res.full_name} already", code=Code.INVALID_TRANSFER)
+    if target.disabled:
+        raise InvalidInput(f"{target.login} is disabled", code=Code.INVALID_TRANSFER)
+    if await find(session, target.login, repo.name) is not None:
+        raise Conflict(f"{target.login}/{repo.name} already exists", code=Code.REPO_EXISTS)
+    old_key, old_full_name = res.key, res.full_name
+    # The new owner is admin by ownership: an explicit role of theirs would only linger.
+    await session.execute(
+        sa_delete(Collaborator).where(Collaborator.repo_id == repo.id, Collaborator.account_id == target.id)
+    )
+    res.roles.pop(target.id, None)
+    repo.owner = target
+    try:
+        await session.flush()
+    except IntegrityError:
+        raise Conflict(f"{target.login}/{repo.name} already exists", code=Code.REPO_EXISTS) from None
+    await store.rename(old_key, res.key)  # the disk last: a database error above leaves git untouched
+    audit.record(session, actor, "repo.transfer", res.full_name, transferred_from=old_full_name)
+    return res
+
+
 async def remove(session: AsyncSession, store: RepoStore, actor: Actor, res: RepoResource, confirm: str) -> None:
     """Delete a repository (instance admins only) after the caller typed its full name."""
     if not can(actor.principal, Action.INSTANCE_ADMIN, INSTANCE):
         raise Forbidden("only instance admins delete repositories; archive it instead", code=Code.FORBIDDEN)
-    if confirm != res.full_name:
-        raise InvalidInput(f"type {res.full_name!r} to confirm", code=Code.CONFIRMATION_REQUIRED)
+    require_confirmation(res, confirm)
     audit.record(session, actor, "repo.delete", res.full_name)
     await session.delete(res.repo)
     await session.flush()

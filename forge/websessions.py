@@ -24,6 +24,8 @@ _TOUCH_EVERY = timedelta(minutes=5)
 class SessionInfo(msgspec.Struct, frozen=True):
     principal: Principal
     csrf_token: str
+    # The account's password was generated: pages send it to the password page (`forge.password_gate`).
+    must_change_password: bool = False
 
 
 async def create(session: AsyncSession, account: Account, *, days: int, client_addr: str, user_agent: str) -> str:
@@ -72,7 +74,9 @@ async def resolve(db: Database, sid: str) -> SessionInfo | None:
         created_at=account.created_at,
         via="session",
     )
-    return SessionInfo(principal=principal, csrf_token=row.csrf_token)
+    return SessionInfo(
+        principal=principal, csrf_token=row.csrf_token, must_change_password=account.must_change_password
+    )
 
 
 async def destroy(session: AsyncSession, sid: str) -> None:

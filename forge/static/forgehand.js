@@ -1,6 +1,7 @@
 // Small progressive enhancements; every page works without this file.
-// Copy buttons: <button data-copy="#id" aria-label="..."> copies that element's text with the
-// clipboard API and says so in the nearest [data-copy-status] live region.
+// Copy buttons: <button data-copy="#id" aria-label="..."> copies that element's text (an input's
+// value) with the clipboard API and says so in the live region `data-copy-status` names (the
+// button's title says it too, for a region that is visually hidden).
 document.addEventListener("click", async (event) => {
   const button = event.target.closest("button[data-copy]");
   if (!button) return;
@@ -8,12 +9,18 @@ document.addEventListener("click", async (event) => {
   const status = document.querySelector(button.dataset.copyStatus || "[data-copy-status]");
   if (!source) return;
   try {
-    await navigator.clipboard.writeText(source.textContent.trim());
-    if (status) status.textContent = "Copied to the clipboard.";
+    const text = source instanceof HTMLInputElement ? source.value : source.textContent;
+    await navigator.clipboard.writeText(text.trim());
+    say(button, status, "Copied to the clipboard.");
   } catch (err) {
-    if (status) status.textContent = "Copying failed: select the text and copy it yourself.";
+    say(button, status, "Copying failed: select the text and copy it yourself.");
   }
 });
+
+function say(button, status, message) {
+  if (status) status.textContent = message;
+  button.title = message;
+}
 
 // The start form (form[data-runtime-choice]) shows the fields of the chosen runtime only; without
 // this file every runtime's fields show, each under its heading.

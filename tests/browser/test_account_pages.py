@@ -78,7 +78,9 @@ def test_every_account_page_at_desktop_and_phone(page: Page, site: ForgeServer, 
             ("account-tokens-created", None),  # the page the creation redirected to
             ("account-dashboard", "/"),
             ("account-tokens", "/settings/tokens/"),
-            ("account-settings", "/settings/account/"),
+            ("account-settings-profile", "/settings"),
+            ("account-settings-password", "/settings/password"),
+            ("account-settings-model-access", "/settings/model-keys/"),
             ("account-profile", f"/{site.admin_login}"),
             ("account-profile-other", "/pia"),
             ("account-admin", "/admin/"),
@@ -140,13 +142,17 @@ def test_the_phone_menu_opens_by_keyboard(page: Page, site: ForgeServer, artifac
         page.keyboard.press("Enter")
         expect(menu).to_have_attribute("open", "")
         inner = page.get_by_role("navigation", name="Main (menu)")
-        for label in ("Dashboard", "Tokens", "Account", "Admin", "API"):
+        for label in ("Dashboard", "Settings", "Admin", "API"):
             expect(inner.get_by_role("link", name=label, exact=True)).to_be_visible()
         page.screenshot(path=str(artifacts_dir / "account-phone-menu-open.png"), full_page=True)
         assert_accessible(page, label="phone menu open")
-        press_tab_until_focused(page, "details.menu a[href='/settings/tokens']")
+        press_tab_until_focused(page, "details.menu a[href='/settings']")
         page.keyboard.press("Enter")
-        expect(page).to_have_url(re.compile(r"/settings/tokens/?$"))
+        expect(page).to_have_url(re.compile(r"/settings/profile$"))
+        # On a phone the settings' side nav stacks above the section and stays usable.
+        sections = page.get_by_role("navigation", name="Settings", exact=True)
+        sections.get_by_role("link", name="Tokens").click()
+        expect(page.get_by_role("heading", name="Personal access tokens")).to_be_visible()
 
 
 def test_password_change_by_keyboard_only(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
@@ -154,7 +160,7 @@ def test_password_change_by_keyboard_only(page: Page, site: ForgeServer, artifac
     new = "kim's much longer password"
     with no_foreign_requests(page, site.url):
         sign_in(page, site.url, "kim", PASSWORD)
-        page.goto(site.at("/settings/account/"))
+        page.goto(site.at("/settings/password"))
         type_password_change(page, "not the password", new)
         expect(page.locator("#password-error")).to_contain_text("current password is wrong")
         check_page(page, artifacts_dir, "account-password-refused")

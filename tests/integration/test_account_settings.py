@@ -30,9 +30,9 @@ async def session_count(db: Database) -> int:
 
 
 async def change(client: AsyncTestClient[Any], current: str, new: str, repeat: str | None = None) -> Any:
-    page = await client.get("/settings/account/")
+    page = await client.get("/settings/password")
     form = {"current_password": current, "new_password": new, "repeat_password": new if repeat is None else repeat}
-    return await client.post("/settings/account/password", data={**form, "csrf_token": csrf_from(page.text)})
+    return await client.post("/settings/password", data={**form, "csrf_token": csrf_from(page.text)})
 
 
 def second_browser(settings: Settings) -> AsyncTestClient[Litestar]:
@@ -182,7 +182,7 @@ async def test_error_pages_keep_the_signed_in_header(client: AsyncTestClient[Any
         r = await client.get(path, headers=html)
         assert r.status_code == status, path
         assert "Sign out" in r.text and ">ana<" in r.text, path
-        assert 'href="/settings/account/"' in r.text
+        assert 'href="/settings"' in r.text
 
 
 async def test_a_profile_tells_strangers_nothing_of_admin_status(client: AsyncTestClient[Any], make: Accounts) -> None:
@@ -197,3 +197,59 @@ async def test_a_profile_tells_strangers_nothing_of_admin_status(client: AsyncTe
     client.cookies.clear()
     await sign_in(client, "root", PASSWORD)
     assert "instance admin" in (await client.get("/root")).text  # the account itself sees it
+
+
+async def test_settings_are_one_place_with_a_side_nav(client: AsyncTestClient[Any], make: Accounts) -> None:
+    await make.user("ana")
+    r = await client.get("/settings", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/signin?next=%2Fsettings"
+    await sign_in(client, "ana", PASSWORD)
+    r = await client.get("/settings", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/settings/profile"
+    sections = {
+        "/settings/profile": "Profile",
+        "/settings/password": "Password",
+        "/settings/tokens/": "Tokens",
+        "/settings/model-keys/": "Model access",
+    }
+    for path in sections:
+        r = await client.get(path)
+        assert r.status_code == 200, path
+        nav = r.text[r.text.index('<nav aria-label="Settings"') :]
+        nav = nav[: nav.index("</nav>")]
+        for other, other_label in sections.items():
+            current = ' aria-current="page"' if other == path else ""
+            assert f'<a href="{other}"{current}>{other_label}</a>' in nav, (path, other)
+    home = await client.get("/")
+    assert '<a href="/settings">Settings</a>' in home.text
+    assert 'href="/settings/account/"' not in home.text and ">Tokens</a></li>" not in home.text
+
+
+async def test_the_old_account_address_still_works(client: AsyncTestClient[Any], make: Accounts) -> None:
+    await make.user("ana")
+    await sign_in(client, "ana", PASSWORD)
+    r = await client.get("/settings/account/", follow_redirects=False)
+    assert r.status_code == 301 and r.headers["location"] == "/settings/password"
+    # A password form open in an old tab still changes the password (a 308 keeps method and body).
+    csrf = csrf_from((await client.get("/settings/password")).text)
+    form = {"current_password": PASSWORD, "new_password": NEW, "repeat_password": NEW, "csrf_token": csrf}
+    r = await client.post("/settings/account/password", data=form, follow_redirects=False)
+    assert r.status_code == 308 and r.headers["location"] == "/settings/password"
+    r = await client.post("/settings/account/password", data=form)
+    assert r.status_code == 200 and "Password changed" in r.text
+
+
+async def test_the_profile_section_changes_the_display_name(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    await make.user("ana")
+    await sign_in(client, "ana", PASSWORD)
+    csrf = csrf_from((await client.get("/settings/profile")).text)
+    r = await client.post("/settings/profile", data={"display_name": "  Ana Lima ", "csrf_token": csrf})
+    assert r.status_code == 200 and "Profile saved." in r.text and 'value="Ana Lima"' in r.text
+    assert "(Ana Lima)" in (await client.get("/ana")).text
+    r = await client.post("/settings/profile", data={"display_name": "x" * 201, "csrf_token": csrf})
+    assert r.status_code == 422 and 'id="profile-error"' in r.text and "at most 200" in r.text
+    assert 'value="' + "x" * 200 in r.text  # what was typed comes back (cut to what fits)
+    [row] = await audit_rows(db, "user.profile.update")
+    assert row.target == "ana" and row.result == "ok"

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from tests.support.waiting import until_sync
+from tests.support.web import csrf_from
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 
@@ -47,7 +48,15 @@ def test_first_start_creates_admin_and_serves(tmp_path: Path) -> None:
             r = client.post(
                 "/signin", data={"login": "root", "password": password.group(1), "csrf_token": csrf.group(1)}
             )
-            assert r.status_code == 200 and "Welcome, root" in r.text
+            # The generated password must be changed first; then the file that kept it is gone.
+            assert r.status_code == 200 and str(r.url).endswith("/settings/password")
+            assert "Choose your own password before you go on" in r.text
+            form = {"current_password": password.group(1), "new_password": "root's own password"}
+            form |= {"repeat_password": form["new_password"], "csrf_token": csrf_from(r.text)}
+            r = client.post("/settings/password", data=form)
+            assert r.status_code == 200 and "Password changed" in r.text
+            assert not password_file.exists()
+            assert "Welcome, root" in client.get("/").text
     finally:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)

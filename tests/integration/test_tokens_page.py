@@ -25,7 +25,7 @@ async def test_create_redirects_and_shows_the_secret_once(client: AsyncTestClien
     assert secret.group(1) not in again.text
     listed = (await client.get("/api/v1/user/tokens")).json()
     assert [t["name"] for t in listed] == ["laptop"]
-    for column in ("Name", "Scopes", "Created", "Last used", "Expires", "Ends in"):
+    for column in ("Name", "Scopes", "Created", "Last used", "Expires", "Last characters"):
         assert f">{column}</th>" in again.text
 
 

@@ -8,7 +8,7 @@ from typing import Literal
 from playwright.sync_api import Locator, Page, expect
 
 Visibility = Literal["private", "internal", "public"]
-Role = Literal["read", "write", "admin", "remove"]
+Role = Literal["read", "write", "admin"]
 Runtime = Literal["command", "builtin"]
 Verdict = Literal["comment", "approve", "request_changes"]
 FailurePolicy = Literal["closed", "open", "hold"]
@@ -69,17 +69,23 @@ def create_repo(
 
 
 def add_collaborator(page: Page, base_url: str, full_name: str, login: str, role: Role = "write") -> None:
-    """Grant (or with `remove`, take away) a role on the repository's settings page."""
+    """Grant a role (or change it) on the repository's settings page."""
     page.goto(f"{base_url}/{full_name}/settings/")
     form = page.locator(f"form[action='/{full_name}/settings/collaborators']")
     form.get_by_label("Login", exact=True).fill(login)
     form.get_by_label("Role", exact=True).select_option(role)
     form.get_by_role("button", name="Apply").click()
-    row = page.locator("#collaborators tr", has_text=login)
-    if role == "remove":
-        expect(row).to_have_count(0)
-    else:
-        expect(row).to_contain_text(role)
+    expect(page.locator("#collaborators tr", has_text=login)).to_contain_text(role)
+
+
+def remove_collaborator(page: Page, base_url: str, full_name: str, login: str) -> None:
+    """Remove a collaborator with the Remove button of its row, confirmed on the page it opens."""
+    page.goto(f"{base_url}/{full_name}/settings/")
+    page.get_by_role("link", name=f"Remove collaborator {login}").click()
+    expect(page.get_by_role("heading", name=f"Remove {login} from {full_name}?")).to_be_visible()
+    page.get_by_role("button", name="Remove collaborator").click()
+    expect(page.get_by_role("status")).to_contain_text("Collaborator removed.")
+    expect(page.locator("#collaborators tr", has_text=login)).to_have_count(0)
 
 
 def start_task(

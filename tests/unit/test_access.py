@@ -79,7 +79,7 @@ def test_role_matrix_for_sessions(role: Role | None, action: Action) -> None:
 
 SCOPE_GRANTS = {
     Scope.REPO_READ: {Action.REPO_READ},
-    Scope.REPO_WRITE: {Action.REPO_READ, Action.REPO_WRITE, Action.REPO_ADMIN},
+    Scope.REPO_WRITE: {Action.REPO_READ, Action.REPO_WRITE, Action.REPO_ADMIN, Action.REPO_TRANSFER},
     Scope.TASKS_READ: {Action.TASK_READ},
     Scope.TASKS_WRITE: {Action.TASK_READ, Action.TASK_WRITE},
     Scope.REVIEWS_WRITE: {Action.REVIEW_WRITE, Action.TASK_READ, Action.REPO_READ},
@@ -193,3 +193,21 @@ def test_a_token_is_never_stronger_than_its_session(
     repo = Repo(visibility=visibility, archived=archived, roles={ANA: role} if role else {})
     if can(token(ANA, *scopes), action, repo):
         assert can(session(ANA), action, repo)
+
+
+def test_only_the_owner_or_an_instance_admin_may_transfer() -> None:
+    repo = Repo(roles={ANA: Role.ADMIN}, archived=True)
+    assert can(session(OWNER), Action.REPO_TRANSFER, repo)
+    assert can(token(OWNER, Scope.REPO_WRITE), Action.REPO_TRANSFER, repo)
+    assert not can(token(OWNER, Scope.REPO_READ), Action.REPO_TRANSFER, repo)
+    assert can(session(BOB, admin=True), Action.REPO_TRANSFER, repo)
+    assert not can(token(BOB, Scope.REPO_WRITE, admin=True), Action.REPO_TRANSFER, repo)
+    assert not can(session(ANA), Action.REPO_TRANSFER, repo)  # a collaborator admin could take it over
+    with pytest.raises(Forbidden) as exc:
+        require(session(ANA), Action.REPO_TRANSFER, repo)
+    assert "owner or an instance admin" in exc.value.detail
+    with pytest.raises(Forbidden) as exc:
+        require(token(OWNER, Scope.REPO_READ), Action.REPO_TRANSFER, repo)
+    assert exc.value.code == "insufficient_scope"
+    with pytest.raises(NotFound):
+        require(session(BOB), Action.REPO_TRANSFER, repo)
