@@ -105,6 +105,7 @@ def test_copy_buttons_and_no_console_errors(page: Page, site: ForgeServer, artif
 
         page.goto(site.at(f"/{full_name}/settings/hooks/"))
         page.get_by_label("Payload URL").fill("http://127.0.0.1:9/hook")
+        page.locator("fieldset", has_text="Notification events").get_by_role("checkbox").first.check()
         page.get_by_role("button", name="Create endpoint").click()
         expect(page.get_by_role("status").first).to_contain_text("Endpoint created.")
         secret = page.locator("#new-secret").inner_text().strip()
