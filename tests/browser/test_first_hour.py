@@ -195,10 +195,9 @@ def correct_an_egress_typo(page: Page, url: str) -> None:
 
 
 def test_the_first_hour(page: Page, tmp_path: Path, agents_image: str) -> None:
-    turns = [
-        tool_use("Bash", {"command": "echo hi > /workspace/hi.txt", "description": "write hi"}, id="toolu_hi"),
-        text("Wrote hi.txt."),
-    ]
+    call = {"command": "echo hi > /workspace/hi.txt", "description": "write hi"}
+    # The parked call, then the same call again in the approval run (which runs it without asking).
+    turns = [tool_use("Bash", call, id="toolu_hi"), tool_use("Bash", call), text("Wrote hi.txt.")]
     home = tmp_path / "site"
     home.mkdir()
     with ScriptedAnthropic(turns, repeat_last=True) as api, forge_as_make_run_starts_it(home, free_port()) as url:
