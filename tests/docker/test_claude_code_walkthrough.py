@@ -77,7 +77,7 @@ async def test_make_run_walkthrough_edit_deny_review_resume_merge(tmp_path: Path
     assert [t for t in policy if t.startswith("pre_tool_use: deny")] == [next(t for t in policy if "deny" in t)]
     [refused] = [e["payload"] for e in events if e["kind"] == "tool_result" and e["payload"]["id"] == "toolu_bash"]
     assert refused["is_error"] is True
-    assert 'class="ti ev ev-system ti-policy decision-deny"' in page
+    assert 'class="policy-line decision-deny"' in page  # the decision, in the card of the call it decided
     # The consumer saw every tool call of both runs and denied only the shell.
     seen = [(d.get("tool_name"), d.get("decision")) for d in decisions(consumer) if d.get("event") == "pre_tool_use"]
     assert ("Bash", "deny") in seen and all(d != "deny" for name, d in seen if name != "Bash")
