@@ -67,7 +67,10 @@ class ModelKeyPages(Controller):
         try:
             await model_keys.put(db_session, settings, actor, me, provider, change)
         except ForgeError as exc:
-            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail)
+            # Shown again as typed, the refusal in the provider's own card (the key itself is never
+            # echoed back: the person types it again).
+            typed = {"provider": provider, "base_url": data.base_url, "model": data.model}
+            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail, typed=typed)
         return Redirect("/settings/model-keys/", status_code=303)
 
     @post("/{provider:str}/remove")

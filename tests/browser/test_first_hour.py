@@ -215,6 +215,10 @@ def test_the_first_hour(page: Page, tmp_path: Path, agents_image: str) -> None:
         save_personal_key(page, url, api.url)
         expect(page.get_by_role("alert").first).to_contain_text("ask an instance admin to allow 127.0.0.1")
         expect(page.get_by_role("alert").first).to_contain_text("Admin > Network")
+        card = page.locator("#model-key-anthropic")  # what was typed is kept, beside the refusal
+        expect(card.get_by_label(re.compile(r"^Base URL"))).to_have_value(api.url)
+        expect(card.get_by_label(re.compile(r"^Model"))).to_have_value(MODEL)
+        expect(card.get_by_label(re.compile(r"^Base URL"))).to_have_attribute("aria-invalid", "true")
 
         # 4. The admin allows it (and the policy consumer's host) in the UI; the same save now holds.
         allow_host(page, url, "model")
