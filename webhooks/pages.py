@@ -45,6 +45,7 @@ class HookForm(msgspec.Struct, kw_only=True):
 INPUTS = ("url", "kind", "events", "failure_policy", "active")
 ALIASES = {
     "invalid_hook_url": "url",
+    "host_not_allowed": "url",
     "invalid_hook_events": "events",
     "invalid_failure_policy": "failure_policy",
 }
