@@ -4,7 +4,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tasks.core.transcript import EventRead
-from tasks.http.pages.timeline import FOLD_LINES, build, duration, edit_diff, tool_fields
+from tasks.http.pages.timeline import build, duration
+from tasks.http.pages.tool_cards import FOLD_LINES, edit_diff, tool_fields
 
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -270,7 +271,7 @@ def test_a_policy_ask_without_its_approval_still_reads_as_a_pause() -> None:
 
 
 def test_outcomes_are_an_exit_status_ok_or_error() -> None:
-    from tasks.http.pages.timeline import result_view
+    from tasks.http.pages.tool_cards import result_view
 
     def outcome(output: str, is_error: bool = False) -> tuple[str, str]:
         r = result_view(1, {"output": output, "is_error": is_error})
