@@ -159,6 +159,7 @@ class LocalSwaggerPlugin(SwaggerRenderPlugin):
     dom_id: "#swagger-container",
     deepLinking: false,  // deep links put a link inside each operation's toggle button (nested controls)
     validatorUrl: null,
+    docExpansion: "none",  // the sections folded: a reader opens the one they need
     defaultModelsExpandDepth: 0,  // the schemas listed, folded: Problem's `code` lists every error code
     presets: [SwaggerUIBundle.presets.apis],
     onComplete: () => {{

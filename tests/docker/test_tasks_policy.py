@@ -144,7 +144,7 @@ def test_mixed_batch_runs_only_the_allowed_calls_in_order(policy_settings: Setti
         reply("done"),
     ]
     done, transcript, files, requests = _run_builtin(policy_settings, ByInputConsumer(), turns, ["pre_tool_use"])
-    assert done["state"] == "awaiting_review", done
+    assert done["state"] == "awaiting_review", (done, transcript[-3:])
     assert "a.txt" in files and "b.txt" in files and "evil.txt" not in files
     results = [(e["payload"]["id"], e["payload"]["is_error"]) for e in transcript if e["kind"] == "tool_result"]
     assert results == [("c1", False), ("c2", True), ("c3", False)]
