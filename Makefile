@@ -30,10 +30,13 @@ test: $(STAMP) lint types imports provision sandbox-image
 	@$(MAKE) --no-print-directory suite
 
 ## the test suite alone, nothing provisioned or checked first (CI runs the phases one by one);
-## the 30 slowest tests are printed at the end
+## the 30 slowest tests are printed, then where the time went (per directory, database, module)
 suite: $(STAMP)
-	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not serial" --durations=30
-	$(BIN)/pytest -q -m serial --durations=5
+	@mkdir -p build; rc=0; \
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not serial" --durations=30 --junitxml=build/junit-parallel.xml || rc=$$?; \
+	$(BIN)/pytest -q -m serial --durations=5 --junitxml=build/junit-serial.xml || rc=$$?; \
+	$(BIN)/python -m tests.support.suite_times build/junit-parallel.xml build/junit-serial.xml; \
+	exit $$rc
 
 # What the suite needs beyond Python and git (Docker engine, debootstrap, chromium), installed and
 # started when missing (apt-get, as root or with sudo).
