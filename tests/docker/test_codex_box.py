@@ -13,7 +13,7 @@ from typing import Any
 from sandbox import SandboxEngine
 from tasks.core.policy import ApprovedCall, GateDecision, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
-from tasks.run.runtimes.codex import CodexRuntime
+from tasks.run.runtimes.codex.runtime import CodexRuntime
 from tests.support.agent_box import kill_by_cmdline, running
 from tests.support.channel import Reply, reply_json
 from tests.support.claude_host import Recorder, ScriptedGate, host_context

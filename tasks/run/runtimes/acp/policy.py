@@ -1,7 +1,7 @@
 """How an ACP agent's tool calls reach forgehand's policy (AGENTS.md decision 3): the adapter's
 `session/request_permission` and the managed hooks of the CLI under the adapter (Claude Code's
 `/etc/claude-code/managed-settings.json`, Codex's `/etc/codex/requirements.toml`, both posting
-to `/hooks/<cli>/<event>` on the run's socket). Both end in one `PolicyBroker` (claude_control.py),
+to `/hooks/<cli>/<event>` on the run's socket). Both end in one `PolicyBroker` (policy_broker.py),
 so a call that both paths see is dispatched to `pre_tool_use` once (by its tool call id: the
 adapters pass the CLI's id through), and a call only one path sees is still decided.
 
@@ -19,10 +19,11 @@ from typing import Any
 
 from tasks.core.agent_registry import AcpAgent
 from tasks.core.transcript import Kind, Notice, Payload, ToolResult
-from tasks.run.runtimes.acp_rpc import Incoming, Peer
-from tasks.run.runtimes.acp_updates import UpdateState, choose_option
+from tasks.run.runtimes.acp.rpc import Incoming, Peer
+from tasks.run.runtimes.acp.updates import UpdateState, choose_option
 from tasks.run.runtimes.base import RunContext
-from tasks.run.runtimes.claude_control import (
+from tasks.run.runtimes.codex.stream import tool_kind
+from tasks.run.runtimes.policy_broker import (
     NOT_DECIDED,
     PolicyBroker,
     Verdict,
@@ -30,7 +31,6 @@ from tasks.run.runtimes.claude_control import (
     hook_refusal,
     refused_before_deciding,
 )
-from tasks.run.runtimes.codex_stream import tool_kind
 from tasks.run.runtimes.policy_steps import post_tool, verify
 
 CANCELLED = {"outcome": "cancelled"}

@@ -21,7 +21,7 @@ temporary `HOME`), and relied on here:
   `permissions.allow: ["Bash"]`, `defaultMode: bypassPermissions`, `disableAllHooks: true` and
   their own hooks changed nothing: `can_use_tool` still came for Bash, the repository's hook never
   ran and hooks passed by forgehand still ran (`--setting-sources user`).
-- PreToolUse hooks run before `can_use_tool`; see claude_control.py for how the two meet.
+- PreToolUse hooks run before `can_use_tool`; see policy_broker.py for how the two meet.
 - Read-only tools (Read, Glob, Grep) never ask `can_use_tool` in the default permission mode: the
   managed hook is their gate.
 - A `Task` subagent runs in the background: `system/task_started`, its lines with
@@ -54,7 +54,10 @@ from tasks.core.transcript import ToolCall, ToolResult
 from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
-from tasks.run.runtimes.claude_control import (
+from tasks.run.runtimes.claude.stream import StreamState, usage_of
+from tasks.run.runtimes.cli_lines import StdoutReader, json_line
+from tasks.run.runtimes.ledger import ANNOUNCE_WAIT, NOT_GIVEN
+from tasks.run.runtimes.policy_broker import (
     PolicyBroker,
     Verdict,
     control_answer,
@@ -64,9 +67,6 @@ from tasks.run.runtimes.claude_control import (
     interrupt_request,
     refused_before_deciding,
 )
-from tasks.run.runtimes.claude_stream import StreamState, usage_of
-from tasks.run.runtimes.cli_lines import StdoutReader, json_line
-from tasks.run.runtimes.ledger import ANNOUNCE_WAIT, NOT_GIVEN
 from tasks.run.runtimes.policy_steps import after_tool, record, verify
 
 AGENT_NAME = "claude-code"

@@ -3,7 +3,7 @@
 transcript events it stands for; the runtime emits them and reads what the state gathered (the
 session id, the CLI version, the tool calls in flight, the final `result`).
 
-Shapes measured with the CLI 2.1.332 (see claude_code.py's docstring for the whole protocol):
+Shapes measured with the CLI 2.1.332 (see runtime.py's docstring for the whole protocol):
 - `{"type":"system","subtype":"init","session_id","cwd","model","tools","permissionMode",
   "claude_code_version",...}` first;
 - `{"type":"assistant","message":{"content":[{"type":"text"|"tool_use"|"thinking",...}],"usage"},
@@ -16,7 +16,7 @@ Shapes measured with the CLI 2.1.332 (see claude_code.py's docstring for the who
 - `{"type":"result","subtype":"success"|"error_...","is_error","result","num_turns","usage",
   "total_cost_usd","session_id","permission_denials",...}`: one per turn; background subagents can
   add more, so the last one is final;
-- `control_request` / `control_response` lines belong to the control channel (claude_control.py)."""
+- `control_request` / `control_response` lines belong to the control channel (policy_broker.py)."""
 
 from typing import Any
 

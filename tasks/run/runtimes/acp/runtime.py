@@ -2,12 +2,12 @@
 stdio, inside the sandbox, with forgehand as the ACP client (AGENTS.md decisions 2 to 5; the
 operator's view is docs/agents.md "ACP agents"). A task names the agent (`agent_command`, the
 registry in tasks/core/agent_registry.py); `AcpRuntime.for_task` binds it for one run. The
-JSON-RPC client is forgehand's own (acp_rpc.py says why not PyPI `agent-client-protocol`).
+JSON-RPC client is forgehand's own (rpc.py says why not PyPI `agent-client-protocol`).
 
 One run: `initialize` (no `fs`, no `terminal`: the agent acts itself, inside the sandbox, where
 the managed hooks see it), `session/load` of the task's session when the agent can load, else
 `session/new`, then `session/prompt`. `session/update` becomes transcript events
-(acp_updates.py). `session/request_permission` becomes `pre_tool_use` (name, kind, exact
+(updates.py). `session/request_permission` becomes `pre_tool_use` (name, kind, exact
 `rawInput`) through the claude-code runtime's `PolicyBroker`, shared with the managed hook (one
 dispatch per tool call id); the option is picked by kind (`choose_option`); `ask` parks the call
 and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
@@ -27,14 +27,14 @@ from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Assistant, Kind, Notice, Payload, System, ToolResult
 from tasks.run.backchannel import mcp_client_config
-from tasks.run.runtimes.acp_policy import AcpPolicy
-from tasks.run.runtimes.acp_rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
-from tasks.run.runtimes.acp_session import acp_mcp_servers, home_of, keep, restore
-from tasks.run.runtimes.acp_updates import UpdateState
+from tasks.run.runtimes.acp.policy import AcpPolicy
+from tasks.run.runtimes.acp.rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
+from tasks.run.runtimes.acp.session import acp_mcp_servers, home_of, keep, restore
+from tasks.run.runtimes.acp.updates import UpdateState
 from tasks.run.runtimes.agent_session import prompt_of, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
-from tasks.run.runtimes.claude_control import Verdict
 from tasks.run.runtimes.codex_config import codex_settings, config_toml, nested, write_config
+from tasks.run.runtimes.policy_broker import Verdict
 from tasks.run.runtimes.policy_steps import record
 
 PROTOCOL_VERSION = 1
@@ -156,7 +156,7 @@ class AcpAgentRuntime:
 
 
 class _Drive:
-    """One agent process: the JSON-RPC peer, the policy paths (acp_policy.py), the watchdog."""
+    """One agent process: the JSON-RPC peer, the policy paths (policy.py), the watchdog."""
 
     def __init__(self, runtime: AcpAgentRuntime, ctx: RunContext, session: str) -> None:
         self.runtime = runtime

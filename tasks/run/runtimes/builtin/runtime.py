@@ -26,7 +26,7 @@ from tasks.run.backchannel import TOOL_NAMES as BACKCHANNEL_TOOLS
 from tasks.run.backchannel import ToolRefused
 from tasks.run.backchannel import call as call_tool
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
-from tasks.run.runtimes.model_client import TOOL_NAMES, ModelFailure, chat
+from tasks.run.runtimes.builtin.model_client import TOOL_NAMES, ModelFailure, chat
 from tasks.run.runtimes.policy_steps import after_tool, approval_request, verify
 from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
 from tasks.run.runtimes.base import Outcome, RunContext
-from tasks.run.runtimes.claude_control import PolicyBroker
 from tasks.run.runtimes.cli_lines import StdoutReader
-from tasks.run.runtimes.codex_stream import StreamState
+from tasks.run.runtimes.codex.stream import StreamState
+from tasks.run.runtimes.policy_broker import PolicyBroker
 from tasks.run.runtimes.policy_steps import verify
 
 if TYPE_CHECKING:
-    from tasks.run.runtimes.codex import CodexRuntime
+    from tasks.run.runtimes.codex.runtime import CodexRuntime
 
 _UNREACHABLE = ("connection", "disconnected", "timed out", "timeout", "status 502", "status 503", "status 504")
 
@@ -75,7 +75,7 @@ class CodexTurn:
                 if lines is None:
                     break
                 events = state.feed_lines(lines, self.raw)
-                for ran in state.take_ran():  # matched to the calls the hook allowed (codex_stream.py)
+                for ran in state.take_ran():  # matched to the calls the hook allowed (stream.py)
                     events += verify(ctx, ran.id, ran.name, error=ran.error)
                 await ctx.emit_all(events)
         finally:
