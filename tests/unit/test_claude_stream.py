@@ -1,6 +1,7 @@
 """Claude Code's stream-json lines (shapes recorded from the CLI 2.1.332) into transcript events."""
 
-from tasks.run.runtimes.claude.stream import StreamState, tool_kind, usage_of
+from tasks.run.runtimes.claude.stream import StreamState, usage_of
+from tasks.run.runtimes.tool_kinds import tool_kind
 
 INIT = {"type": "system", "subtype": "init", "cwd": "/workspace", "session_id": "s-1", "model": "m",
         "permissionMode": "default", "claude_code_version": "2.1.332", "tools": ["Bash"]}  # fmt: skip

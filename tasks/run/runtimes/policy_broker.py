@@ -1,21 +1,10 @@
-"""Policy for Claude Code's tool calls, from its two paths (AGENTS.md decision 3):
+"""One run's tool-call decisions for the CLI agents (claude-code, codex, acp), whichever way a call
+reaches forgehand's policy (AGENTS.md decision 3): Claude Code's control channel (`can_use_tool`,
+claude/control.py), the images' managed `PreToolUse` hooks of Claude Code and Codex (`POST
+/hooks/<cli>/PreToolUse` on the run's gateway socket, answered here by `hook_answer`), ACP's
+`session/request_permission` (acp/policy.py).
 
-- the control channel: `{"type":"control_request","request_id","request":{"subtype":"can_use_tool",
-  "tool_name","input","tool_use_id","permission_suggestions",...}}` on the CLI's stdout, answered on
-  its stdin with `{"type":"control_response","response":{"subtype":"success","request_id",
-  "response":{"behavior":"allow","updatedInput":{...}} | {"behavior":"deny","message":...,
-  "interrupt":bool}}}`;
-- the managed `PreToolUse` hook (the image's `/etc/claude-code/managed-settings.json`), reaching the
-  run's gateway socket as `POST /hooks/claude/PreToolUse` with `{session_id, cwd, hook_event_name,
-  tool_name, tool_input, tool_use_id, ...}`, answered with `{"hookSpecificOutput":{"hookEventName":
-  "PreToolUse","permissionDecision":"allow"|"deny","permissionDecisionReason","updatedInput"}}`.
-
-Measured with 2.1.332: the hook runs first; a hook `allow` (its `updatedInput` is what runs) or
-`deny` (the model sees `PreToolUse:<tool> hook error: <reason>`) settles the call and no
-`can_use_tool` follows; a hook that answers no decision leaves it to `can_use_tool`. Read-only
-tools (Read, Glob, Grep) never reach `can_use_tool` in the default mode: the hook is their gate.
-
-Both paths end in `PolicyBroker.decide`, which dispatches `pre_tool_use` once per tool_use_id: the
+Every path ends in `PolicyBroker.decide`, which dispatches `pre_tool_use` once per tool_use_id: the
 first path to ask decides, the other one reuses that decision; a call only one path saw is decided
 on its own. The decision is the builtin runtime's: allow (with the consumer's input rewrite), deny
 with the reason told to the model, `ask` parks an `ApprovalRequest` bound to the exact input (the
@@ -233,22 +222,6 @@ def question_options(tool_input: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(labels))[:10]
 
 
-def control_answer(request_id: str, verdict: Verdict, original: Any) -> dict[str, Any]:
-    """The `control_response` line for a `can_use_tool` request."""
-    if verdict.behavior == "allow":
-        body: dict[str, Any] = {
-            "behavior": "allow",
-            "updatedInput": verdict.updated_input if verdict.updated_input is not None else original,
-        }
-    else:
-        body = {"behavior": "deny", "message": verdict.message, "interrupt": bool(verdict.stop)}
-    return {"type": "control_response", "response": {"subtype": "success", "request_id": request_id, "response": body}}
-
-
-def control_error(request_id: str, message: str) -> dict[str, Any]:
-    return {"type": "control_response", "response": {"subtype": "error", "request_id": request_id, "error": message}}
-
-
 def hook_answer(event: str, verdict: Verdict) -> dict[str, Any]:
     """The JSON the managed `PreToolUse` hook prints for a verdict."""
     out: dict[str, Any] = {"hookEventName": event, "permissionDecision": verdict.behavior}
@@ -279,7 +252,3 @@ CLI_REFUSAL = "<tool_use_error>"
 
 def refused_before_deciding(output: str, is_error: bool) -> bool:
     return is_error and output.lstrip().startswith(CLI_REFUSAL)
-
-
-def interrupt_request(request_id: str) -> dict[str, Any]:
-    return {"type": "control_request", "request_id": request_id, "request": {"subtype": "interrupt"}}

@@ -22,7 +22,6 @@ from tasks.core.transcript import Kind, Notice, Payload, ToolResult
 from tasks.run.runtimes.acp.rpc import Incoming, Peer
 from tasks.run.runtimes.acp.updates import UpdateState, choose_option
 from tasks.run.runtimes.base import RunContext
-from tasks.run.runtimes.codex.stream import tool_kind
 from tasks.run.runtimes.policy_broker import (
     NOT_DECIDED,
     PolicyBroker,
@@ -32,6 +31,7 @@ from tasks.run.runtimes.policy_broker import (
     refused_before_deciding,
 )
 from tasks.run.runtimes.policy_steps import post_tool, verify
+from tasks.run.runtimes.tool_kinds import tool_kind
 
 CANCELLED = {"outcome": "cancelled"}
 # codex-acp reports its MCP server's start as a tool call `mcp_startup.<server>.<uuid>`: no action

@@ -8,9 +8,9 @@ One run: `initialize` (no `fs`, no `terminal`: the agent acts itself, inside the
 the managed hooks see it), `session/load` of the task's session when the agent can load, else
 `session/new`, then `session/prompt`. `session/update` becomes transcript events
 (updates.py). `session/request_permission` becomes `pre_tool_use` (name, kind, exact
-`rawInput`) through the claude-code runtime's `PolicyBroker`, shared with the managed hook (one
-dispatch per tool call id); the option is picked by kind (`choose_option`); `ask` parks the call
-and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
+`rawInput`) through the CLI runtimes' `PolicyBroker` (../policy_broker.py), shared with the
+managed hook (one dispatch per tool call id); the option is picked by kind (`choose_option`);
+`ask` parks the call and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
 input is decided safely and never crashes the run (tests/integration/test_acp_protocol.py)."""
 
 import asyncio

@@ -54,19 +54,11 @@ from tasks.core.transcript import ToolCall, ToolResult
 from tasks.run.backchannel import claude_mcp_config
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
+from tasks.run.runtimes.claude.control import control_answer, control_error, interrupt_request
 from tasks.run.runtimes.claude.stream import StreamState, usage_of
 from tasks.run.runtimes.cli_lines import StdoutReader, json_line
 from tasks.run.runtimes.ledger import ANNOUNCE_WAIT, NOT_GIVEN
-from tasks.run.runtimes.policy_broker import (
-    PolicyBroker,
-    Verdict,
-    control_answer,
-    control_error,
-    hook_answer,
-    hook_refusal,
-    interrupt_request,
-    refused_before_deciding,
-)
+from tasks.run.runtimes.policy_broker import PolicyBroker, Verdict, hook_answer, hook_refusal, refused_before_deciding
 from tasks.run.runtimes.policy_steps import after_tool, record, verify
 
 AGENT_NAME = "claude-code"

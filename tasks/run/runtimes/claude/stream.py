@@ -16,7 +16,7 @@ Shapes measured with the CLI 2.1.332 (see runtime.py's docstring for the whole p
 - `{"type":"result","subtype":"success"|"error_...","is_error","result","num_turns","usage",
   "total_cost_usd","session_id","permission_denials",...}`: one per turn; background subagents can
   add more, so the last one is final;
-- `control_request` / `control_response` lines belong to the control channel (policy_broker.py)."""
+- `control_request` / `control_response` lines belong to the control channel (control.py)."""
 
 from typing import Any
 
@@ -24,41 +24,9 @@ import msgspec
 
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.transcript import Assistant, Notice, Payload, System, ToolCall, ToolResult
+from tasks.run.runtimes.tool_kinds import tool_kind
 
 Event = tuple[str, Payload]
-
-# Claude Code's tools by what they do (the kinds of the Agent Client Protocol, plus "other").
-TOOL_KINDS: dict[str, str] = {
-    "Bash": "execute",
-    "BashOutput": "execute",
-    "KillShell": "execute",
-    "KillBash": "execute",
-    "Monitor": "execute",
-    "Edit": "edit",
-    "MultiEdit": "edit",
-    "Write": "edit",
-    "NotebookEdit": "edit",
-    "Read": "read",
-    "NotebookRead": "read",
-    "Glob": "search",
-    "Grep": "search",
-    "LS": "search",
-    "ToolSearch": "search",
-    "WebFetch": "fetch",
-    "WebSearch": "fetch",
-    "Task": "think",
-    "Agent": "think",
-    "TodoWrite": "think",
-    "SendMessage": "think",
-    "ExitPlanMode": "switch_mode",
-    "EnterPlanMode": "switch_mode",
-}
-
-
-def tool_kind(name: str) -> str:
-    if name.startswith("mcp__"):
-        return "other"
-    return TOOL_KINDS.get(name, "other")
 
 
 class CallSeen(msgspec.Struct, kw_only=True):

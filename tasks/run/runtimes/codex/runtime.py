@@ -38,11 +38,12 @@ from tasks.core.transcript import ToolCall, ToolResult
 from tasks.run.gateway import SOCKET_NAME
 from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
-from tasks.run.runtimes.codex.stream import Allowed, StreamState, tool_kind
+from tasks.run.runtimes.codex.stream import Allowed, StreamState
 from tasks.run.runtimes.codex.turn import CodexTurn
 from tasks.run.runtimes.codex_config import PROVIDER, codex_settings, overrides, provider_fields, toml_value
 from tasks.run.runtimes.policy_broker import PolicyBroker, Verdict, hook_refusal
 from tasks.run.runtimes.policy_steps import after_tool, record
+from tasks.run.runtimes.tool_kinds import tool_kind
 
 AGENT_NAME = "codex"
 CLI_PATH = "/usr/local/bin/codex"

@@ -35,21 +35,6 @@ from tasks.run.runtimes.cli_lines import json_object, keep_lines
 
 Event = tuple[Kind, Payload]
 
-# Codex's tools by what they do (the kinds of the Agent Client Protocol), by the names its hooks use.
-TOOL_KINDS: dict[str, str] = {
-    "Bash": "execute",
-    "exec_command": "execute",
-    "write_stdin": "execute",
-    "apply_patch": "edit",
-    "view_image": "read",
-    "web_search": "fetch",
-    "update_plan": "think",
-}
-
-
-def tool_kind(name: str) -> str:
-    return TOOL_KINDS.get(name, "other")
-
 
 class Allowed(msgspec.Struct, frozen=True, kw_only=True):
     """A call the managed hook let run: what the policy saw."""
