@@ -13,7 +13,7 @@ call is refused and the run ends `blocked`), a failed dispatch fails the run clo
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 import msgspec
@@ -41,6 +41,11 @@ def input_hash_of(tool_input: Any) -> str:
     return hashlib.sha256(json.dumps(tool_input, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# How a runtime ends its agent's turn when a decision ends the run (a parked call, a question, a
+# failed policy): Claude Code's control-channel interrupt, ACP's `session/cancel`; Codex has none.
+StopHook = Callable[[Verdict], Coroutine[Any, Any, None]]
+QUESTION_STOP = Verdict(behavior="deny", stop="question")
+
 # The answer to a second ask under a decided id with another input (see PolicyBroker.decide).
 NOT_DECIDED = Verdict(
     behavior="deny", message="error: this call's input is not the one policy decided; nothing was run"
@@ -48,9 +53,9 @@ NOT_DECIDED = Verdict(
 
 
 class PolicyBroker:
-    """One run's tool-call decisions, keyed by tool_use_id."""
+    """One run's tool-call decisions, keyed by tool_use_id, and those under way in the background."""
 
-    def __init__(self, ctx: RunContext, on_stop: Callable[[Verdict], Awaitable[None]]) -> None:
+    def __init__(self, ctx: RunContext, on_stop: StopHook | None = None) -> None:
         self.ctx = ctx
         self._decided: dict[str, asyncio.Future[Verdict]] = {}
         self._inputs: dict[str, tuple[str, ...]] = {}  # tool_use_id -> the decided input (and its rewrite)
@@ -68,6 +73,28 @@ class PolicyBroker:
         self.approved_pending: ApprovedCall | None = (
             ctx.approval if ctx.approval is not None and ctx.approval.approved else None
         )
+        # Decisions taken in the background while the agent's output is read on (`spawn`).
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Take a decision (or end a turn) in the background; `tasks` holds it until it is done."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def cancel_tasks(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+
+    async def on_question(self, text: str, options: list[str]) -> None:
+        """The back-channel's ask_user (the run's question hook): the run blocks on the question and
+        later calls are refused; the turn ends the runtime's way (`on_stop`) in the background, so
+        that the ask_user call itself is answered first."""
+        if self.question:
+            return
+        self.question, self.question_options = text, options
+        if self._on_stop is not None:
+            self.spawn(self._on_stop(QUESTION_STOP))
 
     def was_decided(self, tool_use_id: str) -> bool:
         return tool_use_id in self._decided
@@ -133,7 +160,7 @@ class PolicyBroker:
                 self.ctx.backchannel.grant(
                     tool, verdict.updated_input if verdict.updated_input is not None else tool_input
                 )
-        if verdict.stop:
+        if verdict.stop and self._on_stop is not None:
             await self._on_stop(verdict)
         return verdict
 

@@ -14,7 +14,6 @@ is recorded here (a `tool_call` and an error `tool_result`), and `PostToolUse` g
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tasks.core.agent_registry import AcpAgent
@@ -25,6 +24,7 @@ from tasks.run.runtimes.base import RunContext
 from tasks.run.runtimes.policy_broker import (
     NOT_DECIDED,
     PolicyBroker,
+    StopHook,
     Verdict,
     hook_answer,
     hook_refusal,
@@ -47,7 +47,7 @@ class AcpPolicy:
         ctx: RunContext,
         agent: AcpAgent,
         updates: UpdateState,
-        on_stop: Callable[[Verdict], Awaitable[None]],
+        on_stop: StopHook,
     ) -> None:
         self.ctx = ctx
         self.agent = agent

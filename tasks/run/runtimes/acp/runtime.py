@@ -35,7 +35,7 @@ from tasks.run.runtimes.agent_session import prompt_of, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.codex_config import codex_settings, config_toml, nested, write_config
 from tasks.run.runtimes.policy_broker import Verdict
-from tasks.run.runtimes.policy_steps import record
+from tasks.run.runtimes.policy_steps import StopStep
 
 PROTOCOL_VERSION = 1
 WORKDIR = "/workspace"
@@ -133,7 +133,7 @@ class AcpAgentRuntime:
         if ctx.channel is not None:
             ctx.channel.set_hook_handler(drive.policy.on_hook)
         if ctx.backchannel is not None:
-            ctx.backchannel.set_question_hook(drive.on_question)
+            ctx.backchannel.set_question_hook(drive.broker.on_question)
         try:
             await scrub(ctx, home_of(self.agent))
             if self.agent.codex_config and ctx.channel is not None:
@@ -174,7 +174,6 @@ class _Drive:
         self.last_text = ""
         self.held: list[tuple[Kind, Payload]] = []  # the events of the batch being read (`settle`)
         self.last_line = time.monotonic()
-        self._tasks: set[asyncio.Task[None]] = set()
         self.prompting = False
         self.prompt_ended = asyncio.Event()
 
@@ -183,12 +182,6 @@ class _Drive:
         decision's answer (to the hook, say) waits until the turn ended (at most CANCEL_WAIT), so
         the agent does not call the model again with the refusal first."""
         await self.cancel(wait=True)
-
-    async def on_question(self, text: str, options: list[str]) -> None:
-        """The back-channel's ask_user: the run blocks on the question; the turn ends."""
-        if not self.broker.question:
-            self.broker.question, self.broker.question_options = text, options
-            self._spawn(self._stopping(Verdict(behavior="deny", stop="question")))
 
     async def cancel(self, *, wait: bool = True) -> None:
         if self.policy.cancelled or self.peer is None:
@@ -212,7 +205,7 @@ class _Drive:
                 return
             self.request_ids.add(msg.id)
             if msg.method == "session/request_permission":
-                self._spawn(self.policy.permission(self.peer, msg))
+                self.broker.spawn(self.policy.permission(self.peer, msg))
             else:  # fs/*, terminal/*: capabilities forgehand does not offer
                 await self.peer.respond_error(msg.id, METHOD_NOT_FOUND, f"forgehand does not serve {msg.method}")
             return
@@ -245,11 +238,6 @@ class _Drive:
                 out += await self.policy.after(payload.id, payload.name, payload.output, is_error=payload.is_error)
         await self.ctx.emit_all(out)
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def _touch(self) -> None:
         self.last_line = time.monotonic()
 
@@ -268,8 +256,7 @@ class _Drive:
         except TimeoutError:
             return self._failed(FailureReason.IDLE, f"{self.runtime.agent.name} did not answer the session setup")
         finally:
-            for task in list(self._tasks):
-                task.cancel()
+            self.broker.cancel_tasks()
             await peer.close_stdin()
             reader.cancel()
             with contextlib.suppress(BaseException):
@@ -325,10 +312,9 @@ class _Drive:
         if isinstance(result, Outcome):
             return result
         if result == "end_turn" and not self._ending():
-            decision = await ctx.gate.stop(ctx.gate_ctx, summary=self.last_text, turns=ctx.turns, changed_files=[])
-            await record(ctx, decision)
-            if decision.model_context.strip():
-                again = await self._prompt(peer, decision.model_context)
+            more = await StopStep(ctx).next_message(self.last_text)
+            if more:
+                again = await self._prompt(peer, more)
                 if isinstance(again, Outcome):
                     return again
                 result = again
@@ -371,7 +357,7 @@ class _Drive:
 
     def broker_busy(self) -> bool:
         """A decision is being taken (a consumer, a person): silence then is not the agent's."""
-        return bool(self.policy.open) or bool(self._tasks)
+        return bool(self.policy.open) or bool(self.broker.tasks)
 
     def _account(self, usage: Any) -> None:
         if not isinstance(usage, dict):

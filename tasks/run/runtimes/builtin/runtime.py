@@ -27,7 +27,7 @@ from tasks.run.backchannel import ToolRefused
 from tasks.run.backchannel import call as call_tool
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.builtin.model_client import TOOL_NAMES, ModelFailure, chat
-from tasks.run.runtimes.policy_steps import after_tool, approval_request, verify
+from tasks.run.runtimes.policy_steps import StopStep, after_tool, approval_request, verify
 from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record
 
@@ -87,7 +87,7 @@ class BuiltinRuntime:
             raise RuntimeUnavailable("no model endpoint is configured", FailureReason.MODEL_UNREACHABLE)
         messages = self._resume(ctx)
         summary = ""
-        continued = False
+        stop = StopStep(ctx)
         if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
             parked = await self._resume_approved(ctx, ctx.approval, messages)
             if parked is not None:
@@ -136,11 +136,9 @@ class BuiltinRuntime:
                     )
                 if not calls:
                     final = summary or (content.strip() if isinstance(content, str) else "")
-                    decision = await ctx.gate.stop(ctx.gate_ctx, summary=final, turns=ctx.turns, changed_files=[])
-                    await _record(ctx, decision)
-                    if decision.model_context.strip() and not continued:
-                        continued = True
-                        messages.append({"role": "user", "content": decision.model_context})
+                    more = await stop.next_message(final)
+                    if more:
+                        messages.append({"role": "user", "content": more})
                         continue
                     return Outcome(status=RunState.SUCCEEDED, summary=final, conversation=messages)
                 question = ""

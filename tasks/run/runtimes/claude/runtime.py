@@ -59,7 +59,7 @@ from tasks.run.runtimes.claude.stream import StreamState, usage_of
 from tasks.run.runtimes.cli_lines import StdoutReader, json_line
 from tasks.run.runtimes.ledger import ANNOUNCE_WAIT, NOT_GIVEN
 from tasks.run.runtimes.policy_broker import PolicyBroker, Verdict, hook_answer, hook_refusal, refused_before_deciding
-from tasks.run.runtimes.policy_steps import after_tool, record, verify
+from tasks.run.runtimes.policy_steps import StopStep, after_tool, verify
 
 AGENT_NAME = "claude-code"
 CLI_PATH = "/usr/local/bin/claude"
@@ -140,7 +140,7 @@ class ClaudeCodeRuntime:
         drive = _Drive(self, ctx, session)
         channel.set_hook_handler(drive.on_hook)
         if ctx.backchannel is not None:
-            ctx.backchannel.set_question_hook(drive.on_question)
+            ctx.backchannel.set_question_hook(drive.broker.on_question)
         try:
             await scrub(ctx, CLAUDE_HOME)
             proc = await ctx.sandbox.spawn(argv, env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining))
@@ -168,7 +168,6 @@ class _Drive:
         self.raw = HeadTail(RAW_CAP)
         self.proc: Any = None
         self._writes = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
         self.posted: set[str] = set()
         self.stdin_open = True
         self._answers: dict[str, asyncio.Future[None]] = {}  # our control requests, by id
@@ -202,12 +201,6 @@ class _Drive:
                 await asyncio.shield(confirmed)
         self._answers.pop(request_id, None)
 
-    async def on_question(self, text: str, options: list[str]) -> None:
-        """The back-channel's ask_user: the run blocks on the question; later calls are refused."""
-        if not self.broker.question:
-            self.broker.question, self.broker.question_options = text, options
-            self._spawn(self._stopping(Verdict(behavior="deny", stop="question")))
-
     async def on_hook(self, agent: str, event: str, body: dict[str, Any]) -> dict[str, Any]:
         """`POST /hooks/claude/<event>` from the managed hook (the backstop)."""
         if agent != "claude":
@@ -235,17 +228,12 @@ class _Drive:
             raise
         await self.send(control_answer(request_id, verdict, req.get("input")))
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     async def _control(self, line: dict[str, Any]) -> None:
         request_id = str(line.get("request_id") or "")
         req: dict[str, Any] = line["request"] if isinstance(line.get("request"), dict) else {}
         subtype = req.get("subtype")
         if subtype == "can_use_tool":
-            self._spawn(self._can_use_tool(request_id, req))
+            self.broker.spawn(self._can_use_tool(request_id, req))
         else:  # hook callbacks and MCP messages are not registered by forgehand: refuse
             await self.send(control_error(request_id, f"forgehand does not serve {subtype!r}"))
 
@@ -275,7 +263,7 @@ class _Drive:
         reader = StdoutReader(proc)
         await self.send({"type": "user", "session_id": "", "message": {"role": "user", "content": prompt},
                          "parent_tool_use_id": None})  # fmt: skip
-        continued = False
+        stop = StopStep(ctx)
         final: dict[str, Any] | None = None
         watchdog: tuple[FailureReason, str] | None = None
         try:
@@ -318,26 +306,23 @@ class _Drive:
                         )
                 if line.get("type") != "result" or not self.stdin_open:
                     continue
-                if self.state.background or self._tasks:
+                if self.state.background or self.broker.tasks:
                     continue  # a background subagent (or a decision) still runs: more will come
                 final = line
                 if self._ending() or line.get("is_error"):
                     await self.close_stdin()
                     continue
                 summary = str(line.get("result") or "")
-                decision = await ctx.gate.stop(ctx.gate_ctx, summary=summary, turns=ctx.turns, changed_files=[])
-                await record(ctx, decision)
-                if decision.model_context.strip() and not continued:
-                    continued = True
+                more = await stop.next_message(summary)
+                if more:
                     final = None
                     await self.send({"type": "user", "session_id": "", "parent_tool_use_id": None,
-                                     "message": {"role": "user", "content": decision.model_context}})  # fmt: skip
+                                     "message": {"role": "user", "content": more}})  # fmt: skip
                     continue
                 await self.close_stdin()
         finally:
             await self.close_stdin()
-            for task in list(self._tasks):
-                task.cancel()
+            self.broker.cancel_tasks()
             if watchdog is not None:
                 with contextlib.suppress(Exception):
                     await proc.kill()

@@ -41,8 +41,8 @@ from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.codex.stream import Allowed, StreamState
 from tasks.run.runtimes.codex.turn import CodexTurn
 from tasks.run.runtimes.codex_config import PROVIDER, codex_settings, overrides, provider_fields, toml_value
-from tasks.run.runtimes.policy_broker import PolicyBroker, Verdict, hook_refusal
-from tasks.run.runtimes.policy_steps import after_tool, record
+from tasks.run.runtimes.policy_broker import PolicyBroker, hook_refusal
+from tasks.run.runtimes.policy_steps import StopStep, after_tool
 from tasks.run.runtimes.tool_kinds import tool_kind
 
 AGENT_NAME = "codex"
@@ -129,16 +129,17 @@ class CodexRuntime:
             "NO_COLOR": "1",
         }
         raw = HeadTail(RAW_CAP)
-        broker = PolicyBroker(ctx, self._noop)
+        broker = PolicyBroker(ctx)  # no control channel to end a turn on (see CodexTurn)
         state = StreamState(version)
         hooks = _Hooks(ctx, broker, state)
         channel.set_hook_handler(hooks.on_hook)
         if ctx.backchannel is not None:
-            ctx.backchannel.set_question_hook(hooks.on_question)
+            ctx.backchannel.set_question_hook(broker.on_question)
         prompt = prompt_of(ctx, session)
         outcome: Outcome | None = None
         try:
-            for attempt in range(2):  # a stop policy's model context continues the thread once
+            stop = StopStep(ctx)
+            while True:  # a stop policy's model context continues the thread once (StopStep)
                 turn = CodexTurn(self, ctx, broker, raw, state)
                 try:
                     await scrub(ctx, CODEX_HOME)
@@ -155,12 +156,10 @@ class CodexRuntime:
                 session = state.session_id or session
                 if outcome.status is not RunState.SUCCEEDED:
                     break
-                turns = ctx.turns + state.completed
-                decision = await ctx.gate.stop(ctx.gate_ctx, summary=outcome.summary, turns=turns, changed_files=[])
-                await record(ctx, decision)
-                if attempt or not session or not decision.model_context.strip():
+                more = await stop.next_message(outcome.summary, turns=ctx.turns + state.completed)
+                if not more or not session:
                     break
-                prompt = decision.model_context  # the consumer's word, as the thread's next message
+                prompt = more  # the consumer's word, as the thread's next message
         finally:
             ctx.agent_name = AGENT_NAME
             ctx.turns += state.completed
@@ -169,9 +168,6 @@ class CodexRuntime:
             await keep(ctx, state, raw.text(), home_cap=self.home_cap, home=CODEX_HOME)
         assert outcome is not None
         return outcome
-
-    async def _noop(self, verdict: Verdict) -> None:
-        """The broker's stop hook: Codex has no control channel to interrupt on (see CodexTurn)."""
 
     async def _prepare(self, ctx: RunContext) -> str:
         """CODEX_HOME exists (a restored one already does) and the CLI's version, for the run."""
@@ -225,12 +221,6 @@ class _Hooks:
             out["updatedInput"] = runs = verdict.updated_input  # a consumer's rewrite: what runs
         self.state.allowed(Allowed(id=call_id, name=name, input=runs))
         return {"hookSpecificOutput": out}
-
-    async def on_question(self, text: str, options: list[str]) -> None:
-        """The back-channel's ask_user: the run blocks on the question (Codex has no control channel:
-        the turn ends on its own, later calls are refused by the broker)."""
-        if not self.broker.question:
-            self.broker.question, self.broker.question_options = text, options
 
     async def _post(self, call_id: str, name: str, response: Any) -> dict[str, Any]:
         if call_id and call_id not in self.posted and call_id in self.broker.allowed:
