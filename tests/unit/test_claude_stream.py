@@ -63,7 +63,7 @@ def test_tool_kinds() -> None:
 def test_an_error_result_never_reads_as_success() -> None:
     """A model call that failed for good ends with subtype `success` and `is_error`: the run's
     phase and the task's error say "error", never "(success)"."""
-    from tasks.run.runtimes.claude.runtime import error_text
+    from tasks.run.runtimes.claude.stream import error_text
 
     failed = {**FINAL, "is_error": True, "result": "API Error: 403 forbidden", "terminal_reason": "api_error"}
     ((_, phase),) = StreamState().feed(failed)

@@ -5,50 +5,23 @@ real key is the gateway's alone); only tool executions reach the sandbox (exec f
 host-side safe file access for the file tools). The conversation is carried from one run
 to the next (an answer to `ask_user` becomes that call's tool result)."""
 
-import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from sandbox import (
-    SandboxError,
-    list_workspace,
-    read_workspace_file,
-    write_workspace_file,
-)
-from tasks.core.capping import TOOL_OUTPUT_CAP, HeadTail, cap_text
+from sandbox import SandboxError
+from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Assistant, Notice, Question, ToolCall, ToolResult
-from tasks.run.backchannel import TOOL_NAMES as BACKCHANNEL_TOOLS
-from tasks.run.backchannel import ToolRefused
-from tasks.run.backchannel import call as call_tool
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
+from tasks.run.runtimes.builtin.conversation import pending_tool_calls, resume
 from tasks.run.runtimes.builtin.model_client import TOOL_NAMES, ModelFailure, chat
+from tasks.run.runtimes.builtin.tools import ToolError, execute
 from tasks.run.runtimes.policy_steps import StopStep, after_tool, approval_request, verify
 from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record
-
-MAX_FILE_BYTES = 4 * 1024 * 1024
-
-SYSTEM_PROMPT = """You are a coding agent working in a git work tree at /workspace (your current directory).
-Use the tools to inspect and change files and to run commands; there is no network.
-When the goal is reached, call report_summary with a short summary of what you changed, then stop calling tools.
-If you cannot continue without a person's decision, call ask_user with one clear question (and options when it is
-a choice). record_progress notes progress; spawn_subtask hands a separate piece of work to a subtask."""
-
-
-class ToolError(Exception):
-    pass
-
-
-def _str_arg(args: dict[str, Any], name: str, *, default: str | None = None) -> str:
-    value = args.get(name, default)
-    if not isinstance(value, str):
-        raise ToolError(f"argument {name!r} must be a string")
-    return value
 
 
 class BuiltinRuntime:
@@ -61,31 +34,10 @@ class BuiltinRuntime:
     def needs_model(self) -> bool:
         return True
 
-    def _resume(self, ctx: RunContext) -> list[dict[str, Any]]:
-        messages = list(ctx.conversation)
-        if not messages:
-            return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": ctx.prompt}]
-        pending = _pending_tool_calls(messages)
-        if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
-            return messages  # the parked call is answered by `_resume_approved`
-        if ctx.kind == RunKind.ANSWER and pending:
-            for call in pending:
-                is_question = call.get("function", {}).get("name") == "ask_user"
-                content = ctx.prompt if is_question else "not run: the run ended before this call"
-                messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
-            return messages
-        for call in pending:
-            messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": "not run: the run ended"})
-        if ctx.kind == RunKind.RETRY:
-            messages.append({"role": "user", "content": "The previous attempt ended early. Continue with the goal."})
-        else:
-            messages.append({"role": "user", "content": ctx.prompt})
-        return messages
-
     async def run(self, ctx: RunContext) -> Outcome:
         if ctx.model is None:
             raise RuntimeUnavailable("no model endpoint is configured", FailureReason.MODEL_UNREACHABLE)
-        messages = self._resume(ctx)
+        messages = resume(ctx)
         summary = ""
         stop = StopStep(ctx)
         if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
@@ -205,8 +157,8 @@ class BuiltinRuntime:
     ) -> Outcome | None:
         """Answer the parked call with the person's decision. Approving runs exactly the approved
         input: the one stored with the approval (what the person saw), checked intact by its hash."""
-        call = next((c for c in _pending_tool_calls(messages) if c.get("id") == decided.tool_use_id), None)
-        for other in _pending_tool_calls(messages):
+        call = next((c for c in pending_tool_calls(messages) if c.get("id") == decided.tool_use_id), None)
+        for other in pending_tool_calls(messages):
             if other is not call:
                 messages.append(
                     {"role": "tool", "tool_call_id": other.get("id", ""), "content": "not run: the run ended"}
@@ -307,7 +259,7 @@ class BuiltinRuntime:
         """Execute an allowed call, record its result and send `post_tool_use`."""
         extra: dict[str, Any] = {}
         try:
-            output = await self._execute(ctx, name, args, extra)
+            output = await execute(ctx, name, args, extra)
             is_error = False
         except (ToolError, SandboxError, OSError) as exc:
             output = f"error: {exc}"
@@ -326,72 +278,9 @@ class BuiltinRuntime:
             extra["model_context"] = "\n\n".join(contexts)
         return text, is_error, extra
 
-    async def _backchannel(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, Any]) -> str:
-        """The back-channel's tools, through the same service as the MCP server's."""
-        channel = ctx.backchannel
-        if channel is None:
-            raise ToolError("the back-channel is not available in this run")
-        try:
-            text = await call_tool(channel, name, args)
-        except ToolRefused as exc:
-            raise ToolError(str(exc).removeprefix("error: ")) from None
-        if name == "ask_user" and channel.question is not None:
-            extra["question"], extra["options"] = channel.question.text, channel.question.options
-        elif name == "report_summary":
-            extra["summary"] = channel.summary or ""
-        return text
-
-    async def _execute(self, ctx: RunContext, name: str, args: dict[str, Any], extra: dict[str, Any]) -> str:
-        root = Path(ctx.sandbox.spec.workspace)
-        if name == "bash":
-            command = _str_arg(args, "command")
-            buf = HeadTail(TOOL_OUTPUT_CAP)
-            async with ctx.sandbox.stream(
-                ["bash", "-lc", command], timeout=ctx.limits.tool_timeout, output_cap=64 * 1024 * 1024
-            ) as running:
-                async for chunk in running:
-                    buf.add(chunk.data)
-            result = running.result
-            status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-            return f"{status}\n{buf.text()}"
-        if name == "read_file":
-            data = await asyncio.to_thread(read_workspace_file, root, _str_arg(args, "path"), MAX_FILE_BYTES)
-            return data.decode("utf-8", "replace")
-        if name == "write_file":
-            path, content = _str_arg(args, "path"), _str_arg(args, "content")
-            await asyncio.to_thread(write_workspace_file, root, path, content.encode(), MAX_FILE_BYTES)
-            return f"wrote {len(content.encode())} bytes to {path}"
-        if name == "edit_file":
-            path = _str_arg(args, "path")
-            old, new = _str_arg(args, "old_string"), _str_arg(args, "new_string")
-            if not old:
-                raise ToolError("old_string must not be empty")
-            text = (await asyncio.to_thread(read_workspace_file, root, path, MAX_FILE_BYTES)).decode("utf-8")
-            count = text.count(old)
-            if count != 1:
-                raise ToolError(f"old_string occurs {count} times in {path}; it must occur exactly once")
-            await asyncio.to_thread(write_workspace_file, root, path, text.replace(old, new).encode(), MAX_FILE_BYTES)
-            return f"edited {path}"
-        if name == "list_files":
-            entries = await asyncio.to_thread(list_workspace, root, _str_arg(args, "path", default=""))
-            return "\n".join(f"{e.name}{'/' if e.kind == 'dir' else ''}" for e in entries) or "(empty)"
-        if name in BACKCHANNEL_TOOLS:
-            return await self._backchannel(ctx, name, args, extra)
-        raise ToolError(f"unknown tool {name!r}")
-
 
 MAX_CALL_ID = 200
 
 
 def _no_constant(value: str) -> Any:
     raise ValueError(f"{value} is not a JSON number")
-
-
-def _pending_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tool calls of the last assistant message that have no result yet."""
-    for i in range(len(messages) - 1, -1, -1):
-        msg = messages[i]
-        if msg.get("role") == "assistant":
-            answered = {m.get("tool_call_id") for m in messages[i + 1 :] if m.get("role") == "tool"}
-            return [c for c in msg.get("tool_calls") or [] if isinstance(c, dict) and c.get("id") not in answered]
-    return []

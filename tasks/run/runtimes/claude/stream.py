@@ -1,7 +1,9 @@
 """Claude Code's `--output-format stream-json` lines, normalised into forgehand's transcript
 (AGENTS.md decision 4). Pure: a `StreamState` takes one decoded line at a time and returns the
 transcript events it stands for; the runtime emits them and reads what the state gathered (the
-session id, the CLI version, the tool calls in flight, the final `result`).
+session id, the CLI version, the tool calls in flight, the final `result`). A `result` line's
+usage (`usage_of`) and, when it ended in an error, the task's error and failure reason
+(`error_text`, `failure_of`) are read here too.
 
 Shapes measured with the CLI 2.1.332 (see runtime.py's docstring for the whole protocol):
 - `{"type":"system","subtype":"init","session_id","cwd","model","tools","permissionMode",
@@ -23,6 +25,7 @@ from typing import Any
 import msgspec
 
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
+from tasks.core.states import FailureReason
 from tasks.core.transcript import Assistant, Notice, Payload, System, ToolCall, ToolResult
 from tasks.run.runtimes.tool_kinds import tool_kind
 
@@ -206,3 +209,42 @@ def usage_of(result: dict[str, Any]) -> tuple[int, int]:
 
     prompt = num("input_tokens") + num("cache_creation_input_tokens") + num("cache_read_input_tokens")
     return prompt, num("output_tokens")
+
+
+# How a `result` line's error subtypes read for a person (`success` with `is_error`: a model call
+# failed for good; the result text says why).
+_ENDINGS = {
+    "error_max_turns": "it reached its turn limit",
+    "error_max_budget_usd": "it reached its cost budget",
+    "error_during_execution": "an error during execution",
+}
+
+
+def error_text(result: dict[str, Any]) -> str:
+    """The task's error for a `result` line that ended in an error: never its subtype `success`."""
+    subtype = str(result.get("subtype") or "")
+    why = _ENDINGS.get(subtype, "" if subtype in ("", "success") else subtype.replace("_", " "))
+    said = str(result.get("result") or "").strip()[:2000]
+    head = f"claude ended with an error ({why})" if why else "claude ended with an error"
+    return f"{head}: {said}" if said else head
+
+
+_UNREACHABLE = ("connection", "econnrefused", "etimedout", "enotfound", "timed out", "socket")
+
+
+def failure_of(result: dict[str, Any]) -> FailureReason:
+    """The typed reason of an error `result`. Measured: a model call that failed for good ends
+    with `terminal_reason` `api_error` and `result` "API Error: 500 ..." / "API Error: Request
+    rejected (429) ..." / "API Error: Connection refused ... (ECONNREFUSED)"."""
+    subtype = str(result.get("subtype") or "")
+    if subtype == "error_max_turns":
+        return FailureReason.TURN_LIMIT
+    if subtype == "error_max_budget_usd":
+        return FailureReason.TOKEN_BUDGET
+    text = str(result.get("result") or "").lower()
+    status = result.get("api_error_status")
+    if result.get("terminal_reason") == "api_error" or text.startswith("api error") or isinstance(status, int):
+        if isinstance(status, int) and status in (502, 503, 504):
+            return FailureReason.MODEL_UNREACHABLE
+        return FailureReason.MODEL_UNREACHABLE if any(w in text for w in _UNREACHABLE) else FailureReason.MODEL_ERROR
+    return FailureReason.EXIT_CODE
