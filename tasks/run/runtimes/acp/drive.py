@@ -17,6 +17,7 @@ from tasks.run.runtimes.acp.policy import AcpPolicy
 from tasks.run.runtimes.acp.rpc import METHOD_NOT_FOUND, AgentExited, Incoming, Peer, RpcError, failure_of
 from tasks.run.runtimes.acp.session import acp_mcp_servers
 from tasks.run.runtimes.acp.updates import UpdateState
+from tasks.run.runtimes.agent_process import WORKDIR
 from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.policy_broker import Verdict
 from tasks.run.runtimes.policy_steps import StopStep
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from tasks.run.runtimes.acp.runtime import AcpAgentRuntime
 
 PROTOCOL_VERSION = 1
-WORKDIR = "/workspace"
 RAW_CAP = 8 * 1024 * 1024
 SETUP_TIMEOUT = 120.0  # initialize and session/new or load (an adapter starts its CLI first)
 CANCEL_WAIT = 5.0  # seconds the prompt gets to end after session/cancel

@@ -13,17 +13,16 @@ managed hook (one dispatch per tool call id); the option is picked by kind (`cho
 `ask` parks the call and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
 input is decided safely and never crashes the run (tests/integration/test_acp_protocol.py)."""
 
-import contextlib
 import json
 from typing import Any
 
 from forge.settings import Settings
-from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.states import FailureReason
-from tasks.run.runtimes.acp.drive import WORKDIR, Drive
+from tasks.run.runtimes.acp.drive import Drive
 from tasks.run.runtimes.acp.session import home_of, keep, restore
+from tasks.run.runtimes.agent_process import run_agent
 from tasks.run.runtimes.agent_session import prompt_of, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.codex_config import codex_settings, config_toml, nested, write_config
@@ -119,22 +118,24 @@ class AcpAgentRuntime:
             ctx.channel.set_hook_handler(drive.policy.on_hook)
         if ctx.backchannel is not None:
             ctx.backchannel.set_question_hook(drive.broker.on_question)
-        try:
+
+        async def prepare() -> None:
             await scrub(ctx, home_of(self.agent))
             if self.agent.codex_config and ctx.channel is not None:
                 await write_config(ctx, config_toml(self.codex_settings(ctx), model=ctx.channel.provider.openai_model))
-            proc = await ctx.sandbox.spawn(
-                list(self.agent.command), env=self.env(ctx), cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining)
-            )
-        except SandboxError as exc:
-            raise RuntimeUnavailable(f"{self.agent.name} could not start: {exc}", FailureReason.INTERNAL) from exc
-        try:
-            outcome = await drive.run(proc, prompt_of(ctx, session))
-        finally:
-            with contextlib.suppress(Exception):
-                await proc.kill()
+
+        async def kept() -> None:
             ctx.agent_name = self.agent.name
             ctx.agent_session_id = drive.session or ctx.agent_session_id
             ctx.agent_version = drive.version or ctx.agent_version
             await keep(ctx, self.agent, drive.session, drive.raw.text())
-        return outcome
+
+        return await run_agent(
+            ctx,
+            self.agent.name,
+            list(self.agent.command),
+            self.env(ctx),
+            prepare=prepare,
+            drive=lambda proc: drive.run(proc, prompt_of(ctx, session)),
+            after=kept,
+        )

@@ -40,12 +40,10 @@ into the task's state directory on the host (`<data_dir>/agents/<task uuid>/clau
 opaque data, never unpacked on the host) and unpacked into the next run's fresh container before
 `--resume`. The raw stream of each run is kept there too, capped (`runs/<run uuid>.jsonl`)."""
 
-import contextlib
-
-from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason
 from tasks.run.backchannel import claude_mcp_config
+from tasks.run.runtimes.agent_process import run_agent
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.claude.drive import Drive
@@ -53,7 +51,6 @@ from tasks.run.runtimes.ledger import ANNOUNCE_WAIT
 
 AGENT_NAME = "claude-code"
 CLI_PATH = "/usr/local/bin/claude"
-WORKDIR = "/workspace"
 
 
 class ClaudeCodeRuntime:
@@ -129,16 +126,17 @@ class ClaudeCodeRuntime:
         channel.set_hook_handler(drive.on_hook)
         if ctx.backchannel is not None:
             ctx.backchannel.set_question_hook(drive.broker.on_question)
-        try:
-            await scrub(ctx, CLAUDE_HOME)
-            proc = await ctx.sandbox.spawn(argv, env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining))
-        except SandboxError as exc:
-            raise RuntimeUnavailable(f"claude could not start: {exc}", FailureReason.INTERNAL) from exc
-        try:
-            outcome = await drive.run(proc, prompt_of(ctx, session))
-        finally:
-            with contextlib.suppress(Exception):
-                await proc.kill()
+
+        async def kept() -> None:
             ctx.agent_name = AGENT_NAME
             await keep(ctx, drive.state, drive.raw_text(), home_cap=self.home_cap)
-        return outcome
+
+        return await run_agent(
+            ctx,
+            "claude",
+            argv,
+            env,
+            prepare=lambda: scrub(ctx, CLAUDE_HOME),
+            drive=lambda proc: drive.run(proc, prompt_of(ctx, session)),
+            after=kept,
+        )

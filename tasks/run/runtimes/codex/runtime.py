@@ -26,7 +26,6 @@ Codex has no control channel in `exec` mode: a call parked for approval is refus
 that tells the model to stop, every later call of the run is refused, and a turn that still runs
 `stop_grace` seconds later is killed (the run is blocked either way)."""
 
-import contextlib
 import json
 from typing import Any
 
@@ -36,6 +35,7 @@ from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import ToolCall, ToolResult
 from tasks.run.gateway import SOCKET_NAME
+from tasks.run.runtimes.agent_process import WORKDIR, run_agent
 from tasks.run.runtimes.agent_session import HOME_CAP, AgentHome, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.codex.stream import Allowed, StreamState
@@ -47,7 +47,6 @@ from tasks.run.runtimes.tool_kinds import tool_kind
 
 AGENT_NAME = "codex"
 CLI_PATH = "/usr/local/bin/codex"
-WORKDIR = "/workspace"
 # Only the sessions carry over; everything else in CODEX_HOME (a config.toml, hooks.json, rules the
 # agent wrote from a shell call) is removed before each `codex exec`.
 CODEX_HOME = AgentHome(
@@ -141,18 +140,10 @@ class CodexRuntime:
             stop = StopStep(ctx)
             while True:  # a stop policy's model context continues the thread once (StopStep)
                 turn = CodexTurn(self, ctx, broker, raw, state)
-                try:
-                    await scrub(ctx, CODEX_HOME)
-                    proc = await ctx.sandbox.spawn(
-                        self.argv(ctx, session, prompt), env=env, cwd=WORKDIR, timeout=max(1.0, ctx.sandbox.remaining)
-                    )
-                except SandboxError as exc:
-                    raise RuntimeUnavailable(f"codex could not start: {exc}", FailureReason.INTERNAL) from exc
-                try:
-                    outcome = await turn.run(proc)
-                finally:
-                    with contextlib.suppress(Exception):
-                        await proc.kill()
+                argv = self.argv(ctx, session, prompt)
+                outcome = await run_agent(
+                    ctx, "codex", argv, env, prepare=lambda: scrub(ctx, CODEX_HOME), drive=turn.run
+                )
                 session = state.session_id or session
                 if outcome.status is not RunState.SUCCEEDED:
                     break
