@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import httpx
+import msgspec
 
 from sandbox import SandboxError
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
@@ -24,6 +25,24 @@ from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record
 
 
+class _Conversation(msgspec.Struct, kw_only=True):
+    """One run's conversation with the model, the summary the agent reported, its stop step."""
+
+    messages: list[dict[str, Any]]
+    stop: StopStep
+    summary: str = ""
+
+
+class _Turn(msgspec.Struct, kw_only=True):
+    """What one turn's tool calls left: a question for the user, a call parked for approval, the
+    policies' notes for the model."""
+
+    question: str = ""
+    options: list[str] = msgspec.field(default_factory=list)
+    approval: ApprovalRequest | None = None
+    notes: list[str] = msgspec.field(default_factory=list)  # never inside a tool result
+
+
 class BuiltinRuntime:
     name = "builtin"
     model_provider = "openai"  # what its gateway calls speak (the key that pays is this provider's)
@@ -37,11 +56,9 @@ class BuiltinRuntime:
     async def run(self, ctx: RunContext) -> Outcome:
         if ctx.model is None:
             raise RuntimeUnavailable("no model endpoint is configured", FailureReason.MODEL_UNREACHABLE)
-        messages = resume(ctx)
-        summary = ""
-        stop = StopStep(ctx)
+        talk = _Conversation(messages=resume(ctx), stop=StopStep(ctx))
         if ctx.kind == RunKind.APPROVAL and ctx.approval is not None:
-            parked = await self._resume_approved(ctx, ctx.approval, messages)
+            parked = await self._resume_approved(ctx, ctx.approval, talk.messages)
             if parked is not None:
                 return parked
         transport = self._transport
@@ -49,108 +66,139 @@ class BuiltinRuntime:
             transport = httpx.AsyncHTTPTransport(uds=ctx.model.uds)
         async with httpx.AsyncClient(transport=transport, follow_redirects=False, trust_env=False) as client:
             while True:
-                if ctx.turns >= ctx.limits.turn_limit:
-                    return Outcome(
-                        status=RunState.FAILED,
-                        failure_reason=FailureReason.TURN_LIMIT,
-                        error=f"turn limit reached ({ctx.limits.turn_limit} turns)",
-                        summary=summary,
-                        conversation=messages,
-                    )
-                try:
-                    answer = await chat(client, ctx.model, messages)
-                except ModelFailure as exc:
-                    return Outcome(
-                        status=RunState.FAILED, failure_reason=exc.reason, error=str(exc), conversation=messages
-                    )
-                ctx.turns += 1
-                usage = answer["usage"]
-                ctx.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                ctx.completion_tokens += int(usage.get("completion_tokens") or 0)
-                message = answer["message"]
-                content = message.get("content") or ""
-                calls = message.get("tool_calls") or []
-                if not isinstance(calls, list):
-                    calls = []
-                stored: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else ""}
-                if calls:
-                    stored["tool_calls"] = calls
-                messages.append(stored)
-                if isinstance(content, str) and content.strip():
-                    await ctx.emit("assistant", Assistant(text=content))
-                budget = ctx.limits.token_budget
-                if budget and ctx.prompt_tokens + ctx.completion_tokens > budget:
-                    return Outcome(
-                        status=RunState.FAILED,
-                        failure_reason=FailureReason.TOKEN_BUDGET,
-                        error=f"token budget of {budget} exceeded",
-                        conversation=messages,
-                    )
-                if not calls:
-                    final = summary or (content.strip() if isinstance(content, str) else "")
-                    more = await stop.next_message(final)
-                    if more:
-                        messages.append({"role": "user", "content": more})
-                        continue
-                    return Outcome(status=RunState.SUCCEEDED, summary=final, conversation=messages)
-                question = ""
-                options: list[str] = []
-                approval: ApprovalRequest | None = None
-                ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
-                # Two calls with one id in a turn cannot be told apart by a policy consumer
-                # (decisions are bound to the id): none of them runs (fail closed).
-                duplicated = {i for i in ids if ids.count(i) > 1}
-                notes: list[str] = []  # policy model_context: for the model only, never inside a tool result
-                for call in calls:
-                    call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
-                    if question or approval is not None:
-                        waiting = "the user" if question else "a person's approval of an earlier call"
-                        messages.append(
-                            {"role": "tool", "tool_call_id": call_id, "content": f"not run: waiting for {waiting}"}
-                        )
-                        continue
-                    if call_id in duplicated:
-                        result = f"error: the tool call id {call_id!r} is used twice in this turn; nothing was run"
-                        name = str((call.get("function") or {}).get("name") or "") if isinstance(call, dict) else ""
-                        await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=result, is_error=True))
-                        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
-                        continue
-                    result, is_error, extra = await self._tool(ctx, call)
-                    if extra.get("policy_failure"):
-                        return Outcome(
-                            status=RunState.FAILED,
-                            failure_reason=FailureReason.POLICY,
-                            error=extra["policy_failure"],
-                            conversation=messages,
-                        )
-                    if extra.get("approval") is not None:
-                        approval = extra["approval"]
-                        if extra.get("model_context"):
-                            notes.append(extra["model_context"])
-                        continue  # the decision becomes this call's result in the approval run
-                    if extra.get("question"):
-                        question, options = extra["question"], list(extra.get("options") or [])
-                        await ctx.emit("question", Question(text=question, tool_call_id=call_id, options=options))
-                        continue  # the answer becomes this call's result in the next run
-                    if extra.get("summary"):
-                        summary = extra["summary"]
-                    if extra.get("model_context"):
-                        notes.append(extra["model_context"])
-                    messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
-                    _ = is_error
-                if notes:
-                    # After every tool result of the turn (the API wants those right after the call).
-                    messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(notes)})
-                if question:
-                    return Outcome(
-                        status=RunState.BLOCKED,
-                        question=question,
-                        question_options=options,
-                        summary=summary,
-                        conversation=messages,
-                    )
-                if approval is not None:
-                    return Outcome(status=RunState.BLOCKED, approval=approval, summary=summary, conversation=messages)
+                outcome = await self._turn(ctx, client, talk)
+                if outcome is not None:
+                    return outcome
+
+    async def _turn(self, ctx: RunContext, client: httpx.AsyncClient, talk: _Conversation) -> Outcome | None:
+        """One model call and the tool calls it asks for: the run's outcome when it ends with this
+        turn, None when it goes on."""
+        assert ctx.model is not None
+        if ctx.turns >= ctx.limits.turn_limit:
+            return Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.TURN_LIMIT,
+                error=f"turn limit reached ({ctx.limits.turn_limit} turns)",
+                summary=talk.summary,
+                conversation=talk.messages,
+            )
+        try:
+            answer = await chat(client, ctx.model, talk.messages)
+        except ModelFailure as exc:
+            return Outcome(
+                status=RunState.FAILED, failure_reason=exc.reason, error=str(exc), conversation=talk.messages
+            )
+        content, calls = await self._answered(ctx, answer, talk)
+        budget = ctx.limits.token_budget
+        if budget and ctx.prompt_tokens + ctx.completion_tokens > budget:
+            return Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.TOKEN_BUDGET,
+                error=f"token budget of {budget} exceeded",
+                conversation=talk.messages,
+            )
+        if not calls:
+            return await self._finished(talk, content)
+        return await self._calls(ctx, calls, talk)
+
+    async def _answered(self, ctx: RunContext, answer: dict[str, Any], talk: _Conversation) -> tuple[Any, list[Any]]:
+        """The model's answer counted (a turn, its tokens), kept in the conversation and shown:
+        its content and its tool calls."""
+        ctx.turns += 1
+        usage = answer["usage"]
+        ctx.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+        ctx.completion_tokens += int(usage.get("completion_tokens") or 0)
+        message = answer["message"]
+        content = message.get("content") or ""
+        calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            calls = []
+        stored: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+        if calls:
+            stored["tool_calls"] = calls
+        talk.messages.append(stored)
+        if isinstance(content, str) and content.strip():
+            await ctx.emit("assistant", Assistant(text=content))
+        return content, calls
+
+    async def _finished(self, talk: _Conversation, content: Any) -> Outcome | None:
+        """The model called no tool: the agent is done, unless the stop policy gives it more to do."""
+        final = talk.summary or (content.strip() if isinstance(content, str) else "")
+        more = await talk.stop.next_message(final)
+        if more:
+            talk.messages.append({"role": "user", "content": more})
+            return None
+        return Outcome(status=RunState.SUCCEEDED, summary=final, conversation=talk.messages)
+
+    async def _calls(self, ctx: RunContext, calls: list[Any], talk: _Conversation) -> Outcome | None:
+        """The turn's tool calls in order. A failed policy ends the run at once; a question or a
+        parked call blocks it once the turn's results are in (the calls after it are not run)."""
+        ids = [str(c.get("id") or "") if isinstance(c, dict) else "" for c in calls]
+        # Two calls with one id in a turn cannot be told apart by a policy consumer
+        # (decisions are bound to the id): none of them runs (fail closed).
+        duplicated = {i for i in ids if ids.count(i) > 1}
+        turn = _Turn()
+        for call, call_id in zip(calls, ids, strict=True):
+            failed = await self._call(ctx, call, call_id=call_id, duplicated=duplicated, talk=talk, turn=turn)
+            if failed is not None:
+                return failed
+        if turn.notes:
+            # After every tool result of the turn (the API wants those right after the call).
+            talk.messages.append({"role": "system", "content": "Policy note:\n" + "\n\n".join(turn.notes)})
+        if turn.question:
+            return Outcome(
+                status=RunState.BLOCKED,
+                question=turn.question,
+                question_options=turn.options,
+                summary=talk.summary,
+                conversation=talk.messages,
+            )
+        if turn.approval is not None:
+            return Outcome(
+                status=RunState.BLOCKED, approval=turn.approval, summary=talk.summary, conversation=talk.messages
+            )
+        return None
+
+    async def _call(
+        self, ctx: RunContext, call: Any, *, call_id: str, duplicated: set[str], talk: _Conversation, turn: _Turn
+    ) -> Outcome | None:
+        """One tool call of the turn, its result kept in the conversation: the run's outcome when a
+        failed policy ends it."""
+        if turn.question or turn.approval is not None:
+            waiting = "the user" if turn.question else "a person's approval of an earlier call"
+            talk.messages.append(
+                {"role": "tool", "tool_call_id": call_id, "content": f"not run: waiting for {waiting}"}
+            )
+            return None
+        if call_id in duplicated:
+            result = f"error: the tool call id {call_id!r} is used twice in this turn; nothing was run"
+            name = str((call.get("function") or {}).get("name") or "") if isinstance(call, dict) else ""
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=result, is_error=True))
+            talk.messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            return None
+        result, _, extra = await self._tool(ctx, call)
+        if extra.get("policy_failure"):
+            return Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.POLICY,
+                error=extra["policy_failure"],
+                conversation=talk.messages,
+            )
+        if extra.get("approval") is not None:
+            turn.approval = extra["approval"]
+            if extra.get("model_context"):
+                turn.notes.append(extra["model_context"])
+            return None  # the decision becomes this call's result in the approval run
+        if extra.get("question"):
+            turn.question, turn.options = extra["question"], list(extra.get("options") or [])
+            await ctx.emit("question", Question(text=turn.question, tool_call_id=call_id, options=turn.options))
+            return None  # the answer becomes this call's result in the next run
+        if extra.get("summary"):
+            talk.summary = extra["summary"]
+        if extra.get("model_context"):
+            turn.notes.append(extra["model_context"])
+        talk.messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        return None
 
     async def _resume_approved(
         self, ctx: RunContext, decided: ApprovedCall, messages: list[dict[str, Any]]

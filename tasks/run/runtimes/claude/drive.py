@@ -43,6 +43,8 @@ class Drive:
         self.posted: set[str] = set()
         self.stdin_open = True
         self._answers: dict[str, asyncio.Future[None]] = {}  # our control requests, by id
+        self.stop = StopStep(ctx)
+        self.final: dict[str, Any] | None = None  # the result line the run ends with
 
     def raw_text(self) -> str:
         return self.raw.text()
@@ -131,67 +133,11 @@ class Drive:
 
     async def run(self, proc: Any, prompt: str) -> Outcome:
         self.proc = proc
-        ctx = self.ctx
         reader = StdoutReader(proc)
-        await self.send({"type": "user", "session_id": "", "message": {"role": "user", "content": prompt},
-                         "parent_tool_use_id": None})  # fmt: skip
-        stop = StopStep(ctx)
-        final: dict[str, Any] | None = None
+        await self._say(prompt)
         watchdog: tuple[FailureReason, str] | None = None
         try:
-            while True:
-                limit = self.runtime.linger_seconds if not self.stdin_open else self.runtime.idle_seconds
-                try:
-                    raw = await reader.next_line(limit)
-                except TimeoutError:
-                    if not self.stdin_open and final is not None:
-                        watchdog = (
-                            FailureReason.AGENT_LINGERED,
-                            f"claude was still running {limit:g} s after its final result: killed",
-                        )
-                    else:
-                        watchdog = (FailureReason.IDLE, f"claude printed nothing for {limit:g} s: killed as idle")
-                    break
-                if raw is None:
-                    break
-                line = json_line(raw, self.raw)
-                if line is None:
-                    continue
-                if line.get("type") == "control_request":
-                    await self._control(line)
-                    continue
-                if line.get("type") == "control_response":
-                    response: dict[str, Any] = line["response"] if isinstance(line.get("response"), dict) else {}
-                    waiting = self._answers.get(str(response.get("request_id") or ""))
-                    if waiting is not None and not waiting.done():
-                        waiting.set_result(None)
-                    continue
-                for kind, payload in self.state.feed(line):
-                    await ctx.emit(kind, payload)  # type: ignore[arg-type]
-                    if isinstance(payload, ToolCall):
-                        ctx.ledger.announce(payload.id)
-                    elif isinstance(payload, ToolResult):
-                        await self._verify(payload)
-                        seen = self.state.calls.get(payload.id)
-                        await self._post_tool_use(
-                            payload.id, seen.name if seen else "", payload.output, payload.is_error
-                        )
-                if line.get("type") != "result" or not self.stdin_open:
-                    continue
-                if self.state.background or self.broker.tasks:
-                    continue  # a background subagent (or a decision) still runs: more will come
-                final = line
-                if self._ending() or line.get("is_error"):
-                    await self.close_stdin()
-                    continue
-                summary = str(line.get("result") or "")
-                more = await stop.next_message(summary)
-                if more:
-                    final = None
-                    await self.send({"type": "user", "session_id": "", "parent_tool_use_id": None,
-                                     "message": {"role": "user", "content": more}})  # fmt: skip
-                    continue
-                await self.close_stdin()
+            watchdog = await self._read(reader)
         finally:
             await self.close_stdin()
             self.broker.cancel_tasks()
@@ -203,13 +149,75 @@ class Drive:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(self.runtime.linger_seconds):
                 exit_code = await proc.wait()
-        if exit_code is None and watchdog is None and final is not None:
+        if exit_code is None and watchdog is None and self.final is not None:
             watchdog = (
                 FailureReason.AGENT_LINGERED,
                 f"claude was still running {self.runtime.linger_seconds:g} s after its final result: killed",
             )
         self._account()
         return await self._outcome(self.state.final, watchdog, exit_code)
+
+    async def _say(self, text: str) -> None:
+        """A user message on the CLI's stdin (the prompt, a stop policy's model context)."""
+        await self.send({"type": "user", "session_id": "", "message": {"role": "user", "content": text},
+                         "parent_tool_use_id": None})  # fmt: skip
+
+    async def _read(self, reader: StdoutReader) -> tuple[FailureReason, str] | None:
+        """The CLI's lines until its stdout ends: the watchdog that stopped the reading, if one did."""
+        while True:
+            limit = self.runtime.linger_seconds if not self.stdin_open else self.runtime.idle_seconds
+            try:
+                raw = await reader.next_line(limit)
+            except TimeoutError:
+                if not self.stdin_open and self.final is not None:
+                    return (
+                        FailureReason.AGENT_LINGERED,
+                        f"claude was still running {limit:g} s after its final result: killed",
+                    )
+                return (FailureReason.IDLE, f"claude printed nothing for {limit:g} s: killed as idle")
+            if raw is None:
+                return None
+            line = json_line(raw, self.raw)
+            if line is not None:
+                await self._line(line)
+
+    async def _line(self, line: dict[str, Any]) -> None:
+        if line.get("type") == "control_request":
+            await self._control(line)
+            return
+        if line.get("type") == "control_response":
+            response: dict[str, Any] = line["response"] if isinstance(line.get("response"), dict) else {}
+            waiting = self._answers.get(str(response.get("request_id") or ""))
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
+            return
+        ctx = self.ctx
+        for kind, payload in self.state.feed(line):
+            await ctx.emit(kind, payload)  # type: ignore[arg-type]
+            if isinstance(payload, ToolCall):
+                ctx.ledger.announce(payload.id)
+            elif isinstance(payload, ToolResult):
+                await self._verify(payload)
+                seen = self.state.calls.get(payload.id)
+                await self._post_tool_use(payload.id, seen.name if seen else "", payload.output, payload.is_error)
+        if line.get("type") == "result" and self.stdin_open:
+            await self._result(line)
+
+    async def _result(self, line: dict[str, Any]) -> None:
+        """A `result` line: the turn ended. The run ends with it (stdin closed), unless a subagent or a
+        decision still runs, or the stop policy gives the agent more to do."""
+        if self.state.background or self.broker.tasks:
+            return  # a background subagent (or a decision) still runs: more will come
+        self.final = line
+        if self._ending() or line.get("is_error"):
+            await self.close_stdin()
+            return
+        more = await self.stop.next_message(str(line.get("result") or ""))
+        if more:
+            self.final = None
+            await self._say(more)
+            return
+        await self.close_stdin()
 
     def _ending(self) -> bool:
         return self.broker.ending

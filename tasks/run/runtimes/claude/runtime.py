@@ -43,6 +43,7 @@ opaque data, never unpacked on the host) and unpacked into the next run's fresh 
 from sandbox.spec import HOME_DIR
 from tasks.core.states import FailureReason
 from tasks.run.backchannel import claude_mcp_config
+from tasks.run.gateway import RunChannel
 from tasks.run.runtimes.agent_process import run_agent
 from tasks.run.runtimes.agent_session import CLAUDE_HOME, HOME_CAP, keep, prompt_of, restore, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
@@ -77,11 +78,7 @@ class ClaudeCodeRuntime:
     def image_kind(self) -> str:
         return "agents"
 
-    async def run(self, ctx: RunContext) -> Outcome:
-        channel = ctx.channel
-        if channel is None:
-            raise RuntimeUnavailable("no model gateway for this run", FailureReason.MODEL_UNREACHABLE)
-        session = await restore(ctx)
+    def argv(self, ctx: RunContext, channel: RunChannel, session: str) -> list[str]:
         model = channel.provider.anthropic_model
         argv = [
             self.cli,
@@ -107,6 +104,10 @@ class ClaudeCodeRuntime:
             argv += ["--model", model]
         if session:
             argv += ["--resume", session]
+        return argv
+
+    def env(self, channel: RunChannel) -> dict[str, str]:
+        model = channel.provider.anthropic_model
         env = {
             "FORGEHAND_RUN_TOKEN": channel.token,
             "ANTHROPIC_BASE_URL": "http://localhost",
@@ -122,6 +123,14 @@ class ClaudeCodeRuntime:
         }
         if model:
             env["ANTHROPIC_MODEL"] = model
+        return env
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        channel = ctx.channel
+        if channel is None:
+            raise RuntimeUnavailable("no model gateway for this run", FailureReason.MODEL_UNREACHABLE)
+        session = await restore(ctx)
+        argv, env = self.argv(ctx, channel, session), self.env(channel)
         drive = Drive(self, ctx, session)
         channel.set_hook_handler(drive.on_hook)
         if ctx.backchannel is not None:

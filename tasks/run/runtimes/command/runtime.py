@@ -5,7 +5,7 @@ It needs no model, which makes it the runtime of the `make run` demo and of CI c
 import codecs
 
 from forge.text import code_block, code_span, plural
-from sandbox import OutputChunk
+from sandbox import ExecResult, OutputChunk
 from tasks.core.schemas import argv_of, command_text
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice, Output
@@ -29,6 +29,17 @@ class CommandRuntime:
                     "the command runs again"
                 ),
             )
+        result = await self._stream(ctx, argv)
+        ctx.turns = 1
+        if result.truncated_bytes:
+            await ctx.emit(
+                "notice",
+                Notice(text=f"output over the cap: {plural(result.truncated_bytes, 'byte')} not kept", level="warning"),
+            )
+        return _outcome(ctx, result)
+
+    async def _stream(self, ctx: RunContext, argv: list[str]) -> ExecResult:
+        """Run the command, its output emitted as it comes (decoded as UTF-8 across chunks)."""
         decoders = {
             "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
             "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
@@ -46,40 +57,38 @@ class CommandRuntime:
             rest = decoder.decode(b"", final=True)
             if rest:
                 await ctx.emit(stream, Output(text=rest))  # type: ignore[arg-type]
-        result = running.result
-        ctx.turns = 1
-        if result.truncated_bytes:
-            await ctx.emit(
-                "notice",
-                Notice(text=f"output over the cap: {plural(result.truncated_bytes, 'byte')} not kept", level="warning"),
-            )
-        if result.oom_killed:
-            return Outcome(
-                status=RunState.FAILED,
-                failure_reason=FailureReason.OOM,
-                error="the command ran out of memory",
-                exit_code=result.exit_code,
-            )
-        if result.timed_out:
-            # The sandbox cuts every command at whatever is left of its wall clock: a cut well
-            # before the per-command limit is the run's wall-clock limit, and is said as such.
-            hit_wall_clock = result.duration < ctx.limits.tool_timeout - 1
-            return Outcome(
-                status=RunState.FAILED,
-                failure_reason=FailureReason.TIMEOUT,
-                error="the run passed its wall-clock limit"
-                if hit_wall_clock
-                else f"the command did not finish within {ctx.limits.tool_timeout:g} s",
-                exit_code=result.exit_code,
-            )
-        if result.exit_code == 0:
-            return Outcome(status=RunState.SUCCEEDED, summary=success_summary(ctx.command), exit_code=0)
+        return running.result
+
+
+def _outcome(ctx: RunContext, result: ExecResult) -> Outcome:
+    """How the run ends, from how the command did."""
+    if result.oom_killed:
         return Outcome(
             status=RunState.FAILED,
-            failure_reason=FailureReason.EXIT_CODE,
-            error=f"the command exited with status {result.exit_code}",
+            failure_reason=FailureReason.OOM,
+            error="the command ran out of memory",
             exit_code=result.exit_code,
         )
+    if result.timed_out:
+        # The sandbox cuts every command at whatever is left of its wall clock: a cut well
+        # before the per-command limit is the run's wall-clock limit, and is said as such.
+        hit_wall_clock = result.duration < ctx.limits.tool_timeout - 1
+        return Outcome(
+            status=RunState.FAILED,
+            failure_reason=FailureReason.TIMEOUT,
+            error="the run passed its wall-clock limit"
+            if hit_wall_clock
+            else f"the command did not finish within {ctx.limits.tool_timeout:g} s",
+            exit_code=result.exit_code,
+        )
+    if result.exit_code == 0:
+        return Outcome(status=RunState.SUCCEEDED, summary=success_summary(ctx.command), exit_code=0)
+    return Outcome(
+        status=RunState.FAILED,
+        failure_reason=FailureReason.EXIT_CODE,
+        error=f"the command exited with status {result.exit_code}",
+        exit_code=result.exit_code,
+    )
 
 
 def success_summary(command: str | list[str] | None) -> str:
