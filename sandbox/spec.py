@@ -29,7 +29,7 @@ SANDBOX_GID = 1000
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 WORKSPACE_DIR = "/workspace"
 HOME_DIR = "/home/agent"
-# The run's channel to forgehand (AGENTS.md decision 1): a host directory of Unix sockets, mounted
+# The run's channel to forgehand (docs/design.md, "The run's channel"): a host directory of Unix sockets, mounted
 # read-only. Sockets need no network namespace; connect() works on a read-only mount.
 CHANNEL_DIR = "/run/forgehand"
 # Loopback ports the sandbox relays to the channel's sockets (see `Relay`): the gateway (the model

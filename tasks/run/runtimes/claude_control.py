@@ -1,4 +1,4 @@
-"""Policy for Claude Code's tool calls, from its two paths (AGENTS.md decision 3):
+"""Policy for Claude Code's tool calls, from its two paths (docs/agents.md, "Claude Code: how policy is enforced"):
 
 - the control channel: `{"type":"control_request","request_id","request":{"subtype":"can_use_tool",
   "tool_name","input","tool_use_id","permission_suggestions",...}}` on the CLI's stdout, answered on
