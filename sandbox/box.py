@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import docker
 import docker.errors
 
+from .commands import OOM_COUNTER, ExecResult, ExecStream, validate_argv, validate_exec_env
 from .creation import remove_container
 from .errors import SandboxError, SandboxGone, SpecRefused
-from .execution import OOM_COUNTER, ExecResult, ExecStream, validate_argv, validate_exec_env
 from .process import DEFAULT_LINE_CAP, DEFAULT_STDERR_CAP, SandboxProcess
 from .quota import QuotaKind, WorkspaceWatch
 from .spec import WORKSPACE_DIR, SandboxSpec

@@ -22,8 +22,8 @@ import docker.errors
 # container that exists is always known and can be removed. Re-implementing it would drift.
 from docker.models.containers import _create_container_args
 
-from .agents import AGENTS_IMAGE_REPOSITORY
 from .errors import AgentMissing, EngineUnavailable, ImageMissing, SpecRefused
+from .images.agents_image import AGENTS_IMAGE_REPOSITORY
 
 Invoke = Callable[[Callable[[docker.DockerClient], Any]], Any]
 

@@ -12,8 +12,8 @@ time fails the start, with its own error. The relay is relay_main.py, whose text
 
 from typing import TYPE_CHECKING
 
-from .agent_scripts import RELAY_SCRIPT
 from .errors import RelayFailed
+from .images.agent_files import RELAY_SCRIPT
 
 if TYPE_CHECKING:
     from .box import Sandbox

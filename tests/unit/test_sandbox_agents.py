@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sandbox import AGENT_PINS, AgentPin, ImageBuildFailed
-from sandbox.agent_scripts import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
-from sandbox.agents import (
+from sandbox.images.agent_files import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
+from sandbox.images.agents_image import (
     AGENTS_DOCKERFILE,
     AGENTS_IMAGE_VERSION,
     DEFAULT_AGENTS_IMAGE,
@@ -20,7 +20,7 @@ from sandbox.agents import (
     install_agent,
     npm_arch,
 )
-from sandbox.image import DEFAULT_IMAGE
+from sandbox.images.sandbox_image import DEFAULT_IMAGE
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "agents"
 

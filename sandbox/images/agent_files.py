@@ -333,4 +333,4 @@ if __name__ == "__main__":
 
 # The relay every sandbox runs (relays.py passes this same text at exec time); the agents image
 # also carries it as `forgehand-relay`, so one script moves every byte in and out of a sandbox.
-RELAY_SCRIPT = (Path(__file__).parent / "relay_main.py").read_text(encoding="utf-8")
+RELAY_SCRIPT = (Path(__file__).parent.parent / "relay_main.py").read_text(encoding="utf-8")

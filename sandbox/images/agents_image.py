@@ -1,5 +1,5 @@
 """The agents image: the sandbox image plus the agent CLIs at pinned versions, the managed settings,
-the hook bridge and the relay (agent_scripts.py).
+the hook bridge and the relay (agent_files.py).
 
 `build_agents_image` is what `forgehand sandbox build --agents` and the test session call. The CLIs
 are installed on the host at build time, `npm install --ignore-scripts` into a cache directory
@@ -29,6 +29,8 @@ import docker.errors
 import msgspec
 from rich.console import Console
 
+from sandbox.errors import AgentMissing, ImageBuildFailed
+
 from .acp_adapters import (
     ACP_ADAPTER_PINS,
     ACP_DIR,
@@ -39,7 +41,7 @@ from .acp_adapters import (
     install_node,
     run_npm,
 )
-from .agent_scripts import (
+from .agent_files import (
     CODEX_REQUIREMENTS,
     CODEX_REQUIREMENTS_PATH,
     HOOK_PATH,
@@ -49,8 +51,10 @@ from .agent_scripts import (
     RELAY_PATH,
     RELAY_SCRIPT,
 )
-from .errors import AgentMissing, ImageBuildFailed
-from .image import (
+from .names import AGENTS_IMAGE_REPOSITORY as AGENTS_IMAGE_REPOSITORY
+from .names import AGENTS_IMAGE_VERSION as AGENTS_IMAGE_VERSION
+from .names import DEFAULT_AGENTS_IMAGE as DEFAULT_AGENTS_IMAGE
+from .sandbox_image import (
     DEFAULT_IMAGE,
     IMAGE_VERSION,
     VERSION_LABEL,
@@ -60,14 +64,11 @@ from .image import (
     connect,
     stream_build,
 )
-from .names import AGENTS_IMAGE_REPOSITORY as AGENTS_IMAGE_REPOSITORY
-from .names import AGENTS_IMAGE_VERSION as AGENTS_IMAGE_VERSION
-from .names import DEFAULT_AGENTS_IMAGE as DEFAULT_AGENTS_IMAGE
 
 if TYPE_CHECKING:
-    from .engine import SandboxEngine
+    from sandbox.engine import SandboxEngine
 
-# AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a script in agent_scripts.py changes.
+# AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a file in agent_files.py changes.
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
 RECIPE_DIGEST_LABEL = "org.forgehand.agents.recipe"
 AGENT_LABEL_PREFIX = "org.forgehand.agent."

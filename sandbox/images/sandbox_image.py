@@ -23,7 +23,8 @@ import msgspec
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .errors import EngineUnavailable, ImageBuildFailed
+from sandbox.errors import EngineUnavailable, ImageBuildFailed
+
 from .names import DEFAULT_IMAGE as DEFAULT_IMAGE
 from .names import IMAGE_REPOSITORY as IMAGE_REPOSITORY
 from .names import IMAGE_VERSION as IMAGE_VERSION
@@ -82,7 +83,7 @@ FROM ${{BASE}}
 class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
     tag: str
     image_id: str
-    recipe: str  # "dockerfile", "offline", "agents" (agents.py) or "cached"
+    recipe: str  # "dockerfile", "offline", "agents" (agents_image.py) or "cached"
     built: bool  # False when an up-to-date image was already there
     seconds: float
 
