@@ -23,7 +23,7 @@ import docker.errors
 from docker.models.containers import _create_container_args
 
 from .errors import AgentMissing, EngineUnavailable, ImageMissing, SpecRefused
-from .images.agents_image import AGENTS_IMAGE_REPOSITORY
+from .images.names import AGENTS_IMAGE_REPOSITORY
 
 Invoke = Callable[[Callable[[docker.DockerClient], Any]], Any]
 

@@ -24,14 +24,12 @@ import socket
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .commands import close_exec_socket, exec_exit_code, kill_exec, open_exec, wrapped
 from .errors import ProcessEnded
+from .protocols import StartedSandbox
 from .pump import Channel, End, Pump
-
-if TYPE_CHECKING:
-    from .box import Sandbox
 
 DEFAULT_LINE_CAP = 4 << 20
 DEFAULT_STDERR_CAP = 64 << 10
@@ -112,7 +110,7 @@ class SandboxProcess:
 
     def __init__(
         self,
-        sandbox: "Sandbox",
+        sandbox: StartedSandbox,
         argv: list[str],
         *,
         env: list[str] | None,

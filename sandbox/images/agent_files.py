@@ -1,6 +1,7 @@
-"""The files the agents image adds besides the CLIs: Claude Code's managed settings, the hook
-bridge `forgehand-hook` and the TCP relay `forgehand-relay` (texts here, so an installed package can
-build the image; deploy/sandbox/agents/ holds identical copies, a unit test keeps them equal).
+"""The files the agents image adds besides the CLIs: Claude Code's managed settings, Codex's
+requirements and the hook bridge `forgehand-hook` (texts here, so an installed package can build the
+image; the TCP relay `forgehand-relay` is relays.RELAY_SCRIPT; deploy/sandbox/agents/ holds
+identical copies, a unit test keeps them equal).
 
 Measured with Claude Code 2.1.332 (the native binary, in this image, network none, uid 1000, a
 scripted Anthropic server and the hook endpoint on a Unix socket through the channel mount; the
@@ -59,7 +60,6 @@ fixed, python runs isolated (`-I`: no PYTHONPATH, no user site), and every failu
 """
 
 import json
-from pathlib import Path
 
 HOOK_TIMEOUT_SECONDS = 120
 HOOK_EVENTS = ("PreToolUse", "PostToolUse")
@@ -330,7 +330,3 @@ if __name__ == "__main__":
     except BaseException as exc:  # whatever went wrong: deny, never allow by accident
         deny(EVENT, "the hook bridge failed: " + type(exc).__name__)
 '''
-
-# The relay every sandbox runs (relays.py passes this same text at exec time); the agents image
-# also carries it as `forgehand-relay`, so one script moves every byte in and out of a sandbox.
-RELAY_SCRIPT = (Path(__file__).parent.parent / "relay_main.py").read_text(encoding="utf-8")

@@ -22,7 +22,6 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import docker
 import docker.errors
@@ -30,6 +29,8 @@ import msgspec
 from rich.console import Console
 
 from sandbox.errors import AgentMissing, ImageBuildFailed
+from sandbox.protocols import EngineCalls
+from sandbox.relays import RELAY_SCRIPT
 
 from .acp_adapters import (
     ACP_ADAPTER_PINS,
@@ -49,7 +50,6 @@ from .agent_files import (
     MANAGED_SETTINGS,
     MANAGED_SETTINGS_PATH,
     RELAY_PATH,
-    RELAY_SCRIPT,
 )
 from .names import AGENTS_IMAGE_REPOSITORY as AGENTS_IMAGE_REPOSITORY
 from .names import AGENTS_IMAGE_VERSION as AGENTS_IMAGE_VERSION
@@ -64,9 +64,6 @@ from .sandbox_image import (
     connect,
     stream_build,
 )
-
-if TYPE_CHECKING:
-    from sandbox.engine import SandboxEngine
 
 # AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a file in agent_files.py changes.
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
@@ -342,7 +339,7 @@ def _describe(pins: dict[str, AgentPin]) -> str:
     return ", ".join(f"{name} {pin.version}" for name, pin in pins.items()) or "no agents"
 
 
-async def installed_agents(engine: "SandboxEngine", image: str = DEFAULT_AGENTS_IMAGE) -> dict[str, str]:
+async def installed_agents(engine: EngineCalls, image: str = DEFAULT_AGENTS_IMAGE) -> dict[str, str]:
     """The agents in `image` and their versions (from its labels); empty when the image is missing."""
 
     def labels(c: docker.DockerClient) -> dict[str, str]:
@@ -355,7 +352,7 @@ async def installed_agents(engine: "SandboxEngine", image: str = DEFAULT_AGENTS_
     return agents_from_labels(await engine.call(labels))
 
 
-async def require_agent(engine: "SandboxEngine", name: str, image: str = DEFAULT_AGENTS_IMAGE) -> str:
+async def require_agent(engine: EngineCalls, name: str, image: str = DEFAULT_AGENTS_IMAGE) -> str:
     """The version of agent `name` in `image`; AgentMissing (before any container starts) if absent."""
     agents = await installed_agents(engine, image)
     if name not in agents:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import AGENT_PINS, AgentPin, ImageBuildFailed
-from sandbox.images.agent_files import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
+from sandbox.images.agent_files import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS
 from sandbox.images.agents_image import (
     AGENTS_DOCKERFILE,
     AGENTS_IMAGE_VERSION,
@@ -21,6 +21,7 @@ from sandbox.images.agents_image import (
     npm_arch,
 )
 from sandbox.images.sandbox_image import DEFAULT_IMAGE
+from sandbox.relays import RELAY_SCRIPT
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "agents"
 
