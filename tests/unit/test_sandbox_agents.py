@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from sandbox import AGENT_PINS, AgentPin, ImageBuildFailed
-from sandbox.images.agent_files import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS
+from sandbox.images.agent_files import (
+    CODEX_REQUIREMENTS,
+    HOOK_PATH,
+    HOOK_SCRIPT,
+    HOOK_TIMEOUT_SECONDS,
+    MANAGED_SETTINGS,
+)
 from sandbox.images.agents_image import (
     AGENTS_DOCKERFILE,
     AGENTS_IMAGE_VERSION,
@@ -125,6 +131,13 @@ def test_scripts_run_isolated_with_a_fixed_socket() -> None:
     assert RELAY_SCRIPT.startswith("#!/usr/bin/python3 -I\n")
     assert 'SOCKET = "/run/forgehand/gateway.sock"' in HOOK_SCRIPT
     assert "TIMEOUT = 120" in HOOK_SCRIPT
+
+
+def test_hook_bridge_file_is_python_with_the_settings_timeout() -> None:
+    """The bridge is a file of the package (sandbox/images/forgehand-hook), not linted as a module:
+    it compiles, and its own timeout is the one the managed settings add their margin to."""
+    compile(HOOK_SCRIPT, "forgehand-hook", "exec")
+    assert f"\nTIMEOUT = {HOOK_TIMEOUT_SECONDS}\n" in HOOK_SCRIPT
 
 
 def test_machine_names_map_to_npm_cpu_names() -> None:
