@@ -281,33 +281,9 @@ def build_image(
             use_dockerfile = recipe == "dockerfile" or (recipe == "auto" and _try_pull(client, reporter))
             if recipe == "dockerfile" and not use_dockerfile:
                 raise ImageBuildFailed(f"cannot pull {PULL_BASE}")
-            labels = {
-                VERSION_LABEL: IMAGE_VERSION,
-                RECIPE_LABEL: "dockerfile" if use_dockerfile else "offline",
-            }
-            buildargs = {"FORGEHAND_SANDBOX_VERSION": IMAGE_VERSION}
-            if use_dockerfile:
-                dockerfile = DOCKERFILE
-            else:
-                have_base = _has_image(client, BASE_IMAGE)
-                if force or not have_base:
-                    _build_offline_base(client, reporter)
-                else:
-                    reporter.stage("base", f"{BASE_IMAGE} (cached)")
-                dockerfile = OFFLINE_DOCKERFILE
-                buildargs["BASE"] = BASE_IMAGE
-            reporter.stage("build", tag)
-            image_id = stream_build(
-                client,
-                reporter,
-                fileobj=io.BytesIO(dockerfile.encode()),
-                tag=tag,
-                buildargs=buildargs,
-                labels=labels,
-                pull=False,
-                nocache=force,
-                network_mode="none" if not use_dockerfile else None,
-            )
+            if not use_dockerfile:
+                _ensure_offline_base(client, reporter, force=force)
+            image_id = _build_recipe(client, reporter, tag, use_dockerfile=use_dockerfile, force=force)
         if existing and existing != image_id:
             # The forced rebuild left the previous image untagged: drop it unless a container uses it.
             with contextlib.suppress(docker.errors.APIError):
@@ -315,12 +291,45 @@ def build_image(
         return BuildResult(
             tag=tag,
             image_id=image_id,
-            recipe=labels[RECIPE_LABEL],
+            recipe="dockerfile" if use_dockerfile else "offline",
             built=True,
             seconds=time.monotonic() - started,
         )
     finally:
         client.close()
+
+
+def _ensure_offline_base(client: docker.DockerClient, reporter: Reporter, *, force: bool) -> None:
+    """The debootstrap base the offline recipe builds on: made when missing or forced, else reused."""
+    if force or not _has_image(client, BASE_IMAGE):
+        _build_offline_base(client, reporter)
+    else:
+        reporter.stage("base", f"{BASE_IMAGE} (cached)")
+
+
+def _build_recipe(
+    client: docker.DockerClient, reporter: Reporter, tag: str, *, use_dockerfile: bool, force: bool
+) -> str:
+    """Build `tag` from the online Dockerfile or on the offline base; returns the image id."""
+    labels = {
+        VERSION_LABEL: IMAGE_VERSION,
+        RECIPE_LABEL: "dockerfile" if use_dockerfile else "offline",
+    }
+    buildargs = {"FORGEHAND_SANDBOX_VERSION": IMAGE_VERSION}
+    if not use_dockerfile:
+        buildargs["BASE"] = BASE_IMAGE
+    reporter.stage("build", tag)
+    return stream_build(
+        client,
+        reporter,
+        fileobj=io.BytesIO((DOCKERFILE if use_dockerfile else OFFLINE_DOCKERFILE).encode()),
+        tag=tag,
+        buildargs=buildargs,
+        labels=labels,
+        pull=False,
+        nocache=force,
+        network_mode="none" if not use_dockerfile else None,
+    )
 
 
 def _has_image(client: docker.DockerClient, ref: str) -> bool:
