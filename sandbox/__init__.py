@@ -57,7 +57,8 @@ if TYPE_CHECKING:
         installed_agents,
         require_agent,
     )
-    from .images.sandbox_image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
+    from .images.building import BuildResult
+    from .images.sandbox_image import DEFAULT_IMAGE, IMAGE_VERSION, build_image
     from .pool import SandboxPool, sweep_pool_dirs
     from .process import CutLine, SandboxProcess, truncated
     from .pump import OutputChunk
@@ -153,7 +154,7 @@ _LAZY = {
     "AGENT_PINS": "images.agents_image",
     "AgentMissing": "errors",
     "AgentPin": "images.agents_image",
-    "BuildResult": "images.sandbox_image",
+    "BuildResult": "images.building",
     "CHANNEL_DIR": "spec",
     "CutLine": "process",
     "DEFAULT_AGENTS_IMAGE": "images.agents_image",

@@ -26,7 +26,7 @@ import msgspec
 
 from sandbox.errors import ImageBuildFailed
 
-from .sandbox_image import Reporter
+from .building import Reporter
 
 NPM_TIMEOUT_SECONDS = 600
 ACP_DIR = "/opt/forgehand/acp"

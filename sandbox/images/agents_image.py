@@ -51,19 +51,11 @@ from .agent_files import (
     MANAGED_SETTINGS_PATH,
     RELAY_PATH,
 )
+from .building import BuildResult, Reporter, connect, stream_build
 from .names import AGENTS_IMAGE_REPOSITORY as AGENTS_IMAGE_REPOSITORY
 from .names import AGENTS_IMAGE_VERSION as AGENTS_IMAGE_VERSION
 from .names import DEFAULT_AGENTS_IMAGE as DEFAULT_AGENTS_IMAGE
-from .sandbox_image import (
-    DEFAULT_IMAGE,
-    IMAGE_VERSION,
-    VERSION_LABEL,
-    BuildResult,
-    Reporter,
-    build_image,
-    connect,
-    stream_build,
-)
+from .sandbox_image import DEFAULT_IMAGE, IMAGE_VERSION, VERSION_LABEL, build_image
 
 # AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a file in agent_files.py changes.
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
