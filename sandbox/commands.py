@@ -13,16 +13,13 @@ import socket
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from .errors import SpecRefused
+from .protocols import StartedSandbox
 from .pump import Channel, End, OutputChunk, Pump, StdinWriter
-
-if TYPE_CHECKING:
-    from .box import Sandbox
-
 
 # A shell function (builtins only: during a fork bomb there is no pid to spare for `ps` or a
 # subshell) that kills a process and everything it started. It stops (so nothing forks any more)
@@ -146,7 +143,7 @@ class ExecStream:
 
     def __init__(
         self,
-        sandbox: "Sandbox",
+        sandbox: StartedSandbox,
         argv: list[str],
         *,
         env: list[str] | None,
@@ -320,7 +317,9 @@ def wrapped(argv: list[str], timeout: float, *, keep_background: bool = False) -
     return ["/bin/sh", "-c", WRAPPER, "forgehand-exec", inner, "1" if keep_background else "0", *argv]
 
 
-async def open_exec(sb: "Sandbox", cmd: list[str], *, env: list[str] | None, cwd: str, stdin: bool) -> tuple[str, Any]:
+async def open_exec(
+    sb: StartedSandbox, cmd: list[str], *, env: list[str] | None, cwd: str, stdin: bool
+) -> tuple[str, Any]:
     """Create and start an exec as the sandbox user; returns its id and the hijacked socket."""
     exec_id: str = await sb.engine_call(
         lambda c: c.api.exec_create(
@@ -340,7 +339,7 @@ async def open_exec(sb: "Sandbox", cmd: list[str], *, env: list[str] | None, cwd
     return exec_id, sock
 
 
-async def kill_exec(sb: "Sandbox", pump: Pump | None) -> None:
+async def kill_exec(sb: StartedSandbox, pump: Pump | None) -> None:
     """Kill a wrapped command and everything it started (its session and process tree)."""
     # The pid marker is the wrapper's first write; give it a moment if the kill came very early.
     for _ in range(10):
@@ -365,7 +364,7 @@ def close_exec_socket(sock: Any) -> None:
 
 
 async def exec_exit_code(
-    sb: "Sandbox", exec_id: str, *, wait: bool = True, give_up: Callable[[], bool] = lambda: False
+    sb: StartedSandbox, exec_id: str, *, wait: bool = True, give_up: Callable[[], bool] = lambda: False
 ) -> int | None:
     """The exec's exit code, None while it runs (or when the engine no longer knows it)."""
     # The output can end a moment before the engine has recorded the exit.

@@ -13,17 +13,16 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import docker
 import docker.errors
-import msgspec
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from .errors import EngineUnavailable, ImageBuildFailed
+from sandbox.errors import ImageBuildFailed
+
+from .building import BuildResult, Reporter, connect, stream_build
 from .names import DEFAULT_IMAGE as DEFAULT_IMAGE
 from .names import IMAGE_REPOSITORY as IMAGE_REPOSITORY
 from .names import IMAGE_VERSION as IMAGE_VERSION
@@ -79,29 +78,10 @@ FROM ${{BASE}}
 {_COMMON}"""
 
 
-class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
-    tag: str
-    image_id: str
-    recipe: str  # "dockerfile", "offline", "agents" (agents.py) or "cached"
-    built: bool  # False when an up-to-date image was already there
-    seconds: float
-
-
 def cache_dir() -> Path:
     """Where debootstrap keeps downloaded .deb files, so a forced rebuild downloads nothing."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "forgehand" / "debootstrap"
-
-
-def connect(base_url: str | None, timeout: int) -> docker.DockerClient:
-    try:
-        client = (
-            docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
-        )
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise EngineUnavailable(f"no Docker engine answered: {exc}") from exc
-    return client
 
 
 def image_is_current(client: docker.DockerClient, tag: str) -> str | None:
@@ -114,64 +94,6 @@ def image_is_current(client: docker.DockerClient, tag: str) -> str | None:
     if labels.get(VERSION_LABEL) != IMAGE_VERSION:
         return None
     return str(image.id)
-
-
-class Reporter:
-    """Rich progress when a console is given, silence otherwise."""
-
-    def __init__(self, console: Console | None) -> None:
-        self._console = console
-        self._progress: Progress | None = None
-        self._task: Any = None
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator["Reporter"]:
-        if self._console is None:
-            yield self
-            return
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("[bold]{task.fields[stage]}[/bold]"),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=self._console,
-            transient=True,  # the stage lines stay; the live spinner row goes when done
-        ) as progress:
-            self._progress = progress
-            self._task = progress.add_task("", stage="starting", total=None)
-            try:
-                yield self
-            finally:
-                progress.update(self._task, stage="done", description="")
-                self._progress = None
-
-    def stage(self, stage: str, detail: str = "") -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, stage=stage, description=detail)
-            self._progress.console.print(f"[bold cyan]•[/] {stage} {detail}".rstrip())
-
-    def detail(self, line: str) -> None:
-        if self._progress is not None and line.strip():
-            self._progress.update(self._task, description=line.strip()[:100])
-
-
-def stream_build(client: docker.DockerClient, reporter: Reporter, **kwargs: Any) -> str:
-    """Run a docker build, feeding its log to the reporter; return the image id."""
-    image_id = ""
-    try:
-        for event in client.api.build(decode=True, rm=True, forcerm=True, **kwargs):
-            if "error" in event:
-                raise ImageBuildFailed(f"docker build failed: {event['error'].strip()}")
-            if "stream" in event:
-                reporter.detail(str(event["stream"]))
-            aux = event.get("aux")
-            if isinstance(aux, dict) and "ID" in aux:
-                image_id = str(aux["ID"])
-    except docker.errors.APIError as exc:
-        raise ImageBuildFailed(f"docker build failed: {exc}") from exc
-    if not image_id:
-        raise ImageBuildFailed("docker build finished without an image id")
-    return image_id
 
 
 def _try_pull(client: docker.DockerClient, reporter: Reporter) -> bool:
@@ -280,33 +202,9 @@ def build_image(
             use_dockerfile = recipe == "dockerfile" or (recipe == "auto" and _try_pull(client, reporter))
             if recipe == "dockerfile" and not use_dockerfile:
                 raise ImageBuildFailed(f"cannot pull {PULL_BASE}")
-            labels = {
-                VERSION_LABEL: IMAGE_VERSION,
-                RECIPE_LABEL: "dockerfile" if use_dockerfile else "offline",
-            }
-            buildargs = {"FORGEHAND_SANDBOX_VERSION": IMAGE_VERSION}
-            if use_dockerfile:
-                dockerfile = DOCKERFILE
-            else:
-                have_base = _has_image(client, BASE_IMAGE)
-                if force or not have_base:
-                    _build_offline_base(client, reporter)
-                else:
-                    reporter.stage("base", f"{BASE_IMAGE} (cached)")
-                dockerfile = OFFLINE_DOCKERFILE
-                buildargs["BASE"] = BASE_IMAGE
-            reporter.stage("build", tag)
-            image_id = stream_build(
-                client,
-                reporter,
-                fileobj=io.BytesIO(dockerfile.encode()),
-                tag=tag,
-                buildargs=buildargs,
-                labels=labels,
-                pull=False,
-                nocache=force,
-                network_mode="none" if not use_dockerfile else None,
-            )
+            if not use_dockerfile:
+                _ensure_offline_base(client, reporter, force=force)
+            image_id = _build_recipe(client, reporter, tag, use_dockerfile=use_dockerfile, force=force)
         if existing and existing != image_id:
             # The forced rebuild left the previous image untagged: drop it unless a container uses it.
             with contextlib.suppress(docker.errors.APIError):
@@ -314,12 +212,45 @@ def build_image(
         return BuildResult(
             tag=tag,
             image_id=image_id,
-            recipe=labels[RECIPE_LABEL],
+            recipe="dockerfile" if use_dockerfile else "offline",
             built=True,
             seconds=time.monotonic() - started,
         )
     finally:
         client.close()
+
+
+def _ensure_offline_base(client: docker.DockerClient, reporter: Reporter, *, force: bool) -> None:
+    """The debootstrap base the offline recipe builds on: made when missing or forced, else reused."""
+    if force or not _has_image(client, BASE_IMAGE):
+        _build_offline_base(client, reporter)
+    else:
+        reporter.stage("base", f"{BASE_IMAGE} (cached)")
+
+
+def _build_recipe(
+    client: docker.DockerClient, reporter: Reporter, tag: str, *, use_dockerfile: bool, force: bool
+) -> str:
+    """Build `tag` from the online Dockerfile or on the offline base; returns the image id."""
+    labels = {
+        VERSION_LABEL: IMAGE_VERSION,
+        RECIPE_LABEL: "dockerfile" if use_dockerfile else "offline",
+    }
+    buildargs = {"FORGEHAND_SANDBOX_VERSION": IMAGE_VERSION}
+    if not use_dockerfile:
+        buildargs["BASE"] = BASE_IMAGE
+    reporter.stage("build", tag)
+    return stream_build(
+        client,
+        reporter,
+        fileobj=io.BytesIO((DOCKERFILE if use_dockerfile else OFFLINE_DOCKERFILE).encode()),
+        tag=tag,
+        buildargs=buildargs,
+        labels=labels,
+        pull=False,
+        nocache=force,
+        network_mode="none" if not use_dockerfile else None,
+    )
 
 
 def _has_image(client: docker.DockerClient, ref: str) -> bool:

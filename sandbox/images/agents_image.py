@@ -1,5 +1,5 @@
 """The agents image: the sandbox image plus the agent CLIs at pinned versions, the managed settings,
-the hook bridge and the relay (agent_scripts.py).
+the hook bridge and the relay (agent_files.py).
 
 `build_agents_image` is what `forgehand sandbox build --agents` and the test session call. The CLIs
 are installed on the host at build time, `npm install --ignore-scripts` into a cache directory
@@ -22,12 +22,15 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import docker
 import docker.errors
 import msgspec
 from rich.console import Console
+
+from sandbox.errors import AgentMissing, ImageBuildFailed
+from sandbox.protocols import EngineCalls
+from sandbox.relays import RELAY_SCRIPT
 
 from .acp_adapters import (
     ACP_ADAPTER_PINS,
@@ -39,7 +42,7 @@ from .acp_adapters import (
     install_node,
     run_npm,
 )
-from .agent_scripts import (
+from .agent_files import (
     CODEX_REQUIREMENTS,
     CODEX_REQUIREMENTS_PATH,
     HOOK_PATH,
@@ -47,27 +50,14 @@ from .agent_scripts import (
     MANAGED_SETTINGS,
     MANAGED_SETTINGS_PATH,
     RELAY_PATH,
-    RELAY_SCRIPT,
 )
-from .errors import AgentMissing, ImageBuildFailed
-from .image import (
-    DEFAULT_IMAGE,
-    IMAGE_VERSION,
-    VERSION_LABEL,
-    BuildResult,
-    Reporter,
-    build_image,
-    connect,
-    stream_build,
-)
+from .building import BuildResult, Reporter, connect, stream_build
 from .names import AGENTS_IMAGE_REPOSITORY as AGENTS_IMAGE_REPOSITORY
 from .names import AGENTS_IMAGE_VERSION as AGENTS_IMAGE_VERSION
 from .names import DEFAULT_AGENTS_IMAGE as DEFAULT_AGENTS_IMAGE
+from .sandbox_image import DEFAULT_IMAGE, IMAGE_VERSION, VERSION_LABEL, build_image
 
-if TYPE_CHECKING:
-    from .engine import SandboxEngine
-
-# AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a script in agent_scripts.py changes.
+# AGENTS_IMAGE_VERSION (names.py): bump it when the recipe below or a file in agent_files.py changes.
 AGENTS_VERSION_LABEL = "org.forgehand.agents.version"
 RECIPE_DIGEST_LABEL = "org.forgehand.agents.recipe"
 AGENT_LABEL_PREFIX = "org.forgehand.agent."
@@ -341,7 +331,7 @@ def _describe(pins: dict[str, AgentPin]) -> str:
     return ", ".join(f"{name} {pin.version}" for name, pin in pins.items()) or "no agents"
 
 
-async def installed_agents(engine: "SandboxEngine", image: str = DEFAULT_AGENTS_IMAGE) -> dict[str, str]:
+async def installed_agents(engine: EngineCalls, image: str = DEFAULT_AGENTS_IMAGE) -> dict[str, str]:
     """The agents in `image` and their versions (from its labels); empty when the image is missing."""
 
     def labels(c: docker.DockerClient) -> dict[str, str]:
@@ -354,7 +344,7 @@ async def installed_agents(engine: "SandboxEngine", image: str = DEFAULT_AGENTS_
     return agents_from_labels(await engine.call(labels))
 
 
-async def require_agent(engine: "SandboxEngine", name: str, image: str = DEFAULT_AGENTS_IMAGE) -> str:
+async def require_agent(engine: EngineCalls, name: str, image: str = DEFAULT_AGENTS_IMAGE) -> str:
     """The version of agent `name` in `image`; AgentMissing (before any container starts) if absent."""
     agents = await installed_agents(engine, image)
     if name not in agents:

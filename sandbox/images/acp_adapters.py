@@ -1,6 +1,6 @@
 """The ACP adapters of the agents image, and node to run them (the adapters are JavaScript).
 
-Installed on the host at build time like the CLIs (agents.py): node from npm's `node-linux-<arch>`
+Installed on the host at build time like the CLIs (agents_image.py): node from npm's `node-linux-<arch>`
 (its `bin/node`, copied to /usr/local/bin/node), each adapter with `npm install --ignore-scripts
 --omit=optional` from a generated package.json whose `overrides` pin the adapter's own
 dependencies that matter (the Claude agent SDK, @openai/codex) to the versions the image records
@@ -24,8 +24,9 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import ImageBuildFailed
-from .image import Reporter
+from sandbox.errors import ImageBuildFailed
+
+from .building import Reporter
 
 NPM_TIMEOUT_SECONDS = 600
 ACP_DIR = "/opt/forgehand/acp"
@@ -176,7 +177,7 @@ def install_adapter(cache: Path, name: str, pin: AdapterPin, reporter: Reporter 
 
 def adapter_labels(pins: dict[str, AdapterPin] | None = None, node: NodePin = NODE_PIN) -> dict[str, str]:
     """node's version and each adapter's pinned dependencies (the adapters' own versions are agent
-    labels, agents.py)."""
+    labels, agents_image.py)."""
     pins = ACP_ADAPTER_PINS if pins is None else pins
     labels = {NODE_LABEL: node.version} if pins else {}
     for name, pin in pins.items():
