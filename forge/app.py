@@ -53,7 +53,7 @@ from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
 from tasks.system import TaskSystem
-from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
+from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 HERE = Path(__file__).parent
 _HOOK_EVENTS = (*POLICY_EVENTS, *NOTIFY_EVENTS)

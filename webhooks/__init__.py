@@ -1,5 +1,5 @@
 """Signed lifecycle webhooks: endpoints, signing, policy dispatch, the notification outbox, the URL
-guard and the delivery log; plus the consumer SDK (`webhooks.consumer`) and the reference
+guard and the delivery log; plus the consumer SDK (`webhooks.sdk.consumer`) and the reference
 consumer (`forgehand hooks serve`). The contract is `docs/webhooks.md`.
 
 Composition (done by `forge/app.py` and the `forgehand worker` command)::
@@ -44,14 +44,14 @@ only PyJWT and the standard library installed.
 
 from typing import TYPE_CHECKING, Any
 
-from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
+from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 if TYPE_CHECKING:
-    from webhooks.decoding import PolicyAnswer
-    from webhooks.envelope import RepoRef, TaskMeta
-    from webhooks.policy import PolicyDispatcher, PolicyOutcome
-    from webhooks.policy_call import EndpointResult
-    from webhooks.runtime import WebhooksRuntime, wire
+    from webhooks.core.envelope import RepoRef, TaskMeta
+    from webhooks.policy.answers import PolicyAnswer
+    from webhooks.policy.dispatcher import PolicyDispatcher, PolicyOutcome
+    from webhooks.policy.endpoint_call import EndpointResult
+    from webhooks.wiring import WebhooksRuntime, wire
 
 __all__ = [
     "NOTIFY_EVENTS",
@@ -68,14 +68,14 @@ __all__ = [
 ]
 
 _LAZY = {
-    "wire": "webhooks.runtime",
-    "WebhooksRuntime": "webhooks.runtime",
-    "PolicyDispatcher": "webhooks.policy",
-    "PolicyOutcome": "webhooks.policy",
-    "EndpointResult": "webhooks.policy_call",
-    "PolicyAnswer": "webhooks.decoding",
-    "RepoRef": "webhooks.envelope",
-    "TaskMeta": "webhooks.envelope",
+    "wire": "webhooks.wiring",
+    "WebhooksRuntime": "webhooks.wiring",
+    "PolicyDispatcher": "webhooks.policy.dispatcher",
+    "PolicyOutcome": "webhooks.policy.dispatcher",
+    "EndpointResult": "webhooks.policy.endpoint_call",
+    "PolicyAnswer": "webhooks.policy.answers",
+    "RepoRef": "webhooks.core.envelope",
+    "TaskMeta": "webhooks.core.envelope",
 }
 
 
@@ -83,8 +83,8 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     if name == "ROUTE_HANDLERS":
-        from webhooks.pages import InstanceHookPages, RepoHookPages
-        from webhooks.routes import InstanceHooksController, RepoHooksController
+        from webhooks.http.api import InstanceHooksController, RepoHooksController
+        from webhooks.http.pages import InstanceHookPages, RepoHookPages
 
         return [InstanceHooksController, RepoHooksController, InstanceHookPages, RepoHookPages]
     module = _LAZY.get(name)

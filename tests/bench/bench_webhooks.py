@@ -40,10 +40,10 @@ from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskState
 from forge.models import Repository
 from forge.settings import Settings
 from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
-from webhooks import envelope
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.models import WebhookDelivery, WebhookOutbox
-from webhooks.runtime import WebhooksRuntime, wire
+from webhooks.core import envelope
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookDelivery, WebhookOutbox
+from webhooks.wiring import WebhooksRuntime, wire
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -24,10 +24,10 @@ from tests.support.accounts import PASSWORD, Accounts
 from tests.support.forms import read_form
 from tests.support.web import csrf_from, sign_in
 from tests.support.webhooks import LOOPBACK, config, make_repo, receiver
-from webhooks.deliverer import Deliverer
-from webhooks.models import WebhookEndpoint
-from webhooks.outbound import Outbound
-from webhooks.runtime import wire
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.outbound import Outbound
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.wiring import wire
 
 ADMIN_HOOKS = "/api/v1/admin/hooks"
 REPO_HOOKS = "/api/v1/repos/ana/demo/hooks"

@@ -1,7 +1,7 @@
 """The outbox rows' store: claims due rows with a lease and records every attempt (delivery log,
 row state and retry time, endpoint health, which may disable an endpoint), a few statements per
-batch whatever its size. The deliverer (`webhooks.deliverer`) holds one; the guarantees are
-described in `webhooks.outbox`, the schedule in `webhooks.schedule`."""
+batch whatever its size. The deliverer (`webhooks.delivery.deliverer`) holds one; the guarantees are
+described in `webhooks.delivery.outbox`, the schedule in `webhooks.delivery.schedule`."""
 
 import random
 import uuid
@@ -28,14 +28,15 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import Database, UTCDateTime
-from webhooks import health, metrics, recovery
-from webhooks.config import WebhooksConfig, unseal
-from webhooks.logwriter import DELIVERIES
-from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
-from webhooks.outbox import wake_after_commit
-from webhooks.protocol import NOTIFY_EVENTS
-from webhooks.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
-from webhooks.signing import SigningKey
+from webhooks.core import metrics
+from webhooks.core.config import WebhooksConfig, unseal
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.core.signing import SigningKey
+from webhooks.delivery import endpoint_health, recovery
+from webhooks.delivery.outbox import wake_after_commit
+from webhooks.delivery.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
+from webhooks.policy.log_writer import DELIVERIES
+from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 
 @dataclass
@@ -194,7 +195,7 @@ def _log_values(c: "Claimed", a: "Attempt", outbox_id: int | None) -> dict[str, 
 
 class OutboxStore:
     """Claims due outbox rows and records attempts, in a few statements per batch; the sending
-    loop (`webhooks.deliverer.Deliverer`) holds one."""
+    loop (`webhooks.delivery.deliverer.Deliverer`) holds one."""
 
     def __init__(
         self,
@@ -360,7 +361,7 @@ class OutboxStore:
         for c, a in failed:
             endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
             if endpoint is not None:
-                health.note_failure(session, endpoint, status=a.status, error=a.error or a.result, now=now)
+                endpoint_health.note_failure(session, endpoint, status=a.status, error=a.error or a.result, now=now)
         if failed:
             await session.flush()
         # A success clears `failing_since` and stamps `last_success_at`; skipped for an endpoint

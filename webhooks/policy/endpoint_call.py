@@ -1,7 +1,7 @@
 """One call of one policy endpoint within a dispatch: wait for a concurrency slot, sign, send,
 decode the answer strictly, retry a connection error once (after 250 ms, same body, new `jti`),
 and log every attempt. What the endpoint did is an `EndpointResult`; how the answers of every
-endpoint combine is `webhooks.policy`."""
+endpoint combine is `webhooks.policy.dispatcher`."""
 
 import asyncio
 import time
@@ -10,12 +10,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from webhooks.config import WebhooksConfig
-from webhooks.decoding import Decision, PolicyAnswer, ProtocolViolation, decode_policy_response
-from webhooks.logwriter import LogRow
-from webhooks.outbound import Outbound, OutboundError, Reply
-from webhooks.protocol import MAX_POLICY_RESPONSE
-from webhooks.signing import SigningKey, redacted, request_headers, sign_jwt
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.outbound import Outbound, OutboundError, Reply
+from webhooks.core.signing import SigningKey, redacted, request_headers, sign_jwt
+from webhooks.policy.answers import Decision, PolicyAnswer, ProtocolViolation, decode_policy_response
+from webhooks.policy.log_writer import LogRow
+from webhooks.sdk.protocol import MAX_POLICY_RESPONSE
 
 ResultClass = Literal[
     "ok", "denied", "asked", "http_error", "protocol_error", "timeout", "connection_error", "over_capacity"

@@ -3,7 +3,7 @@
 Needs only PyJWT and the standard library, so a third party can use it without the rest of
 forgehand::
 
-    from webhooks.consumer import Consumer, Verifier, allow, deny
+    from webhooks.sdk.consumer import Consumer, Verifier, allow, deny
 
     verifier = Verifier(audience="https://hooks.example.com/forgehand", secrets=["whsec_..."])
 
@@ -15,7 +15,7 @@ forgehand::
     consumer = Consumer(verifier, policy={"pre_tool_use": pre_tool_use}, notify=print)
     # WSGI: consumer.wsgi; ASGI: consumer.asgi; any framework: consumer.handle(method, headers, body)
 
-Verification (`webhooks.verifier`) follows the contract's order, each step with its own typed error (a subclass of
+Verification (`webhooks.sdk.verifier`) follows the contract's order, each step with its own typed error (a subclass of
 `VerificationError` carrying the HTTP status to answer and a stable `code`): POST; a `Bearer`
 token; HS256 only and `typ` JWT; the signature with the secret named by `kid`; every claim
 present and well typed; the time window; the issuer (if configured); a body of at most 10 MiB
@@ -38,8 +38,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhooks.protocol import DECISIONS, encode_json
-from webhooks.verifier import (
+from webhooks.sdk.protocol import DECISIONS, encode_json
+from webhooks.sdk.verifier import (
     BadSignature,
     BindingMismatch,
     BodyTooLarge,

@@ -1,5 +1,5 @@
 """Consumer SDK, verification: check that a request comes from forgehand and is bound to this
-endpoint (the order of the checks and their typed errors are described in `webhooks.consumer`).
+endpoint (the order of the checks and their typed errors are described in `webhooks.sdk.consumer`).
 Needs only PyJWT and the standard library."""
 
 import base64
@@ -12,7 +12,7 @@ from typing import Any
 
 import jwt
 
-from webhooks.protocol import (
+from webhooks.sdk.protocol import (
     MAX_REQUEST_BODY,
     POLICY_EVENTS,
     REQUIRED_CLAIMS,

@@ -1,7 +1,7 @@
 """The notification deliverer: the loop that leases due outbox rows, signs and posts them and
 records every attempt (a pipeline: database work overlaps the sends). It holds an `OutboxStore`
-(`webhooks.outbox_store`: claiming and recording rows, endpoint health); the retry schedule is
-`webhooks.schedule`, the delivery guarantees are described in `webhooks.outbox`.
+(`webhooks.delivery.outbox_store`: claiming and recording rows, endpoint health); the retry schedule is
+`webhooks.delivery.schedule`, the delivery guarantees are described in `webhooks.delivery.outbox`.
 """
 
 import asyncio
@@ -14,13 +14,13 @@ from datetime import timedelta
 import structlog
 
 from forge.db import Database
-from webhooks import schedule
-from webhooks.config import WebhooksConfig
-from webhooks.outbound import Outbound, OutboundError
-from webhooks.outbox_store import Attempt, Claimed, OutboxStore
-from webhooks.protocol import NOTIFY_EVENTS
-from webhooks.schedule import LEASE, LEASE_MARGIN, parse_retry_after
-from webhooks.signing import redacted, request_headers, sign_jwt
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.outbound import Outbound, OutboundError
+from webhooks.core.signing import redacted, request_headers, sign_jwt
+from webhooks.delivery import schedule
+from webhooks.delivery.outbox_store import Attempt, Claimed, OutboxStore
+from webhooks.delivery.schedule import LEASE, LEASE_MARGIN, parse_retry_after
+from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
 LOG_RESPONSE_BYTES = 64 * 1024  # of a response body, kept in the delivery log

@@ -21,7 +21,7 @@ import structlog
 from sqlalchemy import Table, insert, select
 
 from forge.db import Database
-from webhooks.models import WebhookDelivery, WebhookEndpoint
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint
 
 log = structlog.get_logger("forgehand.webhooks")
 

@@ -10,9 +10,9 @@ Any deny wins, then any ask, then allow. A failed endpoint counts as its `failur
 `closed` as a deny, `open` as no opinion (logged), `hold` as an ask.
 
 A dispatch: check the event (the gate), read the endpoints (the per-repository cache of
-`webhooks.registry`), call each in turn (`webhooks.policy_call`: sign, send, strict decode),
+`webhooks.policy.endpoint_cache`), call each in turn (`webhooks.policy.endpoint_call`: sign, send, strict decode),
 combine the answers into the decision, and hand the log rows to the caller's transaction or the
-background log writer (`webhooks.logwriter`).
+background log writer (`webhooks.policy.log_writer`).
 """
 
 import asyncio
@@ -27,15 +27,16 @@ from sqlalchemy import insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import Database
-from webhooks import envelope, metrics, registry
-from webhooks.config import WebhooksConfig
-from webhooks.decoding import Decision
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.logwriter import DELIVERIES, DeliveryLogWriter, LogRow
-from webhooks.models import WebhookDelivery, WebhookEndpoint
-from webhooks.outbound import Outbound
-from webhooks.policy_call import FAILURES, EndpointCaller, EndpointResult, Target
-from webhooks.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
+from webhooks.core import envelope, metrics
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint
+from webhooks.core.outbound import Outbound
+from webhooks.policy import endpoint_cache
+from webhooks.policy.answers import Decision
+from webhooks.policy.endpoint_call import FAILURES, EndpointCaller, EndpointResult, Target
+from webhooks.policy.log_writer import DELIVERIES, DeliveryLogWriter, LogRow
+from webhooks.sdk.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
 
@@ -97,14 +98,16 @@ class PolicyDispatcher:
         self.cfg = cfg
         self.outbound = outbound
         self.caller = EndpointCaller(cfg, outbound)
-        self._cache: registry.GenerationCache[int, list[tuple[frozenset[str], Target]]] = registry.GenerationCache()
+        self._cache: endpoint_cache.GenerationCache[int, list[tuple[frozenset[str], Target]]] = (
+            endpoint_cache.GenerationCache()
+        )
         self._refreshing: dict[int, asyncio.Task[None]] = {}
         self.log_writer = DeliveryLogWriter(db)
 
     async def _targets(self, source: AsyncSession | Database | None, repo_id: int, event_type: str) -> list[Target]:
         """The active policy endpoints of this repository (instance ones first) taking this event.
         Cached per repository until an endpoint changes in this process, for at most
-        `registry.TTL` seconds (changes made by another process); reloaded in the background
+        `endpoint_cache.TTL` seconds (changes made by another process); reloaded in the background
         after half of that while in use, so that a steady stream of dispatches never waits."""
         found = self._cache.lookup(repo_id)
         if found is not None:
@@ -112,7 +115,7 @@ class PolicyDispatcher:
             if stale_soon and repo_id not in self._refreshing:
                 self._refreshing[repo_id] = asyncio.get_running_loop().create_task(self._refresh(repo_id))
         else:
-            gen, t0 = registry.generation(), time.monotonic()
+            gen, t0 = endpoint_cache.generation(), time.monotonic()
             if isinstance(source, AsyncSession):
                 endpoints = await self._load(source, repo_id)
             else:
@@ -123,7 +126,7 @@ class PolicyDispatcher:
 
     async def _refresh(self, repo_id: int) -> None:
         try:
-            gen, t0 = registry.generation(), time.monotonic()
+            gen, t0 = endpoint_cache.generation(), time.monotonic()
             async with self.db.session() as session:
                 endpoints = await self._load(session, repo_id)
             self._cache.put(repo_id, gen, endpoints, t0)

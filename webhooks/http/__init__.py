@@ -1,0 +1,1 @@
+"""Requests in: the REST API and the web pages of webhook endpoints."""

@@ -1,0 +1,1 @@
+"""Policy hooks: synchronous calls to policy endpoints before a guarded action."""
