@@ -32,7 +32,7 @@ from webhooks.delivery import schedule as outbox_mod
 from webhooks.delivery.deliverer import Deliverer
 from webhooks.delivery.outbox_store import OutboxStore
 from webhooks.delivery.schedule import RETRY_SCHEDULE
-from webhooks.sdk.consumer import Verifier
+from webhooks.sdk import Verifier
 
 CREATED = TaskCreated()
 CHANGED = TaskStateChanged(from_="queued", to="running")

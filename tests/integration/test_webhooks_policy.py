@@ -25,7 +25,7 @@ from webhooks import service
 from webhooks.core.envelope import RepoRef, TaskMeta
 from webhooks.core.models import WebhookDelivery
 from webhooks.policy.dispatcher import PolicyDispatcher
-from webhooks.sdk.consumer import Consumer, HookRequest, Verifier, allow, ask, deny
+from webhooks.sdk import Consumer, HookRequest, Verifier, allow, ask, deny
 from webhooks.sdk.reference import make_consumer, make_server
 
 TASK = TaskRef(id=str(uuid.uuid4()), number=7, url="http://testserver.local/ana/demo/tasks/7")

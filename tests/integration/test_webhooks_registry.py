@@ -15,7 +15,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import Table, delete, insert, select, update
 
-import webhooks
+import webhooks.http
 from forge.app import create_app
 from forge.audit import Actor
 from forge.db import Database
@@ -233,7 +233,7 @@ def hooks_app(settings: Settings) -> Litestar:
     quiet = msgspec.structs.replace(settings, webhooks_deliver=False, webhooks_allowed_hosts="127.0.0.1")
     app = create_app(quiet)
     if not any(getattr(r, "path", "") == "/api/v1/admin/hooks" for r in app.routes):
-        for handler in webhooks.ROUTE_HANDLERS:
+        for handler in webhooks.http.ROUTE_HANDLERS:
             app.register(handler)
     app.state.webhooks = wire(EventBus(), quiet, app.state.db, allow=LOOPBACK, deliver=False)
     return app

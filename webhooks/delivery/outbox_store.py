@@ -30,12 +30,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.db import Database, UTCDateTime
 from webhooks.core import metrics
 from webhooks.core.config import WebhooksConfig, unseal
-from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.core.models import DELIVERIES, WebhookDelivery, WebhookEndpoint, WebhookOutbox
 from webhooks.core.signing import SigningKey
 from webhooks.delivery import endpoint_health, recovery
 from webhooks.delivery.outbox import wake_after_commit
 from webhooks.delivery.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
-from webhooks.policy.log_writer import DELIVERIES
 from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 

@@ -30,12 +30,12 @@ from forge.db import Database
 from webhooks.core import envelope, metrics
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.envelope import RepoRef, TaskMeta
-from webhooks.core.models import WebhookDelivery, WebhookEndpoint
+from webhooks.core.models import DELIVERIES, WebhookDelivery, WebhookEndpoint
 from webhooks.core.outbound import Outbound
 from webhooks.policy import endpoint_cache
 from webhooks.policy.answers import Decision
 from webhooks.policy.endpoint_call import FAILURES, EndpointCaller, EndpointResult, Target
-from webhooks.policy.log_writer import DELIVERIES, DeliveryLogWriter, LogRow
+from webhooks.policy.log_writer import DeliveryLogWriter, LogRow
 from webhooks.sdk.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
