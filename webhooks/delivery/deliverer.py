@@ -15,7 +15,7 @@ import structlog
 
 from forge.db import Database
 from webhooks.core.config import WebhooksConfig
-from webhooks.core.outbound import Outbound, OutboundError
+from webhooks.core.outbound import Outbound, OutboundError, Reply
 from webhooks.core.signing import redacted, request_headers, sign_jwt
 from webhooks.delivery import schedule
 from webhooks.delivery.outbox_store import Attempt, Claimed, OutboxStore
@@ -24,6 +24,32 @@ from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
 LOG_RESPONSE_BYTES = 64 * 1024  # of a response body, kept in the delivery log
+
+
+class _Window:
+    """The loop's state: the rows being sent (at most `size` leased at a time, sends limited by
+    `slots`) and the attempts finished but not yet recorded."""
+
+    def __init__(self, wake: asyncio.Event, size: int, concurrency: int) -> None:
+        self.wake = wake
+        self.size = max(1, size)
+        self.threshold = max(1, self.size // 2)
+        self.slots = asyncio.Semaphore(max(1, concurrency))
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.finished: list[tuple[Claimed, Attempt]] = []
+        self.claim_more = True  # the last claim found rows, or something changed since
+
+    def take_finished(self) -> list[tuple[Claimed, Attempt]]:
+        batch, self.finished[:] = list(self.finished), []
+        return batch
+
+    def no_room_yet(self) -> bool:
+        """Attempts wait to be recorded, but too few to be worth a commit, and too many rows are
+        being sent to claim more: better wait for a send."""
+        sending = sum(1 for t in self.inflight if not t.done())
+        return bool(
+            self.finished and sending and len(self.finished) < self.threshold and self.size - sending < self.threshold
+        )
 
 
 class Deliverer:
@@ -62,7 +88,31 @@ class Deliverer:
     # -- one attempt ---------------------------------------------------------------------------
 
     async def attempt(self, c: Claimed) -> Attempt:
+        """Sign and post one claimed row (no retry here: the store schedules the next attempt)."""
         started_at = self.cfg.clock()
+        headers, jti = self._signed_headers(c)
+        t0 = time.monotonic()
+        sent = await self._post(c, headers)
+        result, error, retry_after = self._judge(sent)
+        reply = sent if isinstance(sent, Reply) else None
+        return Attempt(
+            result=result,
+            status=reply.status if reply is not None else None,
+            error=error[:500],
+            headers=headers,
+            jti=jti,
+            request_headers=redacted(headers),
+            response_headers=reply.headers if reply is not None else [],
+            response_body=reply.body if reply is not None else b"",
+            truncated=reply.truncated if reply is not None else False,
+            started_at=started_at,
+            duration_ms=int((time.monotonic() - t0) * 1000),
+            retry_after=retry_after,
+        )
+
+    def _signed_headers(self, c: Claimed) -> tuple[list[tuple[str, str]], str]:
+        """The request's headers (a JWT with a fresh `jti`; for a notification also the Standard
+        Webhooks signature with every stored secret) and that `jti`."""
         now = int(time.time())
         token, jti = sign_jwt(
             c.keys[0],
@@ -83,15 +133,11 @@ class Deliverer:
             timestamp=now,
             body=c.body,
         )
-        t0 = time.monotonic()
-        status: int | None = None
-        error = ""
-        response_headers: list[tuple[str, str]] = []
-        response_body = b""
-        truncated = False
-        retry_after: float | None = None
+        return headers, jti
+
+    async def _post(self, c: Claimed, headers: list[tuple[str, str]]) -> Reply | OutboundError:
         try:
-            reply = await self.outbound.post(
+            return await self.outbound.post(
                 c.url,
                 headers,
                 c.body,
@@ -100,34 +146,17 @@ class Deliverer:
                 max_response=LOG_RESPONSE_BYTES,
             )
         except OutboundError as exc:
-            result = "timeout" if exc.kind == "timeout" else "connection_error"
-            error = exc.detail
-        else:
-            status = reply.status
-            response_headers = reply.headers
-            response_body = reply.body
-            truncated = reply.truncated
-            if 200 <= reply.status < 300:
-                result = "ok"
-            else:
-                result = "http_error"
-                error = f"HTTP {reply.status}" + (" (redirects are not followed)" if 300 <= reply.status < 400 else "")
-                ra = next((v for k, v in reply.headers if k.lower() == "retry-after"), None)
-                retry_after = parse_retry_after(ra, self.cfg.clock())
-        return Attempt(
-            result=result,
-            status=status,
-            error=error[:500],
-            headers=headers,
-            jti=jti,
-            request_headers=redacted(headers),
-            response_headers=response_headers,
-            response_body=response_body,
-            truncated=truncated,
-            started_at=started_at,
-            duration_ms=int((time.monotonic() - t0) * 1000),
-            retry_after=retry_after,
-        )
+            return exc
+
+    def _judge(self, sent: Reply | OutboundError) -> tuple[str, str, float | None]:
+        """The attempt's result class, its error text and the delay the endpoint asked for."""
+        if isinstance(sent, OutboundError):
+            return ("timeout" if sent.kind == "timeout" else "connection_error"), sent.detail, None
+        if 200 <= sent.status < 300:
+            return "ok", "", None
+        error = f"HTTP {sent.status}" + (" (redirects are not followed)" if 300 <= sent.status < 400 else "")
+        retry_after = next((v for k, v in sent.headers if k.lower() == "retry-after"), None)
+        return "http_error", error, parse_retry_after(retry_after, self.cfg.clock())
 
     # -- loop ---------------------------------------------------------------------------------------
 
@@ -182,96 +211,108 @@ class Deliverer:
         task (and endpoint) is recorded, so order per endpoint and task holds."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        slots = asyncio.Semaphore(max(1, self.cfg.delivery_concurrency))
-        window = max(1, self.window)
-        threshold = max(1, window // 2)
-        inflight: set[asyncio.Task[None]] = set()
-        finished: list[tuple[Claimed, Attempt]] = []
-        claim_more = True  # the last claim found rows, or something changed since
-
-        async def send(c: Claimed) -> None:
-            try:
-                async with slots:
-                    if c.lease_until is not None and self.cfg.clock() + LEASE_MARGIN > c.lease_until:
-                        # It waited for a slot too long (slow endpoints): sending now could overlap
-                        # with another deliverer's claim. Left leased, it goes again after the lease.
-                        return
-                    attempt = await self.attempt(c)
-            except Exception:
-                # Not recorded: the row stays leased and goes again after the lease.
-                log.exception("webhook delivery attempt failed", outbox=c.outbox_id)
-                return
-            finished.append((c, attempt))
-            if self._wake is not None:
-                self._wake.set()
-
+        win = _Window(self._wake, self.window, self.cfg.delivery_concurrency)
         try:
             while True:
-                self._wake.clear()
+                win.wake.clear()
                 try:
                     if self._poke:
-                        self._poke, claim_more = False, True
+                        self._poke, win.claim_more = False, True
                     if self._stopping:
-                        if finished:
-                            batch, finished[:] = list(finished), []
-                            await self.store.record_many(batch)
-                        if not inflight:
+                        if await self._wind_down(win):
                             return
-                        await self._wake.wait()
                         continue
-                    if time.monotonic() - self._last_housekeeping > 60:
-                        self._last_housekeeping = time.monotonic()
-                        await self.store.housekeeping()
-                    sending = sum(1 for t in inflight if not t.done())
-                    if finished and sending and len(finished) < threshold and window - sending < threshold:
-                        # No room to claim yet: what finished is recorded with the next claim (one
-                        # commit for many attempts; a crash before it means a redelivery, as
-                        # always). A send still running wakes the loop when it ends.
-                        await self._wake.wait()
+                    if await self._turn(win):
                         continue
-                    batch, finished[:] = list(finished), []
-                    if batch:
-                        claim_more = True  # a recorded row may unblock the next one of its task
-                    room = window - len(inflight)
-                    limit = room if claim_more and room >= threshold else 0
-                    if batch or limit:
-                        # Record what finished and claim more in one transaction (one commit).
-                        claimed = await self.store.record_and_claim(batch, limit)
-                        if limit:
-                            # Fewer than asked: nothing else is claimable now (a recorded row, new
-                            # rows or a poke set this again), so no empty claim follows.
-                            claim_more = len(claimed) >= limit
-                        for c in claimed:
-                            task = asyncio.create_task(send(c))
-                            inflight.add(task)
-                            task.add_done_callback(inflight.discard)
-                        if claimed or batch:
-                            continue
-                    if inflight or finished:
-                        if not finished:
-                            await self._wake.wait()  # a send finished, or new rows were committed
-                        continue
-                    # Idle, and the last claim found nothing.
-                    due = await self.store.next_due_in()
-                    if due == 0:
-                        due = 0.2  # due, yet not claimable: another deliverer was quicker
+                    due = await self._idle_due()
                 except Exception:
                     log.exception("webhook deliverer iteration failed")
-                    due = self.poll_interval
-                    claim_more = True
-                    if inflight:
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(due):
-                                await self._wake.wait()
+                    due, win.claim_more = self.poll_interval, True
+                    if win.inflight:
+                        await self._sleep(win, due)
                         continue
-                wait = self.poll_interval if due is None else min(max(due, 0.05), self.poll_interval)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        await self._wake.wait()
-                claim_more = True
+                await self._sleep(win, self.poll_interval if due is None else min(max(due, 0.05), self.poll_interval))
+                win.claim_more = True
         finally:
-            for task in list(inflight):
+            for task in list(win.inflight):
                 task.cancel()
+
+    async def _wind_down(self, win: _Window) -> bool:
+        """Stopping: record what finished, wait for the sends in flight; True once none is left."""
+        if win.finished:
+            await self.store.record_many(win.take_finished())
+        if not win.inflight:
+            return True
+        await win.wake.wait()
+        return False
+
+    async def _turn(self, win: _Window) -> bool:
+        """One turn of the pipeline: record what finished and claim more in one transaction, or
+        wait for a send. False when there is nothing to do (idle, and the last claim found nothing)."""
+        if time.monotonic() - self._last_housekeeping > 60:
+            self._last_housekeeping = time.monotonic()
+            await self.store.housekeeping()
+        if win.no_room_yet():
+            # No room to claim yet: what finished is recorded with the next claim (one commit
+            # for many attempts; a crash before it means a redelivery, as always). A send still
+            # running wakes the loop when it ends.
+            await win.wake.wait()
+            return True
+        if await self._record_and_claim(win):
+            return True
+        if win.inflight or win.finished:
+            if not win.finished:
+                await win.wake.wait()  # a send finished, or new rows were committed
+            return True
+        return False
+
+    async def _record_and_claim(self, win: _Window) -> bool:
+        """Record what finished and claim more in one transaction (one commit), and start sending
+        what was claimed; True when something was recorded or claimed."""
+        batch = win.take_finished()
+        if batch:
+            win.claim_more = True  # a recorded row may unblock the next one of its task
+        room = win.size - len(win.inflight)
+        limit = room if win.claim_more and room >= win.threshold else 0
+        if not batch and not limit:
+            return False
+        claimed = await self.store.record_and_claim(batch, limit)
+        if limit:
+            # Fewer than asked: nothing else is claimable now (a recorded row, new rows or a
+            # poke set this again), so no empty claim follows.
+            win.claim_more = len(claimed) >= limit
+        for c in claimed:
+            task = asyncio.create_task(self._send(win, c))
+            win.inflight.add(task)
+            task.add_done_callback(win.inflight.discard)
+        return bool(claimed or batch)
+
+    async def _send(self, win: _Window, c: Claimed) -> None:
+        try:
+            async with win.slots:
+                if c.lease_until is not None and self.cfg.clock() + LEASE_MARGIN > c.lease_until:
+                    # It waited for a slot too long (slow endpoints): sending now could overlap
+                    # with another deliverer's claim. Left leased, it goes again after the lease.
+                    return
+                attempt = await self.attempt(c)
+        except Exception:
+            # Not recorded: the row stays leased and goes again after the lease.
+            log.exception("webhook delivery attempt failed", outbox=c.outbox_id)
+            return
+        win.finished.append((c, attempt))
+        win.wake.set()
+
+    async def _idle_due(self) -> float | None:
+        """Idle: seconds until a row can be claimed (None: no row can be as things stand)."""
+        due = await self.store.next_due_in()
+        return 0.2 if due == 0 else due  # due, yet not claimable: another deliverer was quicker
+
+    @staticmethod
+    async def _sleep(win: _Window, seconds: float) -> None:
+        """Wait until woken (a send finished, rows were committed, a poke) or `seconds` passed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await win.wake.wait()
 
     async def start(self) -> None:
         if self._task is None:
