@@ -33,7 +33,7 @@ from webhooks.core.envelope import RepoRef, TaskMeta
 from webhooks.core.models import DELIVERIES, WebhookDelivery, WebhookEndpoint
 from webhooks.core.outbound import Outbound
 from webhooks.policy import endpoint_cache
-from webhooks.policy.answers import Decision
+from webhooks.policy.answers import Decision, PolicyAnswer
 from webhooks.policy.endpoint_call import FAILURES, EndpointCaller, EndpointResult, Target
 from webhooks.policy.log_writer import DeliveryLogWriter, LogRow
 from webhooks.sdk.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
@@ -88,6 +88,54 @@ def _apply(event_type: str, data: dict[str, Any], override: Any) -> dict[str, An
     if event_type == "pre_tool_use":
         return {**data, "tool_input": override}
     return data
+
+
+class _Answers:
+    """The answers of one dispatch, combined in endpoint order: an allow's `input_override`
+    changes what the next endpoint sees; deny wins, then ask, then allow."""
+
+    def __init__(self, event_type: str, data: dict[str, Any]) -> None:
+        self.event_type = event_type
+        self.current = data  # the data the next endpoint sees
+        self.override: dict[str, Any] | None = None
+        self.results: list[EndpointResult] = []
+        self.contexts: list[str] = []
+        self.messages: list[str] = []
+
+    def add(self, result: EndpointResult, answer: PolicyAnswer | None) -> None:
+        self.results.append(result)
+        if answer is None:
+            return
+        if answer.model_context:
+            self.contexts.append(answer.model_context)
+        if answer.user_message:
+            self.messages.append(answer.user_message)
+        if answer.decision == "allow" and answer.has_override:
+            self.current = _apply(self.event_type, self.current, answer.input_override)
+            self.override = (
+                {"prompt": self.current["prompt"]}
+                if self.event_type == "user_prompt_submit"
+                else self.current["tool_input"]
+            )
+
+    def outcome(self, wid: str) -> PolicyOutcome:
+        results = self.results
+        deciding = next((r for r in results if r.effective == "deny"), None) or next(
+            (r for r in results if r.effective == "ask"), None
+        )
+        decision: Decision = deciding.effective if deciding is not None and deciding.effective else "allow"
+        return PolicyOutcome(
+            event_type=self.event_type,
+            delivery_id=wid,
+            decision=decision,
+            reason=deciding.reason if deciding is not None else "",
+            input_override=self.override,
+            model_contexts=self.contexts,
+            user_messages=self.messages,
+            results=results,
+            held=deciding is not None and deciding.failed and decision == "ask",
+            deciding=deciding,
+        )
 
 
 class PolicyDispatcher:
@@ -167,72 +215,33 @@ class PolicyDispatcher:
         end = started + budget
         wid = str(uuid.uuid4())
         targets = await self._targets(source, repo.id, event_type)
+        answers = _Answers(event_type, dict(data))
         if not targets:
-            return PolicyOutcome(
-                event_type=event_type,
-                delivery_id=wid,
-                decision="allow",
-                reason="",
-                input_override=None,
-                model_contexts=[],
-                user_messages=[],
-                results=[],
-                held=False,
-                deciding=None,
-            )
-        current = dict(data)
-        override: dict[str, Any] | None = None
-        results: list[EndpointResult] = []
-        contexts: list[str] = []
-        messages: list[str] = []
+            return answers.outcome(wid)
         log_rows: list[LogRow] = []
         at = self.cfg.clock()
         for target in targets:
-            body, subject = envelope.for_policy(event_type, wid, self.cfg.instance_id, repo, task_meta, current, at)
+            body, subject = envelope.for_policy(
+                event_type, wid, self.cfg.instance_id, repo, task_meta, answers.current, at
+            )
             result, answer = await self.caller.call(target, event_type, wid, subject, body, budget, end, log_rows)
-            results.append(result)
+            answers.add(result, answer)
             metrics.DISPATCHES.labels(event=event_type, result=result.result).inc()
-            if answer is not None:
-                if answer.model_context:
-                    contexts.append(answer.model_context)
-                if answer.user_message:
-                    messages.append(answer.user_message)
-                if answer.decision == "allow" and answer.has_override:
-                    current = _apply(event_type, current, answer.input_override)
-                    override = (
-                        {"prompt": current["prompt"]} if event_type == "user_prompt_submit" else current["tool_input"]
-                    )
             if result.effective == "deny":
                 break
-        deciding = next((r for r in results if r.effective == "deny"), None) or next(
-            (r for r in results if r.effective == "ask"), None
-        )
-        decision: Decision = deciding.effective if deciding is not None and deciding.effective else "allow"
-        outcome = PolicyOutcome(
-            event_type=event_type,
-            delivery_id=wid,
-            decision=decision,
-            reason=deciding.reason if deciding is not None else "",
-            input_override=override,
-            model_contexts=contexts,
-            user_messages=messages,
-            results=results,
-            held=deciding is not None and deciding.failed and decision == "ask",
-            deciding=deciding,
-        )
+        outcome = answers.outcome(wid)
         metrics.DISPATCH_SECONDS.labels(event=event_type).observe(time.monotonic() - started)
         await self._write_log(source, log_rows, failed=any(r["result"] in FAILURES for r in log_rows))
-        for r in results:
-            if r.failed:
-                log.warning(
-                    "policy hook failed",
-                    hook=r.endpoint_id,
-                    hook_event=event_type,
-                    result=r.result,
-                    failure_policy=r.failure_policy,
-                    delivery=wid,
-                    detail=r.detail,
-                )
+        for r in outcome.failures:
+            log.warning(
+                "policy hook failed",
+                hook=r.endpoint_id,
+                hook_event=event_type,
+                result=r.result,
+                failure_policy=r.failure_policy,
+                delivery=wid,
+                detail=r.detail,
+            )
         return outcome
 
     async def _write_log(self, source: AsyncSession | Database | None, rows: list[LogRow], *, failed: bool) -> None:
