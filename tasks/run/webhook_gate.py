@@ -21,7 +21,7 @@ from forge.db import Database
 from forge.events import AccountRef, ParentRef, RunRef, TaskRef
 from forge.models import Repository
 from tasks.core.policy import GateContext, GateDecision, PromptKind, SessionSource
-from webhooks import PolicyDispatcher, PolicyOutcome, RepoRef, TaskMeta
+from webhooks.policy import PolicyDispatcher, PolicyOutcome, RepoRef, TaskMeta
 
 
 class WebhookGate:

@@ -4,7 +4,7 @@ attempt, the lease of a claim, and how long finished rows and the delivery log a
 Schedule after the first attempt: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h, each
 with up to +20 % jitter and never early; `Retry-After` is honoured within [base, 2 x base]. Then
 the row is `failed`. `410 Gone` disables the endpoint; so does failing for 5 days (with a notice).
-When a failing endpoint answers again, its waiting rows go at once (`webhooks.recovery`).
+When a failing endpoint answers again, its waiting rows go at once (`webhooks.delivery.recovery`).
 """
 
 import random

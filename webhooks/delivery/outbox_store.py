@@ -1,41 +1,46 @@
 """The outbox rows' store: claims due rows with a lease and records every attempt (delivery log,
 row state and retry time, endpoint health, which may disable an endpoint), a few statements per
-batch whatever its size. The deliverer (`webhooks.deliverer`) holds one; the guarantees are
-described in `webhooks.outbox`, the schedule in `webhooks.schedule`."""
+batch whatever its size. The deliverer (`webhooks.delivery.deliverer`) holds one; the guarantees are
+described in `webhooks.delivery.outbox`, the schedule in `webhooks.delivery.schedule`."""
 
 import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
-    Integer,
-    Table,
     and_,
-    bindparam,
     case,
     delete,
-    exists,
     func,
-    insert,
-    or_,
     select,
     type_coerce,
-    update,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from forge.db import Database, UTCDateTime
-from webhooks import health, metrics, recovery
-from webhooks.config import WebhooksConfig, unseal
-from webhooks.logwriter import DELIVERIES
-from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
-from webhooks.outbox import wake_after_commit
-from webhooks.protocol import NOTIFY_EVENTS
-from webhooks.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
-from webhooks.signing import SigningKey
+from webhooks.core import metrics
+from webhooks.core.config import WebhooksConfig, unseal
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.core.signing import SigningKey
+from webhooks.delivery import endpoint_health, recovery
+from webhooks.delivery.outbox import wake_after_commit
+from webhooks.delivery.outbox_sql import (
+    CLAIM,
+    ENDPOINTS,
+    FINISHED_UPDATE,
+    LEASE_UPDATE,
+    LOG_INSERT,
+    OUTBOX,
+    OWNED_UPDATE,
+    STATE,
+    SUCCESS_UPDATE,
+    blocked,
+)
+from webhooks.delivery.schedule import KEEP_FINISHED, KEEP_LOG, LEASE, retry_delay
+from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 
 @dataclass
@@ -71,102 +76,8 @@ class Attempt:
     retry_after: float | None
 
 
-OUTBOX = cast(Table, WebhookOutbox.__table__)
-ENDPOINTS = cast(Table, WebhookEndpoint.__table__)
-_OWNED_UPDATE = (
-    update(OUTBOX)
-    .where(OUTBOX.c.id == bindparam("_id"))
-    .values(
-        state=bindparam("_state"),
-        attempts=bindparam("_attempts"),
-        lease_until=None,
-        claim_token=None,
-        last_status=bindparam("_status"),
-        last_error=bindparam("_error"),
-        finished_at=bindparam("_finished", type_=UTCDateTime()),
-        next_attempt_at=func.coalesce(bindparam("_next", type_=UTCDateTime()), OUTBOX.c.next_attempt_at),
-    )
-)
-_FINISHED_UPDATE = (
-    update(OUTBOX)
-    .where(OUTBOX.c.id == bindparam("_id"), OUTBOX.c.state == "pending")
-    .values(state="delivered", finished_at=bindparam("_finished", type_=UTCDateTime()))
-)
-
-_LOG_INSERT = insert(DELIVERIES)
-_LEASE_UPDATE = (
-    update(OUTBOX)
-    .where(OUTBOX.c.id.in_(bindparam("_ids", expanding=True)))
-    .values(lease_until=bindparam("_until", type_=UTCDateTime()), claim_token=bindparam("_token"))
-)
-_SUCCESS_UPDATE = (
-    update(ENDPOINTS)
-    .where(ENDPOINTS.c.id.in_(bindparam("_ids", expanding=True)))
-    .values(failing_since=None, last_success_at=bindparam("_now", type_=UTCDateTime()))
-)
 HEALTH_STAMP_EVERY = timedelta(seconds=1)
 _NEVER = datetime.min.replace(tzinfo=UTC)
-
-
-def _blocked(rows: Any, older: Any) -> Any:
-    """An older row of the same endpoint and order key is still pending (`rows` and `older`: the
-    columns of the outbox table and of an alias of it)."""
-    return exists().where(
-        older.endpoint_id == rows.endpoint_id,
-        older.order_key == rows.order_key,
-        older.state == "pending",
-        older.id < rows.id,
-    )
-
-
-def _claim_statement(pg: bool) -> Any:
-    """Due rows with their endpoint's delivery fields, oldest first (Core, built once: parameters
-    `_now` and `_limit`)."""
-    now = bindparam("_now", type_=UTCDateTime())
-    o, e = OUTBOX.c, ENDPOINTS.c
-    stmt = (
-        select(
-            o.id,
-            o.wid,
-            o.event_type,
-            o.subject,
-            o.body,
-            o.attempts,
-            o.manual,
-            e.id,
-            e.url,
-            e.kind,
-            e.secret_kid,
-            e.secret_enc,
-            e.second_kid,
-            e.second_enc,
-        )
-        .select_from(OUTBOX.join(ENDPOINTS, e.id == o.endpoint_id))
-        .where(
-            o.state == "pending",
-            o.next_attempt_at <= now,
-            or_(o.lease_until.is_(None), o.lease_until < now),
-            e.active.is_(True),
-            ~_blocked(o, OUTBOX.alias("older").c),
-        )
-        .order_by(o.id)
-        .limit(bindparam("_limit", type_=Integer()))
-    )
-    return stmt.with_for_update(skip_locked=True, of=OUTBOX) if pg else stmt
-
-
-def _state_statement(pg: bool) -> Any:
-    """The state and claim of rows being recorded, with their endpoint's `failing_since`."""
-    stmt = (
-        select(OUTBOX.c.id, OUTBOX.c.state, OUTBOX.c.claim_token, ENDPOINTS.c.id, ENDPOINTS.c.failing_since)
-        .join(ENDPOINTS, ENDPOINTS.c.id == OUTBOX.c.endpoint_id)
-        .where(OUTBOX.c.id.in_(bindparam("_ids", expanding=True)))
-    )
-    return stmt.with_for_update(of=OUTBOX) if pg else stmt
-
-
-_CLAIM = {pg: _claim_statement(pg) for pg in (False, True)}
-_STATE = {pg: _state_statement(pg) for pg in (False, True)}
 
 
 def _log_values(c: "Claimed", a: "Attempt", outbox_id: int | None) -> dict[str, Any]:
@@ -194,7 +105,7 @@ def _log_values(c: "Claimed", a: "Attempt", outbox_id: int | None) -> dict[str, 
 
 class OutboxStore:
     """Claims due outbox rows and records attempts, in a few statements per batch; the sending
-    loop (`webhooks.deliverer.Deliverer`) holds one."""
+    loop (`webhooks.delivery.deliverer.Deliverer`) holds one."""
 
     def __init__(
         self,
@@ -232,10 +143,10 @@ class OutboxStore:
     async def _claim(self, session: AsyncSession, limit: int, now: datetime) -> list[Claimed]:
         token = str(uuid.uuid4())
         conn = await session.connection()  # Core statements: no ORM layer per execution
-        rows = (await conn.execute(_CLAIM[self._pg], {"_now": now, "_limit": max(1, limit)})).all()
+        rows = (await conn.execute(CLAIM[self._pg], {"_now": now, "_limit": max(1, limit)})).all()
         if not rows:
             return []
-        await conn.execute(_LEASE_UPDATE, {"_ids": [r[0] for r in rows], "_until": now + self.lease, "_token": token})
+        await conn.execute(LEASE_UPDATE, {"_ids": [r[0] for r in rows], "_until": now + self.lease, "_token": token})
         return [
             Claimed(
                 outbox_id=oid,
@@ -302,22 +213,53 @@ class OutboxStore:
 
     async def _record(self, session: AsyncSession, done: list[tuple[Claimed, Attempt]], now: datetime) -> None:
         conn = await session.connection()  # Core statements: no ORM layer per execution
-        found_rows = await conn.execute(_STATE[self._pg], {"_ids": [c.outbox_id for c, _ in done]})
+        rows, failing = await self._read_state(conn, done)
+        if len(rows) < len({c.outbox_id for c, _ in done}):
+            done = await self._of_live_endpoints(session, done)
+            if not done:
+                return
+        owned, finished_elsewhere = self._row_updates(done, rows, now)
+        logged = [_log_values(c, a, c.outbox_id if c.outbox_id in rows else None) for c, a in done]
+        await conn.execute(LOG_INSERT, logged)
+        if owned:
+            await conn.execute(OWNED_UPDATE, owned)
+        if finished_elsewhere:
+            await conn.execute(FINISHED_UPDATE, finished_elsewhere)
+        # Endpoint health: failures first (they may disable an endpoint and write audit rows),
+        # then any success of this batch clears `failing_since`.
+        failed_ids = await self._note_failures(session, done, now)
+        await self._note_successes(session, conn, done, failing, failed_ids, now)
+
+    async def _read_state(
+        self, conn: AsyncConnection, done: list[tuple[Claimed, Attempt]]
+    ) -> tuple[dict[int, tuple[str, str | None]], set[int]]:
+        """The state and claim token of each row still there, and the endpoints whose
+        `failing_since` is set (read under the write lock)."""
+        found_rows = await conn.execute(STATE[self._pg], {"_ids": [c.outbox_id for c, _ in done]})
         rows: dict[int, tuple[str, str | None]] = {}
-        failing: set[int] = set()  # endpoints whose failing_since is set (read under the write lock)
+        failing: set[int] = set()
         for oid, state, token, endpoint_id, failing_since in found_rows.all():
             rows[oid] = (state, token)
             if failing_since is not None:
                 failing.add(endpoint_id)
-        if len(rows) < len({c.outbox_id for c, _ in done}):
-            # Rows go with their endpoint: an endpoint deleted while the attempt was in flight
-            # took its log with it (an attempt of a row that is gone otherwise is still logged).
-            endpoint_ids = {c.endpoint_id for c, _ in done}
-            found = await session.execute(select(ENDPOINTS.c.id).where(ENDPOINTS.c.id.in_(endpoint_ids)))
-            alive = set(found.scalars())
-            done = [(c, a) for c, a in done if c.endpoint_id in alive]
-            if not done:
-                return
+        return rows, failing
+
+    @staticmethod
+    async def _of_live_endpoints(
+        session: AsyncSession, done: list[tuple[Claimed, Attempt]]
+    ) -> list[tuple[Claimed, Attempt]]:
+        """Rows go with their endpoint: an endpoint deleted while the attempt was in flight took
+        its log with it (an attempt of a row that is gone otherwise is still logged)."""
+        endpoint_ids = {c.endpoint_id for c, _ in done}
+        found = await session.execute(select(ENDPOINTS.c.id).where(ENDPOINTS.c.id.in_(endpoint_ids)))
+        alive = set(found.scalars())
+        return [(c, a) for c, a in done if c.endpoint_id in alive]
+
+    def _row_updates(
+        self, done: list[tuple[Claimed, Attempt]], rows: dict[int, tuple[str, str | None]], now: datetime
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The updates of the rows still claimed by this store (delivered, failed, or when to try
+        again), and of the rows delivered after another deliverer re-claimed them."""
         owned: list[dict[str, Any]] = []
         finished_elsewhere: list[dict[str, Any]] = []
         for c, a in done:
@@ -329,44 +271,54 @@ class OutboxStore:
                 if a.result == "ok":
                     finished_elsewhere.append({"_id": c.outbox_id, "_finished": now})
                 continue
-            values: dict[str, Any] = {
-                "_id": c.outbox_id,
-                "_state": "pending",
-                "_attempts": c.attempts + 1,
-                "_status": a.status,
-                "_error": a.result,
-                "_finished": None,
-                "_next": None,
-            }
-            if a.result == "ok":
-                values["_state"], values["_finished"] = "delivered", now
+            owned.append(self._owned_values(c, a, now))
+        return owned, finished_elsewhere
+
+    def _owned_values(self, c: Claimed, a: Attempt, now: datetime) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "_id": c.outbox_id,
+            "_state": "pending",
+            "_attempts": c.attempts + 1,
+            "_status": a.status,
+            "_error": a.result,
+            "_finished": None,
+            "_next": None,
+        }
+        if a.result == "ok":
+            values["_state"], values["_finished"] = "delivered", now
+        else:
+            delay = None if c.manual else retry_delay(c.attempts + 1, a.retry_after, self.rng)
+            if delay is None:
+                values["_state"], values["_finished"] = "failed", now
             else:
-                delay = None if c.manual else retry_delay(c.attempts + 1, a.retry_after, self.rng)
-                if delay is None:
-                    values["_state"], values["_finished"] = "failed", now
-                else:
-                    # Rounded up so that the jittered time is never early.
-                    values["_next"] = now + timedelta(seconds=delay + 0.001)
-            owned.append(values)
-        logged = [_log_values(c, a, c.outbox_id if c.outbox_id in rows else None) for c, a in done]
-        await conn.execute(_LOG_INSERT, logged)
-        if owned:
-            await conn.execute(_OWNED_UPDATE, owned)
-        if finished_elsewhere:
-            await conn.execute(_FINISHED_UPDATE, finished_elsewhere)
-        # Endpoint health: failures first (they may disable an endpoint and write audit rows),
-        # then any success of this batch clears `failing_since`.
+                # Rounded up so that the jittered time is never early.
+                values["_next"] = now + timedelta(seconds=delay + 0.001)
+        return values
+
+    @staticmethod
+    async def _note_failures(session: AsyncSession, done: list[tuple[Claimed, Attempt]], now: datetime) -> set[int]:
+        """Each failure counts against its endpoint's health; returns the endpoints that failed."""
         failed = [(c, a) for c, a in done if a.result != "ok"]
         for c, a in failed:
             endpoint = await session.get(WebhookEndpoint, c.endpoint_id)
             if endpoint is not None:
-                health.note_failure(session, endpoint, status=a.status, error=a.error or a.result, now=now)
+                endpoint_health.note_failure(session, endpoint, status=a.status, error=a.error or a.result, now=now)
         if failed:
             await session.flush()
-        # A success clears `failing_since` and stamps `last_success_at`; skipped for an endpoint
-        # that is not failing and whose stamp this store wrote less than `HEALTH_STAMP_EVERY` ago
-        # (by the deliverer's clock): `last_success_at` then lags by at most that much.
-        failed_ids = {c.endpoint_id for c, _ in failed}
+        return {c.endpoint_id for c, _ in failed}
+
+    async def _note_successes(
+        self,
+        session: AsyncSession,
+        conn: AsyncConnection,
+        done: list[tuple[Claimed, Attempt]],
+        failing: set[int],
+        failed_ids: set[int],
+        now: datetime,
+    ) -> None:
+        """A success clears `failing_since` and stamps `last_success_at`; skipped for an endpoint
+        that is not failing and whose stamp this store wrote less than `HEALTH_STAMP_EVERY` ago
+        (by the deliverer's clock): `last_success_at` then lags by at most that much."""
         succeeded = {
             c.endpoint_id
             for c, a in done
@@ -378,7 +330,7 @@ class OutboxStore:
             )
         }
         if succeeded:
-            await conn.execute(_SUCCESS_UPDATE, {"_ids": list(succeeded), "_now": now})
+            await conn.execute(SUCCESS_UPDATE, {"_ids": list(succeeded), "_now": now})
             # Failing before (or in) this batch and answering now: its waiting rows go at once.
             moved = await recovery.catch_up(conn, succeeded & (failing | failed_ids), now)
             if moved:
@@ -399,7 +351,7 @@ class OutboxStore:
         stmt = (
             select(func.min(type_coerce(ready_at, UTCDateTime())))
             .select_from(OUTBOX.join(ENDPOINTS, ENDPOINTS.c.id == o.endpoint_id))
-            .where(o.state == "pending", ENDPOINTS.c.active.is_(True), ~_blocked(o, OUTBOX.alias("older").c))
+            .where(o.state == "pending", ENDPOINTS.c.active.is_(True), ~blocked(o, OUTBOX.alias("older").c))
         )
         async with self.db.session() as session:
             when: datetime | None = (await session.execute(stmt)).scalar_one_or_none()

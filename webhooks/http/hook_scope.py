@@ -21,11 +21,11 @@ from forge.deps import SAFE_METHODS, ActorDep
 from forge.errors import Unauthenticated, Unavailable
 from forge.models import Repository
 from webhooks import service
-from webhooks.config import WebhooksConfig
-from webhooks.models import WebhookEndpoint
-from webhooks.outbox import wake_after_commit
-from webhooks.runtime import WebhooksRuntime
-from webhooks.schemas import HookRead
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.schemas import HookRead
+from webhooks.delivery.outbox import wake_after_commit
+from webhooks.wiring import WebhooksRuntime
 
 # Route option of the pages: an anonymous visitor is sent to sign in before any access check
 # (the REST API answers what the access rule says instead).

@@ -2,7 +2,7 @@
 successful notification to it, a ping included), its pending rows waiting on the retry schedule
 are made due at once, in one statement, so a short outage does not turn into a backlog that drains
 at the pace of the schedule (minutes to hours). Order per task still holds: the claim rule
-(`webhooks.outbox_store`) sends a row only after the older rows of its task.
+(`webhooks.delivery.outbox_store`) sends a row only after the older rows of its task.
 
 Flapping (one success, then errors again) cannot become a hot loop: a row is caught up at most
 once between two scheduled attempts. A failed catch-up attempt is an attempt like any other (its
@@ -16,7 +16,7 @@ from sqlalchemy import Table, and_, bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from forge.db import UTCDateTime
-from webhooks.models import WebhookOutbox
+from webhooks.core.models import WebhookOutbox
 
 OUTBOX = cast(Table, WebhookOutbox.__table__)
 

@@ -14,7 +14,7 @@ import jwt
 from jwt.algorithms import HMACAlgorithm
 
 from forge.version import VERSION
-from webhooks.protocol import NOT_BEFORE_SKEW, SECRET_BYTES, encode_secret, kid_for, normalize_audience, sha256_hex
+from webhooks.sdk.protocol import NOT_BEFORE_SKEW, SECRET_BYTES, encode_secret, kid_for, normalize_audience, sha256_hex
 
 USER_AGENT = f"forgehand/{VERSION}"
 

@@ -1,6 +1,6 @@
 """Web pages for webhook endpoints: `/admin/hooks` (instance) and `/{owner}/{name}/settings/hooks`
 (a repository). One set of handlers serves both scopes (the `hook_scope` dependency of
-`webhooks.scope`, which sends anonymous visitors to sign in first); the same services as the REST
+`webhooks.http.hook_scope`, which sends anonymous visitors to sign in first); the same services as the REST
 API; forms work without JavaScript."""
 
 from typing import Any
@@ -14,10 +14,10 @@ from forge.errors import ForgeError, InvalidInput
 from forge.forms import NO_ERRORS, form_errors
 from forge.pages import page
 from webhooks import service
-from webhooks.models import WebhookEndpoint
-from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
-from webhooks.schemas import FailurePolicy, HookCreate, HookUpdate
-from webhooks.scope import HOOK_DEPENDENCIES, SIGN_IN_FIRST, HookScope, ScopeDep
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.schemas import FailurePolicy, HookCreate, HookUpdate
+from webhooks.http.hook_scope import HOOK_DEPENDENCIES, SIGN_IN_FIRST, HookScope, ScopeDep
+from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 Req = Request[Any, Any, Any]
 

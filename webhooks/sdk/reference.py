@@ -17,8 +17,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
 
-from webhooks.consumer import Consumer, HookRequest, VerificationError, Verifier, allow, ask, deny
-from webhooks.protocol import POLICY_EVENTS
+from webhooks.sdk.consumer import Consumer, allow, ask, deny
+from webhooks.sdk.protocol import POLICY_EVENTS
+from webhooks.sdk.verifier import HookRequest, VerificationError, Verifier
 
 REDACTED = "[redacted]"
 

@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import event, inspect
 from sqlalchemy.orm import Session, object_session
 
-from webhooks.models import WebhookEndpoint
+from webhooks.core.models import WebhookEndpoint
 
 TTL = 1.0
 _PENDING = "webhooks_endpoints_changed"

@@ -15,13 +15,13 @@ oldest are dropped (and counted in the log), so a dead database cannot grow memo
 
 import asyncio
 import contextlib
-from typing import Any, cast
+from typing import Any
 
 import structlog
-from sqlalchemy import Table, insert, select
+from sqlalchemy import insert, select
 
 from forge.db import Database
-from webhooks.models import WebhookDelivery, WebhookEndpoint
+from webhooks.core.models import DELIVERIES, WebhookEndpoint
 
 log = structlog.get_logger("forgehand.webhooks")
 
@@ -32,7 +32,6 @@ RETRIES = (0.05, 0.2, 1.0)
 
 # One delivery-log row as column values (`WebhookDelivery` columns; all rows alike).
 LogRow = dict[str, Any]
-DELIVERIES = cast(Table, WebhookDelivery.__table__)
 
 
 class DeliveryLogWriter:

@@ -1,6 +1,6 @@
 """The wire contract shared by forgehand and consumers: names, limits and strict JSON.
 
-Standard library only: the consumer SDK (`webhooks.consumer`) imports this module, and a third
+Standard library only: the consumer SDK (`webhooks.sdk.consumer`) imports this module, and a third
 party must be able to use the SDK without the rest of forgehand installed.
 """
 

@@ -1,6 +1,15 @@
 """Consumer SDK, verification: check that a request comes from forgehand and is bound to this
-endpoint (the order of the checks and their typed errors are described in `webhooks.consumer`).
-Needs only PyJWT and the standard library."""
+endpoint. Needs only PyJWT and the standard library.
+
+Verification follows the contract's order, each step with its own typed error (a subclass of
+`VerificationError` carrying the HTTP status to answer and a stable `code`): POST; a `Bearer`
+token; HS256 only and `typ` JWT; the signature with the secret named by `kid`; every claim
+present and well typed; the time window; the issuer (if configured); a body of at most 10 MiB
+(413); then the body is bound to the token: its SHA-256, the audience (compared with the
+**configured** audience, never with Host, the request URL or forwarded headers),
+`schema_version`, `wid` = `meta.delivery_id`, `type`, and `sub` = the task (or repository) in
+`meta`. No hostile input raises anything but a `VerificationError`.
+"""
 
 import base64
 import binascii
@@ -12,7 +21,7 @@ from typing import Any
 
 import jwt
 
-from webhooks.protocol import (
+from webhooks.sdk.protocol import (
     MAX_REQUEST_BODY,
     POLICY_EVENTS,
     REQUIRED_CLAIMS,

@@ -10,9 +10,9 @@ Any deny wins, then any ask, then allow. A failed endpoint counts as its `failur
 `closed` as a deny, `open` as no opinion (logged), `hold` as an ask.
 
 A dispatch: check the event (the gate), read the endpoints (the per-repository cache of
-`webhooks.registry`), call each in turn (`webhooks.policy_call`: sign, send, strict decode),
+`webhooks.policy.endpoint_cache`), call each in turn (`webhooks.policy.endpoint_call`: sign, send, strict decode),
 combine the answers into the decision, and hand the log rows to the caller's transaction or the
-background log writer (`webhooks.logwriter`).
+background log writer (`webhooks.policy.log_writer`).
 """
 
 import asyncio
@@ -27,15 +27,16 @@ from sqlalchemy import insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import Database
-from webhooks import envelope, metrics, registry
-from webhooks.config import WebhooksConfig
-from webhooks.decoding import Decision
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.logwriter import DELIVERIES, DeliveryLogWriter, LogRow
-from webhooks.models import WebhookDelivery, WebhookEndpoint
-from webhooks.outbound import Outbound
-from webhooks.policy_call import FAILURES, EndpointCaller, EndpointResult, Target
-from webhooks.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
+from webhooks.core import envelope, metrics
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import DELIVERIES, WebhookDelivery, WebhookEndpoint
+from webhooks.core.outbound import Outbound
+from webhooks.policy import endpoint_cache
+from webhooks.policy.answers import Decision, PolicyAnswer
+from webhooks.policy.endpoint_call import FAILURES, EndpointCaller, EndpointResult, Target
+from webhooks.policy.log_writer import DeliveryLogWriter, LogRow
+from webhooks.sdk.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
 
@@ -89,6 +90,54 @@ def _apply(event_type: str, data: dict[str, Any], override: Any) -> dict[str, An
     return data
 
 
+class _Answers:
+    """The answers of one dispatch, combined in endpoint order: an allow's `input_override`
+    changes what the next endpoint sees; deny wins, then ask, then allow."""
+
+    def __init__(self, event_type: str, data: dict[str, Any]) -> None:
+        self.event_type = event_type
+        self.current = data  # the data the next endpoint sees
+        self.override: dict[str, Any] | None = None
+        self.results: list[EndpointResult] = []
+        self.contexts: list[str] = []
+        self.messages: list[str] = []
+
+    def add(self, result: EndpointResult, answer: PolicyAnswer | None) -> None:
+        self.results.append(result)
+        if answer is None:
+            return
+        if answer.model_context:
+            self.contexts.append(answer.model_context)
+        if answer.user_message:
+            self.messages.append(answer.user_message)
+        if answer.decision == "allow" and answer.has_override:
+            self.current = _apply(self.event_type, self.current, answer.input_override)
+            self.override = (
+                {"prompt": self.current["prompt"]}
+                if self.event_type == "user_prompt_submit"
+                else self.current["tool_input"]
+            )
+
+    def outcome(self, wid: str) -> PolicyOutcome:
+        results = self.results
+        deciding = next((r for r in results if r.effective == "deny"), None) or next(
+            (r for r in results if r.effective == "ask"), None
+        )
+        decision: Decision = deciding.effective if deciding is not None and deciding.effective else "allow"
+        return PolicyOutcome(
+            event_type=self.event_type,
+            delivery_id=wid,
+            decision=decision,
+            reason=deciding.reason if deciding is not None else "",
+            input_override=self.override,
+            model_contexts=self.contexts,
+            user_messages=self.messages,
+            results=results,
+            held=deciding is not None and deciding.failed and decision == "ask",
+            deciding=deciding,
+        )
+
+
 class PolicyDispatcher:
     """Calls policy endpoints and combines their answers (see the module docstring)."""
 
@@ -97,14 +146,16 @@ class PolicyDispatcher:
         self.cfg = cfg
         self.outbound = outbound
         self.caller = EndpointCaller(cfg, outbound)
-        self._cache: registry.GenerationCache[int, list[tuple[frozenset[str], Target]]] = registry.GenerationCache()
+        self._cache: endpoint_cache.GenerationCache[int, list[tuple[frozenset[str], Target]]] = (
+            endpoint_cache.GenerationCache()
+        )
         self._refreshing: dict[int, asyncio.Task[None]] = {}
         self.log_writer = DeliveryLogWriter(db)
 
     async def _targets(self, source: AsyncSession | Database | None, repo_id: int, event_type: str) -> list[Target]:
         """The active policy endpoints of this repository (instance ones first) taking this event.
         Cached per repository until an endpoint changes in this process, for at most
-        `registry.TTL` seconds (changes made by another process); reloaded in the background
+        `endpoint_cache.TTL` seconds (changes made by another process); reloaded in the background
         after half of that while in use, so that a steady stream of dispatches never waits."""
         found = self._cache.lookup(repo_id)
         if found is not None:
@@ -112,7 +163,7 @@ class PolicyDispatcher:
             if stale_soon and repo_id not in self._refreshing:
                 self._refreshing[repo_id] = asyncio.get_running_loop().create_task(self._refresh(repo_id))
         else:
-            gen, t0 = registry.generation(), time.monotonic()
+            gen, t0 = endpoint_cache.generation(), time.monotonic()
             if isinstance(source, AsyncSession):
                 endpoints = await self._load(source, repo_id)
             else:
@@ -123,7 +174,7 @@ class PolicyDispatcher:
 
     async def _refresh(self, repo_id: int) -> None:
         try:
-            gen, t0 = registry.generation(), time.monotonic()
+            gen, t0 = endpoint_cache.generation(), time.monotonic()
             async with self.db.session() as session:
                 endpoints = await self._load(session, repo_id)
             self._cache.put(repo_id, gen, endpoints, t0)
@@ -164,72 +215,33 @@ class PolicyDispatcher:
         end = started + budget
         wid = str(uuid.uuid4())
         targets = await self._targets(source, repo.id, event_type)
+        answers = _Answers(event_type, dict(data))
         if not targets:
-            return PolicyOutcome(
-                event_type=event_type,
-                delivery_id=wid,
-                decision="allow",
-                reason="",
-                input_override=None,
-                model_contexts=[],
-                user_messages=[],
-                results=[],
-                held=False,
-                deciding=None,
-            )
-        current = dict(data)
-        override: dict[str, Any] | None = None
-        results: list[EndpointResult] = []
-        contexts: list[str] = []
-        messages: list[str] = []
+            return answers.outcome(wid)
         log_rows: list[LogRow] = []
         at = self.cfg.clock()
         for target in targets:
-            body, subject = envelope.for_policy(event_type, wid, self.cfg.instance_id, repo, task_meta, current, at)
+            body, subject = envelope.for_policy(
+                event_type, wid, self.cfg.instance_id, repo, task_meta, answers.current, at
+            )
             result, answer = await self.caller.call(target, event_type, wid, subject, body, budget, end, log_rows)
-            results.append(result)
+            answers.add(result, answer)
             metrics.DISPATCHES.labels(event=event_type, result=result.result).inc()
-            if answer is not None:
-                if answer.model_context:
-                    contexts.append(answer.model_context)
-                if answer.user_message:
-                    messages.append(answer.user_message)
-                if answer.decision == "allow" and answer.has_override:
-                    current = _apply(event_type, current, answer.input_override)
-                    override = (
-                        {"prompt": current["prompt"]} if event_type == "user_prompt_submit" else current["tool_input"]
-                    )
             if result.effective == "deny":
                 break
-        deciding = next((r for r in results if r.effective == "deny"), None) or next(
-            (r for r in results if r.effective == "ask"), None
-        )
-        decision: Decision = deciding.effective if deciding is not None and deciding.effective else "allow"
-        outcome = PolicyOutcome(
-            event_type=event_type,
-            delivery_id=wid,
-            decision=decision,
-            reason=deciding.reason if deciding is not None else "",
-            input_override=override,
-            model_contexts=contexts,
-            user_messages=messages,
-            results=results,
-            held=deciding is not None and deciding.failed and decision == "ask",
-            deciding=deciding,
-        )
+        outcome = answers.outcome(wid)
         metrics.DISPATCH_SECONDS.labels(event=event_type).observe(time.monotonic() - started)
         await self._write_log(source, log_rows, failed=any(r["result"] in FAILURES for r in log_rows))
-        for r in results:
-            if r.failed:
-                log.warning(
-                    "policy hook failed",
-                    hook=r.endpoint_id,
-                    hook_event=event_type,
-                    result=r.result,
-                    failure_policy=r.failure_policy,
-                    delivery=wid,
-                    detail=r.detail,
-                )
+        for r in outcome.failures:
+            log.warning(
+                "policy hook failed",
+                hook=r.endpoint_id,
+                hook_event=event_type,
+                result=r.result,
+                failure_policy=r.failure_policy,
+                delivery=wid,
+                detail=r.detail,
+            )
         return outcome
 
     async def _write_log(self, source: AsyncSession | Database | None, rows: list[LogRow], *, failed: bool) -> None:

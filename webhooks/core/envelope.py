@@ -7,7 +7,7 @@ import msgspec
 
 from forge.events import AccountRef, Event, RunRef, TaskRef, data_of
 from forge.models import Repository
-from webhooks.protocol import SCHEMA_VERSION
+from webhooks.sdk.protocol import SCHEMA_VERSION
 
 
 class RepoRef(msgspec.Struct, frozen=True, kw_only=True):

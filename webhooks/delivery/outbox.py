@@ -1,8 +1,8 @@
 """The durable notification outbox, writing side: `OutboxWriter` (an `EventBus` subscriber) adds
 one row per subscribed endpoint inside the transaction of the change, and `wake_after_commit`
 wakes the deliverer once that transaction commits. Claiming and recording rows is
-`webhooks.outbox_store`; the sending loop `webhooks.deliverer`; the retry schedule
-`webhooks.schedule`.
+`webhooks.delivery.outbox_store`; the sending loop `webhooks.delivery.deliverer`; the retry schedule
+`webhooks.delivery.schedule`.
 
 Delivery is at least once. A row is claimed with a lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL,
 `BEGIN IMMEDIATE` on SQLite); if its deliverer dies, the lease runs out and another one delivers
@@ -18,10 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
 from forge.events import Event
-from webhooks import envelope
-from webhooks.config import WebhooksConfig
-from webhooks.models import WebhookEndpoint, WebhookOutbox
-from webhooks.protocol import NOTIFY_EVENTS
+from webhooks.core import envelope
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.models import WebhookEndpoint, WebhookOutbox
+from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 
 def order_key(event: Event) -> str:

@@ -1,7 +1,7 @@
 """REST: webhook endpoints of the instance (`/api/v1/admin/hooks`, instance admins) and of a
 repository (`/api/v1/repos/{owner}/{name}/hooks`, repository admins; tokens need
 `webhooks:admin`). One set of handlers serves both: the `hook_scope` dependency resolves and
-authorizes the scope (`webhooks.scope`). Secrets appear only in the answers of create and rotate."""
+authorizes the scope (`webhooks.http.hook_scope`). Secrets appear only in the answers of create and rotate."""
 
 from typing import Annotated
 
@@ -10,9 +10,9 @@ from litestar.params import FromPath, JSONBody, Parameter
 
 from forge.auth import signed_in
 from webhooks import service
-from webhooks.models import WebhookOutbox
-from webhooks.schemas import DeliveryDetail, DeliveryRead, HookCreate, HookRead, HookUpdate, HookWithSecret, Queued
-from webhooks.scope import HOOK_DEPENDENCIES, ScopeDep
+from webhooks.core.models import WebhookOutbox
+from webhooks.core.schemas import DeliveryDetail, DeliveryRead, HookCreate, HookRead, HookUpdate, HookWithSecret, Queued
+from webhooks.http.hook_scope import HOOK_DEPENDENCIES, ScopeDep
 
 Limit = Annotated[int, Parameter(ge=1, le=200)]
 Before = Annotated[int | None, Parameter(ge=1)]

@@ -1,7 +1,7 @@
 """Endpoint health after a failed notification: `failing_since` is set at the first failure, and
 the endpoint is disabled (with a notice, an audit row and a log line) when it answers `410 Gone`
 or when every delivery has failed for `AUTO_DISABLE_AFTER`. Successes clear it in bulk
-(`webhooks.outbox_store`)."""
+(`webhooks.delivery.outbox_store`)."""
 
 from datetime import datetime
 
@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
 from forge.audit import Actor
-from webhooks.models import WebhookEndpoint
-from webhooks.schedule import AUTO_DISABLE_AFTER
+from webhooks.core.models import WebhookEndpoint
+from webhooks.delivery.schedule import AUTO_DISABLE_AFTER
 
 log = structlog.get_logger("forgehand.webhooks")
 SYSTEM = Actor.system("webhooks")

@@ -1,28 +1,6 @@
-"""Consumer SDK: verify forgehand's webhook requests and route them to callbacks.
-
-Needs only PyJWT and the standard library, so a third party can use it without the rest of
-forgehand::
-
-    from webhooks.consumer import Consumer, Verifier, allow, deny
-
-    verifier = Verifier(audience="https://hooks.example.com/forgehand", secrets=["whsec_..."])
-
-    def pre_tool_use(req):
-        if req.data["tool_name"] == "bash":
-            return deny("no shell here")
-        return None  # no opinion
-
-    consumer = Consumer(verifier, policy={"pre_tool_use": pre_tool_use}, notify=print)
-    # WSGI: consumer.wsgi; ASGI: consumer.asgi; any framework: consumer.handle(method, headers, body)
-
-Verification (`webhooks.verifier`) follows the contract's order, each step with its own typed error (a subclass of
-`VerificationError` carrying the HTTP status to answer and a stable `code`): POST; a `Bearer`
-token; HS256 only and `typ` JWT; the signature with the secret named by `kid`; every claim
-present and well typed; the time window; the issuer (if configured); a body of at most 10 MiB
-(413); then the body is bound to the token: its SHA-256, the audience (compared with the
-**configured** audience, never with Host, the request URL or forwarded headers),
-`schema_version`, `wid` = `meta.delivery_id`, `type`, and `sub` = the task (or repository) in
-`meta`. No hostile input raises anything but a `VerificationError`.
+"""Consumer SDK, answering: route verified requests to callbacks (`Consumer`, with WSGI and ASGI
+adapters) and build their answers (`allow`, `deny`, `ask`). The SDK's public names are exported by
+`webhooks.sdk`.
 
 Duplicates are recognised by `wid` (never `jti`, which changes per attempt): a notification seen
 before is acknowledged without calling the callback again; a policy event seen before gets the
@@ -38,55 +16,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhooks.protocol import DECISIONS, encode_json
-from webhooks.verifier import (
-    BadSignature,
-    BindingMismatch,
-    BodyTooLarge,
-    Expired,
-    HookRequest,
-    InvalidClaim,
-    MalformedBody,
-    MalformedToken,
-    MethodNotAllowed,
-    MissingClaim,
-    MissingToken,
-    NotYetValid,
-    UnknownKey,
-    UnsupportedAlgorithm,
-    UnsupportedSchema,
-    VerificationError,
-    Verifier,
-    WrongAudience,
-    WrongIssuer,
-)
+from webhooks.sdk.protocol import DECISIONS, encode_json
+from webhooks.sdk.verifier import HookRequest, MalformedBody, VerificationError, Verifier
 
-__all__ = [
-    "BadSignature",
-    "BindingMismatch",
-    "BodyTooLarge",
-    "Consumer",
-    "Expired",
-    "HookRequest",
-    "HttpResponse",
-    "InvalidClaim",
-    "MalformedBody",
-    "MalformedToken",
-    "MethodNotAllowed",
-    "MissingClaim",
-    "MissingToken",
-    "NotYetValid",
-    "UnknownKey",
-    "UnsupportedAlgorithm",
-    "UnsupportedSchema",
-    "VerificationError",
-    "Verifier",
-    "WrongAudience",
-    "WrongIssuer",
-    "allow",
-    "ask",
-    "deny",
-]
+__all__ = ["Consumer", "HttpResponse", "allow", "ask", "deny"]
 
 
 def allow(input_override: Any = None, *, model_context: str = "", user_message: str = "") -> dict[str, Any]:

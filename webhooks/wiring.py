@@ -6,11 +6,11 @@ from typing import Any
 from forge.allowlists import AllowListSource
 from forge.db import Database
 from forge.events import EventBus
-from webhooks.config import WebhooksConfig
-from webhooks.deliverer import Deliverer
-from webhooks.outbound import Outbound
-from webhooks.outbox import OutboxWriter
-from webhooks.policy import PolicyDispatcher
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.outbound import Outbound
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.delivery.outbox import OutboxWriter
+from webhooks.policy.dispatcher import PolicyDispatcher
 from webhooks.urlguard import Resolver
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from webhooks.protocol import (
+from webhooks.sdk.protocol import (
     DECISIONS,
     MAX_MODEL_CONTEXT,
     MAX_POLICY_RESPONSE,

@@ -2,8 +2,9 @@
 
 import uuid as uuid_mod
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from forge.db import Base, utcnow
@@ -113,3 +114,7 @@ class WebhookDelivery(Base):
     result: Mapped[str] = mapped_column(String(20))
     error: Mapped[str] = mapped_column(String(500), default="")
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# The delivery log as a table, for bulk inserts (the policy log writer, the outbox store).
+DELIVERIES = cast(Table, WebhookDelivery.__table__)

@@ -8,8 +8,8 @@ from typing import Any
 
 from forge.db import utcnow
 from forge.security import SecretBox
-from webhooks.models import WebhookEndpoint
-from webhooks.signing import SigningKey
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.signing import SigningKey
 from webhooks.urlguard import AllowList
 
 Clock = Callable[[], datetime]
