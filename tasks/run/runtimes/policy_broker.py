@@ -1,5 +1,5 @@
 """One run's tool-call decisions for the CLI agents (claude-code, codex, acp), whichever way a call
-reaches forgehand's policy (AGENTS.md decision 3): Claude Code's control channel (`can_use_tool`,
+reaches forgehand's policy (docs/agents.md): Claude Code's control channel (`can_use_tool`,
 claude/control.py), the images' managed `PreToolUse` hooks of Claude Code and Codex (`POST
 /hooks/<cli>/PreToolUse` on the run's gateway socket, answered here by `hook_answer`), ACP's
 `session/request_permission` (acp/policy.py).

@@ -1,4 +1,4 @@
-"""How an ACP agent's tool calls reach forgehand's policy (AGENTS.md decision 3): the adapter's
+"""How an ACP agent's tool calls reach forgehand's policy (docs/agents.md, "Permission requests"): the adapter's
 `session/request_permission` and the managed hooks of the CLI under the adapter (Claude Code's
 `/etc/claude-code/managed-settings.json`, Codex's `/etc/codex/requirements.toml`, both posting
 to `/hooks/<cli>/<event>` on the run's socket). Both end in one `PolicyBroker` (policy_broker.py),

@@ -1,5 +1,5 @@
 """The `acp` runtime: an operator-configured agent that speaks the Agent Client Protocol on its
-stdio, inside the sandbox, with forgehand as the ACP client (AGENTS.md decisions 2 to 5; the
+stdio, inside the sandbox, with forgehand as the ACP client (docs/design.md, "Agents are untrusted"; the
 operator's view is docs/agents.md "ACP agents"). A task names the agent (`agent_command`, the
 registry in tasks/core/agent_registry.py); `AcpRuntime.for_task` binds it for one run. The
 JSON-RPC client is forgehand's own (rpc.py says why not PyPI `agent-client-protocol`).

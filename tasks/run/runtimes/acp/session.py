@@ -1,4 +1,4 @@
-"""ACP agent sessions across runs (AGENTS.md decision 5). An ACP agent keeps its sessions where it
+"""ACP agent sessions across runs (docs/agents.md, "ACP agents"). An ACP agent keeps its sessions where it
 likes under `$HOME` (the Claude adapter in `~/.claude/projects/`, Codex in `~/.codex/sessions/`);
 those are archived after a run (capped; opaque data, never unpacked on the host) into the task's
 state directory (`acp-home.tgz`) and unpacked into the next run's fresh container before

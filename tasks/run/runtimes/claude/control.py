@@ -1,4 +1,5 @@
-"""Claude Code's two policy paths (AGENTS.md decision 3), and the control channel's lines:
+"""Claude Code's two policy paths (docs/agents.md, "Claude Code: how policy is enforced"), and the
+control channel's lines:
 
 - the control channel: `{"type":"control_request","request_id","request":{"subtype":"can_use_tool",
   "tool_name","input","tool_use_id","permission_suggestions",...}}` on the CLI's stdout, answered on

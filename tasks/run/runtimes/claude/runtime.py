@@ -1,5 +1,5 @@
 """The `claude-code` runtime: the real Claude Code CLI inside the agents image, driven over its
-stdio control channel, under forgehand's policy (AGENTS.md decisions 2 to 5).
+stdio control channel, under forgehand's policy (docs/agents.md, "Claude Code: how policy is enforced").
 
 What the CLI 2.1.332 does, measured on the host against a scripted Anthropic server
 (`ANTHROPIC_BASE_URL=http://127.0.0.1:PORT`, `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`, a
@@ -34,7 +34,7 @@ temporary `HOME`), and relied on here:
   `$HOME/.claude/projects/<cwd with / as ->/<id>.jsonl`, so the working directory must stay
   `/workspace`.
 
-Resume (decision 5): after each run `$HOME/.claude/projects` (the session transcripts, nothing the
+Resume (docs/agents.md): after each run `$HOME/.claude/projects` (the session transcripts, nothing the
 agent could configure the CLI with) is archived through the sandbox (tar, capped)
 into the task's state directory on the host (`<data_dir>/agents/<task uuid>/claude-home.tgz`; it is
 opaque data, never unpacked on the host) and unpacked into the next run's fresh container before

@@ -1,5 +1,5 @@
 """Claude Code's `--output-format stream-json` lines, normalised into forgehand's transcript
-(AGENTS.md decision 4). Pure: a `StreamState` takes one decoded line at a time and returns the
+(docs/transcript.md). Pure: a `StreamState` takes one decoded line at a time and returns the
 transcript events it stands for; the runtime emits them and reads what the state gathered (the
 session id, the CLI version, the tool calls in flight, the final `result`). A `result` line's
 usage (`usage_of`) and, when it ended in an error, the task's error and failure reason

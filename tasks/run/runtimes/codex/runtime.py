@@ -1,5 +1,5 @@
 """The `codex` runtime: the real Codex CLI inside the agents image, `codex exec --json`, under
-forgehand's policy (AGENTS.md decisions 2 to 5).
+forgehand's policy (docs/agents.md, "Codex: how policy is enforced").
 
 What the CLI 0.171.0 does, measured against a scripted Responses server, and relied on here:
 - `codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox` runs one

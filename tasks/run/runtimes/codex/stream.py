@@ -1,4 +1,4 @@
-"""Codex's `codex exec --json` lines, normalised into forgehand's transcript (AGENTS.md decision 4).
+"""Codex's `codex exec --json` lines, normalised into forgehand's transcript (docs/transcript.md).
 Pure: a `StreamState` takes one decoded line at a time and returns the transcript events it stands
 for; the runtime emits them and reads what the state gathered (the thread id, the usage, the last
 agent message, how the turn ended).
