@@ -16,7 +16,7 @@ What the CLI 0.171.0 does, measured against a scripted Responses server, and rel
   unless `web_search="disabled"`. For an unknown model name it falls back to generic metadata
   (no `apply_patch`) with an `error` item as a warning.
 - Policy: the image's `/etc/codex/requirements.toml` runs `forgehand-hook codex PreToolUse|PostToolUse`
-  for every tool call (sandbox/agent_scripts.py has what Codex obeys); the bridge posts to
+  for every tool call (sandbox/images/agent_files.py has what Codex obeys); the bridge posts to
   `/hooks/codex/<event>` on the run's socket, answered here. A blocked call is absent from the
   JSON stream, so it is recorded here (tool call + error result) when it is refused.
 - `codex exec ... resume THREAD_ID PROMPT` continues the thread (same id) in a fresh `CODEX_HOME`
