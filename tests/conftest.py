@@ -53,10 +53,21 @@ def _databases() -> list[str]:
     return chosen
 
 
+DOCKER_TESTS = Path(__file__).parent / "docker"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     chosen = _databases()
-    if "db_url" in metafunc.fixturenames and len(chosen) > 1:
-        metafunc.parametrize("db_url", chosen, indirect=True)
+    if "db_url" not in metafunc.fixturenames or len(chosen) < 2:
+        return
+    marked = metafunc.definition.get_closest_marker
+    docker = marked("docker") or DOCKER_TESTS in metafunc.definition.path.parents
+    if docker and not marked("both_databases"):
+        # What a docker test proves is the sandbox's and the agent's, not the database's: with
+        # both databases chosen it runs once, on PostgreSQL (the integration tests prove each
+        # database's part on both; a docker test whose point is the database says so).
+        chosen = ["postgresql"]
+    metafunc.parametrize("db_url", chosen, indirect=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

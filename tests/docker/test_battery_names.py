@@ -13,7 +13,7 @@ from sandbox import quota_mounts
 from tests.support.tasks import Env, all_events, containers_of, serve_env, start, tree_files, wait_state
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.both_databases]  # its point is what the database keeps
 
 WRITES_A_BAD_NAME = "touch $'bad\\xffname' && mkdir $'dir\\xfe' && echo x > $'dir\\xfe/in' && echo ok > good.txt"
 

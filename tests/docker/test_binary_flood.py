@@ -16,7 +16,7 @@ from tasks.core.capping import STREAM_STORE_CAP
 from tasks.http.pages.timeline import PAGE_OUTPUT_BYTES
 from tests.support.tasks import Env, serve_env, start, wait_state
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.both_databases]  # its point is what the database keeps
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from tests.support.tasks import containers_of
 from tests.support.waiting import until_sync
 from webhooks.core.models import WebhookOutbox
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.both_databases]  # its point is what the database keeps
 
 KILLS = 24
 SEED = 20261201

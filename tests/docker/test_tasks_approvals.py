@@ -125,6 +125,7 @@ def test_approve_runs_exactly_the_parked_input_once(policy_settings: Settings) -
     assert audit == [("task.approval", "ok")]
 
 
+@pytest.mark.both_databases  # recovery / one writer wins: each database's own locking
 def test_concurrent_decisions_one_wins_and_a_denial_reaches_the_model(policy_settings: Settings) -> None:
     consumer = PolicyConsumer({"pre_tool_use": ASK})
     turns = [tool_call("write_file", {"path": "no.txt", "content": "x"}, call_id="w1"), reply("understood")]

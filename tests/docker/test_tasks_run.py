@@ -173,6 +173,7 @@ def worker_env(settings: Settings, sandbox_image: str) -> Iterator[tuple[Setting
     yield s, token
 
 
+@pytest.mark.both_databases  # recovery / one writer wins: each database's own locking
 async def test_worker_killed_mid_run_then_restarted(worker_env: tuple[Settings, str]) -> None:
     settings, token = worker_env
     env_vars = {
