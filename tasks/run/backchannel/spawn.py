@@ -123,16 +123,55 @@ async def spawn(
     agent = await session.get(Account, parent.agent_id)
     assert repo is not None and agent is not None
     name, instructions = _check_text(request)
+    await _check_running(session, parent, run_id)
+    found = await limits(session, repo.id)
+    await _check_counts(session, parent, found)
+    runtime = _check_runtime(parent, request.runtime or parent.runtime, runtimes, found)
+    if agent.disabled:
+        raise SubtaskRefused("refused: the agent's account is disabled; no subtask was created")
+    command = await _check_model(session, settings, parent, runtime)
+    budget = _budget(request, remaining)
+    principal = Principal(account_id=agent.id, login=agent.login, type="Bot", via="internal")
+    child = _child(parent, name, instructions, runtime, command, budget)
+    child.number = await allocate_number(session, repo.id)
+    child.branch = f"agent/{child.number}-{_slug(name)}"
+    full = f"{repo.owner.login}/{repo.name}"
+    await _open(life, child, parent, repo, principal, agent.login, run_id=run_id)
+    audit.record(
+        session,
+        Actor(principal=principal),
+        "task.subtask.spawn",
+        f"{full}#{child.number}",
+        parent=parent.number,
+        runtime=runtime,
+        token_budget=budget,
+        depth=child.depth,
+    )
+    return Spawned(
+        number=child.number,
+        title=name,
+        branch=child.branch,
+        runtime=runtime,
+        token_budget=budget,
+        url=f"{life.base_url}/{full}/tasks/{child.number}",
+    )
+
+
+async def _check_running(session: AsyncSession, parent: Task, run_id: int) -> None:
+    """The parent and the run that asks are live (queued or running, no stop requested)."""
     run = await session.get(Run, run_id)
     live_run = run is not None and run.state in (RunState.QUEUED, RunState.RUNNING) and not run.stop_requested
     if parent.state not in (TaskState.QUEUED, TaskState.RUNNING) or not live_run:
         # A stop's cascade has already gone over the children: one made now would run on alone.
         raise SubtaskRefused("refused: this task is stopping or no longer running; no subtask was created")
-    found = await limits(session, repo.id)
+
+
+async def _check_counts(session: AsyncSession, parent: Task, found: Limits) -> None:
+    """The repository's active subtasks, the parent's depth and its children, each within its limit."""
     active = (
         await session.execute(
             select(func.count(Task.id)).where(
-                Task.repo_id == repo.id, Task.parent_id.is_not(None), Task.state.in_(ACTIVE_STATES)
+                Task.repo_id == parent.repo_id, Task.parent_id.is_not(None), Task.state.in_(ACTIVE_STATES)
             )
         )
     ).scalar_one()
@@ -153,7 +192,10 @@ async def spawn(
             f"refused: a task may spawn at most {found.max_subtasks} subtasks in this repository and this one has "
             f"{children}; no subtask was created. Do the work in this task instead."
         )
-    runtime = request.runtime or parent.runtime
+
+
+def _check_runtime(parent: Task, runtime: str, runtimes: frozenset[str], found: Limits) -> str:
+    """The runtime asked for exists, may be spawned, and is the parent's or one the repository lists."""
     if runtime not in runtimes or runtime in NOT_SPAWNABLE:
         allowed = ", ".join(sorted(runtimes - NOT_SPAWNABLE))
         raise SubtaskRefused(f"refused: unknown runtime {runtime!r} (available: {allowed}); no subtask was created")
@@ -166,25 +208,32 @@ async def spawn(
             f"use other runtimes only where its task settings list them (subtask_runtimes: {others}), and "
             f"{runtime!r} is not listed; no subtask was created. Leave runtime out to use {parent.runtime}."
         )
-    if agent.disabled:
-        raise SubtaskRefused("refused: the agent's account is disabled; no subtask was created")
+    return runtime
+
+
+async def _check_model(session: AsyncSession, settings: Settings, parent: Task, runtime: str) -> str | None:
+    """The runtime can have a model for the parent's starter; the subtask's command (an acp
+    agent's name, else None)."""
     command, acp_provider = _acp_command(settings, parent, runtime)
     try:
         await repo_settings.require_model(
-            session, settings, repo.id, runtime, parent.started_by_id, acp_provider=acp_provider
+            session, settings, parent.repo_id, runtime, parent.started_by_id, acp_provider=acp_provider
         )
     except ForgeError as exc:
         raise SubtaskRefused(f"refused: {exc}; no subtask was created") from None
-    budget = _budget(request, remaining)
-    principal = Principal(account_id=agent.id, login=agent.login, type="Bot", via="internal")
-    child = Task(
-        repo_id=repo.id,
+    return command
+
+
+def _child(parent: Task, name: str, instructions: str, runtime: str, command: str | None, budget: int | None) -> Task:
+    """The subtask's row, queued from the parent's head (its number and branch still to give)."""
+    return Task(
+        repo_id=parent.repo_id,
         number=0,
         title=name,
         goal=instructions,
         runtime=runtime,
         command=command,
-        agent_id=agent.id,
+        agent_id=parent.agent_id,
         started_by_id=parent.started_by_id,
         base=parent.base,
         branch="",
@@ -196,38 +245,25 @@ async def spawn(
         depth=parent.depth + 1,
         token_budget=budget,
     )
-    child.number = await allocate_number(session, repo.id)
-    child.branch = f"agent/{child.number}-{_slug(name)}"
+
+
+async def _open(
+    life: Lifecycle, child: Task, parent: Task, repo: Repository, principal: Principal, agent_login: str, *, run_id: int
+) -> None:
+    """The instructions past `user_prompt_submit`, the subtask stored and its first run opened, the
+    spawn on the parent's transcript."""
     full = f"{repo.owner.login}/{repo.name}"
-    ctx = gate_context(child, full, repo.uuid, life.base_url, principal, agent.login, parent.number)
+    ctx = gate_context(child, full, repo.uuid, life.base_url, principal, agent_login, parent.number)
     try:
-        goal = await life.check_prompt(ctx, instructions, "goal")
+        goal = await life.check_prompt(ctx, child.goal, "goal")
     except ForgeError as exc:
         raise SubtaskRefused(f"refused by a policy: {exc}; no subtask was created") from None
     child.goal = goal
-    session.add(child)
-    await session.flush()
+    life.session.add(child)
+    await life.session.flush()
     await life.open(child, repo, goal, principal, requested_by_id=parent.started_by_id, source="subtask")
-    spawned = Subtask(event="spawned", number=child.number, text=name, state=TaskState.QUEUED.value)
+    spawned = Subtask(event="spawned", number=child.number, text=child.title, state=TaskState.QUEUED.value)
     await life.append(parent.id, [Pending(kind="subtask", payload=spawned, run_id=run_id)])
-    audit.record(
-        session,
-        Actor(principal=principal),
-        "task.subtask.spawn",
-        f"{full}#{child.number}",
-        parent=parent.number,
-        runtime=runtime,
-        token_budget=budget,
-        depth=child.depth,
-    )
-    return Spawned(
-        number=child.number,
-        title=name,
-        branch=child.branch,
-        runtime=runtime,
-        token_budget=budget,
-        url=f"{life.base_url}/{full}/tasks/{child.number}",
-    )
 
 
 def _acp_command(settings: Settings, parent: Task, runtime: str) -> tuple[str | None, str]:
