@@ -22,7 +22,7 @@ from sandbox import (
     weakenings_in_effect,
 )
 from tasks.core.egress_config import EgressPlan
-from tasks.core.policy import ApprovedCall, GateContext, policy_record
+from tasks.core.policy import ApprovedCall, GateContext, GateDecision, policy_record
 from tasks.core.states import FailureReason, RunKind
 from tasks.core.transcript import Notice
 from tasks.run import gitops, recovery, warm
@@ -80,9 +80,31 @@ class Provisioning(Outside):
         raise NotImplementedError
 
     async def _provision(self) -> RunContext:
-        env = self.env
-        settings = self.settings
-        runtime = env.runtimes.get(self.runtime_name)
+        runtime = self._bind_runtime()
+        image = await self.image_for(runtime)
+        gate_ctx = self.gate_ctx()
+        decision = await self._session_start(gate_ctx, image)
+        model: ModelEndpoint | None = None
+        if runtime.needs_model():
+            model = await self._open_channel(runtime)
+        if self.egress_plan is not None:
+            t0 = time.monotonic()
+            egress = await self._open_egress(self.egress_plan)
+            plan = self.egress_plan
+            await self.system("egress", egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
+        await self._place(image)
+        self._check_stop()
+        t0 = time.monotonic()
+        if decision.model_context and runtime.needs_model():
+            self.conversation.append({"role": "system", "content": decision.model_context})
+        ctx = self._context(gate_ctx, model)
+        self.runtime = runtime
+        await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
+        return ctx
+
+    def _bind_runtime(self) -> Runtime:
+        """The task's runtime; a runtime of configured agents (acp) binds the task's agent."""
+        runtime = self.env.runtimes.get(self.runtime_name)
         if runtime is None:
             raise ProvisionFailed(FailureReason.INTERNAL, f"unknown runtime {self.runtime_name!r}")
         bind = getattr(runtime, "for_task", None)  # a runtime of configured agents (acp) binds one
@@ -91,9 +113,11 @@ class Provisioning(Outside):
                 runtime = bind(self.command, self.env.settings)
             except RuntimeUnavailable as exc:
                 raise ProvisionFailed(exc.reason, str(exc)) from exc
-        image = await self.image_for(runtime)
-        gate_ctx = self.gate_ctx()
-        decision = await env.gate.session_start(
+        return runtime
+
+    async def _session_start(self, gate_ctx: GateContext, image: str) -> GateDecision:
+        """The policy's `session_start`, its record and message on the transcript; a refusal fails the run."""
+        decision = await self.env.gate.session_start(
             gate_ctx, source=_SESSION_SOURCE.get(self.kind, "answer"), runtime=self.runtime_name, image=image
         )
         record = policy_record(decision)
@@ -103,16 +127,12 @@ class Provisioning(Outside):
             await self._emit("notice", Notice(text=decision.user_message))
         if decision.decision != "allow":
             raise ProvisionFailed(FailureReason.POLICY, f"a policy refused the run: {decision.reason or 'denied'}")
-        model: ModelEndpoint | None = None
-        if runtime.needs_model():
-            model = await self._open_channel(runtime)
-        if self.egress_plan is not None:
-            t0 = time.monotonic()
-            egress = await self._open_egress(self.egress_plan)
-            plan = self.egress_plan
-            await self.system("egress", egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
-        # Workspace and sandbox. A warm pool's sandbox (tasks/run/warm.py) comes with the run's
-        # workspace filesystem made; otherwise the container starts while the tree is checked out.
+        return decision
+
+    async def _place(self, image: str) -> None:
+        """Workspace and sandbox. A warm pool's sandbox (tasks/run/warm.py) comes with the run's
+        workspace filesystem made; otherwise the container starts while the tree is checked out."""
+        env, settings = self.env, self.settings
         t0 = time.monotonic()
         self.workspace = recovery.workspace_of(env, self.task_uuid, self.run_uuid)
         spec = SandboxSpec(
@@ -128,17 +148,26 @@ class Provisioning(Outside):
         if pooled:
             files = await self._check_out(head)
         else:
-            checked_out, started = await asyncio.gather(
-                self._check_out(head), self._start_sandbox(spec), return_exceptions=True
-            )
-            for failed in (checked_out, started):
-                if isinstance(failed, BaseException):
-                    raise failed
-            assert isinstance(checked_out, int)
-            files = checked_out
+            files = await self._check_out_and_start(head, spec)
         assert self.sandbox is not None
         await self._set_run(start_sha=self.start_sha, container_id=self.sandbox.id)
-        limit_mb, quota = settings.task_workspace_limit_mb, settings.task_workspace_quota
+        await self._report_placed(t0, head, files, spec, pooled)
+
+    async def _check_out_and_start(self, head: str | None, spec: SandboxSpec) -> int:
+        """The tree checked out while the sandbox starts; the number of files."""
+        checked_out, started = await asyncio.gather(
+            self._check_out(head), self._start_sandbox(spec), return_exceptions=True
+        )
+        for failed in (checked_out, started):
+            if isinstance(failed, BaseException):
+                raise failed
+        assert isinstance(checked_out, int)
+        return checked_out
+
+    async def _report_placed(self, t0: float, head: str | None, files: int, spec: SandboxSpec, pooled: bool) -> None:
+        """The workspace's and the sandbox's system events (and the watchdog-only quota's warning)."""
+        assert self.sandbox is not None
+        limit_mb, quota = self.settings.task_workspace_limit_mb, self.settings.task_workspace_quota
         await self.system(
             "workspace",
             f"workspace prepared from {'the task branch' if head else 'the base'} "
@@ -160,11 +189,12 @@ class Provisioning(Outside):
             weakened=weakened,
             pooled=pooled,
         )
-        self._check_stop()
-        t0 = time.monotonic()
-        if decision.model_context and runtime.needs_model():
-            self.conversation.append({"role": "system", "content": decision.model_context})
-        ctx = RunContext(
+
+    def _context(self, gate_ctx: GateContext, model: ModelEndpoint | None) -> RunContext:
+        """What the runtime is given."""
+        assert self.sandbox is not None
+        settings = self.settings
+        return RunContext(
             sandbox=self.sandbox,
             kind=self.kind,
             goal=self.goal,
@@ -176,7 +206,7 @@ class Provisioning(Outside):
                 tool_timeout=settings.task_tool_timeout_seconds,
                 token_budget=settings.task_token_budget,
             ),
-            gate=env.gate,
+            gate=self.env.gate,
             gate_ctx=gate_ctx,
             emit=self._emit,
             emit_many=self._emit_many,
@@ -187,9 +217,6 @@ class Provisioning(Outside):
             agent_session_id=self.agent_session_id,
             state_dir=self.settings.data_dir.resolve() / "agents" / self.task_uuid,
         )
-        self.runtime = runtime
-        await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
-        return ctx
 
     async def _prepare_workspace(self) -> str | None:
         """The run's workspace directory (its own filesystem with the quota; made already when the
