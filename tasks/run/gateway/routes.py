@@ -16,7 +16,7 @@ from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
 from tasks.run.gateway.budget import Budget
 from tasks.run.gateway.limits import REFUSAL_PAUSE_SECONDS, CallLimiter, Refusal
 from tasks.run.gateway.metering import PriceTable, Usage
-from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_body, forward, send_json
+from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, CallResult, Send, Upstream, error_body, forward, send_json
 from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.tokens import RunGrant, TokenRegistry
 from tasks.run.gateway.upstream import UpstreamTransport
@@ -181,7 +181,30 @@ class ChannelRoutes:
         transport = self._guarded if upstream.guarded else self._transport
         assert transport is not None
         self.calls += 1
-        call_id = self.calls
+        result = await self._forward(transport, upstream, self.calls, scope, headers, body, receive, send)
+        if result.endpoint_refused and not self.endpoint_refused.is_set():
+            self.refusal = result.error
+            self.endpoint_refused.set()
+        usage = result.meter.usage
+        if not result.meter.final_output:
+            usage.output_tokens = max(usage.output_tokens, result.meter.estimated_total - usage.total)
+        cost = self.prices.cost_micros(result.model, usage) if usage.total else 0
+        self._add(usage, cost)
+        await self._record_call(provider, api, result, usage, cost)
+
+    async def _forward(
+        self,
+        transport: UpstreamTransport,
+        upstream: Upstream,
+        call_id: int,
+        scope: dict[str, Any],
+        headers: dict[str, str],
+        body: bytes,
+        receive: Any,
+        send: Send,
+    ) -> CallResult:
+        """The call forwarded on its upstream's transport (the guarded one for an endpoint the
+        operator did not choose) while the agent's disconnect is watched for."""
         gone = asyncio.Event()
 
         async def watch() -> None:
@@ -191,7 +214,7 @@ class ChannelRoutes:
 
         watcher = asyncio.ensure_future(watch())
         try:
-            result = await forward(
+            return await forward(
                 transport,
                 upstream,
                 path=scope["path"],
@@ -208,34 +231,30 @@ class ChannelRoutes:
             )
         finally:
             watcher.cancel()
-        if result.endpoint_refused and not self.endpoint_refused.is_set():
-            self.refusal = result.error
-            self.endpoint_refused.set()
-        usage = result.meter.usage
-        if not result.meter.final_output:
-            usage.output_tokens = max(usage.output_tokens, result.meter.estimated_total - usage.total)
-        cost = self.prices.cost_micros(result.model, usage) if usage.total else 0
-        self._add(usage, cost)
-        if self._emit is not None:
-            event = ModelCall(
-                provider=provider,
-                api=api,
-                model=result.model,
-                status=result.status,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cache_read_tokens=usage.cache_read_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-                latency_ms=result.latency_ms,
-                ttfb_ms=result.ttfb_ms,
-                cost_usd=None if cost is None else cost / 1_000_000,
-                stream=result.stream,
-                error=result.error,
-            )
-            try:
-                await self._emit("model_call", event)
-            except Exception:
-                log.warning("the model call's transcript event was lost", exc_info=True)
+
+    async def _record_call(self, provider: str, api: str, result: CallResult, usage: Usage, cost: int | None) -> None:
+        """The call's `model_call` transcript event (a lost one is logged, never fails the call)."""
+        if self._emit is None:
+            return
+        event = ModelCall(
+            provider=provider,
+            api=api,
+            model=result.model,
+            status=result.status,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            latency_ms=result.latency_ms,
+            ttfb_ms=result.ttfb_ms,
+            cost_usd=None if cost is None else cost / 1_000_000,
+            stream=result.stream,
+            error=result.error,
+        )
+        try:
+            await self._emit("model_call", event)
+        except Exception:
+            log.warning("the model call's transcript event was lost", exc_info=True)
 
     def _add(self, usage: Usage, cost: int | None) -> None:
         total = self.usage
