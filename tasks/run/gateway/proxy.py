@@ -185,6 +185,14 @@ async def _upstream_failed(send: Send, upstream: Upstream, exc: Exception, *, st
     return status, text
 
 
+class _Answered(Exception):
+    """The gateway answered the call itself (a refusal): nothing went upstream."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status, self.text = status, text
+
+
 async def forward(
     transport: UpstreamTransport,
     upstream: Upstream,
@@ -214,20 +222,10 @@ async def forward(
         result.model = result.model or meter.model
         return result
 
-    if not budget.left():
-        text = f"forgehand: the run's {budget.text}"
-        await send_json(send, 403, error_body(upstream.provider, 403, "permission_error", text), _BUDGET)
-        budget.cut()
-        return done(403, text)
     try:
-        request = _checked(upstream, body, is_responses, allow_web_search, stored or responses.Stored(), prices)
-    except Refused as refused:
-        provider, answer = upstream.provider, refused.message
-        headers_out = _REFUSED if refused.status == 403 else None
-        await send_json(
-            send, refused.status, error_body(provider, refused.status, refused.kind, answer, refused.code), headers_out
-        )
-        return done(refused.status, answer)
+        request = await _admit(upstream, body, send, budget, call_id, is_responses, allow_web_search, stored, prices)
+    except _Answered as answered:
+        return done(answered.status, answered.text)
     result.model, result.stream = request.model, request.stream
     body = request.body()
     if not budget.admit(call_id, len(body), declared_max_output(request, responses_api=is_responses)):
@@ -246,6 +244,35 @@ async def forward(
     if isinstance(meter, responses.ResponsesMeter) and stored is not None:
         stored.add(meter)
     return done(status, error)
+
+
+async def _admit(
+    upstream: Upstream,
+    body: bytes,
+    send: Send,
+    budget: Budget,
+    call_id: int,
+    is_responses: bool,
+    allow_web_search: bool,
+    stored: responses.Stored | None,
+    prices: PriceTable,
+) -> ModelRequest:
+    """The request as it may go upstream, unless the run's budget is spent or the request is
+    refused: then the agent is answered here and `_Answered` says how."""
+    if not budget.left():
+        text = f"forgehand: the run's {budget.text}"
+        await send_json(send, 403, error_body(upstream.provider, 403, "permission_error", text), _BUDGET)
+        budget.cut()
+        raise _Answered(403, text)
+    try:
+        return _checked(upstream, body, is_responses, allow_web_search, stored or responses.Stored(), prices)
+    except Refused as refused:
+        provider, answer = upstream.provider, refused.message
+        headers_out = _REFUSED if refused.status == 403 else None
+        await send_json(
+            send, refused.status, error_body(provider, refused.status, refused.kind, answer, refused.code), headers_out
+        )
+        raise _Answered(refused.status, answer) from None
 
 
 def _checked(
@@ -287,7 +314,6 @@ async def _exchange(
 ) -> tuple[int, str]:
     """The call upstream and its answer passed back: (the status the agent got, what went wrong)."""
     t0 = time.monotonic()
-    meter = result.meter
     try:
         answer = await transport.open(url, upstream.headers(headers), body, upstream.timeout)
     except httpx.TransportError as exc:  # timeouts and refused addresses included
@@ -295,67 +321,90 @@ async def _exchange(
         return await _upstream_failed(send, upstream, exc, started=False)
     try:
         result.ttfb_ms = int((time.monotonic() - t0) * 1000)
-        status = answer.status
         if not answer.header(b"content-type").startswith(b"text/event-stream"):
-            data = bytearray()
-            try:
-                ended = False
-                while not ended:
-                    piece, ended = await answer.next()
-                    data += piece
-                    if len(data) > MAX_JSON_ANSWER_BYTES:
-                        raise httpx.ReadError("the answer is too large")
-            except httpx.TransportError as exc:
-                return await _upstream_failed(send, upstream, exc, started=True)
-            if status == 200:
-                meter.finish_json(bytes(data))
-            else:
-                meter.error = data[:500].decode("utf-8", "replace")
-            # Charged before the agent has the answer: a call it opens on reading it sees the cost.
-            budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
-            await send_json(send, status, bytes(data), _answer_headers(answer))
-            return status, "" if status == 200 else f"upstream {status}"
-        await send({"type": "http.response.start", "status": status, "headers": _answer_headers(answer)})
-        cut = False
-        over = None
-        if budget.limit:
-
-            def over() -> bool:
-                return budget.stream_over(call_id, meter.estimated_total)
-
-        finished = False  # the agent's side was ended along with the last piece
-        try:
-            # The bytes pass as they came, by whole events; the meter reads them on the side. The
-            # last piece and the stream's end leave in one write.
-            ended = False
-            while not ended:
-                got, ended = await answer.next()
-                out, cut = meter.feed(got, over)
-                if cut:
-                    out += _stream_end(upstream.provider, meter)
-                elif ended:
-                    out += meter.rest()
-                    finished = True
-                    await send({"type": "http.response.body", "body": out})
-                    break
-                if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
-                if cut or disconnected():
-                    break
-        except httpx.TimeoutException:
-            text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
-            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
-            meter.error = text
-        except httpx.TransportError as exc:
-            text = f"the model endpoint broke off the stream ({type(exc).__name__})"
-            await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
-            meter.error = text
-        if not finished:
-            await send({"type": "http.response.body", "body": b""})
-        budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
-        if cut:
-            budget.cut()
-            return status, f"{budget.text}: the stream was cut"
-        return status, meter.error
+            return await _pass_json(answer, upstream, send, budget, call_id, result.meter)
+        return await _pass_stream(answer, upstream, send, budget, call_id, result.meter, disconnected)
     finally:
         await answer.aclose()
+
+
+async def _pass_json(
+    answer: Answer, upstream: Upstream, send: Send, budget: Budget, call_id: int, meter: Meter
+) -> tuple[int, str]:
+    """A whole (JSON) answer read, metered and charged, then passed back."""
+    status = answer.status
+    data = bytearray()
+    try:
+        ended = False
+        while not ended:
+            piece, ended = await answer.next()
+            data += piece
+            if len(data) > MAX_JSON_ANSWER_BYTES:
+                raise httpx.ReadError("the answer is too large")
+    except httpx.TransportError as exc:
+        return await _upstream_failed(send, upstream, exc, started=True)
+    if status == 200:
+        meter.finish_json(bytes(data))
+    else:
+        meter.error = data[:500].decode("utf-8", "replace")
+    # Charged before the agent has the answer: a call it opens on reading it sees the cost.
+    budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
+    await send_json(send, status, bytes(data), _answer_headers(answer))
+    return status, "" if status == 200 else f"upstream {status}"
+
+
+async def _pass_stream(
+    answer: Answer,
+    upstream: Upstream,
+    send: Send,
+    budget: Budget,
+    call_id: int,
+    meter: Meter,
+    disconnected: Callable[[], bool],
+) -> tuple[int, str]:
+    """A stream passed back as it comes, metered on the side, cut at an event boundary when the
+    budget is spent (and ended as the provider ends one), ended with an error event when the
+    endpoint stops sending or breaks off."""
+    status = answer.status
+    await send({"type": "http.response.start", "status": status, "headers": _answer_headers(answer)})
+    cut = False
+    over = None
+    if budget.limit:
+
+        def over() -> bool:
+            return budget.stream_over(call_id, meter.estimated_total)
+
+    finished = False  # the agent's side was ended along with the last piece
+    try:
+        # The bytes pass as they came, by whole events; the meter reads them on the side. The
+        # last piece and the stream's end leave in one write.
+        ended = False
+        while not ended:
+            got, ended = await answer.next()
+            out, cut = meter.feed(got, over)
+            if cut:
+                out += _stream_end(upstream.provider, meter)
+            elif ended:
+                out += meter.rest()
+                finished = True
+                await send({"type": "http.response.body", "body": out})
+                break
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            if cut or disconnected():
+                break
+    except httpx.TimeoutException:
+        text = f"the model endpoint stopped sending for {upstream.timeout:g} s: the stream was ended"
+        await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
+        meter.error = text
+    except httpx.TransportError as exc:
+        text = f"the model endpoint broke off the stream ({type(exc).__name__})"
+        await send({"type": "http.response.body", "body": _stream_error(upstream.provider, meter, text), **_MORE})
+        meter.error = text
+    if not finished:
+        await send({"type": "http.response.body", "body": b""})
+    budget.settle(call_id, meter.estimated_total, input_known=meter.input_known or status != 200)
+    if cut:
+        budget.cut()
+        return status, f"{budget.text}: the stream was cut"
+    return status, meter.error
