@@ -25,10 +25,10 @@ import uvicorn
 
 from sandbox import CHANNEL_DIR
 from tasks.run.gateway.budget import Budget
+from tasks.run.gateway.endpoint import Upstream
 from tasks.run.gateway.guard import guarded_transport
 from tasks.run.gateway.limits import CallLimiter, CallLimits
 from tasks.run.gateway.metering import EMPTY_PRICES, PriceTable, Usage
-from tasks.run.gateway.proxy import Upstream
 from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.routes import ChannelRoutes, Emit, HookHandler
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry

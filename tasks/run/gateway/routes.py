@@ -13,10 +13,12 @@ import structlog
 from forge.error_codes import Code
 from tasks.core.transcript import Kind, ModelCall, Notice, Payload
 from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
+from tasks.run.gateway.answers import Send, error_body, send_json
 from tasks.run.gateway.budget import Budget
+from tasks.run.gateway.endpoint import Upstream
 from tasks.run.gateway.limits import REFUSAL_PAUSE_SECONDS, CallLimiter, Refusal
 from tasks.run.gateway.metering import PriceTable, Usage
-from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, CallResult, Send, Upstream, error_body, forward, send_json
+from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, CallResult, forward
 from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.tokens import RunGrant, TokenRegistry
 from tasks.run.gateway.upstream import UpstreamTransport
