@@ -19,7 +19,6 @@ from litestar.template.config import TemplateConfig
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-import webhooks
 from forge.access import Principal, Scope
 from forge.api_admin import AdminController
 from forge.api_contract import ContractJsonPlugin
@@ -53,7 +52,9 @@ from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
 from tasks.system import TaskSystem
-from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
+from webhooks.http import ROUTE_HANDLERS as WEBHOOK_HANDLERS
+from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
+from webhooks.wiring import wire as wire_webhooks
 
 HERE = Path(__file__).parent
 _HOOK_EVENTS = (*POLICY_EVENTS, *NOTIFY_EVENTS)
@@ -109,7 +110,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
     # The webhooks outbox subscribes to the bus: every published event becomes outbox rows in
     # the transaction of the change; the deliverer sends them. Its policy dispatcher is the gate
     # the task core asks before guarded actions.
-    hooks = webhooks.wire(bus, settings, database)
+    hooks = wire_webhooks(bus, settings, database)
     task_system = TaskSystem(database, settings, store, bus, gate=WebhookGate(hooks.policy, database))
     push_recorder = PushRecorder(database, bus, PushJournal(settings.data_dir / "push-journal"), store.root)
 
@@ -159,7 +160,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
             RepoController,
             BrowseController,
             *TASK_API_HANDLERS,
-            *webhooks.ROUTE_HANDLERS,
+            *WEBHOOK_HANDLERS,
             *TASK_PAGE_HANDLERS,
             *GIT_ROUTES,
             AuthPages,

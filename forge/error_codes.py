@@ -54,7 +54,7 @@ class Code(StrEnum):
         400,
         "the JSON body nests arrays/objects deeper than 128 levels (refused before decoding)",
     )
-    OUT_OF_RANGE = "out_of_range", 422, "an integer query parameter outside signed 64 bits (an id in a path: 404)"
+    OUT_OF_RANGE = "out_of_range", 422, "an integer query parameter outside signed 32 bits (an id in a path: 404)"
     DATABASE_BUSY = (
         "database_busy",
         503,

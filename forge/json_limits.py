@@ -1,7 +1,7 @@
 """How deep JSON may nest. Decoders recurse per level (msgspec and the stdlib raise RecursionError
 near Python's recursion limit), so a small body nested a thousand levels deep would reach them as a
 server error. Every JSON body is measured before any decoder sees it. Webhook responses are measured
-the same way by `webhooks.protocol.max_depth`, a copy on purpose: the consumer SDK that shares that
+the same way by `webhooks.sdk.protocol.max_depth`, a copy on purpose: the consumer SDK that shares that
 module imports nothing but the standard library and PyJWT, and `forge` may not import `webhooks`."""
 
 import re

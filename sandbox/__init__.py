@@ -31,16 +31,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .agents import (
-        AGENT_PINS,
-        AGENTS_IMAGE_VERSION,
-        DEFAULT_AGENTS_IMAGE,
-        AgentPin,
-        build_agents_image,
-        installed_agents,
-        require_agent,
-    )
     from .box import Sandbox
+    from .commands import ExecResult, ExecStream
     from .engine import SandboxEngine
     from .errors import (
         AgentMissing,
@@ -56,8 +48,17 @@ if TYPE_CHECKING:
         WorkspacePathRefused,
         WorkspaceQuotaUnavailable,
     )
-    from .execution import ExecResult, ExecStream
-    from .image import DEFAULT_IMAGE, IMAGE_VERSION, BuildResult, build_image
+    from .images.agents_image import (
+        AGENT_PINS,
+        AGENTS_IMAGE_VERSION,
+        DEFAULT_AGENTS_IMAGE,
+        AgentPin,
+        build_agents_image,
+        installed_agents,
+        require_agent,
+    )
+    from .images.building import BuildResult
+    from .images.sandbox_image import DEFAULT_IMAGE, IMAGE_VERSION, build_image
     from .pool import SandboxPool, sweep_pool_dirs
     from .process import CutLine, SandboxProcess, truncated
     from .pump import OutputChunk
@@ -149,22 +150,22 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AGENTS_IMAGE_VERSION": "agents",
-    "AGENT_PINS": "agents",
+    "AGENTS_IMAGE_VERSION": "images.agents_image",
+    "AGENT_PINS": "images.agents_image",
     "AgentMissing": "errors",
-    "AgentPin": "agents",
-    "BuildResult": "image",
+    "AgentPin": "images.agents_image",
+    "BuildResult": "images.building",
     "CHANNEL_DIR": "spec",
     "CutLine": "process",
-    "DEFAULT_AGENTS_IMAGE": "agents",
-    "DEFAULT_IMAGE": "image",
+    "DEFAULT_AGENTS_IMAGE": "images.agents_image",
+    "DEFAULT_IMAGE": "images.sandbox_image",
     "EGRESS_PROXY_PORT": "spec",
     "EngineUnavailable": "errors",
-    "ExecResult": "execution",
-    "ExecStream": "execution",
+    "ExecResult": "commands",
+    "ExecStream": "commands",
     "GATEWAY_RELAY_PORT": "spec",
     "GiB": "spec",
-    "IMAGE_VERSION": "image",
+    "IMAGE_VERSION": "images.sandbox_image",
     "ImageBuildFailed": "errors",
     "ImageMissing": "errors",
     "Limits": "spec",
@@ -189,10 +190,10 @@ _LAZY = {
     "WorkspacePathRefused": "errors",
     "WorkspaceQuotaUnavailable": "errors",
     "WorkspaceUsage": "quota",
-    "build_agents_image": "agents",
-    "build_image": "image",
+    "build_agents_image": "images.agents_image",
+    "build_image": "images.sandbox_image",
     "container_create_kwargs": "spec",
-    "installed_agents": "agents",
+    "installed_agents": "images.agents_image",
     "list_sandboxes": "reaper",
     "list_workspace": "workspace",
     "prepare_workspace": "workspace",
@@ -201,7 +202,7 @@ _LAZY = {
     "read_workspace_file": "workspace",
     "reap": "reaper",
     "remove_workspace": "workspace",
-    "require_agent": "agents",
+    "require_agent": "images.agents_image",
     "sweep_pool_dirs": "pool",
     "truncated": "process",
     "validate_spec": "spec",

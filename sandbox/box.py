@@ -7,20 +7,18 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 
+from .commands import OOM_COUNTER, ExecResult, ExecStream, validate_argv, validate_exec_env
 from .creation import remove_container
 from .errors import SandboxError, SandboxGone, SpecRefused
-from .execution import OOM_COUNTER, ExecResult, ExecStream, validate_argv, validate_exec_env
 from .process import DEFAULT_LINE_CAP, DEFAULT_STDERR_CAP, SandboxProcess
+from .protocols import EngineCalls, TrackedProcess
 from .quota import QuotaKind, WorkspaceWatch
 from .spec import WORKSPACE_DIR, SandboxSpec
-
-if TYPE_CHECKING:
-    from .engine import SandboxEngine
 
 T = TypeVar("T")
 
@@ -36,7 +34,7 @@ class Sandbox:
 
     def __init__(
         self,
-        engine: "SandboxEngine",
+        engine: EngineCalls,
         container_id: str,
         name: str,
         spec: SandboxSpec,
@@ -51,7 +49,7 @@ class Sandbox:
         self.deadline = self.started_at + spec.limits.wall_clock_seconds
         self._oom_seen = 0  # a fresh cgroup starts at zero OOM kills
         self._removed = False
-        self._processes: weakref.WeakSet[SandboxProcess] = weakref.WeakSet()
+        self._processes: weakref.WeakSet[TrackedProcess] = weakref.WeakSet()
         # The idle process ends the container at the wall clock by itself; this host-side timer
         # also covers an idle process the agent managed to stop (SIGSTOP) or a host that is slow.
         self._wall_clock = asyncio.get_running_loop().create_task(self._enforce_wall_clock())
@@ -202,7 +200,7 @@ class Sandbox:
             queue_batches=queue_batches,
         )
 
-    def track(self, process: SandboxProcess) -> None:
+    def track(self, process: TrackedProcess) -> None:
         """Remember a started process, so that removing the sandbox ends its readers."""
         self._processes.add(process)
 

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, cast
 
 import click
 
-from .names import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE
+from .images.names import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from .errors import SandboxError
-    from .image import Recipe
+    from .images.sandbox_image import Recipe
     from .reaper import SandboxInfo
 
 
@@ -58,9 +58,9 @@ def sandbox_group() -> None:
 @click.option("--docker-host", envvar="DOCKER_HOST", default=None, help="Docker engine URL.")
 def build_cmd(force: bool, agents: bool, tag: str | None, recipe: str, docker_host: str | None) -> None:
     """Build the sandbox image, or with --agents the agents image (cached; skipped when current)."""
-    from .agents import build_agents_image
     from .errors import SandboxError
-    from .image import build_image
+    from .images.agents_image import build_agents_image
+    from .images.sandbox_image import build_image
 
     console = _console()
     try:

@@ -17,15 +17,29 @@ from typing import Any
 import docker
 import docker.errors
 
-# docker-py's own translation of `containers.create` keywords into the low-level API's (a private
-# helper of the pinned docker<8): the low-level create returns the id before any further call, so a
-# container that exists is always known and can be removed. Re-implementing it would drift.
-from docker.models.containers import _create_container_args
-
-from .agents import AGENTS_IMAGE_REPOSITORY
 from .errors import AgentMissing, EngineUnavailable, ImageMissing, SpecRefused
+from .images.names import AGENTS_IMAGE_REPOSITORY
 
 Invoke = Callable[[Callable[[docker.DockerClient], Any]], Any]
+
+# The keywords of `spec.container_create_kwargs` that are the container's own (parameters of the
+# low-level `APIClient.create_container`); every other one is a parameter of its host config.
+CONTAINER_KEYS = frozenset(
+    {
+        "image",
+        "command",
+        "entrypoint",
+        "detach",
+        "user",
+        "working_dir",
+        "hostname",
+        "environment",
+        "labels",
+        "name",
+        "stdin_open",
+        "tty",
+    }
+)
 
 
 class Abandoned(Exception):
@@ -71,11 +85,22 @@ def remove_container(c: docker.DockerClient, container_id: str) -> None:
             raise
 
 
+def low_level_create_args(api: docker.APIClient, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`containers.create` keywords as the low-level `create_container` takes them, the way docker-py
+    turns one into the other: the container's own keywords, and the rest as a host config built by
+    `APIClient.create_host_config` for the engine's API version. The low-level create returns the id
+    before any further call (`containers.create` inspects the container next), so a container that
+    exists is always known and can be removed."""
+    args = {key: value for key, value in kwargs.items() if key in CONTAINER_KEYS}
+    args["host_config"] = api.create_host_config(**{k: v for k, v in kwargs.items() if k not in CONTAINER_KEYS})
+    return args
+
+
 def create_and_start(c: docker.DockerClient, kwargs: dict[str, Any], creation: Creation) -> str:
     """In a pool thread: create and start the container, removing it again if abandoned meanwhile."""
     if creation.abandoned:
         raise Abandoned
-    args = _create_container_args({**kwargs, "version": c.api._version})
+    args = low_level_create_args(c.api, kwargs)
     try:
         container_id = str(c.api.create_container(**args)["Id"])
     except docker.errors.ImageNotFound as exc:

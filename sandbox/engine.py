@@ -19,15 +19,16 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from .agents import DEFAULT_AGENTS_IMAGE, build_agents_image, require_agent
 from .box import Sandbox
-from .creation import InFlight
-from .errors import EngineUnavailable, SpecRefused
-from .execution import (
+from .commands import (
     ExecResult,
     ExecStream,
 )
-from .image import DEFAULT_IMAGE, BuildResult, build_image, image_is_current
+from .creation import InFlight
+from .errors import EngineUnavailable, SpecRefused
+from .images.agents_image import DEFAULT_AGENTS_IMAGE, build_agents_image, require_agent
+from .images.building import BuildResult
+from .images.sandbox_image import DEFAULT_IMAGE, build_image, image_is_current
 from .owner import current_owner
 from .process import SandboxProcess
 from .pump import OutputChunk

@@ -8,7 +8,7 @@
         await p.close_stdin()
         code = await p.wait()                     # int, or None when it could not be reaped
 
-It is the same docker exec as `Sandbox.stream` (execution.py: the wrapper with its pid marker, the
+It is the same docker exec as `Sandbox.stream` (commands.py: the wrapper with its pid marker, the
 process-tree kill, the in-container timeout; pump.py: the reader thread and its bounded channel),
 with stdin kept open on the exec's socket. Memory stays bounded whatever the process prints: a line
 is held up to `line_cap` bytes (the rest of it is counted and dropped), the lines of at most
@@ -24,14 +24,12 @@ import socket
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .commands import close_exec_socket, exec_exit_code, kill_exec, open_exec, wrapped
 from .errors import ProcessEnded
-from .execution import close_exec_socket, exec_exit_code, kill_exec, open_exec, wrapped
+from .protocols import StartedSandbox
 from .pump import Channel, End, Pump
-
-if TYPE_CHECKING:
-    from .box import Sandbox
 
 DEFAULT_LINE_CAP = 4 << 20
 DEFAULT_STDERR_CAP = 64 << 10
@@ -112,7 +110,7 @@ class SandboxProcess:
 
     def __init__(
         self,
-        sandbox: "Sandbox",
+        sandbox: StartedSandbox,
         argv: list[str],
         *,
         env: list[str] | None,

@@ -1,6 +1,6 @@
 """The output pump of one exec: a thread reads Docker's multiplexed stream and hands chunks to the
 event loop through a bounded channel (backpressure instead of dropping), and a thread feeds stdin.
-Used by `sandbox.execution.ExecStream`."""
+Used by `sandbox.commands.ExecStream`."""
 
 import asyncio
 import contextlib

@@ -7,18 +7,20 @@ session, detached from the exec (it outlives the launcher, reparented to the con
 waits until every port listens on 127.0.0.1, which it reads from /proc/net/tcp rather than by
 connecting, so that no probe reaches the socket behind. A relay that exits or does not listen in
 time fails the start, with its own error. The relay is relay_main.py, whose text
-(agent_scripts.RELAY_SCRIPT) this passes, so every image runs the same one.
+(RELAY_SCRIPT) this passes, so every image runs the same one.
 """
 
-from typing import TYPE_CHECKING
+from pathlib import Path
 
-from .agent_scripts import RELAY_SCRIPT
 from .errors import RelayFailed
-
-if TYPE_CHECKING:
-    from .box import Sandbox
+from .protocols import StartedSandbox
 
 READY_SECONDS = 5.0
+
+# The relay itself (relay_main.py, stdlib Python 3.11), passed as text at exec time; the agents image
+# also carries it as `forgehand-relay` (images/agent_files.py), so one script moves every byte in and
+# out of a sandbox.
+RELAY_SCRIPT = (Path(__file__).parent / "relay_main.py").read_text(encoding="utf-8")
 
 # argv: RELAY_SCRIPT DEADLINE PORT PATH [PORT PATH ...]. Prints "ok" or one line saying what failed.
 _LAUNCHER = """\
@@ -68,7 +70,7 @@ while True:
 """
 
 
-async def start_relays(sandbox: "Sandbox", *, ready_seconds: float = READY_SECONDS) -> None:
+async def start_relays(sandbox: StartedSandbox, *, ready_seconds: float = READY_SECONDS) -> None:
     """Start every relay of the sandbox's spec and wait until each listens; RelayFailed otherwise."""
     relays = sandbox.spec.relays
     if not relays:

@@ -29,7 +29,7 @@ SANDBOX_GID = 1000
 SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
 WORKSPACE_DIR = "/workspace"
 HOME_DIR = "/home/agent"
-# The run's channel to forgehand (AGENTS.md decision 1): a host directory of Unix sockets, mounted
+# The run's channel to forgehand (docs/design.md, "The run's channel"): a host directory of Unix sockets, mounted
 # read-only. Sockets need no network namespace; connect() works on a read-only mount.
 CHANNEL_DIR = "/run/forgehand"
 # Loopback ports the sandbox relays to the channel's sockets (see `Relay`): the gateway (the model
@@ -141,6 +141,14 @@ def weakenings_in_effect(spec: SandboxSpec) -> list[str]:
 
 def validate_spec(spec: SandboxSpec) -> None:
     """Raise SpecRefused for anything malformed or loosened without its opt-in."""
+    _validate_paths(spec)
+    _validate_relays(spec)
+    _validate_labels_and_env(spec)
+    _validate_limits(spec.limits)
+    _validate_weakenings(spec)
+
+
+def _validate_paths(spec: SandboxSpec) -> None:
     if not spec.image or any(ch.isspace() for ch in spec.image):
         raise SpecRefused(f"bad image reference {spec.image!r}")
     ws = Path(spec.workspace)
@@ -152,7 +160,9 @@ def validate_spec(spec: SandboxSpec) -> None:
             raise SpecRefused(f"channel_dir must be an absolute host path, got {str(channel)!r}")
         if channel.resolve() == ws.resolve():
             raise SpecRefused("channel_dir may not be the workspace")
-    _validate_relays(spec)
+
+
+def _validate_labels_and_env(spec: SandboxSpec) -> None:
     for name, value in (("instance", spec.instance), ("task", spec.task), ("run", spec.run)):
         if not _LABEL_VALUE.match(value):
             raise SpecRefused(f"label {name}={value!r} must match {_LABEL_VALUE.pattern}")
@@ -168,7 +178,9 @@ def validate_spec(spec: SandboxSpec) -> None:
             raise SpecRefused(f"environment name {key!r} is not a plain identifier")
         if "\x00" in value:
             raise SpecRefused(f"environment value of {key} contains NUL")
-    lim = spec.limits
+
+
+def _validate_limits(lim: Limits) -> None:
     positive = {
         "pids": lim.pids,
         "memory_bytes": lim.memory_bytes,
@@ -189,6 +201,9 @@ def validate_spec(spec: SandboxSpec) -> None:
         raise SpecRefused("limit pids must be at least 8 (init, the idle process and an exec need room)")
     if lim.memory_bytes < 6 * MiB:
         raise SpecRefused("limit memory_bytes must be at least 6 MiB (Docker's minimum)")
+
+
+def _validate_weakenings(spec: SandboxSpec) -> None:
     if spec.network != "none":
         if spec.network in _NEVER_NETWORKS or spec.network.startswith("container:"):
             raise SpecRefused(f"network mode {spec.network!r} shares a namespace and is never allowed")
@@ -224,11 +239,6 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
     validate_spec(spec)
     lim = spec.limits
     w = spec.weaken
-    labels = {**spec.extra_labels, **spec.labels()}
-    loosened = weakenings_in_effect(spec)
-    if loosened:
-        labels[LABEL_WEAKENED] = "; ".join(loosened)
-    uid, _, gid = spec.user.partition(":")
     env = {"HOME": HOME_DIR, "USER": "agent", "LANG": "C.UTF-8", **spec.env}
     kwargs: dict[str, Any] = {
         "image": spec.image,
@@ -241,30 +251,14 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
         "working_dir": WORKSPACE_DIR,
         "hostname": "sandbox",
         "environment": env,
-        "labels": labels,
+        "labels": _labels(spec),
         "network_mode": spec.network,
         "cap_drop": ["ALL"],
         "security_opt": [] if w.new_privileges else ["no-new-privileges"],
         "privileged": False,
         "read_only": not w.writable_root,
-        # noexec is Docker's default for tmpfs; written out so nobody reads these as executable. It
-        # stops little (/workspace is executable, it has to be), but nothing runs from scratch space.
-        "tmpfs": {
-            "/tmp": f"rw,noexec,nosuid,nodev,size={lim.tmp_bytes},mode=1777",  # noqa: S108 (a path in the container)
-            HOME_DIR: f"rw,noexec,nosuid,nodev,size={lim.home_bytes},uid={uid},gid={gid},mode=0700",
-        },
-        # The only host paths the container sees: the workspace and (read-only) the run's channel
-        # directory. No Docker socket, no other binds, no volumes.
-        "mounts": [
-            {
-                "Target": WORKSPACE_DIR,
-                "Source": str(spec.workspace),
-                "Type": "bind",
-                "ReadOnly": False,
-                "BindOptions": {"Propagation": "rprivate"},
-            },
-            *_channel_mount(spec),
-        ],
+        "tmpfs": _tmpfs(spec),
+        "mounts": _mounts(spec),
         "pids_limit": lim.pids,
         "mem_limit": lim.memory_bytes,
         "memswap_limit": lim.memory_bytes,
@@ -283,6 +277,38 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
     if name is not None:
         kwargs["name"] = name
     return kwargs
+
+
+def _labels(spec: SandboxSpec) -> dict[str, str]:
+    labels = {**spec.extra_labels, **spec.labels()}
+    loosened = weakenings_in_effect(spec)
+    if loosened:
+        labels[LABEL_WEAKENED] = "; ".join(loosened)
+    return labels
+
+
+def _tmpfs(spec: SandboxSpec) -> dict[str, str]:
+    # noexec is Docker's default for tmpfs; written out so nobody reads these as executable. It
+    # stops little (/workspace is executable, it has to be), but nothing runs from scratch space.
+    lim = spec.limits
+    uid, _, gid = spec.user.partition(":")
+    return {
+        "/tmp": f"rw,noexec,nosuid,nodev,size={lim.tmp_bytes},mode=1777",  # noqa: S108 (a path in the container)
+        HOME_DIR: f"rw,noexec,nosuid,nodev,size={lim.home_bytes},uid={uid},gid={gid},mode=0700",
+    }
+
+
+def _mounts(spec: SandboxSpec) -> list[dict[str, Any]]:
+    # The only host paths the container sees: the workspace and (read-only) the run's channel
+    # directory. No Docker socket, no other binds, no volumes.
+    workspace = {
+        "Target": WORKSPACE_DIR,
+        "Source": str(spec.workspace),
+        "Type": "bind",
+        "ReadOnly": False,
+        "BindOptions": {"Propagation": "rprivate"},
+    }
+    return [workspace, *_channel_mount(spec)]
 
 
 def _channel_mount(spec: SandboxSpec) -> list[dict[str, Any]]:

@@ -1,1 +1,1 @@
-"""Agent tasks: state machine, runs, worker, runtimes, transcripts (see DESIGN.md)."""
+"""Agent tasks: state machine, runs, worker, runtimes, transcripts (see docs/design.md)."""

@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-import webhooks
 from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
@@ -26,6 +25,7 @@ from tasks.run.worker import TaskWorker
 from tasks.services import merge_intents
 from tasks.services.merge import MergeService
 from tasks.services.tasks import TaskService
+from webhooks.wiring import wire as wire_webhooks
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -150,7 +150,7 @@ async def run_worker_process(settings: Settings) -> None:
     store = RepoStore(settings.data_dir / "repos")
     bus = EventBus()
     # Events of runs in this process go to the webhooks outbox too, and it delivers them.
-    hooks = webhooks.wire(bus, settings, db)
+    hooks = wire_webhooks(bus, settings, db)
     system = TaskSystem(db, settings, store, bus, gate=WebhookGate(hooks.policy, db))
     await system.start_worker()
     await hooks.start()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from webhooks.protocol import decode_secret
+from webhooks.sdk.protocol import decode_secret
 
 # The endpoint secret(s) of `forgehand hooks serve`, whitespace-separated (two during a rotation).
 # forge.settings skips this variable: it is the consumer's, not a setting of the instance.
@@ -99,7 +99,7 @@ def serve(
     port: int,
 ) -> None:
     """Run the reference consumer: one JSON line per event on stdout."""
-    from webhooks.reference import make_consumer, make_server
+    from webhooks.sdk.reference import make_consumer, make_server
 
     found = endpoint_secrets(secret_files, secrets)
     if secrets:

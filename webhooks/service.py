@@ -15,13 +15,13 @@ from forge.audit import Actor
 from forge.errors import Conflict, InvalidInput, NotFound
 from forge.events import Event, Ping
 from forge.models import Repository
-from webhooks import envelope
-from webhooks.config import WebhooksConfig, seal
-from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
-from webhooks.outbox import enqueue
-from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS, StrictJSONError, loads_strict, subject_for
-from webhooks.schemas import DeliveryDetail, DeliveryRead, HookCreate, HookRead, HookUpdate, SecretInfo
-from webhooks.signing import new_secret
+from webhooks.core import envelope
+from webhooks.core.config import WebhooksConfig, seal
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.core.schemas import DeliveryDetail, DeliveryRead, HookCreate, HookRead, HookUpdate, SecretInfo
+from webhooks.core.signing import new_secret
+from webhooks.delivery.outbox import enqueue
+from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS, StrictJSONError, loads_strict, subject_for
 from webhooks.urlguard import validate_url
 
 

@@ -16,7 +16,7 @@ def _include_models() -> None:
     # Later packages register their tables on the same metadata; import what exists.
     import importlib
 
-    for name in ("forge.git.models", "tasks.models", "webhooks.models"):
+    for name in ("forge.git.models", "tasks.models", "webhooks.core.models"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

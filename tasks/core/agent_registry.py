@@ -71,7 +71,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
 
 
 def adapter_entry(package: str) -> str:
-    """Where the image keeps an adapter's entry point (sandbox/agents.py installs it there)."""
+    """Where the image keeps an adapter's entry point (sandbox/images/agents_image.py installs it there)."""
     return f"{ACP_ROOT}/{package}/node_modules/@agentclientprotocol/{package}/dist/index.js"
 
 

@@ -1,4 +1,4 @@
-"""Approvals: tool calls parked for a person (hooks-protocol.md, `pre_tool_use` ask and hold).
+"""Approvals: tool calls parked for a person (docs/webhooks.md, `pre_tool_use` ask and hold).
 
 Life of an approval:
 - the builtin runtime gets `ask` from a policy consumer (or an endpoint with failure policy `hold`

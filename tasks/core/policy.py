@@ -1,4 +1,4 @@
-"""The policy gate: what the task core asks before a guarded action (hooks-protocol.md).
+"""The policy gate: what the task core asks before a guarded action (docs/webhooks.md).
 
 The webhooks package provides the real dispatcher; the composition root adapts it to this
 protocol. `AllowAll` is the default when no policy endpoint is configured."""

@@ -35,7 +35,7 @@ class TaskState(StrEnum):
 _TERMINAL = frozenset({TaskState.MERGED, TaskState.CLOSED})
 _ACTIVE = frozenset({TaskState.QUEUED, TaskState.RUNNING})
 
-# The graph of DESIGN.md. `queued -> stopped` is a stop before a worker took the run;
+# The graph of docs/design.md ("The task life"). `queued -> stopped` is a stop before a worker took the run;
 # `blocked -> queued` is an answer (its run waits for a worker), `blocked -> stopped` a stop.
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     TaskState.QUEUED: frozenset({TaskState.RUNNING, TaskState.STOPPED, TaskState.FAILED}),

@@ -38,7 +38,7 @@ _WATCHDOG_ONLY = (
     "a fast writer can pass it before the run is stopped"
 )
 
-# session_start's `source` (hooks-protocol.md): a person's decision on an approval resumes the
+# session_start's `source` (docs/webhooks.md): a person's decision on an approval resumes the
 # task like an answer does.
 _SESSION_SOURCE: dict[RunKind, Any] = {
     RunKind.START: "start",

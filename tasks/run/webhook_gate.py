@@ -1,4 +1,4 @@
-"""The policy gate backed by the webhooks dispatcher (hooks-protocol.md): what the composition
+"""The policy gate backed by the webhooks dispatcher (docs/webhooks.md): what the composition
 root gives the task core when webhooks are wired.
 
 - `user_prompt_submit` is asked before the request's write transaction (`TaskService.precheck*`,
@@ -21,7 +21,7 @@ from forge.db import Database
 from forge.events import AccountRef, ParentRef, RunRef, TaskRef
 from forge.models import Repository
 from tasks.core.policy import GateContext, GateDecision, PromptKind, SessionSource
-from webhooks import PolicyDispatcher, PolicyOutcome, RepoRef, TaskMeta
+from webhooks.policy import PolicyDispatcher, PolicyOutcome, RepoRef, TaskMeta
 
 
 class WebhookGate:
@@ -100,7 +100,7 @@ class WebhookGate:
         return await self._dispatch(ctx, "stop", data)
 
     async def pre_merge(self, ctx: GateContext, *, merge: dict[str, Any]) -> GateDecision:
-        # `merge`: base, head, head_sha, strategy, approvals, diffstat (hooks-protocol.md)
+        # `merge`: base, head, head_sha, strategy, approvals, diffstat (docs/webhooks.md)
         return await self._dispatch(ctx, "pre_merge", merge)
 
 

@@ -28,7 +28,7 @@ from tasks.core.models import TranscriptEvent
 from tasks.core.redaction import Redactor
 from tasks.core.transcript import Assistant, Kind, Payload, System, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
-from tasks.run.runtimes.acp import AcpAgentRuntime
+from tasks.run.runtimes.acp.runtime import AcpAgentRuntime
 from tasks.run.runtimes.policy_steps import after_tool
 from tests.support.acp_agent import argv
 from tests.support.claude_host import HostSandbox, ScriptedGate, host_context
@@ -54,7 +54,7 @@ async def stored(db: Database, task_id: int) -> int:
 
 async def builtin_pass(writer: TranscriptWriter, box: Path) -> None:
     """The builtin runtime's path: typed events into the writer, as its loop emits them, and a
-    call's result followed by its `post_tool_use` (tasks/run/runtimes/builtin.py `_run_tool`), as
+    call's result followed by its `post_tool_use` (tasks/run/runtimes/builtin/runtime.py `_run_tool`), as
     the acp pass sends one for each call that ran."""
     ctx = host_context(HostSandbox(box, base_url=""), ScriptedGate(), writer.emit)  # type: ignore[arg-type]
     for i in range(CALLS):

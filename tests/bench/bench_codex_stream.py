@@ -40,7 +40,7 @@ from tasks.core.redaction import Redactor
 from tasks.core.transcript import Assistant, System, ToolCall, ToolResult
 from tasks.core.writer import TranscriptWriter
 from tasks.run.runtimes.cli_lines import StdoutReader
-from tasks.run.runtimes.codex_stream import StreamState
+from tasks.run.runtimes.codex.stream import StreamState
 from tests.support.sse_lag import Served, figures, served, subscribed
 from tests.support.tasks import seed, start_task
 

@@ -8,7 +8,7 @@ SQLite, or PostgreSQL when FORGEHAND_TEST_DATABASE_URL is set). Measured in one 
   source is the `Database`, as the task gate passes it), against a
   bare httpx POST of the same body to the same consumer; p50 and p99 (goal: at most 1.3x each);
 - notification throughput: N events published through `forge.events.EventBus` (one transaction
-  each) with the outbox writer wired by `webhooks.wire`, then the deliverer started and timed until
+  each) with the outbox writer wired by `webhooks.wiring.wire`, then the deliverer started and timed until
   all N are delivered and recorded in the delivery log, against a bare httpx loop posting the same
   bodies one after the other (goal: at least 0.5x).
 
@@ -40,10 +40,10 @@ from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskState
 from forge.models import Repository
 from forge.settings import Settings
 from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
-from webhooks import envelope
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.models import WebhookDelivery, WebhookOutbox
-from webhooks.runtime import WebhooksRuntime, wire
+from webhooks.core import envelope
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookDelivery, WebhookOutbox
+from webhooks.wiring import WebhooksRuntime, wire
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -20,7 +20,7 @@ from forge.models import Repository
 from forge.settings import Settings
 from tests.support.webhooks import Rig, Seen, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
-from webhooks.models import WebhookEndpoint
+from webhooks.core.models import WebhookEndpoint
 
 EVENTS = 300
 TASKS = 30

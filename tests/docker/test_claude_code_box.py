@@ -10,7 +10,7 @@ from typing import Any
 from sandbox import SandboxEngine
 from tasks.core.policy import GateDecision
 from tasks.core.states import RunState
-from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
+from tasks.run.runtimes.claude.runtime import ClaudeCodeRuntime
 from tests.support.agent_box import kill_by_cmdline, running
 from tests.support.channel import FakeChannel, HookCall, Reply, reply_json, text, tool_use
 from tests.support.claude_host import Provider, Recorder, ScriptedGate, host_context

@@ -13,7 +13,7 @@ from typing import Any
 from sandbox import SandboxEngine
 from tasks.core.policy import ApprovedCall, GateDecision, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
-from tasks.run.runtimes.codex import CodexRuntime
+from tasks.run.runtimes.codex.runtime import CodexRuntime
 from tests.support.agent_box import kill_by_cmdline, running
 from tests.support.channel import Reply, reply_json
 from tests.support.claude_host import Recorder, ScriptedGate, host_context
@@ -152,7 +152,7 @@ async def test_the_bridge_denies_in_codex_s_form_when_the_socket_is_gone_or_the_
     engine: SandboxEngine, make_spec: SpecFactory, agents_image: str, channel_dir: Path
 ) -> None:
     """Exit 2 with the reason on stderr: the one failure form Codex blocks on (exit 1 and timeouts
-    let the call run, see sandbox/agent_scripts.py)."""
+    let the call run, see sandbox/images/agent_files.py)."""
     body = json.dumps({"tool_name": "Bash", "tool_input": {"command": "true"}, "tool_use_id": "c"}).encode()
     bridge = ["/usr/local/bin/forgehand-hook", "codex", "PreToolUse"]
     sb = await engine.start(make_spec(image=agents_image, channel_dir=channel_dir, relays=RELAYS))

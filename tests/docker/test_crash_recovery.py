@@ -35,7 +35,7 @@ from tests.support.git import git
 from tests.support.task_world import TASKS, World, bare_repo, build_task_world
 from tests.support.tasks import containers_of
 from tests.support.waiting import until_sync
-from webhooks.models import WebhookOutbox
+from webhooks.core.models import WebhookOutbox
 
 pytestmark = pytest.mark.docker
 

@@ -5,7 +5,7 @@ import time
 import docker
 
 from sandbox import DEFAULT_IMAGE, IMAGE_VERSION, Sandbox, build_image
-from sandbox.image import VERSION_LABEL
+from sandbox.images.sandbox_image import VERSION_LABEL
 
 
 def test_build_is_cached(sandbox_image: str) -> None:

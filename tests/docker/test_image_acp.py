@@ -7,7 +7,7 @@ import docker
 import pytest
 
 from sandbox import DEFAULT_AGENTS_IMAGE
-from sandbox.acp_adapters import ACP_ADAPTER_PINS, NODE_PIN
+from sandbox.images.acp_adapters import ACP_ADAPTER_PINS, NODE_PIN
 from tasks.core.agent_registry import SHIPPED_ACP_AGENTS, adapter_entry
 
 pytestmark = pytest.mark.docker

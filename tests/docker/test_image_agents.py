@@ -26,10 +26,15 @@ from sandbox import (
     build_agents_image,
     installed_agents,
 )
-from sandbox.acp_adapters import ACP_ADAPTER_PINS
-from sandbox.agent_scripts import CODEX_REQUIREMENTS, CODEX_REQUIREMENTS_PATH, MANAGED_SETTINGS, MANAGED_SETTINGS_PATH
-from sandbox.agents import agents_cache_dir
 from sandbox.cli import sandbox_group
+from sandbox.images.acp_adapters import ACP_ADAPTER_PINS
+from sandbox.images.agent_files import (
+    CODEX_REQUIREMENTS,
+    CODEX_REQUIREMENTS_PATH,
+    MANAGED_SETTINGS,
+    MANAGED_SETTINGS_PATH,
+)
+from sandbox.images.agents_image import agents_cache_dir
 from tests.support.channel import FakeChannel, HookCall, Reply, allow, deny, reply_json
 
 from .conftest import SpecFactory

@@ -22,7 +22,7 @@ import pygit2
 import pytest
 
 from forge.settings import Settings
-from sandbox.agent_scripts import HOOK_PATH
+from sandbox.images.agent_files import HOOK_PATH
 from tests.support.anthropic import ScriptedAnthropic, tool_use
 from tests.support.anthropic import text as claude_text
 from tests.support.codex_acp import exec_command

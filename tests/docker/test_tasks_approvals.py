@@ -1,4 +1,4 @@
-"""Approvals (hooks-protocol.md, `pre_tool_use` ask and failure policy `hold`): the call is parked,
+"""Approvals (docs/webhooks.md, `pre_tool_use` ask and failure policy `hold`): the call is parked,
 a collaborator with write access approves or denies it, approving runs exactly the parked input,
 and stop or expiry end it. Real Docker, a real policy consumer and a scripted model."""
 

@@ -1,4 +1,4 @@
-"""Policy hooks wired into the task life (hooks-protocol.md): a real consumer on 127.0.0.1 allows
+"""Policy hooks wired into the task life (docs/webhooks.md): a real consumer on 127.0.0.1 allows
 or denies the goal and each tool call of the builtin runtime, and forgehand obeys."""
 
 import asyncio

@@ -18,7 +18,7 @@ from forge.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.http import LoopbackServer
 from tests.support.waiting import until_sync
-from webhooks.consumer import Verifier
+from webhooks.sdk import Verifier
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 from tasks.core.agent_registry import AcpAgent
 from tasks.core.policy import GateDecision
 from tasks.core.states import RunState
-from tasks.run.runtimes.acp import AcpAgentRuntime
+from tasks.run.runtimes.acp.runtime import AcpAgentRuntime
 from tests.support.acp_agent import argv, ask, say, tool_call
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, StubChannel, host_context
 from tests.support.waiting import until

@@ -12,7 +12,7 @@ import pytest
 from tasks.core.agent_registry import AcpAgent
 from tasks.core.policy import GateDecision
 from tasks.core.states import FailureReason, RunState
-from tasks.run.runtimes.acp import AcpAgentRuntime
+from tasks.run.runtimes.acp.runtime import AcpAgentRuntime
 from tasks.run.runtimes.base import Outcome
 from tests.support.acp_agent import OPTIONS, argv, ask, say, tool_call
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, host_context

@@ -14,7 +14,7 @@ from forge.db import Database
 from forge.settings import Settings
 from tasks.core.states import RunState
 from tasks.run.backchannel import attach
-from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
+from tasks.run.runtimes.claude.runtime import ClaudeCodeRuntime
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use, turn
 from tests.support.backchannel import backchannel_for, tcp_to_socket
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, StubChannel, host_context

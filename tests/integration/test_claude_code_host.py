@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tasks.core.policy import ApprovedCall, GateDecision, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
-from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
+from tasks.run.runtimes.claude.runtime import ClaudeCodeRuntime
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, host_context
 from tests.support.waiting import until

@@ -10,7 +10,7 @@ from litestar.testing import AsyncTestClient
 
 from forge.access import Scope
 from forge.int_bounds import INT_MAX, INT_MIN
-from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
+from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 METHODS = ("get", "post", "put", "patch", "delete")
 

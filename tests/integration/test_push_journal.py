@@ -30,9 +30,9 @@ from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git, pack_objects
 from tests.support.waiting import until_sync
-from webhooks.config import WebhooksConfig
-from webhooks.models import WebhookOutbox
-from webhooks.schemas import HookCreate
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.models import WebhookOutbox
+from webhooks.core.schemas import HookCreate
 from webhooks.service import create_endpoint
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.agent_scripts import RELAY_SCRIPT
+from sandbox.relays import RELAY_SCRIPT
 from tests.support.egress import send_and_read
 from tests.support.waiting import until
 

@@ -24,7 +24,7 @@ from tests.support.policy import PolicyConsumer
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 from tests.support.web import csrf_from, sign_in
 from tests.support.webhooks import config, make_endpoint
-from webhooks.models import WebhookOutbox
+from webhooks.core.models import WebhookOutbox
 
 pytestmark = pytest.mark.db
 

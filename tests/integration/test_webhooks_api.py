@@ -13,7 +13,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
-import webhooks
+import webhooks.http
 from forge.accounts import get_by_login
 from forge.app import create_app
 from forge.db import Database
@@ -24,10 +24,10 @@ from tests.support.accounts import PASSWORD, Accounts
 from tests.support.forms import read_form
 from tests.support.web import csrf_from, sign_in
 from tests.support.webhooks import LOOPBACK, config, make_repo, receiver
-from webhooks.deliverer import Deliverer
-from webhooks.models import WebhookEndpoint
-from webhooks.outbound import Outbound
-from webhooks.runtime import wire
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.outbound import Outbound
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.wiring import wire
 
 ADMIN_HOOKS = "/api/v1/admin/hooks"
 REPO_HOOKS = "/api/v1/repos/ana/demo/hooks"
@@ -48,7 +48,7 @@ def hooks_app(settings: Settings) -> Litestar:
     settings = _quiet(settings)
     app = create_app(settings)
     if not any(getattr(r, "path", "") == ADMIN_HOOKS for r in app.routes):
-        for handler in webhooks.ROUTE_HANDLERS:
+        for handler in webhooks.http.ROUTE_HANDLERS:
             app.register(handler)
     app.state.webhooks = wire(EventBus(), settings, app.state.db, allow=LOOPBACK, deliver=False)
     return app

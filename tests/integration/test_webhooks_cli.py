@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from tests.support.waiting import until_sync
 from tests.support.webhooks import free_port
 from webhooks.cli import hooks_group
-from webhooks.protocol import encode_secret, kid_for
-from webhooks.signing import SigningKey, request_headers, sign_jwt
+from webhooks.core.signing import SigningKey, request_headers, sign_jwt
+from webhooks.sdk.protocol import encode_secret, kid_for
 
 KEY = os.urandom(32)
 

@@ -1,4 +1,4 @@
-"""The policy delivery log written in the background (`webhooks.logwriter`), against a real database
+"""The policy delivery log written in the background (`webhooks.policy.log_writer`), against a real database
 and real consumers on 127.0.0.1: rows of clean dispatches appear after `flush_log()`, none are lost
 under many concurrent dispatches, rows of an endpoint deleted meanwhile are dropped quietly, a
 dispatch with a failed endpoint has its rows written before it returns, rows of a dispatch in the
@@ -19,11 +19,12 @@ from forge.events import AccountRef, RunRef, TaskRef
 from forge.models import Repository
 from forge.settings import Settings
 from tests.support.webhooks import Seen, config, make_endpoint, make_repo, receiver
-from webhooks import logwriter, service
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.models import WebhookDelivery
-from webhooks.outbound import Outbound
-from webhooks.policy import PolicyDispatcher, PolicyOutcome
+from webhooks import service
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookDelivery
+from webhooks.core.outbound import Outbound
+from webhooks.policy import log_writer
+from webhooks.policy.dispatcher import PolicyDispatcher, PolicyOutcome
 
 pytestmark = pytest.mark.db
 
@@ -110,7 +111,7 @@ async def test_nothing_is_lost_across_many_concurrent_dispatches(
 async def test_rows_of_an_endpoint_deleted_before_the_flush_are_dropped_quietly(
     db: Database, settings: Settings, dispatcher: PolicyDispatcher, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(logwriter, "LINGER", 0.5)  # the rows are surely still pending when the endpoint goes
+    monkeypatch.setattr(log_writer, "LINGER", 0.5)  # the rows are surely still pending when the endpoint goes
     with receiver() as a, receiver() as b:
         doomed, _ = await make_endpoint(db, config(settings), repo, a.url, kind="policy")
         kept, _ = await make_endpoint(db, config(settings), repo, b.url, kind="policy")
@@ -131,7 +132,7 @@ async def test_a_dispatch_with_a_failed_endpoint_has_its_rows_written_before_it_
     db: Database, settings: Settings, dispatcher: PolicyDispatcher, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Were they handed to the background writer, they would wait this long: far past the check.
-    monkeypatch.setattr(logwriter, "LINGER", 30.0)
+    monkeypatch.setattr(log_writer, "LINGER", 30.0)
     with receiver() as good, receiver(fails) as bad:
         ok_endpoint, _ = await make_endpoint(db, config(settings), repo, good.url, kind="policy")
         failing, _ = await make_endpoint(db, config(settings), repo, bad.url, kind="policy", failure_policy="open")
@@ -163,7 +164,7 @@ async def test_rows_of_a_dispatch_in_the_callers_transaction_share_its_fate(
 async def test_aclose_writes_what_is_pending(
     db: Database, settings: Settings, repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(logwriter, "LINGER", 1.0)
+    monkeypatch.setattr(log_writer, "LINGER", 1.0)
     cfg = config(settings)
     out = Outbound(cfg.allow)
     d = PolicyDispatcher(db, cfg, out)

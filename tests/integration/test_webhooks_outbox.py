@@ -24,15 +24,15 @@ from forge.settings import Settings
 from tests.support.waiting import event as event_set
 from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, free_port, make_endpoint, make_repo, receiver, task_ref
-from webhooks import schedule as outbox_mod
 from webhooks import service
-from webhooks.consumer import Verifier
-from webhooks.deliverer import Deliverer
-from webhooks.models import WebhookEndpoint
-from webhooks.outbound import Outbound
-from webhooks.outbox_store import OutboxStore
-from webhooks.schedule import RETRY_SCHEDULE
-from webhooks.schemas import HookUpdate
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.outbound import Outbound
+from webhooks.core.schemas import HookUpdate
+from webhooks.delivery import schedule as outbox_mod
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.delivery.outbox_store import OutboxStore
+from webhooks.delivery.schedule import RETRY_SCHEDULE
+from webhooks.sdk import Verifier
 
 CREATED = TaskCreated()
 CHANGED = TaskStateChanged(from_="queued", to="running")
@@ -271,9 +271,9 @@ import asyncio, json, sys
 from pathlib import Path
 from forge.db import Database
 from forge.settings import load_settings
-from webhooks.config import WebhooksConfig
-from webhooks.outbound import Outbound
-from webhooks.deliverer import Deliverer
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.outbound import Outbound
+from webhooks.delivery.deliverer import Deliverer
 from webhooks.urlguard import AllowList
 
 values = json.loads(sys.argv[1])
@@ -340,8 +340,8 @@ async def test_deliverer_killed_with_sigkill_loses_nothing(
 
 
 async def test_runtime_loop_delivers_right_after_the_commit(db: Database, settings: Settings, repo: Repository) -> None:
-    from webhooks import metrics
-    from webhooks.runtime import wire
+    from webhooks.core import metrics
+    from webhooks.wiring import wire
 
     bus = EventBus()
     runtime = wire(bus, settings, db, allow=config(settings).allow)

@@ -42,9 +42,9 @@ from forge.settings import Settings
 from tests.support.payloads import doc_rows, payload_rows, render_rows
 from tests.support.webhooks import config, make_endpoint, make_repo
 from webhooks import service
-from webhooks.models import WebhookEndpoint, WebhookOutbox
-from webhooks.outbox import OutboxWriter
-from webhooks.protocol import NOTIFY_EVENTS
+from webhooks.core.models import WebhookEndpoint, WebhookOutbox
+from webhooks.delivery.outbox import OutboxWriter
+from webhooks.sdk.protocol import NOTIFY_EVENTS
 
 SHA_A, SHA_B, ZEROS = "a" * 40, "b" * 40, "0" * 40
 APPROVAL: dict[str, Any] = {

@@ -22,11 +22,11 @@ from forge.settings import Settings
 from tests.support.waiting import until
 from tests.support.webhooks import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
 from webhooks import service
-from webhooks.consumer import Consumer, HookRequest, Verifier, allow, ask, deny
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.models import WebhookDelivery
-from webhooks.policy import PolicyDispatcher
-from webhooks.reference import make_consumer, make_server
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookDelivery
+from webhooks.policy.dispatcher import PolicyDispatcher
+from webhooks.sdk import Consumer, HookRequest, Verifier, allow, ask, deny
+from webhooks.sdk.reference import make_consumer, make_server
 
 TASK = TaskRef(id=str(uuid.uuid4()), number=7, url="http://testserver.local/ana/demo/tasks/7")
 META = TaskMeta(
@@ -64,7 +64,7 @@ async def repo(db: Database) -> Repository:
 
 @pytest.fixture
 async def dispatcher(db: Database, settings: Settings) -> AsyncIterator[PolicyDispatcher]:
-    from webhooks.outbound import Outbound
+    from webhooks.core.outbound import Outbound
 
     cfg = config(settings)
     out = Outbound(cfg.allow)
@@ -222,7 +222,7 @@ async def test_connection_error_is_retried_once_after_250ms_with_a_new_jti(
     port = free_port()
     endpoint_id, _ = await policy_endpoint(db, settings, repo, f"http://127.0.0.1:{port}/gone")
     async with db.session(write=True) as s:  # only the dead endpoint now
-        from webhooks.models import WebhookEndpoint
+        from webhooks.core.models import WebhookEndpoint
 
         for e in (await s.execute(select(WebhookEndpoint))).scalars():
             e.active = e.id == endpoint_id
@@ -309,7 +309,7 @@ async def test_response_over_one_mebibyte_is_a_protocol_error(
 async def test_deadline_is_shared_by_the_capacity_wait_and_the_retry(
     db: Database, settings: Settings, repo: Repository
 ) -> None:
-    from webhooks.outbound import Outbound
+    from webhooks.core.outbound import Outbound
 
     cfg = config(settings, policy_concurrency=1)
     out = Outbound(cfg.allow)

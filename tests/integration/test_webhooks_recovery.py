@@ -17,10 +17,10 @@ from forge.settings import Settings
 from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
-from webhooks.deliverer import Deliverer
-from webhooks.models import WebhookEndpoint, WebhookOutbox
-from webhooks.outbound import Outbound
-from webhooks.outbox_store import OutboxStore
+from webhooks.core.models import WebhookEndpoint, WebhookOutbox
+from webhooks.core.outbound import Outbound
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.delivery.outbox_store import OutboxStore
 
 
 class Switch:

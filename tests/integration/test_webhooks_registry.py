@@ -1,4 +1,4 @@
-"""The policy dispatcher's endpoint cache (`webhooks.registry`) against a real database and real
+"""The policy dispatcher's endpoint cache (`webhooks.policy.endpoint_cache`) against a real database and real
 consumers on 127.0.0.1: every change made in this process (through the endpoint service or the
 REST API) is honoured by the very next dispatch, whatever the cache's time to live; a change
 written by another process (a second engine, plain SQL, no ORM event here) is honoured once the
@@ -15,7 +15,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import Table, delete, insert, select, update
 
-import webhooks
+import webhooks.http
 from forge.app import create_app
 from forge.audit import Actor
 from forge.db import Database
@@ -25,14 +25,15 @@ from forge.settings import Settings
 from tests.support.accounts import Accounts
 from tests.support.waiting import until
 from tests.support.webhooks import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver
-from webhooks import registry, service
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.models import WebhookEndpoint
-from webhooks.outbound import Outbound
-from webhooks.policy import PolicyDispatcher, PolicyOutcome
-from webhooks.protocol import decode_secret
-from webhooks.runtime import wire
-from webhooks.schemas import HookUpdate
+from webhooks import service
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookEndpoint
+from webhooks.core.outbound import Outbound
+from webhooks.core.schemas import HookUpdate
+from webhooks.policy import endpoint_cache
+from webhooks.policy.dispatcher import PolicyDispatcher, PolicyOutcome
+from webhooks.sdk.protocol import decode_secret
+from webhooks.wiring import wire
 
 pytestmark = pytest.mark.db
 
@@ -215,12 +216,12 @@ async def test_health_bookkeeping_does_not_invalidate_the_cache(
     with receiver() as r:
         endpoint, _ = await make_endpoint(db, config(settings), repo, r.url, kind="policy")
         await dispatch(pinned, repo)
-        before = registry.generation()
+        before = endpoint_cache.generation()
         async with db.session(write=True) as s:
             e = await s.get(WebhookEndpoint, endpoint.id)
             assert e is not None
             e.failing_since = e.last_success_at = config(settings).clock()
-        assert registry.generation() == before
+        assert endpoint_cache.generation() == before
         assert pinned._cache.get(repo.id) is not None
 
 
@@ -232,7 +233,7 @@ def hooks_app(settings: Settings) -> Litestar:
     quiet = msgspec.structs.replace(settings, webhooks_deliver=False, webhooks_allowed_hosts="127.0.0.1")
     app = create_app(quiet)
     if not any(getattr(r, "path", "") == "/api/v1/admin/hooks" for r in app.routes):
-        for handler in webhooks.ROUTE_HANDLERS:
+        for handler in webhooks.http.ROUTE_HANDLERS:
             app.register(handler)
     app.state.webhooks = wire(EventBus(), quiet, app.state.db, allow=LOOPBACK, deliver=False)
     return app
@@ -334,16 +335,16 @@ async def test_a_change_written_by_another_process_is_honoured_once_the_entry_ex
     name: str,
     write: Write,
 ) -> None:
-    assert dispatcher._cache.ttl == registry.TTL
+    assert dispatcher._cache.ttl == endpoint_cache.TTL
     with receiver(fails) as r, receiver() as other:
         endpoint, _ = await make_endpoint(db, config(settings), repo, r.url, kind="policy")
         assert (await dispatch(dispatcher, repo)).decision == "deny"  # cached now: one failing, closed endpoint
         elsewhere = Database(settings.effective_database_url)
         try:
-            before = registry.generation()
+            before = endpoint_cache.generation()
             async with elsewhere.engine.begin() as conn:
                 await write(conn, endpoint, other)
-            assert registry.generation() == before  # nothing in this process saw the write
+            assert endpoint_cache.generation() == before  # nothing in this process saw the write
         finally:
             await elsewhere.dispose()
         # Before the entry expires the cached answer may still be used; afterwards the change holds.
@@ -355,7 +356,7 @@ async def test_a_change_written_by_another_process_is_honoured_once_the_entry_ex
 
         await until(
             honoured,
-            timeout=registry.TTL + 10,
+            timeout=endpoint_cache.TTL + 10,
             what=f"{name} to be honoured",
             show=lambda: f"{called(last[0])} {last[0].decision}",
         )

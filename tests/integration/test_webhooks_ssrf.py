@@ -11,12 +11,12 @@ from forge.db import Database
 from forge.events import AccountRef, TaskRef
 from forge.settings import Settings
 from tests.support.webhooks import Canary, config, make_repo, receiver
-from webhooks.deliverer import Deliverer
-from webhooks.envelope import RepoRef, TaskMeta
-from webhooks.models import WebhookDelivery, WebhookEndpoint
-from webhooks.outbound import Outbound, OutboundError
-from webhooks.outbox import enqueue
-from webhooks.policy import PolicyDispatcher
+from webhooks.core.envelope import RepoRef, TaskMeta
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint
+from webhooks.core.outbound import Outbound, OutboundError
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.delivery.outbox import enqueue
+from webhooks.policy.dispatcher import PolicyDispatcher
 from webhooks.urlguard import AllowList, validate_url
 
 # A post to a local receiver takes milliseconds; 2 s once ran out on a loaded 2-CPU runner. What

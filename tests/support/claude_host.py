@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from sandbox import ExecResult
-from sandbox.agents import AGENT_PINS, install_agent
+from sandbox.images.agents_image import AGENT_PINS, install_agent
 from sandbox.process import DEFAULT_LINE_CAP, LineSplitter
 from sandbox.spec import HOME_DIR
 from tasks.core.policy import ApprovedCall, GateContext, GateDecision

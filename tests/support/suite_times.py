@@ -14,7 +14,8 @@ def main(paths: list[str]) -> None:
     by_db: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     by_module: dict[str, float] = defaultdict(float)
     for path in paths:
-        for case in ET.parse(path).getroot().iter("testcase"):
+        # The suite's own JUnit XML, written by pytest in this run: no untrusted input.
+        for case in ET.parse(path).getroot().iter("testcase"):  # noqa: S314
             seconds = float(case.get("time") or 0)
             module = (case.get("classname") or "").replace(".", "/") + ".py"
             folder = module.split("/")[1] if module.count("/") > 1 else module

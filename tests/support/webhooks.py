@@ -21,12 +21,12 @@ from forge.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, Ta
 from forge.models import Account, Repository
 from forge.settings import Settings
 from tests.support.http import LoopbackServer
-from webhooks.config import WebhooksConfig
-from webhooks.deliverer import Deliverer
-from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
-from webhooks.outbound import Outbound
-from webhooks.outbox import OutboxWriter
-from webhooks.schemas import HookCreate
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
+from webhooks.core.outbound import Outbound
+from webhooks.core.schemas import HookCreate
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.delivery.outbox import OutboxWriter
 from webhooks.service import create_endpoint
 from webhooks.urlguard import AllowList
 

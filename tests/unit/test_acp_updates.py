@@ -5,8 +5,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasks.run.runtimes.acp_session import acp_mcp_servers
-from tasks.run.runtimes.acp_updates import KNOWN_OPTION_KINDS, PART, UpdateState, choose_option, tool_name_of
+from tasks.run.runtimes.acp.session import acp_mcp_servers
+from tasks.run.runtimes.acp.updates import KNOWN_OPTION_KINDS, PART, UpdateState, choose_option, tool_name_of
 
 
 def chunk(text: str, kind: str = "agent_message_chunk") -> dict[str, Any]:

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.core.policy import GateDecision
-from tasks.run.runtimes.claude_control import PolicyBroker, Verdict, control_answer, hook_answer
+from tasks.run.runtimes.claude.control import control_answer
+from tasks.run.runtimes.policy_broker import PolicyBroker, Verdict, hook_answer
 from tests.support.claude_host import HostSandbox, Recorder, ScriptedGate, host_context
 from tests.support.waiting import event
 

@@ -1,6 +1,7 @@
 """Claude Code's stream-json lines (shapes recorded from the CLI 2.1.332) into transcript events."""
 
-from tasks.run.runtimes.claude_stream import StreamState, tool_kind, usage_of
+from tasks.run.runtimes.claude.stream import StreamState, usage_of
+from tasks.run.runtimes.tool_kinds import tool_kind
 
 INIT = {"type": "system", "subtype": "init", "cwd": "/workspace", "session_id": "s-1", "model": "m",
         "permissionMode": "default", "claude_code_version": "2.1.332", "tools": ["Bash"]}  # fmt: skip
@@ -62,7 +63,7 @@ def test_tool_kinds() -> None:
 def test_an_error_result_never_reads_as_success() -> None:
     """A model call that failed for good ends with subtype `success` and `is_error`: the run's
     phase and the task's error say "error", never "(success)"."""
-    from tasks.run.runtimes.claude_code import error_text
+    from tasks.run.runtimes.claude.stream import error_text
 
     failed = {**FINAL, "is_error": True, "result": "API Error: 403 forbidden", "terminal_reason": "api_error"}
     ((_, phase),) = StreamState().feed(failed)

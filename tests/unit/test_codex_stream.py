@@ -10,8 +10,9 @@ import pytest
 from tasks.core.capping import HeadTail
 from tasks.core.transcript import Assistant, Notice, System, ToolCall, ToolResult
 from tasks.run.runtimes.cli_lines import BATCH_LINES, StdoutReader
-from tasks.run.runtimes.codex import CodexRuntime, provider_config
-from tasks.run.runtimes.codex_stream import Allowed, StreamState, tool_kind
+from tasks.run.runtimes.codex.runtime import CodexRuntime, provider_config
+from tasks.run.runtimes.codex.stream import Allowed, StreamState
+from tasks.run.runtimes.tool_kinds import tool_kind
 from tests.support.waiting import event, until
 
 # One run, measured: a patch, a failing command, a message, the turn's usage.

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 from sandbox import AGENT_PINS, AgentPin, ImageBuildFailed
-from sandbox.agent_scripts import CODEX_REQUIREMENTS, HOOK_PATH, HOOK_SCRIPT, MANAGED_SETTINGS, RELAY_SCRIPT
-from sandbox.agents import (
+from sandbox.images.agent_files import (
+    CODEX_REQUIREMENTS,
+    HOOK_PATH,
+    HOOK_SCRIPT,
+    HOOK_TIMEOUT_SECONDS,
+    MANAGED_SETTINGS,
+)
+from sandbox.images.agents_image import (
     AGENTS_DOCKERFILE,
     AGENTS_IMAGE_VERSION,
     DEFAULT_AGENTS_IMAGE,
@@ -20,7 +26,8 @@ from sandbox.agents import (
     install_agent,
     npm_arch,
 )
-from sandbox.image import DEFAULT_IMAGE
+from sandbox.images.sandbox_image import DEFAULT_IMAGE
+from sandbox.relays import RELAY_SCRIPT
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "sandbox" / "agents"
 
@@ -124,6 +131,13 @@ def test_scripts_run_isolated_with_a_fixed_socket() -> None:
     assert RELAY_SCRIPT.startswith("#!/usr/bin/python3 -I\n")
     assert 'SOCKET = "/run/forgehand/gateway.sock"' in HOOK_SCRIPT
     assert "TIMEOUT = 120" in HOOK_SCRIPT
+
+
+def test_hook_bridge_file_is_python_with_the_settings_timeout() -> None:
+    """The bridge is a file of the package (sandbox/images/forgehand-hook), not linted as a module:
+    it compiles, and its own timeout is the one the managed settings add their margin to."""
+    compile(HOOK_SCRIPT, "forgehand-hook", "exec")
+    assert f"\nTIMEOUT = {HOOK_TIMEOUT_SECONDS}\n" in HOOK_SCRIPT
 
 
 def test_machine_names_map_to_npm_cpu_names() -> None:

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from sandbox.image import (
+from sandbox.images.sandbox_image import (
     DEFAULT_IMAGE,
     DOCKERFILE,
     IMAGE_VERSION,

@@ -15,9 +15,9 @@ from typing import Any
 import jwt
 import pytest
 
-from webhooks import consumer as c
-from webhooks.protocol import encode_secret, kid_for
-from webhooks.signing import SigningKey, sign_jwt
+from webhooks import sdk as c
+from webhooks.core.signing import SigningKey, sign_jwt
+from webhooks.sdk.protocol import encode_secret, kid_for
 
 KEY = bytes(range(32))
 SECRET = encode_secret(KEY)
@@ -513,8 +513,8 @@ class Block:
         if name.split(".")[0] in BLOCKED:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-from webhooks.consumer import Consumer, Verifier, deny
-from webhooks.reference import make_consumer
+from webhooks.sdk import Consumer, Verifier, deny
+from webhooks.sdk.reference import make_consumer
 v = Verifier(audience="https://h.example/x", secrets="whsec_" + "A" * 44)
 print("ok", Consumer(v).verifier is v)
 """

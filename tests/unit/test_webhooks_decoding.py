@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhooks.decoding import ProtocolViolation, decode_policy_response
-from webhooks.protocol import MAX_MODEL_CONTEXT, MAX_POLICY_RESPONSE, StrictJSONError, loads_strict, max_depth
+from webhooks.policy.answers import ProtocolViolation, decode_policy_response
+from webhooks.sdk.protocol import MAX_MODEL_CONTEXT, MAX_POLICY_RESPONSE, StrictJSONError, loads_strict, max_depth
 
 
 def test_empty_body_and_empty_object_are_no_opinion() -> None:

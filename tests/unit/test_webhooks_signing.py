@@ -11,9 +11,9 @@ import jwt
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from webhooks.protocol import decode_secret, encode_secret, kid_for, normalize_audience
-from webhooks.schedule import RETRY_SCHEDULE, parse_retry_after, retry_delay
-from webhooks.signing import SigningKey, new_secret, redacted, request_headers, sign_jwt
+from webhooks.core.signing import SigningKey, new_secret, redacted, request_headers, sign_jwt
+from webhooks.delivery.schedule import RETRY_SCHEDULE, parse_retry_after, retry_delay
+from webhooks.sdk.protocol import decode_secret, encode_secret, kid_for, normalize_audience
 
 
 def test_new_secret_is_32_bytes_shown_as_whsec_and_kid_is_derived() -> None:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from forge.render import markdown
 from forge.text import code_block, code_span, plural
 from tasks.core.schemas import command_text
-from tasks.run.runtimes.command import success_summary
+from tasks.run.runtimes.command.runtime import success_summary
 
 
 def test_a_count_agrees_with_its_noun() -> None:

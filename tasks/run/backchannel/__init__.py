@@ -1,4 +1,4 @@
-"""The agent back-channel (AGENTS.md decision 7): per run, an MCP server on the run's gateway
+"""The agent back-channel (docs/backchannel.md): per run, an MCP server on the run's gateway
 socket (`mcp`), whose tools (`tools`) are the run's `Backchannel` (`service`): ask_user,
 report_summary, record_progress, spawn_subtask. The builtin runtime offers the same tools as
 function tools; CLI agents get `mcp_client_config` (`config`)."""

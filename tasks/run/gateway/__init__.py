@@ -1,4 +1,4 @@
-"""The model gateway (AGENTS.md decision 2): one `RunChannel` per run, a Unix socket the sandbox
+"""The model gateway (docs/agents.md, "Model gateway and keys"): one `RunChannel` per run, a Unix socket the sandbox
 reaches at /run/forgehand/gateway.sock, with the run's token as its only credential. The real
 provider keys stay on the host (`proxy`), usage is metered (`metering`) against the run's token
 budget (`budget`), and tokens live only in this process (`tokens`)."""

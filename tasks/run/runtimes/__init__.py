@@ -3,12 +3,12 @@ one entry in `RUNTIMES` (the name a task's `runtime` field selects)."""
 
 from collections.abc import Callable
 
-from tasks.run.runtimes.acp import AcpRuntime
+from tasks.run.runtimes.acp.runtime import AcpRuntime
 from tasks.run.runtimes.base import Runtime
-from tasks.run.runtimes.builtin import BuiltinRuntime
-from tasks.run.runtimes.claude_code import ClaudeCodeRuntime
-from tasks.run.runtimes.codex import CodexRuntime
-from tasks.run.runtimes.command import CommandRuntime
+from tasks.run.runtimes.builtin.runtime import BuiltinRuntime
+from tasks.run.runtimes.claude.runtime import ClaudeCodeRuntime
+from tasks.run.runtimes.codex.runtime import CodexRuntime
+from tasks.run.runtimes.command.runtime import CommandRuntime
 
 RUNTIMES: dict[str, Callable[[], Runtime]] = {
     "builtin": BuiltinRuntime,

@@ -1,4 +1,4 @@
-"""CLI agent sessions across runs (AGENTS.md decision 5): the part of the CLI's `$HOME` that holds
+"""CLI agent sessions across runs (docs/agents.md, "Claude Code: resume"): the part of the CLI's `$HOME` that holds
 its sessions (`AgentHome`: `.claude` for Claude Code, `.codex/sessions` for Codex) saved after a
 run into the task's state directory on the host (`claude-home.tgz`, `codex-home.tgz`; opaque:
 never unpacked on the host) and unpacked into the next run's fresh container before the CLI

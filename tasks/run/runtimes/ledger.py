@@ -12,7 +12,7 @@ one decided. The first bypass trips the run (`tripped`): the supervisor ends it 
 
 Matching is by tool-use id where the CLI gives the same id to both sides (Claude Code, the ACP
 adapters, the builtin loop); the codex runtime, whose stream items carry ids of their own, matches
-an item to the call its hook allowed by content first (codex_stream.py) and hands the ledger the
+an item to the call its hook allowed by content first (codex/stream.py) and hands the ledger the
 call's id, or no id when nothing matched. A call decided `deny` whose refusal comes back as an
 error result is no bypass; one the CLI refused itself before any decision (an unknown tool, an
 input that failed its schema, a turn cut short) is filtered by the runtime before it asks.

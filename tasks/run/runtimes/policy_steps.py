@@ -1,6 +1,7 @@
-"""The policy steps every agent runtime takes around a tool call, shared so the builtin loop and
-the CLI agents (claude-code) decide and record alike: the transcript record of a dispatch, the
-approval a consumer's `ask` parks, and `post_tool_use` after a call ran."""
+"""The policy steps every agent runtime takes around a tool call and at the end of its turn, shared
+so the builtin loop and the CLI agents (claude-code, codex, acp) decide and record alike: the
+transcript record of a dispatch, the approval a consumer's `ask` parks, `post_tool_use` after a
+call ran, and `stop` when the agent ended its turn (`StopStep`)."""
 
 from typing import Any
 
@@ -85,3 +86,26 @@ def verify(
         reason=bypass.reason,
     )
     return [("policy_bypass", event)]
+
+
+class StopStep:
+    """`stop` when the agent ended its turn, one rule for every runtime: the decision is recorded, and
+    a consumer's `model_context` becomes the agent's next message, once a run (a later `stop` is
+    still dispatched and recorded, and the run ends)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.continued = False
+
+    async def next_message(self, summary: str, *, turns: int | None = None) -> str:
+        """Dispatch `stop` for a turn that ended with `summary` (`turns`: the run's turns, when the
+        runtime has not counted them on the context yet): what the agent is told next, or "" when
+        the run ends here."""
+        ctx = self.ctx
+        turns = ctx.turns if turns is None else turns
+        decision = await ctx.gate.stop(ctx.gate_ctx, summary=summary, turns=turns, changed_files=[])
+        await record(ctx, decision)
+        if self.continued or not decision.model_context.strip():
+            return ""
+        self.continued = True
+        return decision.model_context

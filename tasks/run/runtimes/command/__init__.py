@@ -1,0 +1,1 @@
+"""The `command` runtime: the task's shell command in the sandbox, no model."""

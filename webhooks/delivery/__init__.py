@@ -1,0 +1,1 @@
+"""Notifications: the durable outbox and its deliverer."""

@@ -1,0 +1,65 @@
+"""Composition of the package: `wire(bus, settings, db)` subscribes the outbox writer and builds
+the deliverer and the policy dispatcher around one guarded connection pool."""
+
+from typing import Any
+
+from forge.allowlists import AllowListSource
+from forge.db import Database
+from forge.events import EventBus
+from webhooks.core.config import WebhooksConfig
+from webhooks.core.outbound import Outbound
+from webhooks.delivery.deliverer import Deliverer
+from webhooks.delivery.outbox import OutboxWriter
+from webhooks.policy.dispatcher import PolicyDispatcher
+from webhooks.urlguard import Resolver
+
+
+class WebhooksRuntime:
+    """What the host keeps on `app.state.webhooks`: `policy` (the dispatcher tasks call),
+    `deliverer`, `config`, and `start()`/`stop()` for the delivery loop."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: WebhooksConfig,
+        *,
+        resolver: Resolver | None = None,
+        deliver: bool = True,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.deliver = deliver
+        # Every new connection checks the allow-list as it is now (the floor and an admin's hosts).
+        allow = AllowListSource(db, "webhooks", config.allow)
+        self.policy_outbound = Outbound(allow, max_connections=config.policy_concurrency, resolver=resolver)
+        self.delivery_outbound = Outbound(allow, max_connections=config.delivery_concurrency, resolver=resolver)
+        self.policy = PolicyDispatcher(db, config, self.policy_outbound)
+        self.deliverer = Deliverer(db, config, self.delivery_outbound)
+        self.writer = OutboxWriter(config, wake=self.deliverer.wake)
+
+    def wake(self) -> None:
+        self.deliverer.wake()
+
+    async def start(self) -> None:
+        """Start the delivery loop (unless built with `deliver=False`)."""
+        if self.deliver:
+            await self.deliverer.start()
+
+    async def stop(self) -> None:
+        await self.deliverer.stop()
+        await self.policy.aclose()
+        await self.policy_outbound.aclose()
+        await self.delivery_outbound.aclose()
+
+
+def wire(bus: EventBus, settings: Any, db: Database, **options: Any) -> WebhooksRuntime:
+    """Subscribe the outbox writer to `bus` and return the runtime (not started).
+
+    `options`: `resolver` (tests), `deliver` (run the delivery loop in `start()`, default from
+    `settings.webhooks_deliver`, true), and any `WebhooksConfig` field (`allow`, `clock`...)."""
+    resolver = options.pop("resolver", None)
+    deliver = bool(options.pop("deliver", getattr(settings, "webhooks_deliver", True)))
+    config = WebhooksConfig.from_settings(settings, **options)
+    runtime = WebhooksRuntime(db, config, resolver=resolver, deliver=deliver)
+    bus.subscribe(runtime.writer)
+    return runtime
