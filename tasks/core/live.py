@@ -10,11 +10,14 @@ import contextlib
 import threading
 from collections.abc import Callable
 
+# A waiter: the event to set, and the loop it belongs to (set from whichever thread notifies).
+Wake = tuple[asyncio.AbstractEventLoop, asyncio.Event]
+
 
 class LiveHub:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+        self._waiters: dict[int, set[Wake]] = {}
         self._listeners: list[Callable[[int], None]] = []
 
     def notify(self, task_id: int) -> None:
@@ -37,12 +40,24 @@ class LiveHub:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
+    def add_waiter(self, task_id: int, wake: Wake) -> None:
+        """Set `wake`'s event (on its loop) at every notification of the task, until removed."""
+        with self._lock:
+            self._waiters.setdefault(task_id, set()).add(wake)
+
+    def remove_waiter(self, task_id: int, wake: Wake) -> None:
+        with self._lock:
+            waiters = self._waiters.get(task_id)
+            if waiters is not None:
+                waiters.discard(wake)
+                if not waiters:
+                    del self._waiters[task_id]
+
     async def wait(self, task_id: int, timeout: float) -> bool:  # noqa: ASYNC109
         """Wait until the task is notified or `timeout` passes; True when notified."""
         event = asyncio.Event()
         key = (asyncio.get_running_loop(), event)
-        with self._lock:
-            self._waiters.setdefault(task_id, set()).add(key)
+        self.add_waiter(task_id, key)
         try:
             async with asyncio.timeout(timeout):
                 await event.wait()
@@ -50,12 +65,7 @@ class LiveHub:
         except TimeoutError:
             return False
         finally:
-            with self._lock:
-                waiters = self._waiters.get(task_id)
-                if waiters is not None:
-                    waiters.discard(key)
-                    if not waiters:
-                        del self._waiters[task_id]
+            self.remove_waiter(task_id, key)
 
     def waiter(self, task_id: int) -> "Waiter":
         """A registration that catches notifications between reads (no lost wake-up)."""
@@ -67,20 +77,14 @@ class Waiter:
         self._hub = hub
         self._task_id = task_id
         self._event = asyncio.Event()
-        self._key = (asyncio.get_running_loop(), self._event)
+        self._key: Wake = (asyncio.get_running_loop(), self._event)
 
     def __enter__(self) -> "Waiter":
-        with self._hub._lock:
-            self._hub._waiters.setdefault(self._task_id, set()).add(self._key)
+        self._hub.add_waiter(self._task_id, self._key)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with self._hub._lock:
-            waiters = self._hub._waiters.get(self._task_id)
-            if waiters is not None:
-                waiters.discard(self._key)
-                if not waiters:
-                    del self._hub._waiters[self._task_id]
+        self._hub.remove_waiter(self._task_id, self._key)
 
     async def wait(self, timeout: float) -> bool:  # noqa: ASYNC109
         try:

@@ -1,25 +1,38 @@
-"""What recovery does for a run whose worker went away (a SIGKILLed server): its surviving
-workspace becomes the work-in-progress commit (the settle step's snapshot, with the checkout
-manifest saved beside the workspace), the task records what its branch holds (a snapshot that
-landed before the crash included), and the workspace goes. A sweep removes the workspaces,
-manifests, quota mounts and images that no live run owns.
+"""Recovering the runs whose worker went away (a SIGKILLed server), at a worker's start and every
+half minute. A run is orphaned when its owner is not a live worker of this process, a process of
+this host that is gone, or another host's worker whose heartbeat stopped (`owner_gone`). Their
+containers are reaped first; each surviving workspace becomes the work-in-progress commit (the
+settle step's snapshot, with the checkout manifest saved beside the workspace), the task records
+what its branch holds (a snapshot that landed before the crash included), the run ends failed
+`interrupted` (a subtask's parent told), and the workspace goes. A sweep removes the workspaces,
+manifests, quota mounts and images, and the run channels, that no live run owns.
 
 Blocking work (pygit2, mounts) runs in threads."""
 
 import asyncio
 import contextlib
+import os
+import socket
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pygit2
 import structlog
+from sqlalchemy import select
 
-from forge.models import Repository
-from forge.text import safe_text
-from sandbox import quota_mounts
+from forge.db import utcnow
+from forge.models import Account, Repository
+from forge.text import plural, safe_text
+from sandbox import EngineUnavailable, SandboxError, quota_mounts, reap
 from tasks.core.models import Run, Task
+from tasks.core.states import FailureReason, RunState, TaskState
+from tasks.core.subtasks import report_to_parent
+from tasks.core.transcript import Notice, Pending
 from tasks.run import gitops
 from tasks.run.env import RunEnv
-from tasks.run.settle import agent_identity, forge_identity, remove_workspace, wip_message
+from tasks.run.gateway import sweep_channels
+from tasks.run.settle import agent_identity, forge_identity, remove_workspace, run_data, wip_message
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -117,3 +130,145 @@ def sweep(root: Path, live_runs: set[str]) -> list[Path]:
         with contextlib.suppress(OSError):
             task_dir.rmdir()  # empty now
     return removed
+
+
+# Worker ids alive in this process: a run owned by an id of this process that is not here is orphaned.
+_LIVE_WORKERS: set[str] = set()
+STALE_SECONDS = 60.0  # a heartbeat this old, of another host's worker: the run is orphaned
+
+
+def worker_started(worker_id: str) -> None:
+    _LIVE_WORKERS.add(worker_id)
+
+
+def worker_stopped(worker_id: str) -> None:
+    _LIVE_WORKERS.discard(worker_id)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_gone(owner: str, heartbeat_at: Any, *, now: Any = None) -> bool:
+    host, _, rest = owner.partition(":")
+    pid_text, _, _nonce = rest.partition(":")
+    if host == socket.gethostname() and pid_text.isdigit():
+        pid = int(pid_text)
+        if pid == os.getpid():
+            return owner not in _LIVE_WORKERS
+        return not _pid_alive(pid)
+    now = now or utcnow()
+    return heartbeat_at is None or now - heartbeat_at > timedelta(seconds=STALE_SECONDS)
+
+
+async def recover(env: RunEnv, *, reap_containers: bool) -> None:
+    """Runs whose worker is gone: reap their containers, snapshot their surviving workspaces
+    as the work-in-progress commit, end them `interrupted` recording the branch's tip, remove
+    their workspaces; then sweep workspaces (and quota mounts) no live run owns."""
+    keep: set[str] = set()
+    gone: list[int] = []
+    async with env.db.session() as s:
+        runs = (await s.execute(select(Run).where(Run.state == RunState.RUNNING))).scalars().all()
+        for run in runs:
+            if run.owner == env.worker_id or not owner_gone(run.owner, run.heartbeat_at):
+                keep.add(run.uuid)
+            else:
+                gone.append(run.id)
+    if reap_containers or gone:
+        # Before any snapshot: a container still writing into its workspace is gone first.
+        try:
+            removed = await reap(env.engine, env.instance, keep=keep)
+        except (EngineUnavailable, SandboxError) as exc:
+            log.warning("could not reap sandboxes", error=str(exc))
+        else:
+            if removed:
+                log.info("reaped orphaned sandboxes", count=len(removed))
+    for run_id in gone:
+        try:
+            await _recover_run(env, run_id)
+        except Exception:
+            log.exception("recovering an interrupted run failed", run_id=run_id)
+    keep |= await _live_run_uuids(env)
+    swept = await asyncio.to_thread(sweep, workspaces_root(env), keep)
+    if swept:
+        log.info("removed workspaces no live run owns", count=len(swept))
+    # This instance's channels, and those an earlier version left in the shared root itself.
+    stale = []
+    for root in (env.settings.effective_run_channel_dir, env.settings.run_channel_root):
+        stale += await asyncio.to_thread(sweep_channels, root, keep)
+    if stale:
+        log.info("removed run channels no live run owns", count=len(stale))
+
+
+async def _live_run_uuids(env: RunEnv) -> set[str]:
+    # Runs that started while this recovery ran (another worker's) keep their workspaces too.
+    async with env.db.session() as s:
+        return set((await s.execute(select(Run.uuid).where(Run.state == RunState.RUNNING))).scalars().all())
+
+
+async def _recover_run(env: RunEnv, run_id: int) -> None:
+    async with env.db.session() as s:
+        run = await s.get(Run, run_id)
+        task = await s.get(Task, run.task_id) if run is not None else None
+        repo = await s.get(Repository, run.repo_id) if run is not None else None
+        agent = await s.get(Account, task.agent_id) if task is not None else None
+        if run is None or task is None or repo is None or run.state != RunState.RUNNING:
+            return
+        found = await salvage(env, run, task, repo, agent.login if agent else "agent")
+        workspace = workspace_of(env, task.uuid, run.uuid)
+    try:
+        await _record_interrupted(env, run_id, found)
+    except Exception as exc:
+        # Never the same failure on every start: the run ends without what could not be written.
+        log.exception("recording an interrupted run failed; recording it without its reports", run_id=run_id)
+        await _record_interrupted(env, run_id, plain(found, exc))
+    await asyncio.to_thread(remove_workspace, workspace)
+
+
+async def _record_interrupted(env: RunEnv, run_id: int, found: Salvage) -> None:
+    async with env.db.session(write=True) as s:
+        run = await s.get(Run, run_id)
+        if run is None or run.state != RunState.RUNNING:
+            return  # settled by another worker meanwhile
+        await _settle_interrupted(env, s, run, found)
+
+
+async def _settle_interrupted(env: RunEnv, s: Any, run: Run, found: Salvage) -> None:
+    task = await env.lifecycle(s).lock_id(run.task_id)
+    repo = await s.get(Repository, run.repo_id)
+    run.state = RunState.FAILED
+    run.failure_reason = FailureReason.INTERRUPTED
+    run.error = INTERRUPTED
+    run.finished_at = utcnow()
+    if repo is None:
+        return
+    life = env.lifecycle(s)
+    notices = [Pending(kind="notice", payload=Notice(text=run.error, level="error"), run_id=run.id)]
+    snap = found.snapshot
+    if snap is not None:
+        run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
+        if snap.committed:
+            files = plural(len(snap.changed_files), "file")
+            text = f"work-in-progress snapshot {snap.sha[:12]} on {task.branch}: {files} changed"
+            notices.append(Pending(kind="notice", payload=Notice(text=text), run_id=run.id))
+    if found.error:
+        notices.append(Pending(kind="notice", payload=Notice(text=found.error, level="error"), run_id=run.id))
+    # What the branch holds is the task's head: a snapshot taken now, or one that landed
+    # before the crash cut the run's end off.
+    if found.tip is not None and found.tip != task.head_sha and run.start_sha:
+        run.end_sha = found.tip
+        task.head_sha = found.tip
+        task.head_is_wip = bool(snap is not None and snap.committed) or found.tip_is_wip
+    await life.append(task.id, notices)
+    await life.publish("run.finished", task, repo, run=run, data=run_data(run))
+    if TaskState(task.state) in (TaskState.RUNNING, TaskState.QUEUED):
+        task.failure_reason = FailureReason.INTERRUPTED
+        task.error = run.error
+        await life.set_state(task, repo, TaskState.FAILED, run=run)
+        await report_to_parent(life, task)  # a subtask's parent hears of it too

@@ -20,7 +20,8 @@ from forge.text import plural, safe_text
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
 from tasks.core import payloads
-from tasks.core.models import Run
+from tasks.core.lifecycle import Lifecycle
+from tasks.core.models import Run, Task
 from tasks.core.parked import park
 from tasks.core.policy import GateContext
 from tasks.core.states import FailureReason, RunKind, RunState, TaskState
@@ -125,70 +126,16 @@ class Settling:
         return True
 
     async def _settle(self, outcome: Outcome, stopped: bool) -> None:
-        env = self.env
         assert self.writer is not None
-        if self.sandbox is not None:
-            t0 = time.monotonic()
-            try:
-                await self.sandbox.remove()
-                await self.system("sandbox_removed", "sandbox removed", t0)
-            except Exception as exc:
-                log.warning("sandbox removal failed", run_id=self.run_id, error=str(exc))
+        await self._remove_sandbox()
         run_state = RunState.STOPPED if stopped else outcome.status
         snap: gitops.Snapshot | None = None
         if self.workspace is not None and self.start_sha:
-            t0 = time.monotonic()
-            wip = run_state in (RunState.FAILED, RunState.STOPPED)
-            try:
-                snap = await env.store.write(
-                    self.repo_key,
-                    gitops.snapshot_commit,
-                    self.workspace,
-                    branch=self.branch,
-                    parent_sha=self.start_sha,
-                    message=self.commit_message(outcome, run_state, wip),
-                    author=agent_identity(env.settings, self.agent_login),
-                    committer=forge_identity(env.settings),
-                    limits=gitops.SnapshotLimits(max_file_bytes=env.settings.task_max_file_bytes),
-                    manifest=self.checkout,
-                )
-            except Exception as exc:
-                log.exception("snapshot failed", run_id=self.run_id)
-                await self.writer.emit("notice", Notice(text=f"the snapshot commit failed: {exc}", level="error"))
-                if not stopped:  # a run whose work could not be committed fails: never "success, nothing to review"
-                    big = isinstance(exc, gitops.SnapshotTooLarge)
-                    outcome.failure_reason = FailureReason.SNAPSHOT_TOO_LARGE if big else FailureReason.SNAPSHOT_FAILED
-                    outcome.status, outcome.error = RunState.FAILED, f"the snapshot failed: {exc}"
-                    run_state = RunState.FAILED
-            else:
-                self.settled_snap = snap
-                if snap.committed:
-                    kind = "work-in-progress snapshot" if wip else "snapshot"
-                    text = f"{kind} {snap.sha[:12]} on {self.branch}: {plural(len(snap.changed_files), 'file')} changed"
-                else:
-                    text = "no changes: no new commit, the task branch is left as it was"
-                await self.system(
-                    "snapshot",
-                    text,
-                    t0,
-                    sha=snap.sha,
-                    committed=snap.committed,
-                    wip=wip and snap.committed,
-                    changed_files=snap.changed_files[:200],
-                    skipped=[{"path": s.path, "reason": s.reason} for s in snap.skipped[:200]],
-                )
-                if snap.skipped:
-                    await self.writer.emit(
-                        "notice",
-                        Notice(
-                            text="not committed: " + "; ".join(f"{s.path} ({s.reason})" for s in snap.skipped[:20]),
-                            level="warning",
-                        ),
-                    )
+            snap, run_state = await self._snapshot(outcome, run_state, stopped)
             if outcome.status is RunState.SUCCEEDED or stopped or outcome.failure_reason is not None:
                 changed = snap.changed_files if snap else []
                 with contextlib.suppress(Exception):
-                    await env.gate.stop(
+                    await self.env.gate.stop(
                         self.gate_ctx(),
                         summary=outcome.summary,
                         turns=self.turns,
@@ -200,6 +147,78 @@ class Settling:
             await self.writer.emit("notice", Notice(text=outcome.error, level="error"))
         await self.writer.close()
         await self.finish_in_db(outcome, run_state, snap)
+
+    async def _remove_sandbox(self) -> None:
+        if self.sandbox is not None:
+            t0 = time.monotonic()
+            try:
+                await self.sandbox.remove()
+                await self.system("sandbox_removed", "sandbox removed", t0)
+            except Exception as exc:
+                log.warning("sandbox removal failed", run_id=self.run_id, error=str(exc))
+
+    async def _snapshot(
+        self, outcome: Outcome, run_state: RunState, stopped: bool
+    ) -> tuple[gitops.Snapshot | None, RunState]:
+        """The workspace's snapshot commit on the task branch (work in progress for a failed or
+        stopped run); a snapshot that fails fails the run (unless stopped). The snapshot (None if
+        it failed) and the run's state."""
+        env = self.env
+        assert self.writer is not None and self.workspace is not None
+        t0 = time.monotonic()
+        wip = run_state in (RunState.FAILED, RunState.STOPPED)
+        try:
+            snap = await env.store.write(
+                self.repo_key,
+                gitops.snapshot_commit,
+                self.workspace,
+                branch=self.branch,
+                parent_sha=self.start_sha,
+                message=self.commit_message(outcome, run_state, wip),
+                author=agent_identity(env.settings, self.agent_login),
+                committer=forge_identity(env.settings),
+                limits=gitops.SnapshotLimits(max_file_bytes=env.settings.task_max_file_bytes),
+                manifest=self.checkout,
+            )
+        except Exception as exc:
+            log.exception("snapshot failed", run_id=self.run_id)
+            await self.writer.emit("notice", Notice(text=f"the snapshot commit failed: {exc}", level="error"))
+            if not stopped:  # a run whose work could not be committed fails: never "success, nothing to review"
+                big = isinstance(exc, gitops.SnapshotTooLarge)
+                outcome.failure_reason = FailureReason.SNAPSHOT_TOO_LARGE if big else FailureReason.SNAPSHOT_FAILED
+                outcome.status, outcome.error = RunState.FAILED, f"the snapshot failed: {exc}"
+                run_state = RunState.FAILED
+            return None, run_state
+        self.settled_snap = snap
+        await self._report_snapshot(snap, wip, t0)
+        return snap, run_state
+
+    async def _report_snapshot(self, snap: gitops.Snapshot, wip: bool, t0: float) -> None:
+        """The snapshot's system event, and a warning naming what was not committed."""
+        assert self.writer is not None
+        if snap.committed:
+            kind = "work-in-progress snapshot" if wip else "snapshot"
+            text = f"{kind} {snap.sha[:12]} on {self.branch}: {plural(len(snap.changed_files), 'file')} changed"
+        else:
+            text = "no changes: no new commit, the task branch is left as it was"
+        await self.system(
+            "snapshot",
+            text,
+            t0,
+            sha=snap.sha,
+            committed=snap.committed,
+            wip=wip and snap.committed,
+            changed_files=snap.changed_files[:200],
+            skipped=[{"path": s.path, "reason": s.reason} for s in snap.skipped[:200]],
+        )
+        if snap.skipped:
+            await self.writer.emit(
+                "notice",
+                Notice(
+                    text="not committed: " + "; ".join(f"{s.path} ({s.reason})" for s in snap.skipped[:20]),
+                    level="warning",
+                ),
+            )
 
     def commit_message(self, outcome: Outcome, state: RunState, wip: bool) -> str:
         ref = f"{self.full_name}#{self.number}, run {self.run_seq}"
@@ -224,63 +243,76 @@ class Settling:
                 await life.append(
                     task.id, [Pending(kind="notice", payload=Notice(text=notice, level="error"), run_id=run.id)]
                 )
-            run.state = run_state
-            run.exit_code = outcome.exit_code
-            run.error = "" if run_state is RunState.STOPPED else outcome.error
-            run.failure_reason = (
-                (outcome.failure_reason.value if outcome.failure_reason else "") if run_state is RunState.FAILED else ""
-            )
-            run.finished_at = utcnow()
-            run.turns = self.turns
-            run.prompt_tokens = self.prompt_tokens
-            run.completion_tokens = self.completion_tokens
-            if snap is not None:
-                run.end_sha = snap.sha
-                run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
-                run.no_changes = not snap.committed
-                if snap.committed or not task.head_sha:
-                    task.head_sha = snap.sha
-                    task.head_is_wip = snap.committed and run_state in (RunState.FAILED, RunState.STOPPED)
-            if outcome.conversation is not None:
-                task.conversation = outcome.conversation
-            run.summary, run.summary_reported = outcome.summary, outcome.summary_reported and bool(outcome.summary)
-            if outcome.summary:
-                task.summary = outcome.summary
+            self._record_run(run, task, outcome, run_state, snap)
             await life.publish("run.finished", task, repo, run=run, data=run_data(run))
             current = TaskState(task.state)
             if current is not TaskState.RUNNING:
                 return  # settled elsewhere (recovered as interrupted by another worker)
-            if run_state is RunState.STOPPED:
-                task.queued_message = ""
-                await life.set_state(task, repo, TaskState.STOPPED, run=run)
-            elif run_state is RunState.BLOCKED:
-                task.question = outcome.question
-                task.question_options = list(outcome.question_options) if outcome.question else None
-                if outcome.approval is not None:
-                    await park(
-                        life, task, repo, run, outcome.approval, ttl_seconds=env.settings.task_approval_ttl_seconds
-                    )
-                await life.set_state(task, repo, TaskState.BLOCKED, run=run)
-            elif task.queued_message and outcome.failure_reason is not FailureReason.POLICY_BYPASS:
-                # (after a bypass the task stays failed for inspection: nothing continues on its own)
-                body, task.queued_message = task.queued_message, ""
-                nxt = await life.new_run(task, RunKind.MESSAGE, body, None)
-                if run_state is RunState.FAILED:
-                    task.error = outcome.error
-                    task.failure_reason = outcome.failure_reason.value if outcome.failure_reason else ""
-                await life.append(
-                    task.id, [Pending(kind="prompt", payload=Prompt(text=body, source="message"), run_id=nxt.id)]
-                )
-                await life.set_state(task, repo, TaskState.QUEUED, run=nxt)
-            elif run_state is RunState.SUCCEEDED:
-                task.error = ""
-                task.failure_reason = ""
-                await life.set_state(task, repo, TaskState.AWAITING_REVIEW, run=run)
-            else:
-                task.error = outcome.error
-                task.failure_reason = (
-                    outcome.failure_reason.value if outcome.failure_reason else FailureReason.INTERNAL.value
-                )
-                await life.set_state(task, repo, TaskState.FAILED, run=run)
+            await self._next_state(life, task, repo, run, outcome, run_state)
             if task.parent_id is not None and TaskState(task.state) is not TaskState.QUEUED:
                 await report_to_parent(life, task)
+
+    def _record_run(
+        self, run: Run, task: Task, outcome: Outcome, run_state: RunState, snap: gitops.Snapshot | None
+    ) -> None:
+        """The run's ending on its row; the snapshot as the task's head, the conversation and summary on the task."""
+        run.state = run_state
+        run.exit_code = outcome.exit_code
+        run.error = "" if run_state is RunState.STOPPED else outcome.error
+        run.failure_reason = (
+            (outcome.failure_reason.value if outcome.failure_reason else "") if run_state is RunState.FAILED else ""
+        )
+        run.finished_at = utcnow()
+        run.turns = self.turns
+        run.prompt_tokens = self.prompt_tokens
+        run.completion_tokens = self.completion_tokens
+        if snap is not None:
+            run.end_sha = snap.sha
+            run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
+            run.no_changes = not snap.committed
+            if snap.committed or not task.head_sha:
+                task.head_sha = snap.sha
+                task.head_is_wip = snap.committed and run_state in (RunState.FAILED, RunState.STOPPED)
+        if outcome.conversation is not None:
+            task.conversation = outcome.conversation
+        run.summary, run.summary_reported = outcome.summary, outcome.summary_reported and bool(outcome.summary)
+        if outcome.summary:
+            task.summary = outcome.summary
+
+    async def _next_state(
+        self, life: Lifecycle, task: Task, repo: Repository, run: Run, outcome: Outcome, run_state: RunState
+    ) -> None:
+        """The task's state after its run: stopped, blocked (a question or a parked call), queued
+        for the message that waited, in review, or failed."""
+        if run_state is RunState.STOPPED:
+            task.queued_message = ""
+            await life.set_state(task, repo, TaskState.STOPPED, run=run)
+        elif run_state is RunState.BLOCKED:
+            task.question = outcome.question
+            task.question_options = list(outcome.question_options) if outcome.question else None
+            if outcome.approval is not None:
+                await park(
+                    life, task, repo, run, outcome.approval, ttl_seconds=self.env.settings.task_approval_ttl_seconds
+                )
+            await life.set_state(task, repo, TaskState.BLOCKED, run=run)
+        elif task.queued_message and outcome.failure_reason is not FailureReason.POLICY_BYPASS:
+            # (after a bypass the task stays failed for inspection: nothing continues on its own)
+            body, task.queued_message = task.queued_message, ""
+            nxt = await life.new_run(task, RunKind.MESSAGE, body, None)
+            if run_state is RunState.FAILED:
+                task.error = outcome.error
+                task.failure_reason = outcome.failure_reason.value if outcome.failure_reason else ""
+            await life.append(
+                task.id, [Pending(kind="prompt", payload=Prompt(text=body, source="message"), run_id=nxt.id)]
+            )
+            await life.set_state(task, repo, TaskState.QUEUED, run=nxt)
+        elif run_state is RunState.SUCCEEDED:
+            task.error = ""
+            task.failure_reason = ""
+            await life.set_state(task, repo, TaskState.AWAITING_REVIEW, run=run)
+        else:
+            task.error = outcome.error
+            task.failure_reason = (
+                outcome.failure_reason.value if outcome.failure_reason else FailureReason.INTERNAL.value
+            )
+            await life.set_state(task, repo, TaskState.FAILED, run=run)

@@ -5,6 +5,7 @@ reads is declared here."""
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 from forge.settings import Settings
 from sandbox import Sandbox
@@ -68,6 +69,25 @@ def _budget_ends(outcome: Outcome) -> bool:
     return outcome.status is not RunState.FAILED or outcome.failure_reason in model_reasons
 
 
+class _Waits:
+    """What the supervision waits on besides the runtime: the stop request, the gateway's budget
+    and its refusal of the endpoint, the ledger's trip."""
+
+    def __init__(self, stop: asyncio.Event, channel: RunChannel | None, ctx: RunContext) -> None:
+        never = asyncio.Event
+        self.stop = asyncio.ensure_future(stop.wait())
+        self.budget = asyncio.ensure_future(channel.budget_exhausted.wait() if channel is not None else never().wait())
+        self.bypass = asyncio.ensure_future(ctx.ledger.tripped.wait())
+        self.refused = asyncio.ensure_future(channel.endpoint_refused.wait() if channel is not None else never().wait())
+
+    def all(self) -> set[asyncio.Future[Any]]:
+        return {self.stop, self.budget, self.bypass, self.refused}
+
+    def cancel(self) -> None:
+        for wait in (self.stop, self.budget, self.bypass, self.refused):
+            wait.cancel()
+
+
 class Supervising:
     """The supervision step of `Execution` (what it provisioned, declared here)."""
 
@@ -80,97 +100,112 @@ class Supervising:
 
     async def _supervise(self, ctx: RunContext) -> Outcome:
         """Run the runtime under the stop request and the watchdogs (idle, wall clock)."""
-        settings = self.settings
         assert self.writer is not None
         runtime_task = asyncio.ensure_future(self.runtime.run(ctx))
-        stop_wait = asyncio.ensure_future(self.stop_event.wait())
-        channel = self.channel
-        budget_wait = asyncio.ensure_future(
-            channel.budget_exhausted.wait() if channel is not None else asyncio.Event().wait()
-        )
-        bypass_wait = asyncio.ensure_future(ctx.ledger.tripped.wait())
-        refused_wait = asyncio.ensure_future(
-            channel.endpoint_refused.wait() if channel is not None else asyncio.Event().wait()
-        )
-        deadline = time.monotonic() + settings.task_wall_clock_seconds
-        idle = settings.task_idle_seconds
-        warned = False
+        waits = _Waits(self.stop_event, self.channel, ctx)
         try:
-            while True:
-                done, _ = await asyncio.wait(
-                    {runtime_task, stop_wait, budget_wait, bypass_wait, refused_wait},
-                    timeout=0.5,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if bypass_wait in done and not runtime_task.done():
-                    # A tool call ran without a decision: whatever else the agent does is unchecked.
-                    raise Stopped(FailureReason.POLICY_BYPASS, bypass_text(ctx))
-                if budget_wait in done and runtime_task not in done:
-                    # The gateway refused or cut a call: the runtime gets a moment to end on its own
-                    # (it sees the refusal), else the run is stopped.
-                    await asyncio.wait({runtime_task}, timeout=5)
-                    if not runtime_task.done():
-                        assert channel is not None
-                        raise Stopped(FailureReason.TOKEN_BUDGET, channel.budget.text)
-                if refused_wait in done and runtime_task not in done:
-                    # Every call would be refused alike: the agent gets a moment to end on its own.
-                    await asyncio.wait({runtime_task}, timeout=5)
-                    if not runtime_task.done():
-                        assert channel is not None
-                        raise Stopped(FailureReason.MODEL_ENDPOINT_REFUSED, channel.refusal)
-                if runtime_task in done or runtime_task.done():
-                    if self.sandbox is not None and await self.sandbox.check_disk_limit():
-                        raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
-                    try:
-                        outcome = runtime_task.result()
-                    except RuntimeUnavailable as exc:
-                        return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
-                    if channel is not None and channel.budget_exhausted.is_set() and _budget_ends(outcome):
-                        # However the runtime took the refusal or the cut answer, the budget ended the run.
-                        outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.TOKEN_BUDGET
-                        outcome.error = outcome.error if "token budget" in outcome.error else channel.budget.text
-                    return refused(outcome, channel)
-                if stop_wait in done:
-                    raise Stopped(None, "stopped by request")
-                if self.sandbox is not None and self.sandbox.disk_limit_reached:
-                    raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
-                now = time.monotonic()
-                if now > deadline:
-                    raise Stopped(
-                        FailureReason.TIMEOUT,
-                        f"the run passed its wall-clock limit of {settings.task_wall_clock_seconds} s",
-                    )
-                quiet = now - self.writer.last_activity
-                if quiet > idle:
-                    raise Stopped(FailureReason.IDLE, f"no activity for {idle:g} s: stopped as idle")
-                if quiet > idle * 2 / 3 and not warned:
-                    warned = True
-                    await self.writer.emit(
-                        "notice",
-                        Notice(text=f"no activity for {quiet:.0f} s; the run stops at {idle:g} s", level="warning"),
-                        activity=False,
-                    )
-                elif quiet < idle * 2 / 3:
-                    warned = False
+            return await self._watch(ctx, runtime_task, waits)
         finally:
-            stop_wait.cancel()
-            budget_wait.cancel()
-            bypass_wait.cancel()
-            refused_wait.cancel()
+            waits.cancel()
             if not runtime_task.done():
-                stopping = getattr(self.runtime, "stopping", None)  # e.g. ACP's session/cancel
-                if stopping is not None:
-                    with contextlib.suppress(Exception):
-                        async with asyncio.timeout(10):
-                            await stopping()
-                # Removing the sandbox ends any exec at once; then the runtime task unwinds.
-                if self.sandbox is not None:
-                    with contextlib.suppress(Exception):
-                        await self.sandbox.remove()
-                runtime_task.cancel()
-                with contextlib.suppress(BaseException):
-                    async with asyncio.timeout(30):
-                        await runtime_task
+                await self._wind_down(runtime_task)
+
+    async def _watch(self, ctx: RunContext, runtime_task: asyncio.Future[Outcome], waits: _Waits) -> Outcome:
+        """Wake on whatever ends the run, or every half second for the watchdogs; the outcome."""
+        deadline = time.monotonic() + self.settings.task_wall_clock_seconds
+        warned = False
+        while True:
+            done, _ = await asyncio.wait({runtime_task, *waits.all()}, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+            await self._check_channel(ctx, runtime_task, waits, done)
+            if runtime_task in done or runtime_task.done():
+                return await self._ended(runtime_task)
+            if waits.stop in done:
+                raise Stopped(None, "stopped by request")
+            warned = await self._check_watchdogs(deadline, warned)
+
+    async def _check_channel(
+        self, ctx: RunContext, runtime_task: asyncio.Future[Outcome], waits: _Waits, done: set[Any]
+    ) -> None:
+        """A call that ran without a decision stops the run at once; the gateway's used-up budget
+        or refused endpoint give the runtime a moment to end on its own first."""
+        channel = self.channel
+        if waits.bypass in done and not runtime_task.done():
+            # A tool call ran without a decision: whatever else the agent does is unchecked.
+            raise Stopped(FailureReason.POLICY_BYPASS, bypass_text(ctx))
+        if waits.budget in done and runtime_task not in done:
+            # The gateway refused or cut a call: the runtime gets a moment to end on its own
+            # (it sees the refusal), else the run is stopped.
+            await asyncio.wait({runtime_task}, timeout=5)
+            if not runtime_task.done():
+                assert channel is not None
+                raise Stopped(FailureReason.TOKEN_BUDGET, channel.budget.text)
+        if waits.refused in done and runtime_task not in done:
+            # Every call would be refused alike: the agent gets a moment to end on its own.
+            await asyncio.wait({runtime_task}, timeout=5)
+            if not runtime_task.done():
+                assert channel is not None
+                raise Stopped(FailureReason.MODEL_ENDPOINT_REFUSED, channel.refusal)
+
+    async def _ended(self, runtime_task: asyncio.Future[Outcome]) -> Outcome:
+        """The runtime ended: its outcome, unless the disk limit, the budget or the gateway's
+        refusal explains the ending better."""
+        channel = self.channel
+        if self.sandbox is not None and await self.sandbox.check_disk_limit():
+            raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
+        try:
+            outcome = runtime_task.result()
+        except RuntimeUnavailable as exc:
+            return Outcome(status=RunState.FAILED, failure_reason=exc.reason, error=str(exc))
+        if channel is not None and channel.budget_exhausted.is_set() and _budget_ends(outcome):
+            # However the runtime took the refusal or the cut answer, the budget ended the run.
+            outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.TOKEN_BUDGET
+            outcome.error = outcome.error if "token budget" in outcome.error else channel.budget.text
+        return refused(outcome, channel)
+
+    async def _check_watchdogs(self, deadline: float, warned: bool) -> bool:
+        """The disk limit, the wall clock and idleness (warned at two thirds); whether the idle
+        warning stands."""
+        settings = self.settings
+        assert self.writer is not None
+        idle = settings.task_idle_seconds
+        if self.sandbox is not None and self.sandbox.disk_limit_reached:
+            raise Stopped(FailureReason.DISK_LIMIT, self._disk_limit_text())
+        now = time.monotonic()
+        if now > deadline:
+            raise Stopped(
+                FailureReason.TIMEOUT,
+                f"the run passed its wall-clock limit of {settings.task_wall_clock_seconds} s",
+            )
+        quiet = now - self.writer.last_activity
+        if quiet > idle:
+            raise Stopped(FailureReason.IDLE, f"no activity for {idle:g} s: stopped as idle")
+        if quiet > idle * 2 / 3 and not warned:
+            await self.writer.emit(
+                "notice",
+                Notice(text=f"no activity for {quiet:.0f} s; the run stops at {idle:g} s", level="warning"),
+                activity=False,
+            )
+            return True
+        if quiet < idle * 2 / 3:
+            return False
+        return warned
+
+    async def _wind_down(self, runtime_task: asyncio.Future[Outcome]) -> None:
+        """A runtime still going when the run ends: told to stop (if it can be), its sandbox
+        removed, its task cancelled."""
+        stopping = getattr(self.runtime, "stopping", None)  # e.g. ACP's session/cancel
+        if stopping is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(10):
+                    await stopping()
+        # Removing the sandbox ends any exec at once; then the runtime task unwinds.
+        if self.sandbox is not None:
+            with contextlib.suppress(Exception):
+                await self.sandbox.remove()
+        runtime_task.cancel()
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(30):
+                await runtime_task
 
     def _disk_limit_text(self) -> str:
         return f"the workspace reached its limit of {self.settings.task_workspace_limit_mb} MiB: stopped (disk_limit)"

@@ -12,8 +12,6 @@ import os
 import secrets
 import socket
 import time
-from datetime import timedelta
-from typing import Any
 
 import structlog
 from sqlalchemy import func, select, update
@@ -21,57 +19,26 @@ from sqlalchemy import func, select, update
 from forge.db import Database, utcnow
 from forge.events import EventBus
 from forge.git import RepoStore
-from forge.models import Account, Repository
+from forge.models import Repository
 from forge.settings import Settings
-from forge.text import plural
-from sandbox import DEFAULT_IMAGE, EngineUnavailable, SandboxEngine, SandboxError, quota_unavailable_reason, reap
+from sandbox import DEFAULT_IMAGE, SandboxEngine, quota_unavailable_reason
 from tasks.core import payloads
 from tasks.core.live import LiveHub
 from tasks.core.models import Run, Task
 from tasks.core.parked import expire_due
 from tasks.core.policy import PolicyGate
-from tasks.core.states import FailureReason, RunState, TaskState
-from tasks.core.subtasks import report_to_parent
-from tasks.core.transcript import Notice, Pending
+from tasks.core.states import RunState, TaskState
 from tasks.run import recovery, warm
 from tasks.run.env import RunEnv
 from tasks.run.execution import Execution
-from tasks.run.gateway import sweep_channels
 from tasks.run.runtimes import default_runtimes
 from tasks.run.runtimes.base import Runtime
-from tasks.run.settle import remove_workspace, run_data
 
 log = structlog.get_logger("forgehand.tasks")
 
 HEARTBEAT_SECONDS = 1.0
-STALE_SECONDS = 60.0
 RECOVER_EVERY = 30.0
 APPROVAL_SWEEP_SECONDS = 2.0
-
-# Worker ids alive in this process: a run owned by an id of this process that is not here is orphaned.
-_LIVE_WORKERS: set[str] = set()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def owner_gone(owner: str, heartbeat_at: Any, *, now: Any = None) -> bool:
-    host, _, rest = owner.partition(":")
-    pid_text, _, _nonce = rest.partition(":")
-    if host == socket.gethostname() and pid_text.isdigit():
-        pid = int(pid_text)
-        if pid == os.getpid():
-            return owner not in _LIVE_WORKERS
-        return not _pid_alive(pid)
-    now = now or utcnow()
-    return heartbeat_at is None or now - heartbeat_at > timedelta(seconds=STALE_SECONDS)
 
 
 class TaskWorker:
@@ -126,7 +93,7 @@ class TaskWorker:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        _LIVE_WORKERS.add(self.id)
+        recovery.worker_started(self.id)
         if self.settings.task_workspace_quota == "mount" and (why := quota_unavailable_reason()):
             fix = "run as root, or set FORGEHAND_TASK_WORKSPACE_QUOTA=watchdog (weaker)"
             log.error("run workspaces cannot be mounted: every run will fail", reason=why, fix=fix)
@@ -154,7 +121,7 @@ class TaskWorker:
         if self._running:
             await asyncio.wait(list(self._running.values()), timeout=60)
         await warm.close_pools(self.env.pools)
-        _LIVE_WORKERS.discard(self.id)
+        recovery.worker_stopped(self.id)
         if self._own_engine:
             await self.engine.close()
 
@@ -196,106 +163,9 @@ class TaskWorker:
     # --- recovery -----------------------------------------------------------------------------
 
     async def recover(self, *, reap_containers: bool) -> None:
-        """Runs whose worker is gone: reap their containers, snapshot their surviving workspaces
-        as the work-in-progress commit, end them `interrupted` recording the branch's tip, remove
-        their workspaces; then sweep workspaces (and quota mounts) no live run owns."""
-        keep: set[str] = set()
-        gone: list[int] = []
-        async with self.db.session() as s:
-            runs = (await s.execute(select(Run).where(Run.state == RunState.RUNNING))).scalars().all()
-            for run in runs:
-                if run.owner == self.id or not owner_gone(run.owner, run.heartbeat_at):
-                    keep.add(run.uuid)
-                else:
-                    gone.append(run.id)
-        if reap_containers or gone:
-            # Before any snapshot: a container still writing into its workspace is gone first.
-            try:
-                removed = await reap(self.engine, self.instance, keep=keep)
-            except (EngineUnavailable, SandboxError) as exc:
-                log.warning("could not reap sandboxes", error=str(exc))
-            else:
-                if removed:
-                    log.info("reaped orphaned sandboxes", count=len(removed))
-        for run_id in gone:
-            try:
-                await self._recover_run(run_id)
-            except Exception:
-                log.exception("recovering an interrupted run failed", run_id=run_id)
-        keep |= await self._live_run_uuids()
-        swept = await asyncio.to_thread(recovery.sweep, recovery.workspaces_root(self.env), keep)
-        if swept:
-            log.info("removed workspaces no live run owns", count=len(swept))
-        # This instance's channels, and those an earlier version left in the shared root itself.
-        stale = []
-        for root in (self.settings.effective_run_channel_dir, self.settings.run_channel_root):
-            stale += await asyncio.to_thread(sweep_channels, root, keep)
-        if stale:
-            log.info("removed run channels no live run owns", count=len(stale))
-
-    async def _live_run_uuids(self) -> set[str]:
-        # Runs that started while this recovery ran (another worker's) keep their workspaces too.
-        async with self.db.session() as s:
-            return set((await s.execute(select(Run.uuid).where(Run.state == RunState.RUNNING))).scalars().all())
-
-    async def _recover_run(self, run_id: int) -> None:
-        async with self.db.session() as s:
-            run = await s.get(Run, run_id)
-            task = await s.get(Task, run.task_id) if run is not None else None
-            repo = await s.get(Repository, run.repo_id) if run is not None else None
-            agent = await s.get(Account, task.agent_id) if task is not None else None
-            if run is None or task is None or repo is None or run.state != RunState.RUNNING:
-                return
-            found = await recovery.salvage(self.env, run, task, repo, agent.login if agent else "agent")
-            workspace = recovery.workspace_of(self.env, task.uuid, run.uuid)
-        try:
-            await self._record_interrupted(run_id, found)
-        except Exception as exc:
-            # Never the same failure on every start: the run ends without what could not be written.
-            log.exception("recording an interrupted run failed; recording it without its reports", run_id=run_id)
-            await self._record_interrupted(run_id, recovery.plain(found, exc))
-        await asyncio.to_thread(remove_workspace, workspace)
-
-    async def _record_interrupted(self, run_id: int, found: recovery.Salvage) -> None:
-        async with self.db.session(write=True) as s:
-            run = await s.get(Run, run_id)
-            if run is None or run.state != RunState.RUNNING:
-                return  # settled by another worker meanwhile
-            await self._settle_interrupted(s, run, found)
-
-    async def _settle_interrupted(self, s: Any, run: Run, found: recovery.Salvage) -> None:
-        task = await self.env.lifecycle(s).lock_id(run.task_id)
-        repo = await s.get(Repository, run.repo_id)
-        run.state = RunState.FAILED
-        run.failure_reason = FailureReason.INTERRUPTED
-        run.error = recovery.INTERRUPTED
-        run.finished_at = utcnow()
-        if repo is None:
-            return
-        life = self.env.lifecycle(s)
-        notices = [Pending(kind="notice", payload=Notice(text=run.error, level="error"), run_id=run.id)]
-        snap = found.snapshot
-        if snap is not None:
-            run.skipped = [{"path": x.path, "reason": x.reason} for x in snap.skipped]
-            if snap.committed:
-                files = plural(len(snap.changed_files), "file")
-                text = f"work-in-progress snapshot {snap.sha[:12]} on {task.branch}: {files} changed"
-                notices.append(Pending(kind="notice", payload=Notice(text=text), run_id=run.id))
-        if found.error:
-            notices.append(Pending(kind="notice", payload=Notice(text=found.error, level="error"), run_id=run.id))
-        # What the branch holds is the task's head: a snapshot taken now, or one that landed
-        # before the crash cut the run's end off.
-        if found.tip is not None and found.tip != task.head_sha and run.start_sha:
-            run.end_sha = found.tip
-            task.head_sha = found.tip
-            task.head_is_wip = bool(snap is not None and snap.committed) or found.tip_is_wip
-        await life.append(task.id, notices)
-        await life.publish("run.finished", task, repo, run=run, data=run_data(run))
-        if TaskState(task.state) in (TaskState.RUNNING, TaskState.QUEUED):
-            task.failure_reason = FailureReason.INTERRUPTED
-            task.error = run.error
-            await life.set_state(task, repo, TaskState.FAILED, run=run)
-            await report_to_parent(life, task)  # a subtask's parent hears of it too
+        """Runs whose worker is gone recovered, workspaces and channels no live run owns swept
+        (tasks/run/recovery.py)."""
+        await recovery.recover(self.env, reap_containers=reap_containers)
 
     # --- claiming -----------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ A head that is already contained in the base (pushed by hand, or a merge whose d
 was lost) marks the task merged without a new commit."""
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import delete
@@ -37,10 +39,11 @@ from forge.git.errors import (
 from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
 from forge.models import Account
-from forge.repositories import load
+from forge.repositories import RepoResource, load
 from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context
 from tasks.core.models import MergeIntent, Task
+from tasks.core.policy import GateContext, PolicyGate
 from tasks.core.schemas import MergeCreate
 from tasks.core.states import TaskState
 from tasks.services import branches, rules
@@ -76,6 +79,22 @@ def _message(task: Task, strategy: str, url: str, approvals: list[str]) -> str:
     return f"Merge task #{task.number}: {task.title}\n\nBranch {task.branch} into {task.base}.{summary}\n\n{trailer}\n"
 
 
+@dataclass(slots=True)
+class _Prepared:
+    """What the read phase decided, carried past the `pre_merge` hook into the write."""
+
+    task_id: int
+    head_sha: str
+    base_sha: str  # the base the merge was computed from (the compare-and-swap's expected value)
+    already: bool  # contained in the base already: marked merged without a new commit
+    merged_sha: str
+    message: str
+    ctx: GateContext
+    hook: dict[str, Any]
+    gate: PolicyGate
+    moved: bool = False  # the base ref moved: from here on, recovery finishes what the write does not
+
+
 class MergeService:
     def __init__(self, db: Database, make_service: Callable[[AsyncSession], TaskService]) -> None:
         # `make_service(session)`: the task service on that session (bus, store, settings, gate).
@@ -84,6 +103,30 @@ class MergeService:
 
     async def merge(self, actor: Actor, owner: str, name: str, number: int, data: MergeCreate) -> int:
         """Merge the task; returns its id. Raises a ForgeError (409 with a reason) when refused."""
+        prepared = await self._prepare(actor, owner, name, number, data)
+        if not prepared.already:
+            await self._ask_pre_merge(prepared)
+        # The intent is committed before the ref can move (a crash in between is finished or
+        # dropped by `merge_intents.reconcile`), and deleted with the task's `merged` state.
+        intent = None
+        if not prepared.already:
+            intent = await intents.record(
+                self.db, prepared.task_id, prepared.base_sha, prepared.head_sha, data.strategy, actor
+            )
+        try:
+            await self._write(actor, owner, name, number, data, prepared)
+        except BaseException:
+            if intent is not None and not prepared.moved:
+                await intents.drop(self.db, intent)
+            raise
+        finally:
+            if intent is not None:
+                intents.settled(intent)
+        return prepared.task_id
+
+    async def _prepare(self, actor: Actor, owner: str, name: str, number: int, data: MergeCreate) -> _Prepared:
+        """The read phase: the task in review at the expected head, the merge rules, the plan (or the
+        head found merged already), the hook's context and payload."""
         async with self.db.session() as s:
             svc: TaskService = self.make_service(s)
             res = await load(s, actor.principal, owner, name, Action.TASK_READ)
@@ -98,14 +141,7 @@ class MergeService:
                 plan = await svc.store.read(res.key, plan_merge, task.base, task.head_sha, data.strategy)
             except RefNotFound:
                 raise MergeRefused(f"the base branch {task.base!r} is gone", code="base_not_found") from None
-            # Contained in the base already (and not simply unchanged): it was merged another way;
-            # or a squash of this head is on the base (a merge whose database commit was lost).
-            already = plan.up_to_date and task.head_sha != task.base_sha
-            merged_sha = plan.base_sha
-            if not already:
-                squashed = await svc.store.read(res.key, branches.find_merged, task.base, task.base_sha, task.head_sha)
-                if squashed is not None:
-                    already, merged_sha = True, squashed
+            already, merged_sha = await self._already_merged(svc, res, task, plan)
             if not already:
                 self._check_plan(plan)
             agent = await s.get(Account, task.agent_id)
@@ -125,95 +161,115 @@ class MergeService:
                     "deletions": comparison.stats.deletions,
                 },
             }
-            gate = svc.gate
             url = f"{svc.base_url}/{res.full_name}/tasks/{task.number}"
-            message = _message(task, data.strategy, url, status.approvals)
-            head_sha, base_sha, task_id = task.head_sha, plan.base_sha, task.id
-        if not already:
-            decision = await gate.pre_merge(ctx, merge=hook)
-            if decision.failed:
-                raise BadGateway(decision.reason, code="hook_dispatch_failed")
-            if decision.decision != "allow":
-                raise Forbidden(
-                    decision.user_message or decision.reason or "a policy refused the merge", code="policy_denied"
-                )
+            return _Prepared(
+                task_id=task.id,
+                head_sha=task.head_sha,
+                base_sha=plan.base_sha,
+                already=already,
+                merged_sha=merged_sha,
+                message=_message(task, data.strategy, url, status.approvals),
+                ctx=ctx,
+                hook=hook,
+                gate=svc.gate,
+            )
 
-        # The intent is committed before the ref can move (a crash in between is finished or
-        # dropped by `merge_intents.reconcile`), and deleted with the task's `merged` state.
-        intent = None
-        if not already:
-            intent = await intents.record(self.db, task_id, base_sha, head_sha, data.strategy, actor)
-        moved = False
+    @staticmethod
+    async def _already_merged(svc: TaskService, res: RepoResource, task: Task, plan: MergePlan) -> tuple[bool, str]:
+        """(whether the head is in the base already, the base commit that holds it)."""
+        # Contained in the base already (and not simply unchanged): it was merged another way;
+        # or a squash of this head is on the base (a merge whose database commit was lost).
+        if plan.up_to_date and task.head_sha != task.base_sha:
+            return True, plan.base_sha
+        squashed = await svc.store.read(res.key, branches.find_merged, task.base, task.base_sha, task.head_sha)
+        if squashed is not None:
+            return True, squashed
+        return False, plan.base_sha
+
+    @staticmethod
+    async def _ask_pre_merge(prepared: _Prepared) -> None:
+        """The `pre_merge` policy hook, outside any transaction."""
+        decision = await prepared.gate.pre_merge(prepared.ctx, merge=prepared.hook)
+        if decision.failed:
+            raise BadGateway(decision.reason, code="hook_dispatch_failed")
+        if decision.decision != "allow":
+            raise Forbidden(
+                decision.user_message or decision.reason or "a policy refused the merge", code="policy_denied"
+            )
+
+    async def _write(
+        self, actor: Actor, owner: str, name: str, number: int, data: MergeCreate, prepared: _Prepared
+    ) -> None:
+        """The write phase: the task locked and checked again, the base ref moved (compare-and-swap),
+        the task marked merged and its intent deleted, in one transaction."""
+        async with self.db.session(write=True) as s:
+            svc = self.make_service(s)
+            res = await load(s, actor.principal, owner, name, Action.TASK_READ)
+            task = await svc.life.lock(await svc.get(res, number))
+            # Everything may have changed while the hook was asked: check again under the lock.
+            self._check_head(task, data, prepared.head_sha)
+            status = await ReviewService(svc).status(task)
+            if status.blockers:
+                raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
+            merge_rules = await repo_settings.merge_rules(s, task.repo_id)
+            merged_sha = prepared.merged_sha
+            if not prepared.already:
+                merged_sha = await self._move_base(svc, res, task, actor, data, prepared)
+                prepared.moved = True
+            await record_merged(
+                svc,
+                res,
+                task,
+                actor,
+                strategy=data.strategy if not prepared.already else "already_merged",
+                merged_sha=merged_sha,
+                base_sha=prepared.base_sha,
+                approvals=status.approvals,
+                delete_branch=merge_rules.delete_branch_on_merge,
+                what="merged" if not prepared.already else "found already merged",
+            )
+            await s.execute(delete(MergeIntent).where(MergeIntent.task_id == task.id))
+
+    @staticmethod
+    async def _move_base(
+        svc: TaskService, res: RepoResource, task: Task, actor: Actor, data: MergeCreate, prepared: _Prepared
+    ) -> str:
+        """The merge commit written and the base ref moved from the planned base; its new commit.
+        Every refusal of the git layer leaves the base where it was."""
         try:
-            async with self.db.session(write=True) as s:
-                svc = self.make_service(s)
-                res = await load(s, actor.principal, owner, name, Action.TASK_READ)
-                task = await svc.life.lock(await svc.get(res, number))
-                # Everything may have changed while the hook was asked: check again under the lock.
-                self._check_head(task, data, head_sha)
-                status = await ReviewService(svc).status(task)
-                if status.blockers:
-                    raise MergeRefused("; ".join(status.blockers), code="merge_blocked", blockers=status.blockers)
-                merge_rules = await repo_settings.merge_rules(s, task.repo_id)
-                if not already:
-                    try:
-                        result = await svc.store.write(
-                            res.key,
-                            git_merge,
-                            base_branch=task.base,
-                            head_sha=head_sha,
-                            strategy=data.strategy,
-                            expected_base_sha=base_sha,
-                            author=_identity(actor.principal.login, svc.base_url),
-                            committer=_identity(actor.principal.login, svc.base_url),
-                            message=message,
-                        )
-                    except BaseMoved:
-                        raise MergeRefused(
-                            f"{task.base} moved while the merge was prepared (a push or another merge); "
-                            "nothing was changed, try again",
-                            code="base_moved",
-                        ) from None
-                    except MergeConflicts as exc:
-                        raise _conflict_error(exc) from None
-                    except NotFastForward:
-                        raise MergeRefused(
-                            f"{task.base} has moved on: fast-forward is not possible", code="not_fast_forward"
-                        ) from None
-                    except NothingToMerge:
-                        raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
-                    except UnrelatedHistories:
-                        raise MergeRefused(
-                            "the branch and the base share no history", code="unrelated_histories"
-                        ) from None
-                    except RefConflict:
-                        raise MergeRefused(
-                            f"{task.base} is being updated by someone else; nothing was changed, try again",
-                            code="base_moved",
-                        ) from None
-                    moved = True  # from here on, recovery finishes what this does not
-                    merged_sha = result.new_base_sha
-                await record_merged(
-                    svc,
-                    res,
-                    task,
-                    actor,
-                    strategy=data.strategy if not already else "already_merged",
-                    merged_sha=merged_sha,
-                    base_sha=base_sha,
-                    approvals=status.approvals,
-                    delete_branch=merge_rules.delete_branch_on_merge,
-                    what="merged" if not already else "found already merged",
-                )
-                await s.execute(delete(MergeIntent).where(MergeIntent.task_id == task.id))
-        except BaseException:
-            if intent is not None and not moved:
-                await intents.drop(self.db, intent)
-            raise
-        finally:
-            if intent is not None:
-                intents.settled(intent)
-        return task_id
+            result = await svc.store.write(
+                res.key,
+                git_merge,
+                base_branch=task.base,
+                head_sha=prepared.head_sha,
+                strategy=data.strategy,
+                expected_base_sha=prepared.base_sha,
+                author=_identity(actor.principal.login, svc.base_url),
+                committer=_identity(actor.principal.login, svc.base_url),
+                message=prepared.message,
+            )
+        except BaseMoved:
+            raise MergeRefused(
+                f"{task.base} moved while the merge was prepared (a push or another merge); "
+                "nothing was changed, try again",
+                code="base_moved",
+            ) from None
+        except MergeConflicts as exc:
+            raise _conflict_error(exc) from None
+        except NotFastForward:
+            raise MergeRefused(
+                f"{task.base} has moved on: fast-forward is not possible", code="not_fast_forward"
+            ) from None
+        except NothingToMerge:
+            raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
+        except UnrelatedHistories:
+            raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
+        except RefConflict:
+            raise MergeRefused(
+                f"{task.base} is being updated by someone else; nothing was changed, try again",
+                code="base_moved",
+            ) from None
+        return result.new_base_sha
 
     @staticmethod
     def _check_head(task: Task, data: MergeCreate, planned: str | None = None) -> None:

@@ -3,6 +3,7 @@
 the page size; and `ApprovalRead`s the same way."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -157,8 +158,25 @@ async def _child_counts(session: AsyncSession, task_ids: list[int]) -> dict[int,
     return {int(p): int(n) for p, n in rows.tuples() if p is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class _PageFacts:
+    """What a page of tasks reads besides the tasks, one query each."""
+
+    runs: dict[int, list[Run]]  # task id -> its runs in order
+    pending: dict[int, Approval]  # a blocked task's latest pending approval
+    names: dict[int, str]  # account id -> login
+    positions: dict[int, int]  # a queued task's place in the queue
+    parents: dict[int, int]  # parent task id -> number
+    children: dict[int, int]  # task id -> how many subtasks
+    seq_of: dict[int, int]  # run id -> seq
+
+
 async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[Task, RepoResource]]) -> list[TaskRead]:
-    tasks = [t for t, _ in page]
+    facts = await _page_facts(session, [t for t, _ in page])
+    return [_task_read(task, res, facts, base_url) for task, res in page]
+
+
+async def _page_facts(session: AsyncSession, tasks: list[Task]) -> _PageFacts:
     ids = [t.id for t in tasks]
     runs: dict[int, list[Run]] = {}
     for r in (await session.execute(select(Run).where(Run.task_id.in_(ids)).order_by(Run.seq))).scalars():
@@ -175,58 +193,61 @@ async def task_reads(session: AsyncSession, base_url: str, page: Sequence[tuple[
         pending[a.task_id] = a  # the latest one (as `parked.pending_for`)
     wanted = {t.agent_id for t in tasks} | {t.started_by_id for t in tasks if t.started_by_id}
     wanted |= {t.merged_by_id for t in tasks if t.merged_by_id}
-    names = await logins(session, wanted)
-    positions = await _queue_positions(session, runs, tasks)
-    parents = await _numbers(session, {t.parent_id for t in tasks if t.parent_id is not None})
-    children = await _child_counts(session, ids)
-    seq_of = {r.id: r.seq for rs in runs.values() for r in rs}
-    out = []
-    for task, res in page:
-        parked = pending.get(task.id)
-        out.append(
-            TaskRead(
-                merge_strategy=task.merge_strategy or None,
-                merged_sha=task.merged_sha or None,
-                merged_by=names.get(task.merged_by_id) if task.merged_by_id else None,
-                merged_at=task.merged_at,
-                agent_session_id=task.agent_session_id or None,
-                # A pending approval has no decider yet.
-                pending_approval=approval_read(parked, seq_of.get(parked.run_id, 0), None) if parked else None,
-                number=task.number,
-                repository=res.full_name,
-                title=task.title,
-                goal=task.goal,
-                state=task.state,
-                runtime=task.runtime,
-                command=task.command if task.runtime != "acp" else None,
-                agent_command=task.command if task.runtime == "acp" and isinstance(task.command, str) else None,
-                agent=names.get(task.agent_id, ""),
-                started_by=names.get(task.started_by_id) if task.started_by_id else None,
-                base=task.base,
-                branch=task.branch,
-                base_sha=task.base_sha,
-                head_sha=task.head_sha,
-                head_is_wip=task.head_is_wip,
-                summary=task.summary,
-                error=task.error,
-                failure_reason=task.failure_reason or None,
-                question=task.question,
-                queued_message=task.queued_message,
-                queue_position=positions.get(task.id),
-                html_url=f"{base_url}/{res.full_name}/tasks/{task.number}",
-                created_at=task.created_at,
-                updated_at=task.updated_at,
-                runs=[run_read(r) for r in runs.get(task.id, [])],
-                no_changes=bool(task.head_sha) and task.head_sha == task.base_sha,
-                usage=usage_of(runs.get(task.id, [])),
-                egress=egress_of(runs.get(task.id, [])),
-                model_key=next((r.model_key for r in reversed(runs.get(task.id, [])) if r.model_key), None),
-                parent=ParentRead(number=parents[task.parent_id]) if task.parent_id in parents else None,
-                subtasks=children.get(task.id, 0),
-                question_options=list(task.question_options or []) if task.question else [],
-            )
-        )
-    return out
+    return _PageFacts(
+        runs=runs,
+        pending=pending,
+        names=await logins(session, wanted),
+        positions=await _queue_positions(session, runs, tasks),
+        parents=await _numbers(session, {t.parent_id for t in tasks if t.parent_id is not None}),
+        children=await _child_counts(session, ids),
+        seq_of={r.id: r.seq for rs in runs.values() for r in rs},
+    )
+
+
+def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) -> TaskRead:
+    runs, names, parents = facts.runs.get(task.id, []), facts.names, facts.parents
+    parked = facts.pending.get(task.id)
+    return TaskRead(
+        merge_strategy=task.merge_strategy or None,
+        merged_sha=task.merged_sha or None,
+        merged_by=names.get(task.merged_by_id) if task.merged_by_id else None,
+        merged_at=task.merged_at,
+        agent_session_id=task.agent_session_id or None,
+        # A pending approval has no decider yet.
+        pending_approval=approval_read(parked, facts.seq_of.get(parked.run_id, 0), None) if parked else None,
+        number=task.number,
+        repository=res.full_name,
+        title=task.title,
+        goal=task.goal,
+        state=task.state,
+        runtime=task.runtime,
+        command=task.command if task.runtime != "acp" else None,
+        agent_command=task.command if task.runtime == "acp" and isinstance(task.command, str) else None,
+        agent=names.get(task.agent_id, ""),
+        started_by=names.get(task.started_by_id) if task.started_by_id else None,
+        base=task.base,
+        branch=task.branch,
+        base_sha=task.base_sha,
+        head_sha=task.head_sha,
+        head_is_wip=task.head_is_wip,
+        summary=task.summary,
+        error=task.error,
+        failure_reason=task.failure_reason or None,
+        question=task.question,
+        queued_message=task.queued_message,
+        queue_position=facts.positions.get(task.id),
+        html_url=f"{base_url}/{res.full_name}/tasks/{task.number}",
+        created_at=task.created_at,
+        updated_at=task.updated_at,
+        runs=[run_read(r) for r in runs],
+        no_changes=bool(task.head_sha) and task.head_sha == task.base_sha,
+        usage=usage_of(runs),
+        egress=egress_of(runs),
+        model_key=next((r.model_key for r in reversed(runs) if r.model_key), None),
+        parent=ParentRead(number=parents[task.parent_id]) if task.parent_id in parents else None,
+        subtasks=facts.children.get(task.id, 0),
+        question_options=list(task.question_options or []) if task.question else [],
+    )
 
 
 async def skipped_page(session: AsyncSession, task: Task, run_seq: str, cursor: str, limit: int) -> SkippedPage:

@@ -1,6 +1,6 @@
 """Reading a task's subtasks (GET .../tasks/{n}/subtasks, the task page's tree). Spawning one is
-the back-channel's (tasks/core/subtasks.py, shared with the run side); stopping a parent stops
-its children (`TaskService.request_stop`)."""
+the back-channel's (tasks/run/backchannel/spawn.py); stopping a parent stops its children
+(`TaskService.request_stop`, with `tasks/core/subtasks.active_children`)."""
 
 from sqlalchemy import select
 

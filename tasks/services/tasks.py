@@ -1,5 +1,5 @@
-"""The task use cases: start, message, answer, retry, stop, close, and the reads that find a task.
-REST and pages call these (through `tasks.http.actions`); each checks who may act
+"""The task use cases: start (its checks in `starting.py`), message, answer, retry, stop, close,
+and the reads that find a task. REST and pages call these (through `tasks.http.actions`); each checks who may act
 (`tasks.services.rules`), takes its steps through `tasks.core.lifecycle` (transition check,
 events, transcript, the after-commit wake-up) and writes an audit row, in the caller's transaction."""
 
@@ -10,20 +10,17 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, audit
+from forge import audit
 from forge.access import Principal
 from forge.audit import Actor
 from forge.db import utcnow
 from forge.errors import InvalidInput, InvalidState, NotFound
 from forge.events import EventBus
-from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
-from forge.git.errors import InvalidRefName
-from forge.models import Account, Repository
+from forge.git import RepoStore
+from forge.models import Repository
 from forge.repositories import RepoResource, resource_for
 from forge.settings import Settings
 from forge.text import require_no_nul
-from tasks.core import repo_settings
-from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.lifecycle import (
     Changed,
     Lifecycle,
@@ -35,12 +32,13 @@ from tasks.core.lifecycle import (
 from tasks.core.models import Approval, Run, Task, TaskCounter
 from tasks.core.parked import cancel_pending
 from tasks.core.policy import GateContext, PolicyGate, PromptKind
-from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead, argv_of
+from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead
 from tasks.core.states import ApprovalState, RunKind, RunState, TaskState
 from tasks.core.subtasks import active_children, report_to_parent
 from tasks.core.transcript import Notice, Pending, Prompt
 from tasks.services import rules
 from tasks.services.reads import release, task_reads
+from tasks.services.starting import prepare_start
 
 _SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -48,24 +46,6 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 def slugify(text: str, limit: int = 40) -> str:
     slug = _SLUG.sub("-", text.lower()).strip("-")[:limit].strip("-")
     return slug or "task"
-
-
-def _refuse_nul(data: TaskCreate) -> None:
-    """What a start stores ends up in the sandbox's argv and environment, where a NUL cannot go
-    (the run would fail `internal`), and in PostgreSQL, which cannot store one: refused here."""
-    for value, what in (
-        (data.goal, "a goal"),
-        (data.title, "a title"),
-        (data.agent, "an agent"),
-        (data.base, "a base branch"),
-        (data.agent_command or "", "an agent command"),
-    ):
-        require_no_nul(value, what)
-
-
-def title_from_goal(goal: str) -> str:
-    first = goal.strip().splitlines()[0] if goal.strip() else "task"
-    return first[:120].rstrip() + ("…" if len(first) > 120 else "")
 
 
 def parse_number(raw: str) -> int:
@@ -179,19 +159,10 @@ class TaskService:
 
     # --- start --------------------------------------------------------------------------------
 
-    async def _agent(self, res: RepoResource, login: str) -> Account:
-        agent = await accounts.get_by_login(self.session, login)
-        if agent is None or not agent.is_bot or agent.disabled:
-            raise InvalidInput(f"{login!r} is not an active bot account", code="invalid_agent")
-        agent_principal = Principal(account_id=agent.id, login=agent.login, type="Bot", via="session")
-        if not rules.may_work_as_agent(agent_principal, await resource_for(self.session, res.repo, agent_principal)):
-            raise InvalidInput(f"the bot {agent.login!r} needs write access to {res.full_name}", code="invalid_agent")
-        return agent
-
     async def precheck_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> PromptCheck:
         """Validate a start and ask `user_prompt_submit` before any write, about the task the
         start will most likely create (a fresh uuid, the next number)."""
-        task, agent = await self._prepare_start(actor, res, data)
+        task, agent = await prepare_start(self.session, self.settings, self.store, actor, res, data)
         last = await self.session.get(TaskCounter, res.repo.id)
         task.number = (last.last_number if last is not None else 0) + 1
         task.uuid = str(uuid_mod.uuid4())
@@ -201,7 +172,7 @@ class TaskService:
     async def start(
         self, actor: Actor, res: RepoResource, data: TaskCreate, *, checked: PromptCheck | None = None
     ) -> Task:
-        task, agent = await self._prepare_start(actor, res, data)
+        task, agent = await prepare_start(self.session, self.settings, self.store, actor, res, data)
         task.number = await allocate_number(self.session, res.repo.id)
         task.branch = f"agent/{task.number}-{slugify(task.title)}"
         if checked is not None:
@@ -224,80 +195,6 @@ class TaskService:
             base=task.base,
         )
         return task
-
-    def _command(self, data: TaskCreate, runtime: str) -> str | list[str] | None:
-        if runtime != "command":
-            if data.command is not None:
-                raise InvalidInput("`command` is for the command runtime", code="invalid_command")
-            return None
-        try:
-            command = data.command if isinstance(data.command, str) else list(data.command or [])
-            argv_of(command)
-        except ValueError:
-            raise InvalidInput("the command runtime needs a command", code="command_required") from None
-        if any("\x00" in a for a in ([command] if isinstance(command, str) else command)):
-            raise InvalidInput("command arguments may not contain NUL", code="invalid_command")
-        return command
-
-    def _acp_agent(self, data: TaskCreate) -> AcpAgent:
-        if not data.agent_command:
-            raise InvalidInput("the acp runtime needs `agent_command`", code="agent_command_required")
-        try:
-            agent = acp_agent(self.settings.acp_agents, data.agent_command)
-        except ValueError as exc:
-            raise InvalidInput(str(exc), code="unknown_acp_agent") from None
-        if agent is None:
-            raise InvalidInput(f"no ACP agent named {data.agent_command!r} is configured", code="unknown_acp_agent")
-        if agent.unavailable:
-            raise InvalidInput(
-                f"the ACP agent {agent.name!r} cannot run yet: {agent.unavailable}", code="acp_agent_unavailable"
-            )
-        return agent
-
-    async def _prepare_start(self, actor: Actor, res: RepoResource, data: TaskCreate) -> tuple[Task, Account]:
-        """Everything a start checks, and the task it would create (not added, no number yet)."""
-        rules.require_start(actor.principal, res)
-        _refuse_nul(data)
-        goal = data.goal.strip()
-        if not goal:
-            raise InvalidInput("the goal is required", code="goal_required")
-        runtime = data.runtime or ("command" if data.command is not None else "builtin")
-        command = self._command(data, runtime)
-        acp_provider = ""
-        if runtime == "acp":
-            agent_cfg = self._acp_agent(data)
-            command, acp_provider = agent_cfg.name, agent_cfg.provider
-        elif data.agent_command is not None:
-            raise InvalidInput("`agent_command` is for the acp runtime", code="invalid_agent_command")
-        await repo_settings.require_model(
-            self.session, self.settings, res.repo.id, runtime, actor.principal.account_id, acp_provider=acp_provider
-        )
-        agent = await self._agent(res, data.agent)
-        base = data.base.strip() or res.repo.default_branch
-        try:
-            validate_branch_name(base)
-            resolved = await self.store.read(res.key, resolve_ref, base)
-        except (RefNotFound, InvalidRefName):
-            raise InvalidInput(f"the base branch {base!r} does not exist", code="base_not_found") from None
-        if resolved.kind != "branch":
-            raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
-        task = Task(
-            repo_id=res.repo.id,
-            number=0,
-            title=data.title.strip() or title_from_goal(goal),
-            goal=goal,
-            runtime=runtime,
-            command=command,
-            agent_id=agent.id,
-            started_by_id=actor.principal.account_id,
-            base=base,
-            branch="",
-            base_sha=resolved.sha,
-            head_sha="",
-            state=TaskState.QUEUED,
-            conversation=[],
-        )
-        return task, agent
 
     # --- actions on a task --------------------------------------------------------------------
 

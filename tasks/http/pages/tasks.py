@@ -17,7 +17,7 @@ from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
 from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
-from tasks.http.pages import start_form, timeline
+from tasks.http.pages import start_form, timeline, timeline_items
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
     egress_line,
@@ -72,12 +72,12 @@ def header_texts(read: TaskRead, subtasks: list[TaskRead]) -> dict[str, Any]:
     markdown, sanitised (`code` as code). Markdown is CPU work: call in a worker thread."""
     return {
         "command_text": command_text(read.command),
-        "summary_html": timeline.agent_markdown(read.summary) if read.summary else "",
-        "subtask_summaries": {c.number: timeline.agent_markdown(c.summary) for c in subtasks if c.summary},
+        "summary_html": timeline_items.agent_markdown(read.summary) if read.summary else "",
+        "subtask_summaries": {c.number: timeline_items.agent_markdown(c.summary) for c in subtasks if c.summary},
     }
 
 
-async def timeline_of(scope: TaskScope, events: list[transcript.EventRead]) -> list[timeline.Item]:
+async def timeline_of(scope: TaskScope, events: list[transcript.EventRead]) -> list[timeline_items.Item]:
     """The events as the timeline's items, with the task's approvals (a parked call shows what it
     waits for, or who decided it)."""
     approvals = await ApprovalService(scope.svc).list(scope.task) if events else []

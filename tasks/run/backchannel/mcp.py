@@ -1,6 +1,6 @@
 """The back-channel's MCP server: Streamable HTTP (MCP 2025-06-18 and later, 2025-03-26 and
 2024-11-05 clients too) at `/mcp` on the run's gateway socket, behind the gateway's token check
-(tasks/run/gateway/channel.py answers 401 before anything here runs, and 405 to anything but POST:
+(tasks/run/gateway/routes.py answers 401 before anything here runs, and 405 to anything but POST:
 this server offers no SSE stream to GET and no session to DELETE, which the transport allows).
 
 Written here rather than with the `mcp` SDK's server: the SDK's Streamable HTTP manager is an

@@ -9,7 +9,7 @@ opened it; nothing an agent sends can name another.
   began to settle (`seal`) nothing is taken, so the summary the settle step stores is final.
 - `record_progress` is a `progress` transcript event and a `task.progress` notification, at most
   `PROGRESS_BURST` at once and one per `PROGRESS_EVERY` seconds after that.
-- `spawn_subtask` creates a subtask (tasks/core/subtasks.py) within the repository's limits and
+- `spawn_subtask` creates a subtask (`spawn.py`) within the repository's limits and
   the budget this run has left; a refusal creates nothing and is audited."""
 
 import collections
@@ -30,8 +30,8 @@ from forge.settings import Settings
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.core.policy import input_hash
-from tasks.core.subtasks import SpawnRequest, SubtaskRefused, spawn
 from tasks.core.transcript import Kind, Notice, Payload, Progress
+from tasks.run.backchannel.spawn import SpawnRequest, SubtaskRefused, spawn
 
 log = structlog.get_logger("forgehand.backchannel")
 

@@ -3,9 +3,10 @@ reaches at /run/forgehand/gateway.sock, with the run's token as its only credent
 provider keys stay on the host (`proxy`), usage is metered (`metering`) against the run's token
 budget (`budget`), and tokens live only in this process (`tokens`)."""
 
-from tasks.run.gateway.channel import SOCKET_NAME, HookHandler, KeySource, ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.channel import SOCKET_NAME, KeySource, ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.endpoint import Upstream
 from tasks.run.gateway.metering import PriceTable, Usage, load_prices
-from tasks.run.gateway.proxy import Upstream
+from tasks.run.gateway.routes import HookHandler
 from tasks.run.gateway.setup import ChannelUnavailable, build_channel, provider_of, sweep_channels
 from tasks.run.gateway.tokens import REGISTRY, TokenRegistry
 

@@ -12,11 +12,12 @@ from forge.allowlists import AllowListSource
 from forge.db import Database
 from forge.settings import Settings
 from tasks.core.repo_settings import Provider, ProviderAccess
-from tasks.run.gateway.channel import Emit, ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.channel import ProviderInfo, RunChannel, channel_name
+from tasks.run.gateway.endpoint import Upstream
 from tasks.run.gateway.guard import allow_list
 from tasks.run.gateway.limits import CallLimits
 from tasks.run.gateway.metering import load_prices
-from tasks.run.gateway.proxy import Upstream
+from tasks.run.gateway.routes import Emit
 
 
 class ChannelUnavailable(Exception):
