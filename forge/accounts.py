@@ -10,15 +10,15 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit, initial_password, websessions
-from forge.access import INSTANCE, Action, require
 from forge.audit import Actor
+from forge.core.access import INSTANCE, Action, require
+from forge.core.error_codes import Code
+from forge.core.errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
+from forge.core.security import hash_password, verify_password
+from forge.core.settings import Settings
+from forge.core.text import NUL, require_no_nul, without_nul
 from forge.db import Database, utcnow
-from forge.error_codes import Code
-from forge.errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from forge.models import Account, AccountType
-from forge.security import hash_password, verify_password
-from forge.settings import Settings
-from forge.text import NUL, require_no_nul, without_nul
 
 _LOGIN_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
 # Names that would collide with routes at the root of the site.

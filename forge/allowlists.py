@@ -1,5 +1,5 @@
 """The allow-lists of hosts that user-configured endpoints may use although the address rules
-(forge.addresses) refuse them: `model` (model endpoints set in a repository's task settings or in
+(forge.core.addresses) refuse them: `model` (model endpoints set in a repository's task settings or in
 a personal key) and `webhooks` (webhook and policy endpoints).
 
 Two sources make up each list: the operator's environment variable
@@ -23,14 +23,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
-from forge.access import INSTANCE, Action, require
-from forge.addresses import AllowList, merged, normalize_host
 from forge.audit import Actor
+from forge.core.access import INSTANCE, Action, require
+from forge.core.addresses import AllowList, merged, normalize_host
+from forge.core.error_codes import Code
+from forge.core.errors import Conflict, InvalidInput, NotFound
+from forge.core.settings import Settings
 from forge.db import Database, after_commit
-from forge.error_codes import Code
-from forge.errors import Conflict, InvalidInput, NotFound
 from forge.models import Account, AllowedHost
-from forge.settings import Settings
 
 log = structlog.get_logger("forgehand.allowlists")
 

@@ -7,10 +7,11 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
 from forge import accounts, allowlists, audit, tokens, websessions
-from forge.access import INSTANCE, Action, require
 from forge.accounts import AccountRead
 from forge.audit import AuditRead
 from forge.auth import signed_in
+from forge.core.access import INSTANCE, Action, require
+from forge.core.security import generate_password
 from forge.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
 from forge.schemas import (
     AccountUpdate,
@@ -21,7 +22,6 @@ from forge.schemas import (
     UserCreate,
     UserCreated,
 )
-from forge.security import generate_password
 
 
 class AdminController(Controller):

@@ -25,8 +25,8 @@ from litestar.params import FromPath
 from litestar.response import File
 
 from forge.api_contract import ContractJsonPlugin, route_key
-from forge.error_codes import Code
-from forge.errors import NotFound
+from forge.core.error_codes import Code
+from forge.core.errors import NotFound
 
 SCHEMA_PATH = "/api/schema"
 # The description the reference opens with (markdown): for the person calling the API.

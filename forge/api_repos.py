@@ -8,12 +8,12 @@ from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from litestar.response import Stream
 
 from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
-from forge.access import Action, Scope
 from forge.auth import signed_in
 from forge.branch_rules import BranchRuleRead
+from forge.core.access import Action, Scope
+from forge.core.error_codes import Code
+from forge.core.errors import Forbidden, InvalidInput, Unauthenticated
 from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep, StoreDep
-from forge.error_codes import Code
-from forge.errors import Forbidden, InvalidInput, Unauthenticated
 from forge.git import (
     BranchInfo,
     CommitDiff,

@@ -7,9 +7,9 @@ from litestar.params import FromPath, JSONBody, Parameter
 
 from forge import model_keys, tokens
 from forge.auth import signed_in
+from forge.core.error_codes import Code
+from forge.core.errors import Unauthenticated
 from forge.deps import ActorDep, DbSession, PrincipalDep, SettingsDep, TokenCacheDep
-from forge.error_codes import Code
-from forge.errors import Unauthenticated
 from forge.models import Account
 from forge.schemas import TokenCreate, UserRead
 

@@ -20,23 +20,26 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
-from forge.access import Principal, Scope
 from forge.api_admin import AdminController
 from forge.api_contract import ContractJsonPlugin
 from forge.api_reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.api_repos import BrowseController, RepoController
 from forge.api_user import UserController
 from forge.auth import AuthenticationLayer, AuthState
+from forge.core.access import Principal, Scope
+from forge.core.error_codes import Code
+from forge.core.logging import configure_logging
+from forge.core.settings import Settings
+from forge.core.text import plural
+from forge.core.version import VERSION
 from forge.db import Database
 from forge.deps import DEPENDENCIES
 from forge.edges import add_security_headers, before_request
-from forge.error_codes import Code
 from forge.events import EventBus
 from forge.git import RepoStore, install_hooks
 from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig
 from forge.git_http import GIT_ROUTES
-from forge.logging import configure_logging
 from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
 from forge.pages_account import OldSettingsPages, ProfilePages, SettingsPages
 from forge.pages_admin_network import NetworkPages
@@ -45,10 +48,7 @@ from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.pushes import PushRecorder
-from forge.settings import Settings
-from forge.text import plural
 from forge.tokens import TokenCache
-from forge.version import VERSION
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate

@@ -12,10 +12,10 @@ import msgspec
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
+from forge.core.access import Principal
+from forge.core.text import without_nul
 from forge.db import Database, utcnow
 from forge.models import AuditEvent
-from forge.text import without_nul
 
 Result = Literal["ok", "refused", "error"]
 

@@ -1,6 +1,6 @@
 """One authentication middleware: Bearer token, HTTP Basic with a token as password, or the session
 cookie. It resolves a `Principal` into `request.user` (anonymous when nothing is presented) and
-refuses bad credentials with 401 and an audit row. Authorization is `forge.access`'s job."""
+refuses bad credentials with 401 and an audit row. Authorization is `forge.core.access`'s job."""
 
 import base64
 import secrets
@@ -12,11 +12,11 @@ from litestar.middleware._internal.exceptions import ExceptionHandlerMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from forge import audit, tokens, websessions
-from forge.access import ANONYMOUS, Principal
 from forge.audit import Actor
+from forge.core.access import ANONYMOUS, Principal
+from forge.core.error_codes import Code
+from forge.core.errors import Unauthenticated
 from forge.db import Database
-from forge.error_codes import Code
-from forge.errors import Unauthenticated
 
 
 class AuthState:

@@ -3,10 +3,10 @@
 
 from forge import accounts, initial_password
 from forge.audit import Actor
+from forge.core.security import generate_password
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.initial_password import PASSWORD_FILE
-from forge.security import generate_password
-from forge.settings import Settings
 
 # "admin" is a reserved path segment (/admin); GitLab-style "root" it is.
 ADMIN_LOGIN = "root"

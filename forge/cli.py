@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from forge import accounts, audit, tokens
     from forge.audit import Actor
+    from forge.core.settings import Settings
     from forge.db import Database
-    from forge.settings import Settings
 
 T = TypeVar("T")
 
@@ -32,9 +32,9 @@ LAZY_GROUPS = {
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
-    from forge.errors import ForgeError
+    from forge.core.errors import ForgeError
+    from forge.core.settings import SettingsError
     from forge.git.errors import RepoError
-    from forge.settings import SettingsError
 
     return (ForgeError, SettingsError, RepoError)
 
@@ -99,7 +99,7 @@ async def _require_migrated(db: Database) -> None:
 
 
 def _load(**overrides: Any) -> Settings:
-    from forge.settings import load_settings
+    from forge.core.settings import load_settings
 
     given = {k: v for k, v in overrides.items() if v is not None}
     data_dir = click.get_current_context().find_root().params.get("data_dir")
@@ -111,7 +111,7 @@ def _load(**overrides: Any) -> Settings:
 def _settings(**overrides: Any) -> Settings:
     """Settings for the commands that start or create an instance (`serve`, `worker`, `db upgrade`):
     the data directory is created when missing."""
-    from forge.settings import prepare_data_dir
+    from forge.core.settings import prepare_data_dir
 
     return prepare_data_dir(_load(**overrides))
 
@@ -119,7 +119,7 @@ def _settings(**overrides: Any) -> Settings:
 def _instance_settings() -> Settings:
     """Settings for the commands that work on an existing instance: when its SQLite database is not
     there, stop and say where we looked, creating nothing (no second, empty instance by mistake)."""
-    from forge.settings import SettingsError, prepare_data_dir
+    from forge.core.settings import SettingsError, prepare_data_dir
 
     settings = _load()
     missing = _missing_sqlite_file(settings)
@@ -265,7 +265,7 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
         if sys.stdin.isatty():
             password = _prompt_twice(f"password for {login}: ")
         else:
-            from forge.security import generate_password
+            from forge.core.security import generate_password
 
             password, generated = generate_password(), True
     pw = password

@@ -11,9 +11,9 @@ from litestar import Request
 
 from forge import audit, websessions
 from forge.auth import actor_of
+from forge.core.error_codes import Code
+from forge.core.errors import Forbidden
 from forge.deps import SAFE_METHODS
-from forge.error_codes import Code
-from forge.errors import Forbidden
 from forge.websessions import SessionInfo
 
 FIELD = "csrf_token"

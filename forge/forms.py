@@ -2,7 +2,7 @@
 to that field (`_forms.html`'s `field` macro) and keeps everything else as typed.
 
 A refusal names its field in one of three ways, tried in order: `field` in the error's extras (a
-service says which input it refused: `forge.errors.about_field`), the wire path of
+service says which input it refused: `forge.core.errors.about_field`), the wire path of
 a schema refusal (`invalid_input` turns `$.egress.rules[0]` into `egress.rules`), or its stable
 `code` (`invalid_egress_rule`). Each form says which of these names are its inputs."""
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from forge.errors import ForgeError, InvalidInput
+from forge.core.errors import ForgeError, InvalidInput
 
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 

@@ -1,7 +1,7 @@
 """Git smart HTTP at `/{owner}/{name}.git/...`: `info/refs`, `git-upload-pack`, `git-receive-pack`.
 
 git runs as `upload-pack`/`receive-pack --stateless-rpc`; request and response bodies stream
-through (never held whole). Access is the one rule of `forge.access`: anonymous callers may
+through (never held whole). Access is the one rule of `forge.core.access`: anonymous callers may
 clone public repositories; otherwise HTTP Basic with a token as password. A caller that cannot
 read gets 404 (anonymous callers get 401 with `WWW-Authenticate`, so git asks for a token).
 Pushes are checked against the push rules before git runs and again in the pre-receive hook."""
@@ -13,10 +13,10 @@ from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 
 from forge import pushes, repositories
-from forge.access import Action, Role, Scope, can
 from forge.auth import actor_of
+from forge.core.access import Action, Role, Scope, can
+from forge.core.errors import Forbidden, NotFound, Unauthenticated
 from forge.deps import DbSession
-from forge.errors import Forbidden, NotFound, Unauthenticated
 from forge.git import PushSession, RepoStore, advertise_refs, decode_request_body
 from forge.git.smart_http import (
     NO_CACHE_HEADERS,

@@ -15,8 +15,8 @@ from litestar.handlers import BaseRouteHandler
 from litestar.params import CookieParameter, HeaderParameter, ParameterKwarg, PathParameter, QueryParameter
 from litestar.typing import FieldDefinition
 
-from forge.error_codes import Code
-from forge.errors import InvalidInput, NotFound
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput, NotFound
 
 # The range both databases hold in an INTEGER column (PostgreSQL's int4).
 INT_MIN: Final = -(2**31)

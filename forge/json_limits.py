@@ -9,8 +9,8 @@ from typing import Any, Final
 
 from litestar import Request
 
-from forge.error_codes import Code
-from forge.errors import ForgeError
+from forge.core.error_codes import Code
+from forge.core.errors import ForgeError
 
 #: Deeper than any request or response shape of the API (the deepest is ~6 levels) by a wide margin.
 MAX_JSON_DEPTH: Final = 128

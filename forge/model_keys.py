@@ -14,14 +14,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import allowlists, audit
-from forge.access import AccountRef, Action, require
-from forge.addresses import AllowList, ask_admin, host_refusal, is_noncanonical_ipv4
 from forge.audit import Actor
-from forge.error_codes import Code
-from forge.errors import InvalidInput, NotFound
+from forge.core.access import AccountRef, Action, require
+from forge.core.addresses import AllowList, ask_admin, host_refusal, is_noncanonical_ipv4
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput, NotFound
+from forge.core.security import SecretBox
+from forge.core.settings import Settings
 from forge.models import Account, ModelKey
-from forge.security import SecretBox
-from forge.settings import Settings
 
 PROVIDERS = ("anthropic", "openai")
 KEY_PURPOSE = "forgehand-personal-model-keys-v1"

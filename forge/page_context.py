@@ -10,7 +10,7 @@ from litestar.response.base import ASGIResponse
 from litestar.types import Receive, Scope, Send
 
 from forge import websessions
-from forge.access import INSTANCE, Action, Principal, can
+from forge.core.access import INSTANCE, Action, Principal, can
 
 
 def base_context(request: ASGIConnection[Any, Any, Any, Any]) -> dict[str, Any]:

@@ -14,15 +14,15 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, audit, repositories, tokens, websessions
-from forge.access import INSTANCE, Action, Principal, Scope, require
 from forge.audit import Actor
+from forge.core.access import INSTANCE, Action, Principal, Scope, require
+from forge.core.error_codes import Code
+from forge.core.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
+from forge.core.security import generate_password, random_id, sha256_hex
+from forge.core.settings import Settings
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
-from forge.error_codes import Code
-from forge.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.models import AccessToken, Account
 from forge.page_context import base_context
-from forge.security import generate_password, random_id, sha256_hex
-from forge.settings import Settings
 
 
 def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **context: Any) -> Template:

@@ -16,10 +16,10 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, repositories, websessions
-from forge.access import Principal
+from forge.core.access import Principal
+from forge.core.error_codes import Code
+from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
-from forge.error_codes import Code
-from forge.errors import ForgeError, InvalidInput, NotFound
 from forge.models import Account
 from forge.pages import WebForm, page, safe_next, signed_in
 from forge.password_gate import must_change

@@ -10,8 +10,8 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge import allowlists
+from forge.core.errors import ForgeError
 from forge.deps import ActorDep, DbSession, SettingsDep
-from forge.errors import ForgeError
 from forge.pages import WebForm, instance_admin, page
 
 

@@ -14,9 +14,9 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Template
 
 from forge.browse_render import ago, breadcrumbs, diff_views_async, exact, highlight_lines_async, url_path
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput
 from forge.deps import StoreDep
-from forge.error_codes import Code
-from forge.errors import InvalidInput
 from forge.git import (
     BlobInfo,
     NotABlob,

@@ -9,8 +9,8 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge import model_keys
+from forge.core.errors import ForgeError
 from forge.deps import ActorDep, DbSession, SettingsDep
-from forge.errors import ForgeError
 from forge.models import Account
 from forge.pages import WebForm, page, signed_in
 

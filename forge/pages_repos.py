@@ -14,10 +14,10 @@ from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
-from forge.access import INSTANCE, Action, Principal, can
+from forge.core.access import INSTANCE, Action, Principal, can
+from forge.core.error_codes import Code
+from forge.core.errors import ForgeError, NotFound
 from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
-from forge.error_codes import Code
-from forge.errors import ForgeError, NotFound
 from forge.forms import NO_ERRORS, form_errors
 from forge.pages import WebForm, page
 from forge.repo_lifecycle import RepoCreate, RepoUpdate

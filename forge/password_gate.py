@@ -12,8 +12,8 @@ from urllib.parse import quote
 from litestar import Request, Response
 from litestar.response import Redirect
 
-from forge.error_codes import Code
-from forge.errors import Forbidden
+from forge.core.error_codes import Code
+from forge.core.errors import Forbidden
 from forge.websessions import SessionInfo
 
 PASSWORD_PAGE = "/settings/password"

@@ -26,8 +26,8 @@ from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
 from forge import audit
 from forge.auth import actor_of, request_id
-from forge.error_codes import Code, lookup
-from forge.errors import ForgeError, RateLimited
+from forge.core.error_codes import Code, lookup
+from forge.core.errors import ForgeError, RateLimited
 from forge.git.errors import RepoError
 from forge.page_context import SessionTemplate, base_context
 

@@ -21,8 +21,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
-from forge.access import Principal, Role, effective_role
 from forge.audit import Actor
+from forge.core.access import Principal, Role, effective_role
 from forge.db import Database
 from forge.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, ref_locks

@@ -8,10 +8,10 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, audit
-from forge.access import Action, require
 from forge.audit import Actor
-from forge.error_codes import Code
-from forge.errors import InvalidInput, NotFound
+from forge.core.access import Action, require
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput, NotFound
 from forge.models import Account, Collaborator
 from forge.repositories import RepoResource, RoleName
 

@@ -1,5 +1,5 @@
 """Repositories, the database side: the loaded resource the access rule sees (`RepoResource`),
-finding and loading one (`load`: find, then `forge.access.require`, so one rule decides web,
+finding and loading one (`load`: find, then `forge.core.access.require`, so one rule decides web,
 REST and git smart HTTP), listing, the API shape (`RepoRead`), branch rules as the push rules
 read them, and pushes. The use cases live beside this module: `forge.repo_lifecycle` (create,
 import, settings, delete), `forge.repo_collaborators`, `forge.branch_rules`. The bare
@@ -14,11 +14,21 @@ import msgspec
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import INSTANCE, REPO_NOT_FOUND, Action, Principal, Role, Visibility, can, effective_role, require
-from forge.error_codes import Code
-from forge.errors import NotFound
+from forge.core.access import (
+    INSTANCE,
+    REPO_NOT_FOUND,
+    Action,
+    Principal,
+    Role,
+    Visibility,
+    can,
+    effective_role,
+    require,
+)
+from forge.core.error_codes import Code
+from forge.core.errors import NotFound
+from forge.core.text import NUL
 from forge.models import Account, BranchRule, Collaborator, Repository
-from forge.text import NUL
 
 RoleName = Literal["read", "write", "admin"]
 VisibilityName = Literal["private", "internal", "public"]

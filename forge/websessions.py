@@ -10,10 +10,10 @@ import msgspec
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
+from forge.core.access import Principal
+from forge.core.security import random_id, sha256_hex
 from forge.db import Database, utcnow
 from forge.models import Account, WebSession
-from forge.security import random_id, sha256_hex
 
 SESSION_COOKIE = "fh_session"
 # Before sign-in there is no session: the sign-in form uses a double-submit cookie instead.

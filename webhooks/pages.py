@@ -10,7 +10,7 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.errors import ForgeError, InvalidInput
+from forge.core.errors import ForgeError, InvalidInput
 from forge.forms import NO_ERRORS, form_errors
 from forge.pages import page
 from webhooks import service

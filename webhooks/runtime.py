@@ -4,6 +4,7 @@ the deliverer and the policy dispatcher around one guarded connection pool."""
 from typing import Any
 
 from forge.allowlists import AllowListSource
+from forge.core.urlguard import Resolver
 from forge.db import Database
 from forge.events import EventBus
 from webhooks.config import WebhooksConfig
@@ -11,7 +12,6 @@ from webhooks.deliverer import Deliverer
 from webhooks.outbound import Outbound
 from webhooks.outbox import OutboxWriter
 from webhooks.policy import PolicyDispatcher
-from webhooks.urlguard import Resolver
 
 
 class WebhooksRuntime:

@@ -14,11 +14,11 @@ from litestar.di import NamedDependency, Provide
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import repositories
-from forge.access import INSTANCE, Action, require
 from forge.audit import Actor
+from forge.core.access import INSTANCE, Action, require
+from forge.core.errors import Unauthenticated, Unavailable
 from forge.db import Database
 from forge.deps import SAFE_METHODS, ActorDep
-from forge.errors import Unauthenticated, Unavailable
 from forge.models import Repository
 from webhooks import service
 from webhooks.config import WebhooksConfig

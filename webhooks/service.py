@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import allowlists, audit
 from forge.audit import Actor
-from forge.errors import Conflict, InvalidInput, NotFound
+from forge.core.errors import Conflict, InvalidInput, NotFound
+from forge.core.urlguard import validate_url
 from forge.events import Event, Ping
 from forge.models import Repository
 from webhooks import envelope
@@ -22,7 +23,6 @@ from webhooks.outbox import enqueue
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS, StrictJSONError, loads_strict, subject_for
 from webhooks.schemas import DeliveryDetail, DeliveryRead, HookCreate, HookRead, HookUpdate, SecretInfo
 from webhooks.signing import new_secret
-from webhooks.urlguard import validate_url
 
 
 def _target(endpoint: WebhookEndpoint, repo: Repository | None) -> str:

@@ -14,9 +14,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
+from forge.core.access import Principal
+from forge.core.errors import BadGateway, Forbidden
 from forge.db import after_commit, utcnow
-from forge.errors import BadGateway, Forbidden
 from forge.events import AccountRef, Event, EventBus, EventPayload, EventType, ParentRef, RunRef, TaskCreated, TaskRef
 from forge.models import Account, Repository
 from tasks.core import payloads, transcript

@@ -258,7 +258,7 @@ class ReviewComment(Base):
 
 class RepoTaskSettings(Base):
     """A repository's overrides of the instance's task settings (null: use the instance's).
-    Set by repository admins; the model key is stored encrypted (forge.security.SecretBox)."""
+    Set by repository admins; the model key is stored encrypted (forge.core.security.SecretBox)."""
 
     __tablename__ = "repo_task_settings"
 

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
+from forge.core.access import Principal
 from forge.db import Database, utcnow
 from forge.models import Repository
 from tasks.core import payloads

@@ -15,8 +15,8 @@ import structlog
 from sqlalchemy import select, update
 
 from forge import events
+from forge.core.text import plural
 from forge.models import Account, Repository
-from forge.text import plural
 from sandbox import (
     EngineUnavailable,
     ImageMissing,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pygit2
 import structlog
 
+from forge.core.text import safe_text
 from forge.models import Repository
-from forge.text import safe_text
 from sandbox import quota_mounts
 from tasks.core.models import Run, Task
 from tasks.run import gitops

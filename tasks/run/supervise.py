@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import Sandbox
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice

@@ -18,12 +18,12 @@ from typing import Any
 import structlog
 from sqlalchemy import func, select, update
 
+from forge.core.settings import Settings
+from forge.core.text import plural
 from forge.db import Database, utcnow
 from forge.events import EventBus
 from forge.git import RepoStore
 from forge.models import Account, Repository
-from forge.settings import Settings
-from forge.text import plural
 from sandbox import DEFAULT_IMAGE, EngineUnavailable, SandboxEngine, SandboxError, quota_unavailable_reason, reap
 from tasks.core import payloads
 from tasks.core.live import LiveHub

@@ -5,10 +5,10 @@ from sqlalchemy import select
 
 from forge import audit
 from forge.audit import Actor
+from forge.core.errors import InvalidState, NotFound
+from forge.core.text import require_no_nul
 from forge.db import utcnow
-from forge.errors import InvalidState, NotFound
 from forge.repositories import RepoResource
-from forge.text import require_no_nul
 from tasks.core import payloads
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Approval, Task

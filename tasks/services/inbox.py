@@ -5,7 +5,7 @@ changes, and they have not yet reviewed its current head."""
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
+from forge.core.access import Principal
 from forge.models import Repository
 from forge.repositories import RepoResource, resource_for
 from tasks.core.models import Review, Task

@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Action
 from forge.audit import Actor
+from forge.core.access import Action
+from forge.core.errors import BadGateway, Forbidden, InvalidState
 from forge.db import Database
-from forge.errors import BadGateway, Forbidden, InvalidState
 from forge.git import merge as git_merge
 from forge.git.errors import (
     BaseMoved,

@@ -22,8 +22,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
-from forge.access import Principal
 from forge.audit import Actor
+from forge.core.access import Principal
 from forge.db import Database, utcnow
 from forge.events import TaskMerged
 from forge.models import Account, Repository

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.errors import InvalidInput, NotFound
+from forge.core.errors import InvalidInput, NotFound
 from forge.models import Account
 from forge.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task

@@ -9,11 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
 from forge.audit import Actor
-from forge.errors import about_field
+from forge.core.errors import about_field
+from forge.core.settings import Settings
+from forge.core.text import require_no_nul
 from forge.model_keys import check_endpoint
 from forge.repositories import RepoResource
-from forge.settings import Settings
-from forge.text import require_no_nul
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box

@@ -5,7 +5,7 @@ the reviewer may review, the task awaits review, each line is in the diff under 
 
 from forge import audit
 from forge.audit import Actor
-from forge.errors import InvalidState, NotFound
+from forge.core.errors import InvalidState, NotFound
 from forge.repositories import RepoResource
 from tasks.core.models import Review, ReviewComment, Task
 from tasks.core.schemas import ReviewCommentCreate, ReviewDraftRead

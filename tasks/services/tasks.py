@@ -11,17 +11,17 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, audit
-from forge.access import Principal
 from forge.audit import Actor
+from forge.core.access import Principal
+from forge.core.errors import InvalidInput, InvalidState, NotFound
+from forge.core.settings import Settings
+from forge.core.text import require_no_nul
 from forge.db import utcnow
-from forge.errors import InvalidInput, InvalidState, NotFound
 from forge.events import EventBus
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
 from forge.git.errors import InvalidRefName
 from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
-from forge.settings import Settings
-from forge.text import require_no_nul
 from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.lifecycle import (

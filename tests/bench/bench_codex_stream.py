@@ -30,8 +30,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from forge.core.settings import load_settings, prepare_data_dir
 from forge.db import Database
-from forge.settings import load_settings, prepare_data_dir
 from sandbox.process import DEFAULT_LINE_CAP, LineSplitter
 from tasks.core.capping import HeadTail
 from tasks.core.live import LiveHub

@@ -35,10 +35,10 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
+from forge.core.settings import Settings
 from forge.db import Database, utcnow
 from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskStateChanged
 from forge.models import Repository
-from forge.settings import Settings
 from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
 from webhooks import envelope
 from webhooks.envelope import RepoRef, TaskMeta

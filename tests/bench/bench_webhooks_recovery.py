@@ -14,10 +14,10 @@ import time
 from datetime import timedelta
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import Event
 from forge.models import Repository
-from forge.settings import Settings
 from tests.support.webhooks import Rig, Seen, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
 from webhooks.models import WebhookEndpoint

@@ -16,8 +16,8 @@ import pytest
 
 from forge import accounts, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
-from forge.settings import Settings
 from tests.support.agent_box import on_served, settled
 from tests.support.anthropic import ScriptedAnthropic, text
 from tests.support.tasks import task_settings

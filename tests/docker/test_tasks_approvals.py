@@ -13,10 +13,10 @@ from sqlalchemy import select
 
 from forge import accounts, repo_collaborators, repositories, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.git import RepoStore
 from forge.models import AuditEvent
-from forge.settings import Settings
 from tests.support.model import ScriptedModel, reply, tool_call
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, tree_files, wait_state

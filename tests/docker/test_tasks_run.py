@@ -17,10 +17,10 @@ import pygit2
 import pytest
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
-from forge.settings import Settings
 from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll
 from tasks.run.worker import TaskWorker

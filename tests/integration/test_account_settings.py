@@ -10,9 +10,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge.app import create_app
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.models import AuditEvent, WebSession
-from forge.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

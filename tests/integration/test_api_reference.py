@@ -15,8 +15,8 @@ from litestar.testing import AsyncTestClient
 from forge import api_reference
 from forge.api_contract import ContractJsonPlugin, route_key
 from forge.app import create_app
-from forge.error_codes import Code
-from forge.settings import Settings
+from forge.core.error_codes import Code
+from forge.core.settings import Settings
 from tests.support.accounts import LiveServer
 
 

@@ -9,7 +9,7 @@ import msgspec
 from litestar.testing import AsyncTestClient
 
 from forge.app import create_app
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

@@ -9,9 +9,9 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge import bootstrap, initial_password
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.models import Account, AuditEvent
-from forge.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

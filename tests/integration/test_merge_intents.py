@@ -10,12 +10,12 @@ import pytest
 from sqlalchemy import func, select
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.merge import merge as git_merge
 from forge.models import AuditEvent
-from forge.settings import Settings
 from tasks.core.models import MergeIntent, Task
 from tasks.core.states import TaskState
 from tasks.services import merge_intents

@@ -8,7 +8,7 @@ import msgspec
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.access import Scope
+from forge.core.access import Scope
 from forge.int_bounds import INT_MAX, INT_MIN
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 

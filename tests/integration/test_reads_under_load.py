@@ -13,8 +13,8 @@ import pytest
 
 from forge import accounts, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
-from forge.settings import Settings
 from tests.support.serve_process import free_port, serving
 from tests.support.tasks import seed
 

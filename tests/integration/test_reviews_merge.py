@@ -11,12 +11,12 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import Event, TaskMerged
 from forge.git import RepoStore
 from forge.git.bare import write_commit
 from forge.models import AuditEvent
-from forge.settings import Settings
 from tasks.core.models import Task
 from tests.support.task_world import AGENT, TASKS, World, agent_commits, bare_repo, build_task_world
 

@@ -13,8 +13,8 @@ from litestar.testing import AsyncTestClient
 from markupsafe import escape
 from sqlalchemy import select
 
+from forge.core.settings import Settings
 from forge.db import Database
-from forge.settings import Settings
 from tasks.core.schemas import GOAL_MAX
 from tasks.http.pages.timeline import short_name
 from tests.support.forms import read_form

@@ -14,11 +14,11 @@ from sqlalchemy import func, select, text
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import EventBus
 from forge.git import RepoStore
 from forge.models import AuditEvent
-from forge.settings import Settings
 from tasks.core import transcript
 from tasks.core.models import Task, TranscriptEvent
 from tasks.core.policy import AllowAll
@@ -155,7 +155,7 @@ async def test_permission_matrix(client: AsyncTestClient[Litestar], world: World
         for method, path, body, ok in cases:
             r = await client.request(method, path, json=body, headers=auth(world, who))
             want = expected_denied.get(who, ok)
-            # A reader sees the repository but no task: starting one is 404 too (forge.access.require).
+            # A reader sees the repository but no task: starting one is 404 too (forge.core.access.require).
             assert r.status_code == want, (who, method, path, r.status_code, r.text)
     # Stop: the starter, the agent or an admin. wendy (write, not the starter) may not.
     assert (await client.post(f"{TASKS}/1/stop", headers=auth(world, "wendy"))).status_code == 403

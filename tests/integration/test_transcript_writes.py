@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from sqlalchemy import select, text
 
+from forge.core.settings import Settings
 from forge.db import Database, json_text
-from forge.settings import Settings
 from tasks.core import transcript
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent

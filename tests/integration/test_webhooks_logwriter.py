@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 from structlog.testing import capture_logs
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import AccountRef, RunRef, TaskRef
 from forge.models import Repository
-from forge.settings import Settings
 from tests.support.webhooks import Seen, config, make_endpoint, make_repo, receiver
 from webhooks import logwriter, service
 from webhooks.envelope import RepoRef, TaskMeta

@@ -17,10 +17,10 @@ from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import EventBus, TaskCreated, TaskStateChanged
 from forge.models import AuditEvent, Repository
-from forge.settings import Settings
 from tests.support.waiting import event as event_set
 from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, free_port, make_endpoint, make_repo, receiver, task_ref
@@ -270,11 +270,11 @@ KILLED_WORKER = """
 import asyncio, json, sys
 from pathlib import Path
 from forge.db import Database
-from forge.settings import load_settings
+from forge.core.settings import load_settings
 from webhooks.config import WebhooksConfig
 from webhooks.outbound import Outbound
 from webhooks.deliverer import Deliverer
-from webhooks.urlguard import AllowList
+from forge.core.urlguard import AllowList
 
 values = json.loads(sys.argv[1])
 values["data_dir"] = Path(values["data_dir"])

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import (
     PAYLOADS,
@@ -38,7 +39,6 @@ from forge.events import (
     TaskStateChanged,
 )
 from forge.models import Repository
-from forge.settings import Settings
 from tests.support.payloads import doc_rows, payload_rows, render_rows
 from tests.support.webhooks import config, make_endpoint, make_repo
 from webhooks import service

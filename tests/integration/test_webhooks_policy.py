@@ -15,10 +15,10 @@ import jwt
 import pytest
 from sqlalchemy import select
 
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import AccountRef, RunRef, TaskRef
 from forge.models import Repository
-from forge.settings import Settings
 from tests.support.waiting import until
 from tests.support.webhooks import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
 from webhooks import service

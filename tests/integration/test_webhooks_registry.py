@@ -18,10 +18,10 @@ from sqlalchemy import Table, delete, insert, select, update
 import webhooks
 from forge.app import create_app
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import AccountRef, EventBus, RunRef, TaskRef
 from forge.models import Repository
-from forge.settings import Settings
 from tests.support.accounts import Accounts
 from tests.support.waiting import until
 from tests.support.webhooks import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
+from forge.core.settings import Settings
+from forge.core.urlguard import AllowList, validate_url
 from forge.db import Database
 from forge.events import AccountRef, TaskRef
-from forge.settings import Settings
 from tests.support.webhooks import Canary, config, make_repo, receiver
 from webhooks.deliverer import Deliverer
 from webhooks.envelope import RepoRef, TaskMeta
@@ -17,7 +18,6 @@ from webhooks.models import WebhookDelivery, WebhookEndpoint
 from webhooks.outbound import Outbound, OutboundError
 from webhooks.outbox import enqueue
 from webhooks.policy import PolicyDispatcher
-from webhooks.urlguard import AllowList, validate_url
 
 # A post to a local receiver takes milliseconds; 2 s once ran out on a loaded 2-CPU runner. What
 # these tests check (refused, not followed, the checked address) does not depend on the deadline.

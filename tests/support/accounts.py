@@ -8,9 +8,9 @@ import msgspec
 
 from forge import accounts, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.models import Account
-from forge.settings import Settings
 
 PASSWORD = "correct horse battery"
 T = TypeVar("T")

@@ -13,9 +13,9 @@ import msgspec
 
 from forge import accounts
 from forge.audit import Actor
+from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db import Database
 from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
 from tests.support.waiting import until_sync
 
 T = TypeVar("T")

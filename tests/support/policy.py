@@ -18,8 +18,8 @@ import httpx
 
 from forge import accounts, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
-from forge.settings import Settings
 from tests.support.http import LoopbackServer
 from tests.support.tasks import Env, seed, serve
 from tests.support.waiting import until_sync

@@ -14,11 +14,11 @@ import pygit2
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
 from forge.audit import Actor
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
-from forge.settings import Settings
 from tests.support.waiting import until, until_sync
 
 SECRET = "sk-live-0123456789abcdefXYZ"
@@ -198,7 +198,7 @@ async def start_task(settings: Settings, db: Database, goal: str = "g") -> tuple
     service (no worker runs it): its id, number and its first run's id."""
     from sqlalchemy import select
 
-    from forge.access import Principal
+    from forge.core.access import Principal
     from tasks.core.models import Run
     from tasks.core.policy import AllowAll
     from tasks.core.schemas import TaskCreate

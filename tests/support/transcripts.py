@@ -5,8 +5,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from forge.core.settings import Settings
 from forge.db import Database
-from forge.settings import Settings
 from tasks.core import transcript
 from tasks.core.models import Run, Task
 from tasks.core.transcript import (

@@ -16,10 +16,11 @@ from typing import Any
 from sqlalchemy import select
 
 from forge.audit import Actor
+from forge.core.settings import Settings
+from forge.core.urlguard import AllowList
 from forge.db import Database, utcnow
 from forge.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, TaskStateChanged
 from forge.models import Account, Repository
-from forge.settings import Settings
 from tests.support.http import LoopbackServer
 from webhooks.config import WebhooksConfig
 from webhooks.deliverer import Deliverer
@@ -28,7 +29,6 @@ from webhooks.outbound import Outbound
 from webhooks.outbox import OutboxWriter
 from webhooks.schemas import HookCreate
 from webhooks.service import create_endpoint
-from webhooks.urlguard import AllowList
 
 LOOPBACK = AllowList.parse("127.0.0.1")
 

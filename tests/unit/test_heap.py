@@ -8,7 +8,7 @@ SCRIPT = """
 import gc, pathlib, tempfile
 from forge.app import create_app
 from forge.heap import freeze_startup_heap
-from forge.settings import load_settings, prepare_data_dir
+from forge.core.settings import load_settings, prepare_data_dir
 d = pathlib.Path(tempfile.mkdtemp())
 settings = prepare_data_dir(load_settings(environ={}, data_dir=d / "data", database_url=f"sqlite+aiosqlite:///{d}/f.db"))
 app = create_app(settings)

@@ -3,8 +3,8 @@ private repository and on a public one (a public repository shows its code, not 
 
 import pytest
 
-from forge.access import ANONYMOUS, Principal, Role
-from forge.errors import Forbidden, ForgeError, NotFound
+from forge.core.access import ANONYMOUS, Principal, Role
+from forge.core.errors import Forbidden, ForgeError, NotFound
 from forge.models import Repository
 from forge.repositories import RepoResource
 from tasks.core.models import Task

@@ -9,7 +9,7 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.errors import ForgeError
+from forge.core.errors import ForgeError
 from forge.pages import page
 from forge.render import markdown_async
 from tasks.core.schemas import ReviewDraftRead, ReviewRead

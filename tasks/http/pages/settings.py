@@ -11,9 +11,9 @@ from litestar.response import Redirect, Template
 
 from egress import PRESETS
 from forge import repositories
-from forge.access import Action
+from forge.core.access import Action
+from forge.core.errors import ForgeError, InvalidInput
 from forge.deps import ActorDep, DatabaseDep, SettingsDep
-from forge.errors import ForgeError, InvalidInput
 from forge.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
 from forge.pages import page
 from tasks.core import repo_settings as core_settings

@@ -9,8 +9,8 @@ from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.auth import signed_in
+from forge.core.errors import ForgeError, NotFound
 from forge.deps import ActorDep, DbSession
-from forge.errors import ForgeError, NotFound
 from forge.forms import NO_ERRORS, FormErrors, form_errors
 from forge.pages import page
 from tasks.core import transcript

@@ -21,12 +21,12 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import audit
-from forge.access import Principal
 from forge.audit import Actor
+from forge.core.access import Principal
+from forge.core.settings import Settings
 from forge.db import Database
 from forge.events import TaskProgress
 from forge.models import Account, Repository
-from forge.settings import Settings
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.core.policy import input_hash

@@ -24,7 +24,8 @@ import msgspec
 import structlog
 import uvicorn
 
-from forge.error_codes import Code
+from forge.core.error_codes import Code
+from forge.core.urlguard import AllowList, AllowSource
 from sandbox import CHANNEL_DIR
 from tasks.core.transcript import Kind, ModelCall, Notice, Payload
 from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
@@ -36,7 +37,6 @@ from tasks.run.gateway.proxy import MAX_REQUEST_BYTES, Send, Upstream, error_bod
 from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
 from tasks.run.gateway.upstream import UpstreamTransport
-from webhooks.urlguard import AllowList, AllowSource
 
 log = structlog.get_logger("forgehand.gateway")
 

@@ -1,5 +1,5 @@
 """The URL guard for model endpoints that repository admins and people chose (their base URLs in
-repository settings and personal keys): the webhooks' address rules (webhooks.urlguard), applied
+repository settings and personal keys): the shared address rules (forge.core.urlguard), applied
 when each connection is opened. The host is resolved once, every address is checked, and the
 socket goes to a checked address, so a name cannot resolve to a public address for the check and
 to a private one for the connection (DNS rebinding). Loopback, private, link-local (cloud
@@ -13,8 +13,8 @@ The check runs in the gateway's upstream transport (tasks/run/gateway/upstream.p
 `GuardedBackend.resolve_checked` for the addresses it may connect to; a refusal is
 `EndpointRefused` (an `httpx.ConnectError`), answered 502 `x-forgehand-gateway: refused`."""
 
+from forge.core.urlguard import AllowList, AllowSource, GuardedBackend, Resolver
 from tasks.run.gateway.upstream import ALLOWED_HOSTS_SETTING, EndpointRefused, UpstreamTransport
-from webhooks.urlguard import AllowList, AllowSource, GuardedBackend, Resolver
 
 __all__ = ["EndpointRefused", "allow_list", "guarded_transport"]
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from forge.allowlists import AllowListSource
+from forge.core.settings import Settings
 from forge.db import Database
-from forge.settings import Settings
 from tasks.core.repo_settings import Provider, ProviderAccess
 from tasks.run.gateway.channel import Emit, ProviderInfo, RunChannel, channel_name
 from tasks.run.gateway.guard import allow_list

@@ -25,8 +25,8 @@ import httpcore
 import httptools
 import httpx
 
-from forge.addresses import ask_admin
-from webhooks.urlguard import AddressRefused, GuardedBackend
+from forge.core.addresses import ask_admin
+from forge.core.urlguard import AddressRefused, GuardedBackend
 
 T = TypeVar("T")
 Key = tuple[bytes, str, int]

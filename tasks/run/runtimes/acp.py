@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent, session_meta

@@ -4,7 +4,7 @@ approval a consumer's `ask` parks, and `post_tool_use` after a call ran."""
 
 from typing import Any
 
-from forge.text import without_nul
+from forge.core.text import without_nul
 from tasks.core.policy import ApprovalRequest, GateDecision, policy_record
 from tasks.core.transcript import Kind, Notice, Payload, PolicyBypass
 from tasks.run.runtimes.base import RunContext

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from forge.addresses import AllowList
+from forge.core.addresses import AllowList
 
 ENV_PREFIX = "FORGEHAND_"
 # Variables of other forgehand programs, not settings of the instance: skipped, never "unknown".

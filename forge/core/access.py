@@ -16,8 +16,8 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from forge.error_codes import Code
-from forge.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
+from forge.core.error_codes import Code
+from forge.core.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 
 
 class Scope(StrEnum):

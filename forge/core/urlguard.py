@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpcore
 
-from forge.addresses import (
+from forge.core.addresses import (
     AllowList,
     IPAddress,
     Network,
@@ -34,8 +34,8 @@ from forge.addresses import (
     refusal_reason,
     valid_hostname,
 )
-from forge.error_codes import Code
-from forge.errors import InvalidInput
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput
 
 __all__ = [
     "AddressRefused",

@@ -1,12 +1,12 @@
 """Domain errors. Services raise these; one handler maps them to RFC 9457 problem details (API)
 or to an error page (web). `code` values are a stable contract for bots: each one is registered
-in `forge.error_codes` with its status, and an error built with any other code fails at once."""
+in `forge.core.error_codes` with its status, and an error built with any other code fails at once."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from forge.error_codes import Code, lookup
+from forge.core.error_codes import Code, lookup
 
 
 class ForgeError(Exception):

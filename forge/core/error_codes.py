@@ -3,7 +3,7 @@ with its HTTP status and what it means. `docs/api.md` lists the same table.
 
 `ForgeError` and `forge.problems.Problem` refuse a code that is not here when they are built,
 so a test run finds any unregistered code. A code may stand with more than one status only where
-the same condition is refused at two steps (see `also`). `python -m forge.error_codes` prints the
+the same condition is refused at two steps (see `also`). `python -m forge.core.error_codes` prints the
 table for the docs."""
 
 from enum import StrEnum
@@ -269,7 +269,7 @@ def lookup(code: str, status: int | None = None) -> Code:
     """The registry entry of `code`; with `status`, also check that the code stands with it."""
     entry = BY_VALUE.get(code)
     if entry is None:
-        raise UnknownErrorCode(f"error code {code!r} is not registered in forge.error_codes")
+        raise UnknownErrorCode(f"error code {code!r} is not registered in forge.core.error_codes")
     if status is not None and status not in entry.statuses:
         raise UnknownErrorCode(f"error code {code!r} is registered with status {entry.statuses}, not {status}")
     return entry

@@ -7,8 +7,8 @@ from typing import Any
 
 from litestar import Request
 
-from forge.error_codes import Code
-from forge.errors import InvalidInput
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput
 
 NUL = "\x00"
 
