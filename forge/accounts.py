@@ -9,16 +9,17 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit, initial_password, websessions
-from forge.audit import Actor
+from forge import initial_password, websessions
 from forge.core.access import INSTANCE, Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated
 from forge.core.security import hash_password, verify_password
 from forge.core.settings import Settings
 from forge.core.text import NUL, require_no_nul, without_nul
-from forge.db import Database, utcnow
-from forge.models import Account, AccountType
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database, utcnow
+from forge.db.models import Account, AccountType
 
 _LOGIN_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}$")
 # Names that would collide with routes at the root of the site.

@@ -6,12 +6,13 @@ from typing import Annotated
 from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
-from forge import accounts, allowlists, audit, tokens, websessions
+from forge import accounts, tokens, websessions
 from forge.accounts import AccountRead
-from forge.audit import AuditRead
 from forge.auth import signed_in
 from forge.core.access import INSTANCE, Action, require
 from forge.core.security import generate_password
+from forge.db import allowlists, audit
+from forge.db.audit import AuditRead
 from forge.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
 from forge.schemas import (
     AccountUpdate,

@@ -9,8 +9,8 @@ from forge import model_keys, tokens
 from forge.auth import signed_in
 from forge.core.error_codes import Code
 from forge.core.errors import Unauthenticated
+from forge.db.models import Account
 from forge.deps import ActorDep, DbSession, PrincipalDep, SettingsDep, TokenCacheDep
-from forge.models import Account
 from forge.schemas import TokenCreate, UserRead
 
 

@@ -32,10 +32,10 @@ from forge.core.logging import configure_logging
 from forge.core.settings import Settings
 from forge.core.text import plural
 from forge.core.version import VERSION
-from forge.db import Database
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.deps import DEPENDENCIES
 from forge.edges import add_security_headers, before_request
-from forge.events import EventBus
 from forge.git import RepoStore, install_hooks
 from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig

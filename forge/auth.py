@@ -11,12 +11,13 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from litestar.middleware._internal.exceptions import ExceptionHandlerMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from forge import audit, tokens, websessions
-from forge.audit import Actor
+from forge import tokens, websessions
 from forge.core.access import ANONYMOUS, Principal
 from forge.core.error_codes import Code
 from forge.core.errors import Unauthenticated
-from forge.db import Database
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database
 
 
 class AuthState:

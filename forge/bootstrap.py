@@ -2,10 +2,10 @@
 (`forge.initial_password`) until they change it, which they must do at their first sign-in."""
 
 from forge import accounts, initial_password
-from forge.audit import Actor
 from forge.core.security import generate_password
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from forge.initial_password import PASSWORD_FILE
 
 # "admin" is a reserved path segment (/admin); GitLab-style "root" it is.

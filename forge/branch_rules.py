@@ -5,12 +5,12 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
 from forge.core.access import Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound
-from forge.models import BranchRule
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.models import BranchRule
 from forge.repositories import RepoResource, branch_rules
 
 

@@ -16,10 +16,11 @@ import click
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from forge import accounts, audit, tokens
-    from forge.audit import Actor
+    from forge import accounts, tokens
     from forge.core.settings import Settings
-    from forge.db import Database
+    from forge.db import audit
+    from forge.db.audit import Actor
+    from forge.db.engine import Database
 
 T = TypeVar("T")
 
@@ -83,14 +84,14 @@ class ForgehandGroup(click.Group):
 
 
 def _cli_actor() -> Actor:
-    from forge.audit import Actor
+    from forge.db.audit import Actor
 
     return Actor.system("cli")
 
 
 async def _require_migrated(db: Database) -> None:
     """Commands other than `serve` (which migrates on start) and `db upgrade` need the schema."""
-    from forge.migrate import current_revision, head_revision
+    from forge.db.migrate import current_revision, head_revision
 
     current, head = await current_revision(db.engine), head_revision()
     if current != head:
@@ -150,7 +151,7 @@ def _missing_sqlite_file(settings: Settings) -> Path | None:
 def _run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
     import asyncio
 
-    from forge.db import Database
+    from forge.db.engine import Database
 
     async def go() -> T:
         db = Database(settings.effective_database_url)
@@ -184,8 +185,8 @@ def serve(host: str | None, port: int | None) -> None:
     from forge import bootstrap
     from forge.api_reference import warm_up
     from forge.app import create_app
+    from forge.db.migrate import upgrade
     from forge.heap import freeze_startup_heap
-    from forge.migrate import upgrade
 
     settings = _settings(host=host, port=port)
     upgrade(settings.effective_database_url)
@@ -211,7 +212,7 @@ def serve(host: str | None, port: int | None) -> None:
 
 async def _seed_demo(db: Database, settings: Settings) -> str | None:
     from forge import bootstrap, demo
-    from forge.events import EventBus
+    from forge.db.events import EventBus
     from forge.git import RepoStore
 
     store = RepoStore(settings.data_dir / "repos")
@@ -230,7 +231,7 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Apply all migrations."""
-    from forge.migrate import upgrade
+    from forge.db.migrate import upgrade
 
     settings = _settings()
     upgrade(settings.effective_database_url)
@@ -462,7 +463,7 @@ def audit_group() -> None:
 @click.option("-n", "--lines", default=20, show_default=True, help="How many rows, newest last.")
 def audit_tail(lines: int) -> None:
     """Show the newest audit rows."""
-    from forge import audit
+    from forge.db import audit
 
     settings = _instance_settings()
 
@@ -482,8 +483,8 @@ def worker() -> None:
     """Run the task worker in its own process (claims queued runs; start several on Docker hosts)."""
     import asyncio
 
+    from forge.db.migrate import upgrade
     from forge.heap import freeze_startup_heap
-    from forge.migrate import upgrade
     from tasks.system import run_worker_process
 
     settings = _settings()

@@ -9,10 +9,11 @@ from typing import Any
 
 from litestar import Request
 
-from forge import audit, websessions
+from forge import websessions
 from forge.auth import actor_of
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden
+from forge.db import audit
 from forge.deps import SAFE_METHODS
 from forge.websessions import SessionInfo
 

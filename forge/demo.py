@@ -4,9 +4,9 @@ write access to it, so a newcomer can clone, push, browse and start a task at on
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
 

@@ -15,12 +15,12 @@ from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import repositories
-from forge.audit import Actor
 from forge.auth import actor_of
 from forge.core.access import Action, Principal
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.repositories import RepoResource
 from forge.tokens import TokenCache

@@ -13,15 +13,15 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import allowlists, audit
-from forge.audit import Actor
 from forge.core.access import AccountRef, Action, require
 from forge.core.addresses import AllowList, ask_admin, host_refusal, is_noncanonical_ipv4
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound
 from forge.core.security import SecretBox
 from forge.core.settings import Settings
-from forge.models import Account, ModelKey
+from forge.db import allowlists, audit
+from forge.db.audit import Actor
+from forge.db.models import Account, ModelKey
 
 PROVIDERS = ("anthropic", "openai")
 KEY_PURPOSE = "forgehand-personal-model-keys-v1"

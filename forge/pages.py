@@ -13,15 +13,16 @@ from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, audit, repositories, tokens, websessions
-from forge.audit import Actor
+from forge import accounts, repositories, tokens, websessions
 from forge.core.access import INSTANCE, Action, Principal, Scope, require
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
 from forge.core.security import generate_password, random_id, sha256_hex
 from forge.core.settings import Settings
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.models import AccessToken, Account
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
-from forge.models import AccessToken, Account
 from forge.page_context import base_context
 
 

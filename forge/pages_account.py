@@ -19,8 +19,8 @@ from forge import accounts, repositories, websessions
 from forge.core.access import Principal
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound
+from forge.db.models import Account
 from forge.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
-from forge.models import Account
 from forge.pages import WebForm, page, safe_next, signed_in
 from forge.password_gate import must_change
 

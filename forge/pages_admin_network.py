@@ -9,8 +9,8 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge import allowlists
 from forge.core.errors import ForgeError
+from forge.db import allowlists
 from forge.deps import ActorDep, DbSession, SettingsDep
 from forge.pages import WebForm, instance_admin, page
 

@@ -10,8 +10,8 @@ from litestar.response import Redirect, Template
 
 from forge import model_keys
 from forge.core.errors import ForgeError
+from forge.db.models import Account
 from forge.deps import ActorDep, DbSession, SettingsDep
-from forge.models import Account
 from forge.pages import WebForm, page, signed_in
 
 

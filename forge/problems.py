@@ -24,10 +24,10 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
-from forge import audit
 from forge.auth import actor_of, request_id
 from forge.core.error_codes import Code, lookup
 from forge.core.errors import ForgeError, RateLimited
+from forge.db import audit
 from forge.git.errors import RepoError
 from forge.page_context import SessionTemplate, base_context
 

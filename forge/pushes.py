@@ -20,15 +20,15 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
 from forge.core.access import Principal, Role, effective_role
-from forge.db import Database
-from forge.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
+from forge.db.models import PushRecord, Repository
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, ref_locks
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.smart_http import GitServiceProcess
-from forge.models import PushRecord, Repository
 from forge.repositories import RepoResource, branch_rules
 
 log = structlog.get_logger(__name__)

@@ -7,12 +7,13 @@ import msgspec
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, audit
-from forge.audit import Actor
+from forge import accounts
 from forge.core.access import Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound
-from forge.models import Account, Collaborator
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.models import Account, Collaborator
 from forge.repositories import RepoResource, RoleName
 
 

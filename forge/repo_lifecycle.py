@@ -11,17 +11,18 @@ from sqlalchemy import delete as sa_delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, audit
-from forge.audit import Actor
+from forge import accounts
 from forge.core.access import INSTANCE, Action, Visibility, can, require
 from forge.core.error_codes import Code
 from forge.core.errors import Conflict, Forbidden, InvalidInput
 from forge.core.text import require_no_nul
-from forge.events import EventBus
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.events import EventBus
+from forge.db.models import Account, Collaborator, Repository
 from forge.git import Identity, InvalidName, RepoStore, list_branches, validate_branch_name, validate_repo_name
 from forge.git.bare import default_branch as storage_default_branch
 from forge.git.bare import set_default_branch
-from forge.models import Account, Collaborator, Repository
 from forge.repositories import RepoResource, VisibilityName, find
 
 

@@ -28,7 +28,7 @@ from forge.core.access import (
 from forge.core.error_codes import Code
 from forge.core.errors import NotFound
 from forge.core.text import NUL
-from forge.models import Account, BranchRule, Collaborator, Repository
+from forge.db.models import Account, BranchRule, Collaborator, Repository
 
 RoleName = Literal["read", "write", "admin"]
 VisibilityName = Literal["private", "internal", "public"]

@@ -9,15 +9,15 @@ import msgspec
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
 from forge.core.access import AccountRef, Action, Principal, Scope, can, expand_scopes, parse_scopes, require
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound, Unauthenticated
 from forge.core.security import generate_token, looks_like_token, sha256_hex
 from forge.core.text import require_no_nul
-from forge.db import Database, utcnow
-from forge.models import AccessToken, Account
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database, utcnow
+from forge.db.models import AccessToken, Account
 
 MAX_EXPIRY_DAYS = 3650
 # last_used_at is a hint, not an audit trail: write it at most once a minute per token.

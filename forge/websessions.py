@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Principal
 from forge.core.security import random_id, sha256_hex
-from forge.db import Database, utcnow
-from forge.models import Account, WebSession
+from forge.db.engine import Database, utcnow
+from forge.db.models import Account, WebSession
 
 SESSION_COOKIE = "fh_session"
 # Before sign-in there is no session: the sign-in form uses a double-submit cookie instead.

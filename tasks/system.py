@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE, SandboxEngine, installed_agents
 from tasks.core import egress_config

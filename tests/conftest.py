@@ -16,7 +16,7 @@ from litestar.testing import AsyncTestClient
 from forge.app import create_app
 from forge.core.security import use_password_parameters
 from forge.core.settings import Settings, load_settings, prepare_data_dir
-from forge.db import Database
+from forge.db.engine import Database
 from tests.support import databases
 from tests.support.accounts import Accounts, LiveServer
 from tests.support.waiting import until_sync

@@ -8,7 +8,7 @@ from typing import Any
 
 from forge.core.security import SecretBox
 from forge.core.urlguard import AllowList
-from forge.db import utcnow
+from forge.db.engine import utcnow
 from webhooks.models import WebhookEndpoint
 from webhooks.signing import SigningKey
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import structlog
 
-from forge.db import Database
+from forge.db.engine import Database
 from webhooks import schedule
 from webhooks.config import WebhooksConfig
 from webhooks.outbound import Outbound, OutboundError

@@ -20,7 +20,7 @@ from typing import Any, cast
 import structlog
 from sqlalchemy import Table, insert, select
 
-from forge.db import Database
+from forge.db.engine import Database
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 
 log = structlog.get_logger("forgehand.webhooks")

@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from forge.db import Base, utcnow
+from forge.db.engine import Base, utcnow
 
 
 class WebhookEndpoint(Base):

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database, UTCDateTime
+from forge.db.engine import Database, UTCDateTime
 from webhooks import health, metrics, recovery
 from webhooks.config import WebhooksConfig, unseal
 from webhooks.logwriter import DELIVERIES

@@ -26,7 +26,7 @@ import structlog
 from sqlalchemy import insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database
+from forge.db.engine import Database
 from webhooks import envelope, metrics, registry
 from webhooks.config import WebhooksConfig
 from webhooks.decoding import Decision

@@ -3,10 +3,10 @@ the deliverer and the policy dispatcher around one guarded connection pool."""
 
 from typing import Any
 
-from forge.allowlists import AllowListSource
 from forge.core.urlguard import Resolver
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.allowlists import AllowListSource
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from webhooks.config import WebhooksConfig
 from webhooks.deliverer import Deliverer
 from webhooks.outbound import Outbound

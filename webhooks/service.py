@@ -10,12 +10,12 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import allowlists, audit
-from forge.audit import Actor
 from forge.core.errors import Conflict, InvalidInput, NotFound
 from forge.core.urlguard import validate_url
-from forge.events import Event, Ping
-from forge.models import Repository
+from forge.db import allowlists, audit
+from forge.db.audit import Actor
+from forge.db.events import Event, Ping
+from forge.db.models import Repository
 from webhooks import envelope
 from webhooks.config import WebhooksConfig, seal
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox

@@ -4,7 +4,7 @@ addresses are never connected to unless an instance admin allow-lists them (`ref
 the allow-list itself (`AllowList`: names, addresses, CIDRs), and why a URL's host needs the
 allow-list (`host_refusal`), which saves check before anything is stored.
 
-Pure: no I/O. `forge.core.urlguard` connects with these rules; `forge.allowlists` keeps the lists
+Pure: no I/O. `forge.core.urlguard` connects with these rules; `forge.db.allowlists` keeps the lists
 an instance admin manages beside the operator's environment variables."""
 
 import ipaddress

@@ -11,7 +11,7 @@ Two checks, at two moments:
   answer differently between the check and the connection (rebinding).
 
 The allow-list (`FORGEHAND_WEBHOOKS_ALLOWED_HOSTS`, and what an instance admin adds in Admin >
-Network: names, addresses or CIDRs, forge.allowlists) exempts a host from the https rule and its
+Network: names, addresses or CIDRs, forge.db.allowlists) exempts a host from the https rule and its
 addresses from the address check; tests and local development allow-list loopback explicitly.
 """
 

@@ -22,9 +22,9 @@ from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import repositories
-from forge.audit import Actor
 from forge.auth import actor_of
 from forge.core.access import Action
+from forge.db.audit import Actor
 from forge.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.services.tasks import TaskService, parse_number

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from sandbox import SandboxEngine, SandboxPool
 from tasks.core.lifecycle import Lifecycle

@@ -14,9 +14,9 @@ import msgspec
 import structlog
 from sqlalchemy import select, update
 
-from forge import events
 from forge.core.text import plural
-from forge.models import Account, Repository
+from forge.db import events
+from forge.db.models import Account, Repository
 from sandbox import (
     EngineUnavailable,
     ImageMissing,

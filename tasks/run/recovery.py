@@ -14,7 +14,7 @@ import pygit2
 import structlog
 
 from forge.core.text import safe_text
-from forge.models import Repository
+from forge.db.models import Repository
 from sandbox import quota_mounts
 from tasks.core.models import Run, Task
 from tasks.run import gitops

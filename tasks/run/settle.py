@@ -13,10 +13,10 @@ import structlog
 
 from forge.core.settings import Settings
 from forge.core.text import plural, safe_text
-from forge.db import utcnow
-from forge.events import RunFinished
+from forge.db.engine import utcnow
+from forge.db.events import RunFinished
+from forge.db.models import Repository
 from forge.git import Identity
-from forge.models import Repository
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
 from tasks.core import payloads

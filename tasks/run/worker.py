@@ -20,10 +20,10 @@ from sqlalchemy import func, select, update
 
 from forge.core.settings import Settings
 from forge.core.text import plural
-from forge.db import Database, utcnow
-from forge.events import EventBus
+from forge.db.engine import Database, utcnow
+from forge.db.events import EventBus
+from forge.db.models import Account, Repository
 from forge.git import RepoStore
-from forge.models import Account, Repository
 from sandbox import DEFAULT_IMAGE, EngineUnavailable, SandboxEngine, SandboxError, quota_unavailable_reason, reap
 from tasks.core import payloads
 from tasks.core.live import LiveHub

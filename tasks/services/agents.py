@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.core.access import Principal
 from forge.core.errors import ForgeError
 from forge.core.settings import Settings
-from forge.models import Account, AccountType
+from forge.db.models import Account, AccountType
 from forge.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.models import RepoTaskSettings

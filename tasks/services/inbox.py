@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Principal
-from forge.models import Repository
+from forge.db.models import Repository
 from forge.repositories import RepoResource, resource_for
 from tasks.core.models import Review, Task
 from tasks.core.states import TaskState

@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.audit import Actor
 from forge.core.access import Action
 from forge.core.errors import BadGateway, Forbidden, InvalidState
-from forge.db import Database
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import Account
 from forge.git import merge as git_merge
 from forge.git.errors import (
     BaseMoved,
@@ -36,7 +37,6 @@ from forge.git.errors import (
 )
 from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
-from forge.models import Account
 from forge.repositories import load
 from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context

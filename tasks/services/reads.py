@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.errors import InvalidInput, NotFound
-from forge.models import Account
+from forge.db.models import Account
 from forge.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due

@@ -10,17 +10,18 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, audit
-from forge.audit import Actor
+from forge import accounts
 from forge.core.access import Principal
 from forge.core.errors import InvalidInput, InvalidState, NotFound
 from forge.core.settings import Settings
 from forge.core.text import require_no_nul
-from forge.db import utcnow
-from forge.events import EventBus
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import utcnow
+from forge.db.events import EventBus
+from forge.db.models import Account, Repository
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
 from forge.git.errors import InvalidRefName
-from forge.models import Account, Repository
 from forge.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.engine import Database
 from tasks.core.agent_registry import AcpAgent
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.models import TranscriptEvent

@@ -14,8 +14,8 @@ from litestar import Litestar, get
 
 from forge.app import create_app
 from forge.core.settings import load_settings, prepare_data_dir
-from forge.db import Database
-from forge.migrate import upgrade_async
+from forge.db.engine import Database
+from forge.db.migrate import upgrade_async
 from tests.support.accounts import Accounts
 
 logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -25,7 +25,7 @@ from litestar.config.compression import CompressionConfig
 from forge.api_reference import schema_ready
 from forge.app import create_app
 from forge.core.settings import Settings, load_settings, prepare_data_dir
-from forge.migrate import upgrade_async
+from forge.db.migrate import upgrade_async
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 RUNS = 7

@@ -15,9 +15,9 @@ import msgspec
 import pytest
 
 from forge import accounts, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.agent_box import on_served, settled
 from tests.support.anthropic import ScriptedAnthropic, text
 from tests.support.tasks import task_settings

@@ -12,11 +12,11 @@ import pytest
 from sqlalchemy import select
 
 from forge import accounts, repo_collaborators, repositories, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
-from forge.models import AuditEvent
 from tests.support.model import ScriptedModel, reply, tool_call
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, tree_files, wait_state

@@ -10,7 +10,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.engine import Database
 from tests.support.accounts import Accounts
 from tests.support.task_world import TASKS, World, build_task_world
 

@@ -11,8 +11,8 @@ from sqlalchemy import select
 
 from forge.app import create_app
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.models import AuditEvent, WebSession
+from forge.db.engine import Database
+from forge.db.models import AuditEvent, WebSession
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

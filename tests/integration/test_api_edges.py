@@ -195,7 +195,7 @@ async def test_a_full_write_pool_is_a_503_with_retry_after_and_reads_go_on(app: 
     reads have a pool of their own and go on meanwhile (a fresh token's last-use note included)."""
     import time
 
-    from forge.db import POOL_TIMEOUT_SECONDS, SQLITE_WRITE_POOL, WRITE_POOL_MAX_OVERFLOW, WRITE_POOL_SIZE
+    from forge.db.engine import POOL_TIMEOUT_SECONDS, SQLITE_WRITE_POOL, WRITE_POOL_MAX_OVERFLOW, WRITE_POOL_SIZE
 
     await make.user("ana")
     token = {"Authorization": f"Bearer {await make.token('ana', 'repo:write')}"}

@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.engine import Database
 from tasks.core.states import RunState
 from tasks.run.backchannel import attach
 from tasks.run.runtimes.claude_code import ClaudeCodeRuntime

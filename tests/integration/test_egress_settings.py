@@ -9,10 +9,10 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge.core.settings import Settings, SettingsError, load_settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
-from forge.models import AuditEvent
 from tasks.core.egress_config import EgressSettings, plan
 from tasks.system import TaskSystem
 from tests.support.accounts import Accounts

@@ -14,8 +14,8 @@ from sqlalchemy import select
 
 from forge.app import create_app
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.models import Account, AuditEvent, Repository
+from forge.db.engine import Database
+from forge.db.models import Account, AuditEvent, Repository
 from tasks.core.repo_settings import model_access
 from tests.support.task_world import TASKS, World, build_task_world
 from tests.support.web import csrf_from, sign_in

@@ -7,8 +7,8 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.models import Account, AuditEvent, ModelKey, Repository
+from forge.db.engine import Database
+from forge.db.models import Account, AuditEvent, ModelKey, Repository
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import model_access, secret_box
 from tests.support.accounts import PASSWORD, Accounts

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from forge import accounts, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.serve_process import free_port, serving
 from tests.support.tasks import seed
 

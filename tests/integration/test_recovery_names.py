@@ -11,8 +11,8 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.git import snapshot as snapshot_module
 from tasks.core.live import LiveHub

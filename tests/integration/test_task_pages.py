@@ -14,7 +14,7 @@ from markupsafe import escape
 from sqlalchemy import select
 
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.engine import Database
 from tasks.core.schemas import GOAL_MAX
 from tasks.http.pages.timeline import short_name
 from tests.support.forms import read_form
@@ -369,7 +369,7 @@ async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
     client: AsyncTestClient[Litestar], world: World, db: Database
 ) -> None:
     from forge import accounts, repo_collaborators, repositories
-    from forge.models import Repository
+    from forge.db.models import Repository
     from tests.support.task_world import SYSTEM
 
     page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text

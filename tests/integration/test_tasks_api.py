@@ -13,12 +13,12 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select, text
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
-from forge.models import AuditEvent
 from tasks.core import transcript
 from tasks.core.models import Task, TranscriptEvent
 from tasks.core.policy import AllowAll

@@ -11,11 +11,11 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import event, select
 
 from forge import accounts, repositories
-from forge.audit import Actor
 from forge.core.access import Principal
 from forge.core.settings import Settings
-from forge.db import Database, after_commit, utcnow
-from forge.events import EventBus
+from forge.db.audit import Actor
+from forge.db.engine import Database, after_commit, utcnow
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from sandbox import SandboxEngine
 from tasks.core.live import LiveHub

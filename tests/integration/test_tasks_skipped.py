@@ -7,7 +7,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
 from forge.core.settings import Settings
-from forge.db import Database
+from forge.db.engine import Database
 from tasks.core.models import Run
 from tests.support.task_world import TASKS, World, build_task_world
 

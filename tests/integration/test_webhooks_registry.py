@@ -17,11 +17,11 @@ from sqlalchemy import Table, delete, insert, select, update
 
 import webhooks
 from forge.app import create_app
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import AccountRef, EventBus, RunRef, TaskRef
-from forge.models import Repository
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import AccountRef, EventBus, RunRef, TaskRef
+from forge.db.models import Repository
 from tests.support.accounts import Accounts
 from tests.support.waiting import until
 from tests.support.webhooks import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver

@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 from forge.core.settings import Settings
 from forge.core.urlguard import AllowList, validate_url
-from forge.db import Database
-from forge.events import AccountRef, TaskRef
+from forge.db.engine import Database
+from forge.db.events import AccountRef, TaskRef
 from tests.support.webhooks import Canary, config, make_repo, receiver
 from webhooks.deliverer import Deliverer
 from webhooks.envelope import RepoRef, TaskMeta

@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from forge import accounts, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.models import Account
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import Account
 
 PASSWORD = "correct horse battery"
 T = TypeVar("T")

@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from forge import accounts
-from forge.audit import Actor
 from forge.core.settings import Settings, load_settings, prepare_data_dir
-from forge.db import Database
-from forge.migrate import upgrade_async
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.migrate import upgrade_async
 from tests.support.waiting import until_sync
 
 T = TypeVar("T")

@@ -7,10 +7,10 @@ import pygit2
 from sqlalchemy import select
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.git.bare import write_commit
 from forge.git.schemas import Identity

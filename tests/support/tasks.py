@@ -13,10 +13,10 @@ import msgspec
 import pygit2
 
 from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
-from forge.audit import Actor
 from forge.core.settings import Settings
-from forge.db import Database
-from forge.events import EventBus
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
 from tests.support.waiting import until, until_sync

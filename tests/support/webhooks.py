@@ -15,12 +15,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from forge.audit import Actor
 from forge.core.settings import Settings
 from forge.core.urlguard import AllowList
-from forge.db import Database, utcnow
-from forge.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, TaskStateChanged
-from forge.models import Account, Repository
+from forge.db.audit import Actor
+from forge.db.engine import Database, utcnow
+from forge.db.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, TaskStateChanged
+from forge.db.models import Account, Repository
 from tests.support.http import LoopbackServer
 from webhooks.config import WebhooksConfig
 from webhooks.deliverer import Deliverer

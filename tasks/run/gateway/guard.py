@@ -5,7 +5,7 @@ socket goes to a checked address, so a name cannot resolve to a public address f
 to a private one for the connection (DNS rebinding). Loopback, private, link-local (cloud
 metadata) and other non-global addresses are refused unless the operator allow-lists them
 (`FORGEHAND_MODEL_ALLOWED_HOSTS`, the syntax of `FORGEHAND_WEBHOOKS_ALLOWED_HOSTS`, and the hosts an
-instance admin adds in Admin > Network: forge.allowlists, read as they are at each connection). The
+instance admin adds in Admin > Network: forge.db.allowlists, read as they are at each connection). The
 instance's own endpoints (`FORGEHAND_MODEL_BASE_URL`, `FORGEHAND_ANTHROPIC_BASE_URL`) are the
 operator's choice and are not guarded.
 

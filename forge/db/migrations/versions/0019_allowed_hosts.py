@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0019'
 down_revision: str | None = '0018'
@@ -24,7 +24,7 @@ def upgrade() -> None:
     sa.Column('host', sa.String(length=255), nullable=False),
     sa.Column('note', sa.String(length=200), nullable=False),
     sa.Column('created_by_id', sa.Integer(), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['created_by_id'], ['accounts.id'], name=op.f('fk_allowed_hosts_created_by_id_accounts'), ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_allowed_hosts')),
     sa.UniqueConstraint('list_name', 'host', name='uq_allowed_hosts_list_host')

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0006'
 down_revision: str | None = '0005'
@@ -37,9 +37,9 @@ def upgrade() -> None:
     sa.Column('state', sa.String(length=16), nullable=False),
     sa.Column('decided_by_id', sa.Integer(), nullable=True),
     sa.Column('decision_reason', sa.Text(), nullable=False),
-    sa.Column('decided_at', forge.db.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('expires_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('decided_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('expires_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['decided_by_id'], ['accounts.id'], name=op.f('fk_task_approvals_decided_by_id_accounts'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_task_approvals_repo_id_repositories'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['resume_run_id'], ['task_runs.id'], name=op.f('fk_task_approvals_resume_run_id_task_runs'), ondelete='SET NULL'),

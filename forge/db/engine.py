@@ -46,7 +46,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            raise ValueError("naive datetime stored; use forge.db.utcnow()")
+            raise ValueError("naive datetime stored; use forge.db.engine.utcnow()")
         return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:

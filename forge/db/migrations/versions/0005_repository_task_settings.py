@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0005'
 down_revision: str | None = '0004'
@@ -29,7 +29,7 @@ def upgrade() -> None:
     sa.Column('idle_seconds', sa.Integer(), nullable=True),
     sa.Column('wall_clock_seconds', sa.Integer(), nullable=True),
     sa.Column('token_budget', sa.Integer(), nullable=True),
-    sa.Column('updated_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_repo_task_settings_repo_id_repositories'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('repo_id', name=op.f('pk_repo_task_settings'))
     )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-import forge.db
+import forge.db.engine
 from alembic import op
 
 revision: str = '0011'
@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column('strategy', sa.String(length=16), nullable=False),
         sa.Column('actor_id', sa.Integer(), nullable=True),
         sa.Column('owner', sa.String(length=200), nullable=False),
-        sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(['actor_id'], ['accounts.id'], name=op.f('fk_task_merge_intents_actor_id_accounts'), ondelete='SET NULL'),
         sa.ForeignKeyConstraint(['task_id'], ['tasks.id'], name=op.f('fk_task_merge_intents_task_id_tasks'), ondelete='CASCADE'),
         sa.PrimaryKeyConstraint('id', name=op.f('pk_task_merge_intents')),

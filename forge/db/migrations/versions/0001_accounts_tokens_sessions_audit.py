@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0001'
 down_revision: str | None = None
@@ -29,8 +29,8 @@ def upgrade() -> None:
     sa.Column('is_admin', sa.Boolean(), nullable=False),
     sa.Column('disabled', sa.Boolean(), nullable=False),
     sa.Column('owner_id', sa.Integer(), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['owner_id'], ['accounts.id'], name=op.f('fk_accounts_owner_id_accounts'), ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_accounts')),
     sa.UniqueConstraint('login_key', name=op.f('uq_accounts_login_key'))
@@ -42,11 +42,11 @@ def upgrade() -> None:
     sa.Column('token_hash', sa.String(length=64), nullable=False),
     sa.Column('last_eight', sa.String(length=8), nullable=False),
     sa.Column('scopes', sa.String(length=300), nullable=False),
-    sa.Column('expires_at', forge.db.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('last_used_at', forge.db.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('revoked_at', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('expires_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('last_used_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('revoked_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.Column('created_by_id', sa.Integer(), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['account_id'], ['accounts.id'], name=op.f('fk_access_tokens_account_id_accounts'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['created_by_id'], ['accounts.id'], name=op.f('fk_access_tokens_created_by_id_accounts'), ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_access_tokens')),
@@ -57,7 +57,7 @@ def upgrade() -> None:
 
     op.create_table('audit_events',
     sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.Column('actor_id', sa.Integer(), nullable=True),
     sa.Column('actor_login', sa.String(length=40), nullable=False),
     sa.Column('token_id', sa.Integer(), nullable=True),
@@ -82,9 +82,9 @@ def upgrade() -> None:
     sa.Column('csrf_token', sa.String(length=64), nullable=False),
     sa.Column('client_addr', sa.String(length=64), nullable=False),
     sa.Column('user_agent', sa.String(length=300), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('expires_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('last_seen_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('expires_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('last_seen_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['account_id'], ['accounts.id'], name=op.f('fk_web_sessions_account_id_accounts'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id_hash', name=op.f('pk_web_sessions'))
     )

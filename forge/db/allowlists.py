@@ -22,15 +22,15 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
 from forge.core.access import INSTANCE, Action, require
 from forge.core.addresses import AllowList, merged, normalize_host
 from forge.core.error_codes import Code
 from forge.core.errors import Conflict, InvalidInput, NotFound
 from forge.core.settings import Settings
-from forge.db import Database, after_commit
-from forge.models import Account, AllowedHost
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database, after_commit
+from forge.db.models import Account, AllowedHost
 
 log = structlog.get_logger("forgehand.allowlists")
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0007'
 down_revision: str | None = '0006'
@@ -29,7 +29,7 @@ def upgrade() -> None:
     sa.Column('body', sa.Text(), nullable=False),
     sa.Column('commit_sha', sa.String(length=64), nullable=False),
     sa.Column('run_id', sa.Integer(), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['author_id'], ['accounts.id'], name=op.f('fk_task_reviews_author_id_accounts'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_task_reviews_repo_id_repositories'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['run_id'], ['task_runs.id'], name=op.f('fk_task_reviews_run_id_task_runs'), ondelete='SET NULL'),
@@ -52,7 +52,7 @@ def upgrade() -> None:
     sa.Column('quoted', sa.Text(), nullable=False),
     sa.Column('commit_sha', sa.String(length=64), nullable=False),
     sa.Column('sent_run_id', sa.Integer(), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['review_id'], ['task_reviews.id'], name=op.f('fk_task_review_comments_review_id_task_reviews'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['sent_run_id'], ['task_runs.id'], name=op.f('fk_task_review_comments_sent_run_id_task_runs'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['task_id'], ['tasks.id'], name=op.f('fk_task_review_comments_task_id_tasks'), ondelete='CASCADE'),
@@ -71,7 +71,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('merge_strategy', sa.String(length=16), nullable=False, server_default=''))
         batch_op.add_column(sa.Column('merged_sha', sa.String(length=64), nullable=False, server_default=''))
         batch_op.add_column(sa.Column('merged_by_id', sa.Integer(), nullable=True))
-        batch_op.add_column(sa.Column('merged_at', forge.db.UTCDateTime(timezone=True), nullable=True))
+        batch_op.add_column(sa.Column('merged_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True))
         batch_op.create_foreign_key(batch_op.f('fk_tasks_merged_by_id_accounts'), 'accounts', ['merged_by_id'], ['id'], ondelete='SET NULL')
 
     # ### end Alembic commands ###

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0004'
 down_revision: str | None = '0003'
@@ -50,8 +50,8 @@ def upgrade() -> None:
     sa.Column('parent_id', sa.Integer(), nullable=True),
     sa.Column('last_seq', sa.Integer(), nullable=False),
     sa.Column('conversation', sa.JSON(), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['agent_id'], ['accounts.id'], name=op.f('fk_tasks_agent_id_accounts'), ondelete='RESTRICT'),
     sa.ForeignKeyConstraint(['parent_id'], ['tasks.id'], name=op.f('fk_tasks_parent_id_tasks'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_tasks_repo_id_repositories'), ondelete='CASCADE'),
@@ -81,7 +81,7 @@ def upgrade() -> None:
     sa.Column('error', sa.Text(), nullable=False),
     sa.Column('failure_reason', sa.String(length=32), nullable=False),
     sa.Column('owner', sa.String(length=200), nullable=False),
-    sa.Column('heartbeat_at', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('heartbeat_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.Column('stop_requested', sa.Boolean(), nullable=False),
     sa.Column('container_id', sa.String(length=80), nullable=False),
     sa.Column('start_sha', sa.String(length=64), nullable=False),
@@ -90,9 +90,9 @@ def upgrade() -> None:
     sa.Column('prompt_tokens', sa.Integer(), nullable=False),
     sa.Column('completion_tokens', sa.Integer(), nullable=False),
     sa.Column('skipped', sa.JSON(), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('started_at', forge.db.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('finished_at', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('started_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_task_runs_repo_id_repositories'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['requested_by_id'], ['accounts.id'], name=op.f('fk_task_runs_requested_by_id_accounts'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['task_id'], ['tasks.id'], name=op.f('fk_task_runs_task_id_tasks'), ondelete='CASCADE'),
@@ -110,7 +110,7 @@ def upgrade() -> None:
     sa.Column('task_id', sa.Integer(), nullable=False),
     sa.Column('seq', sa.Integer(), nullable=False),
     sa.Column('run_id', sa.Integer(), nullable=True),
-    sa.Column('at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.Column('kind', sa.String(length=16), nullable=False),
     sa.Column('schema_version', sa.Integer(), nullable=False),
     sa.Column('payload', sa.JSON(), nullable=False),

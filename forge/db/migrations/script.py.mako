@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 ${imports if imports else ""}
-import forge.db
+import forge.db.engine
 
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}

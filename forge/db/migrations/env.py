@@ -5,8 +5,8 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from forge import models  # noqa: F401  (registers the tables on the metadata)
-from forge.db import Base, create_engine
+from forge.db import models  # noqa: F401  (registers the tables on the metadata)
+from forge.db.engine import Base, create_engine
 
 config = context.config
 target_metadata = Base.metadata

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Principal
 from forge.core.text import without_nul
-from forge.db import Database, utcnow
-from forge.models import AuditEvent
+from forge.db.engine import Database, utcnow
+from forge.db.models import AuditEvent
 
 Result = Literal["ok", "refused", "error"]
 

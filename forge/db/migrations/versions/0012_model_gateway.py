@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0012'
 down_revision: str | None = '0011'
@@ -37,7 +37,7 @@ def upgrade() -> None:
     sa.Column('api_key_enc', sa.Text(), nullable=False),
     sa.Column('last4', sa.String(length=4), nullable=False),
     sa.Column('base_url', sa.String(length=500), nullable=True),
-    sa.Column('updated_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['account_id'], ['accounts.id'], name=op.f('fk_model_keys_account_id_accounts'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_model_keys')),
     sa.UniqueConstraint('account_id', 'provider', name='uq_model_keys_account_provider')

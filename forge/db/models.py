@@ -7,7 +7,7 @@ from enum import StrEnum
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from forge.db import Base, utcnow
+from forge.db.engine import Base, utcnow
 
 
 class AccountType(StrEnum):
@@ -188,7 +188,7 @@ class ModelKey(Base):
 
 class AllowedHost(Base):
     """A host an instance admin allows for one kind of endpoint although the address rules refuse
-    it (forge.allowlists): `model` (repository and personal model endpoints) or `webhooks`. The
+    it (forge.db.allowlists): `model` (repository and personal model endpoints) or `webhooks`. The
     operator's environment variables stay allowed beside these rows."""
 
     __tablename__ = "allowed_hosts"

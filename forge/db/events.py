@@ -21,7 +21,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import utcnow
+from forge.db.engine import utcnow
 
 EventType = Literal[
     "task.created",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0002'
 down_revision: str | None = '0001'
@@ -30,8 +30,8 @@ def upgrade() -> None:
     sa.Column('default_branch', sa.String(length=255), nullable=False),
     sa.Column('archived', sa.Boolean(), nullable=False),
     sa.Column('protect_default_branch', sa.Boolean(), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['owner_id'], ['accounts.id'], name=op.f('fk_repositories_owner_id_accounts'), ondelete='RESTRICT'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_repositories')),
     sa.UniqueConstraint('owner_id', 'name_key', name='uq_repositories_owner_name'),
@@ -46,7 +46,7 @@ def upgrade() -> None:
     sa.Column('pattern', sa.String(length=255), nullable=False),
     sa.Column('allow_force_push', sa.Boolean(), nullable=False),
     sa.Column('allow_deletion', sa.Boolean(), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_branch_rules_repo_id_repositories'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_branch_rules')),
     sa.UniqueConstraint('repo_id', 'pattern', name='uq_branch_rules_repo_pattern')
@@ -59,7 +59,7 @@ def upgrade() -> None:
     sa.Column('repo_id', sa.Integer(), nullable=False),
     sa.Column('account_id', sa.Integer(), nullable=False),
     sa.Column('role', sa.String(length=8), nullable=False),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['account_id'], ['accounts.id'], name=op.f('fk_collaborators_account_id_accounts'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_collaborators_repo_id_repositories'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_collaborators')),
@@ -75,7 +75,7 @@ def upgrade() -> None:
     sa.Column('pusher_id', sa.Integer(), nullable=True),
     sa.Column('token_id', sa.Integer(), nullable=True),
     sa.Column('refs', sa.JSON(), nullable=False),
-    sa.Column('at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['pusher_id'], ['accounts.id'], name=op.f('fk_pushes_pusher_id_accounts'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_pushes_repo_id_repositories'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_pushes'))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import forge.db
+import forge.db.engine
 
 revision: str = '0003'
 down_revision: str | None = '0002'
@@ -29,19 +29,19 @@ def upgrade() -> None:
     sa.Column('failure_policy', sa.String(length=8), nullable=False),
     sa.Column('active', sa.Boolean(), nullable=False),
     sa.Column('disabled_reason', sa.Text(), nullable=True),
-    sa.Column('disabled_at', forge.db.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('failing_since', forge.db.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('last_success_at', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('disabled_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('failing_since', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('last_success_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.Column('secret_kid', sa.String(length=40), nullable=False),
     sa.Column('secret_enc', sa.Text(), nullable=False),
-    sa.Column('secret_created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('secret_created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.Column('second_kid', sa.String(length=40), nullable=True),
     sa.Column('second_enc', sa.Text(), nullable=True),
     sa.Column('second_role', sa.String(length=8), nullable=True),
-    sa.Column('second_created_at', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('second_created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.Column('created_by_id', sa.Integer(), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['created_by_id'], ['accounts.id'], name=op.f('fk_webhook_endpoints_created_by_id_accounts'), ondelete='SET NULL'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], name=op.f('fk_webhook_endpoints_repo_id_repositories'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_webhook_endpoints')),
@@ -60,14 +60,14 @@ def upgrade() -> None:
     sa.Column('body', sa.LargeBinary(), nullable=False),
     sa.Column('state', sa.String(length=10), nullable=False),
     sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('next_attempt_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('lease_until', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('next_attempt_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('lease_until', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.Column('claim_token', sa.String(length=36), nullable=True),
     sa.Column('manual', sa.Boolean(), nullable=False),
     sa.Column('last_status', sa.Integer(), nullable=True),
     sa.Column('last_error', sa.String(length=40), nullable=True),
-    sa.Column('created_at', forge.db.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('finished_at', forge.db.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('finished_at', forge.db.engine.UTCDateTime(timezone=True), nullable=True),
     sa.ForeignKeyConstraint(['endpoint_id'], ['webhook_endpoints.id'], name=op.f('fk_webhook_outbox_endpoint_id_webhook_endpoints'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_webhook_outbox'))
     )
@@ -95,7 +95,7 @@ def upgrade() -> None:
     sa.Column('duration_ms', sa.Integer(), nullable=False),
     sa.Column('result', sa.String(length=20), nullable=False),
     sa.Column('error', sa.String(length=500), nullable=False),
-    sa.Column('started_at', forge.db.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('started_at', forge.db.engine.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['endpoint_id'], ['webhook_endpoints.id'], name=op.f('fk_webhook_deliveries_endpoint_id_webhook_endpoints'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['outbox_id'], ['webhook_outbox.id'], name=op.f('fk_webhook_deliveries_outbox_id_webhook_outbox'), ondelete='SET NULL'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_webhook_deliveries'))
