@@ -6,8 +6,8 @@ from typing import Annotated
 from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
-from forge import accounts, tokens, websessions
-from forge.accounts import AccountRead
+from forge.accounts import accounts, tokens, websessions
+from forge.accounts.accounts import AccountRead
 from forge.auth import signed_in
 from forge.core.access import INSTANCE, Action, require
 from forge.core.security import generate_password

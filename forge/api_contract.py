@@ -31,10 +31,10 @@ from litestar import Litestar, Request
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.serialization import encode_json
 
+from forge.accounts.websessions import SESSION_COOKIE
 from forge.core.error_codes import BY_VALUE
 from forge.int_bounds import INT_MAX, INT_MIN
 from forge.problems import PROBLEM_JSON, Problem
-from forge.websessions import SESSION_COOKIE
 
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
 DESCRIPTIONS = {

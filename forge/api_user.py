@@ -5,7 +5,7 @@ from typing import Annotated
 from litestar import Controller, delete, get, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
-from forge import model_keys, tokens
+from forge.accounts import model_keys, tokens
 from forge.auth import signed_in
 from forge.core.error_codes import Code
 from forge.core.errors import Unauthenticated

@@ -20,6 +20,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
+from forge.accounts.tokens import TokenCache
 from forge.api_admin import AdminController
 from forge.api_contract import ContractJsonPlugin
 from forge.api_reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
@@ -48,7 +49,6 @@ from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.pushes import PushRecorder
-from forge.tokens import TokenCache
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate

@@ -11,7 +11,7 @@ from litestar.middleware import AbstractAuthenticationMiddleware, Authentication
 from litestar.middleware._internal.exceptions import ExceptionHandlerMiddleware
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from forge import tokens, websessions
+from forge.accounts import tokens, websessions
 from forge.core.access import ANONYMOUS, Principal
 from forge.core.error_codes import Code
 from forge.core.errors import Unauthenticated

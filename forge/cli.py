@@ -16,7 +16,7 @@ import click
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from forge import accounts, tokens
+    from forge.accounts import accounts, tokens
     from forge.core.settings import Settings
     from forge.db import audit
     from forge.db.audit import Actor
@@ -182,7 +182,7 @@ def serve(host: str | None, port: int | None) -> None:
     """Migrate the database, create the first admin if needed, and serve."""
     import uvicorn
 
-    from forge import bootstrap
+    from forge.accounts import bootstrap
     from forge.api_reference import warm_up
     from forge.app import create_app
     from forge.db.migrate import upgrade
@@ -211,7 +211,8 @@ def serve(host: str | None, port: int | None) -> None:
 
 
 async def _seed_demo(db: Database, settings: Settings) -> str | None:
-    from forge import bootstrap, demo
+    from forge import demo
+    from forge.accounts import bootstrap
     from forge.db.events import EventBus
     from forge.git import RepoStore
 
@@ -258,7 +259,7 @@ def users() -> None:
 @click.option("--password", default=None, help="Password (prompted when interactive; generated otherwise).")
 def users_create(login: str, admin: bool, password: str | None) -> None:
     """Create a person's account."""
-    from forge import accounts
+    from forge.accounts import accounts
 
     settings = _instance_settings()  # before any prompt: a wrong data directory is said first
     generated = False
@@ -284,7 +285,7 @@ def users_create(login: str, admin: bool, password: str | None) -> None:
 @users.command("list")
 def users_list() -> None:
     """List accounts (people and bots): a header line, then one tab-separated line per account."""
-    from forge import accounts
+    from forge.accounts import accounts
 
     settings = _instance_settings()
 
@@ -303,7 +304,7 @@ def users_list() -> None:
 @click.argument("login")
 def users_disable(login: str) -> None:
     """Disable an account (its sessions end, its tokens stop working)."""
-    from forge import accounts, websessions
+    from forge.accounts import accounts, websessions
 
     settings = _instance_settings()
 
@@ -321,7 +322,7 @@ def users_disable(login: str) -> None:
 def users_set_password(login: str) -> None:
     """Set a person's password, read from a prompt (twice) or, when stdin is not a terminal, its
     first line; never from the command line. Their browser sessions end; tokens keep working."""
-    from forge import accounts
+    from forge.accounts import accounts
 
     settings = _instance_settings()
     if sys.stdin.isatty():
@@ -347,7 +348,7 @@ def bots() -> None:
 @click.option("--owner", default=None, help="Login of the person responsible for the bot.")
 def bots_create(login: str, owner: str | None) -> None:
     """Create a bot account."""
-    from forge import accounts
+    from forge.accounts import accounts
 
     settings = _instance_settings()
 
@@ -372,7 +373,7 @@ def tokens_group() -> None:
 @click.option("--expires-days", type=int, default=None, help="Expire after N days (default: never).")
 def tokens_create(login: str, name: str, scopes: tuple[str, ...], expires_days: int | None) -> None:
     """Create a token; the token alone is printed on the last line."""
-    from forge import accounts, tokens
+    from forge.accounts import accounts, tokens
 
     settings = _instance_settings()
 
@@ -391,7 +392,7 @@ def tokens_create(login: str, name: str, scopes: tuple[str, ...], expires_days: 
 @click.option("--all", "include_revoked", is_flag=True, help="Include revoked tokens.")
 def tokens_list(login: str, include_revoked: bool) -> None:
     """List an account's tokens."""
-    from forge import accounts, tokens
+    from forge.accounts import accounts, tokens
 
     settings = _instance_settings()
 
@@ -409,7 +410,7 @@ def tokens_list(login: str, include_revoked: bool) -> None:
 @click.argument("token_id", type=int)
 def tokens_revoke(token_id: int) -> None:
     """Revoke a token by id."""
-    from forge import tokens
+    from forge.accounts import tokens
 
     settings = _instance_settings()
 
@@ -433,7 +434,8 @@ def repos_group() -> None:
 @click.option("--visibility", type=click.Choice(["private", "internal", "public"]), default="private")
 def repos_import(source: str, owner: str, name: str | None, visibility: str) -> None:
     """Import a repository on this machine (a path or a file:// URL): all branches and tags."""
-    from forge import accounts, repo_lifecycle
+    from forge import repo_lifecycle
+    from forge.accounts import accounts
     from forge.git import RepoStore
 
     settings = _instance_settings()

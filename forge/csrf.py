@@ -9,13 +9,13 @@ from typing import Any
 
 from litestar import Request
 
-from forge import websessions
+from forge.accounts import websessions
+from forge.accounts.websessions import SessionInfo
 from forge.auth import actor_of
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden
 from forge.db import audit
 from forge.deps import SAFE_METHODS
-from forge.websessions import SessionInfo
 
 FIELD = "csrf_token"
 HEADER = "x-csrf-token"

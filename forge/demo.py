@@ -3,7 +3,8 @@ write access to it, so a newcomer can clone, push, browse and start a task at on
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, repo_collaborators, repo_lifecycle, repositories
+from forge import repo_collaborators, repo_lifecycle, repositories
+from forge.accounts import accounts
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import EventBus

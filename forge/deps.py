@@ -15,6 +15,7 @@ from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge import repositories
+from forge.accounts.tokens import TokenCache
 from forge.auth import actor_of
 from forge.core.access import Action, Principal
 from forge.core.settings import Settings
@@ -23,7 +24,6 @@ from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.repositories import RepoResource
-from forge.tokens import TokenCache
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

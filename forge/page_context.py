@@ -9,7 +9,7 @@ from litestar.response import Template
 from litestar.response.base import ASGIResponse
 from litestar.types import Receive, Scope, Send
 
-from forge import websessions
+from forge.accounts import websessions
 from forge.core.access import INSTANCE, Action, Principal, can
 
 

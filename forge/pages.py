@@ -13,7 +13,8 @@ from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, repositories, tokens, websessions
+from forge import repositories
+from forge.accounts import accounts, tokens, websessions
 from forge.core.access import INSTANCE, Action, Principal, Scope, require
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound, Unauthenticated

@@ -15,7 +15,8 @@ from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts, repositories, websessions
+from forge import repositories
+from forge.accounts import accounts, websessions
 from forge.core.access import Principal
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound

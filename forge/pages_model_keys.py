@@ -8,7 +8,7 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge import model_keys
+from forge.accounts import model_keys
 from forge.core.errors import ForgeError
 from forge.db.models import Account
 from forge.deps import ActorDep, DbSession, SettingsDep

@@ -12,9 +12,9 @@ from urllib.parse import quote
 from litestar import Request, Response
 from litestar.response import Redirect
 
+from forge.accounts.websessions import SessionInfo
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden
-from forge.websessions import SessionInfo
 
 PASSWORD_PAGE = "/settings/password"
 _OPEN_PATHS = frozenset({PASSWORD_PAGE, "/settings/account/password", "/signout", "/signin"})

@@ -7,7 +7,7 @@ import msgspec
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts
+from forge.accounts import accounts
 from forge.core.access import Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound

@@ -11,7 +11,7 @@ from sqlalchemy import delete as sa_delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts
+from forge.accounts import accounts
 from forge.core.access import INSTANCE, Action, Visibility, can, require
 from forge.core.error_codes import Code
 from forge.core.errors import Conflict, Forbidden, InvalidInput

@@ -170,7 +170,7 @@ class PushRecord(Base):
 
 class ModelKey(Base):
     """A person's own model provider key ("model access" in their settings), encrypted at rest
-    (forge.model_keys); spent only by tasks of repositories that allow personal keys."""
+    (forge.accounts.model_keys); spent only by tasks of repositories that allow personal keys."""
 
     __tablename__ = "model_keys"
     __table_args__ = (UniqueConstraint("account_id", "provider", name="uq_model_keys_account_provider"),)

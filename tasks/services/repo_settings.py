@@ -7,12 +7,12 @@ from typing import Annotated
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.accounts.model_keys import check_endpoint
 from forge.core.errors import about_field
 from forge.core.settings import Settings
 from forge.core.text import require_no_nul
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.model_keys import check_endpoint
 from forge.repositories import RepoResource
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts
+from forge.accounts import accounts
 from forge.core.access import Principal
 from forge.core.errors import InvalidInput, InvalidState, NotFound
 from forge.core.settings import Settings

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from forge import accounts
+from forge.accounts import accounts
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from tests.support.a11y import check_page, no_foreign_requests

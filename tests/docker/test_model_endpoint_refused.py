@@ -14,7 +14,7 @@ import httpx
 import msgspec
 import pytest
 
-from forge import accounts, tokens
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

@@ -11,7 +11,8 @@ import msgspec
 import pytest
 from sqlalchemy import select
 
-from forge import accounts, repo_collaborators, repositories, tokens
+from forge import repo_collaborators, repositories
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

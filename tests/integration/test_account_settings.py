@@ -161,7 +161,7 @@ async def test_profile_shows_what_the_viewer_may_see(client: AsyncTestClient[Any
 
 
 async def test_the_profile_route_shadows_no_other_route(app: Litestar, client: AsyncTestClient[Any]) -> None:
-    from forge.accounts import RESERVED_LOGINS
+    from forge.accounts.accounts import RESERVED_LOGINS
 
     first_segments = {
         route.path.split("/")[1] for route in app.routes if route.path.count("/") >= 1 and route.path != "/"

@@ -93,7 +93,7 @@ async def test_malformed_unknown_revoked_expired_tokens(
     signed = await make.token("ana", "admin", "repo:read") if False else None
     assert signed is None
     # revoke through the API with a session is covered elsewhere; here through the service via the CLI path
-    from forge import tokens
+    from forge.accounts import tokens
     from forge.db.audit import Actor
 
     async with db.session(write=True) as s:

@@ -8,7 +8,7 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge import bootstrap, initial_password
+from forge.accounts import bootstrap, initial_password
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.models import Account, AuditEvent

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from forge import accounts, tokens
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

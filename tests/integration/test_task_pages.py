@@ -368,7 +368,8 @@ async def test_the_dashboard_lists_what_awaits_my_review(
 async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
     client: AsyncTestClient[Litestar], world: World, db: Database
 ) -> None:
-    from forge import accounts, repo_collaborators, repositories
+    from forge import repo_collaborators, repositories
+    from forge.accounts import accounts
     from forge.db.models import Repository
     from tests.support.task_world import SYSTEM
 

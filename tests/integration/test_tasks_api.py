@@ -12,7 +12,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select, text
 
-from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
+from forge import repo_collaborators, repo_lifecycle, repositories
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

@@ -8,7 +8,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge import accounts, tokens
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from tests.support.task_world import SYSTEM, TASKS, World, agent_commits, build_task_world

@@ -10,7 +10,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import event, select
 
-from forge import accounts, repositories
+from forge import repositories
+from forge.accounts import accounts
 from forge.core.access import Principal
 from forge.core.settings import Settings
 from forge.db.audit import Actor

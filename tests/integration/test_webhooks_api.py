@@ -14,7 +14,7 @@ from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
 import webhooks
-from forge.accounts import get_by_login
+from forge.accounts.accounts import get_by_login
 from forge.app import create_app
 from forge.core.settings import Settings
 from forge.db.engine import Database

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from forge import accounts, tokens
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from forge import accounts
+from forge.accounts import accounts
 from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.audit import Actor
 from forge.db.engine import Database

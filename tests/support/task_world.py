@@ -6,7 +6,8 @@ import msgspec
 import pygit2
 from sqlalchemy import select
 
-from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
+from forge import repo_collaborators, repo_lifecycle, repositories
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

@@ -9,7 +9,7 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import initial_password, websessions
+from forge.accounts import initial_password, websessions
 from forge.core.access import INSTANCE, Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import Conflict, Forbidden, InvalidInput, NotFound, RateLimited, Unauthenticated

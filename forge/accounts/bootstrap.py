@@ -1,12 +1,12 @@
 """First start: the instance admin, with a generated password printed once and kept in a 0600 file
-(`forge.initial_password`) until they change it, which they must do at their first sign-in."""
+(`forge.accounts.initial_password`) until they change it, which they must do at their first sign-in."""
 
-from forge import accounts, initial_password
+from forge.accounts import accounts, initial_password
+from forge.accounts.initial_password import PASSWORD_FILE
 from forge.core.security import generate_password
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database
-from forge.initial_password import PASSWORD_FILE
 
 # "admin" is a reserved path segment (/admin); GitLab-style "root" it is.
 ADMIN_LOGIN = "root"
