@@ -7,9 +7,7 @@ from litestar import Controller, Response, delete, get, patch, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from litestar.response import Stream
 
-from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
 from forge.auth import signed_in
-from forge.branch_rules import BranchRuleRead
 from forge.core.access import Action, Scope
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden, InvalidInput, Unauthenticated
@@ -33,9 +31,11 @@ from forge.git import (
     stream_blob,
 )
 from forge.git.schemas import BlobInfo
-from forge.repo_collaborators import CollaboratorRead
-from forge.repo_lifecycle import RepoCreate, RepoTransfer, RepoUpdate
-from forge.repositories import RepoRead, RoleName
+from forge.repos import branch_rules, collaborators, lifecycle, repositories
+from forge.repos.branch_rules import BranchRuleRead
+from forge.repos.collaborators import CollaboratorRead
+from forge.repos.lifecycle import RepoCreate, RepoTransfer, RepoUpdate
+from forge.repos.repositories import RepoRead, RoleName
 
 REPO = "/api/v1/repos/{owner:str}/{name:str}"
 
@@ -73,7 +73,7 @@ class RepoController(Controller):
             raise Unauthenticated("sign in or send a token")
         if not principal.has_scope(Scope.REPO_WRITE):
             raise Forbidden("this token lacks the 'repo:write' scope", code=Code.INSUFFICIENT_SCOPE)
-        repo = await repo_lifecycle.create_own(db_session, store, bus, actor, data)
+        repo = await lifecycle.create_own(db_session, store, bus, actor, data)
         res = await repositories.resource_for(db_session, repo, principal)
         return repositories.to_read(res, principal, forge_url)
 
@@ -99,7 +99,7 @@ class RepoController(Controller):
         data: JSONBody[RepoUpdate],
     ) -> RepoRead:
         res = await path_repo.load(Action.REPO_ADMIN)
-        res = await repo_lifecycle.update(db_session, store, actor, res, data)
+        res = await lifecycle.update(db_session, store, actor, res, data)
         return repositories.to_read(res, actor.principal, forge_url)
 
     @delete(REPO, summary="Delete a repository (instance admins; body {confirm: 'owner/name'})", status_code=204)
@@ -112,7 +112,7 @@ class RepoController(Controller):
         data: JSONBody[RepoDelete],
     ) -> None:
         res = await path_repo.load(Action.REPO_ADMIN)
-        await repo_lifecycle.remove(db_session, store, actor, res, data.confirm)
+        await lifecycle.remove(db_session, store, actor, res, data.confirm)
 
     @post(
         REPO + "/transfer",
@@ -129,13 +129,13 @@ class RepoController(Controller):
         data: JSONBody[RepoTransfer],
     ) -> RepoRead:
         res = await path_repo.load(Action.REPO_READ)
-        res = await repo_lifecycle.transfer(db_session, store, actor, res, data.new_owner, data.confirm)
+        res = await lifecycle.transfer(db_session, store, actor, res, data.new_owner, data.confirm)
         return repositories.to_read(res, actor.principal, forge_url)
 
     @get(REPO + "/collaborators", summary="Collaborators and their roles")
     async def collaborators(self, db_session: DbSession, path_repo: PathRepoDep) -> list[CollaboratorRead]:
         # Who has access is for collaborators with write access, not for every reader.
-        return await repo_collaborators.list_collaborators(db_session, await path_repo.load(Action.REPO_WRITE))
+        return await collaborators.list_collaborators(db_session, await path_repo.load(Action.REPO_WRITE))
 
     @put(REPO + "/collaborators/{login:str}", summary="Add a collaborator or change its role")
     async def put_collaborator(
@@ -147,13 +147,13 @@ class RepoController(Controller):
         data: JSONBody[CollaboratorPut],
     ) -> CollaboratorRead:
         res = await path_repo.load(Action.REPO_ADMIN)
-        return await repo_collaborators.set_collaborator(db_session, actor, res, login, data.role)
+        return await collaborators.set_collaborator(db_session, actor, res, login, data.role)
 
     @delete(REPO + "/collaborators/{login:str}", summary="Remove a collaborator", status_code=204)
     async def delete_collaborator(
         self, db_session: DbSession, actor: ActorDep, path_repo: PathRepoDep, login: FromPath[str]
     ) -> None:
-        await repo_collaborators.remove_collaborator(db_session, actor, await path_repo.load(Action.REPO_ADMIN), login)
+        await collaborators.remove_collaborator(db_session, actor, await path_repo.load(Action.REPO_ADMIN), login)
 
     @get(REPO + "/branch-rules", summary="Branch protection rules")
     async def get_branch_rules(self, db_session: DbSession, path_repo: PathRepoDep) -> list[BranchRuleRead]:

@@ -48,7 +48,7 @@ from forge.pages_browse import RepoPages
 from forge.pages_model_keys import ModelKeyPages
 from forge.pages_repos import RepoListPages, RepoSettingsPages
 from forge.problems import EXCEPTION_HANDLERS, audit_refusal
-from forge.pushes import PushRecorder
+from forge.repos.pushes import PushRecorder
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate

@@ -434,9 +434,9 @@ def repos_group() -> None:
 @click.option("--visibility", type=click.Choice(["private", "internal", "public"]), default="private")
 def repos_import(source: str, owner: str, name: str | None, visibility: str) -> None:
     """Import a repository on this machine (a path or a file:// URL): all branches and tags."""
-    from forge import repo_lifecycle
     from forge.accounts import accounts
     from forge.git import RepoStore
+    from forge.repos import lifecycle
 
     settings = _instance_settings()
     repo_name = name or source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
@@ -446,7 +446,7 @@ def repos_import(source: str, owner: str, name: str | None, visibility: str) -> 
         try:
             async with db.session(write=True) as session:
                 owner_row = await accounts.require_by_login(session, owner)
-                repo = await repo_lifecycle.import_existing(
+                repo = await lifecycle.import_existing(
                     session, store, _cli_actor(), owner_row, repo_name, source, visibility=visibility
                 )
                 return f"{owner_row.login}/{repo.name} (default branch {repo.default_branch})"

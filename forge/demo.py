@@ -3,13 +3,13 @@ write access to it, so a newcomer can clone, push, browse and start a task at on
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repo_collaborators, repo_lifecycle, repositories
 from forge.accounts import accounts
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
+from forge.repos import collaborators, lifecycle, repositories
 
 DEMO_REPO = "demo"
 DEMO_BOT = "demo-agent"
@@ -38,7 +38,7 @@ async def seed(db: Database, store: RepoStore, bus: EventBus, admin_login: str) 
         bot = await accounts.get_by_login(session, DEMO_BOT) or await accounts.create_bot(
             session, actor, DEMO_BOT, owner=admin, display_name="Demo agent"
         )
-        repo = await repo_lifecycle.create(
+        repo = await lifecycle.create(
             session, store, bus, actor, admin, DEMO_REPO, description="forgehand's demo repository", auto_init=False
         )
         res = await repositories.resource_for(session, repo, actor.principal)
@@ -50,7 +50,7 @@ async def seed(db: Database, store: RepoStore, bus: EventBus, admin_login: str) 
             message="Demo: a tiny Python project",
             author=Identity(name=admin.login, email=f"{admin.login}@users.noreply.forgehand"),
         )
-        await repo_collaborators.set_collaborator(session, actor, res, bot.login, "write")
+        await collaborators.set_collaborator(session, actor, res, bot.login, "write")
         return await _name(session, res)
 
 

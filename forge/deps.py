@@ -14,7 +14,6 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repositories
 from forge.accounts.tokens import TokenCache
 from forge.auth import actor_of
 from forge.core.access import Action, Principal
@@ -23,7 +22,8 @@ from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import RepoStore
-from forge.repositories import RepoResource
+from forge.repos import repositories
+from forge.repos.repositories import RepoResource
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

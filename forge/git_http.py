@@ -12,7 +12,6 @@ from litestar import Request, Response, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 
-from forge import pushes, repositories
 from forge.auth import actor_of
 from forge.core.access import Action, Role, Scope, can
 from forge.core.errors import Forbidden, NotFound, Unauthenticated
@@ -28,7 +27,8 @@ from forge.git.smart_http import (
     check_service,
     result_content_type,
 )
-from forge.repositories import RepoResource
+from forge.repos import pushes, repositories
+from forge.repos.repositories import RepoResource
 
 GIT_OPT = {"git": True}
 

@@ -13,7 +13,6 @@ from litestar.params import FromPath, Parameter, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repositories
 from forge.accounts import accounts, tokens, websessions
 from forge.core.access import INSTANCE, Action, Principal, Scope, require
 from forge.core.error_codes import Code
@@ -25,6 +24,7 @@ from forge.db.audit import Actor
 from forge.db.models import AccessToken, Account
 from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
 from forge.page_context import base_context
+from forge.repos import repositories
 
 
 def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **context: Any) -> Template:

@@ -15,7 +15,6 @@ from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repositories
 from forge.accounts import accounts, websessions
 from forge.core.access import Principal
 from forge.core.error_codes import Code
@@ -24,6 +23,7 @@ from forge.db.models import Account
 from forge.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
 from forge.pages import WebForm, page, safe_next, signed_in
 from forge.password_gate import must_change
+from forge.repos import repositories
 
 # The composition root hands in how to list an account's tasks (forge does not know the tasks
 # package): `app.state.account_tasks(session, principal)` returns task reads, newest first.

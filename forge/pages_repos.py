@@ -13,15 +13,15 @@ from litestar.params import FromPath, Parameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import branch_rules, repo_collaborators, repo_lifecycle, repositories
 from forge.core.access import INSTANCE, Action, Principal, can
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, NotFound
 from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
 from forge.forms import NO_ERRORS, form_errors
 from forge.pages import WebForm, page
-from forge.repo_lifecycle import RepoCreate, RepoUpdate
-from forge.repositories import RepoResource
+from forge.repos import branch_rules, collaborators, lifecycle, repositories
+from forge.repos.lifecycle import RepoCreate, RepoUpdate
+from forge.repos.repositories import RepoResource
 
 REPO = "/{owner:str}/{name:str}"
 Ref = Annotated[str | None, Parameter(max_length=255)]
@@ -124,7 +124,7 @@ class RepoListPages(Controller):
             auto_init=bool(data.auto_init),
         )
         try:
-            repo = await repo_lifecycle.create_own(db_session, store, bus, actor, spec)
+            repo = await lifecycle.create_own(db_session, store, bus, actor, spec)
         except ForgeError as exc:
             errors = form_errors(exc, NewRepoForm.__struct_fields__, NEW_REPO_ALIASES)
             return page(request, "repos/new.html", status_code=exc.status, errors=errors, form=data)
@@ -171,12 +171,12 @@ class RepoSettingsPages(Controller):
     dependencies = VIEWS
 
     async def _render(self, db_session: AsyncSession, view: RepoView, status_code: int = 200, **extra: Any) -> Template:
-        collaborators = await repo_collaborators.list_collaborators(db_session, view.res)
+        members = await collaborators.list_collaborators(db_session, view.res)
         rules = await repositories.branch_rules(db_session, view.res.repo)
         return view.render(
             "repos/settings.html",
             status_code,
-            collaborators=collaborators,
+            collaborators=members,
             rules=rules,
             can_transfer=can(view.principal, Action.REPO_TRANSFER, view.res),
             can_delete=can(view.principal, Action.INSTANCE_ADMIN, INSTANCE),
@@ -226,14 +226,14 @@ class RepoSettingsPages(Controller):
             change = msgspec.convert(fields, RepoUpdate)
         except msgspec.ValidationError as exc:
             return await self._render(db_session, view, status_code=422, error=str(exc))
-        return await self._apply(db_session, view, repo_lifecycle.update(db_session, store, actor, view.res, change))
+        return await self._apply(db_session, view, lifecycle.update(db_session, store, actor, view.res, change))
 
     @post("/collaborators")
     async def collaborator(
         self, db_session: DbSession, actor: ActorDep, views: ViewsDep, data: URLEncodedBody[CollaboratorForm]
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
-        change = repo_collaborators.set_collaborator(db_session, actor, view.res, data.login.strip(), data.role)  # type: ignore[arg-type]
+        change = collaborators.set_collaborator(db_session, actor, view.res, data.login.strip(), data.role)  # type: ignore[arg-type]
         return await self._apply(db_session, view, change)
 
     @get("/collaborators/{login:str}/remove")
@@ -242,9 +242,7 @@ class RepoSettingsPages(Controller):
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
         found = [
-            c
-            for c in await repo_collaborators.list_collaborators(db_session, view.res)
-            if c.login.lower() == login.lower()
+            c for c in await collaborators.list_collaborators(db_session, view.res) if c.login.lower() == login.lower()
         ]
         if not found or found[0].login.lower() == view.res.repo.owner.login.lower():
             raise NotFound(
@@ -257,7 +255,7 @@ class RepoSettingsPages(Controller):
         self, db_session: DbSession, actor: ActorDep, views: ViewsDep, login: FromPath[str]
     ) -> Redirect:
         view = await views.load(Action.REPO_ADMIN)
-        await repo_collaborators.remove_collaborator(db_session, actor, view.res, login)
+        await collaborators.remove_collaborator(db_session, actor, view.res, login)
         return Redirect(
             f"/{view.res.full_name}/settings/?done=collaborator-removed#collaborators-section", status_code=303
         )
@@ -268,9 +266,9 @@ class RepoSettingsPages(Controller):
     ) -> Template | Redirect:
         view = await views.load(Action.REPO_ADMIN)
         try:
-            repo_lifecycle.require_confirmation(view.res, data.confirm)
+            lifecycle.require_confirmation(view.res, data.confirm)
             change = RepoUpdate(name=data.new_name.strip())
-            await repo_lifecycle.update(db_session, store, actor, view.res, change)
+            await lifecycle.update(db_session, store, actor, view.res, change)
         except ForgeError as exc:
             await db_session.rollback()
             view = await views.load(Action.REPO_ADMIN)
@@ -284,7 +282,7 @@ class RepoSettingsPages(Controller):
         view = await views.load(Action.REPO_ADMIN)
         old_name = view.res.full_name
         try:
-            res = await repo_lifecycle.transfer(db_session, store, actor, view.res, data.new_owner, data.confirm)
+            res = await lifecycle.transfer(db_session, store, actor, view.res, data.new_owner, data.confirm)
         except ForgeError as exc:
             await db_session.rollback()
             view = await views.load(Action.REPO_ADMIN)
@@ -305,7 +303,7 @@ class RepoSettingsPages(Controller):
         view = await views.load(Action.REPO_ADMIN)
         old_name = view.res.full_name
         try:
-            await repo_lifecycle.remove(db_session, store, actor, view.res, data.confirm)
+            await lifecycle.remove(db_session, store, actor, view.res, data.confirm)
         except ForgeError as exc:
             return await self._refused(db_session, view, "delete", exc, data)
         return page(view.request, "repos/gone.html", old_name=old_name, deleted=True)

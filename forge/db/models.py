@@ -164,7 +164,7 @@ class PushRecord(Base):
     token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     refs: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
     at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
-    # The push journal entry it settles (forge.pushes): recorded exactly once, whoever gets there.
+    # The push journal entry it settles (forge.repos.pushes): recorded exactly once, whoever gets there.
     journal_id: Mapped[str | None] = mapped_column(String(36), unique=True, nullable=True)
 
 

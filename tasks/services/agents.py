@@ -12,7 +12,7 @@ from forge.core.access import Principal
 from forge.core.errors import ForgeError
 from forge.core.settings import Settings
 from forge.db.models import Account, AccountType
-from forge.repositories import RepoResource, resource_for
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.models import RepoTaskSettings
 from tasks.services import rules

@@ -8,7 +8,7 @@ from forge.core.text import require_no_nul
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core import payloads
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Approval, Task

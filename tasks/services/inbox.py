@@ -7,7 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Principal
 from forge.db.models import Repository
-from forge.repositories import RepoResource, resource_for
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core.models import Review, Task
 from tasks.core.states import TaskState
 from tasks.services import rules

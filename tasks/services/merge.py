@@ -37,7 +37,7 @@ from forge.git.errors import (
 )
 from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
-from forge.repositories import load
+from forge.repos.repositories import load
 from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context
 from tasks.core.models import MergeIntent, Task

@@ -27,7 +27,7 @@ from forge.db.audit import Actor
 from forge.db.engine import Database, utcnow
 from forge.db.events import TaskMerged
 from forge.db.models import Account, Repository
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core import payloads, repo_settings
 from tasks.core.models import MergeIntent, Task
 from tasks.core.states import TaskState

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.errors import InvalidInput, NotFound
 from forge.db.models import Account
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due
 from tasks.core.schemas import (

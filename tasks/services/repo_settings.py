@@ -13,7 +13,7 @@ from forge.core.settings import Settings
 from forge.core.text import require_no_nul
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box

@@ -6,7 +6,7 @@ the reviewer may review, the task awaits review, each line is in the diff under 
 from forge.core.errors import InvalidState, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Review, ReviewComment, Task
 from tasks.core.schemas import ReviewCommentCreate, ReviewDraftRead
 from tasks.core.states import TaskState

@@ -29,7 +29,7 @@ from forge.db.engine import utcnow
 from forge.db.models import Account, Repository
 from forge.git import RefNotFound, compare
 from forge.git.schemas import Comparison
-from forge.repositories import RepoResource, resource_for
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Review, ReviewComment, Run, Task

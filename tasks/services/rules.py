@@ -13,7 +13,7 @@ Beyond the role:
 
 from forge.core.access import Action, Principal, Role, can, effective_role, require
 from forge.core.errors import Forbidden
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 
 

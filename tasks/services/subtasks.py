@@ -4,7 +4,7 @@ its children (`TaskService.request_stop`)."""
 
 from sqlalchemy import select
 
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import TaskRead
 from tasks.services.tasks import TaskService

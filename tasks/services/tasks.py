@@ -22,7 +22,7 @@ from forge.db.events import EventBus
 from forge.db.models import Account, Repository
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
 from forge.git.errors import InvalidRefName
-from forge.repositories import RepoResource, resource_for
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.lifecycle import (

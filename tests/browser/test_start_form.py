@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from forge import repositories
 from forge.core.settings import Settings
 from forge.db.engine import Database
+from forge.repos import repositories
 from tasks.core.models import RepoTaskSettings
 from tests.support.a11y import check_page, no_foreign_requests
 from tests.support.browser import ForgeServer, run_async

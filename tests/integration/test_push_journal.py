@@ -26,7 +26,7 @@ from forge.db.events import EventBus
 from forge.db.models import AuditEvent, PushRecord, Repository
 from forge.git.journal import PushJournal
 from forge.git.pktline import FLUSH_PKT, pkt_line
-from forge.pushes import PushRecorder
+from forge.repos.pushes import PushRecorder
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git, pack_objects
 from tests.support.waiting import until_sync

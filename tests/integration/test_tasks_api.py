@@ -12,7 +12,6 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select, text
 
-from forge import repo_collaborators, repo_lifecycle, repositories
 from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
@@ -20,6 +19,7 @@ from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.db.models import AuditEvent
 from forge.git import RepoStore
+from forge.repos import collaborators, lifecycle, repositories
 from tasks.core import transcript
 from tasks.core.models import Task, TranscriptEvent
 from tasks.core.policy import AllowAll
@@ -48,10 +48,10 @@ async def build_world(db: Database, settings: Settings) -> World:
                 await accounts.create_user(s, SYSTEM, login, "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
             await accounts.create_user(s, SYSTEM, "human", "correct horse battery")
-            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            repo = await lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
             for login, role in (("fixer", "write"), ("wendy", "write"), ("rita", "read"), ("human", "write")):
-                await repo_collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
+                await collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
             full = ["repo:write", "tasks:write"]
             for login in ("ana", "wendy", "rita", "olga"):
                 owner = await accounts.require_by_login(s, login)

@@ -10,7 +10,6 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import event, select
 
-from forge import repositories
 from forge.accounts import accounts
 from forge.core.access import Principal
 from forge.core.settings import Settings
@@ -18,6 +17,7 @@ from forge.db.audit import Actor
 from forge.db.engine import Database, after_commit, utcnow
 from forge.db.events import EventBus
 from forge.git import RepoStore
+from forge.repos import repositories
 from sandbox import SandboxEngine
 from tasks.core.live import LiveHub
 from tasks.core.models import Approval, Run, Task

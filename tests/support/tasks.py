@@ -12,7 +12,6 @@ import httpx
 import msgspec
 import pygit2
 
-from forge import repo_collaborators, repo_lifecycle, repositories
 from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
@@ -20,6 +19,7 @@ from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
+from forge.repos import collaborators, lifecycle, repositories
 from tests.support.waiting import until, until_sync
 
 SECRET = "sk-live-0123456789abcdefXYZ"
@@ -45,9 +45,9 @@ async def seed(settings: Settings) -> tuple[str, Path]:
         async with db.session(write=True) as s:
             ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
-            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            repo = await lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
-            await repo_collaborators.set_collaborator(s, SYSTEM, res, "fixer", "write")
+            await collaborators.set_collaborator(s, SYSTEM, res, "fixer", "write")
             created = await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write", "reviews:write"], None)
         await store.write(
             ("ana", "demo"),

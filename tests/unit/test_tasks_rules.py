@@ -6,7 +6,7 @@ import pytest
 from forge.core.access import ANONYMOUS, Principal, Role
 from forge.core.errors import Forbidden, ForgeError, NotFound
 from forge.db.models import Repository
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.services import rules
 

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 import msgspec
 from litestar.response import Template
 
-from forge import repositories
 from forge.core.access import Principal
 from forge.core.errors import ForgeError
-from forge.repositories import RepoResource
+from forge.repos import repositories
+from forge.repos.repositories import RepoResource
 from tasks.core.schemas import TaskRead
 from tasks.http.deps import DEPENDENCIES
 from tasks.services import rules

@@ -2,7 +2,7 @@
 review", "waiting for an answer from ana", ...). Who may do it is `tasks.services.rules`'s answer."""
 
 from forge.core.access import Principal
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import TaskRead
 from tasks.services import rules

@@ -11,7 +11,7 @@ from forge.core.errors import InvalidInput, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import BranchRule
-from forge.repositories import RepoResource, branch_rules
+from forge.repos.repositories import RepoResource, branch_rules
 
 
 class BranchRuleRead(msgspec.Struct, kw_only=True):

@@ -14,7 +14,7 @@ from forge.core.errors import InvalidInput, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import Account, Collaborator
-from forge.repositories import RepoResource, RoleName
+from forge.repos.repositories import RepoResource, RoleName
 
 
 class CollaboratorRead(msgspec.Struct, kw_only=True):

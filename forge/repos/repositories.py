@@ -1,8 +1,8 @@
 """Repositories, the database side: the loaded resource the access rule sees (`RepoResource`),
 finding and loading one (`load`: find, then `forge.core.access.require`, so one rule decides web,
 REST and git smart HTTP), listing, the API shape (`RepoRead`), branch rules as the push rules
-read them, and pushes. The use cases live beside this module: `forge.repo_lifecycle` (create,
-import, settings, delete), `forge.repo_collaborators`, `forge.branch_rules`. The bare
+read them, and pushes. The use cases live beside this module: `forge.repos.lifecycle` (create,
+import, settings, delete), `forge.repos.collaborators`, `forge.repos.branch_rules`. The bare
 repositories on disk are the git layer, `forge.git`."""
 
 from collections.abc import Sequence

@@ -29,7 +29,7 @@ from forge.db.models import PushRecord, Repository
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, ref_locks
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.smart_http import GitServiceProcess
-from forge.repositories import RepoResource, branch_rules
+from forge.repos.repositories import RepoResource, branch_rules
 
 log = structlog.get_logger(__name__)
 

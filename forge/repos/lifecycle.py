@@ -23,7 +23,7 @@ from forge.db.models import Account, Collaborator, Repository
 from forge.git import Identity, InvalidName, RepoStore, list_branches, validate_branch_name, validate_repo_name
 from forge.git.bare import default_branch as storage_default_branch
 from forge.git.bare import set_default_branch
-from forge.repositories import RepoResource, VisibilityName, find
+from forge.repos.repositories import RepoResource, VisibilityName, find
 
 
 class RepoCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
