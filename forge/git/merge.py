@@ -33,33 +33,15 @@ from forge.git.errors import (
     UnrelatedHistories,
 )
 from forge.git.names import validate_branch_name
-from forge.git.schemas import Identity
+from forge.git.schemas import ConflictKind, Identity, MergeConflictFile
 
 MergeStrategy = Literal["merge", "squash", "fast-forward"]
-#: ``content``: both sides changed the file (text, binary, symlink target or mode);
-#: ``add/add``: both added it; ``modify/delete``: the base branch changed it, the head deleted it;
-#: ``delete/modify``: the other way round; ``rename``: a side renamed it (see the three paths);
-#: ``other``: a conflict entry on one side only, such as a file where the other side has a directory.
-ConflictKind = Literal["content", "add/add", "modify/delete", "delete/modify", "rename", "other"]
 #: Why a plan cannot be carried out: the ``code`` of the error ``merge`` would raise.
 MergeBlocker = Literal["merge_conflict", "not_fast_forward", "nothing_to_merge", "unrelated_histories"]
 
 #: How long to wait for a ref lock held by someone else (git's own default is 100 ms).
 DEFAULT_LOCK_TIMEOUT: Final = 2.0
 _FULL_SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}", re.ASCII)
-
-
-class MergeConflictFile(msgspec.Struct, frozen=True, kw_only=True):
-    """One conflicting file; the paths are ``None`` for a side the file does not exist on."""
-
-    #: The common ancestor's path, else the base branch's, else the head's.
-    path: str
-    kind: ConflictKind
-    ancestor_path: str | None
-    our_path: str | None
-    their_path: str | None
-    #: A side is a binary file (git's rule: a NUL byte in the first 8000 bytes).
-    binary: bool = False
 
 
 class MergePlan(msgspec.Struct, frozen=True, kw_only=True):
