@@ -21,12 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 import webhooks
 from forge.accounts.tokens import TokenCache
-from forge.api_admin import AdminController
-from forge.api_contract import ContractJsonPlugin
-from forge.api_reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
-from forge.api_repos import BrowseController, RepoController
-from forge.api_user import UserController
-from forge.auth import AuthenticationLayer, AuthState
 from forge.core.access import Principal, Scope
 from forge.core.error_codes import Code
 from forge.core.logging import configure_logging
@@ -35,19 +29,25 @@ from forge.core.text import plural
 from forge.core.version import VERSION
 from forge.db.engine import Database
 from forge.db.events import EventBus
-from forge.deps import DEPENDENCIES
-from forge.edges import add_security_headers, before_request
 from forge.git import RepoStore, install_hooks
 from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig
-from forge.git_http import GIT_ROUTES
-from forge.pages import AdminPages, AuthPages, HomePages, TokenPages
-from forge.pages_account import OldSettingsPages, ProfilePages, SettingsPages
-from forge.pages_admin_network import NetworkPages
-from forge.pages_browse import RepoPages
-from forge.pages_model_keys import ModelKeyPages
-from forge.pages_repos import RepoListPages, RepoSettingsPages
-from forge.problems import EXCEPTION_HANDLERS, audit_refusal
+from forge.http.api.admin import AdminController
+from forge.http.api.contract import ContractJsonPlugin
+from forge.http.api.reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
+from forge.http.api.repos import BrowseController, RepoController
+from forge.http.api.user import UserController
+from forge.http.auth import AuthenticationLayer, AuthState
+from forge.http.deps import DEPENDENCIES
+from forge.http.edges import add_security_headers, before_request
+from forge.http.git_http import GIT_ROUTES
+from forge.http.pages.account import OldSettingsPages, ProfilePages, SettingsPages
+from forge.http.pages.admin_network import NetworkPages
+from forge.http.pages.browse import RepoPages
+from forge.http.pages.common import AdminPages, AuthPages, HomePages, TokenPages
+from forge.http.pages.model_keys import ModelKeyPages
+from forge.http.pages.repos import RepoListPages, RepoSettingsPages
+from forge.http.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.repos.pushes import PushRecorder
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
@@ -147,7 +147,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         "push_recorder": push_recorder,
         "tasks": task_system,
         "webhooks": hooks,
-        "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/pages_account.py)
+        "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/http/pages/account.py)
     }
     return Litestar(
         route_handlers=[

@@ -183,10 +183,10 @@ def serve(host: str | None, port: int | None) -> None:
     import uvicorn
 
     from forge.accounts import bootstrap
-    from forge.api_reference import warm_up
     from forge.app import create_app
     from forge.db.migrate import upgrade
     from forge.heap import freeze_startup_heap
+    from forge.http.api.reference import warm_up
 
     settings = _settings(host=host, port=port)
     upgrade(settings.effective_database_url)

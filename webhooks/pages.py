@@ -11,8 +11,8 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.core.errors import ForgeError, InvalidInput
-from forge.forms import NO_ERRORS, form_errors
-from forge.pages import page
+from forge.http.pages.common import page
+from forge.http.pages.forms import NO_ERRORS, form_errors
 from webhooks import service
 from webhooks.models import WebhookEndpoint
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS

@@ -18,7 +18,7 @@ from forge.core.errors import Unauthenticated, Unavailable
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.models import Repository
-from forge.deps import SAFE_METHODS, ActorDep
+from forge.http.deps import SAFE_METHODS, ActorDep
 from forge.repos import repositories
 from webhooks import service
 from webhooks.config import WebhooksConfig

@@ -24,7 +24,7 @@ _TOUCH_EVERY = timedelta(minutes=5)
 class SessionInfo(msgspec.Struct, frozen=True):
     principal: Principal
     csrf_token: str
-    # The account's password was generated: pages send it to the password page (`forge.password_gate`).
+    # The account's password was generated: pages send it to the password page (`forge.http.pages.password_gate`).
     must_change_password: bool = False
 
 

@@ -1,7 +1,7 @@
 """The registry of API error codes: every `code` a problem response (or an error page) carries,
 with its HTTP status and what it means. `docs/api.md` lists the same table.
 
-`ForgeError` and `forge.problems.Problem` refuse a code that is not here when they are built,
+`ForgeError` and `forge.http.problems.Problem` refuse a code that is not here when they are built,
 so a test run finds any unregistered code. A code may stand with more than one status only where
 the same condition is refused at two steps (see `also`). `python -m forge.core.error_codes` prints the
 table for the docs."""

@@ -77,7 +77,7 @@ class Unavailable(ForgeError, code=Code.UNAVAILABLE, title="Service unavailable"
 @contextmanager
 def about_field(name: str) -> Iterator[None]:
     """Refusals raised inside concern the input `name` (its wire name): a form shows them beside it
-    (forge/forms.py). One that names its field already keeps it."""
+    (forge/http/pages/forms.py). One that names its field already keeps it."""
     try:
         yield
     except ForgeError as exc:

@@ -85,7 +85,7 @@ def _install_sqlite_hooks(engine: AsyncEngine) -> None:
 
 
 #: How long a write waits for a pooled connection before it is answered 503 with Retry-After
-#: (`forge.problems`): a full pool is back-pressure, not a server error after 30 s.
+#: (`forge.http.problems`): a full pool is back-pressure, not a server error after 30 s.
 POOL_TIMEOUT_SECONDS = 5.0
 #: How long a read waits for one. Reads never queue behind writes (a pool of their own), so a
 #: full read pool is only many reads in flight, each soon done: 300 at once on two CPUs take

@@ -21,9 +21,9 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.auth import actor_of
 from forge.core.access import Action
 from forge.db.audit import Actor
+from forge.http.auth import actor_of
 from forge.repos import repositories
 from forge.repos.repositories import RepoResource
 from tasks.core.models import Task

@@ -4,7 +4,7 @@ from litestar import Controller, get, put
 from litestar.params import FromPath, JSONBody
 
 from forge.core.access import Action
-from forge.deps import ActorDep, DbSession, SettingsDep
+from forge.http.deps import ActorDep, DbSession, SettingsDep
 from forge.repos import repositories
 from tasks.core.models import RepoTaskSettings
 from tasks.services.repo_settings import RepoTaskSettingsRead, RepoTaskSettingsUpdate, settings_read, update

@@ -8,7 +8,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 
 from forge.core.access import Action
 from forge.core.errors import Unauthenticated
-from forge.deps import ActorDep, DbSession
+from forge.http.deps import ActorDep, DbSession
 from tasks.core import transcript
 from tasks.core.schemas import MessageCreate, SkippedPage, TaskCreate, TaskRead, TranscriptPage
 from tasks.http.actions import act_on_task, start_task, stop_and_wait

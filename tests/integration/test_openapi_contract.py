@@ -9,7 +9,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from forge.core.access import Scope
-from forge.int_bounds import INT_MAX, INT_MIN
+from forge.http.int_bounds import INT_MAX, INT_MIN
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 METHODS = ("get", "post", "put", "patch", "delete")

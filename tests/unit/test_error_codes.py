@@ -11,7 +11,7 @@ from forge.core import errors
 from forge.core.error_codes import Code, UnknownErrorCode, lookup, markdown_rows
 from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.git import errors as git_errors
-from forge.problems import Problem
+from forge.http.problems import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("forge", "tasks", "webhooks")

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from forge.core.text import code_block, code_span, plural
-from forge.render import markdown
+from forge.http.pages.render import markdown
 from tasks.core.schemas import command_text
 from tasks.run.runtimes.command import success_summary
 

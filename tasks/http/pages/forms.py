@@ -5,7 +5,7 @@ from typing import Literal
 import msgspec
 
 from forge.core.errors import InvalidInput
-from forge.forms import invalid_input
+from forge.http.pages.forms import invalid_input
 from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, TaskCreate
 from tasks.core.states import ReviewVerdict
 

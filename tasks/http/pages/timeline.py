@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from forge.core.text import plural
-from forge.render import markdown
+from forge.http.pages.render import markdown
 from tasks.core.schemas import ApprovalRead
 from tasks.core.transcript import EventRead
 from tasks.http.pages.pauses import Pause, approval_pause, is_question_tool

@@ -1,5 +1,5 @@
 """Web pages for repositories: list, create and settings, and how every repository page loads its
-repository (`RepoViews`) and renders (`RepoView`); the browsing pages are in `forge.pages_browse`.
+repository (`RepoViews`) and renders (`RepoView`); the browsing pages are in `forge.http.pages.browse`.
 Same services as the REST API; forms work without JavaScript."""
 
 from collections.abc import Awaitable
@@ -16,9 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.core.access import INSTANCE, Action, Principal, can
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, NotFound
-from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
-from forge.forms import NO_ERRORS, form_errors
-from forge.pages import WebForm, page
+from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
+from forge.http.pages.common import WebForm, page
+from forge.http.pages.forms import NO_ERRORS, form_errors
 from forge.repos import branch_rules, collaborators, lifecycle, repositories
 from forge.repos.lifecycle import RepoCreate, RepoUpdate
 from forge.repos.repositories import RepoResource

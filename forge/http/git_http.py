@@ -12,10 +12,8 @@ from litestar import Request, Response, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.response import Stream
 
-from forge.auth import actor_of
 from forge.core.access import Action, Role, Scope, can
 from forge.core.errors import Forbidden, NotFound, Unauthenticated
-from forge.deps import DbSession
 from forge.git import PushSession, RepoStore, advertise_refs, decode_request_body
 from forge.git.smart_http import (
     NO_CACHE_HEADERS,
@@ -27,6 +25,8 @@ from forge.git.smart_http import (
     check_service,
     result_content_type,
 )
+from forge.http.auth import actor_of
+from forge.http.deps import DbSession
 from forge.repos import pushes, repositories
 from forge.repos.repositories import RepoResource
 

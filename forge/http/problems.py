@@ -24,12 +24,12 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 
-from forge.auth import actor_of, request_id
 from forge.core.error_codes import Code, lookup
 from forge.core.errors import ForgeError, RateLimited
 from forge.db import audit
 from forge.git.errors import RepoError
-from forge.page_context import SessionTemplate, base_context
+from forge.http.auth import actor_of, request_id
+from forge.http.pages.context import SessionTemplate, base_context
 
 log = structlog.get_logger("forgehand")
 PROBLEM_JSON = "application/problem+json"
@@ -158,7 +158,7 @@ def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Respon
 
 
 def _render(request: Request[Any, Any, Any], problem: Problem, headers: dict[str, str]) -> Response[Any]:
-    # The security headers are added to every response on its way out (forge.edges).
+    # The security headers are added to every response on its way out (forge.http.edges).
     headers = {**headers, "X-Request-Id": problem.request_id}
     if _wants_html(request) and problem.status == 401 and request.method == "GET":
         target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""), safe="")

@@ -20,9 +20,9 @@ from forge.core.access import Principal
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.db.models import Account
-from forge.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
-from forge.pages import WebForm, page, safe_next, signed_in
-from forge.password_gate import must_change
+from forge.http.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
+from forge.http.pages.common import WebForm, page, safe_next, signed_in
+from forge.http.pages.password_gate import must_change
 from forge.repos import repositories
 
 # The composition root hands in how to list an account's tasks (forge does not know the tasks
@@ -41,7 +41,7 @@ class PasswordForm(WebForm):
     current_password: str = ""
     new_password: str = ""
     repeat_password: str = ""
-    next: str = ""  # where a forced change came from (`forge.password_gate`)
+    next: str = ""  # where a forced change came from (`forge.http.pages.password_gate`)
 
 
 class ProfileForm(WebForm):
@@ -72,7 +72,7 @@ def _profile_page(request: Request[Any, Any, Any], account: Account, status_code
 
 class SettingsPages(Controller):
     """`/settings`: one place for a person's own settings, a side nav of sections (profile,
-    password, tokens in `forge.pages.TokenPages`, model access in `forge.pages_model_keys`)."""
+    password, tokens in `forge.http.pages.common.TokenPages`, model access in `forge.http.pages.model_keys`)."""
 
     path = "/settings"
     include_in_schema = False

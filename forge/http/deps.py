@@ -15,13 +15,13 @@ from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.accounts.tokens import TokenCache
-from forge.auth import actor_of
 from forge.core.access import Action, Principal
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import RepoStore
+from forge.http.auth import actor_of
 from forge.repos import repositories
 from forge.repos.repositories import RepoResource
 

@@ -4,7 +4,7 @@ Litestar's generated OpenAPI document lists only the success status of each oper
 shape the server never sends. `ContractJsonPlugin` serves the same document completed from the
 rules the server actually follows:
 
-- every refusal is `application/problem+json` (`forge.problems.Problem`), and each operation
+- every refusal is `application/problem+json` (`forge.http.problems.Problem`), and each operation
   declares the refusal statuses it can answer (derived from what the operation has: path
   parameters can name nothing (404), a body or a query can be malformed or invalid (400/413/422),
   writes can conflict (409), every caller can be unauthenticated (401) or lack the role or scope
@@ -13,11 +13,11 @@ rules the server actually follows:
   repositories);
 - request bodies that refuse unknown fields say `additionalProperties: false`;
 - closed vocabularies (token scopes, webhook events, error codes) are enums;
-- integers in paths and queries carry the signed 32-bit bounds that `forge.int_bounds` enforces.
+- integers in paths and queries carry the signed 32-bit bounds that `forge.http.int_bounds` enforces.
 
 A render plugin is Litestar's public hook for what `/api/schema/openapi.json` returns; the document
 is completed and encoded once per process (every app built by `forge.app.create_app` has the same
-routes) and cached: `ContractJsonPlugin.contract`, which `forge.api_reference` also calls ahead of
+routes) and cached: `ContractJsonPlugin.contract`, which `forge.http.api.reference` also calls ahead of
 the first request, off the event loop.
 """
 
@@ -33,8 +33,8 @@ from litestar.serialization import encode_json
 
 from forge.accounts.websessions import SESSION_COOKIE
 from forge.core.error_codes import BY_VALUE
-from forge.int_bounds import INT_MAX, INT_MIN
-from forge.problems import PROBLEM_JSON, Problem
+from forge.http.int_bounds import INT_MAX, INT_MIN
+from forge.http.problems import PROBLEM_JSON, Problem
 
 WRITE_METHODS = frozenset({"post", "put", "patch", "delete"})
 DESCRIPTIONS = {
@@ -140,7 +140,8 @@ def _statuses(method: str, path: str, operation: Mapping[str, Any]) -> list[str]
 
 
 def _bound_integers(schema: dict[str, Any]) -> None:
-    """Signed 32-bit bounds (`forge.int_bounds`) on an integer schema (or an `integer | null` one) that has none."""
+    """Signed 32-bit bounds (`forge.http.int_bounds`) on an integer schema (or an `integer | null` one)
+    that has none."""
     kinds = [schema.get("type")] + [alt.get("type") for alt in schema.get("oneOf", [])]
     if "integer" in kinds:
         schema.setdefault("minimum", INT_MIN)

@@ -22,8 +22,8 @@ from forge.core.settings import Settings
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import AccessToken, Account
-from forge.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
-from forge.page_context import base_context
+from forge.http.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
+from forge.http.pages.context import base_context
 from forge.repos import repositories
 
 
@@ -33,7 +33,7 @@ def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **c
 
 
 class WebForm(msgspec.Struct, kw_only=True):
-    """A form posted by a page. `forge.csrf` checks the token before any handler runs."""
+    """A form posted by a page. `forge.http.csrf` checks the token before any handler runs."""
 
     csrf_token: str = ""
 

@@ -11,8 +11,8 @@ from litestar.response import Redirect, Template
 from forge.accounts import model_keys
 from forge.core.errors import ForgeError
 from forge.db.models import Account
-from forge.deps import ActorDep, DbSession, SettingsDep
-from forge.pages import WebForm, page, signed_in
+from forge.http.deps import ActorDep, DbSession, SettingsDep
+from forge.http.pages.common import WebForm, page, signed_in
 
 
 async def _me(db_session: DbSession, actor: ActorDep) -> Account:

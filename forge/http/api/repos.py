@@ -7,11 +7,9 @@ from litestar import Controller, Response, delete, get, patch, post, put
 from litestar.params import FromPath, FromQuery, JSONBody, Parameter
 from litestar.response import Stream
 
-from forge.auth import signed_in
 from forge.core.access import Action, Scope
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden, InvalidInput, Unauthenticated
-from forge.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep, StoreDep
 from forge.git import (
     BranchInfo,
     CommitDiff,
@@ -31,6 +29,8 @@ from forge.git import (
     stream_blob,
 )
 from forge.git.schemas import BlobInfo
+from forge.http.auth import signed_in
+from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep, StoreDep
 from forge.repos import branch_rules, collaborators, lifecycle, repositories
 from forge.repos.branch_rules import BranchRuleRead
 from forge.repos.collaborators import CollaboratorRead

@@ -2,7 +2,7 @@
 from the `swagger-ui-bundle-v2` package and are served by this instance under
 `/static/api-reference/`. Litestar's own UI plugins load their scripts, styles and favicon from
 CDNs; this one names only local files, reads the completed contract (`/api/schema/openapi.json`,
-see `forge.api_contract`), and turns off Swagger UI's online validator, so the page never makes
+see `forge.http.api.contract`), and turns off Swagger UI's online validator, so the page never makes
 a request that leaves the instance.
 
 Speed: Litestar builds the OpenAPI document on the first request for it, in its (synchronous)
@@ -24,9 +24,9 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.params import FromPath
 from litestar.response import File
 
-from forge.api_contract import ContractJsonPlugin, route_key
 from forge.core.error_codes import Code
 from forge.core.errors import NotFound
+from forge.http.api.contract import ContractJsonPlugin, route_key
 
 SCHEMA_PATH = "/api/schema"
 # The description the reference opens with (markdown): for the person calling the API.
@@ -120,7 +120,7 @@ API_REFERENCE_ASSETS = api_reference_asset
 
 
 async def before_schema(request: Request[Any, Any, Any]) -> None:
-    """`before_request` for the schema routes (`forge.edges`): the document is ready first."""
+    """`before_request` for the schema routes (`forge.http.edges`): the document is ready first."""
     path = request.url.path
     if path == SCHEMA_PATH or path.startswith(SCHEMA_PATH + "/"):
         await schema_ready(request.app)

@@ -8,13 +8,11 @@ from litestar.params import FromPath, JSONBody, Parameter
 
 from forge.accounts import accounts, tokens, websessions
 from forge.accounts.accounts import AccountRead
-from forge.auth import signed_in
 from forge.core.access import INSTANCE, Action, require
 from forge.core.security import generate_password
 from forge.db import allowlists, audit
 from forge.db.audit import AuditRead
-from forge.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
-from forge.schemas import (
+from forge.http.api.schemas import (
     AccountUpdate,
     BotCreate,
     PasswordSet,
@@ -23,6 +21,8 @@ from forge.schemas import (
     UserCreate,
     UserCreated,
 )
+from forge.http.auth import signed_in
+from forge.http.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
 
 
 class AdminController(Controller):

@@ -6,12 +6,12 @@ from litestar import Controller, delete, get, post, put
 from litestar.params import FromPath, JSONBody, Parameter
 
 from forge.accounts import model_keys, tokens
-from forge.auth import signed_in
 from forge.core.error_codes import Code
 from forge.core.errors import Unauthenticated
 from forge.db.models import Account
-from forge.deps import ActorDep, DbSession, PrincipalDep, SettingsDep, TokenCacheDep
-from forge.schemas import TokenCreate, UserRead
+from forge.http.api.schemas import TokenCreate, UserRead
+from forge.http.auth import signed_in
+from forge.http.deps import ActorDep, DbSession, PrincipalDep, SettingsDep, TokenCacheDep
 
 
 async def _caller(db_session: DbSession, actor: ActorDep) -> Account:

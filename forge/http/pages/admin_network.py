@@ -11,8 +11,8 @@ from litestar.response import Redirect, Template
 
 from forge.core.errors import ForgeError
 from forge.db import allowlists
-from forge.deps import ActorDep, DbSession, SettingsDep
-from forge.pages import WebForm, instance_admin, page
+from forge.http.deps import ActorDep, DbSession, SettingsDep
+from forge.http.pages.common import WebForm, instance_admin, page
 
 
 class AllowHostForm(WebForm):

@@ -11,11 +11,11 @@ from litestar import Request
 
 from forge.accounts import websessions
 from forge.accounts.websessions import SessionInfo
-from forge.auth import actor_of
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden
 from forge.db import audit
-from forge.deps import SAFE_METHODS
+from forge.http.auth import actor_of
+from forge.http.deps import SAFE_METHODS
 
 FIELD = "csrf_token"
 HEADER = "x-csrf-token"

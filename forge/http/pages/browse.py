@@ -13,10 +13,8 @@ from litestar import Controller, get
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Template
 
-from forge.browse_render import ago, breadcrumbs, diff_views_async, exact, highlight_lines_async, url_path
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput
-from forge.deps import StoreDep
 from forge.git import (
     BlobInfo,
     NotABlob,
@@ -35,8 +33,10 @@ from forge.git.blame import DEFAULT_MAX_LINES as BLAME_MAX_LINES
 from forge.git.blame import blame_file
 from forge.git.browse import ref_names
 from forge.git.history import path_history, tree_page
-from forge.pages_repos import REPO, VIEWS, Ref, RepoView, ViewsDep
-from forge.render import highlight_async, markdown_async
+from forge.http.deps import StoreDep
+from forge.http.pages.browse_render import ago, breadcrumbs, diff_views_async, exact, highlight_lines_async, url_path
+from forge.http.pages.render import highlight_async, markdown_async
+from forge.http.pages.repos import REPO, VIEWS, Ref, RepoView, ViewsDep
 
 View = Annotated[Literal["unified", "split"], QueryParameter(name="view")]
 PageNo = Annotated[int, QueryParameter(name="page", ge=1, le=100_000)]
