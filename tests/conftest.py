@@ -13,7 +13,7 @@ from hypothesis import settings as hypothesis_settings
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.security import use_password_parameters
 from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.engine import Database

@@ -2,7 +2,7 @@
 guard and the delivery log; plus the consumer SDK (`webhooks.consumer`) and the reference
 consumer (`forgehand hooks serve`). The contract is `docs/webhooks.md`.
 
-Composition (done by `forge/app.py` and the `forgehand worker` command)::
+Composition (done by `forge/app/factory.py` and the `forgehand worker` command)::
 
     runtime = webhooks.wire(bus, settings, db)     # subscribes the outbox writer to the bus
     app.state.webhooks = runtime                    # routes and pages find it there

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from litestar import Litestar, get
 
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.settings import load_settings, prepare_data_dir
 from forge.db.engine import Database
 from forge.db.migrate import upgrade_async

@@ -22,7 +22,7 @@ from litestar import Litestar, MediaType, get
 from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.config.compression import CompressionConfig
 
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.migrate import upgrade_async
 from forge.http.api.reference import schema_ready

@@ -9,7 +9,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.models import AuditEvent, WebSession

@@ -10,7 +10,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.access import Principal
 from forge.core.settings import Settings
 from forge.db import allowlists

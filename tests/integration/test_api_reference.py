@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.testing import AsyncTestClient
 
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.error_codes import Code
 from forge.core.settings import Settings
 from forge.http.api import reference

@@ -43,7 +43,7 @@ async def test_sign_in_sets_session_and_sign_out_ends_it(
 
 
 async def test_secure_cookie_when_served_over_https(tmp_path: Any, db_url: str, make: Accounts) -> None:
-    from forge.app import create_app
+    from forge.app.factory import create_app
     from forge.core.settings import load_settings, prepare_data_dir
 
     settings = prepare_data_dir(

@@ -15,7 +15,7 @@ from standardwebhooks.webhooks import Webhook
 
 import webhooks
 from forge.accounts.accounts import get_by_login
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.events import EventBus

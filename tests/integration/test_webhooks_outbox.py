@@ -269,7 +269,7 @@ async def test_notification_attempt_has_a_total_timeout(
 KILLED_WORKER = """
 import asyncio, json, sys
 from pathlib import Path
-from forge.db.engine.engine import Database
+from forge.db.engine import Database
 from forge.core.settings import load_settings
 from webhooks.config import WebhooksConfig
 from webhooks.outbound import Outbound

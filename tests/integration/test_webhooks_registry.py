@@ -16,7 +16,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import Table, delete, insert, select, update
 
 import webhooks
-from forge.app import create_app
+from forge.app.factory import create_app
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database

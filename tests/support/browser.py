@@ -79,7 +79,7 @@ def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServ
     in-process worker unless `overrides` turn it off), with one instance admin."""
     import uvicorn
 
-    from forge.app import create_app
+    from forge.app.factory import create_app
 
     port = _free_port()
     defaults: dict[str, Any] = {

@@ -70,7 +70,7 @@ def serve(settings: Settings, on_app: Callable[[Any], None] | None = None) -> It
 
     import uvicorn
 
-    from forge.app import create_app
+    from forge.app.factory import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

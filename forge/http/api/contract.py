@@ -16,7 +16,7 @@ rules the server actually follows:
 - integers in paths and queries carry the signed 32-bit bounds that `forge.http.int_bounds` enforces.
 
 A render plugin is Litestar's public hook for what `/api/schema/openapi.json` returns; the document
-is completed and encoded once per process (every app built by `forge.app.create_app` has the same
+is completed and encoded once per process (every app built by `forge.app.factory.create_app` has the same
 routes) and cached: `ContractJsonPlugin.contract`, which `forge.http.api.reference` also calls ahead of
 the first request, off the event loop.
 """

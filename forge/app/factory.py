@@ -55,7 +55,7 @@ from tasks.run.webhook_gate import WebhookGate
 from tasks.system import TaskSystem
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parent.parent  # forge/: its templates and static files
 _HOOK_EVENTS = (*POLICY_EVENTS, *NOTIFY_EVENTS)
 # The closed vocabularies of request bodies, as enums in the OpenAPI document (component.field).
 _API_ENUMS = {

@@ -183,9 +183,9 @@ def serve(host: str | None, port: int | None) -> None:
     import uvicorn
 
     from forge.accounts import bootstrap
-    from forge.app import create_app
+    from forge.app.factory import create_app
+    from forge.app.heap import freeze_startup_heap
     from forge.db.migrate import upgrade
-    from forge.heap import freeze_startup_heap
     from forge.http.api.reference import warm_up
 
     settings = _settings(host=host, port=port)
@@ -211,8 +211,8 @@ def serve(host: str | None, port: int | None) -> None:
 
 
 async def _seed_demo(db: Database, settings: Settings) -> str | None:
-    from forge import demo
     from forge.accounts import bootstrap
+    from forge.app import demo
     from forge.db.events import EventBus
     from forge.git import RepoStore
 
@@ -485,8 +485,8 @@ def worker() -> None:
     """Run the task worker in its own process (claims queued runs; start several on Docker hosts)."""
     import asyncio
 
+    from forge.app.heap import freeze_startup_heap
     from forge.db.migrate import upgrade
-    from forge.heap import freeze_startup_heap
     from tasks.system import run_worker_process
 
     settings = _settings()
