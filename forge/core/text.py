@@ -1,11 +1,9 @@
 """Text hygiene at the edges. PostgreSQL cannot store NUL characters (SQLite can): a NUL that
 reached a query would be a 500 on one backend and fine on the other. Inputs with NUL are refused
-(or, for text that only describes a refusal, cleaned) before they get near the database."""
+(or, for text that only describes a refusal, cleaned) before they get near the database; a URL
+with NUL never reaches a handler (`forge.http.nul_in_url`)."""
 
 import re
-from typing import Any
-
-from litestar import Request
 
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput
@@ -31,12 +29,6 @@ def require_no_nul(value: str, what: str) -> str:
     if NUL in value:
         raise InvalidInput(f"{what} must not contain NUL characters", code=Code.INVALID_CHARACTERS)
     return value
-
-
-async def reject_nul_in_url(request: Request[Any, Any, Any]) -> None:
-    """`before_request`: paths and query strings with NUL never reach a handler."""
-    if NUL in request.url.path or NUL in "".join(f"{k}{v}" for k, v in request.query_params.multi_items()):
-        raise InvalidInput("the URL contains a NUL character", code=Code.INVALID_CHARACTERS)
 
 
 def code_span(text: str) -> str:

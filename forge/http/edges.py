@@ -11,11 +11,11 @@ from litestar.datastructures import ResponseHeader
 from litestar.status_codes import HTTP_204_NO_CONTENT
 from litestar.types import Message, Scope
 
-from forge.core.text import reject_nul_in_url
 from forge.http.api.reference import before_schema
 from forge.http.csrf import check_csrf
 from forge.http.int_bounds import refuse_out_of_range_ints
 from forge.http.json_limits import refuse_deep_json
+from forge.http.nul_in_url import reject_nul_in_url
 from forge.http.pages.password_gate import require_own_password
 
 # Headers on every response. Images only from this instance (or inline data): text an untrusted
