@@ -47,9 +47,10 @@ def actor_of(connection: ASGIConnection) -> Actor:  # type: ignore[type-arg]
 
 
 def signed_in(connection: ASGIConnection, _: object) -> None:  # type: ignore[type-arg]
-    """Guard for endpoints that exist only for an account (`/api/v1/user`, `/api/v1/admin`): an
-    anonymous caller gets 401 before its body is even decoded, so clients prompt for a token instead
-    of reporting a validation error."""
+    """The guard of everything that exists only for an account, API and pages alike (`/api/v1/user`,
+    `/api/v1/admin`, `/settings`, a person's task lists): an anonymous caller gets 401 before its
+    body is even decoded, so clients prompt for a token instead of reporting a validation error,
+    and a browser's GET is sent to the sign-in page (`forge.http.problems`)."""
     if connection.scope.get("method") == "OPTIONS":
         return  # what a path allows is no secret (and preflights carry no credentials)
     if not actor_of(connection).principal.is_authenticated:

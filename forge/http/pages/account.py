@@ -20,8 +20,9 @@ from forge.core.access import Principal
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.db.models import Account
+from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
-from forge.http.pages.common import WebForm, page, safe_next, signed_in
+from forge.http.pages.common import WebForm, page, safe_next
 from forge.http.pages.password_gate import must_change
 from forge.repos import repositories
 
@@ -94,7 +95,7 @@ class SettingsPages(Controller):
             account = await accounts.update_profile(db_session, actor, data.display_name)
         except ForgeError as exc:
             me = await _me(db_session, actor)
-            return _profile_page(request, me, exc.status, error=exc.detail, display_name=data.display_name[:200])
+            return _profile_page(request, me, refused=exc, display_name=data.display_name[:200])
         return _profile_page(request, account, notice="Profile saved.")
 
     @get("/password")
@@ -126,10 +127,7 @@ class SettingsPages(Controller):
             )
         except ForgeError as exc:
             exc.audited = True  # change_password audits its refusals; a mismatch is the form's own
-            response = _password_page(request, data.next, status_code=exc.status, error=exc.detail)
-            if exc.status == 429:
-                response.headers["Retry-After"] = str(getattr(exc, "retry_after", 60))
-            return response
+            return _password_page(request, data.next, refused=exc)
         forced = must_change(request)  # as the session was when this request began
         return _password_page(
             request,

@@ -61,7 +61,7 @@ class NetworkPages(Controller):
                 raise
             # What was typed stays in its form, the error beside it.
             return await self._render(
-                request, db_session, settings, status_code=exc.status, errors={name: exc.detail}, typed={name: data}
+                request, db_session, settings, refused=exc, errors={name: exc.detail}, typed={name: data}
             )
         return Redirect(f"/admin/network/#allow-{name}", status_code=303)
 

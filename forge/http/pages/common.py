@@ -16,33 +16,50 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.accounts import accounts, tokens, websessions
 from forge.core.access import INSTANCE, Action, Principal, Scope, require
 from forge.core.error_codes import Code
-from forge.core.errors import ForgeError, InvalidInput, NotFound, Unauthenticated
+from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.core.security import generate_password, random_id, sha256_hex
 from forge.core.settings import Settings
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import AccessToken, Account
+from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DatabaseDep, DbSession, SettingsDep, TokenCacheDep
 from forge.http.pages.context import base_context
 from forge.repos import repositories
 
 
-def page(request: Request[Any, Any, Any], name: str, status_code: int = 200, **context: Any) -> Template:
-    """Render a page with what every page needs (who is signed in, the CSRF token)."""
-    return Template(template_name=name, context={**base_context(request), **context}, status_code=status_code)
+def page(
+    request: Request[Any, Any, Any],
+    name: str,
+    status_code: int = 200,
+    *,
+    refused: ForgeError | None = None,
+    **context: Any,
+) -> Template:
+    """Render a page with what every page needs (who is signed in, the CSRF token).
+
+    `refused`: the service's refusal of the form the page shows again, the one way a page turns a
+    `ForgeError` into what it shows: the error's status, its message as `error` (the form's alert;
+    `forms.form_errors` also places it at the input it concerns) and, for a rate limit, the
+    `Retry-After` the API sends too."""
+    headers: dict[str, str] = {}
+    if refused is not None:
+        status_code = refused.status
+        context["error"] = refused.detail
+        if refused.status == 429:
+            headers["Retry-After"] = str(getattr(refused, "retry_after", 60))
+    return Template(
+        template_name=name,
+        context={**base_context(request), **context},
+        status_code=status_code,
+        headers=headers or None,
+    )
 
 
 class WebForm(msgspec.Struct, kw_only=True):
     """A form posted by a page. `forge.http.csrf` checks the token before any handler runs."""
 
     csrf_token: str = ""
-
-
-def signed_in(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    """Guard: pages for signed-in people (anonymous GETs are sent to the sign-in page)."""
-    principal = connection.scope.get("user")
-    if principal is None or not principal.is_authenticated:
-        raise Unauthenticated("sign in first", code=Code.UNAUTHENTICATED)
 
 
 def instance_admin(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
@@ -97,18 +114,14 @@ class AuthPages(Controller):
             account = await accounts.authenticate_password(db, settings, actor, data.login, data.password)
         except ForgeError as exc:
             exc.audited = True  # authenticate_password wrote the refusal row
-            response = page(
+            return page(
                 request,
                 "signin.html",
-                status_code=exc.status,
+                refused=exc,
                 presession_csrf=data.csrf_token,
                 next=safe_next(data.next),
-                error=exc.detail,
                 login=data.login,
             )
-            if exc.status == 429:
-                response.headers["Retry-After"] = str(getattr(exc, "retry_after", 60))
-            return response
         # No request-wide write transaction here: a refused sign-in writes its audit row in a
         # transaction of its own, which must not wait on a lock this request holds.
         signed_in = Actor(
@@ -297,7 +310,7 @@ class TokenPages(Controller):
         try:
             created = await _create_token(db_session, actor, me, data)
         except ForgeError as exc:
-            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail, form=data)
+            return await self._render(request, db_session, actor, refused=exc, form=data)
         return _created_redirect("/settings/tokens/", created, settings)
 
     @get("/{token_id:int}/revoke")
@@ -375,7 +388,7 @@ class AdminPages(Controller):
                 db_session, actor, data.login.strip(), password, is_admin=bool(data.is_admin), must_change_password=True
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
+            return await self._render(request, db_session, refused=exc)
         return await self._render(
             request,
             db_session,
@@ -411,7 +424,7 @@ class AdminPages(Controller):
         try:
             created = await _create_token(db_session, actor, await accounts.require_by_login(db_session, login), data)
         except ForgeError as exc:
-            return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
+            return await self._render(request, db_session, refused=exc)
         return _created_redirect("/admin/", created, settings)
 
     @post("/accounts/{login:str}/password")
@@ -434,7 +447,7 @@ class AdminPages(Controller):
                 generated=not data.password,
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, status_code=exc.status, error=exc.detail)
+            return await self._render(request, db_session, refused=exc)
         notice = f"password of {login} set; their sessions were signed out"
         if data.password:
             return await self._render(request, db_session, notice=notice)

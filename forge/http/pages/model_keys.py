@@ -11,8 +11,9 @@ from litestar.response import Redirect, Template
 from forge.accounts import model_keys
 from forge.core.errors import ForgeError
 from forge.db.models import Account
+from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DbSession, SettingsDep
-from forge.http.pages.common import WebForm, page, signed_in
+from forge.http.pages.common import WebForm, page
 
 
 async def _me(db_session: DbSession, actor: ActorDep) -> Account:
@@ -70,7 +71,7 @@ class ModelKeyPages(Controller):
             # Shown again as typed, the refusal in the provider's own card (the key itself is never
             # echoed back: the person types it again).
             typed = {"provider": provider, "base_url": data.base_url, "model": data.model}
-            return await self._render(request, db_session, actor, status_code=exc.status, error=exc.detail, typed=typed)
+            return await self._render(request, db_session, actor, refused=exc, typed=typed)
         return Redirect("/settings/model-keys/", status_code=303)
 
     @post("/{provider:str}/remove")

@@ -127,7 +127,7 @@ class RepoListPages(Controller):
             repo = await lifecycle.create_own(db_session, store, bus, actor, spec)
         except ForgeError as exc:
             errors = form_errors(exc, NewRepoForm.__struct_fields__, NEW_REPO_ALIASES)
-            return page(request, "repos/new.html", status_code=exc.status, errors=errors, form=data)
+            return page(request, "repos/new.html", refused=exc, errors=errors, form=data)
         return Redirect(f"/{repo.owner.login}/{repo.name}", status_code=303)
 
 
@@ -187,16 +187,14 @@ class RepoSettingsPages(Controller):
         self, db_session: AsyncSession, view: RepoView, section: str, exc: ForgeError, form: DangerForm
     ) -> Template:
         """A refused danger-zone action: the page again, the reason inside that action's section."""
-        return await self._render(
-            db_session, view, exc.status, danger=section, danger_error=exc.detail, danger_form=form
-        )
+        return await self._render(db_session, view, refused=exc, danger=section, danger_form=form)
 
     async def _apply(self, db_session: AsyncSession, view: RepoView, change: Awaitable[object]) -> Template:
         """Run one settings change and show the page again, with the refusal when there is one."""
         try:
             await change
         except ForgeError as exc:
-            return await self._render(db_session, view, status_code=exc.status, error=exc.detail)
+            return await self._render(db_session, view, refused=exc)
         return await self._render(db_session, view, notice="saved")
 
     @get("/")
