@@ -42,11 +42,14 @@ from forge.http.deps import DEPENDENCIES
 from forge.http.edges import add_security_headers, before_request
 from forge.http.git_http import GIT_ROUTES
 from forge.http.pages.account import OldSettingsPages, ProfilePages, SettingsPages
+from forge.http.pages.admin import AdminPages
 from forge.http.pages.admin_network import NetworkPages
 from forge.http.pages.browse import RepoPages
-from forge.http.pages.common import AdminPages, AuthPages, HomePages, TokenPages
+from forge.http.pages.home import HomePages
 from forge.http.pages.model_keys import ModelKeyPages
 from forge.http.pages.repos import RepoListPages, RepoSettingsPages
+from forge.http.pages.signin import AuthPages
+from forge.http.pages.tokens import TokenPages
 from forge.http.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.repos.pushes import PushRecorder
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS

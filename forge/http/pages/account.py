@@ -73,7 +73,7 @@ def _profile_page(request: Request[Any, Any, Any], account: Account, status_code
 
 class SettingsPages(Controller):
     """`/settings`: one place for a person's own settings, a side nav of sections (profile,
-    password, tokens in `forge.http.pages.common.TokenPages`, model access in `forge.http.pages.model_keys`)."""
+    password, tokens in `forge.http.pages.tokens`, model access in `forge.http.pages.model_keys`)."""
 
     path = "/settings"
     include_in_schema = False
