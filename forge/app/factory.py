@@ -1,8 +1,9 @@
 """The composition root: builds the Litestar app from settings. The only module (with cli.py)
 that knows every package."""
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from litestar.plugins.prometheus import PrometheusConfig, PrometheusController
 from litestar.response import File
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+from litestar.types import ControllerRouterHandler
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -57,6 +59,7 @@ from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
 from tasks.system import TaskSystem
 from webhooks.protocol import NOTIFY_EVENTS, POLICY_EVENTS
+from webhooks.runtime import WebhooksRuntime
 
 HERE = Path(__file__).parent.parent  # forge/: its templates and static files
 _HOOK_EVENTS = (*POLICY_EVENTS, *NOTIFY_EVENTS)
@@ -96,11 +99,22 @@ class MetricsController(PrometheusController):
     include_in_schema = False
 
 
-def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
-    """Build the app. `settings` must already be prepared (see `settings.prepare_data_dir`)."""
-    database = db or Database(settings.effective_database_url)
-    configure_logging(settings.log_format, settings.log_level)
+@dataclass(frozen=True)
+class Parts:
+    """What one app is built from: the database, the event bus, the repositories on disk and the
+    systems that subscribe to the bus (webhooks, tasks, the push recorder)."""
 
+    settings: Settings
+    database: Database
+    bus: EventBus
+    store: RepoStore
+    git_config: GitHttpConfig
+    hooks: WebhooksRuntime
+    task_system: TaskSystem
+    push_recorder: PushRecorder
+
+
+def wire(settings: Settings, database: Database) -> Parts:
     bus = EventBus()
     store = RepoStore(settings.data_dir / "repos")
     git_config = GitHttpConfig(
@@ -108,78 +122,113 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         hooks_dir=install_hooks(settings.data_dir / "git-hooks"),
         max_request_bytes=settings.max_push_bytes,
     )
-
     # The webhooks outbox subscribes to the bus: every published event becomes outbox rows in
     # the transaction of the change; the deliverer sends them. Its policy dispatcher is the gate
     # the task core asks before guarded actions.
     hooks = webhooks.wire(bus, settings, database)
     task_system = TaskSystem(database, settings, store, bus, gate=WebhookGate(hooks.policy, database))
     push_recorder = PushRecorder(database, bus, PushJournal(settings.data_dir / "push-journal"), store.root)
+    return Parts(settings, database, bus, store, git_config, hooks, task_system, push_recorder)
+
+
+def lifespan_of(parts: Parts, *, owns_database: bool) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
+    """Start what runs beside requests, and stop it (the database too, when the app made it)."""
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
-        await push_recorder.start()  # records what a crash left in the push journal
-        await task_system.start_recovery()  # finishes or drops merges a crash interrupted
-        if settings.run_worker:
-            await task_system.start_worker()
-            await hooks.start()
+        await parts.push_recorder.start()  # records what a crash left in the push journal
+        await parts.task_system.start_recovery()  # finishes or drops merges a crash interrupted
+        if parts.settings.run_worker:
+            await parts.task_system.start_worker()
+            await parts.hooks.start()
         try:
             yield
         finally:
-            await hooks.stop()
-            await task_system.stop_worker()
-            await task_system.stop_recovery()
-            await push_recorder.stop()
-            await store.close()
-            if db is None:
-                await database.dispose()
+            await parts.hooks.stop()
+            await parts.task_system.stop_worker()
+            await parts.task_system.stop_recovery()
+            await parts.push_recorder.stop()
+            await parts.store.close()
+            if owns_database:
+                await parts.database.dispose()
 
-    prometheus = PrometheusConfig(app_name="forgehand", prefix="forgehand", group_path=True, exclude=["/metrics"])
+    return lifespan
+
+
+def app_state(parts: Parts) -> dict[str, Any]:
+    """`app.state`: what dependencies and middleware find (forge.http.deps)."""
+    task_system = parts.task_system
 
     async def account_tasks(session: AsyncSession, principal: Principal) -> list[Any]:
         svc = task_system.service(session)
         return list(await svc.to_reads(await svc.list_for_user(principal, limit=20)))
 
-    state: dict[str, Any] = {
-        "settings": settings,
-        "db": database,
-        "auth": AuthState(database, TokenCache(settings.token_cache_seconds)),
-        "bus": bus,
-        "repo_store": store,
-        "git_config": git_config,
-        "push_recorder": push_recorder,
+    return {
+        "settings": parts.settings,
+        "db": parts.database,
+        "auth": AuthState(parts.database, TokenCache(parts.settings.token_cache_seconds)),
+        "bus": parts.bus,
+        "repo_store": parts.store,
+        "git_config": parts.git_config,
+        "push_recorder": parts.push_recorder,
         "tasks": task_system,
-        "webhooks": hooks,
+        "webhooks": parts.hooks,
         "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/http/pages/account.py)
     }
-    return Litestar(
-        route_handlers=[
-            healthz,
-            favicon,
-            MetricsController,
-            UserController,
-            AdminController,
-            RepoController,
-            BrowseController,
-            *TASK_API_HANDLERS,
-            *webhooks.ROUTE_HANDLERS,
-            *TASK_PAGE_HANDLERS,
-            *GIT_ROUTES,
-            AuthPages,
-            HomePages,
-            TokenPages,
-            ModelKeyPages,
-            AdminPages,
-            NetworkPages,
-            RepoListPages,
-            RepoPages,
-            RepoSettingsPages,
-            SettingsPages,
-            OldSettingsPages,
-            ProfilePages,  # `/{login}`: one segment, after every static one-segment route above
-            create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
-            API_REFERENCE_ASSETS,
+
+
+def route_handlers() -> list[ControllerRouterHandler]:
+    """Every route, in the order Litestar matches them."""
+    return [
+        healthz,
+        favicon,
+        MetricsController,
+        UserController,
+        AdminController,
+        RepoController,
+        BrowseController,
+        *TASK_API_HANDLERS,
+        *webhooks.ROUTE_HANDLERS,
+        *TASK_PAGE_HANDLERS,
+        *GIT_ROUTES,
+        AuthPages,
+        HomePages,
+        TokenPages,
+        ModelKeyPages,
+        AdminPages,
+        NetworkPages,
+        RepoListPages,
+        RepoPages,
+        RepoSettingsPages,
+        SettingsPages,
+        OldSettingsPages,
+        ProfilePages,  # `/{login}`: one segment, after every static one-segment route above
+        create_static_files_router(path="/static", directories=[HERE / "static"], include_in_schema=False),
+        API_REFERENCE_ASSETS,
+    ]
+
+
+def openapi_config() -> OpenAPIConfig:
+    return OpenAPIConfig(
+        title="forgehand",
+        version=VERSION,
+        description=API_DESCRIPTION,
+        path=SCHEMA_PATH,
+        # The API reference is served from this instance (assets included): no request leaves it.
+        render_plugins=[
+            LocalSwaggerPlugin(),
+            ContractJsonPlugin(enums=_API_ENUMS, codes=[c.value for c in Code]),
         ],
+    )
+
+
+def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
+    """Build the app. `settings` must already be prepared (see `settings.prepare_data_dir`)."""
+    configure_logging(settings.log_format, settings.log_level)
+    parts = wire(settings, db or Database(settings.effective_database_url))
+    prometheus = PrometheusConfig(app_name="forgehand", prefix="forgehand", group_path=True, exclude=["/metrics"])
+    return Litestar(
+        route_handlers=route_handlers(),
         dependencies=DEPENDENCIES,
         middleware=[
             prometheus.middleware,
@@ -192,21 +241,11 @@ def create_app(settings: Settings, *, db: Database | None = None) -> Litestar:
         template_config=TemplateConfig(
             directory=HERE / "templates", engine=JinjaTemplateEngine, engine_callback=_template_filters
         ),
-        openapi_config=OpenAPIConfig(
-            title="forgehand",
-            version=VERSION,
-            description=API_DESCRIPTION,
-            path=SCHEMA_PATH,
-            # The API reference is served from this instance (assets included): no request leaves it.
-            render_plugins=[
-                LocalSwaggerPlugin(),
-                ContractJsonPlugin(enums=_API_ENUMS, codes=[c.value for c in Code]),
-            ],
-        ),
+        openapi_config=openapi_config(),
         # Git routes (opt "git") stream packs that are compressed already.
         compression_config=CompressionConfig(backend="gzip", minimum_size=1024, exclude_opt_key="git"),
         request_max_body_size=settings.max_body_bytes,
-        state=State(state),
-        lifespan=[lifespan],
+        state=State(app_state(parts)),
+        lifespan=[lifespan_of(parts, owns_database=db is None)],
         debug=False,
     )
