@@ -82,13 +82,12 @@ from forge.git.schemas import (
     TreeEntry,
     TreeListing,
 )
+from forge.git.service_process import GitServiceProcess, run_service
 from forge.git.smart_http import (
     GitHttpConfig,
-    GitServiceProcess,
     advertise_refs,
     decode_request_body,
     gunzip_stream,
-    run_service,
     validate_git_protocol_header,
 )
 

@@ -15,12 +15,12 @@ from litestar.response import Stream
 from forge.core.access import Action, Role, Scope, can
 from forge.core.errors import Forbidden, NotFound, Unauthenticated
 from forge.git import PushSession, RepoStore, advertise_refs, decode_request_body
+from forge.git.service_process import GitServiceProcess
 from forge.git.smart_http import (
     NO_CACHE_HEADERS,
     RECEIVE_PACK,
     UPLOAD_PACK,
     GitHttpConfig,
-    GitServiceProcess,
     advertisement_content_type,
     check_service,
     result_content_type,

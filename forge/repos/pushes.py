@@ -28,7 +28,7 @@ from forge.db.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
 from forge.db.models import PushRecord, Repository
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, ref_locks
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
-from forge.git.smart_http import GitServiceProcess
+from forge.git.service_process import GitServiceProcess
 from forge.repos.repositories import RepoResource, branch_rules
 
 log = structlog.get_logger(__name__)
