@@ -175,6 +175,30 @@ def _coerce(name: str, source: str, raw: Any) -> Any:
         raise SettingsError(f"{source}: {exc}, got {raw!r}") from None
 
 
+# Settings that must be positive integers.
+_POSITIVE = (
+    "max_body_bytes",
+    "max_push_bytes",
+    "session_days",
+    "signin_max_failures",
+    "task_concurrency",
+    "task_repo_concurrency",
+    "task_turn_limit",
+    "task_tool_timeout_seconds",
+    "task_idle_seconds",
+    "task_wall_clock_seconds",
+    "task_max_file_bytes",
+    "task_workspace_limit_mb",
+    "task_approval_ttl_seconds",
+    "model_timeout_seconds",
+    "webhooks_policy_concurrency",
+    "webhooks_delivery_concurrency",
+    "run_channel_call_rate",
+    "run_channel_call_burst",
+    "run_channel_call_cap",
+)
+
+
 def _validate(s: Settings, sources: Mapping[str, str]) -> None:
     def src(name: str) -> str:
         return sources.get(name, _env_name(name))
@@ -208,27 +232,7 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             raise SettingsError(str(exc)) from None
     if s.secret_key and len(s.secret_key) < 32:
         raise SettingsError(f"{src('secret_key')}: must be at least 32 characters")
-    for name in (
-        "max_body_bytes",
-        "max_push_bytes",
-        "session_days",
-        "signin_max_failures",
-        "task_concurrency",
-        "task_repo_concurrency",
-        "task_turn_limit",
-        "task_tool_timeout_seconds",
-        "task_idle_seconds",
-        "task_wall_clock_seconds",
-        "task_max_file_bytes",
-        "task_workspace_limit_mb",
-        "task_approval_ttl_seconds",
-        "model_timeout_seconds",
-        "webhooks_policy_concurrency",
-        "webhooks_delivery_concurrency",
-        "run_channel_call_rate",
-        "run_channel_call_burst",
-        "run_channel_call_cap",
-    ):
+    for name in _POSITIVE:
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")
     if s.task_workspace_quota == "mount" and s.task_workspace_limit_mb < 16:
