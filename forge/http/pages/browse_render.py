@@ -8,6 +8,7 @@ lexed as one text (so a multi-line string stays a string) and the tokens are cut
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -16,7 +17,7 @@ from urllib.parse import quote
 from markupsafe import Markup, escape
 from pygments.lexer import Lexer
 from pygments.lexers import TextLexer, get_lexer_for_filename
-from pygments.token import STANDARD_TYPES, _TokenType
+from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
 from forge.git.schemas import DiffLine, FileDiff
@@ -26,11 +27,19 @@ DiffView = Literal["unified", "split"]
 MAX_HIGHLIGHT_LINES: Final = 20_000
 
 
-def _css_class(ttype: _TokenType) -> str:
-    current: _TokenType | None = ttype
-    while current is not None and current not in STANDARD_TYPES:
-        current = current.parent
-    return STANDARD_TYPES[current] if current is not None else ""
+# Pygments' short CSS classes (`Token.Name.Function` is `nf`), by token type: a token type is the
+# tuple of its names (`("Name", "Function")`), and its ancestors are the tuple's prefixes.
+_CSS_CLASSES: dict[tuple[str, ...], str] = {tuple(ttype): css for ttype, css in STANDARD_TYPES.items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _css_class(ttype: tuple[str, ...]) -> str:
+    """The CSS class of a token type, or of its nearest ancestor that has one."""
+    for end in range(len(ttype), -1, -1):
+        css = _CSS_CLASSES.get(tuple(ttype[:end]))
+        if css is not None:
+            return css
+    return ""
 
 
 def _lexer(filename: str) -> Lexer:
