@@ -1,5 +1,5 @@
 """Where an allowed name may lead: the proxy resolves it itself, checks every address with the URL
-guard's rules (webhooks.urlguard.refusal_reason: loopback, private, link-local, metadata...) and
+guard's rules (forge.core.urlguard.refusal_reason: loopback, private, link-local, metadata...) and
 connects to a checked address, so DNS cannot answer differently between check and connection.
 
 The operator's `FORGEHAND_EGRESS_ALLOWED_HOSTS` exempts entries from the address check, like the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from egress.rules import RuleError, normalize_host, split_authority
 from egress.sockio import Conn, open_tcp, open_unix
-from webhooks.urlguard import IPAddress, Network, refusal_reason, system_resolver
+from forge.core.urlguard import IPAddress, Network, refusal_reason, system_resolver
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 _LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from webhooks.urlguard import is_noncanonical_ipv4, valid_hostname
+from forge.core.urlguard import is_noncanonical_ipv4, valid_hostname
 
 # The real hosts of each preset (what pip, npm and apt contact by default).
 PRESETS: dict[str, tuple[str, ...]] = {

@@ -1,4 +1,4 @@
-"""`forgehand sandbox ...` commands (mounted by forge.cli). Importing this module loads click and
+"""`forgehand sandbox ...` commands (mounted by forge.app.cli). Importing this module loads click and
 the image names only: the Docker SDK and rich are imported by the command that runs, so that
 `forgehand sandbox --help` is quick."""
 

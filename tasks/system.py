@@ -10,10 +10,10 @@ from contextlib import asynccontextmanager
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
-from forge.settings import Settings
 from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE, SandboxEngine, installed_agents
 from tasks.core import egress_config
 from tasks.core.agent_registry import AgentInfo, registry

@@ -13,10 +13,10 @@ from hypothesis import settings as hypothesis_settings
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.app import create_app
-from forge.db import Database
-from forge.security import use_password_parameters
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.app.factory import create_app
+from forge.core.security import use_password_parameters
+from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.engine import Database
 from tests.support import databases
 from tests.support.accounts import Accounts, LiveServer
 from tests.support.waiting import until_sync

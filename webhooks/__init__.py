@@ -10,7 +10,7 @@
 - `webhooks.http`: the REST API and the web pages;
 - `webhooks.wiring`: composition.
 
-Composition (done by `forge/app.py` and the `forgehand worker` command)::
+Composition (done by `forge/app/factory.py` and the `forgehand worker` command)::
 
     runtime = webhooks.wiring.wire(bus, settings, db)  # subscribes the outbox writer to the bus
     app.state.webhooks = runtime                        # routes and pages find it there

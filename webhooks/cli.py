@@ -9,7 +9,7 @@ import click
 from webhooks.sdk.protocol import decode_secret
 
 # The endpoint secret(s) of `forgehand hooks serve`, whitespace-separated (two during a rotation).
-# forge.settings skips this variable: it is the consumer's, not a setting of the instance.
+# forge.core.settings skips this variable: it is the consumer's, not a setting of the instance.
 SECRET_ENV = "FORGEHAND_HOOKS_SECRET"
 
 

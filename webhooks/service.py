@@ -10,11 +10,12 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import allowlists, audit
-from forge.audit import Actor
-from forge.errors import Conflict, InvalidInput, NotFound
-from forge.events import Event, Ping
-from forge.models import Repository
+from forge.core.errors import Conflict, InvalidInput, NotFound
+from forge.core.urlguard import validate_url
+from forge.db import allowlists, audit
+from forge.db.audit import Actor
+from forge.db.events import Event, Ping
+from forge.db.models import Repository
 from webhooks.core import envelope
 from webhooks.core.config import WebhooksConfig, seal
 from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
@@ -22,7 +23,6 @@ from webhooks.core.schemas import DeliveryDetail, DeliveryRead, HookCreate, Hook
 from webhooks.core.signing import new_secret
 from webhooks.delivery.outbox import enqueue
 from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS, StrictJSONError, loads_strict, subject_for
-from webhooks.urlguard import validate_url
 
 
 def _target(endpoint: WebhookEndpoint, repo: Repository | None) -> str:

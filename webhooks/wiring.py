@@ -3,15 +3,15 @@ the deliverer and the policy dispatcher around one guarded connection pool."""
 
 from typing import Any
 
-from forge.allowlists import AllowListSource
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.urlguard import Resolver
+from forge.db.allowlists import AllowListSource
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.outbound import Outbound
 from webhooks.delivery.deliverer import Deliverer
 from webhooks.delivery.outbox import OutboxWriter
 from webhooks.policy.dispatcher import PolicyDispatcher
-from webhooks.urlguard import Resolver
 
 
 class WebhooksRuntime:

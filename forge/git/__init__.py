@@ -42,7 +42,7 @@ from forge.git.errors import (
 )
 from forge.git.files import find_readme, is_markdown, list_tree, raw_file, read_blob
 from forge.git.hooks import install_hooks
-from forge.git.merge import MergeConflictFile, MergePlan, MergeResult, merge, plan_merge
+from forge.git.merge import MergePlan, MergeResult, merge, plan_merge
 from forge.git.names import (
     repo_path,
     validate_branch_name,
@@ -74,6 +74,7 @@ from forge.git.schemas import (
     FileDiff,
     Hunk,
     Identity,
+    MergeConflictFile,
     RawFile,
     ResolvedRef,
     Signature,
@@ -81,13 +82,12 @@ from forge.git.schemas import (
     TreeEntry,
     TreeListing,
 )
+from forge.git.service_process import GitServiceProcess, run_service
 from forge.git.smart_http import (
     GitHttpConfig,
-    GitServiceProcess,
     advertise_refs,
     decode_request_body,
     gunzip_stream,
-    run_service,
     validate_git_protocol_header,
 )
 

@@ -162,65 +162,80 @@ def diff_trees(
         return DiffResult(files=[], stats=DiffStat(files=0, additions=0, deletions=0), files_truncated=False)
     files: list[FileDiff] = []
     total_lines = additions = deletions = 0
-    deltas = list(diff.deltas)
     counted = 0
-    for index, delta in enumerate(deltas):
+    for index, delta in enumerate(list(diff.deltas)):
         status = _STATUS.get(delta.status)
         if status is None:
             continue
         counted += 1
         if len(files) >= limits.max_files:
             continue
-        old_sha = _oid_or_none(delta.old_file.id) if status != "added" else None
-        new_sha = _oid_or_none(delta.new_file.id) if status != "deleted" else None
-        old_mode, new_mode = int(delta.old_file.mode), int(delta.new_file.mode)
-        size = max(_size(repo, old_sha, old_mode), _size(repo, new_sha, new_mode))
-        hunks: list[Hunk] = []
-        adds = dels = 0
-        patch_text: str | None = None
-        if size > limits.max_file_bytes:
-            too_large = True
-            sample_sha = new_sha or old_sha
-            is_binary = sample_sha is not None and is_binary_sample(peek_blob(repo, sample_sha))
-        else:
-            patch = diff[index]
-            is_binary = bool(patch is not None and patch.delta.is_binary)
-            too_large = False
-            if patch is not None and not is_binary:
-                _context, adds, dels = patch.line_stats
-                changed = adds + dels
-                if changed > limits.max_file_lines or total_lines + changed > limits.max_total_lines:
-                    too_large = True
-                else:
-                    hunks = _hunks(patch)
-                    total_lines += changed
-                    if limits.include_patch:
-                        patch_text = decode_text(patch.data)
-        additions += adds
-        deletions += dels
-        files.append(
-            FileDiff(
-                path=delta.new_file.path if status != "deleted" else delta.old_file.path,
-                old_path=delta.old_file.path if status != "added" else None,
-                status=status,
-                old_sha=old_sha,
-                new_sha=new_sha,
-                old_mode=_mode_or_none(old_mode) if status != "added" else None,
-                new_mode=_mode_or_none(new_mode) if status != "deleted" else None,
-                additions=adds,
-                deletions=dels,
-                is_binary=is_binary,
-                too_large=too_large,
-                hunks=hunks,
-                similarity=delta.similarity if status in ("renamed", "copied") else None,
-                patch=patch_text,
-            )
-        )
+        file, lines = _file_diff(repo, diff, index, delta, status, limits, total_lines)
+        total_lines += lines
+        additions += file.additions
+        deletions += file.deletions
+        files.append(file)
     return DiffResult(
         files=files,
         stats=DiffStat(files=counted, additions=additions, deletions=deletions),
         files_truncated=counted > len(files),
     )
+
+
+def _file_diff(
+    repo: pygit2.Repository,
+    diff: pygit2.Diff,
+    index: int,
+    delta: pygit2.DiffDelta,
+    status: FileStatus,
+    limits: DiffLimits,
+    total_lines: int,
+) -> tuple[FileDiff, int]:
+    """One file of ``diff`` and the lines its hunks add to the total (``total_lines`` so far:
+    past ``max_total_lines`` a file is ``too_large``, as one past ``max_file_lines`` or
+    ``max_file_bytes`` is)."""
+    old_sha = _oid_or_none(delta.old_file.id) if status != "added" else None
+    new_sha = _oid_or_none(delta.new_file.id) if status != "deleted" else None
+    old_mode, new_mode = int(delta.old_file.mode), int(delta.new_file.mode)
+    size = max(_size(repo, old_sha, old_mode), _size(repo, new_sha, new_mode))
+    hunks: list[Hunk] = []
+    adds = dels = lines = 0
+    patch_text: str | None = None
+    if size > limits.max_file_bytes:
+        too_large = True
+        sample_sha = new_sha or old_sha
+        is_binary = sample_sha is not None and is_binary_sample(peek_blob(repo, sample_sha))
+    else:
+        patch = diff[index]
+        is_binary = bool(patch is not None and patch.delta.is_binary)
+        too_large = False
+        if patch is not None and not is_binary:
+            _context, adds, dels = patch.line_stats
+            changed = adds + dels
+            if changed > limits.max_file_lines or total_lines + changed > limits.max_total_lines:
+                too_large = True
+            else:
+                hunks = _hunks(patch)
+                lines = changed
+                if limits.include_patch:
+                    patch_text = decode_text(patch.data)
+    file = FileDiff(
+        path=delta.new_file.path if status != "deleted" else delta.old_file.path,
+        old_path=delta.old_file.path if status != "added" else None,
+        status=status,
+        old_sha=old_sha,
+        new_sha=new_sha,
+        old_mode=_mode_or_none(old_mode) if status != "added" else None,
+        new_mode=_mode_or_none(new_mode) if status != "deleted" else None,
+        additions=adds,
+        deletions=dels,
+        is_binary=is_binary,
+        too_large=too_large,
+        hunks=hunks,
+        similarity=delta.similarity if status in ("renamed", "copied") else None,
+        patch=patch_text,
+    )
+    return file, lines
 
 
 def compare(

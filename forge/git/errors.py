@@ -7,10 +7,8 @@ stable ``code`` so that the mapping is a table lookup.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from forge.git.merge import MergeConflictFile
+from forge.git.schemas import MergeConflictFile
 
 
 class RepoError(Exception):

@@ -2,9 +2,9 @@
 
 The merge is computed by libgit2 in memory (``Repository.merge_commits``: recursive merge base,
 rename detection) and never touches a work tree. The base branch moves by compare-and-swap
-against the commit the merge was computed from, under git's own ref lock
-(``refs/heads/<branch>.lock``, the file ``git receive-pack`` locks too), so a concurrent push or
-merge is never overwritten: the loser gets ``BaseMoved`` and nothing changes.
+against the commit the merge was computed from, under git's own ref lock (``ref_swap``), so a
+concurrent push or merge is never overwritten: the loser gets ``BaseMoved`` and nothing changes.
+Conflicts are read off the merged index by ``conflicts``.
 
 "ours" is the base branch, "theirs" the head commit, as in ``git merge`` run on the base branch.
 """
@@ -12,54 +12,31 @@ merge is never overwritten: the loser gets ``BaseMoved`` and nothing changes.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Final, Literal
+from typing import Literal
 
 import msgspec
 import pygit2
-from pygit2.enums import DiffFind, FileMode
 
-from forge.git import ref_locks
+from forge.git.conflicts import merged_conflicts
 from forge.git.errors import (
     BaseMoved,
     MergeConflicts,
     NotFastForward,
     NothingToMerge,
-    RefConflict,
     RefNotFound,
     UnrelatedHistories,
 )
 from forge.git.names import validate_branch_name
-from forge.git.schemas import Identity
+from forge.git.ref_swap import DEFAULT_LOCK_TIMEOUT, branch_target, swap_branch
+from forge.git.schemas import Identity, MergeConflictFile
 
 MergeStrategy = Literal["merge", "squash", "fast-forward"]
-#: ``content``: both sides changed the file (text, binary, symlink target or mode);
-#: ``add/add``: both added it; ``modify/delete``: the base branch changed it, the head deleted it;
-#: ``delete/modify``: the other way round; ``rename``: a side renamed it (see the three paths);
-#: ``other``: a conflict entry on one side only, such as a file where the other side has a directory.
-ConflictKind = Literal["content", "add/add", "modify/delete", "delete/modify", "rename", "other"]
 #: Why a plan cannot be carried out: the ``code`` of the error ``merge`` would raise.
 MergeBlocker = Literal["merge_conflict", "not_fast_forward", "nothing_to_merge", "unrelated_histories"]
 
-#: How long to wait for a ref lock held by someone else (git's own default is 100 ms).
-DEFAULT_LOCK_TIMEOUT: Final = 2.0
 _FULL_SHA_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}", re.ASCII)
-
-
-class MergeConflictFile(msgspec.Struct, frozen=True, kw_only=True):
-    """One conflicting file; the paths are ``None`` for a side the file does not exist on."""
-
-    #: The common ancestor's path, else the base branch's, else the head's.
-    path: str
-    kind: ConflictKind
-    ancestor_path: str | None
-    our_path: str | None
-    their_path: str | None
-    #: A side is a binary file (git's rule: a NUL byte in the first 8000 bytes).
-    binary: bool = False
 
 
 class MergePlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,80 +138,12 @@ def merge(
     return MergeResult(strategy=strategy, old_base_sha=plan.base_sha, new_base_sha=new_sha, head_sha=plan.head_sha)
 
 
-def swap_branch(
-    repo: pygit2.Repository,
-    branch: str,
-    *,
-    old: str,
-    new: str,
-    reflog_message: str,
-    reflog_identity: Identity | None = None,
-    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-) -> None:
-    """Move ``refs/heads/<branch>`` from ``old`` to ``new`` if and only if it is at ``old``.
-
-    Takes git's lock file on the ref (libgit2 creates ``<ref>.lock`` exclusively, as git does),
-    reads the ref while holding it, compares, writes the new value and the reflog, and releases
-    the lock. While someone else holds the lock and the ref has not moved yet, retries until
-    ``lock_timeout``. Raises ``BaseMoved`` if the ref is elsewhere, ``RefConflict`` if the lock
-    stayed taken.
-
-    (``Reference.set_target`` on a reference loaded earlier compares too, but a held lock and a
-    moved ref then surface as the same kind of exception; ``references.create(force=True)`` does
-    not compare at all and would overwrite a concurrent push.)
-    """
-    validate_branch_name(branch)
-    ref = f"refs/heads/{branch}"
-    deadline = time.monotonic() + lock_timeout
-    delay = 0.005
-    # The reflog entry is signed with the repository's identity (pygit2 1.21's transaction cannot
-    # take a signature itself): make it the committer, and put the caller's object back after.
-    saved_ident = repo.ident
-    if reflog_identity is not None:
-        repo.set_ident(reflog_identity.name, reflog_identity.email)
-    try:
-        while True:
-            try:
-                with repo.transaction() as txn:
-                    try:
-                        txn.lock_ref(ref)
-                    except (pygit2.GitError, OSError) as exc:
-                        raise _RefLocked from exc
-                    # Read under our lock: no git writer can change the ref until we let go.
-                    current = _branch_target(repo, ref)
-                    if current != old:
-                        raise BaseMoved(old, current, branch=branch)
-                    txn.set_target(ref, new, message=reflog_message)
-                return  # leaving the block committed the transaction
-            except _RefLocked as locked:
-                # Someone else is updating the ref. If it already moved we lost; if not, wait.
-                current = _branch_target(repo, ref)
-                if current != old:
-                    raise BaseMoved(old, current, branch=branch) from None
-                if ref_locks.remove_if_stale(Path(repo.path) / f"{ref}.lock"):  # a dead writer's
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise RefConflict(f"{ref} is locked by another update; try again") from locked.__cause__
-                time.sleep(min(delay, remaining))
-                delay = min(delay * 2, 0.1)
-    finally:
-        repo.set_ident(*saved_ident)
-
-
-class _RefLocked(Exception):
-    """Another writer holds the ref's lock file."""
-
-
-# --- analysis ---------------------------------------------------------------------------------------
-
-
 def _analyse(repo: pygit2.Repository, base_branch: str, head_sha: str, strategy: MergeStrategy) -> _Analysis:
     if strategy not in ("merge", "squash", "fast-forward"):
         raise ValueError(f"unknown merge strategy {strategy!r}")
     validate_branch_name(base_branch)
     base_ref = f"refs/heads/{base_branch}"
-    base_sha = _branch_target(repo, base_ref)
+    base_sha = branch_target(repo, base_ref)
     if base_sha is None:
         raise RefNotFound(f"branch {base_branch!r} does not exist")
     base = _commit(repo, base_sha)
@@ -255,7 +164,7 @@ def _analyse(repo: pygit2.Repository, base_branch: str, head_sha: str, strategy:
     elif not up_to_date and merge_base_id is not None:
         index = repo.merge_commits(base, head)
         if index.conflicts is not None:
-            conflicts = _conflicts(repo, index, repo[merge_base_id].peel(pygit2.Commit), base, head)
+            conflicts = merged_conflicts(repo, index, repo[merge_base_id].peel(pygit2.Commit), base, head)
 
     blocker: MergeBlocker | None = None
     if up_to_date:
@@ -303,120 +212,6 @@ def _same_tree(index: pygit2.Index | None, tree_id: pygit2.Oid | None, base_tree
         # Compared without writing the merged tree: a plan moves nothing and writes no tree.
         return len(index.diff_to_tree(base_tree)) == 0
     return tree_id == base_tree.id
-
-
-def _conflicts(
-    repo: pygit2.Repository,
-    index: pygit2.Index,
-    ancestor: pygit2.Commit,
-    ours: pygit2.Commit,
-    theirs: pygit2.Commit,
-) -> list[MergeConflictFile]:
-    """The conflicts of a merged index, one per file.
-
-    The index holds up to three entries per path (ancestor, ours, theirs). A rename splits a
-    conflict over several paths (the ancestor's entry at the old path, the renamed side's at the
-    new one), so the renames of both sides are looked up and the pieces joined again.
-    """
-    conflicts = index.conflicts
-    assert conflicts is not None
-    triples = list(conflicts)
-    our_renames: dict[str, str] = {}
-    their_renames: dict[str, str] = {}
-    if any(a is not None and (o is None or t is None) for a, o, t in triples):
-        our_renames = _renames(ancestor.tree, ours.tree)
-        their_renames = _renames(ancestor.tree, theirs.tree)
-
-    # Entries on one side only, at a path a rename of that side leads to: they join the
-    # conflict of the ancestor path they were renamed from.
-    lone_ours = {o.path: o for a, o, t in triples if a is None and o is not None and t is None}
-    lone_theirs = {t.path: t for a, o, t in triples if a is None and o is None and t is not None}
-    joined: set[tuple[str, str]] = set()
-    result: list[MergeConflictFile] = []
-    for a, o, t in triples:
-        if a is None:
-            continue
-        our_path = o.path if o is not None else our_renames.get(a.path)
-        their_path = t.path if t is not None else their_renames.get(a.path)
-        entries = [a, o, t]
-        if o is None and our_path is not None and our_path in lone_ours:
-            entries.append(lone_ours[our_path])
-            joined.add(("ours", our_path))
-        if t is None and their_path is not None and their_path in lone_theirs:
-            entries.append(lone_theirs[their_path])
-            joined.add(("theirs", their_path))
-        result.append(_conflict_file(repo, a.path, our_path, their_path, entries, o is not None, t is not None))
-    for a, o, t in triples:
-        if a is not None:
-            continue
-        if o is not None and t is None and ("ours", o.path) in joined:
-            continue
-        if t is not None and o is None and ("theirs", t.path) in joined:
-            continue
-        result.append(
-            _conflict_file(
-                repo, None, o.path if o else None, t.path if t else None, [o, t], o is not None, t is not None
-            )
-        )
-    return sorted(result, key=lambda c: c.path)
-
-
-def _conflict_file(
-    repo: pygit2.Repository,
-    ancestor_path: str | None,
-    our_path: str | None,
-    their_path: str | None,
-    entries: list[pygit2.IndexEntry | None],
-    has_ours: bool,
-    has_theirs: bool,
-) -> MergeConflictFile:
-    kind: ConflictKind
-    if len({p for p in (ancestor_path, our_path, their_path) if p is not None}) > 1:
-        kind = "rename"
-    elif ancestor_path is not None and has_ours and has_theirs:
-        kind = "content"
-    elif ancestor_path is None and has_ours and has_theirs:
-        kind = "add/add"
-    elif ancestor_path is not None and has_ours:
-        kind = "modify/delete"
-    elif ancestor_path is not None and has_theirs:
-        kind = "delete/modify"
-    else:
-        kind = "other"
-    path = ancestor_path or our_path or their_path
-    assert path is not None
-    return MergeConflictFile(
-        path=path,
-        kind=kind,
-        ancestor_path=ancestor_path,
-        our_path=our_path,
-        their_path=their_path,
-        binary=any(_is_binary(repo, e) for e in entries if e is not None),
-    )
-
-
-def _renames(old: pygit2.Tree, new: pygit2.Tree) -> dict[str, str]:
-    diff = old.diff_to_tree(new)
-    diff.find_similar(DiffFind.FIND_RENAMES)
-    return {d.old_file.path: d.new_file.path for d in diff.deltas if d.old_file.path != d.new_file.path}
-
-
-def _is_binary(repo: pygit2.Repository, entry: pygit2.IndexEntry) -> bool:
-    if entry.mode == FileMode.COMMIT:  # a submodule: the commit is not in this repository
-        return False
-    blob = repo.get(entry.id)
-    return isinstance(blob, pygit2.Blob) and blob.is_binary
-
-
-# --- helpers ----------------------------------------------------------------------------------------
-
-
-def _branch_target(repo: pygit2.Repository, ref: str) -> str | None:
-    reference = repo.references.get(ref)
-    if reference is None:
-        return None
-    target = reference.target
-    return str(target) if isinstance(target, pygit2.Oid) else None
 
 
 def _commit(repo: pygit2.Repository, sha: str) -> pygit2.Commit | None:

@@ -45,13 +45,8 @@ from forge.git.refrules import (
     encode_context,
     needs_fast_forward_check,
 )
-from forge.git.smart_http import (
-    DEFAULT_CONFIG,
-    RECEIVE_PACK,
-    GitHttpConfig,
-    GitServiceProcess,
-    run_service,
-)
+from forge.git.service_process import GitServiceProcess, run_service
+from forge.git.smart_http import DEFAULT_CONFIG, RECEIVE_PACK, GitHttpConfig
 
 
 def known_fast_forwards(repo: pygit2.Repository, updates: list[RefUpdate], ctx: PushContext) -> dict[str, bool | None]:
@@ -156,7 +151,7 @@ class PushSession:
         return prepend(self._section, self._rest)
 
     def stream(self) -> AsyncIterator[bytes]:
-        """Run receive-pack, feeding the body concurrently (``smart_http.run_service``)."""
+        """Run receive-pack, feeding the body concurrently (``service_process.run_service``)."""
         self._check_not_refused()
         return run_service(
             RECEIVE_PACK,

@@ -1,4 +1,4 @@
-"""The wire shapes of the git layer: msgspec structs returned by browse and compare.
+"""The wire shapes of the git layer: msgspec structs returned by browse, compare and merge.
 
 Schema evolution: new fields get defaults, a field never changes type.
 """
@@ -14,6 +14,11 @@ EntryType = Literal["blob", "tree", "commit", "symlink"]
 FileStatus = Literal["added", "modified", "deleted", "renamed", "copied", "type_changed"]
 DiffOrigin = Literal[" ", "+", "-"]
 RefKind = Literal["branch", "tag", "commit"]
+#: ``content``: both sides changed the file (text, binary, symlink target or mode);
+#: ``add/add``: both added it; ``modify/delete``: the base branch changed it, the head deleted it;
+#: ``delete/modify``: the other way round; ``rename``: a side renamed it (see the three paths);
+#: ``other``: a conflict entry on one side only, such as a file where the other side has a directory.
+ConflictKind = Literal["content", "add/add", "modify/delete", "delete/modify", "rename", "other"]
 
 
 class Identity(msgspec.Struct, frozen=True, kw_only=True):
@@ -209,3 +214,16 @@ class CommitDiff(msgspec.Struct, frozen=True, kw_only=True):
     files: list[FileDiff]
     stats: DiffStat
     files_truncated: bool
+
+
+class MergeConflictFile(msgspec.Struct, frozen=True, kw_only=True):
+    """One conflicting file; the paths are ``None`` for a side the file does not exist on."""
+
+    #: The common ancestor's path, else the base branch's, else the head's.
+    path: str
+    kind: ConflictKind
+    ancestor_path: str | None
+    our_path: str | None
+    their_path: str | None
+    #: A side is a binary file (git's rule: a NUL byte in the first 8000 bytes).
+    binary: bool = False

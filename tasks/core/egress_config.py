@@ -13,8 +13,8 @@ import msgspec
 
 from egress import PRESETS, AllowedHosts, RuleError, RuleSet, parse_presets, parse_rule
 from egress.rules import MAX_RULE_LENGTH, MAX_RULES
-from forge.errors import InvalidInput
-from forge.settings import Settings, SettingsError
+from forge.core.errors import InvalidInput
+from forge.core.settings import Settings, SettingsError
 
 EgressMode = Literal["off", "allow-list"]
 RuleText = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_RULE_LENGTH)]

@@ -3,7 +3,7 @@ task, open a run and queue it, change the state (checked against the graph), pub
 write transcript events, and the `user_prompt_submit` check of a prompt.
 
 Whatever touches a task here also schedules, after the commit, one "task N changed" for live
-views and the worker (`forge.db.after_commit`): no handler has to remember to wake anybody, and
+views and the worker (`forge.db.engine.after_commit`): no handler has to remember to wake anybody, and
 nobody is woken by a transaction that rolled back."""
 
 from collections.abc import Callable, Sequence
@@ -14,11 +14,21 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
-from forge.db import after_commit, utcnow
-from forge.errors import BadGateway, Forbidden
-from forge.events import AccountRef, Event, EventBus, EventPayload, EventType, ParentRef, RunRef, TaskCreated, TaskRef
-from forge.models import Account, Repository
+from forge.core.access import Principal
+from forge.core.errors import BadGateway, Forbidden
+from forge.db.engine import after_commit, utcnow
+from forge.db.events import (
+    AccountRef,
+    Event,
+    EventBus,
+    EventPayload,
+    EventType,
+    ParentRef,
+    RunRef,
+    TaskCreated,
+    TaskRef,
+)
+from forge.db.models import Account, Repository
 from tasks.core import payloads, transcript
 from tasks.core.models import Run, Task, TaskCounter
 from tasks.core.policy import GateContext, GateDecision, PolicyGate, PromptKind

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from forge.db import Base, utcnow
+from forge.db.engine import Base, utcnow
 from tasks.core.states import ApprovalState
 
 SKIPPED_SAMPLE = 20  # refused paths shown in a run's JSON; the rest are paginated
@@ -258,7 +258,7 @@ class ReviewComment(Base):
 
 class RepoTaskSettings(Base):
     """A repository's overrides of the instance's task settings (null: use the instance's).
-    Set by repository admins; the model key is stored encrypted (forge.security.SecretBox)."""
+    Set by repository admins; the model key is stored encrypted (forge.core.security.SecretBox)."""
 
     __tablename__ = "repo_task_settings"
 
@@ -269,7 +269,7 @@ class RepoTaskSettings(Base):
     anthropic_base_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
     anthropic_model: Mapped[str | None] = mapped_column(String(200), nullable=True)
     anthropic_api_key_enc: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # Tasks may spend the starter's personal model key (forge.models.ModelKey) when they have one.
+    # Tasks may spend the starter's personal model key (forge.db.models.ModelKey) when they have one.
     allow_personal_keys: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     turn_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
     tool_timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -18,9 +18,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
-from forge.db import Database, utcnow
-from forge.models import Repository
+from forge.core.access import Principal
+from forge.db.engine import Database, utcnow
+from forge.db.models import Repository
 from tasks.core import payloads
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Approval, Run, Task

@@ -1,4 +1,4 @@
-"""The event payloads (`forge.events`) the task system publishes, built from its rows.
+"""The event payloads (`forge.db.events`) the task system publishes, built from its rows.
 
 The rows keep states and kinds as plain strings; each goes through its enum here, so a value
 outside the contract fails loudly instead of reaching consumers. An enum's `.value` is typed as
@@ -10,7 +10,7 @@ from typing import Any, Literal, cast
 
 from msgspec import UNSET, UnsetType
 
-from forge import events
+from forge.db import events
 from tasks.core.models import Approval, Review, ReviewComment, Run
 from tasks.core.states import ApprovalState, FailureReason, ReviewVerdict, RunKind, RunState, TaskState
 

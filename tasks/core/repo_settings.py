@@ -7,11 +7,11 @@ from typing import Literal
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.error_codes import Code
-from forge.errors import InvalidInput
-from forge.model_keys import personal_keys
-from forge.security import SecretBox
-from forge.settings import Settings
+from forge.accounts.model_keys import personal_keys
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput
+from forge.core.security import SecretBox
+from forge.core.settings import Settings
 from tasks.core.models import RepoTaskSettings
 
 Provider = Literal["anthropic", "openai"]

@@ -3,7 +3,7 @@ transitions are checked."""
 
 from enum import StrEnum
 
-from forge.errors import InvalidState
+from forge.core.errors import InvalidState
 
 
 class TaskState(StrEnum):

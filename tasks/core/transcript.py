@@ -15,7 +15,7 @@ import msgspec
 from sqlalchemy import Table, Text, cast, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import utcnow
+from forge.db.engine import utcnow
 from tasks.core.models import Run, Task, TranscriptEvent
 
 SCHEMA_VERSION = 1
@@ -290,7 +290,7 @@ async def append(session: AsyncSession, task_id: int, events: Sequence[Pending])
             "at": ev.at,
             "kind": ev.kind,
             "schema_version": SCHEMA_VERSION,
-            # The JSON text itself: the engine's serializer (forge.db.json_text) passes it on.
+            # The JSON text itself: the engine's serializer (forge.db.engine.json_text) passes it on.
             "payload": stored_json(ev.payload, ev.encoded),
         }
         for i, ev in enumerate(events)

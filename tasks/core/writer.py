@@ -17,7 +17,7 @@ from datetime import datetime
 import msgspec
 import structlog
 
-from forge.db import Database, utcnow
+from forge.db.engine import Database, utcnow
 from tasks.core import transcript
 from tasks.core.capping import STREAM_STORE_CAP, StoredCap
 from tasks.core.live import LiveHub

@@ -11,7 +11,7 @@ from typing import Literal, TypeVar
 
 from sqlalchemy import func, select
 
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Run, Task
 from tasks.core.schemas import (

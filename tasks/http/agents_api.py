@@ -3,7 +3,7 @@ layers, ACP agents one entry each (read by any signed-in person or token)."""
 
 from litestar import Controller, get
 
-from forge.auth import signed_in
+from forge.http.auth import signed_in
 from tasks.core.agent_registry import AgentList
 from tasks.http.deps import DEPENDENCIES, SystemDep
 

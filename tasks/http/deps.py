@@ -21,11 +21,11 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repositories
-from forge.access import Action
-from forge.audit import Actor
-from forge.auth import actor_of
-from forge.repositories import RepoResource
+from forge.core.access import Action
+from forge.db.audit import Actor
+from forge.http.auth import actor_of
+from forge.repos import repositories
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.services.tasks import TaskService, parse_number
 from tasks.system import TaskSystem

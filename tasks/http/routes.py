@@ -1,4 +1,4 @@
-"""Every route handler of tasks, for the composition root (forge/app.py)."""
+"""Every route handler of tasks, for the composition root (forge/app/factory.py)."""
 
 from tasks.http.agents_api import AgentController
 from tasks.http.approvals_api import ApprovalController

@@ -3,9 +3,9 @@
 from litestar import Controller, get, put
 from litestar.params import FromPath, JSONBody
 
-from forge import repositories
-from forge.access import Action
-from forge.deps import ActorDep, DbSession, SettingsDep
+from forge.core.access import Action
+from forge.http.deps import ActorDep, DbSession, SettingsDep
+from forge.repos import repositories
 from tasks.core.models import RepoTaskSettings
 from tasks.services.repo_settings import RepoTaskSettingsRead, RepoTaskSettingsUpdate, settings_read, update
 

@@ -6,9 +6,9 @@ from typing import Annotated
 from litestar import Controller, get, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
-from forge.access import Action
-from forge.deps import ActorDep, DbSession
-from forge.errors import Unauthenticated
+from forge.core.access import Action
+from forge.core.errors import Unauthenticated
+from forge.http.deps import ActorDep, DbSession
 from tasks.core import transcript
 from tasks.core.schemas import MessageCreate, SkippedPage, TaskCreate, TaskRead, TranscriptPage
 from tasks.http.actions import act_on_task, start_task, stop_and_wait

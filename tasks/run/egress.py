@@ -23,8 +23,8 @@ from typing import Any, cast
 import structlog
 
 from egress import SOCKET_NAME, Allowed, Blocked, Dialer, EgressProxy
-from forge import events
-from forge.models import Repository
+from forge.db import events
+from forge.db.models import Repository
 from sandbox import CHANNEL_DIR, EGRESS_PROXY_PORT, GATEWAY_RELAY_PORT, Relay
 from tasks.core.egress_config import EgressPlan
 from tasks.core.models import Run, Task

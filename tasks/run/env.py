@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
-from forge.settings import Settings
 from sandbox import SandboxEngine, SandboxPool
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.live import LiveHub

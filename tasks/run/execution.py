@@ -13,8 +13,8 @@ import msgspec
 import structlog
 from sqlalchemy import select, update
 
-from forge import events
-from forge.models import Account, Repository
+from forge.db import events
+from forge.db.models import Account, Repository
 from sandbox import (
     Sandbox,
 )

@@ -12,7 +12,9 @@ from pathlib import Path
 import msgspec
 import pygit2
 
-from forge.git.snapshot import Checkout, Skipped, Snapshot, SnapshotLimits, SnapshotTooLarge, checkout, snapshot
+from forge.git.checkout import Checkout, Skipped, checkout
+from forge.git.overlay import SnapshotLimits, SnapshotTooLarge
+from forge.git.snapshot import Snapshot, snapshot
 from sandbox.spec import SANDBOX_GID, SANDBOX_UID
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import DEFAULT_AGENTS_IMAGE, GATEWAY_RELAY_PORT, AgentMissing, EngineUnavailable, Relay
 from tasks.core.egress_config import EgressPlan
 from tasks.core.models import Run

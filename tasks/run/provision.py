@@ -11,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from forge.text import plural
+from forge.core.text import plural
 from sandbox import (
     EngineUnavailable,
     ImageMissing,

@@ -21,9 +21,9 @@ import pygit2
 import structlog
 from sqlalchemy import select
 
-from forge.db import utcnow
-from forge.models import Account, Repository
-from forge.text import plural, safe_text
+from forge.core.text import plural, safe_text
+from forge.db.engine import utcnow
+from forge.db.models import Account, Repository
 from sandbox import EngineUnavailable, SandboxError, quota_mounts, reap
 from tasks.core.models import Run, Task
 from tasks.core.states import FailureReason, RunState, TaskState

@@ -11,12 +11,12 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from forge.db import utcnow
-from forge.events import RunFinished
+from forge.core.settings import Settings
+from forge.core.text import plural, safe_text
+from forge.db.engine import utcnow
+from forge.db.events import RunFinished
+from forge.db.models import Repository
 from forge.git import Identity
-from forge.models import Repository
-from forge.settings import Settings
-from forge.text import plural, safe_text
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
 from tasks.core import payloads

@@ -7,7 +7,7 @@ import contextlib
 import time
 from typing import Any
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import Sandbox
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import structlog
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import (
     DEFAULT_AGENTS_IMAGE,
     GATEWAY_RELAY_PORT,

@@ -17,9 +17,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database
-from forge.events import AccountRef, ParentRef, RunRef, TaskRef
-from forge.models import Repository
+from forge.db.engine import Database
+from forge.db.events import AccountRef, ParentRef, RunRef, TaskRef
+from forge.db.models import Repository
 from tasks.core.policy import GateContext, GateDecision, PromptKind, SessionSource
 from webhooks.policy import PolicyDispatcher, PolicyOutcome, RepoRef, TaskMeta
 

@@ -16,11 +16,11 @@ import time
 import structlog
 from sqlalchemy import func, select, update
 
-from forge.db import Database, utcnow
-from forge.events import EventBus
+from forge.core.settings import Settings
+from forge.db.engine import Database, utcnow
+from forge.db.events import EventBus
+from forge.db.models import Repository
 from forge.git import RepoStore
-from forge.models import Repository
-from forge.settings import Settings
 from sandbox import DEFAULT_IMAGE, SandboxEngine, quota_unavailable_reason
 from tasks.core import payloads
 from tasks.core.live import LiveHub

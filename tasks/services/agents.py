@@ -8,11 +8,11 @@ import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
-from forge.errors import ForgeError
-from forge.models import Account, AccountType
-from forge.repositories import RepoResource, resource_for
-from forge.settings import Settings
+from forge.core.access import Principal
+from forge.core.errors import ForgeError
+from forge.core.settings import Settings
+from forge.db.models import Account, AccountType
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.models import RepoTaskSettings
 from tasks.services import rules

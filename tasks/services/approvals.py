@@ -3,12 +3,12 @@ for the life of an approval)."""
 
 from sqlalchemy import select
 
-from forge import audit
-from forge.audit import Actor
-from forge.db import utcnow
-from forge.errors import InvalidState, NotFound
-from forge.repositories import RepoResource
-from forge.text import require_no_nul
+from forge.core.errors import InvalidState, NotFound
+from forge.core.text import require_no_nul
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import utcnow
+from forge.repos.repositories import RepoResource
 from tasks.core import payloads
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Approval, Task

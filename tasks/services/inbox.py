@@ -5,9 +5,9 @@ changes, and they have not yet reviewed its current head."""
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Principal
-from forge.models import Repository
-from forge.repositories import RepoResource, resource_for
+from forge.core.access import Principal
+from forge.db.models import Repository
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core.models import Review, Task
 from tasks.core.states import TaskState
 from tasks.services import rules

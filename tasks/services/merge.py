@@ -22,10 +22,11 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.access import Action
-from forge.audit import Actor
-from forge.db import Database
-from forge.errors import BadGateway, Forbidden, InvalidState
+from forge.core.access import Action
+from forge.core.errors import BadGateway, Forbidden, InvalidState
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import Account
 from forge.git import merge as git_merge
 from forge.git.errors import (
     BaseMoved,
@@ -38,8 +39,7 @@ from forge.git.errors import (
 )
 from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
-from forge.models import Account
-from forge.repositories import RepoResource, load
+from forge.repos.repositories import RepoResource, load
 from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context
 from tasks.core.models import MergeIntent, Task

@@ -21,13 +21,13 @@ import structlog
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.access import Principal
-from forge.audit import Actor
-from forge.db import Database, utcnow
-from forge.events import TaskMerged
-from forge.models import Account, Repository
-from forge.repositories import RepoResource
+from forge.core.access import Principal
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database, utcnow
+from forge.db.events import TaskMerged
+from forge.db.models import Account, Repository
+from forge.repos.repositories import RepoResource
 from tasks.core import payloads, repo_settings
 from tasks.core.models import MergeIntent, Task
 from tasks.core.states import TaskState

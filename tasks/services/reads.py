@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.errors import InvalidInput, NotFound
-from forge.models import Account
-from forge.repositories import RepoResource
+from forge.core.errors import InvalidInput, NotFound
+from forge.db.models import Account
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Approval, Run, RunSkipped, Task
 from tasks.core.parked import is_due
 from tasks.core.schemas import (

@@ -7,13 +7,13 @@ from typing import Annotated
 import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
-from forge.errors import about_field
-from forge.model_keys import check_endpoint
-from forge.repositories import RepoResource
-from forge.settings import Settings
-from forge.text import require_no_nul
+from forge.accounts.model_keys import check_endpoint
+from forge.core.errors import about_field
+from forge.core.settings import Settings
+from forge.core.text import require_no_nul
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.repos.repositories import RepoResource
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box

@@ -3,10 +3,10 @@ only by its author), then published together with the verdict of their next revi
 (`ReviewService.submit` turns the draft into that review). Checked like a review's own comments:
 the reviewer may review, the task awaits review, each line is in the diff under review."""
 
-from forge import audit
-from forge.audit import Actor
-from forge.errors import InvalidState, NotFound
-from forge.repositories import RepoResource
+from forge.core.errors import InvalidState, NotFound
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Review, ReviewComment, Task
 from tasks.core.schemas import ReviewCommentCreate, ReviewDraftRead
 from tasks.core.states import TaskState

@@ -20,16 +20,16 @@ from typing import Any
 
 from sqlalchemy import select
 
-from forge import audit
-from forge.access import Principal
-from forge.audit import Actor
-from forge.db import utcnow
-from forge.errors import InvalidInput, InvalidState
+from forge.core.access import Principal
+from forge.core.errors import InvalidInput, InvalidState
+from forge.core.text import require_no_nul, without_nul
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import utcnow
+from forge.db.models import Account, Repository
 from forge.git import RefNotFound, compare
 from forge.git.schemas import Comparison
-from forge.models import Account, Repository
-from forge.repositories import RepoResource, resource_for
-from forge.text import require_no_nul, without_nul
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Review, ReviewComment, Run, Task

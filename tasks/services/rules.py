@@ -1,6 +1,6 @@
 """Who may do what to a task: the one place that answers "may this principal start, act on
 (message, answer, retry, close), stop, decide an approval of, review or merge this task", on top
-of `forge.access` (the role and the token's scopes). Services call `require_*` (it raises the
+of `forge.core.access` (the role and the token's scopes). Services call `require_*` (it raises the
 error the API shows); pages call `may_*` to show or hide a form. Tested as a matrix.
 
 Beyond the role:
@@ -11,9 +11,9 @@ Beyond the role:
 - file contents shown through a task (its diff, the line a review comment quotes) are the
   repository's: they need `repo:read` on top of `tasks:read` (`may_read_contents`)."""
 
-from forge.access import Action, Principal, Role, can, effective_role, require
-from forge.errors import Forbidden
-from forge.repositories import RepoResource
+from forge.core.access import Action, Principal, Role, can, effective_role, require
+from forge.core.errors import Forbidden
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 
 

@@ -5,16 +5,16 @@ branch. `TaskService.precheck_start` and `TaskService.start` (tasks.py) share it
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import accounts
-from forge.access import Principal
-from forge.audit import Actor
-from forge.errors import InvalidInput
+from forge.accounts import accounts
+from forge.core.access import Principal
+from forge.core.errors import InvalidInput
+from forge.core.settings import Settings
+from forge.core.text import require_no_nul
+from forge.db.audit import Actor
+from forge.db.models import Account
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
 from forge.git.errors import InvalidRefName
-from forge.models import Account
-from forge.repositories import RepoResource, resource_for
-from forge.settings import Settings
-from forge.text import require_no_nul
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.models import Task

@@ -4,7 +4,7 @@ the back-channel's (tasks/run/backchannel/spawn.py); stopping a parent stops its
 
 from sqlalchemy import select
 
-from forge.repositories import RepoResource
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import TaskRead
 from tasks.services.tasks import TaskService

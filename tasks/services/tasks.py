@@ -10,17 +10,17 @@ from collections.abc import Sequence
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.access import Principal
-from forge.audit import Actor
-from forge.db import utcnow
-from forge.errors import InvalidInput, InvalidState, NotFound
-from forge.events import EventBus
+from forge.core.access import Principal
+from forge.core.errors import InvalidInput, InvalidState, NotFound
+from forge.core.settings import Settings
+from forge.core.text import require_no_nul
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import utcnow
+from forge.db.events import EventBus
+from forge.db.models import Repository
 from forge.git import RepoStore
-from forge.models import Repository
-from forge.repositories import RepoResource, resource_for
-from forge.settings import Settings
-from forge.text import require_no_nul
+from forge.repos.repositories import RepoResource, resource_for
 from tasks.core.lifecycle import (
     Changed,
     Lifecycle,

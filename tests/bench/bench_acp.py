@@ -20,8 +20,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.agent_registry import AcpAgent
 from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.models import TranscriptEvent

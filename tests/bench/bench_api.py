@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 from litestar import Litestar, get
 
-from forge.app import create_app
-from forge.db import Database
-from forge.migrate import upgrade_async
-from forge.settings import load_settings, prepare_data_dir
+from forge.app.factory import create_app
+from forge.core.settings import load_settings, prepare_data_dir
+from forge.db.engine import Database
+from forge.db.migrate import upgrade_async
 from tests.support.accounts import Accounts
 
 logging.getLogger("httpx").setLevel(logging.WARNING)

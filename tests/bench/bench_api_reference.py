@@ -22,10 +22,10 @@ from litestar import Litestar, MediaType, get
 from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.config.compression import CompressionConfig
 
-from forge.api_reference import schema_ready
-from forge.app import create_app
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.app.factory import create_app
+from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.migrate import upgrade_async
+from forge.http.api.reference import schema_ready
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 RUNS = 7

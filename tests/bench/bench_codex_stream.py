@@ -30,8 +30,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from forge.db import Database
-from forge.settings import load_settings, prepare_data_dir
+from forge.core.settings import load_settings, prepare_data_dir
+from forge.db.engine import Database
 from sandbox.process import DEFAULT_LINE_CAP, LineSplitter
 from tasks.core.capping import HeadTail
 from tasks.core.live import LiveHub
@@ -149,7 +149,7 @@ async def run_bench(tmp_path: Path) -> None:
             base_url="http://bench.local", log_level="warning", run_worker=False,
         )
     )  # fmt: skip
-    from forge.migrate import upgrade_async
+    from forge.db.migrate import upgrade_async
 
     await upgrade_async(settings.effective_database_url)
     token, _ = await seed(settings)

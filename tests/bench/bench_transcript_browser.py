@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
-from forge.db import Database
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.engine import Database
+from forge.db.migrate import upgrade_async
 from tests.support.task_world import TASKS, build_task_world
 from tests.support.tasks import serve
 from tests.support.transcripts import every_kind, record

@@ -7,7 +7,7 @@ SQLite, or PostgreSQL when FORGEHAND_TEST_DATABASE_URL is set). Measured in one 
   the delivery-log row handed to the background writer and counted once it is written; the
   source is the `Database`, as the task gate passes it), against a
   bare httpx POST of the same body to the same consumer; p50 and p99 (goal: at most 1.3x each);
-- notification throughput: N events published through `forge.events.EventBus` (one transaction
+- notification throughput: N events published through `forge.db.events.EventBus` (one transaction
   each) with the outbox writer wired by `webhooks.wiring.wire`, then the deliverer started and timed until
   all N are delivered and recorded in the delivery log, against a bare httpx loop posting the same
   bodies one after the other (goal: at least 0.5x).
@@ -35,10 +35,10 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
-from forge.db import Database, utcnow
-from forge.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskStateChanged
-from forge.models import Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database, utcnow
+from forge.db.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskStateChanged
+from forge.db.models import Repository
 from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
 from webhooks.core import envelope
 from webhooks.core.envelope import RepoRef, TaskMeta

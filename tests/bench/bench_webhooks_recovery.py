@@ -13,11 +13,11 @@ import asyncio
 import time
 from datetime import timedelta
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import Event
-from forge.models import Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import Event
+from forge.db.models import Repository
 from tests.support.webhooks import Rig, Seen, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service
 from webhooks.core.models import WebhookEndpoint

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from forge import accounts
-from forge.audit import Actor
-from forge.db import Database
+from forge.accounts import accounts
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.a11y import assert_accessible, check_page, no_foreign_requests, phone_width
 from tests.support.browser import ForgeServer, run_async, serve_forge
 from tests.support.browser_ui import sign_in

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from forge import accounts
-from forge.audit import Actor
-from forge.db import Database
+from forge.accounts import accounts
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.a11y import check_page, no_foreign_requests
 from tests.support.browser import ForgeServer, run_async, serve_forge
 from tests.support.browser_ui import add_collaborator, create_repo, remove_collaborator, sign_in

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from forge import repositories
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.repos import repositories
 from tasks.core.models import RepoTaskSettings
 from tests.support.a11y import check_page, no_foreign_requests
 from tests.support.browser import ForgeServer, run_async
@@ -88,7 +88,7 @@ def test_runtimes_say_what_they_are_and_why_they_cannot_run(
 
         # With an endpoint, the builtin agent is offered and chosen; by keyboard the choice moves
         # within the group and the command's field follows it.
-        run_async(set_repo_model(forge.settings, repo))
+        run_async(set_repo_model(forge.core.settings, repo))
         page.goto(f"{forge.url}/{repo}/tasks/")
         expect(radio(page, "builtin")).to_be_enabled()
         expect(radio(page, "builtin")).to_be_checked()

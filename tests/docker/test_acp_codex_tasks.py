@@ -13,9 +13,9 @@ import httpx
 import msgspec
 import pytest
 
+from forge.core.settings import Settings
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
-from forge.settings import Settings
 from tests.support.agent_box import on_served
 from tests.support.agent_tasks import run_with_policy
 from tests.support.codex import add_file, tool_outputs

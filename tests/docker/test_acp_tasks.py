@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from forge.core.settings import Settings
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
-from forge.settings import Settings
 from tests.support.acp_agent import argv, ask, say, tool_call
 from tests.support.agent_tasks import approve_with_policy, run_with_policy
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use

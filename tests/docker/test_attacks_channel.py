@@ -23,7 +23,7 @@ import httpx
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tasks.run.gateway import sweep_channels
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use
 from tests.support.egress import origin_server

@@ -21,9 +21,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from forge.core.settings import Settings
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
-from forge.settings import Settings
 from tests.support.agent_box import on_served, review_cycles
 from tests.support.agent_tasks import run_with_policy
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use

@@ -27,7 +27,7 @@ import httpx
 import msgspec
 import pytest
 
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.core.settings import Settings, load_settings, prepare_data_dir
 from tests.support import databases
 from tests.support.anthropic import ScriptedAnthropic, Turn, text, tool_use
 from tests.support.model import ScriptedModel, reply

@@ -5,7 +5,7 @@ reported back to its parent."""
 
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.model import ScriptedModel, reply, tool_call, tool_calls
 from tests.support.tasks import all_events, served, tree_files, wait_state
 

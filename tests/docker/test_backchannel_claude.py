@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use, turn
 from tests.support.tasks import all_events, served, wait_state
 

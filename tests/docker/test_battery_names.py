@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from forge.core.settings import Settings
 from forge.git import snapshot as snapshot_module
-from forge.settings import Settings
 from sandbox import quota_mounts
 from tests.support.tasks import Env, all_events, containers_of, serve_env, start, tree_files, wait_state
 from tests.support.waiting import until

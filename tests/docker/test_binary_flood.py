@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from sqlalchemy import text
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.capping import STREAM_STORE_CAP
 from tasks.http.pages.timeline import PAGE_OUTPUT_BYTES
 from tests.support.tasks import Env, serve_env, start, wait_state

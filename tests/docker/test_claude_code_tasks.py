@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
 from tests.support.agent_tasks import approve_with_policy
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.agent_box import on_served, review_cycles, settled, settled_with_policy
 from tests.support.codex import add_file
 from tests.support.codex_acp import exec_command, three_cycles

@@ -23,10 +23,10 @@ import pygit2
 import pytest
 from sqlalchemy import func, select
 
-from forge.db import Database
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import AuditEvent, PushRecord
 from forge.git.ref_locks import STALE_SECONDS as STALE_REF_LOCK_SECONDS
-from forge.models import AuditEvent, PushRecord
-from forge.settings import Settings
 from sandbox import quota_mounts
 from tasks.core.models import MergeIntent, Run, Task
 from tasks.core.states import RunState, TaskState

@@ -11,7 +11,7 @@ import httpx
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.egress import origin_server
 from tests.support.waiting import until_sync

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import CHANNEL_DIR
 from tasks.core.states import RunState
 from tasks.core.transcript import Notice

@@ -14,10 +14,10 @@ import httpx
 import msgspec
 import pytest
 
-from forge import accounts, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.settings import Settings
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.agent_box import on_served, settled
 from tests.support.anthropic import ScriptedAnthropic, text
 from tests.support.tasks import task_settings

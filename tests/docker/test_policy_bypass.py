@@ -21,7 +21,7 @@ import msgspec
 import pygit2
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox.images.agent_files import HOOK_PATH
 from tests.support.anthropic import ScriptedAnthropic, tool_use
 from tests.support.anthropic import text as claude_text

@@ -13,7 +13,7 @@ import httpx
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import (
     GATEWAY_RELAY_PORT,
     Limits,

@@ -11,12 +11,13 @@ import msgspec
 import pytest
 from sqlalchemy import select
 
-from forge import accounts, repo_collaborators, repositories, tokens
-from forge.audit import Actor
-from forge.db import Database
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
-from forge.models import AuditEvent
-from forge.settings import Settings
+from forge.repos import collaborators, repositories
 from tests.support.model import ScriptedModel, reply, tool_call
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, tree_files, wait_state
@@ -35,7 +36,7 @@ async def _reader_token(settings: Settings) -> str:
         async with db.session(write=True) as s:
             rita = await accounts.create_user(s, SYSTEM, "rita", "correct horse battery")
             repo = await repositories.load(s, SYSTEM.principal, "ana", "demo")
-            await repo_collaborators.set_collaborator(s, SYSTEM, repo, "rita", "read")
+            await collaborators.set_collaborator(s, SYSTEM, repo, "rita", "read")
             return (await tokens.create(s, SYSTEM, rita, "t", ["repo:read", "tasks:write"], None)).token
     finally:
         await store.close()

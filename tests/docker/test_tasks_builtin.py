@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.model import ScriptedModel, error, reply, tool_call, tool_calls
 from tests.support.tasks import (
     SECRET,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 import pygit2
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.tasks import Env, serve_env, start, tree_files, wait_state, wait_task
 
 pytestmark = pytest.mark.docker

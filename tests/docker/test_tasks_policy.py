@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.model import ScriptedModel, reply, tool_call
 from tests.support.policy import PolicyConsumer, decisions, make_hook_token, reference_consumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state

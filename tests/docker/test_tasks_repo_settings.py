@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.tasks import Env, seed, serve, task_settings, wait_state
 
 pytestmark = pytest.mark.docker

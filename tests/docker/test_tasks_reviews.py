@@ -12,7 +12,7 @@ import msgspec
 import pygit2
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.model import ScriptedModel, reply, tool_call
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, task_settings, tree_files, wait_state

@@ -16,11 +16,11 @@ import msgspec
 import pygit2
 import pytest
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
-from forge.settings import Settings
 from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll
 from tasks.run.worker import TaskWorker

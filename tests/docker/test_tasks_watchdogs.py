@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.model import ScriptedModel, tool_call
 from tests.support.tasks import (
     Env,

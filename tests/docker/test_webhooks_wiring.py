@@ -14,7 +14,7 @@ import httpx
 import msgspec
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.http import LoopbackServer
 from tests.support.waiting import until_sync

@@ -1,7 +1,7 @@
 """What a caller who may not see something is answered, as a matrix: a private repository that
 exists and one that does not answer exactly alike (status, code, message) on the API and the
 pages, anonymous or outsider; below the write role tasks answer 404 everywhere (API and pages,
-reading, starting, reviewing), as `forge.access.require` says."""
+reading, starting, reviewing), as `forge.core.access.require` says."""
 
 from typing import Any
 
@@ -9,8 +9,8 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tests.support.accounts import Accounts
 from tests.support.task_world import TASKS, World, build_task_world
 

@@ -9,10 +9,10 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.app import create_app
-from forge.db import Database
-from forge.models import AuditEvent, WebSession
-from forge.settings import Settings
+from forge.app.factory import create_app
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import AuditEvent, WebSession
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 
@@ -161,7 +161,7 @@ async def test_profile_shows_what_the_viewer_may_see(client: AsyncTestClient[Any
 
 
 async def test_the_profile_route_shadows_no_other_route(app: Litestar, client: AsyncTestClient[Any]) -> None:
-    from forge.accounts import RESERVED_LOGINS
+    from forge.accounts.accounts import RESERVED_LOGINS
 
     first_segments = {
         route.path.split("/")[1] for route in app.routes if route.path.count("/") >= 1 and route.path != "/"

@@ -11,7 +11,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tasks.core.agent_registry import SHIPPED_ACP_AGENTS, acp_agents, load_acp_agents, registry, session_meta
 from tests.support.acp_agent import argv
 from tests.support.forms import read_form

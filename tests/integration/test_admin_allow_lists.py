@@ -10,13 +10,13 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge import allowlists
-from forge.access import Principal
-from forge.app import create_app
-from forge.audit import Actor
-from forge.db import Database
-from forge.models import AuditEvent
-from forge.settings import Settings
+from forge.app.factory import create_app
+from forge.core.access import Principal
+from forge.core.settings import Settings
+from forge.db import allowlists
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import AuditEvent
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.gateway import agent_client, open_channel, upstreams
 from tests.support.openai_responses import ScriptedResponses, text

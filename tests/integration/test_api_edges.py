@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.int_bounds import INT_MAX, INT_MIN
-from forge.json_limits import MAX_JSON_DEPTH, exceeds, max_depth
+from forge.http.int_bounds import INT_MAX, INT_MIN
+from forge.http.json_limits import MAX_JSON_DEPTH, exceeds, max_depth
 from tests.support.accounts import Accounts
 
 pytestmark = pytest.mark.db
@@ -119,7 +119,7 @@ async def test_integer_path_parameters_out_of_range_are_404(
 async def test_integer_query_parameters_out_of_range_are_422(
     app: Litestar, client: AsyncTestClient[Any], make: Accounts
 ) -> None:
-    from forge.int_bounds import int_query_keys
+    from forge.http.int_bounds import int_query_keys
 
     headers = await _admin_world(client, make)
     checked = 0
@@ -195,7 +195,7 @@ async def test_a_full_write_pool_is_a_503_with_retry_after_and_reads_go_on(app: 
     reads have a pool of their own and go on meanwhile (a fresh token's last-use note included)."""
     import time
 
-    from forge.db import POOL_TIMEOUT_SECONDS, SQLITE_WRITE_POOL, WRITE_POOL_MAX_OVERFLOW, WRITE_POOL_SIZE
+    from forge.db.engine import POOL_TIMEOUT_SECONDS, SQLITE_WRITE_POOL, WRITE_POOL_MAX_OVERFLOW, WRITE_POOL_SIZE
 
     await make.user("ana")
     token = {"Authorization": f"Bearer {await make.token('ana', 'repo:write')}"}

@@ -7,8 +7,8 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import AccessToken, AuditEvent
+from forge.db.engine import Database
+from forge.db.models import AccessToken, AuditEvent
 from tests.support.accounts import Accounts
 
 

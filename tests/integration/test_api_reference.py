@@ -12,11 +12,11 @@ from litestar import Litestar
 from litestar._openapi.plugin import OpenAPIPlugin
 from litestar.testing import AsyncTestClient
 
-from forge import api_reference
-from forge.api_contract import ContractJsonPlugin, route_key
-from forge.app import create_app
-from forge.error_codes import Code
-from forge.settings import Settings
+from forge.app.factory import create_app
+from forge.core.error_codes import Code
+from forge.core.settings import Settings
+from forge.http.api import reference
+from forge.http.api.contract import ContractJsonPlugin, route_key
 from tests.support.accounts import LiveServer
 
 
@@ -36,10 +36,10 @@ async def test_the_reference_opens_with_a_description_for_callers(client: AsyncT
 def test_the_event_loop_answers_while_the_document_builds(
     live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(api_reference, "_documents", {})  # as in a process that never built it
+    monkeypatch.setattr(reference, "_documents", {})  # as in a process that never built it
     monkeypatch.setattr(ContractJsonPlugin, "_cache", {})
     building, answered = threading.Event(), threading.Event()
-    build = api_reference._build
+    build = reference._build
 
     def build_after_another_request(app: Litestar) -> dict[str, Any]:
         # The build holds on until the server has answered another request: on the event loop
@@ -48,7 +48,7 @@ def test_the_event_loop_answers_while_the_document_builds(
         assert answered.wait(60), "no other request was answered while the document was being built"
         return build(app)
 
-    monkeypatch.setattr(api_reference, "_build", build_after_another_request)
+    monkeypatch.setattr(reference, "_build", build_after_another_request)
 
     async def go() -> None:
         async with httpx.AsyncClient(base_url=live_server.url, timeout=120) as client:
@@ -85,10 +85,10 @@ def _cached_only(contract: Any) -> Any:
 
 
 async def test_serve_builds_it_at_startup(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api_reference, "_documents", {})
+    monkeypatch.setattr(reference, "_documents", {})
     app = create_app(settings)
-    api_reference.warm_up(app)
+    reference.warm_up(app)
     async with app.lifespan():
-        assert api_reference._warming  # started in the background: startup did not wait for it
-        await asyncio.wait_for(asyncio.gather(*api_reference._warming), timeout=120)
+        assert reference._warming  # started in the background: startup did not wait for it
+        await asyncio.wait_for(asyncio.gather(*reference._warming), timeout=120)
         assert app.plugins.get(OpenAPIPlugin)._openapi_schema is not None

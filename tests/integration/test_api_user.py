@@ -8,8 +8,8 @@ import time_machine
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import AccessToken, AuditEvent
+from forge.db.engine import Database
+from forge.db.models import AccessToken, AuditEvent
 from tests.support.accounts import Accounts
 
 
@@ -93,8 +93,8 @@ async def test_malformed_unknown_revoked_expired_tokens(
     signed = await make.token("ana", "admin", "repo:read") if False else None
     assert signed is None
     # revoke through the API with a session is covered elsewhere; here through the service via the CLI path
-    from forge import tokens
-    from forge.audit import Actor
+    from forge.accounts import tokens
+    from forge.db.audit import Actor
 
     async with db.session(write=True) as s:
         await tokens.revoke(s, Actor.system("test"), token_id)

@@ -13,8 +13,8 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.run.backchannel import ToolRefused, attach, claude_mcp_config, mcp_client_config
 from tests.support.backchannel import McpClient, backchannel_for
 from tests.support.gateway import agent_client, open_channel

@@ -7,8 +7,8 @@ import asyncio
 
 from sqlalchemy import func, select
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent
 from tasks.core.redaction import Redactor

@@ -10,8 +10,8 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.states import RunState
 from tasks.run.backchannel import attach
 from tasks.run.runtimes.claude.runtime import ClaudeCodeRuntime

@@ -26,7 +26,7 @@ def data_dir(tmp_path: Path) -> Path:
 def test_every_command_has_help() -> None:
     from click.testing import CliRunner
 
-    from forge.cli import main
+    from forge.app.cli import main
 
     for args in (
         [],

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from forge.accounts import require_by_login
-from forge.cli import main
-from forge.db import Database
-from forge.security import verify_password
+from forge.accounts.accounts import require_by_login
+from forge.app.cli import main
+from forge.core.security import verify_password
+from forge.db.engine import Database
 from tests.support.accounts import Accounts
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))

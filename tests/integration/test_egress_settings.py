@@ -8,11 +8,11 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings, SettingsError, load_settings
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
-from forge.models import AuditEvent
-from forge.settings import Settings, SettingsError, load_settings
 from tasks.core.egress_config import EgressSettings, plan
 from tasks.system import TaskSystem
 from tests.support.accounts import Accounts

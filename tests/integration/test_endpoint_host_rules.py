@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 from litestar.testing import AsyncTestClient
 
-from forge.app import create_app
-from forge.settings import Settings
+from forge.app.factory import create_app
+from forge.core.settings import Settings
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

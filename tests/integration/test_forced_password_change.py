@@ -8,10 +8,10 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge import bootstrap, initial_password
-from forge.db import Database
-from forge.models import Account, AuditEvent
-from forge.settings import Settings
+from forge.accounts import bootstrap, initial_password
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import Account, AuditEvent
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from litestar.testing import AsyncTestClient
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tests.support.accounts import Accounts
 from tests.support.forms import Form, read_form
 from tests.support.task_world import build_task_world

@@ -5,7 +5,7 @@ allow-lists them); the instance's own endpoints are the operator's and are not c
 import httpx
 import pytest
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tasks.core.repo_settings import ProviderAccess
 from tasks.run.gateway import ChannelUnavailable, build_channel
 from tasks.run.gateway.guard import EndpointRefused, allow_list, guarded_transport

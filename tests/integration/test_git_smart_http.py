@@ -23,11 +23,8 @@ from forge.git.names import repo_path
 from forge.git.pktline import FLUSH_PKT, iter_pkt_lines, pkt_line
 from forge.git.refrules import ProtectionRule, PushContext, RefUpdate
 from forge.git.schemas import Identity
-from forge.git.smart_http import (
-    GitHttpConfig,
-    advertise_refs,
-    run_service,
-)
+from forge.git.service_process import run_service
+from forge.git.smart_http import GitHttpConfig, advertise_refs
 from tests.support.git import Client, Server, pack_objects, serve
 from tests.support.waiting import until
 

@@ -12,9 +12,11 @@ import msgspec
 import pygit2
 import pytest
 
-from forge.git import snapshot as git_snapshot
+from forge.git import checkout as git_checkout
+from forge.git.checkout import checkout
+from forge.git.overlay import SnapshotLimits, SnapshotTooLarge
 from forge.git.schemas import Identity
-from forge.git.snapshot import Snapshot, SnapshotLimits, SnapshotTooLarge, checkout, snapshot
+from forge.git.snapshot import Snapshot, snapshot
 from tests.support.git import BLOB, EXEC, GITLINK, LINK, Leaf, commit_tree, fast_import, fsck_strict, tree_entries
 from tests.support.waiting import until_sync
 
@@ -242,7 +244,7 @@ def test_mode_changes_and_the_base_mode_of_unchanged_files(tmp_path: Path) -> No
 def test_a_change_that_keeps_size_and_times_is_still_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The checkout's stat of a.txt is trusted: no racy window here (the checkout computes its
     # window when it ends, so no pause after it could make a stat it just took trusted) ...
-    monkeypatch.setattr(git_snapshot, "_RACY_NS", 0)
+    monkeypatch.setattr(git_checkout, "_RACY_NS", 0)
     r = Repo(tmp_path, {"a.txt": (BLOB, b"aaaa\n")})
     st = (r.ws / "a.txt").stat()
     # ... and the change below lands in a later tick of the file clock, as past the window.

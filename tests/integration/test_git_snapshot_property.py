@@ -14,9 +14,11 @@ import pygit2
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from forge.git.checkout import checkout
+from forge.git.overlay import SnapshotLimits
 from forge.git.pathcheck import escapes, shown
 from forge.git.schemas import Identity
-from forge.git.snapshot import SnapshotLimits, checkout, snapshot
+from forge.git.snapshot import snapshot
 from tests.support.git import BLOB, EXEC, GITLINK, LINK, Leaf, commit_tree, fsck_strict, tree_entries, work_leaves
 
 LIMIT = 64

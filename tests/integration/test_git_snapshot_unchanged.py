@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pygit2
 
+from forge.git.checkout import Checkout, checkout
+from forge.git.overlay import SnapshotLimits
 from forge.git.schemas import Identity
-from forge.git.snapshot import Checkout, SnapshotLimits, checkout, snapshot
+from forge.git.snapshot import snapshot
 from tests.support.git import BLOB, commit_tree
 
 ANA = Identity(name="Ana", email="ana@example.com")

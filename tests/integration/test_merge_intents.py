@@ -9,13 +9,13 @@ import pygit2
 import pytest
 from sqlalchemy import func, select
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent
 from forge.git import Identity, RepoStore
 from forge.git.merge import merge as git_merge
-from forge.models import AuditEvent
-from forge.settings import Settings
 from tasks.core.models import MergeIntent, Task
 from tasks.core.states import TaskState
 from tasks.services import merge_intents

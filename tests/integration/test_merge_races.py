@@ -13,8 +13,8 @@ import msgspec
 import pygit2
 import pytest
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tests.support.accounts import LiveServer, run_sync
 from tests.support.git import git
 from tests.support.policy import PolicyConsumer

@@ -4,8 +4,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 
-from forge.db import Base, Database
-from forge.migrate import upgrade_async
+from forge.db.engine import Base, Database
+from forge.db.migrate import upgrade_async
 
 
 async def test_upgrade_from_empty_creates_every_table(db: Database, db_url: str) -> None:

@@ -12,10 +12,10 @@ import pytest
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.app import create_app
-from forge.db import Database
-from forge.models import Account, AuditEvent, Repository
-from forge.settings import Settings
+from forge.app.factory import create_app
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import Account, AuditEvent, Repository
 from tasks.core.repo_settings import model_access
 from tests.support.task_world import TASKS, World, build_task_world
 from tests.support.web import csrf_from, sign_in

@@ -6,9 +6,9 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import Account, AuditEvent, ModelKey, Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import Account, AuditEvent, ModelKey, Repository
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import model_access, secret_box
 from tests.support.accounts import PASSWORD, Accounts

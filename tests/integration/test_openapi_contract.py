@@ -8,8 +8,8 @@ import msgspec
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.access import Scope
-from forge.int_bounds import INT_MAX, INT_MIN
+from forge.core.access import Scope
+from forge.http.int_bounds import INT_MAX, INT_MIN
 from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
 
 METHODS = ("get", "post", "put", "patch", "delete")

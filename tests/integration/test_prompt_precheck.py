@@ -13,8 +13,8 @@ import httpx
 import msgspec
 import pytest
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tests.support.accounts import LiveServer, run_sync
 from tests.support.http import LoopbackServer
 from tests.support.task_world import TASKS, World, build_task_world

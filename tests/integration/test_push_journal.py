@@ -19,14 +19,14 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent, PushRecord, Repository
 from forge.git.journal import PushJournal
 from forge.git.pktline import FLUSH_PKT, pkt_line
-from forge.models import AuditEvent, PushRecord, Repository
-from forge.pushes import PushRecorder
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.repos.pushes import PushRecorder
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git, pack_objects
 from tests.support.waiting import until_sync

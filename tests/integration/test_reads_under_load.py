@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from forge import accounts, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.settings import Settings
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.serve_process import free_port, serving
 from tests.support.tasks import seed
 

@@ -10,11 +10,11 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.events import EventBus
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.git import snapshot as snapshot_module
-from forge.settings import Settings
 from tasks.core.live import LiveHub
 from tasks.core.models import Run, Task
 from tasks.core.policy import AllowAll

@@ -7,8 +7,8 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import AuditEvent
+from forge.db.engine import Database
+from forge.db.models import AuditEvent
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 

@@ -9,9 +9,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import AuditEvent
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import AuditEvent
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 from tests.support.web import csrf_from, sign_in
 

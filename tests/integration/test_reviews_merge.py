@@ -10,13 +10,13 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import Event, TaskMerged
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import Event, TaskMerged
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
 from forge.git.bare import write_commit
-from forge.models import AuditEvent
-from forge.settings import Settings
 from tasks.core.models import Task
 from tests.support.task_world import AGENT, TASKS, World, agent_commits, bare_repo, build_task_world
 

@@ -12,9 +12,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
 
-from forge.db import Database
-from forge.models import AuditEvent, Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.models import AuditEvent, Repository
 from tasks.core.models import Run, Task
 from tasks.core.states import TaskState
 from tasks.run.backchannel import ToolRefused

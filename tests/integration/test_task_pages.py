@@ -13,8 +13,8 @@ from litestar.testing import AsyncTestClient
 from markupsafe import escape
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.schemas import GOAL_MAX
 from tasks.http.pages.timeline_items import short_name
 from tests.support.forms import read_form
@@ -368,8 +368,9 @@ async def test_the_dashboard_lists_what_awaits_my_review(
 async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
     client: AsyncTestClient[Litestar], world: World, db: Database
 ) -> None:
-    from forge import accounts, repo_collaborators, repositories
-    from forge.models import Repository
+    from forge.accounts import accounts
+    from forge.db.models import Repository
+    from forge.repos import collaborators, repositories
     from tests.support.task_world import SYSTEM
 
     page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text
@@ -378,7 +379,7 @@ async def test_the_merge_rules_page_warns_when_one_bot_could_merge_its_own_task(
         await accounts.create_bot(s, SYSTEM, "helper")
         repo = (await s.execute(select(Repository).where(Repository.name == "demo"))).scalar_one()
         res = await repositories.resource_for(s, repo, SYSTEM.principal)
-        await repo_collaborators.set_collaborator(s, SYSTEM, res, "helper", "write")
+        await collaborators.set_collaborator(s, SYSTEM, res, "helper", "write")
     page = (await client.get("/ana/demo/settings/tasks/", headers=world.h("ana"))).text
     assert 'id="self-merge-warning"' in page and "could start a task for" in page
     token = csrf_from(page[page.index('id="task-settings"') :])

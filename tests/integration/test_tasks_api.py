@@ -12,13 +12,14 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select, text
 
-from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent
 from forge.git import RepoStore
-from forge.models import AuditEvent
-from forge.settings import Settings
+from forge.repos import collaborators, lifecycle, repositories
 from tasks.core import transcript
 from tasks.core.models import Task, TranscriptEvent
 from tasks.core.policy import AllowAll
@@ -47,10 +48,10 @@ async def build_world(db: Database, settings: Settings) -> World:
                 await accounts.create_user(s, SYSTEM, login, "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
             await accounts.create_user(s, SYSTEM, "human", "correct horse battery")
-            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            repo = await lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
             for login, role in (("fixer", "write"), ("wendy", "write"), ("rita", "read"), ("human", "write")):
-                await repo_collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
+                await collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
             full = ["repo:write", "tasks:write"]
             for login in ("ana", "wendy", "rita", "olga"):
                 owner = await accounts.require_by_login(s, login)
@@ -155,7 +156,7 @@ async def test_permission_matrix(client: AsyncTestClient[Litestar], world: World
         for method, path, body, ok in cases:
             r = await client.request(method, path, json=body, headers=auth(world, who))
             want = expected_denied.get(who, ok)
-            # A reader sees the repository but no task: starting one is 404 too (forge.access.require).
+            # A reader sees the repository but no task: starting one is 404 too (forge.core.access.require).
             assert r.status_code == want, (who, method, path, r.status_code, r.text)
     # Stop: the starter, the agent or an admin. wendy (write, not the starter) may not.
     assert (await client.post(f"{TASKS}/1/stop", headers=auth(world, "wendy"))).status_code == 403

@@ -8,9 +8,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge import accounts, tokens
-from forge.db import Database
-from forge.settings import Settings
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tests.support.task_world import SYSTEM, TASKS, World, agent_commits, build_task_world
 
 T = f"{TASKS}/1"

@@ -10,13 +10,14 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import event, select
 
-from forge import accounts, repositories
-from forge.access import Principal
-from forge.audit import Actor
-from forge.db import Database, after_commit, utcnow
-from forge.events import EventBus
+from forge.accounts import accounts
+from forge.core.access import Principal
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database, after_commit, utcnow
+from forge.db.events import EventBus
 from forge.git import RepoStore
-from forge.settings import Settings
+from forge.repos import repositories
 from sandbox import SandboxEngine
 from tasks.core.live import LiveHub
 from tasks.core.models import Approval, Run, Task

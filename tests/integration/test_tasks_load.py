@@ -19,8 +19,8 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.policy import AllowAll, GateContext, GateDecision, PromptKind
 from tasks.system import TaskSystem
 from tests.support.serve_process import free_port, serving

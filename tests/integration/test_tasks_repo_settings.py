@@ -5,8 +5,8 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import AuditEvent
+from forge.db.engine import Database
+from forge.db.models import AuditEvent
 from tasks.core.models import RepoTaskSettings
 from tests.support.accounts import Accounts
 

@@ -6,8 +6,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core.models import Run
 from tests.support.task_world import TASKS, World, build_task_world
 

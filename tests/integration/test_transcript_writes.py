@@ -1,6 +1,6 @@
 """What the transcript writer stores is what was emitted, secrets replaced: one event at a time or
 a batch of a CLI's lines (`emit_many`), whatever the runtime does with its objects afterwards, with
-every JSON column written by msgspec (`forge.db.json_text`)."""
+every JSON column written by msgspec (`forge.db.engine.json_text`)."""
 
 import asyncio
 import json
@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from sqlalchemy import select, text
 
-from forge.db import Database, json_text
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database, json_text
 from tasks.core import transcript
 from tasks.core.live import LiveHub
 from tasks.core.models import TranscriptEvent

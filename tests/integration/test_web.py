@@ -6,8 +6,8 @@ from typing import Any
 from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.models import AuditEvent, WebSession
+from forge.db.engine import Database
+from forge.db.models import AuditEvent, WebSession
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.web import csrf_from, sign_in
 
@@ -43,8 +43,8 @@ async def test_sign_in_sets_session_and_sign_out_ends_it(
 
 
 async def test_secure_cookie_when_served_over_https(tmp_path: Any, db_url: str, make: Accounts) -> None:
-    from forge.app import create_app
-    from forge.settings import load_settings, prepare_data_dir
+    from forge.app.factory import create_app
+    from forge.core.settings import load_settings, prepare_data_dir
 
     settings = prepare_data_dir(
         load_settings(environ={}, data_dir=tmp_path / "d2", database_url=db_url, base_url="https://forge.example")

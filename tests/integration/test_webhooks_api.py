@@ -14,12 +14,12 @@ from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
 import webhooks.http
-from forge.accounts import get_by_login
-from forge.app import create_app
-from forge.db import Database
-from forge.events import EventBus
-from forge.models import AuditEvent, Collaborator, Repository
-from forge.settings import Settings
+from forge.accounts.accounts import get_by_login
+from forge.app.factory import create_app
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.db.models import AuditEvent, Collaborator, Repository
 from tests.support.accounts import PASSWORD, Accounts
 from tests.support.forms import read_form
 from tests.support.web import csrf_from, sign_in

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import func, select
 from structlog.testing import capture_logs
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import AccountRef, RunRef, TaskRef
-from forge.models import Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import AccountRef, RunRef, TaskRef
+from forge.db.models import Repository
 from tests.support.webhooks import Seen, config, make_endpoint, make_repo, receiver
 from webhooks import service
 from webhooks.core.envelope import RepoRef, TaskMeta

@@ -16,11 +16,11 @@ import pytest
 from sqlalchemy import select
 from standardwebhooks.webhooks import Webhook
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus, TaskCreated, TaskStateChanged
-from forge.models import AuditEvent, Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus, TaskCreated, TaskStateChanged
+from forge.db.models import AuditEvent, Repository
 from tests.support.waiting import event as event_set
 from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, free_port, make_endpoint, make_repo, receiver, task_ref
@@ -269,12 +269,12 @@ async def test_notification_attempt_has_a_total_timeout(
 KILLED_WORKER = """
 import asyncio, json, sys
 from pathlib import Path
-from forge.db import Database
-from forge.settings import load_settings
+from forge.db.engine import Database
+from forge.core.settings import load_settings
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.outbound import Outbound
 from webhooks.delivery.deliverer import Deliverer
-from webhooks.urlguard import AllowList
+from forge.core.urlguard import AllowList
 
 values = json.loads(sys.argv[1])
 values["data_dir"] = Path(values["data_dir"])

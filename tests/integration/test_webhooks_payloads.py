@@ -12,9 +12,10 @@ import msgspec
 import pytest
 from sqlalchemy import select
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import (
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import (
     PAYLOADS,
     ApprovalRequested,
     ApprovalResolved,
@@ -37,8 +38,7 @@ from forge.events import (
     TaskRef,
     TaskStateChanged,
 )
-from forge.models import Repository
-from forge.settings import Settings
+from forge.db.models import Repository
 from tests.support.payloads import doc_rows, payload_rows, render_rows
 from tests.support.webhooks import config, make_endpoint, make_repo
 from webhooks import service

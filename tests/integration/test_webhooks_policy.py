@@ -15,10 +15,10 @@ import jwt
 import pytest
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.events import AccountRef, RunRef, TaskRef
-from forge.models import Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
+from forge.db.events import AccountRef, RunRef, TaskRef
+from forge.db.models import Repository
 from tests.support.waiting import until
 from tests.support.webhooks import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
 from webhooks import service
@@ -378,7 +378,7 @@ async def test_session_source_logs_in_the_callers_transaction(
 async def test_rotation_with_two_secrets_needs_no_downtime(
     db: Database, settings: Settings, dispatcher: PolicyDispatcher, repo: Repository
 ) -> None:
-    from forge.audit import Actor
+    from forge.db.audit import Actor
 
     cfg = config(settings)
     holder: dict[str, Verifier] = {}

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import TaskRef
-from forge.models import Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import TaskRef
+from forge.db.models import Repository
 from tests.support.waiting import until
 from tests.support.webhooks import Rig, Seen, config, event, make_endpoint, make_repo, numbered, receiver, task_ref
 from webhooks import service

@@ -16,12 +16,12 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import Table, delete, insert, select, update
 
 import webhooks.http
-from forge.app import create_app
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import AccountRef, EventBus, RunRef, TaskRef
-from forge.models import Repository
-from forge.settings import Settings
+from forge.app.factory import create_app
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import AccountRef, EventBus, RunRef, TaskRef
+from forge.db.models import Repository
 from tests.support.accounts import Accounts
 from tests.support.waiting import until
 from tests.support.webhooks import LOOPBACK, Receiver, Seen, config, make_endpoint, make_repo, receiver

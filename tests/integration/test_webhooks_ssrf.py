@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.events import AccountRef, TaskRef
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.core.urlguard import AllowList, validate_url
+from forge.db.engine import Database
+from forge.db.events import AccountRef, TaskRef
 from tests.support.webhooks import Canary, config, make_repo, receiver
 from webhooks.core.envelope import RepoRef, TaskMeta
 from webhooks.core.models import WebhookDelivery, WebhookEndpoint
@@ -17,7 +18,6 @@ from webhooks.core.outbound import Outbound, OutboundError
 from webhooks.delivery.deliverer import Deliverer
 from webhooks.delivery.outbox import enqueue
 from webhooks.policy.dispatcher import PolicyDispatcher
-from webhooks.urlguard import AllowList, validate_url
 
 # A post to a local receiver takes milliseconds; 2 s once ran out on a loaded 2-CPU runner. What
 # these tests check (refused, not followed, the checked address) does not depend on the deadline.

@@ -6,11 +6,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from forge import accounts, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.models import Account
-from forge.settings import Settings
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import Account
 
 PASSWORD = "correct horse battery"
 T = TypeVar("T")

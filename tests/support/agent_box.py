@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox import Sandbox
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, seed, serve, wait_state, wait_task

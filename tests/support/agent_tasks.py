@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.policy import PolicyConsumer, served_with_policy
 from tests.support.tasks import Env, all_events, tree_files, wait_state
 

@@ -14,7 +14,7 @@ from litestar import Litestar
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database
+from forge.db.engine import Database
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.run.backchannel import Backchannel

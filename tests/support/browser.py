@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from forge import accounts
-from forge.audit import Actor
-from forge.db import Database
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.accounts import accounts
+from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.migrate import upgrade_async
 from tests.support.waiting import until_sync
 
 T = TypeVar("T")
@@ -79,7 +79,7 @@ def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServ
     in-process worker unless `overrides` turn it off), with one instance admin."""
     import uvicorn
 
-    from forge.app import create_app
+    from forge.app.factory import create_app
 
     port = _free_port()
     defaults: dict[str, Any] = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tests.support.codex import add_file
 from tests.support.openai_responses import ScriptedResponses, Turn, custom_tool_call, function_call, text
 

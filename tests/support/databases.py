@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from forge.migrate import upgrade_async
+from forge.db.migrate import upgrade_async
 
 _templates: dict[str, str] = {}
 _lock = threading.Lock()

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
+from forge.core.urlguard import AllowSource
 from tasks.run.gateway import PriceTable, ProviderInfo, RunChannel, Upstream
 from tasks.run.gateway.guard import allow_list
 from tasks.run.gateway.limits import CallLimits
-from webhooks.urlguard import AllowSource
 
 ANTHROPIC_KEY = "sk-ant-real-key-0123456789abcdef"
 OPENAI_KEY = "sk-openai-real-key-0123456789abcdef"

@@ -22,15 +22,14 @@ from forge.git.hooks import install_hooks
 from forge.git.names import repo_path
 from forge.git.push import PushSession
 from forge.git.refrules import PushContext, RefUpdate
+from forge.git.service_process import GitServiceProcess, run_service
 from forge.git.smart_http import (
     NO_CACHE_HEADERS,
     GitHttpConfig,
-    GitServiceProcess,
     advertise_refs,
     advertisement_content_type,
     decode_request_body,
     result_content_type,
-    run_service,
 )
 
 

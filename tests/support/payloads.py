@@ -1,4 +1,4 @@
-"""The notification payloads (`forge.events`) as rows of the docs table: field, JSON type.
+"""The notification payloads (`forge.db.events`) as rows of the docs table: field, JSON type.
 
 docs/webhooks.md (section 4, "Payloads") holds one row per field; the tests check the table's
 first three columns against these rows, so the documentation cannot drift from the structs.
@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 from msgspec import inspect
 
-from forge.events import PAYLOADS, EventType
+from forge.db.events import PAYLOADS, EventType
 
 _SCALARS: dict[type[inspect.Type], str] = {
     inspect.StrType: "string",

@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 
-from forge import accounts, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.settings import Settings
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support.http import LoopbackServer
 from tests.support.tasks import Env, seed, serve
 from tests.support.waiting import until_sync

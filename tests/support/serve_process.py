@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from forge.migrate import upgrade_async
-from forge.settings import Settings, load_settings, prepare_data_dir
+from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.migrate import upgrade_async
 from tests.support.tasks import seed
 from tests.support.waiting import until_sync
 

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import msgspec
 
-from forge.heap import freeze_startup_heap
-from forge.settings import Settings
+from forge.app.heap import freeze_startup_heap
+from forge.core.settings import Settings
 from tasks.core.live import LiveHub
 from tests.support.tasks import serve
 

@@ -6,14 +6,15 @@ import msgspec
 import pygit2
 from sqlalchemy import select
 
-from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.git.bare import write_commit
 from forge.git.schemas import Identity
-from forge.settings import Settings
+from forge.repos import collaborators, lifecycle, repositories
 from tasks.core.models import Task
 from tasks.core.states import TaskState
 
@@ -40,10 +41,10 @@ async def build_task_world(db: Database, settings: Settings) -> World:
             for login in ("wendy", "olga", "rita"):
                 await accounts.create_user(s, SYSTEM, login, "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
-            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=False)
+            repo = await lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=False)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
             for login, role in (("fixer", "write"), ("wendy", "write"), ("olga", "write"), ("rita", "read")):
-                await repo_collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
+                await collaborators.set_collaborator(s, SYSTEM, res, login, role)  # type: ignore[arg-type]
             everything = ["repo:write", "tasks:write", "reviews:write", "webhooks:admin"]
             for login in ("ana", "wendy", "olga", "rita", "fixer"):
                 who = await accounts.require_by_login(s, login)

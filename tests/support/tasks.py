@@ -12,13 +12,14 @@ import httpx
 import msgspec
 import pygit2
 
-from forge import accounts, repo_collaborators, repo_lifecycle, repositories, tokens
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import EventBus
+from forge.accounts import accounts, tokens
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
-from forge.settings import Settings
+from forge.repos import collaborators, lifecycle, repositories
 from tests.support.waiting import until, until_sync
 
 SECRET = "sk-live-0123456789abcdefXYZ"
@@ -44,9 +45,9 @@ async def seed(settings: Settings) -> tuple[str, Path]:
         async with db.session(write=True) as s:
             ana = await accounts.create_user(s, SYSTEM, "ana", "correct horse battery")
             await accounts.create_bot(s, SYSTEM, "fixer")
-            repo = await repo_lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
+            repo = await lifecycle.create(s, store, EventBus(), SYSTEM, ana, "demo", auto_init=True)
             res = await repositories.resource_for(s, repo, SYSTEM.principal)
-            await repo_collaborators.set_collaborator(s, SYSTEM, res, "fixer", "write")
+            await collaborators.set_collaborator(s, SYSTEM, res, "fixer", "write")
             created = await tokens.create(s, SYSTEM, ana, "t", ["repo:write", "tasks:write", "reviews:write"], None)
         await store.write(
             ("ana", "demo"),
@@ -69,7 +70,7 @@ def serve(settings: Settings, on_app: Callable[[Any], None] | None = None) -> It
 
     import uvicorn
 
-    from forge.app import create_app
+    from forge.app.factory import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -198,7 +199,7 @@ async def start_task(settings: Settings, db: Database, goal: str = "g") -> tuple
     service (no worker runs it): its id, number and its first run's id."""
     from sqlalchemy import select
 
-    from forge.access import Principal
+    from forge.core.access import Principal
     from tasks.core.models import Run
     from tasks.core.policy import AllowAll
     from tasks.core.schemas import TaskCreate

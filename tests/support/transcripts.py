@@ -5,8 +5,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from tasks.core import transcript
 from tasks.core.models import Run, Task
 from tasks.core.transcript import (
@@ -159,7 +159,7 @@ async def park(db: Database, number: int) -> str:
     pending approval of the Bash call. Returns the approval's id."""
     from datetime import timedelta
 
-    from forge.db import utcnow
+    from forge.db.engine import utcnow
     from tasks.core.models import Approval
     from tasks.core.policy import input_hash
 

@@ -15,11 +15,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from forge.audit import Actor
-from forge.db import Database, utcnow
-from forge.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, TaskStateChanged
-from forge.models import Account, Repository
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.core.urlguard import AllowList
+from forge.db.audit import Actor
+from forge.db.engine import Database, utcnow
+from forge.db.events import Event, EventBus, EventPayload, TaskCreated, TaskRef, TaskStateChanged
+from forge.db.models import Account, Repository
 from tests.support.http import LoopbackServer
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox
@@ -28,7 +29,6 @@ from webhooks.core.schemas import HookCreate
 from webhooks.delivery.deliverer import Deliverer
 from webhooks.delivery.outbox import OutboxWriter
 from webhooks.service import create_endpoint
-from webhooks.urlguard import AllowList
 
 LOOPBACK = AllowList.parse("127.0.0.1")
 
@@ -201,8 +201,7 @@ def outbound(cfg: WebhooksConfig, **kw: Any) -> Outbound:
 
 
 async def make_repo(db: Database, owner_login: str = "ana", name: str = "demo") -> Repository:
-    from forge import accounts
-    from forge.accounts import get_by_login
+    from forge.accounts.accounts import accounts, get_by_login
 
     async with db.session(write=True) as s:
         owner = await get_by_login(s, owner_login)

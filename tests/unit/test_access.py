@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.access import (
+from forge.core.access import (
     ANONYMOUS,
     INSTANCE,
     AccountRef,
@@ -20,7 +20,7 @@ from forge.access import (
     parse_scopes,
     require,
 )
-from forge.errors import Forbidden, InvalidInput, NotFound
+from forge.core.errors import Forbidden, InvalidInput, NotFound
 
 OWNER, ANA, BOB = 1, 2, 3
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.browse_render import ago, breadcrumbs, diff_views, highlight_lines, url_path
 from forge.git.schemas import DiffLine, FileDiff, Hunk
+from forge.http.pages.browse_render import ago, breadcrumbs, diff_views, highlight_lines, url_path
 
 _TAG = re.compile(r"<[^>]+>")
 

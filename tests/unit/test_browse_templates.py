@@ -7,9 +7,9 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader
 
 import forge
-from forge.browse_render import ago, exact, url_path
 from forge.git.history import LastCommits
 from forge.git.schemas import CommitInfo, Signature, TreeEntry, TreeListing
+from forge.http.pages.browse_render import ago, exact, url_path
 
 TEMPLATES = Path(forge.__file__).parent / "templates"
 

@@ -1,7 +1,7 @@
 """The rate and the cap of a run's hook and back-channel calls, on a clock the test moves; each
 instance's run channels in a directory of its own."""
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from tasks.run.gateway.limits import CallLimiter, CallLimits
 
 

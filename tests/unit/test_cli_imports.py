@@ -10,7 +10,7 @@ HEAVY = ("litestar", "sqlalchemy", "docker", "pygit2", "uvicorn", "httpx", "rich
 
 PROBE = f"""
 import sys
-from forge.cli import main
+from forge.app.cli import main
 try:
     main(sys.argv[1:], prog_name="forgehand")
 except SystemExit as exc:
@@ -44,7 +44,7 @@ def test_help_imports_nothing_heavy(args: list[str]) -> None:
 
 def test_top_level_help_lists_the_groups_it_has_not_loaded() -> None:
     r = subprocess.run(
-        [sys.executable, "-c", "from forge.cli import main; main(['--help'], prog_name='forgehand')"],
+        [sys.executable, "-c", "from forge.app.cli import main; main(['--help'], prog_name='forgehand')"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -56,7 +56,7 @@ def test_top_level_help_lists_the_groups_it_has_not_loaded() -> None:
 def test_lazy_groups_say_what_their_own_help_says() -> None:
     import click
 
-    from forge.cli import LAZY_GROUPS, main
+    from forge.app.cli import LAZY_GROUPS, main
 
     for name, (_, _, short) in LAZY_GROUPS.items():
         group = main.get_command(click.Context(main), name)

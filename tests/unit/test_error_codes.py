@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from forge import errors
-from forge.error_codes import Code, UnknownErrorCode, lookup, markdown_rows
-from forge.errors import ForgeError, InvalidInput, NotFound
+from forge.core import errors
+from forge.core.error_codes import Code, UnknownErrorCode, lookup, markdown_rows
+from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.git import errors as git_errors
-from forge.problems import Problem
+from forge.http.problems import Problem
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("forge", "tasks", "webhooks")
@@ -22,7 +22,7 @@ def _trees() -> list[tuple[Path, ast.Module]]:
 
 
 def _error_statuses(trees: list[tuple[Path, ast.Module]]) -> dict[str, int]:
-    """Class name -> status, for forge.errors and every subclass of them defined in the tree."""
+    """Class name -> status, for forge.core.errors and every subclass of them defined in the tree."""
     statuses = {
         name: cls.status for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, ForgeError)
     }
@@ -109,7 +109,7 @@ def test_the_docs_table_is_the_registry() -> None:
     rows = _docs_rows()
     parsed = [(r.split("|")[1].strip(" `"), r.split("|")[2].strip()) for r in rows]
     assert parsed == [(c.value, ", ".join(map(str, c.statuses))) for c in Code]
-    assert rows == markdown_rows()  # the meanings too: regenerate with `python -m forge.error_codes`
+    assert rows == markdown_rows()  # the meanings too: regenerate with `python -m forge.core.error_codes`
 
 
 def test_an_unregistered_code_fails_when_the_error_is_built() -> None:

@@ -6,8 +6,8 @@ from typing import Any, get_args
 
 import pytest
 
-from forge import events
-from forge.events import TaskCreated, data_of
+from forge.db import events
+from forge.db.events import TaskCreated, data_of
 from tasks.core import payloads
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Approval, Review, ReviewComment, Run

@@ -1,4 +1,4 @@
-"""The startup heap frozen out of the collector's full collections (forge/heap.py), in a process of
+"""The startup heap frozen out of the collector's full collections (forge/app/heap.py), in a process of
 its own (a frozen heap stays frozen for the process's life)."""
 
 import subprocess
@@ -6,9 +6,9 @@ import sys
 
 SCRIPT = """
 import gc, pathlib, tempfile
-from forge.app import create_app
-from forge.heap import freeze_startup_heap
-from forge.settings import load_settings, prepare_data_dir
+from forge.app.factory import create_app
+from forge.app.heap import freeze_startup_heap
+from forge.core.settings import load_settings, prepare_data_dir
 d = pathlib.Path(tempfile.mkdtemp())
 settings = prepare_data_dir(load_settings(environ={}, data_dir=d / "data", database_url=f"sqlite+aiosqlite:///{d}/f.db"))
 app = create_app(settings)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from forge import initial_password
+from forge.accounts import initial_password
 
 
 def test_the_file_is_private_and_goes_only_for_its_own_login(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.settings import SettingsError, load_settings
+from forge.core.settings import SettingsError, load_settings
 from sandbox import MiB, WorkspaceQuotaUnavailable, WorkspaceUsage, prepare_workspace, quota, workspace_usage
 from sandbox.quota import WorkspaceWatch, full_margin, image_path, mount_quota, quota_mounts, tree_bytes
 from tests.support.waiting import until

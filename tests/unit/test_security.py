@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.security import (
+from forge.core.security import (
     SecretBox,
     generate_token,
     hash_password,
@@ -40,7 +40,7 @@ async def test_the_default_parameters_and_hashes_made_with_others_still_verify()
     import argon2
     import argon2.profiles
 
-    from forge import security
+    from forge.core import security
 
     cheap = await hash_password("correct horse battery")  # the suite hashes with the cheapest profile
     security.use_password_parameters(argon2.profiles.RFC_9106_LOW_MEMORY)  # argon2-cffi's default

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from forge.settings import SettingsError, load_settings, prepare_data_dir
+from forge.core.settings import SettingsError, load_settings, prepare_data_dir
 
 
 def test_defaults() -> None:

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.errors import InvalidState, NotFound
+from forge.core.errors import InvalidState, NotFound
 from tasks.core.capping import HeadTail, cap_text
 from tasks.core.redaction import REDACTED, Redactor, redacted_json
 from tasks.core.states import TRANSITIONS, TaskState, check_transition

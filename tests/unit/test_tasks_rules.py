@@ -3,10 +3,10 @@ private repository and on a public one (a public repository shows its code, not 
 
 import pytest
 
-from forge.access import ANONYMOUS, Principal, Role
-from forge.errors import Forbidden, ForgeError, NotFound
-from forge.models import Repository
-from forge.repositories import RepoResource
+from forge.core.access import ANONYMOUS, Principal, Role
+from forge.core.errors import Forbidden, ForgeError, NotFound
+from forge.db.models import Repository
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.services import rules
 

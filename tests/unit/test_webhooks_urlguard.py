@@ -4,8 +4,8 @@ import ipaddress
 
 import pytest
 
-from forge.errors import InvalidInput
-from webhooks.urlguard import AllowList, refusal_reason, validate_url
+from forge.core.errors import InvalidInput
+from forge.core.urlguard import AllowList, refusal_reason, validate_url
 
 NONE = AllowList()
 LOOPBACK = AllowList.parse("127.0.0.1, localhost")

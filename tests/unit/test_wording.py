@@ -4,8 +4,8 @@ command of several lines keeps its lines wherever a summary shows it."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.render import markdown
-from forge.text import code_block, code_span, plural
+from forge.core.text import code_block, code_span, plural
+from forge.http.pages.render import markdown
 from tasks.core.schemas import command_text
 from tasks.run.runtimes.command.runtime import success_summary
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from forge.db import utcnow
-from forge.security import SecretBox
+from forge.core.security import SecretBox
+from forge.core.urlguard import AllowList
+from forge.db.engine import utcnow
 from webhooks.core.models import WebhookEndpoint
 from webhooks.core.signing import SigningKey
-from webhooks.urlguard import AllowList
 
 Clock = Callable[[], datetime]
 SECRET_PURPOSE = "forgehand-webhook-secrets-v1"

@@ -5,8 +5,8 @@ from typing import Any
 
 import msgspec
 
-from forge.events import AccountRef, Event, RunRef, TaskRef, data_of
-from forge.models import Repository
+from forge.db.events import AccountRef, Event, RunRef, TaskRef, data_of
+from forge.db.models import Repository
 from webhooks.sdk.protocol import SCHEMA_VERSION
 
 

@@ -7,7 +7,7 @@ from typing import cast
 from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, LargeBinary, String, Table, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from forge.db import Base, utcnow
+from forge.db.engine import Base, utcnow
 
 
 class WebhookEndpoint(Base):

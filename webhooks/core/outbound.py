@@ -13,7 +13,7 @@ from typing import Literal
 
 import httpcore
 
-from webhooks.urlguard import AddressRefused, AllowList, AllowSource, GuardedBackend, Resolver
+from forge.core.urlguard import AddressRefused, AllowList, AllowSource, GuardedBackend, Resolver
 
 FailureKind = Literal["timeout", "connection_error", "refused"]
 

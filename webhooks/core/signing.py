@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import jwt
 from jwt.algorithms import HMACAlgorithm
 
-from forge.version import VERSION
+from forge.core.version import VERSION
 from webhooks.sdk.protocol import NOT_BEFORE_SKEW, SECRET_BYTES, encode_secret, kid_for, normalize_audience, sha256_hex
 
 USER_AGENT = f"forgehand/{VERSION}"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import structlog
 
-from forge.db import Database
+from forge.db.engine import Database
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.outbound import Outbound, OutboundError, Reply
 from webhooks.core.signing import redacted, request_headers, sign_jwt

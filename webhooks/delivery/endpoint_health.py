@@ -8,8 +8,8 @@ from datetime import datetime
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.audit import Actor
+from forge.db import audit
+from forge.db.audit import Actor
 from webhooks.core.models import WebhookEndpoint
 from webhooks.delivery.schedule import AUTO_DISABLE_AFTER
 

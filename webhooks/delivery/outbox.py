@@ -17,7 +17,7 @@ from sqlalchemy import event, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from forge.events import Event
+from forge.db.events import Event
 from webhooks.core import envelope
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.models import WebhookEndpoint, WebhookOutbox

@@ -5,7 +5,7 @@ from typing import Any, cast
 
 from sqlalchemy import Integer, Table, bindparam, exists, func, insert, or_, select, update
 
-from forge.db import UTCDateTime
+from forge.db.engine import UTCDateTime
 from webhooks.core.models import DELIVERIES, WebhookEndpoint, WebhookOutbox
 
 OUTBOX = cast(Table, WebhookOutbox.__table__)

@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from forge.db import Database, UTCDateTime
+from forge.db.engine import Database, UTCDateTime
 from webhooks.core import metrics
 from webhooks.core.config import WebhooksConfig, unseal
 from webhooks.core.models import WebhookDelivery, WebhookEndpoint, WebhookOutbox

@@ -15,7 +15,7 @@ from typing import Any, cast
 from sqlalchemy import Table, and_, bindparam, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from forge.db import UTCDateTime
+from forge.db.engine import UTCDateTime
 from webhooks.core.models import WebhookOutbox
 
 OUTBOX = cast(Table, WebhookOutbox.__table__)

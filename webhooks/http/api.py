@@ -8,7 +8,7 @@ from typing import Annotated
 from litestar import Controller, delete, get, patch, post
 from litestar.params import FromPath, JSONBody, Parameter
 
-from forge.auth import signed_in
+from forge.http.auth import signed_in
 from webhooks import service
 from webhooks.core.models import WebhookOutbox
 from webhooks.core.schemas import DeliveryDetail, DeliveryRead, HookCreate, HookRead, HookUpdate, HookWithSecret, Queued

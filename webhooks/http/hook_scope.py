@@ -13,13 +13,13 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import repositories
-from forge.access import INSTANCE, Action, require
-from forge.audit import Actor
-from forge.db import Database
-from forge.deps import SAFE_METHODS, ActorDep
-from forge.errors import Unauthenticated, Unavailable
-from forge.models import Repository
+from forge.core.access import INSTANCE, Action, require
+from forge.core.errors import Unauthenticated, Unavailable
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.models import Repository
+from forge.http.deps import SAFE_METHODS, ActorDep
+from forge.repos import repositories
 from webhooks import service
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.models import WebhookEndpoint

@@ -10,9 +10,9 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.errors import ForgeError, InvalidInput
-from forge.forms import NO_ERRORS, form_errors
-from forge.pages import page
+from forge.core.errors import ForgeError, InvalidInput
+from forge.http.pages.common import page
+from forge.http.pages.forms import NO_ERRORS, form_errors
 from webhooks import service
 from webhooks.core.models import WebhookEndpoint
 from webhooks.core.schemas import FailurePolicy, HookCreate, HookUpdate

@@ -26,7 +26,7 @@ import structlog
 from sqlalchemy import insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db import Database
+from forge.db.engine import Database
 from webhooks.core import envelope, metrics
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.envelope import RepoRef, TaskMeta

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 from sqlalchemy import insert, select
 
-from forge.db import Database
+from forge.db.engine import Database
 from webhooks.core.models import DELIVERIES, WebhookEndpoint
 
 log = structlog.get_logger("forgehand.webhooks")

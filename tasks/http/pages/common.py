@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 import msgspec
 from litestar.response import Template
 
-from forge import repositories
-from forge.access import Principal
-from forge.errors import ForgeError
-from forge.repositories import RepoResource
+from forge.core.access import Principal
+from forge.core.errors import ForgeError
+from forge.repos import repositories
+from forge.repos.repositories import RepoResource
 from tasks.core.schemas import TaskRead
 from tasks.http.deps import DEPENDENCIES
 from tasks.services import rules
@@ -90,5 +90,5 @@ def egress_line(read: TaskRead) -> str:
 
 
 # Pages load the repository as the REST API does: below the write role tasks are 404 on both
-# (forge.access.require), whatever the caller can read of the repository.
+# (forge.core.access.require), whatever the caller can read of the repository.
 PAGE_DEPENDENCIES = DEPENDENCIES

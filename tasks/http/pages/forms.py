@@ -4,8 +4,8 @@ from typing import Literal
 
 import msgspec
 
-from forge.errors import InvalidInput
-from forge.forms import invalid_input
+from forge.core.errors import InvalidInput
+from forge.http.pages.forms import invalid_input
 from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, TaskCreate
 from tasks.core.states import ReviewVerdict
 

@@ -9,9 +9,9 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.errors import ForgeError
-from forge.pages import page
-from forge.render import markdown_async
+from forge.core.errors import ForgeError
+from forge.http.pages.common import page
+from forge.http.pages.render import markdown_async
 from tasks.core.schemas import ReviewDraftRead, ReviewRead
 from tasks.http.actions import add_draft_comment, merge_task, remove_draft_comment, submit_review
 from tasks.http.deps import REPO_TASKS, TaskScope, TaskScopeDep

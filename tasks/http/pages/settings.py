@@ -10,12 +10,12 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from egress import PRESETS
-from forge import repositories
-from forge.access import Action
-from forge.deps import ActorDep, DatabaseDep, SettingsDep
-from forge.errors import ForgeError, InvalidInput
-from forge.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
-from forge.pages import page
+from forge.core.access import Action
+from forge.core.errors import ForgeError, InvalidInput
+from forge.http.deps import ActorDep, DatabaseDep, SettingsDep
+from forge.http.pages.common import page
+from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
+from forge.repos import repositories
 from tasks.core import repo_settings as core_settings
 from tasks.core.models import RepoTaskSettings
 from tasks.http.pages.common import repo_context

@@ -1,8 +1,8 @@
 """What a task waits for, and for whom, in one line for the task page's header ("waiting for your
 review", "waiting for an answer from ana", ...). Who may do it is `tasks.services.rules`'s answer."""
 
-from forge.access import Principal
-from forge.repositories import RepoResource
+from forge.core.access import Principal
+from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import TaskRead
 from tasks.services import rules

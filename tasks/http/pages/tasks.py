@@ -8,11 +8,11 @@ from litestar import Controller, Request, get, post
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.auth import signed_in
-from forge.deps import ActorDep, DbSession
-from forge.errors import ForgeError, NotFound
-from forge.forms import NO_ERRORS, FormErrors, form_errors
-from forge.pages import page
+from forge.core.errors import ForgeError, NotFound
+from forge.http.auth import signed_in
+from forge.http.deps import ActorDep, DbSession
+from forge.http.pages.common import page
+from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task

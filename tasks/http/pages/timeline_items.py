@@ -14,8 +14,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from forge.render import markdown
-from forge.text import plural
+from forge.core.text import plural
+from forge.http.pages.render import markdown
 from tasks.core.transcript import EventRead
 from tasks.http.pages.pauses import Pause
 from tasks.http.pages.tool_cards import Field, Text, ToolResultView, json_text, one_line, result_view, tool_fields

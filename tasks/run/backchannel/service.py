@@ -20,13 +20,13 @@ import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.access import Principal
-from forge.audit import Actor
-from forge.db import Database
-from forge.events import TaskProgress
-from forge.models import Account, Repository
-from forge.settings import Settings
+from forge.core.access import Principal
+from forge.core.settings import Settings
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import TaskProgress
+from forge.db.models import Account, Repository
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.core.policy import input_hash

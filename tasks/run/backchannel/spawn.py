@@ -13,12 +13,12 @@ import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge import audit
-from forge.access import Principal
-from forge.audit import Actor
-from forge.errors import ForgeError
-from forge.models import Account, Repository
-from forge.settings import Settings
+from forge.core.access import Principal
+from forge.core.errors import ForgeError
+from forge.core.settings import Settings
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.models import Account, Repository
 from tasks.core import repo_settings
 from tasks.core.agent_registry import acp_agent
 from tasks.core.lifecycle import Lifecycle, allocate_number, gate_context

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from forge.error_codes import Code
+from forge.core.error_codes import Code
 from tasks.run.gateway import responses
 from tasks.run.gateway.budget import GATEWAY_HEADER, Budget
 from tasks.run.gateway.endpoint import Upstream

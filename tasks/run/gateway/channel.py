@@ -23,6 +23,7 @@ import msgspec
 import structlog
 import uvicorn
 
+from forge.core.urlguard import AllowList, AllowSource
 from sandbox import CHANNEL_DIR
 from tasks.run.gateway.budget import Budget
 from tasks.run.gateway.endpoint import Upstream
@@ -33,7 +34,6 @@ from tasks.run.gateway.responses import Stored
 from tasks.run.gateway.routes import ChannelRoutes, Emit, HookHandler
 from tasks.run.gateway.tokens import REGISTRY, RunGrant, TokenRegistry
 from tasks.run.gateway.upstream import UpstreamTransport
-from webhooks.urlguard import AllowList, AllowSource
 
 log = structlog.get_logger("forgehand.gateway")
 

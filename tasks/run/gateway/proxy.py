@@ -19,7 +19,7 @@ from collections.abc import Callable
 import httpx
 import msgspec
 
-from forge.error_codes import Code
+from forge.core.error_codes import Code
 from tasks.run.gateway import responses
 from tasks.run.gateway.answers import REFUSED, Send, error_body, pass_json, pass_stream, send_json, upstream_failed
 from tasks.run.gateway.budget import GATEWAY_HEADER, Budget

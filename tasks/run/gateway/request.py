@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from forge.error_codes import Code
+from forge.core.error_codes import Code
 from tasks.run.gateway.metering import PriceTable
 
 # Fields the gateway removes before forwarding: what would bill the same tokens at a higher rate

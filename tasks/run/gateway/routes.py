@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from forge.error_codes import Code
+from forge.core.error_codes import Code
 from tasks.core.transcript import Kind, ModelCall, Notice, Payload
 from tasks.run.backchannel.mcp import MCP_PATH, serve_mcp
 from tasks.run.gateway.answers import Send, error_body, send_json

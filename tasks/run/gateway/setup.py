@@ -8,9 +8,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from forge.allowlists import AllowListSource
-from forge.db import Database
-from forge.settings import Settings
+from forge.core.settings import Settings
+from forge.db.allowlists import AllowListSource
+from forge.db.engine import Database
 from tasks.core.repo_settings import Provider, ProviderAccess
 from tasks.run.gateway.channel import ProviderInfo, RunChannel, channel_name
 from tasks.run.gateway.endpoint import Upstream

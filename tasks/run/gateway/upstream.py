@@ -24,9 +24,9 @@ from typing import Any
 import httpcore
 import httpx
 
-from forge.addresses import ask_admin
+from forge.core.addresses import ask_admin
+from forge.core.urlguard import AddressRefused, GuardedBackend
 from tasks.run.gateway.connection import AnswerParser, Connection, within
-from webhooks.urlguard import AddressRefused, GuardedBackend
 
 Key = tuple[bytes, str, int]
 MAX_IDLE = 16  # idle connections kept per endpoint (a run's gateway serves at most 16 calls at once)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import msgspec
 
-from forge.text import plural
+from forge.core.text import plural
 from sandbox import SandboxError
 from sandbox.spec import HOME_DIR
 from tasks.core.states import RunKind

@@ -5,7 +5,7 @@ call ran, and `stop` when the agent ended its turn (`StopStep`)."""
 
 from typing import Any
 
-from forge.text import without_nul
+from forge.core.text import without_nul
 from tasks.core.policy import ApprovalRequest, GateDecision, policy_record
 from tasks.core.transcript import Kind, Notice, Payload, PolicyBypass
 from tasks.run.runtimes.base import RunContext

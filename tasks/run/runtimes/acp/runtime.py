@@ -16,7 +16,7 @@ input is decided safely and never crashes the run (tests/integration/test_acp_pr
 import json
 from typing import Any
 
-from forge.settings import Settings
+from forge.core.settings import Settings
 from sandbox.spec import HOME_DIR
 from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.states import FailureReason

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from forge.db import utcnow
+from forge.db.engine import utcnow
 from tasks.core.states import FailureReason
 from tasks.run.backchannel import TOOLS as BACKCHANNEL
 from tasks.run.gateway.budget import GATEWAY_HEADER

@@ -4,7 +4,7 @@ It needs no model, which makes it the runtime of the `make run` demo and of CI c
 
 import codecs
 
-from forge.text import code_block, code_span, plural
+from forge.core.text import code_block, code_span, plural
 from sandbox import ExecResult, OutputChunk
 from tasks.core.schemas import argv_of, command_text
 from tasks.core.states import FailureReason, RunState

@@ -1,0 +1,302 @@
+"""Domain events. Every state change publishes one, inside the transaction that makes the change.
+
+`forge` only defines the envelope, the payloads and the bus; subscribers are wired by the
+composition root (`forge/app.py`): the webhooks package writes outbox rows for them (same
+transaction, so a crash cannot lose one), the tasks package fans transcript events out to live
+views.
+
+Each event type has one payload struct, and the payloads form a msgspec tagged union
+(`EventPayload`, tag field `type` = the event type). `Event.type` is the payload's tag, so the
+two cannot disagree. On the wire a payload is the notification's `data` object: its fields in
+declaration order, without the tag (`data_of`); fields that are `UNSET` are left out. The types
+are the webhook contract (docs/webhooks.md, section 4), so the msgspec schema-evolution rules
+hold: new fields get defaults; a field's type never changes."""
+
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, Literal, cast
+
+import msgspec
+from msgspec import UNSET, UnsetType
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.db.engine import utcnow
+
+EventType = Literal[
+    "task.created",
+    "task.state_changed",
+    "run.started",
+    "run.finished",
+    "approval.requested",
+    "approval.resolved",
+    "review.submitted",
+    "task.merged",
+    "task.progress",
+    "repo.pushed",
+    "egress.blocked",
+    "policy.bypassed",
+    "ping",
+]
+
+# The values of the enums of tasks/core/states.py (forge may not import tasks); a unit test
+# (tests/unit/test_event_payloads.py) keeps them equal.
+TaskStateName = Literal["queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed"]
+RunStateName = Literal["queued", "running", "succeeded", "blocked", "failed", "stopped", "cancelled"]
+RunKindName = Literal["start", "message", "answer", "retry", "review", "approval"]
+FailureReasonName = Literal[
+    "workspace",
+    "image_missing",
+    "engine_unavailable",
+    "model_unreachable",
+    "model_error",
+    "model_endpoint_refused",
+    "turn_limit",
+    "token_budget",
+    "timeout",
+    "idle",
+    "oom",
+    "disk_limit",
+    "interrupted",
+    "policy",
+    "policy_bypass",
+    "approval_expired",
+    "exit_code",
+    "agent_no_result",
+    "agent_lingered",
+    "snapshot_too_large",
+    "snapshot_failed",
+    "settle_failed",
+    "internal",
+]
+ApprovalDecidedName = Literal["approved", "denied", "expired", "cancelled"]
+ReviewVerdictName = Literal["approve", "request_changes", "comment"]
+# tasks/core/schemas.py MergeStrategyName, plus what a merge found already done.
+MergedHowName = Literal["merge", "squash", "fast-forward", "already_merged"]
+
+
+class AccountRef(msgspec.Struct, frozen=True, kw_only=True):
+    login: str
+    type: Literal["User", "Bot"] = "User"
+
+
+class ParentRef(msgspec.Struct, frozen=True, kw_only=True):
+    number: int
+
+
+class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
+    id: str  # uuid
+    number: int
+    url: str = ""
+    # A subtask's parent task (spawned by the parent's agent); null for a task a person started.
+    parent: ParentRef | None = None
+
+
+class RunRef(msgspec.Struct, frozen=True, kw_only=True):
+    id: str  # uuid
+    seq: int
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """The base of every payload: the tag (`type`) is the event type."""
+
+    @property
+    def type(self) -> EventType:
+        return cast(EventType, type(self).__struct_config__.tag)
+
+
+class TaskCreated(Payload, frozen=True, tag="task.created"):
+    """No fields (yet): everything about the new task is in `meta.task`."""
+
+
+class TaskStateChanged(Payload, frozen=True, tag="task.state_changed"):
+    from_: TaskStateName | None = msgspec.field(name="from")  # None: the task was just created
+    to: TaskStateName
+    queue_position: int | UnsetType | None = UNSET  # only when `to` is queued (1-based)
+    failure_reason: FailureReasonName | UnsetType = UNSET  # only when `to` is failed
+    error: str | UnsetType = UNSET  # only with failure_reason
+
+
+class RunStarted(Payload, frozen=True, tag="run.started"):
+    kind: RunKindName
+
+
+class RunFinished(Payload, frozen=True, tag="run.finished"):
+    kind: RunKindName
+    state: RunStateName
+    exit_code: int | None
+    failure_reason: FailureReasonName | None
+    error: str
+    end_sha: str
+
+
+class _Approval(Payload, frozen=True):
+    """The fields both approval events share, in their wire order."""
+
+    approval_id: str  # uuid
+    tool_use_id: str
+    tool_name: str
+    tool_input: dict[str, Any]
+    input_hash: str
+    reason: str
+    held: bool
+    requested_by: str  # the endpoint URL(s) that asked
+    expires_at: str  # as Python's isoformat() writes it (the wire's historical spelling)
+
+
+class ApprovalRequested(_Approval, frozen=True, tag="approval.requested"):
+    state: Literal["pending"]
+
+
+class ApprovalResolved(_Approval, frozen=True, tag="approval.resolved"):
+    state: ApprovalDecidedName
+    decision_reason: str | UnsetType = UNSET  # only when a person decided
+
+
+class ReviewComment(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    side: Literal["base", "head"]
+    line: int
+    body: str
+
+
+class ReviewSubmitted(Payload, frozen=True, tag="review.submitted"):
+    review_id: str  # uuid
+    verdict: ReviewVerdictName
+    body: str
+    commit_sha: str
+    comments: list[ReviewComment]
+
+
+class TaskMerged(Payload, frozen=True, tag="task.merged"):
+    strategy: MergedHowName
+    base: str
+    base_sha_before: str
+    merged_sha: str
+    head: str
+    head_sha: str
+    approvals: list[str]  # logins whose approvals counted
+    branch_deleted: bool
+
+
+class TaskProgress(Payload, frozen=True, tag="task.progress"):
+    """The agent's progress note (the back-channel's `record_progress`), rate-limited per run."""
+
+    message: str
+
+
+class PushedRef(msgspec.Struct, frozen=True, kw_only=True):
+    ref: str
+    before: str  # zeros: created
+    after: str  # zeros: deleted
+
+
+class RepoPushed(Payload, frozen=True, tag="repo.pushed"):
+    refs: list[PushedRef]
+
+
+class EgressBlocked(Payload, frozen=True, tag="egress.blocked"):
+    """A request of a run's sandbox that the egress proxy refused (docs/egress.md)."""
+
+    host: str
+    port: int
+    method: str  # "CONNECT" for a tunnel (https), else the plain-HTTP method
+    rules: Literal["allow-list", "address", "request", "limit"]
+    reason: str
+
+
+class PolicyBypassed(Payload, frozen=True, tag="policy.bypassed"):
+    """A tool call the agent ran without forgehand's allow decision: the run fails `policy_bypass`
+    and its work stays unmerged on the task branch (docs/security.md, "Verify, do not trust")."""
+
+    tool_use_id: str
+    tool_name: str
+    tool_input: Any
+    reason: str
+
+
+class Ping(Payload, frozen=True, tag="ping"):
+    hook_id: int
+    url: str
+    events: list[str]
+    kind: Literal["policy", "notify"]
+
+
+EventPayload = (
+    TaskCreated
+    | TaskStateChanged
+    | RunStarted
+    | RunFinished
+    | ApprovalRequested
+    | ApprovalResolved
+    | ReviewSubmitted
+    | TaskMerged
+    | TaskProgress
+    | RepoPushed
+    | EgressBlocked
+    | PolicyBypassed
+    | Ping
+)
+
+PAYLOADS: dict[EventType, type[Payload]] = {
+    cast(EventType, p.__struct_config__.tag): p
+    for p in (
+        TaskCreated,
+        TaskStateChanged,
+        RunStarted,
+        RunFinished,
+        ApprovalRequested,
+        ApprovalResolved,
+        ReviewSubmitted,
+        TaskMerged,
+        TaskProgress,
+        RepoPushed,
+        EgressBlocked,
+        PolicyBypassed,
+        Ping,
+    )
+}
+
+
+def data_of(payload: Payload) -> dict[str, Any]:
+    """The payload as the notification's `data`: JSON builtins, the tag left out."""
+    data: dict[str, Any] = msgspec.to_builtins(payload)
+    del data["type"]
+    return data
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    repo_id: int | None  # None for instance-wide events (ping of an instance endpoint)
+    repo_uuid: str = ""
+    repository: str = ""  # owner/name
+    task: TaskRef | None = None
+    run: RunRef | None = None
+    actor: AccountRef | None = None
+    agent: AccountRef | None = None
+    data: EventPayload
+    # Stable across retries and redeliveries: consumers deduplicate on it.
+    id: str = msgspec.field(default_factory=lambda: str(uuid.uuid4()))
+    at: datetime = msgspec.field(default_factory=utcnow)
+
+    @property
+    def type(self) -> EventType:
+        return self.data.type
+
+
+Subscriber = Callable[[AsyncSession, Event], Awaitable[None]]
+
+
+class EventBus:
+    """Synchronous, in-transaction fan-out to subscribers. A subscriber that raises aborts the
+    change it reports (the transaction rolls back): nothing is published that did not happen,
+    nothing happens that is not published."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    async def publish(self, session: AsyncSession, event: Event) -> None:
+        for subscriber in self._subscribers:
+            await subscriber(session, event)

@@ -1,0 +1,58 @@
+"""Alembic environment: async engines for SQLite (aiosqlite) and PostgreSQL (asyncpg)."""
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from forge.db import models  # noqa: F401  (registers the tables on the metadata)
+from forge.db.engine import Base, create_engine
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _include_models() -> None:
+    # Later packages register their tables on the same metadata; import what exists.
+    import importlib
+
+    for name in ("forge.git.models", "tasks.models", "webhooks.core.models"):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not name.startswith(exc.name):
+                raise
+
+
+_include_models()
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async(url: str) -> None:
+    engine = create_engine(url)
+    async with engine.connect() as connection:
+        await connection.run_sync(_run)
+        await connection.commit()
+    await engine.dispose()
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    asyncio.run(_run_async(str(config.get_main_option("sqlalchemy.url"))))

@@ -1,0 +1,113 @@
+"""Dependencies shared by API routes and web pages (Litestar `Provide`).
+
+Handlers name what they need (`db_session: DbSession`, `path_repo: PathRepoDep` ...) and get it here:
+the request's transaction, who is asking, the app's shared objects, and the repository the path
+names (`path_repo`), which the handler loads through the access rule."""
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+from litestar import Request
+from litestar.datastructures import State
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.accounts.tokens import TokenCache
+from forge.core.access import Action, Principal
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from forge.db.events import EventBus
+from forge.git import RepoStore
+from forge.http.auth import actor_of
+from forge.repos import repositories
+from forge.repos.repositories import RepoResource
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+async def provide_db_session(request: Request[Any, Any, Any], state: State) -> AsyncGenerator[AsyncSession, None]:
+    """One transaction per request: it commits when the handler returns and rolls back on error.
+    Unsafe methods take SQLite's write lock up front."""
+    db: Database = state.db
+    # git's POSTs (fetch negotiation, pushes) only read here; pushes record their refs later.
+    write = request.method not in SAFE_METHODS and not request.route_handler.opt.get("git")
+    async with db.session(write=write) as session:
+        yield session
+
+
+def provide_actor(request: Request[Any, Any, Any]) -> Actor:
+    return actor_of(request)
+
+
+def provide_principal(request: Request[Any, Any, Any]) -> Principal:
+    return actor_of(request).principal
+
+
+def _from_state(*path: str) -> Provide:
+    """A dependency that hands out one of the app's shared objects (`state.<path>`)."""
+
+    def provide(state: State) -> Any:
+        value: Any = state
+        for attr in path:
+            value = getattr(value, attr)
+        return value
+
+    return Provide(provide, sync_to_thread=False)
+
+
+def provide_base_url(state: State) -> str:
+    settings: Settings = state.settings
+    return settings.effective_base_url
+
+
+@dataclass
+class PathRepo:
+    """The repository the path names (`{owner}/{name}`), for the caller. The handler loads it
+    (`await path_repo.load(action)`: find, then the access rule; below read access 404). Not in
+    the dependency itself: a dependency that raises leaves the request's transaction open, since
+    Litestar 2 does not clean up the generator dependencies resolved before it."""
+
+    session: AsyncSession
+    principal: Principal
+    owner: str
+    name: str
+
+    async def load(self, action: Action = Action.REPO_READ) -> RepoResource:
+        return await repositories.load(self.session, self.principal, self.owner, self.name, action)
+
+
+def provide_path_repo(
+    db_session: NamedDependency[AsyncSession], actor: NamedDependency[Actor], owner: FromPath[str], name: FromPath[str]
+) -> PathRepo:
+    return PathRepo(db_session, actor.principal, owner, name)
+
+
+DEPENDENCIES = {
+    "db_session": Provide(provide_db_session),
+    "actor": Provide(provide_actor, sync_to_thread=False),
+    "principal": Provide(provide_principal, sync_to_thread=False),
+    "settings": _from_state("settings"),
+    "forge_url": Provide(provide_base_url, sync_to_thread=False),
+    "db": _from_state("db"),
+    "token_cache": _from_state("auth", "token_cache"),
+    "store": _from_state("repo_store"),
+    "bus": _from_state("bus"),
+    "path_repo": Provide(provide_path_repo, sync_to_thread=False),
+}
+
+# Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).
+DbSession = NamedDependency[AsyncSession]
+ActorDep = NamedDependency[Actor]
+PrincipalDep = NamedDependency[Principal]
+SettingsDep = NamedDependency[Settings]
+# Named so no request body field shadows it (Litestar reads a body error on a field named like a
+# dependency as a server error: a too long `base_url` answered 500).
+BaseUrlDep = NamedDependency[str]
+DatabaseDep = NamedDependency[Database]
+TokenCacheDep = NamedDependency[TokenCache]
+StoreDep = NamedDependency[RepoStore]
+BusDep = NamedDependency[EventBus]
+PathRepoDep = NamedDependency[PathRepo]

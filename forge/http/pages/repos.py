@@ -1,0 +1,322 @@
+"""Web pages for repositories: list, create and settings, and how every repository page loads its
+repository (`RepoViews`) and renders (`RepoView`); the browsing pages are in `forge.http.pages.browse`.
+Same services as the REST API; forms work without JavaScript."""
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Request, get, post
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, Parameter, URLEncodedBody
+from litestar.response import Redirect, Template
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.core.access import INSTANCE, Action, Principal, can
+from forge.core.error_codes import Code
+from forge.core.errors import ForgeError, NotFound
+from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
+from forge.http.pages.common import WebForm, page
+from forge.http.pages.forms import NO_ERRORS, form_errors
+from forge.repos import branch_rules, collaborators, lifecycle, repositories
+from forge.repos.lifecycle import RepoCreate, RepoUpdate
+from forge.repos.repositories import RepoResource
+
+REPO = "/{owner:str}/{name:str}"
+Ref = Annotated[str | None, Parameter(max_length=255)]
+
+
+@dataclass
+class RepoView:
+    """The repository of the path as the caller sees it, and how its pages render."""
+
+    request: Request[Any, Any, Any]
+    res: RepoResource
+    principal: Principal
+    base_url: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.res.key
+
+    def render(self, template: str, status_code: int = 200, **extra: Any) -> Template:
+        principal = self.principal
+        return page(
+            self.request,
+            template,
+            status_code=status_code,
+            repo=repositories.to_read(self.res, principal, self.base_url),
+            can_admin=can(principal, Action.REPO_ADMIN, self.res),
+            can_write=can(principal, Action.REPO_WRITE, self.res),
+            **extra,
+        )
+
+
+@dataclass
+class RepoViews:
+    """Loads the repository of the path for a page (`await views.load(action)`: the access rule
+    decides, below read access 404)."""
+
+    request: Request[Any, Any, Any]
+    path_repo: PathRepo
+    base_url: str
+
+    async def load(self, action: Action = Action.REPO_READ) -> RepoView:
+        res = await self.path_repo.load(action)
+        return RepoView(self.request, res, self.path_repo.principal, self.base_url)
+
+
+def provide_views(
+    request: Request[Any, Any, Any], path_repo: NamedDependency[PathRepo], forge_url: NamedDependency[str]
+) -> RepoViews:
+    return RepoViews(request, path_repo, forge_url)
+
+
+VIEWS = {"views": Provide(provide_views, sync_to_thread=False)}
+ViewsDep = NamedDependency[RepoViews]
+
+
+class NewRepoForm(WebForm):
+    name: str = ""
+    description: str = ""
+    visibility: str = "private"
+    auto_init: str = ""
+
+
+# The create service's refusals (their codes) -> the field they concern.
+NEW_REPO_ALIASES = {"invalid_name": "name", "repo_exists": "name", "invalid_visibility": "visibility"}
+
+
+class RepoListPages(Controller):
+    include_in_schema = False
+
+    @get("/repos")
+    async def list_page(
+        self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, forge_url: BaseUrlDep
+    ) -> Template:
+        found = await repositories.list_visible(db_session, actor.principal)
+        repos = [repositories.to_read(r, actor.principal, forge_url) for r in found]
+        return page(request, "repos/list.html", repos=repos)
+
+    @get("/repos/new")
+    async def new_form(self, request: Request[Any, Any, Any], actor: ActorDep) -> Template | Redirect:
+        if not actor.principal.is_authenticated:
+            return Redirect("/signin?next=/repos/new", status_code=303)
+        return page(request, "repos/new.html", errors=NO_ERRORS, form=NewRepoForm(auto_init="1"))
+
+    @post("/repos/new")
+    async def create(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        bus: BusDep,
+        data: URLEncodedBody[NewRepoForm],
+    ) -> Template | Redirect:
+        if not actor.principal.is_authenticated:
+            return Redirect("/signin", status_code=303)
+        spec = RepoCreate(
+            name=data.name.strip(),
+            description=data.description.strip(),
+            visibility=data.visibility,  # type: ignore[arg-type]  # checked by the service
+            auto_init=bool(data.auto_init),
+        )
+        try:
+            repo = await lifecycle.create_own(db_session, store, bus, actor, spec)
+        except ForgeError as exc:
+            errors = form_errors(exc, NewRepoForm.__struct_fields__, NEW_REPO_ALIASES)
+            return page(request, "repos/new.html", refused=exc, errors=errors, form=data)
+        return Redirect(f"/{repo.owner.login}/{repo.name}", status_code=303)
+
+
+class SettingsForm(WebForm):
+    description: str = ""
+    visibility: str = "private"
+    default_branch: str = ""
+    archived: str = ""
+
+
+class CollaboratorForm(WebForm):
+    login: str = ""
+    role: str = "read"
+
+
+class DangerForm(WebForm):
+    """Rename (`new_name`), transfer (`new_owner`) or delete: each needs the full name typed."""
+
+    confirm: str = ""
+    new_name: str = ""
+    new_owner: str = ""
+
+
+# Notices the settings page shows after a redirect (`?done=`): fixed texts, nothing reflected.
+DONE_NOTICES = {
+    "renamed": "Renamed. The old address no longer works: point your clones at the new one "
+    "(git remote set-url origin NEW-URL).",
+    "collaborator-removed": "Collaborator removed.",
+}
+
+
+class RuleForm(WebForm):
+    pattern: str = ""
+    allow_force_push: str = ""
+    allow_deletion: str = ""
+
+
+class RepoSettingsPages(Controller):
+    path = REPO + "/settings"
+    include_in_schema = False
+    dependencies = VIEWS
+
+    async def _render(self, db_session: AsyncSession, view: RepoView, status_code: int = 200, **extra: Any) -> Template:
+        members = await collaborators.list_collaborators(db_session, view.res)
+        rules = await repositories.branch_rules(db_session, view.res.repo)
+        return view.render(
+            "repos/settings.html",
+            status_code,
+            collaborators=members,
+            rules=rules,
+            can_transfer=can(view.principal, Action.REPO_TRANSFER, view.res),
+            can_delete=can(view.principal, Action.INSTANCE_ADMIN, INSTANCE),
+            **{"danger": None, "danger_form": DangerForm(), **extra},
+        )
+
+    async def _refused(
+        self, db_session: AsyncSession, view: RepoView, section: str, exc: ForgeError, form: DangerForm
+    ) -> Template:
+        """A refused danger-zone action: the page again, the reason inside that action's section."""
+        return await self._render(db_session, view, refused=exc, danger=section, danger_form=form)
+
+    async def _apply(self, db_session: AsyncSession, view: RepoView, change: Awaitable[object]) -> Template:
+        """Run one settings change and show the page again, with the refusal when there is one."""
+        try:
+            await change
+        except ForgeError as exc:
+            return await self._render(db_session, view, refused=exc)
+        return await self._render(db_session, view, notice="saved")
+
+    @get("/")
+    async def index(
+        self, db_session: DbSession, views: ViewsDep, done: Annotated[str, Parameter(max_length=40)] = ""
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        return await self._render(db_session, view, notice=DONE_NOTICES.get(done))
+
+    @post("/")
+    async def update(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        store: StoreDep,
+        views: ViewsDep,
+        data: URLEncodedBody[SettingsForm],
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        fields = {
+            "description": data.description,
+            "visibility": data.visibility,
+            "default_branch": data.default_branch or None,
+            "archived": bool(data.archived),
+        }
+        try:
+            change = msgspec.convert(fields, RepoUpdate)
+        except msgspec.ValidationError as exc:
+            return await self._render(db_session, view, status_code=422, error=str(exc))
+        return await self._apply(db_session, view, lifecycle.update(db_session, store, actor, view.res, change))
+
+    @post("/collaborators")
+    async def collaborator(
+        self, db_session: DbSession, actor: ActorDep, views: ViewsDep, data: URLEncodedBody[CollaboratorForm]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        change = collaborators.set_collaborator(db_session, actor, view.res, data.login.strip(), data.role)  # type: ignore[arg-type]
+        return await self._apply(db_session, view, change)
+
+    @get("/collaborators/{login:str}/remove")
+    async def confirm_remove_collaborator(
+        self, db_session: DbSession, views: ViewsDep, login: FromPath[str]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        found = [
+            c for c in await collaborators.list_collaborators(db_session, view.res) if c.login.lower() == login.lower()
+        ]
+        if not found or found[0].login.lower() == view.res.repo.owner.login.lower():
+            raise NotFound(
+                f"{login} is not a collaborator (the owner is always an admin)", code=Code.COLLABORATOR_NOT_FOUND
+            )
+        return view.render("repos/collaborator_remove.html", collaborator=found[0])
+
+    @post("/collaborators/{login:str}/remove")
+    async def remove_collaborator(
+        self, db_session: DbSession, actor: ActorDep, views: ViewsDep, login: FromPath[str]
+    ) -> Redirect:
+        view = await views.load(Action.REPO_ADMIN)
+        await collaborators.remove_collaborator(db_session, actor, view.res, login)
+        return Redirect(
+            f"/{view.res.full_name}/settings/?done=collaborator-removed#collaborators-section", status_code=303
+        )
+
+    @post("/rename")
+    async def rename(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
+    ) -> Template | Redirect:
+        view = await views.load(Action.REPO_ADMIN)
+        try:
+            lifecycle.require_confirmation(view.res, data.confirm)
+            change = RepoUpdate(name=data.new_name.strip())
+            await lifecycle.update(db_session, store, actor, view.res, change)
+        except ForgeError as exc:
+            await db_session.rollback()
+            view = await views.load(Action.REPO_ADMIN)
+            return await self._refused(db_session, view, "rename", exc, data)
+        return Redirect(f"/{view.res.full_name}/settings/?done=renamed#danger-zone", status_code=303)
+
+    @post("/transfer")
+    async def transfer(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        old_name = view.res.full_name
+        try:
+            res = await lifecycle.transfer(db_session, store, actor, view.res, data.new_owner, data.confirm)
+        except ForgeError as exc:
+            await db_session.rollback()
+            view = await views.load(Action.REPO_ADMIN)
+            return await self._refused(db_session, view, "transfer", exc, data)
+        still_reads = can(view.principal, Action.REPO_READ, res)
+        return page(
+            view.request,
+            "repos/gone.html",
+            old_name=old_name,
+            new_name=res.full_name if still_reads else None,
+            moved_to=res.repo.owner.login,
+        )
+
+    @post("/delete")
+    async def delete_repo(
+        self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        old_name = view.res.full_name
+        try:
+            await lifecycle.remove(db_session, store, actor, view.res, data.confirm)
+        except ForgeError as exc:
+            return await self._refused(db_session, view, "delete", exc, data)
+        return page(view.request, "repos/gone.html", old_name=old_name, deleted=True)
+
+    @post("/rules")
+    async def rule(
+        self, db_session: DbSession, actor: ActorDep, views: ViewsDep, data: URLEncodedBody[RuleForm]
+    ) -> Template:
+        view = await views.load(Action.REPO_ADMIN)
+        change = branch_rules.add_branch_rule(
+            db_session,
+            actor,
+            view.res,
+            data.pattern,
+            allow_force_push=bool(data.allow_force_push),
+            allow_deletion=bool(data.allow_deletion),
+        )
+        return await self._apply(db_session, view, change)

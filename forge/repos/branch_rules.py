@@ -1,0 +1,76 @@
+"""Branch protection rules, the rows: list, add or change, remove. The push rules of the git
+layer (`forge.git.refrules`) apply them to each ref update of a push."""
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.core.access import Action, require
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput, NotFound
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.models import BranchRule
+from forge.repos.repositories import RepoResource, branch_rules
+
+
+class BranchRuleRead(msgspec.Struct, kw_only=True):
+    id: int
+    pattern: str
+    allow_force_push: bool
+    allow_deletion: bool
+
+
+def _read(rule: BranchRule) -> BranchRuleRead:
+    return BranchRuleRead(
+        id=rule.id, pattern=rule.pattern, allow_force_push=rule.allow_force_push, allow_deletion=rule.allow_deletion
+    )
+
+
+async def list_rules(session: AsyncSession, res: RepoResource) -> list[BranchRuleRead]:
+    return [_read(r) for r in await branch_rules(session, res.repo)]
+
+
+async def add_branch_rule(
+    session: AsyncSession,
+    actor: Actor,
+    res: RepoResource,
+    pattern: str,
+    *,
+    allow_force_push: bool,
+    allow_deletion: bool,
+) -> BranchRuleRead:
+    require(actor.principal, Action.REPO_ADMIN, res)
+    pattern = pattern.strip()
+    if not pattern or len(pattern) > 255 or any(c in pattern for c in "\x00\n\r "):
+        raise InvalidInput("a pattern is 1-255 characters without spaces", code=Code.INVALID_PATTERN)
+    existing = (
+        await session.execute(
+            select(BranchRule).where(BranchRule.repo_id == res.repo.id, BranchRule.pattern == pattern)
+        )
+    ).scalar_one_or_none()
+    if existing is None:
+        existing = BranchRule(repo_id=res.repo.id, pattern=pattern)
+        session.add(existing)
+    existing.allow_force_push = allow_force_push
+    existing.allow_deletion = allow_deletion
+    await session.flush()
+    audit.record(
+        session,
+        actor,
+        "repo.branch_rule.set",
+        res.full_name,
+        pattern=pattern,
+        allow_force_push=allow_force_push,
+        allow_deletion=allow_deletion,
+    )
+    return _read(existing)
+
+
+async def remove_branch_rule(session: AsyncSession, actor: Actor, res: RepoResource, rule_id: int) -> None:
+    require(actor.principal, Action.REPO_ADMIN, res)
+    rule = await session.get(BranchRule, rule_id)
+    if rule is None or rule.repo_id != res.repo.id:
+        raise NotFound("no such branch rule", code=Code.BRANCH_RULE_NOT_FOUND)
+    audit.record(session, actor, "repo.branch_rule.remove", res.full_name, pattern=rule.pattern)
+    await session.delete(rule)
