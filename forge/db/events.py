@@ -1,7 +1,7 @@
 """Domain events. Every state change publishes one, inside the transaction that makes the change.
 
 `forge` only defines the envelope, the payloads and the bus; subscribers are wired by the
-composition root (`forge/app.py`): the webhooks package writes outbox rows for them (same
+composition root (`forge/app/factory.py`): the webhooks package writes outbox rows for them (same
 transaction, so a crash cannot lose one), the tasks package fans transcript events out to live
 views.
 

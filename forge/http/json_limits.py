@@ -1,39 +1,23 @@
 """How deep JSON may nest. Decoders recurse per level (msgspec and the stdlib raise RecursionError
 near Python's recursion limit), so a small body nested a thousand levels deep would reach them as a
-server error. Every JSON body is measured before any decoder sees it. Webhook responses are measured
-the same way by `webhooks.sdk.protocol.max_depth`, a copy on purpose: the consumer SDK that shares that
-module imports nothing but the standard library and PyJWT, and `forge` may not import `webhooks`."""
+server error. Every JSON body is measured before any decoder sees it, by the same rule webhook
+answers are measured with: `webhooks.sdk.protocol.max_depth` (the consumer SDK is standard library
+and PyJWT only, so forge may use it; it is the one webhooks room forge imports)."""
 
-import re
 from typing import Any, Final
 
 from litestar import Request
 
 from forge.core.error_codes import Code
 from forge.core.errors import ForgeError
+from webhooks.sdk.protocol import max_depth
 
 #: Deeper than any request or response shape of the API (the deepest is ~6 levels) by a wide margin.
 MAX_JSON_DEPTH: Final = 128
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
 
 class JsonTooDeep(ForgeError, code=Code.JSON_TOO_DEEP, title="JSON nested too deeply"):
     pass
-
-
-def max_depth(data: bytes) -> int:
-    """Deepest nesting of arrays/objects in JSON text (brackets inside strings do not count)."""
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
-    depth = deepest = 0
-    for ch in brackets:
-        if ch in b"[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
 
 
 def exceeds(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:

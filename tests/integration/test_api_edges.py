@@ -11,8 +11,9 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from forge.http.int_bounds import INT_MAX, INT_MIN
-from forge.http.json_limits import MAX_JSON_DEPTH, exceeds, max_depth
+from forge.http.json_limits import MAX_JSON_DEPTH, exceeds
 from tests.support.accounts import Accounts
+from webhooks.sdk.protocol import max_depth
 
 pytestmark = pytest.mark.db
 
