@@ -201,7 +201,8 @@ def outbound(cfg: WebhooksConfig, **kw: Any) -> Outbound:
 
 
 async def make_repo(db: Database, owner_login: str = "ana", name: str = "demo") -> Repository:
-    from forge.accounts.accounts import accounts, get_by_login
+    from forge.accounts import accounts
+    from forge.accounts.accounts import get_by_login
 
     async with db.session(write=True) as s:
         owner = await get_by_login(s, owner_login)
