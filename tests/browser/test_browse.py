@@ -19,7 +19,7 @@ def _pushed(page: Page, forge: ForgeServer, tmp_path: Path) -> tuple[str, Histor
     full_name = create_repo(page, forge.url, "tour", readme=False)
     owner, name = full_name.split("/")
     history = build_history(tmp_path / "work")
-    push_to(history.work, repo_path(forge.core.settings.data_dir / "repos", owner, name))
+    push_to(history.work, repo_path(forge.settings.data_dir / "repos", owner, name))
     return full_name, history
 
 

@@ -88,7 +88,7 @@ def test_runtimes_say_what_they_are_and_why_they_cannot_run(
 
         # With an endpoint, the builtin agent is offered and chosen; by keyboard the choice moves
         # within the group and the command's field follows it.
-        run_async(set_repo_model(forge.core.settings, repo))
+        run_async(set_repo_model(forge.settings, repo))
         page.goto(f"{forge.url}/{repo}/tasks/")
         expect(radio(page, "builtin")).to_be_enabled()
         expect(radio(page, "builtin")).to_be_checked()

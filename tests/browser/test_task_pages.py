@@ -73,7 +73,7 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         expect(page.locator("#branch-link")).to_have_text(re.compile(r"agent/1-"))
 
         # --- a transcript of every kind --------------------------------------------------------------
-        run_async(record_on_server(forge.core.settings, 1))
+        run_async(record_on_server(forge.settings, 1))
         page.reload()
         log = page.locator("#transcript")
         card = log.locator(".ti-tool").filter(has_text="bash").first
