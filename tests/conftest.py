@@ -60,9 +60,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     chosen = _databases()
     if "db_url" not in metafunc.fixturenames or len(chosen) < 2:
         return
-    marked = metafunc.definition.get_closest_marker
-    docker = marked("docker") or DOCKER_TESTS in metafunc.definition.path.parents
-    if docker and not marked("both_databases"):
+    docker = DOCKER_TESTS in metafunc.definition.path.parents  # its marker is added after this hook
+    if docker and not metafunc.definition.get_closest_marker("both_databases"):
         # What a docker test proves is the sandbox's and the agent's, not the database's: with
         # both databases chosen it runs once, on PostgreSQL (the integration tests prove each
         # database's part on both; a docker test whose point is the database says so).
