@@ -318,7 +318,10 @@ async def test_a_killed_workers_pool_is_reaped_and_swept(
         assert (await asyncio.to_thread(proc.stdout.readline)).strip() == "ready"
         pooled = [s for s in await list_sandboxes(engine, INSTANCE) if s.run.startswith("pool:")]
         assert len(pooled) == 2
-        assert await reap(engine, INSTANCE, keep=set()) == []  # its pool lives
+        # Its pool lives. (Our reap may take other processes' orphans on this engine: a parallel
+        # test's killed server leaves some, and any reap on the host removes them by design.)
+        lost = {s.id for s in pooled} & {s.id for s in await reap(engine, INSTANCE, keep=set())}
+        assert lost == set()
         assert sweep_pool_dirs(root, channels) == []
         os.kill(proc.pid, signal.SIGKILL)
         await asyncio.to_thread(proc.wait, 30)
