@@ -61,10 +61,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "db_url" not in metafunc.fixturenames or len(chosen) < 2:
         return
     docker = DOCKER_TESTS in metafunc.definition.path.parents  # its marker is added after this hook
-    if docker and not metafunc.definition.get_closest_marker("both_databases"):
+    marked = metafunc.definition.get_closest_marker
+    if (docker and not marked("both_databases")) or marked("postgresql_when_both"):
         # What a docker test proves is the sandbox's and the agent's, not the database's: with
         # both databases chosen it runs once, on PostgreSQL (the integration tests prove each
-        # database's part on both; a docker test whose point is the database says so).
+        # database's part on both; a docker test whose point is the database says so). So does
+        # an integration test whose cost is volume and whose stricter database is PostgreSQL
+        # (`make test`, SQLite only, still runs it there).
         chosen = ["postgresql"]
     metafunc.parametrize("db_url", chosen, indirect=True)
 

@@ -1,4 +1,6 @@
-"""The `forgehand` command, run as a real subprocess against a real data directory."""
+"""The `forgehand` command against a real data directory: in-process for what the commands do
+(tests/support/cli.py), as a real subprocess for what only a process shows (the console script, the
+working directory, a bad environment)."""
 
 import os
 import subprocess
@@ -7,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import Ran, forgehand, instance_env
+
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 
 
-def run(data_dir: Path, db_url: str, *args: str, input_: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
-    env.update({"FORGEHAND_DATA_DIR": str(data_dir), "FORGEHAND_DATABASE_URL": db_url})
-    return subprocess.run(
-        [FORGEHAND, *args], capture_output=True, text=True, env=env, input=input_, timeout=120, check=False
-    )
+def run(data_dir: Path, db_url: str, *args: str, input_: str | None = None) -> Ran:
+    return forgehand(*args, env=instance_env(data_dir, db_url), input_=input_)
 
 
 @pytest.fixture
@@ -48,8 +48,7 @@ def test_every_command_has_help() -> None:
 
 
 def test_users_bots_tokens_audit_roundtrip(data_dir: Path, db_url: str) -> None:
-    """The CLI's account commands as an operator runs them, each a real `forgehand` process (about
-    twenty): the process start dominates, which is why it passes 30 s under the parallel suite."""
+    """The CLI's account commands as an operator runs them, one after another on one instance."""
     assert run(data_dir, db_url, "db", "upgrade").returncode == 0
     r = run(data_dir, db_url, "users", "create", "ana", "--admin", "--password", "correct horse battery")
     assert r.returncode == 0, r.stderr
@@ -155,14 +154,14 @@ def test_a_command_run_where_there_is_no_instance_says_where_it_looked_and_creat
     elsewhere.mkdir()
     empty.mkdir()
     cases = [
-        (elsewhere, _plain_env(), elsewhere / "var"),  # the default ./var of another directory
-        (elsewhere, _plain_env(FORGEHAND_DATA_DIR=str(empty)), empty),  # an empty directory
-        (elsewhere, _plain_env(FORGEHAND_DATA_DIR="missing"), elsewhere / "missing"),  # relative, missing
+        (elsewhere, {}, elsewhere / "var"),  # the default ./var of another directory
+        (elsewhere, {"FORGEHAND_DATA_DIR": str(empty)}, empty),  # an empty directory
+        (elsewhere, {"FORGEHAND_DATA_DIR": "missing"}, elsewhere / "missing"),  # relative, missing
     ]
     commands = (["users", "list"], ["users", "create", "bob"], ["tokens", "list", "--user", "ana"], ["audit", "tail"])
     for cwd, env, looked_at in cases:
         for args in commands:
-            r = subprocess.run([FORGEHAND, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+            r = forgehand(*args, env=env, cwd=cwd)
             assert r.returncode == 2, (args, r)
             lines = r.stderr.strip().splitlines()
             assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

@@ -1,9 +1,7 @@
-"""`forgehand users set-password LOGIN`, run as a real subprocess: the password comes from stdin
-(or a prompt), never from the command line; refusals are one line and exit status 2."""
+"""`forgehand users set-password LOGIN` (in-process: tests/support/cli.py): the password comes
+from stdin (or a prompt), never from the command line; refusals are one line and exit status 2."""
 
-import os
-import subprocess
-import sys
+import asyncio
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -13,17 +11,14 @@ from forge.app.cli import main
 from forge.core.security import verify_password
 from forge.db.engine import Database
 from tests.support.accounts import Accounts
+from tests.support.cli import Ran, forgehand, instance_env
 
-FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
 NEW = "a brand new long password"
 
 
-def run(settings_dir: Path, db_url: str, *args: str, input_: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
-    env.update({"FORGEHAND_DATA_DIR": str(settings_dir), "FORGEHAND_DATABASE_URL": db_url})
-    return subprocess.run(
-        [FORGEHAND, *args], capture_output=True, text=True, env=env, input=input_, timeout=120, check=False
-    )
+async def run(settings_dir: Path, db_url: str, *args: str, input_: str) -> Ran:
+    # In a thread: the command runs its own event loop, and this test's is running.
+    return await asyncio.to_thread(forgehand, *args, env=instance_env(settings_dir, db_url), input_=input_)
 
 
 def test_it_takes_no_password_argument() -> None:
@@ -36,7 +31,7 @@ def test_it_takes_no_password_argument() -> None:
 async def test_set_password_from_stdin(tmp_path: Path, db_url: str, make: Accounts, db: Database) -> None:
     await make.user("ana")
     await make.bot("fixer")
-    r = run(tmp_path / "data", db_url, "users", "set-password", "ana", input_=NEW + "\n")
+    r = await run(tmp_path / "data", db_url, "users", "set-password", "ana", input_=NEW + "\n")
     assert r.returncode == 0, r.stderr
     assert "password of ana set" in r.stdout and NEW not in r.stdout
     async with db.session() as s:
@@ -48,8 +43,8 @@ async def test_set_password_from_stdin(tmp_path: Path, db_url: str, make: Accoun
         ("fixer", NEW + "\n", "bots have no password"),
         ("nobody", NEW + "\n", "no account"),
     ):
-        r = run(tmp_path / "data", db_url, "users", "set-password", login, input_=given)
+        r = await run(tmp_path / "data", db_url, "users", "set-password", login, input_=given)
         assert r.returncode == 2, (login, r.stdout)
         assert says in r.stderr and "Traceback" not in r.stderr
-    tail = run(tmp_path / "data", db_url, "audit", "tail", "-n", "20", input_="").stdout
+    tail = (await run(tmp_path / "data", db_url, "audit", "tail", "-n", "20", input_="")).stdout
     assert "user.password.reset" in tail
