@@ -331,6 +331,11 @@ class SandboxProcess:
                 raise self._error
         finally:
             self._iterating -= 1
+            if not self._iterating and (self._discard or self._closing):
+                # The last reader left (a `break`) after `wait()` or `aclose()` had found it still
+                # reading: the lines it would have taken are nobody's. Without this, a reader task
+                # blocked on a full queue would never reach the exit, and `wait()` never return.
+                self._drain()
 
     def _drain(self) -> None:
         while not self._lines.empty():
