@@ -59,6 +59,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # "127.0.0.1,localhost" for local consumers). Everything else must be https and public.
     webhooks_allowed_hosts: str = ""
     webhooks_policy_concurrency: int = 32
+    # Seconds one policy dispatch may take in all (every endpoint, retry and wait): past it the
+    # failure policy decides. Up to 10; raise it for consumers that act before they answer.
+    webhooks_policy_deadline_seconds: float = 5.0
     webhooks_delivery_concurrency: int = 8
     # Deliver notifications from this process (with run_worker); false leaves it to `forgehand worker`.
     webhooks_deliver: bool = True
@@ -235,6 +238,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
     for name in _POSITIVE:
         if getattr(s, name) <= 0:
             raise SettingsError(f"{src(name)}: must be a positive integer")
+    if not 0.1 <= s.webhooks_policy_deadline_seconds <= 10:
+        raise SettingsError(f"{src('webhooks_policy_deadline_seconds')}: expected seconds between 0.1 and 10")
     if s.task_workspace_quota == "mount" and s.task_workspace_limit_mb < 16:
         raise SettingsError(f"{src('task_workspace_limit_mb')}: must be at least 16 (MiB) for a mounted workspace")
     if not 0 <= s.task_sandbox_pool <= 32:

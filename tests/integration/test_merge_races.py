@@ -24,8 +24,10 @@ pytestmark = pytest.mark.db
 
 
 @pytest.fixture
-def settings(settings: Settings) -> Settings:  # loopback policy consumers are allowed here
-    return msgspec.structs.replace(settings, webhooks_allowed_hosts="127.0.0.1")
+def settings(settings: Settings) -> Settings:
+    # Loopback policy consumers are allowed here, and the consumer that pushes before it answers
+    # (a real `git push` to this server) gets the longest deadline an operator can give it.
+    return msgspec.structs.replace(settings, webhooks_allowed_hosts="127.0.0.1", webhooks_policy_deadline_seconds=10.0)
 
 
 class Consumer(PolicyConsumer):

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import jwt
+import msgspec
 import pytest
 from sqlalchemy import select
 
@@ -174,6 +175,34 @@ async def test_hanging_consumer_is_abandoned_within_the_deadline(
     async with db.session() as s:
         rows = (await s.execute(select(WebhookDelivery))).scalars().all()
     assert [(d.result, d.kind, d.wid) for d in rows] == [("timeout", "policy", outcome.delivery_id)]
+
+
+async def test_the_configured_deadline_applies_when_the_caller_names_none(
+    db: Database, settings: Settings, repo: Repository
+) -> None:
+    """`FORGEHAND_WEBHOOKS_POLICY_DEADLINE_SECONDS` is the deadline of every dispatch the task core
+    asks for: the consumer reads it in the token, whose `exp` is `iat` + the deadline + 30 s."""
+    from webhooks.core.outbound import Outbound
+
+    lifetimes: list[int] = []
+
+    def answer(seen: Seen) -> tuple[int, list[tuple[str, str]], bytes]:
+        claims = jwt.decode(seen.headers["authorization"][7:], options={"verify_signature": False})
+        lifetimes.append(claims["exp"] - claims["iat"])
+        return 200, [], b""
+
+    with receiver(answer) as r:
+        await policy_endpoint(db, settings, repo, r.url)
+        for deadline, lifetime in ((9.0, 39), (5.0, 35)):
+            cfg = config(msgspec.structs.replace(settings, webhooks_policy_deadline_seconds=deadline))
+            out = Outbound(cfg.allow)
+            try:
+                await PolicyDispatcher(db, cfg, out).dispatch(
+                    None, "pre_tool_use", repo=RepoRef.of(repo), task_meta=META, data=TOOL
+                )
+            finally:
+                await out.aclose()
+            assert lifetimes[-1] == lifetime, (deadline, lifetimes)
 
 
 @pytest.mark.parametrize(

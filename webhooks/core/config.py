@@ -11,6 +11,7 @@ from forge.core.urlguard import AllowList
 from forge.db.engine import utcnow
 from webhooks.core.models import WebhookEndpoint
 from webhooks.core.signing import SigningKey
+from webhooks.sdk.protocol import DEFAULT_BUDGET
 
 Clock = Callable[[], datetime]
 SECRET_PURPOSE = "forgehand-webhook-secrets-v1"
@@ -22,6 +23,7 @@ class WebhooksConfig:
     box: SecretBox
     allow: AllowList = field(default_factory=AllowList)
     policy_concurrency: int = 32
+    policy_deadline: float = DEFAULT_BUDGET  # seconds a dispatch may take when its caller names none
     delivery_concurrency: int = 8
     clock: Clock = utcnow
 
@@ -33,6 +35,7 @@ class WebhooksConfig:
             "allow": AllowList.parse(getattr(settings, "webhooks_allowed_hosts", "")),
             "policy_concurrency": int(getattr(settings, "webhooks_policy_concurrency", 32)),
             "delivery_concurrency": int(getattr(settings, "webhooks_delivery_concurrency", 8)),
+            "policy_deadline": float(getattr(settings, "webhooks_policy_deadline_seconds", DEFAULT_BUDGET)),
         }
         values.update(overrides)
         return cls(**values)

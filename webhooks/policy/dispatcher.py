@@ -36,7 +36,7 @@ from webhooks.policy import endpoint_cache
 from webhooks.policy.answers import Decision, PolicyAnswer
 from webhooks.policy.endpoint_call import FAILURES, EndpointCaller, EndpointResult, Target
 from webhooks.policy.log_writer import DeliveryLogWriter, LogRow
-from webhooks.sdk.protocol import DEFAULT_BUDGET, MAX_BUDGET, POLICY_EVENTS
+from webhooks.sdk.protocol import MAX_BUDGET, POLICY_EVENTS
 
 log = structlog.get_logger("forgehand.webhooks")
 
@@ -76,9 +76,7 @@ class PolicyOutcome(msgspec.Struct, frozen=True, kw_only=True):
         return [r for r in self.results if r.failed]
 
 
-def _clamp_budget(deadline: float | None) -> float:
-    if deadline is None:
-        return DEFAULT_BUDGET
+def _clamp_budget(deadline: float) -> float:
     return min(max(float(deadline), 0.001), MAX_BUDGET)
 
 
@@ -210,7 +208,7 @@ class PolicyDispatcher:
     ) -> PolicyOutcome:
         if event_type not in POLICY_EVENTS:
             raise ValueError(f"{event_type!r} is not a policy event")
-        budget = _clamp_budget(deadline)
+        budget = _clamp_budget(self.cfg.policy_deadline if deadline is None else deadline)
         started = time.monotonic()
         end = started + budget
         wid = str(uuid.uuid4())
