@@ -102,7 +102,9 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 def context(browser: Browser) -> Iterator[BrowserContext]:
     ctx = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
     ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
-    ctx.tracing.start(screenshots=True, snapshots=True)
+    # DOM snapshots only: the screencast frames cost a tenth of a browser test's CPU, and a failure
+    # leaves its own full-page screenshot.
+    ctx.tracing.start(screenshots=False, snapshots=True)
     yield ctx
     ctx.close()
 

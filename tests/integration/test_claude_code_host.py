@@ -164,7 +164,7 @@ async def test_the_cli_killed_mid_turn_fails_with_a_typed_reason(tmp_path: Path)
     with ScriptedAnthropic([hang()]) as api:
         sb = HostSandbox(tmp_path, api.url)
         run = asyncio.ensure_future(ClaudeCodeRuntime().run(host_context(sb, ScriptedGate(), Recorder())))
-        await until(lambda: api.requests, timeout=10, what="the CLI to call the model")
+        await until(lambda: api.requests, timeout=60, what="the CLI to call the model")
         assert api.requests, "the CLI never called the model"
         sb.spawned[0].proc.kill()
         outcome = await asyncio.wait_for(run, 30)
