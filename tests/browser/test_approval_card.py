@@ -58,6 +58,8 @@ def forge_settings(model: ScriptedModel) -> dict[str, Any]:
 def test_a_parked_tool_call_is_shown_approved_and_run(
     page: Page, forge: ForgeServer, model: ScriptedModel, consumer: PolicyConsumer, artifacts_dir: Path
 ) -> None:
+    """Over 30 s under the parallel suite: a bot, a repository and two real sandbox runs (the call
+    parked, then run once approved) driven through the pages, the card scanned at two widths."""
     sign_in(page, forge.url, forge.admin_login, forge.admin_password)
     create_bot(page, forge.url, "fixer")
     repo = create_repo(page, forge.url, "guarded")

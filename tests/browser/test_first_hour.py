@@ -195,6 +195,10 @@ def correct_an_egress_typo(page: Page, url: str) -> None:
 
 
 def test_the_first_hour(page: Page, tmp_path: Path, agents_image: str) -> None:
+    """Over 30 s: the first hour of a new instance as one story in one browser page (the
+    instance started as `make run` starts it, the password change, a bot, a repository, a
+    Claude Code task whose call is parked, approved and run, the review and the merge), since
+    the point is that each step leads to the next without a guess."""
     call = {"command": "echo hi > /workspace/hi.txt", "description": "write hi"}
     # The parked call, then the same call again in the approval run (which runs it without asking).
     turns = [tool_use("Bash", call, id="toolu_hi"), tool_use("Bash", call), text("Wrote hi.txt.")]

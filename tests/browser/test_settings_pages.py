@@ -79,6 +79,9 @@ def copies(page: Page, button: Locator, expected: str) -> None:
 
 
 def test_copy_buttons_and_no_console_errors(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
+    """Over 30 s under the parallel suite: each copy button (clone URL, generated password, signing
+    secret, new token) pressed and the clipboard read back, the console watched on every page of
+    the walk, and the pages scanned by axe at two widths."""
     errors: list[str] = []
     page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
@@ -175,6 +178,9 @@ def danger_action(page: Page, summary: str) -> Locator:
 
 
 def test_the_danger_zone_and_removing_a_collaborator(page: Page, site: ForgeServer, artifacts_dir: Path) -> None:
+    """Over 30 s under the parallel suite: a collaborator added and removed, then each confirmation
+    form of the danger zone (a refused rename that keeps what was typed, the rename, the transfer,
+    the delete) filled in as a person would, the pages scanned by axe at two widths."""
     make_person(site, "heir")
     with no_foreign_requests(page, site.url):
         sign_in(page, site.url, site.admin_login, site.admin_password)

@@ -25,6 +25,8 @@ TASKS = "/api/v1/repos/ana/demo/tasks"
 
 
 async def test_make_run_walkthrough_edit_deny_review_resume_merge(tmp_path: Path, agents_image: str) -> None:
+    """Over 30 s: the README's walkthrough with the real Claude Code CLI in two real sandbox runs
+    (an edit and a denied shell call, then changes requested, the session resumed, the merge)."""
     turns = [
         tool_use("Bash", {"command": "touch /workspace/pwned", "description": "marker"}, id="toolu_bash"),
         tool_use("Write", {"file_path": "/workspace/hello.txt", "content": "hello v1\n"}),
