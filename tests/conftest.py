@@ -19,6 +19,7 @@ from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.engine import Database
 from tests.support import databases
 from tests.support.accounts import Accounts, LiveServer
+from tests.support.ports import free_port
 from tests.support.waiting import until_sync
 
 # Property tests check what holds, not how fast the machine is: on a loaded 2-CPU runner the default
@@ -132,15 +133,11 @@ def make(db: Database) -> Accounts:
 @pytest.fixture
 def live_server(settings: Settings, db_url: str) -> Iterator[LiveServer]:
     """The real app served by uvicorn on 127.0.0.1 (a free port), in a thread with its own loop."""
-    import socket
     import threading
 
     import uvicorn
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     served = msgspec.structs.replace(settings, host="127.0.0.1", port=port, base_url=f"http://127.0.0.1:{port}")
     config = uvicorn.Config(create_app(served), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

@@ -26,7 +26,8 @@ import pytest
 
 from sandbox import DEFAULT_AGENTS_IMAGE
 from tests.support.anthropic import ScriptedAnthropic, text
-from tests.support.serve_process import free_port, prepare, serving
+from tests.support.ports import free_port
+from tests.support.serve_process import prepare, serving
 
 TASKS = "/api/v1/repos/ana/demo/tasks"
 RUNS = 5

@@ -27,7 +27,8 @@ import msgspec
 import pytest
 
 from sandbox import DEFAULT_IMAGE
-from tests.support.serve_process import free_port, prepare, serving
+from tests.support.ports import free_port
+from tests.support.serve_process import prepare, serving
 from tests.support.sse_lag import sse_frames
 
 TASKS = "/api/v1/repos/ana/demo/tasks"

@@ -39,7 +39,8 @@ from forge.core.settings import Settings
 from forge.db.engine import Database, utcnow
 from forge.db.events import AccountRef, Event, EventBus, RunRef, TaskRef, TaskStateChanged
 from forge.db.models import Repository
-from tests.support.webhooks import LOOPBACK, free_port, make_endpoint, make_repo
+from tests.support.ports import free_port
+from tests.support.webhooks import LOOPBACK, make_endpoint, make_repo
 from webhooks.core import envelope
 from webhooks.core.envelope import RepoRef, TaskMeta
 from webhooks.core.models import WebhookDelivery, WebhookOutbox

@@ -40,6 +40,7 @@ from tests.support.browser_ui import (
     sign_in,
     start_task,
 )
+from tests.support.ports import free_port
 from tests.support.waiting import until_sync
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
@@ -48,13 +49,6 @@ BIN = Path(sys.executable).parent
 KEY = "sk-ant-first-hour-personal-key-0123456789"
 MODEL = "claude-first-hour"
 NEW_PASSWORD = "the team lead's own passphrase"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -15,7 +15,8 @@ import pytest
 from forge.git import RepoStore
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.policy import decisions, make_hook_token, reference_consumer
-from tests.support.serve_process import free_port, prepare, serving
+from tests.support.ports import free_port
+from tests.support.serve_process import prepare, serving
 from tests.support.tasks import all_events, tree_files, wait_state
 
 pytestmark = pytest.mark.docker

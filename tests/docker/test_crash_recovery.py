@@ -8,7 +8,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from tasks.core.models import MergeIntent, Run, Task
 from tasks.core.states import RunState, TaskState
 from tests.support.accounts import run_sync
 from tests.support.git import git
+from tests.support.ports import free_port
 from tests.support.task_world import TASKS, World, bare_repo, build_task_world
 from tests.support.tasks import containers_of
 from tests.support.waiting import until_sync
@@ -53,10 +53,7 @@ class Server:
     """`forgehand serve` in its own process, on a fixed port across restarts."""
 
     def __init__(self, settings: Settings, log: Path) -> None:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        sock.close()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}

@@ -20,7 +20,8 @@ from tests.support.codex_acp import CodexAcpResponses, exec_command
 from tests.support.openai_responses import custom_tool_call
 from tests.support.openai_responses import text as said
 from tests.support.policy import decisions, make_hook_token, reference_consumer
-from tests.support.serve_process import free_port, prepare, serving
+from tests.support.ports import free_port
+from tests.support.serve_process import prepare, serving
 from tests.support.tasks import all_events, tree_files, wait_state
 
 pytestmark = pytest.mark.docker

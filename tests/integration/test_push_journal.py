@@ -29,6 +29,7 @@ from forge.git.pktline import FLUSH_PKT, pkt_line
 from forge.repos.pushes import PushRecorder
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git, pack_objects
+from tests.support.ports import free_port
 from tests.support.waiting import until_sync
 from webhooks.core.config import WebhooksConfig
 from webhooks.core.models import WebhookOutbox
@@ -145,9 +146,7 @@ def test_a_client_that_hangs_up_still_leaves_a_record(live_server: LiveServer, t
 
 class Serve:
     def __init__(self, data: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FORGEHAND_")}
         self.env.update(

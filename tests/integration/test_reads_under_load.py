@@ -15,7 +15,8 @@ from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database
-from tests.support.serve_process import free_port, serving
+from tests.support.ports import free_port
+from tests.support.serve_process import serving
 from tests.support.tasks import seed
 
 TASKS = "/api/v1/repos/ana/demo/tasks"

@@ -3,23 +3,17 @@
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 
+from tests.support.ports import free_port
 from tests.support.waiting import until_sync
 from tests.support.web import csrf_from
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_first_start_creates_admin_and_serves(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ from forge.core.settings import Settings
 from forge.db.engine import Database
 from tasks.core.policy import AllowAll, GateContext, GateDecision, PromptKind
 from tasks.system import TaskSystem
-from tests.support.serve_process import free_port, serving
+from tests.support.ports import free_port
+from tests.support.serve_process import serving
 from tests.support.task_world import build_task_world
 from tests.support.tasks import seed
 from tests.support.waiting import until

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from tests.support.ports import free_port
 from tests.support.waiting import until_sync
-from tests.support.webhooks import free_port
 from webhooks.cli import hooks_group
 from webhooks.core.signing import SigningKey, request_headers, sign_jwt
 from webhooks.sdk.protocol import encode_secret, kid_for

@@ -21,9 +21,10 @@ from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import EventBus, TaskCreated, TaskStateChanged
 from forge.db.models import AuditEvent, Repository
+from tests.support.ports import free_port
 from tests.support.waiting import event as event_set
 from tests.support.waiting import until
-from tests.support.webhooks import Rig, Seen, config, event, free_port, make_endpoint, make_repo, receiver, task_ref
+from tests.support.webhooks import Rig, Seen, config, event, make_endpoint, make_repo, receiver, task_ref
 from webhooks import service
 from webhooks.core.models import WebhookEndpoint
 from webhooks.core.outbound import Outbound

@@ -20,8 +20,9 @@ from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.events import AccountRef, RunRef, TaskRef
 from forge.db.models import Repository
+from tests.support.ports import free_port
 from tests.support.waiting import until
-from tests.support.webhooks import Drop, Seen, config, free_port, make_endpoint, make_repo, receiver
+from tests.support.webhooks import Drop, Seen, config, make_endpoint, make_repo, receiver
 from webhooks import service
 from webhooks.core.envelope import RepoRef, TaskMeta
 from webhooks.core.models import WebhookDelivery

@@ -2,7 +2,6 @@
 `serve_forge`) and how synchronous tests run async set-up (`run_async`)."""
 
 import asyncio
-import socket
 import threading
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.migrate import upgrade_async
+from tests.support.ports import free_port
 from tests.support.waiting import until_sync
 
 T = TypeVar("T")
@@ -66,13 +66,6 @@ async def _prepare(settings: Settings) -> None:
         await db.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServer]:
     """The real app served by uvicorn on 127.0.0.1 in a thread (SQLite under `tmp_path`, the
@@ -81,7 +74,7 @@ def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServ
 
     from forge.app.factory import create_app
 
-    port = _free_port()
+    port = free_port()
     defaults: dict[str, Any] = {
         "data_dir": tmp_path / "data",
         "database_url": f"sqlite+aiosqlite:///{tmp_path / 'forgehand.db'}",

@@ -21,6 +21,7 @@ from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from tests.support.http import LoopbackServer
+from tests.support.ports import free_port
 from tests.support.tasks import Env, seed, serve
 from tests.support.waiting import until_sync
 
@@ -107,10 +108,7 @@ def reference_consumer(
     `--ask-tool-pattern`), as its own process with the endpoint secret in FORGEHAND_HOOKS_SECRET,
     registered as the demo repository's `pre_tool_use` policy endpoint; its decision log (one JSON
     line per event) is on the process's stdout once it has ended."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     hook_url = f"http://127.0.0.1:{port}/forgehand"
     r = httpx.post(
         f"{forge_url}/api/v1/repos/ana/demo/hooks",

@@ -2,7 +2,6 @@
 a fresh data directory with the demo world seeded, then the server up on a free port."""
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,13 +16,6 @@ from tests.support.tasks import seed
 from tests.support.waiting import until_sync
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def prepare(tmp: Path, port: int) -> tuple[Settings, str]:

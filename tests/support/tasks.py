@@ -20,6 +20,7 @@ from forge.db.events import EventBus
 from forge.git import Identity, RepoStore
 from forge.git.bare import write_commit
 from forge.repos import collaborators, lifecycle, repositories
+from tests.support.ports import free_port
 from tests.support.waiting import until, until_sync
 
 SECRET = "sk-live-0123456789abcdefXYZ"
@@ -65,17 +66,13 @@ async def seed(settings: Settings) -> tuple[str, Path]:
 
 
 def serve(settings: Settings, on_app: Callable[[Any], None] | None = None) -> Iterator[str]:
-    import socket
     import threading
 
     import uvicorn
 
     from forge.app.factory import create_app
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = free_port()
     served = msgspec.structs.replace(settings, host="127.0.0.1", port=port, base_url=f"http://127.0.0.1:{port}")
     app = create_app(served)
     if on_app is not None:

@@ -169,14 +169,6 @@ class Canary:
         self.sock.close()
 
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
-
-
 class Clock:
     """A controllable UTC clock for the outbox (attempt times, leases, auto-disable)."""
 
