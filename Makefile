@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # The suite runs in parallel (pytest-xdist): most tests wait on Docker, git, a browser or a
 # subprocess rather than the CPU, so more workers than CPUs pays off (docs/contributing.md has the
 # figures). `make test TEST_WORKERS=1` runs it in one process.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 PYTEST_PARALLEL = $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 $(STAMP): pyproject.toml
