@@ -29,12 +29,16 @@ run: $(STAMP)
 test: $(STAMP) lint types imports provision sandbox-image
 	@$(MAKE) --no-print-directory suite
 
+# The modules that hold serial tests: the serial pass collects only those (collecting the whole
+# suite again to deselect all but five tests costs more than the tests on a loaded runner).
+SERIAL_MODULES = $(shell grep -rl --include='test_*.py' 'mark.serial' tests)
+
 ## the test suite alone, nothing provisioned or checked first (CI runs the phases one by one);
 ## the 30 slowest tests are printed, then where the time went (per directory, database, module)
 suite: $(STAMP)
 	@mkdir -p build; rc=0; \
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not serial" --durations=30 --junitxml=build/junit-parallel.xml || rc=$$?; \
-	$(BIN)/pytest -q -m serial --durations=5 --junitxml=build/junit-serial.xml || rc=$$?; \
+	$(BIN)/pytest -q -m serial --durations=5 --junitxml=build/junit-serial.xml $(SERIAL_MODULES) || rc=$$?; \
 	$(BIN)/python -m tests.support.suite_times build/junit-parallel.xml build/junit-serial.xml; \
 	exit $$rc
 
