@@ -37,6 +37,7 @@ from forge.http.api.admin import AdminController
 from forge.http.api.contract import ContractJsonPlugin
 from forge.http.api.reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.http.api.repos import BrowseController, RepoController
+from forge.http.api.statuses import StatusController
 from forge.http.api.user import UserController
 from forge.http.auth import AuthenticationLayer, AuthState
 from forge.http.deps import DEPENDENCIES
@@ -188,6 +189,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         AdminController,
         RepoController,
         BrowseController,
+        StatusController,
         *TASK_API_HANDLERS,
         *WEBHOOK_HANDLERS,
         *TASK_PAGE_HANDLERS,

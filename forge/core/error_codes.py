@@ -106,6 +106,9 @@ class Code(StrEnum):
     INVALID_PATTERN = "invalid_pattern", 422, "a branch rule pattern is 1-255 characters without spaces"
     BRANCH_RULE_NOT_FOUND = "branch_rule_not_found", 404, "no such branch rule on this repository"
     INVALID_COMPARE = "invalid_compare", 422, "a comparison is written base...head"
+    UNKNOWN_COMMIT = "unknown_commit", 422, "a commit status names a commit this repository does not have"
+    INVALID_TARGET_URL = "invalid_target_url", 422, "a status's target_url is not an http(s) URL"
+    TOO_MANY_STATUSES = "too_many_statuses", 422, "a commit holds at most 1000 statuses of one context"
 
     # The git layer (`forge.git.errors.RepoError` codes).
     INVALID_REF_NAME = "invalid_ref_name", 422, "a ref or branch name git would refuse"

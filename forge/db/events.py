@@ -34,6 +34,7 @@ EventType = Literal[
     "task.merged",
     "task.progress",
     "repo.pushed",
+    "status.created",
     "egress.blocked",
     "policy.bypassed",
     "ping",
@@ -195,6 +196,19 @@ class RepoPushed(Payload, frozen=True, tag="repo.pushed"):
     refs: list[PushedRef]
 
 
+class StatusCreated(Payload, frozen=True, tag="status.created"):
+    """A commit status was reported (`POST .../statuses/{sha}`); `state` is that status's, and
+    `combined` the commit's combined state with it (docs/repositories.md, "Commit statuses")."""
+
+    id: int
+    sha: str
+    state: Literal["pending", "success", "failure", "error"]
+    context: str
+    description: str
+    target_url: str
+    combined: Literal["pending", "success", "failure"]
+
+
 class EgressBlocked(Payload, frozen=True, tag="egress.blocked"):
     """A request of a run's sandbox that the egress proxy refused (docs/egress.md)."""
 
@@ -233,6 +247,7 @@ EventPayload = (
     | TaskMerged
     | TaskProgress
     | RepoPushed
+    | StatusCreated
     | EgressBlocked
     | PolicyBypassed
     | Ping
@@ -251,6 +266,7 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         TaskMerged,
         TaskProgress,
         RepoPushed,
+        StatusCreated,
         EgressBlocked,
         PolicyBypassed,
         Ping,

@@ -153,6 +153,24 @@ class BranchRule(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class CommitStatus(Base):
+    """One status a CI system (or anyone with write access) reported on a commit: GitHub's and
+    Gitea's commit status. Every report is kept; the combined status reads the latest per context."""
+
+    __tablename__ = "commit_statuses"
+    __table_args__ = (Index("ix_commit_statuses_repo_sha", "repo_id", "sha", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    sha: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # pending | success | failure | error
+    context: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str] = mapped_column(String(1024), default="")
+    target_url: Mapped[str] = mapped_column(String(2048), default="")
+    creator_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class PushRecord(Base):
     """An accepted push: each ref's value before and after."""
 

@@ -32,6 +32,7 @@ from forge.db.events import (
     RunFinished,
     RunRef,
     RunStarted,
+    StatusCreated,
     TaskCreated,
     TaskMerged,
     TaskProgress,
@@ -148,6 +149,20 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
         {"refs": [{"ref": "refs/heads/main", "before": ZEROS, "after": SHA_B}]},
     ),
     (
+        StatusCreated(
+            id=7, sha=SHA_B, state="success", context="ci/build", description="", target_url="", combined="pending"
+        ),
+        {
+            "id": 7,
+            "sha": SHA_B,
+            "state": "success",
+            "context": "ci/build",
+            "description": "",
+            "target_url": "",
+            "combined": "pending",
+        },
+    ),
+    (
         EgressBlocked(host="example.com", port=443, method="CONNECT", rules="allow-list", reason="no rule allows it"),
         {"host": "example.com", "port": 443, "method": "CONNECT", "rules": "allow-list", "reason": "no rule allows it"},
     ),
@@ -189,7 +204,7 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
     task = TaskRef(id=str(uuid.uuid4()), number=1)
     async with db.session(write=True) as s:
         for payload, _ in CASES:
-            pushed = isinstance(payload, RepoPushed)
+            pushed = isinstance(payload, RepoPushed | StatusCreated)  # repository events: no task
             await bus.publish(
                 s,
                 Event(
@@ -207,9 +222,8 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
     assert len(bodies) == len(CASES)
     for (payload, expected), body in zip(CASES, bodies, strict=True):
         check_data(payload, body, expected)
-        assert body["meta"]["task"] == (
-            None if isinstance(payload, RepoPushed) else {"id": task.id, "number": 1, "url": "", "parent": None}
-        )
+        of_task = {"id": task.id, "number": 1, "url": "", "parent": None}
+        assert body["meta"]["task"] == (None if isinstance(payload, RepoPushed | StatusCreated) else of_task)
 
     async with db.session(write=True) as s:  # ping goes through the service, not the bus
         row = await service.ping(s, Actor.system("t"), cfg, repo, await s.get(WebhookEndpoint, endpoint.id))  # type: ignore[arg-type]

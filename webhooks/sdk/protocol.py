@@ -33,6 +33,7 @@ NOTIFY_EVENTS: Final = (
     "task.merged",
     "task.progress",
     "repo.pushed",
+    "status.created",
     "egress.blocked",
     "policy.bypassed",
     "ping",

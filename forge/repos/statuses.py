@@ -1,0 +1,221 @@
+"""Commit statuses: what CI systems report on a commit, in GitHub's and Gitea's shape, so an
+existing integration reports here with another base URL.
+
+Every report is a row (a context's history); a commit's combined status reads the latest report of
+each context: `failure` when any is `failure` or `error`, `pending` when there is none or any is
+`pending`, else `success` (GitHub's rule). Reporting needs write access to the repository
+(`repo:write` on a token), reading needs read access. Each report is audited
+(`repo.status.create`) and published as `status.created`."""
+
+from datetime import datetime
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+import msgspec
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.core.access import Action, require
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.events import AccountRef, Event, EventBus, StatusCreated
+from forge.db.models import Account, CommitStatus
+from forge.git import RefNotFound, RepoStore, resolve_ref
+from forge.repos.repositories import RepoResource
+
+StatusState = Literal["pending", "success", "failure", "error"]
+CombinedState = Literal["pending", "success", "failure"]
+MAX_PER_CONTEXT = 1000  # GitHub's limit per commit and context
+MAX_URL = 2048
+
+
+class StatusCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    state: StatusState
+    target_url: Annotated[str, msgspec.Meta(max_length=MAX_URL)] | None = None
+    description: Annotated[str, msgspec.Meta(max_length=1024)] | None = None
+    context: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "default"
+
+
+class StatusCreator(msgspec.Struct, kw_only=True):
+    login: str
+    type: Literal["User", "Bot"]
+
+
+class StatusRead(msgspec.Struct, kw_only=True):
+    id: int
+    url: str
+    state: StatusState
+    description: str
+    target_url: str
+    context: str
+    creator: StatusCreator | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class CombinedStatus(msgspec.Struct, kw_only=True):
+    state: CombinedState
+    sha: str
+    total_count: int
+    statuses: list[StatusRead]  # the latest of each context, by context
+    commit_url: str
+    url: str
+
+
+def combine(states: list[str]) -> CombinedState:
+    """GitHub's combined state of the latest status of each context."""
+    if any(s in ("failure", "error") for s in states):
+        return "failure"
+    if not states or "pending" in states:
+        return "pending"
+    return "success"
+
+
+def _target_url(raw: str | None) -> str:
+    url = (raw or "").strip()
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c in url for c in "\x00\r\n "):
+        raise InvalidInput(
+            f"target_url must be an http(s) URL, got {url[:80]!r}: point it at the build's page",
+            code=Code.INVALID_TARGET_URL,
+        )
+    return url
+
+
+async def resolve_sha(store: RepoStore, res: RepoResource, spec: str) -> str:
+    """The full id of the commit `spec` names (a sha, abbreviated or not, a branch or a tag);
+    `ref_not_found` (404) when it names none."""
+    return (await store.read(res.key, resolve_ref, spec)).sha
+
+
+async def status_sha(store: RepoStore, res: RepoResource, spec: str) -> str:
+    """`resolve_sha` for a report: a commit the repository does not have is the reporter's
+    mistake (`unknown_commit`, 422), as GitHub answers."""
+    try:
+        return await resolve_sha(store, res, spec)
+    except RefNotFound:
+        raise InvalidInput(
+            f"{res.full_name} has no commit {spec[:80]!r}: push it before reporting its status",
+            code=Code.UNKNOWN_COMMIT,
+        ) from None
+
+
+def _creator(account: Account | None) -> StatusCreator | None:
+    if account is None:
+        return None
+    return StatusCreator(login=account.login, type="Bot" if account.type == "Bot" else "User")
+
+
+def _read(row: CommitStatus, creator: Account | None, api: str) -> StatusRead:
+    return StatusRead(
+        id=row.id,
+        url=f"{api}/statuses/{row.sha}",
+        state=row.state,  # type: ignore[arg-type]
+        description=row.description,
+        target_url=row.target_url,
+        context=row.context,
+        creator=_creator(creator),
+        created_at=row.created_at,
+        updated_at=row.created_at,
+    )
+
+
+async def _rows(session: AsyncSession, res: RepoResource, sha: str) -> list[tuple[CommitStatus, Account | None]]:
+    """Every status of the commit, newest first."""
+    stmt = (
+        select(CommitStatus, Account)
+        .outerjoin(Account, Account.id == CommitStatus.creator_id)
+        .where(CommitStatus.repo_id == res.repo.id, CommitStatus.sha == sha)
+        .order_by(CommitStatus.id.desc())
+    )
+    return [(row, account) for row, account in (await session.execute(stmt)).all()]
+
+
+async def create(
+    session: AsyncSession,
+    actor: Actor,
+    bus: EventBus,
+    res: RepoResource,
+    sha: str,
+    data: StatusCreate,
+    api: str,
+) -> StatusRead:
+    """Record a status on the commit `sha` (already resolved to a full id)."""
+    require(actor.principal, Action.REPO_WRITE, res)
+    target_url = _target_url(data.target_url)
+    context = data.context.strip()
+    if not context or not context.isprintable():
+        raise InvalidInput("a context is 1-255 printable characters, e.g. ci/build", code=Code.VALIDATION_FAILED)
+    count = (
+        await session.execute(
+            select(func.count(CommitStatus.id)).where(
+                CommitStatus.repo_id == res.repo.id, CommitStatus.sha == sha, CommitStatus.context == context
+            )
+        )
+    ).scalar_one()
+    if count >= MAX_PER_CONTEXT:
+        raise InvalidInput(
+            f"commit {sha[:12]} already has {MAX_PER_CONTEXT} statuses of {context!r}: report on a new commit",
+            code=Code.TOO_MANY_STATUSES,
+        )
+    row = CommitStatus(
+        repo_id=res.repo.id,
+        sha=sha,
+        state=data.state,
+        context=context,
+        description=(data.description or "").strip(),
+        target_url=target_url,
+        creator_id=actor.principal.account_id,
+    )
+    session.add(row)
+    await session.flush()
+    combined = await combined_status(session, res, sha, api)
+    audit.record(session, actor, "repo.status.create", res.full_name, sha=sha, state=data.state, context=context)
+    await bus.publish(session, _event(actor, res, row, combined.state))
+    creator = await session.get(Account, actor.principal.account_id) if actor.principal.account_id else None
+    return _read(row, creator, api)
+
+
+def _event(actor: Actor, res: RepoResource, row: CommitStatus, combined: CombinedState) -> Event:
+    principal = actor.principal
+    return Event(
+        repo_id=res.repo.id,
+        repo_uuid=res.repo.uuid,
+        repository=res.full_name,
+        actor=AccountRef(login=principal.login, type="Bot" if principal.type == "Bot" else "User")
+        if principal.account_id is not None
+        else None,
+        data=StatusCreated(
+            id=row.id,
+            sha=row.sha,
+            state=row.state,  # type: ignore[arg-type]
+            context=row.context,
+            description=row.description,
+            target_url=row.target_url,
+            combined=combined,
+        ),
+    )
+
+
+async def list_statuses(session: AsyncSession, res: RepoResource, sha: str, api: str) -> list[StatusRead]:
+    """Every status of the commit, newest first (a context's whole history)."""
+    return [_read(row, account, api) for row, account in await _rows(session, res, sha)]
+
+
+async def combined_status(session: AsyncSession, res: RepoResource, sha: str, api: str) -> CombinedStatus:
+    latest: dict[str, StatusRead] = {}
+    for row, account in await _rows(session, res, sha):
+        latest.setdefault(row.context, _read(row, account, api))
+    statuses = [latest[c] for c in sorted(latest)]
+    return CombinedStatus(
+        state=combine([s.state for s in statuses]),
+        sha=sha,
+        total_count=len(statuses),
+        statuses=statuses,
+        commit_url=f"{api}/commits/{sha}",
+        url=f"{api}/commits/{sha}/status",
+    )
