@@ -16,7 +16,8 @@ from forge.git import Identity
 from forge.git.bare import write_commit
 from forge.repos import statuses
 from forge.repos.statuses import combine
-from tests.support.accounts import Accounts
+from tests.support.accounts import PASSWORD, Accounts
+from tests.support.web import sign_in
 from webhooks.core.models import WebhookOutbox
 
 API = "/api/v1/repos/ana/proj"
@@ -170,3 +171,28 @@ async def test_bad_reports_are_refused_with_a_code_that_names_the_fix(
     other = {"state": "success", "context": "ci/other"}
     r = await client.post(f"{API}/statuses/{first}", json=other, headers=bearer(ci))
     assert r.status_code == 201, r.text
+
+
+async def test_the_commit_page_lists_each_contexts_latest_status(client: AsyncTestClient[Any], make: Accounts) -> None:
+    _ana, _reader, ci, first = await _project(client, make)
+    await sign_in(client, "rita", PASSWORD)  # a reader sees the checks
+    page = await client.get(f"/ana/proj/commit/{first}")
+    assert page.status_code == 200 and "Checks:" not in page.text  # none reported: no section
+    for body in (
+        {"state": "pending", "context": "ci/build"},
+        {
+            "state": "failure",
+            "context": "ci/build",
+            "description": "2 tests failed",
+            "target_url": "https://ci.example/7",
+        },
+        {"state": "success", "context": "lint"},
+    ):
+        assert (await client.post(f"{API}/statuses/{first}", json=body, headers=bearer(ci))).status_code == 201
+    html = (await client.get(f"/ana/proj/commit/{first}")).text
+    section = html[html.index('id="checks-title"') :]
+    section = section[: section.index("</section>")]
+    assert "Checks: some failed" in section
+    assert section.count("<li>") == 2  # the latest of each context, not the history
+    assert "ci/build" in section and "2 tests failed" in section and 'href="https://ci.example/7"' in section
+    assert ">failure<" in section and ">success<" in section and ">pending<" not in section

@@ -33,10 +33,11 @@ from forge.git.blame import DEFAULT_MAX_LINES as BLAME_MAX_LINES
 from forge.git.blame import blame_file
 from forge.git.browse import ref_names
 from forge.git.history import path_history, tree_page
-from forge.http.deps import StoreDep
+from forge.http.deps import DbSession, StoreDep
 from forge.http.pages.browse_render import ago, breadcrumbs, diff_views_async, exact, highlight_lines_async, url_path
 from forge.http.pages.render import highlight_async, markdown_async
 from forge.http.pages.repos import REPO, VIEWS, Ref, RepoView, ViewsDep
+from forge.repos import statuses
 
 View = Annotated[Literal["unified", "split"], QueryParameter(name="view")]
 PageNo = Annotated[int, QueryParameter(name="page", ge=1, le=100_000)]
@@ -181,10 +182,13 @@ class RepoPages(Controller):
         )
 
     @get("/commit/{sha:str}")
-    async def commit(self, views: ViewsDep, store: StoreDep, sha: FromPath[str], view_: View = "unified") -> Template:
+    async def commit(
+        self, views: ViewsDep, store: StoreDep, db_session: DbSession, sha: FromPath[str], view_: View = "unified"
+    ) -> Template:
         view = await views.load()
         diff = await store.read(view.key, commit_diff, sha)
         files = await diff_views_async(diff.files, view_)
+        api = f"{view.base_url}/api/v1/repos/{view.res.full_name}"
         return await Browse(view, store, None).render(
             "repos/commit.html",
             "/tree",
@@ -192,6 +196,7 @@ class RepoPages(Controller):
             files=files,
             diff_view=view_,
             diff_base=f"/commit/{diff.commit.sha}",
+            checks=await statuses.combined_status(db_session, view.res, diff.commit.sha, api),
         )
 
     @get("/branches")
