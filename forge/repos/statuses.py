@@ -124,15 +124,63 @@ def _read(row: CommitStatus, creator: Account | None, api: str) -> StatusRead:
     )
 
 
-async def _rows(session: AsyncSession, res: RepoResource, sha: str) -> list[tuple[CommitStatus, Account | None]]:
+async def _rows(session: AsyncSession, repo_id: int, sha: str) -> list[tuple[CommitStatus, Account | None]]:
     """Every status of the commit, newest first."""
     stmt = (
         select(CommitStatus, Account)
         .outerjoin(Account, Account.id == CommitStatus.creator_id)
-        .where(CommitStatus.repo_id == res.repo.id, CommitStatus.sha == sha)
+        .where(CommitStatus.repo_id == repo_id, CommitStatus.sha == sha)
         .order_by(CommitStatus.id.desc())
     )
     return [(row, account) for row, account in (await session.execute(stmt)).all()]
+
+
+def _latest(rows: list[tuple[CommitStatus, Account | None]]) -> dict[str, tuple[CommitStatus, Account | None]]:
+    """The newest status of each context, by context."""
+    latest: dict[str, tuple[CommitStatus, Account | None]] = {}
+    for row, account in rows:
+        latest.setdefault(row.context, (row, account))
+    return dict(sorted(latest.items()))
+
+
+async def record(
+    session: AsyncSession,
+    repo_id: int,
+    sha: str,
+    *,
+    state: StatusState,
+    context: str,
+    description: str = "",
+    target_url: str = "",
+    creator_id: int | None = None,
+) -> tuple[CommitStatus, CombinedState]:
+    """Add a status row (the caller checked who may, and resolved `sha`); returns it and the
+    commit's combined state with it."""
+    count = (
+        await session.execute(
+            select(func.count(CommitStatus.id)).where(
+                CommitStatus.repo_id == repo_id, CommitStatus.sha == sha, CommitStatus.context == context
+            )
+        )
+    ).scalar_one()
+    if count >= MAX_PER_CONTEXT:
+        raise InvalidInput(
+            f"commit {sha[:12]} already has {MAX_PER_CONTEXT} statuses of {context!r}: report on a new commit",
+            code=Code.TOO_MANY_STATUSES,
+        )
+    row = CommitStatus(
+        repo_id=repo_id,
+        sha=sha,
+        state=state,
+        context=context,
+        description=description[:1024],
+        target_url=target_url,
+        creator_id=creator_id,
+    )
+    session.add(row)
+    await session.flush()
+    latest = _latest(await _rows(session, repo_id, sha))
+    return row, combine([r.state for r, _ in latest.values()])
 
 
 async def create(
@@ -144,40 +192,39 @@ async def create(
     data: StatusCreate,
     api: str,
 ) -> StatusRead:
-    """Record a status on the commit `sha` (already resolved to a full id)."""
+    """A status reported over the API on the commit `sha` (already resolved to a full id)."""
     require(actor.principal, Action.REPO_WRITE, res)
     target_url = _target_url(data.target_url)
     context = data.context.strip()
     if not context or not context.isprintable():
         raise InvalidInput("a context is 1-255 printable characters, e.g. ci/build", code=Code.VALIDATION_FAILED)
-    count = (
-        await session.execute(
-            select(func.count(CommitStatus.id)).where(
-                CommitStatus.repo_id == res.repo.id, CommitStatus.sha == sha, CommitStatus.context == context
-            )
-        )
-    ).scalar_one()
-    if count >= MAX_PER_CONTEXT:
-        raise InvalidInput(
-            f"commit {sha[:12]} already has {MAX_PER_CONTEXT} statuses of {context!r}: report on a new commit",
-            code=Code.TOO_MANY_STATUSES,
-        )
-    row = CommitStatus(
-        repo_id=res.repo.id,
-        sha=sha,
+    row, combined = await record(
+        session,
+        res.repo.id,
+        sha,
         state=data.state,
         context=context,
         description=(data.description or "").strip(),
         target_url=target_url,
         creator_id=actor.principal.account_id,
     )
-    session.add(row)
-    await session.flush()
-    combined = await combined_status(session, res, sha, api)
     audit.record(session, actor, "repo.status.create", res.full_name, sha=sha, state=data.state, context=context)
-    await bus.publish(session, _event(actor, res, row, combined.state))
+    await bus.publish(session, _event(actor, res, row, combined))
     creator = await session.get(Account, actor.principal.account_id) if actor.principal.account_id else None
     return _read(row, creator, api)
+
+
+def created_payload(row: CommitStatus, combined: CombinedState) -> StatusCreated:
+    """The `status.created` notification's data for a recorded status."""
+    return StatusCreated(
+        id=row.id,
+        sha=row.sha,
+        state=row.state,  # type: ignore[arg-type]
+        context=row.context,
+        description=row.description,
+        target_url=row.target_url,
+        combined=combined,
+    )
 
 
 def _event(actor: Actor, res: RepoResource, row: CommitStatus, combined: CombinedState) -> Event:
@@ -189,33 +236,22 @@ def _event(actor: Actor, res: RepoResource, row: CommitStatus, combined: Combine
         actor=AccountRef(login=principal.login, type="Bot" if principal.type == "Bot" else "User")
         if principal.account_id is not None
         else None,
-        data=StatusCreated(
-            id=row.id,
-            sha=row.sha,
-            state=row.state,  # type: ignore[arg-type]
-            context=row.context,
-            description=row.description,
-            target_url=row.target_url,
-            combined=combined,
-        ),
+        data=created_payload(row, combined),
     )
 
 
 async def list_statuses(session: AsyncSession, res: RepoResource, sha: str, api: str) -> list[StatusRead]:
     """Every status of the commit, newest first (a context's whole history)."""
-    return [_read(row, account, api) for row, account in await _rows(session, res, sha)]
+    return [_read(row, account, api) for row, account in await _rows(session, res.repo.id, sha)]
 
 
 async def combined_status(session: AsyncSession, res: RepoResource, sha: str, api: str) -> CombinedStatus:
-    latest: dict[str, StatusRead] = {}
-    for row, account in await _rows(session, res, sha):
-        latest.setdefault(row.context, _read(row, account, api))
-    statuses = [latest[c] for c in sorted(latest)]
+    latest = [_read(row, account, api) for row, account in _latest(await _rows(session, res.repo.id, sha)).values()]
     return CombinedStatus(
-        state=combine([s.state for s in statuses]),
+        state=combine([s.state for s in latest]),
         sha=sha,
-        total_count=len(statuses),
-        statuses=statuses,
+        total_count=len(latest),
+        statuses=latest,
         commit_url=f"{api}/commits/{sha}",
         url=f"{api}/commits/{sha}/status",
     )

@@ -28,7 +28,7 @@ from tasks.core.states import FailureReason, RunKind, RunState, TaskState
 from tasks.core.subtasks import report_to_parent
 from tasks.core.transcript import Notice, Pending, Prompt, Summary
 from tasks.core.writer import TranscriptWriter
-from tasks.run import gitops
+from tasks.run import gitops, task_status
 from tasks.run.env import RunEnv
 from tasks.run.runtimes.base import Outcome
 
@@ -245,6 +245,8 @@ class Settling:
                 )
             self._record_run(run, task, outcome, run_state, snap)
             await life.publish("run.finished", task, repo, run=run, data=run_data(run))
+            if snap is not None and snap.committed:
+                await task_status.report(life, task, repo, run)
             current = TaskState(task.state)
             if current is not TaskState.RUNNING:
                 return  # settled elsewhere (recovered as interrupted by another worker)

@@ -72,6 +72,12 @@ async def test_command_task_commits_exactly_the_work_tree(env: Env) -> None:
         commit = repo[ref.target].peel(pygit2.Commit)
         assert str(commit.id) == done["head_sha"] and commit.author.name == "fixer"
         assert str(commit.parents[0].id) == done["base_sha"] and not done["head_is_wip"]
+        # The run reports on its commit as a CI system would: forgehand/task, linking the task.
+        status = (await c.get(f"/api/v1/repos/ana/demo/commits/{done['head_sha']}/status")).json()
+        assert status["state"] == "success", status
+        [check] = status["statuses"]
+        assert check["context"] == "forgehand/task" and check["description"] == "run 1 succeeded"
+        assert check["target_url"] == f"{env.url}/ana/demo/tasks/1" and check["creator"]["login"] == "fixer"
         events = await all_events(c, 1)
         seqs = [e["seq"] for e in events]
         assert seqs == list(range(1, len(seqs) + 1))
@@ -164,6 +170,11 @@ async def test_failing_command_is_failed_with_a_reason(env: Env) -> None:
         assert done["state"] == "failed" and done["failure_reason"] == "exit_code"
         assert "status 3" in done["error"] and done["runs"][0]["exit_code"] == 3
         assert done["head_is_wip"] and "wip.txt" in tree_files(env.repo_path, done["head_sha"])
+        status = (await c.get(f"/api/v1/repos/ana/demo/commits/{done['head_sha']}/status")).json()
+        assert status["state"] == "failure"
+        assert [(s["context"], s["state"], s["description"]) for s in status["statuses"]] == [
+            ("forgehand/task", "failure", "run 1 failed: exit_code")
+        ]
 
 
 @pytest.fixture
