@@ -105,6 +105,11 @@ class Code(StrEnum):
     COLLABORATOR_NOT_FOUND = "collaborator_not_found", 404, "the account is not a collaborator"
     INVALID_PATTERN = "invalid_pattern", 422, "a branch rule pattern is 1-255 characters without spaces"
     BRANCH_RULE_NOT_FOUND = "branch_rule_not_found", 404, "no such branch rule on this repository"
+    INVALID_REQUIRED_CHECKS = (
+        "invalid_required_checks",
+        422,
+        "a branch rule requires at most 20 status contexts of 1-255 printable characters",
+    )
     INVALID_COMPARE = "invalid_compare", 422, "a comparison is written base...head"
     UNKNOWN_COMMIT = "unknown_commit", 422, "a commit status names a commit this repository does not have"
     INVALID_TARGET_URL = "invalid_target_url", 422, "a status's target_url is not an http(s) URL"

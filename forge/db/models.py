@@ -150,6 +150,8 @@ class BranchRule(Base):
     pattern: Mapped[str] = mapped_column(String(255))
     allow_force_push: Mapped[bool] = mapped_column(Boolean, default=False)
     allow_deletion: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Status contexts that must be `success` on a head before it merges into a matching branch.
+    required_checks: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -92,14 +92,16 @@ def branch_name(ref: str) -> str | None:
     return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
 
 
+def pattern_matches(pattern: str, ref: str) -> bool:
+    """A rule's pattern against a full ref: the branch name, or the full ref for ``refs/`` patterns."""
+    subject = ref if pattern.startswith("refs/") else branch_name(ref)
+    return subject is not None and fnmatch.fnmatchcase(subject, pattern)
+
+
 def protection_for(ref: str, ctx: PushContext) -> Protection | None:
     """The combined protection of ``ref`` (the strictest of the matching rules), or ``None``."""
     branch = branch_name(ref)
-    matched: list[ProtectionRule] = []
-    for rule in ctx.rules:
-        subject = ref if rule.pattern.startswith("refs/") else branch
-        if subject is not None and fnmatch.fnmatchcase(subject, rule.pattern):
-            matched.append(rule)
+    matched = [rule for rule in ctx.rules if pattern_matches(rule.pattern, ref)]
     if not matched:
         if ctx.protect_default_branch and branch is not None and branch == ctx.default_branch:
             return Protection(allow_force_push=False, allow_deletion=False)

@@ -10,8 +10,11 @@ from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.db.models import BranchRule
+from forge.db.models import BranchRule, Repository
+from forge.git.refrules import pattern_matches
 from forge.repos.repositories import RepoResource, branch_rules
+
+MAX_REQUIRED_CHECKS = 20
 
 
 class BranchRuleRead(msgspec.Struct, kw_only=True):
@@ -19,12 +22,41 @@ class BranchRuleRead(msgspec.Struct, kw_only=True):
     pattern: str
     allow_force_push: bool
     allow_deletion: bool
+    # Status contexts that must be `success` on a head before it merges into a matching branch.
+    required_checks: list[str]
 
 
 def _read(rule: BranchRule) -> BranchRuleRead:
     return BranchRuleRead(
-        id=rule.id, pattern=rule.pattern, allow_force_push=rule.allow_force_push, allow_deletion=rule.allow_deletion
+        id=rule.id,
+        pattern=rule.pattern,
+        allow_force_push=rule.allow_force_push,
+        allow_deletion=rule.allow_deletion,
+        required_checks=list(rule.required_checks or []),
     )
+
+
+def _checks(given: list[str]) -> list[str]:
+    checks = sorted({c.strip() for c in given})
+    if len(checks) > MAX_REQUIRED_CHECKS or any(not c or len(c) > 255 or not c.isprintable() for c in checks):
+        raise InvalidInput(
+            f"required checks are at most {MAX_REQUIRED_CHECKS} status contexts of 1-255 printable characters, "
+            "e.g. ci/build",
+            code=Code.INVALID_REQUIRED_CHECKS,
+        )
+    return checks
+
+
+async def required_checks(session: AsyncSession, repo: Repository, branch: str) -> list[str]:
+    """The status contexts every matching rule of `branch` requires, sorted (none: empty)."""
+    ref = f"refs/heads/{branch}"
+    found = {
+        check
+        for rule in await branch_rules(session, repo)
+        if pattern_matches(rule.pattern, ref)
+        for check in rule.required_checks or []
+    }
+    return sorted(found)
 
 
 async def list_rules(session: AsyncSession, res: RepoResource) -> list[BranchRuleRead]:
@@ -39,8 +71,10 @@ async def add_branch_rule(
     *,
     allow_force_push: bool,
     allow_deletion: bool,
+    required: list[str] | None = None,
 ) -> BranchRuleRead:
     require(actor.principal, Action.REPO_ADMIN, res)
+    checks = _checks(required or [])
     pattern = pattern.strip()
     if not pattern or len(pattern) > 255 or any(c in pattern for c in "\x00\n\r "):
         raise InvalidInput("a pattern is 1-255 characters without spaces", code=Code.INVALID_PATTERN)
@@ -54,6 +88,7 @@ async def add_branch_rule(
         session.add(existing)
     existing.allow_force_push = allow_force_push
     existing.allow_deletion = allow_deletion
+    existing.required_checks = checks or None
     await session.flush()
     audit.record(
         session,
@@ -63,6 +98,7 @@ async def add_branch_rule(
         pattern=pattern,
         allow_force_push=allow_force_push,
         allow_deletion=allow_deletion,
+        required_checks=checks,
     )
     return _read(existing)
 

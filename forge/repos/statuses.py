@@ -21,8 +21,9 @@ from forge.core.errors import InvalidInput
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.events import AccountRef, Event, EventBus, StatusCreated
-from forge.db.models import Account, CommitStatus
+from forge.db.models import Account, CommitStatus, Repository
 from forge.git import RefNotFound, RepoStore, resolve_ref
+from forge.repos import branch_rules
 from forge.repos.repositories import RepoResource
 
 StatusState = Literal["pending", "success", "failure", "error"]
@@ -141,6 +142,22 @@ def _latest(rows: list[tuple[CommitStatus, Account | None]]) -> dict[str, tuple[
     for row, account in rows:
         latest.setdefault(row.context, (row, account))
     return dict(sorted(latest.items()))
+
+
+async def unmet_checks(session: AsyncSession, repo: Repository, branch: str, sha: str) -> list[str]:
+    """What the branch rules of `branch` require of a head that `sha` lacks, in words: each
+    required context whose latest status on the commit is not `success`."""
+    required = await branch_rules.required_checks(session, repo, branch)
+    if not required:
+        return []
+    latest = {context: row.state for context, (row, _) in _latest(await _rows(session, repo.id, sha)).items()}
+    return [
+        f"required check {context} is {latest[context]}"
+        if context in latest
+        else f"required check {context} has not reported"
+        for context in required
+        if latest.get(context) != "success"
+    ]
 
 
 async def record(

@@ -29,6 +29,7 @@ from forge.db.engine import utcnow
 from forge.db.models import Account, Repository
 from forge.git import RefNotFound, compare
 from forge.git.schemas import Comparison
+from forge.repos import statuses
 from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import payloads, repo_settings
 from tasks.core.lifecycle import PromptCheck
@@ -194,6 +195,8 @@ class ReviewService:
             blockers.append("changes requested by " + ", ".join(sorted(asking)))
         if task.head_sha and task.head_sha == task.base_sha:
             blockers.append("the task's runs changed nothing: there is nothing to merge")
+        if repo is not None and task.head_sha:  # the base branch's rules: its required checks
+            blockers += await statuses.unmet_checks(self.session, repo, task.base, task.head_sha)
         return ReviewStatus(
             head_sha=task.head_sha,
             approvals=sorted(approvers),

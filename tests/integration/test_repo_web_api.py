@@ -162,7 +162,10 @@ async def test_web_pages_create_browse_and_settings(client: AsyncTestClient[Any]
     r = await client.post(
         "/ana/web/settings/rules", data={"pattern": "release/*", "csrf_token": csrf_from(settings.text)}
     )
-    assert "release/*" in r.text
+    assert "release/*" in r.text and "no checks required" in r.text
+    rule = {"pattern": "main", "required_checks": "ci/build, lint", "csrf_token": csrf_from(settings.text)}
+    r = await client.post("/ana/web/settings/rules", data=rule)
+    assert "checks required: ci/build, lint" in r.text
     # bob (write) sees the repository but not its settings
     client.cookies.clear()
     await sign_in(client, "bob", PASSWORD)

@@ -342,3 +342,45 @@ async def test_hostile_bytes_are_refused_or_stored_safely(
     )
     # Not a line number: no inline comment is made, and an empty comment review is refused (no 500).
     assert r.status_code == 422 and "say something" in r.text, r.text
+
+
+async def test_required_checks_block_the_merge_until_ci_reports_success(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    """A branch rule names the status contexts a head needs: the merge box lists each one missing
+    or not passing in words, and the merge goes through once CI reports `success` on the head."""
+    rules = "/api/v1/repos/ana/demo/branch-rules"
+    r = await client.post(
+        rules, json={"pattern": "ma*", "required_checks": ["ci/build", "lint"]}, headers=world.h("ana")
+    )
+    assert r.status_code == 201 and r.json()["required_checks"] == ["ci/build", "lint"], r.text
+    for bad in (["ci\nbuild"], [""], ["x"] * 21):
+        r = await client.post(rules, json={"pattern": "x", "required_checks": bad}, headers=world.h("ana"))
+        assert r.status_code == 422 and r.json()["code"] in ("invalid_required_checks", "validation_failed"), r.text
+    await start_task(client, world)
+    head = await agent_commits(db, settings, 1, {"hello.txt": b"hello\n"}, "greet")
+    r = await client.post(f"{TASKS}/1/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    assert r.status_code == 201, r.text
+
+    async def merge() -> Any:
+        return await client.post(f"{TASKS}/1/merge", json={}, headers=world.h("ana"))
+
+    async def report(state: str, context: str) -> None:
+        body = {"state": state, "context": context, "target_url": "https://ci.example/1"}
+        r = await client.post(f"/api/v1/repos/ana/demo/statuses/{head}", json=body, headers=world.h("wendy"))
+        assert r.status_code == 201, r.text
+
+    r = await merge()
+    assert r.status_code == 409 and r.json()["code"] == "merge_blocked", r.text
+    assert r.json()["blockers"] == ["required check ci/build has not reported", "required check lint has not reported"]
+    await report("success", "lint")
+    await report("pending", "ci/build")
+    await report("failure", "ci/build")
+    r = await merge()
+    assert r.status_code == 409 and r.json()["blockers"] == ["required check ci/build is failure"], r.text
+    assert bare_repo(settings).revparse_single("refs/heads/main").id != pygit2.Oid(hex=head)
+    review = (await client.get(f"{TASKS}/1/review-status", headers=world.h("ana"))).json()
+    assert review["blockers"] == ["required check ci/build is failure"]
+    await report("success", "ci/build")
+    r = await merge()
+    assert r.status_code == 200, r.text

@@ -53,6 +53,8 @@ class BranchRuleCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
     allow_force_push: bool = False
     allow_deletion: bool = False
+    # Status contexts (`ci/build`) that must be `success` on a head before it merges here.
+    required_checks: Annotated[list[Annotated[str, msgspec.Meta(max_length=255)]], msgspec.Meta(max_length=20)] = []
 
 
 class RepoController(Controller):
@@ -171,6 +173,7 @@ class RepoController(Controller):
             data.pattern,
             allow_force_push=data.allow_force_push,
             allow_deletion=data.allow_deletion,
+            required=data.required_checks,
         )
 
     @delete(REPO + "/branch-rules/{rule_id:int}", summary="Remove a branch rule", status_code=204)

@@ -163,6 +163,7 @@ class RuleForm(WebForm):
     pattern: str = ""
     allow_force_push: str = ""
     allow_deletion: str = ""
+    required_checks: str = ""  # status contexts, separated by commas or spaces
 
 
 class RepoSettingsPages(Controller):
@@ -318,5 +319,6 @@ class RepoSettingsPages(Controller):
             data.pattern,
             allow_force_push=bool(data.allow_force_push),
             allow_deletion=bool(data.allow_deletion),
+            required=data.required_checks.replace(",", " ").split()[:100],
         )
         return await self._apply(db_session, view, change)
