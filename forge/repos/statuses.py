@@ -262,6 +262,23 @@ async def list_statuses(session: AsyncSession, res: RepoResource, sha: str, api:
     return [_read(row, account, api) for row, account in await _rows(session, res.repo.id, sha)]
 
 
+async def combined_states(session: AsyncSession, repo_id: int, shas: list[str]) -> dict[str, CombinedState]:
+    """The combined state of each commit that has statuses (one query; commits without any are left out)."""
+    if not shas:
+        return {}
+    rows = (
+        await session.execute(
+            select(CommitStatus.sha, CommitStatus.context, CommitStatus.state)
+            .where(CommitStatus.repo_id == repo_id, CommitStatus.sha.in_(sorted(set(shas))))
+            .order_by(CommitStatus.id.desc())
+        )
+    ).all()
+    latest: dict[str, dict[str, str]] = {}
+    for sha, context, state in rows:
+        latest.setdefault(sha, {}).setdefault(context, state)
+    return {sha: combine(list(states.values())) for sha, states in latest.items()}
+
+
 async def combined_status(session: AsyncSession, res: RepoResource, sha: str, api: str) -> CombinedStatus:
     latest = [_read(row, account, api) for row, account in _latest(await _rows(session, res.repo.id, sha)).values()]
     return CombinedStatus(

@@ -196,3 +196,13 @@ async def test_the_commit_page_lists_each_contexts_latest_status(client: AsyncTe
     assert section.count("<li>") == 2  # the latest of each context, not the history
     assert "ci/build" in section and "2 tests failed" in section and 'href="https://ci.example/7"' in section
     assert ">failure<" in section and ">success<" in section and ">pending<" not in section
+
+
+async def test_the_branches_page_shows_each_heads_combined_state(client: AsyncTestClient[Any], make: Accounts) -> None:
+    _ana, _reader, ci, _first = await _project(client, make)
+    await sign_in(client, "rita", PASSWORD)
+    assert "checks:" not in (await client.get("/ana/proj/branches")).text  # none reported yet
+    assert (await client.post(f"{API}/statuses/main", json={"state": "pending"}, headers=bearer(ci))).is_success
+    html = (await client.get("/ana/proj/branches")).text
+    row = html[html.index('id="branches"') :]
+    assert ">checks: pending</a>" in row[: row.index("</tr>")]

@@ -200,13 +200,15 @@ class RepoPages(Controller):
         )
 
     @get("/branches")
-    async def branches(self, views: ViewsDep, store: StoreDep) -> Template:
+    async def branches(self, views: ViewsDep, store: StoreDep, db_session: DbSession) -> Template:
         view = await views.load()
+        found = await store.read(view.key, list_branches)
         return await Browse(view, store, None).render(
             "repos/branches.html",
             "/tree",
-            branches=await store.read(view.key, list_branches),
+            branches=found,
             tags=await store.read(view.key, list_tags),
+            checks=await statuses.combined_states(db_session, view.res.repo.id, [b.sha for b in found]),
         )
 
     @get("/compare/{spec:path}")
