@@ -19,7 +19,7 @@ import msgspec
 
 from .errors import SpecRefused
 from .protocols import StartedSandbox
-from .pump import Channel, End, OutputChunk, Pump, StdinWriter
+from .pump import Channel, End, OutputChunk, Pump, StdinWriter, raw_socket
 
 # A shell function (builtins only: during a fork bomb there is no pid to spare for `ps` or a
 # subshell) that kills a process and everything it started. It stops (so nothing forks any more)
@@ -354,8 +354,7 @@ async def kill_exec(sb: StartedSandbox, pump: Pump | None) -> None:
 
 def close_exec_socket(sock: Any) -> None:
     if sock is not None:
-        # A SocketIO wrapper that the pump thread closed already has `_sock` None.
-        raw = getattr(sock, "_sock", sock)
+        raw = raw_socket(sock)  # None: the pump thread closed the wrapper already
         if raw is not None:
             with contextlib.suppress(OSError):
                 raw.shutdown(socket.SHUT_RDWR)

@@ -29,7 +29,7 @@ from typing import Any
 from .commands import close_exec_socket, exec_exit_code, kill_exec, open_exec, wrapped
 from .errors import ProcessEnded
 from .protocols import StartedSandbox
-from .pump import Channel, End, Pump
+from .pump import Channel, End, Pump, raw_socket
 
 DEFAULT_LINE_CAP = 4 << 20
 DEFAULT_STDERR_CAP = 64 << 10
@@ -281,7 +281,7 @@ class SandboxProcess:
                 raise ProcessEnded(f"the process no longer reads its stdin: {exc}") from exc
 
     def _send_all(self, data: bytes) -> None:
-        raw = getattr(self._sock, "_sock", self._sock)
+        raw = raw_socket(self._sock)
         view = memoryview(data)
         off = 0
         while off < len(view):
@@ -299,7 +299,7 @@ class SandboxProcess:
             if self._stdin_closed:
                 return
             self._stdin_closed = True
-            raw = getattr(self._sock, "_sock", self._sock)
+            raw = raw_socket(self._sock)
             with contextlib.suppress(OSError):
                 raw.shutdown(socket.SHUT_WR)
 

@@ -58,12 +58,22 @@ class Channel:
         return item
 
 
+def raw_socket(sock: Any) -> Any:
+    """The OS socket under what docker-py's exec attach returns (`exec_start(socket=True)`).
+
+    docker-py hands out a `socket.SocketIO` wrapper (or, over some transports, the socket itself)
+    and offers no public way to reach the socket below; reading frames with timeouts, half-closing
+    stdin and shutting both ways down need it, so this is the one place that looks at the
+    wrapper's `_sock`. None once the wrapper was closed."""
+    return getattr(sock, "_sock", sock)
+
+
 class Pump:
     """Reads Docker's multiplexed stream (8-byte frame headers) in a thread; applies the output cap."""
 
     def __init__(self, sock: Any, channel: Channel, cap: int) -> None:
         self._sock = sock
-        self._raw: socket.socket = getattr(sock, "_sock", sock)
+        self._raw: socket.socket = raw_socket(sock)
         self._channel = channel
         self._cap = cap
         self.delivered = 0
@@ -180,7 +190,7 @@ class Pump:
 
 class StdinWriter:
     def __init__(self, sock: Any, data: bytes, cancel: threading.Event) -> None:
-        self._raw: socket.socket = getattr(sock, "_sock", sock)
+        self._raw: socket.socket = raw_socket(sock)
         self._data = data
         self._cancel = cancel
         self.thread = threading.Thread(target=self._run, name="forgehand-exec-stdin", daemon=True)
