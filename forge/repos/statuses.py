@@ -264,18 +264,18 @@ async def list_statuses(session: AsyncSession, res: RepoResource, sha: str, api:
 
 async def combined_states(session: AsyncSession, repo_id: int, shas: list[str]) -> dict[str, CombinedState]:
     """The combined state of each commit that has statuses (one query; commits without any are left out)."""
-    if not shas:
-        return {}
-    rows = (
-        await session.execute(
-            select(CommitStatus.sha, CommitStatus.context, CommitStatus.state)
-            .where(CommitStatus.repo_id == repo_id, CommitStatus.sha.in_(sorted(set(shas))))
-            .order_by(CommitStatus.id.desc())
-        )
-    ).all()
+    wanted = sorted(set(shas))
     latest: dict[str, dict[str, str]] = {}
-    for sha, context, state in rows:
-        latest.setdefault(sha, {}).setdefault(context, state)
+    for start in range(0, len(wanted), 500):  # bounded IN lists: SQLite caps a statement's parameters
+        rows = (
+            await session.execute(
+                select(CommitStatus.sha, CommitStatus.context, CommitStatus.state)
+                .where(CommitStatus.repo_id == repo_id, CommitStatus.sha.in_(wanted[start : start + 500]))
+                .order_by(CommitStatus.id.desc())
+            )
+        ).all()
+        for sha, context, state in rows:
+            latest.setdefault(sha, {}).setdefault(context, state)
     return {sha: combine(list(states.values())) for sha, states in latest.items()}
 
 
