@@ -118,6 +118,8 @@ class ReviewStatus(msgspec.Struct, kw_only=True):
     approval_not_by_starter: bool
     change_requests: list[str]  # reviewers whose latest verdict asks for changes
     blockers: list[str]  # why a merge would be refused now (empty: the rules hold)
+    # The head's combined commit status (`success`, `pending`, `failure`), null when none was reported.
+    checks: Literal["success", "pending", "failure"] | None = None
 
 
 class MergeCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

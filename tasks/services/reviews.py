@@ -195,7 +195,9 @@ class ReviewService:
             blockers.append("changes requested by " + ", ".join(sorted(asking)))
         if task.head_sha and task.head_sha == task.base_sha:
             blockers.append("the task's runs changed nothing: there is nothing to merge")
-        if repo is not None and task.head_sha:  # the base branch's rules: its required checks
+        checks = None
+        if repo is not None and task.head_sha:  # the head's statuses, and the base branch's required checks
+            checks = (await statuses.combined_states(self.session, repo.id, [task.head_sha])).get(task.head_sha)
             blockers += await statuses.unmet_checks(self.session, repo, task.base, task.head_sha)
         return ReviewStatus(
             head_sha=task.head_sha,
@@ -204,6 +206,7 @@ class ReviewService:
             approval_not_by_starter=merge_rules.approval_not_by_starter,
             change_requests=sorted(asking),
             blockers=blockers,
+            checks=checks,
         )
 
     async def _prepare(

@@ -373,6 +373,7 @@ async def test_required_checks_block_the_merge_until_ci_reports_success(
     r = await merge()
     assert r.status_code == 409 and r.json()["code"] == "merge_blocked", r.text
     assert r.json()["blockers"] == ["required check ci/build has not reported", "required check lint has not reported"]
+    assert (await client.get(f"{TASKS}/1/review-status", headers=world.h("ana"))).json()["checks"] is None
     await report("success", "lint")
     await report("pending", "ci/build")
     await report("failure", "ci/build")
@@ -380,7 +381,11 @@ async def test_required_checks_block_the_merge_until_ci_reports_success(
     assert r.status_code == 409 and r.json()["blockers"] == ["required check ci/build is failure"], r.text
     assert bare_repo(settings).revparse_single("refs/heads/main").id != pygit2.Oid(hex=head)
     review = (await client.get(f"{TASKS}/1/review-status", headers=world.h("ana"))).json()
-    assert review["blockers"] == ["required check ci/build is failure"]
+    assert review["blockers"] == ["required check ci/build is failure"] and review["checks"] == "failure"
+    html = (await client.get("/ana/demo/tasks/1/review", headers=world.h("ana"))).text
+    box = html[html.index('id="head-checks"') :]
+    assert f'href="/ana/demo/commit/{head}#checks-title">failure</a>' in box[: box.index("</p>")]
+    assert "<li>required check ci/build is failure</li>" in html
     await report("success", "ci/build")
     r = await merge()
     assert r.status_code == 200, r.text
