@@ -263,7 +263,7 @@ async def list_statuses(session: AsyncSession, res: RepoResource, sha: str, api:
 
 
 async def combined_states(session: AsyncSession, repo_id: int, shas: list[str]) -> dict[str, CombinedState]:
-    """The combined state of each commit that has statuses (one query; commits without any are left out)."""
+    """The combined state of each commit that has statuses (commits without any are left out)."""
     wanted = sorted(set(shas))
     latest: dict[str, dict[str, str]] = {}
     for start in range(0, len(wanted), 500):  # bounded IN lists: SQLite caps a statement's parameters
