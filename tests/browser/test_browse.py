@@ -6,6 +6,7 @@ request leaving the instance; the ref switcher is used with the keyboard alone."
 
 from pathlib import Path
 
+import httpx
 from playwright.sync_api import ElementHandle, Page, expect
 
 from forge.git.names import repo_path
@@ -21,6 +22,26 @@ def _pushed(page: Page, forge: ForgeServer, tmp_path: Path) -> tuple[str, Histor
     history = build_history(tmp_path / "work")
     push_to(history.work, repo_path(forge.settings.data_dir / "repos", owner, name))
     return full_name, history
+
+
+def _report_checks(page: Page, forge: ForgeServer, full: str, sha: str) -> None:
+    """Two statuses on `sha`, as a CI job posts them with a token made on the tokens page."""
+    page.goto(forge.at("/settings/tokens/"))
+    page.get_by_label("Name", exact=True).fill("ci")
+    page.get_by_label("repo:write", exact=True).check()
+    page.get_by_role("button", name="Create token").click()
+    token = page.locator("#new-token").inner_text().strip()
+    for body in (
+        {"state": "success", "context": "ci/build", "target_url": "https://ci.example/1"},
+        {"state": "failure", "context": "lint", "description": "2 problems"},
+    ):
+        r = httpx.post(
+            forge.at(f"/api/v1/repos/{full}/statuses/{sha}"),
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert r.status_code == 201, r.text
 
 
 def _tab_to(page: Page, element: ElementHandle) -> None:
@@ -84,8 +105,12 @@ def test_every_browsing_page_reads_well(
         )
         check_page(page, artifacts_dir, "browse-log")
 
+        _report_checks(page, forge, full, history.feature)
         page.goto(forge.at(f"/{full}/commit/{history.feature}"))
         expect(page.locator("#parents a")).to_have_count(1)
+        checks = page.locator("section.checks")
+        expect(checks.get_by_role("heading")).to_have_text("Checks: some failed")
+        expect(checks.get_by_role("link", name="Details of ci/build")).to_have_attribute("href", "https://ci.example/1")
         page.get_by_role("navigation", name="Changed files").get_by_role("link", name="src/app.py").click()
         expect(page).to_have_url(forge.at(f"/{full}/commit/{history.feature}#diff-1"))
         expect(page.locator("table.diff.unified tr.add")).to_contain_text("hello, world")
