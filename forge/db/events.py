@@ -21,6 +21,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.core.access import Principal
 from forge.db.engine import utcnow
 
 EventType = Literal[
@@ -79,6 +80,13 @@ MergedHowName = Literal["merge", "squash", "fast-forward", "already_merged"]
 class AccountRef(msgspec.Struct, frozen=True, kw_only=True):
     login: str
     type: Literal["User", "Bot"] = "User"
+
+    @classmethod
+    def of(cls, principal: Principal | None) -> "AccountRef | None":
+        """Who acted, as events name them; None for no account (anonymous, forgehand itself)."""
+        if principal is None or principal.account_id is None:
+            return None
+        return cls(login=principal.login, type="Bot" if principal.type == "Bot" else "User")
 
 
 class ParentRef(msgspec.Struct, frozen=True, kw_only=True):

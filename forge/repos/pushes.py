@@ -81,9 +81,7 @@ async def record_push(
             repo_id=res.repo.id,
             repo_uuid=res.repo.uuid,
             repository=res.full_name,
-            actor=AccountRef(login=actor.principal.login, type="Bot" if actor.principal.type == "Bot" else "User")
-            if actor.principal.account_id is not None
-            else None,
+            actor=AccountRef.of(actor.principal),
             data=RepoPushed(refs=[PushedRef(ref=u.ref, before=u.old, after=u.new) for u in updates]),
         ),
     )

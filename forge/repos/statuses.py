@@ -39,11 +39,6 @@ class StatusCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     context: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "default"
 
 
-class StatusCreator(msgspec.Struct, kw_only=True):
-    login: str
-    type: Literal["User", "Bot"]
-
-
 class StatusRead(msgspec.Struct, kw_only=True):
     id: int
     url: str
@@ -51,7 +46,7 @@ class StatusRead(msgspec.Struct, kw_only=True):
     description: str
     target_url: str
     context: str
-    creator: StatusCreator | None
+    creator: AccountRef | None  # {login, type}; null when the account is gone
     created_at: datetime
     updated_at: datetime
 
@@ -105,13 +100,11 @@ async def status_sha(store: RepoStore, res: RepoResource, spec: str) -> str:
         ) from None
 
 
-def _creator(account: Account | None) -> StatusCreator | None:
-    if account is None:
-        return None
-    return StatusCreator(login=account.login, type="Bot" if account.type == "Bot" else "User")
+def _creator(account: Account | None) -> AccountRef | None:
+    return AccountRef(login=account.login, type="Bot" if account.is_bot else "User") if account else None
 
 
-def _read(row: CommitStatus, creator: Account | None, api: str) -> StatusRead:
+def _read(row: CommitStatus, creator: AccountRef | None, api: str) -> StatusRead:
     return StatusRead(
         id=row.id,
         url=f"{api}/statuses/{row.sha}",
@@ -119,7 +112,7 @@ def _read(row: CommitStatus, creator: Account | None, api: str) -> StatusRead:
         description=row.description,
         target_url=row.target_url,
         context=row.context,
-        creator=_creator(creator),
+        creator=creator,
         created_at=row.created_at,
         updated_at=row.created_at,
     )
@@ -144,20 +137,20 @@ def _latest(rows: list[tuple[CommitStatus, Account | None]]) -> dict[str, tuple[
     return dict(sorted(latest.items()))
 
 
-async def unmet_checks(session: AsyncSession, repo: Repository, branch: str, sha: str) -> list[str]:
-    """What the branch rules of `branch` require of a head that `sha` lacks, in words: each
-    required context whose latest status on the commit is not `success`."""
-    required = await branch_rules.required_checks(session, repo, branch)
-    if not required:
-        return []
-    latest = {context: row.state for context, (row, _) in _latest(await _rows(session, repo.id, sha)).items()}
-    return [
+async def head_checks(
+    session: AsyncSession, repo: Repository, branch: str, sha: str
+) -> tuple[CombinedState | None, list[str]]:
+    """A head about to merge into `branch`: its combined state (None when nothing reported) and, in
+    words, each check the branch's rules require whose latest status on it is not `success`."""
+    latest = (await _latest_states(session, repo.id, [sha])).get(sha, {})
+    unmet = [
         f"required check {context} is {latest[context]}"
         if context in latest
         else f"required check {context} has not reported"
-        for context in required
+        for context in await branch_rules.required_checks(session, repo, branch)
         if latest.get(context) != "success"
     ]
+    return (combine(list(latest.values())) if latest else None), unmet
 
 
 async def record(
@@ -196,8 +189,7 @@ async def record(
     )
     session.add(row)
     await session.flush()
-    latest = _latest(await _rows(session, repo_id, sha))
-    return row, combine([r.state for r, _ in latest.values()])
+    return row, combine(list((await _latest_states(session, repo_id, [sha]))[sha].values()))
 
 
 async def create(
@@ -227,8 +219,7 @@ async def create(
     )
     audit.record(session, actor, "repo.status.create", res.full_name, sha=sha, state=data.state, context=context)
     await bus.publish(session, _event(actor, res, row, combined))
-    creator = await session.get(Account, actor.principal.account_id) if actor.principal.account_id else None
-    return _read(row, creator, api)
+    return _read(row, AccountRef.of(actor.principal), api)
 
 
 def created_payload(row: CommitStatus, combined: CombinedState) -> StatusCreated:
@@ -245,25 +236,22 @@ def created_payload(row: CommitStatus, combined: CombinedState) -> StatusCreated
 
 
 def _event(actor: Actor, res: RepoResource, row: CommitStatus, combined: CombinedState) -> Event:
-    principal = actor.principal
     return Event(
         repo_id=res.repo.id,
         repo_uuid=res.repo.uuid,
         repository=res.full_name,
-        actor=AccountRef(login=principal.login, type="Bot" if principal.type == "Bot" else "User")
-        if principal.account_id is not None
-        else None,
+        actor=AccountRef.of(actor.principal),
         data=created_payload(row, combined),
     )
 
 
 async def list_statuses(session: AsyncSession, res: RepoResource, sha: str, api: str) -> list[StatusRead]:
     """Every status of the commit, newest first (a context's whole history)."""
-    return [_read(row, account, api) for row, account in await _rows(session, res.repo.id, sha)]
+    return [_read(row, _creator(account), api) for row, account in await _rows(session, res.repo.id, sha)]
 
 
-async def combined_states(session: AsyncSession, repo_id: int, shas: list[str]) -> dict[str, CombinedState]:
-    """The combined state of each commit that has statuses (commits without any are left out)."""
+async def _latest_states(session: AsyncSession, repo_id: int, shas: list[str]) -> dict[str, dict[str, str]]:
+    """sha -> context -> the state of its newest status, for the commits that have any."""
     wanted = sorted(set(shas))
     latest: dict[str, dict[str, str]] = {}
     for start in range(0, len(wanted), 500):  # bounded IN lists: SQLite caps a statement's parameters
@@ -276,11 +264,19 @@ async def combined_states(session: AsyncSession, repo_id: int, shas: list[str]) 
         ).all()
         for sha, context, state in rows:
             latest.setdefault(sha, {}).setdefault(context, state)
-    return {sha: combine(list(states.values())) for sha, states in latest.items()}
+    return latest
+
+
+async def combined_states(session: AsyncSession, repo_id: int, shas: list[str]) -> dict[str, CombinedState]:
+    """The combined state of each commit that has statuses (commits without any are left out)."""
+    return {
+        sha: combine(list(states.values())) for sha, states in (await _latest_states(session, repo_id, shas)).items()
+    }
 
 
 async def combined_status(session: AsyncSession, res: RepoResource, sha: str, api: str) -> CombinedStatus:
-    latest = [_read(row, account, api) for row, account in _latest(await _rows(session, res.repo.id, sha)).values()]
+    rows = _latest(await _rows(session, res.repo.id, sha)).values()
+    latest = [_read(row, _creator(account), api) for row, account in rows]
     return CombinedStatus(
         state=combine([s.state for s in latest]),
         sha=sha,

@@ -178,9 +178,7 @@ class Lifecycle:
             raise ValueError(f"a {data.type} payload published as {type_}")
         full = f"{repo.owner.login}/{repo.name}"
         parent = await self.session.get(Task, task.parent_id) if task.parent_id is not None else None
-        actor_ref = None
-        if actor is not None and actor.account_id is not None:
-            actor_ref = AccountRef(login=actor.login, type="Bot" if actor.type == "Bot" else "User")
+        actor_ref = AccountRef.of(actor)
         await self.bus.publish(
             self.session,
             Event(

@@ -197,8 +197,8 @@ class ReviewService:
             blockers.append("the task's runs changed nothing: there is nothing to merge")
         checks = None
         if repo is not None and task.head_sha:  # the head's statuses, and the base branch's required checks
-            checks = (await statuses.combined_states(self.session, repo.id, [task.head_sha])).get(task.head_sha)
-            blockers += await statuses.unmet_checks(self.session, repo, task.base, task.head_sha)
+            checks, unmet = await statuses.head_checks(self.session, repo, task.base, task.head_sha)
+            blockers += unmet
         return ReviewStatus(
             head_sha=task.head_sha,
             approvals=sorted(approvers),
