@@ -35,6 +35,7 @@ from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig
 from forge.http.api.admin import AdminController
 from forge.http.api.contract import ContractJsonPlugin
+from forge.http.api.pulls import PullController
 from forge.http.api.reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.http.api.repos import BrowseController, RepoController
 from forge.http.api.statuses import StatusController
@@ -129,7 +130,14 @@ def wire(settings: Settings, database: Database) -> Parts:
     # the task core asks before guarded actions.
     hooks = wire_webhooks(bus, settings, database)
     task_system = TaskSystem(database, settings, store, bus, gate=WebhookGate(hooks.policy, database))
-    push_recorder = PushRecorder(database, bus, PushJournal(settings.data_dir / "push-journal"), store.root)
+    push_recorder = PushRecorder(
+        database,
+        bus,
+        PushJournal(settings.data_dir / "push-journal"),
+        store.root,
+        store=store,
+        base_url=settings.effective_base_url,
+    )
     return Parts(settings, database, bus, store, git_config, hooks, task_system, push_recorder)
 
 
@@ -190,6 +198,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         RepoController,
         BrowseController,
         StatusController,
+        PullController,
         *TASK_API_HANDLERS,
         *WEBHOOK_HANDLERS,
         *TASK_PAGE_HANDLERS,

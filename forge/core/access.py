@@ -108,6 +108,8 @@ class Action(StrEnum):
     TASK_READ = "task.read"  # tasks and transcripts (they show command output)
     TASK_WRITE = "task.write"  # start, message, answer, retry, stop, close
     REVIEW_WRITE = "review.write"  # review, merge
+    PULL_WRITE = "pull.write"  # open, edit, close, reopen a pull request, update its branch
+    PULL_REVIEW = "pull.review"  # review, comment on, request reviewers of and merge a pull request
     WEBHOOKS_ADMIN = "webhooks.admin"  # repository webhook endpoints
     INSTANCE_ADMIN = "instance.admin"  # users, bots, instance webhooks, audit log
     ACCOUNT_MANAGE = "account.manage"  # an account's own tokens and settings
@@ -121,6 +123,10 @@ _REPO_RULES: dict[Action, tuple[Role, Scope]] = {
     Action.TASK_READ: (Role.WRITE, Scope.TASKS_READ),
     Action.TASK_WRITE: (Role.WRITE, Scope.TASKS_WRITE),
     Action.REVIEW_WRITE: (Role.WRITE, Scope.REVIEWS_WRITE),
+    # Pull requests are visible to readers (REPO_READ); taking part needs the write role, and a
+    # reader is told so (403), unlike tasks, which do not exist below write.
+    Action.PULL_WRITE: (Role.WRITE, Scope.REPO_WRITE),
+    Action.PULL_REVIEW: (Role.WRITE, Scope.REVIEWS_WRITE),
     Action.WEBHOOKS_ADMIN: (Role.ADMIN, Scope.WEBHOOKS_ADMIN),
 }
 # Task actions: below the write role tasks do not exist for the caller (404, never 403).
@@ -129,7 +135,7 @@ _TASK_ACTIONS = {Action.TASK_READ, Action.TASK_WRITE, Action.REVIEW_WRITE}
 REPO_NOT_FOUND = "repository not found"
 TASKS_HIDDEN = "task not found (tasks are visible to collaborators with write access)"
 # Actions that change repository content: refused on archived repositories.
-_CONTENT_WRITES = {Action.REPO_WRITE, Action.TASK_WRITE, Action.REVIEW_WRITE}
+_CONTENT_WRITES = {Action.REPO_WRITE, Action.TASK_WRITE, Action.REVIEW_WRITE, Action.PULL_WRITE, Action.PULL_REVIEW}
 
 
 class RepoLike(Protocol):

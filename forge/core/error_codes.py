@@ -115,6 +115,21 @@ class Code(StrEnum):
     INVALID_TARGET_URL = "invalid_target_url", 422, "a status's target_url is not an http(s) URL"
     TOO_MANY_STATUSES = "too_many_statuses", 422, "a commit holds at most 1000 statuses of one context"
 
+    # Pull requests (forge/repos/pulls.py).
+    PULL_NOT_FOUND = "pull_not_found", 404, "no pull request by this number in the repository"
+    PULL_REQUEST_EXISTS = "pull_request_exists", 409, "an open pull request for the same head and base exists"
+    INVALID_PULL_BRANCHES = "invalid_pull_branches", 422, "head and base are the same branch, or a branch is missing"
+    NO_COMMITS_BETWEEN = "no_commits_between", 422, "the head branch has no commit the base lacks"
+    PULL_NOT_OPEN = "pull_not_open", 409, "the pull request is closed or merged"
+    PULL_HEAD_GONE = "pull_head_gone", 409, "the pull request's head branch was deleted"
+    HEAD_MOVED = "head_moved", 409, "the head moved since the caller read it; see `head_sha`"
+    BRANCH_RULE_UNMET = "branch_rule_unmet", 409, "branch rules do not hold; see `unmet_rules`"
+    CANNOT_REVIEW_OWN = "cannot_review_own", 422, "the author of a pull request cannot approve or reject it"
+    INVALID_REVIEW_LINE = "invalid_review_line", 422, "a line comment names a file or line outside the diff"
+    INVALID_REVIEWER = "invalid_reviewer", 422, "a requested reviewer has no write access or does not exist"
+    PULL_REQUIRED = "pull_request_required", 422, "the branch takes changes only through pull requests"
+    INVALID_REQUIRED_APPROVALS = "invalid_required_approvals", 422, "a branch rule requires 0 to 10 approvals"
+
     # The git layer (`forge.git.errors.RepoError` codes).
     INVALID_REF_NAME = "invalid_ref_name", 422, "a ref or branch name git would refuse"
     INVALID_PATH = "invalid_path", 422, "a tree path with `..`, a leading slash, NUL or a `.git` component"

@@ -36,6 +36,12 @@ EventType = Literal[
     "task.progress",
     "repo.pushed",
     "status.created",
+    "pull_request.opened",
+    "pull_request.synchronized",
+    "pull_request.review_submitted",
+    "pull_request.merged",
+    "pull_request.closed",
+    "pull_request.reopened",
     "egress.blocked",
     "policy.bypassed",
     "ping",
@@ -217,6 +223,54 @@ class StatusCreated(Payload, frozen=True, tag="status.created"):
     combined: Literal["pending", "success", "failure"]
 
 
+class PullBranch(msgspec.Struct, frozen=True, kw_only=True):
+    ref: str  # the branch name
+    sha: str  # its tip as the pull request saw it ("" once the head branch is gone)
+
+
+class PullRequestPayload(Payload, frozen=True):
+    """What every `pull_request.*` notification says about the pull request (docs/pulls.md)."""
+
+    number: int
+    title: str
+    html_url: str
+    state: Literal["open", "closed", "merged"]
+    draft: bool
+    head: PullBranch
+    base: PullBranch
+    author: AccountRef | None
+
+
+class PullRequestOpened(PullRequestPayload, frozen=True, tag="pull_request.opened"):
+    pass
+
+
+class PullRequestSynchronized(PullRequestPayload, frozen=True, tag="pull_request.synchronized"):
+    """The head branch moved (a push, an Update branch); `before` is its previous tip."""
+
+    before: str
+    dismissed_reviews: int  # approvals and change requests the push made stale (branch rule)
+
+
+class PullRequestReviewSubmitted(PullRequestPayload, frozen=True, tag="pull_request.review_submitted"):
+    review_id: int
+    verdict: ReviewVerdictName
+    comments: int  # line comments that came with it
+
+
+class PullRequestMerged(PullRequestPayload, frozen=True, tag="pull_request.merged"):
+    strategy: MergedHowName
+    merge_commit_sha: str
+
+
+class PullRequestClosed(PullRequestPayload, frozen=True, tag="pull_request.closed"):
+    pass
+
+
+class PullRequestReopened(PullRequestPayload, frozen=True, tag="pull_request.reopened"):
+    pass
+
+
 class EgressBlocked(Payload, frozen=True, tag="egress.blocked"):
     """A request of a run's sandbox that the egress proxy refused (docs/egress.md)."""
 
@@ -256,6 +310,12 @@ EventPayload = (
     | TaskProgress
     | RepoPushed
     | StatusCreated
+    | PullRequestOpened
+    | PullRequestSynchronized
+    | PullRequestReviewSubmitted
+    | PullRequestMerged
+    | PullRequestClosed
+    | PullRequestReopened
     | EgressBlocked
     | PolicyBypassed
     | Ping
@@ -275,6 +335,12 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         TaskProgress,
         RepoPushed,
         StatusCreated,
+        PullRequestOpened,
+        PullRequestSynchronized,
+        PullRequestReviewSubmitted,
+        PullRequestMerged,
+        PullRequestClosed,
+        PullRequestReopened,
         EgressBlocked,
         PolicyBypassed,
         Ping,

@@ -4,7 +4,7 @@ import uuid as uuid_mod
 from datetime import datetime
 from enum import StrEnum
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import JSON, Boolean, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, text, true
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from forge.db.engine import Base, utcnow
@@ -152,6 +152,12 @@ class BranchRule(Base):
     allow_deletion: Mapped[bool] = mapped_column(Boolean, default=False)
     # Status contexts that must be `success` on a head before it merges into a matching branch.
     required_checks: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # Direct pushes to a matching branch are refused: changes arrive through pull requests.
+    require_pull_request: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Approvals a pull request into a matching branch needs from people with write access.
+    required_approvals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # A push to the head dismisses the approvals given to an older head.
+    dismiss_stale_approvals: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -219,4 +225,105 @@ class AllowedHost(Base):
     host: Mapped[str] = mapped_column(String(255))  # a name, an address or a CIDR, normalised
     note: Mapped[str] = mapped_column(String(200), default="")
     created_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class IssueCounter(Base):
+    """The last number given to a pull request (or, later, an issue) of a repository: the two share
+    one sequence, as on GitHub and Gitea. Tasks keep their own."""
+
+    __tablename__ = "issue_counters"
+
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    last_number: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class PullRequest(Base):
+    """A proposal to merge `head_ref` into `base_ref` of the same repository (forge.repos.pulls)."""
+
+    __tablename__ = "pull_requests"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "number", name="uq_pull_requests_repo_number"),
+        Index("ix_pull_requests_repo_state", "repo_id", "state", "number"),
+        # One open pull request per head and base (`pull_request_exists`).
+        Index(
+            "uq_pull_requests_open_head_base",
+            "repo_id",
+            "head_ref",
+            "base_ref",
+            unique=True,
+            sqlite_where=text("state = 'open'"),
+            postgresql_where=text("state = 'open'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(256))
+    body: Mapped[str] = mapped_column(Text, default="")
+    head_ref: Mapped[str] = mapped_column(String(255))
+    base_ref: Mapped[str] = mapped_column(String(255))
+    # The head branch's tip as last seen (opened, pushed, merged); "" once the branch is gone.
+    head_sha: Mapped[str] = mapped_column(String(64))
+    # The base branch's tip when opened, then when merged.
+    base_sha: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(8), default="open")  # open | closed | merged
+    draft: Mapped[bool] = mapped_column(Boolean, default=False)
+    author_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    merged_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    merge_commit_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    merged_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    closed_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class PullReview(Base):
+    """A review of a pull request at one head: a verdict and a body (its line comments are
+    `PullComment` rows that name it)."""
+
+    __tablename__ = "pull_reviews"
+    __table_args__ = (Index("ix_pull_reviews_pull", "pull_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pull_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"))
+    author_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    verdict: Mapped[str] = mapped_column(String(16))  # approve | request_changes | comment
+    body: Mapped[str] = mapped_column(Text, default="")
+    commit_sha: Mapped[str] = mapped_column(String(64))  # the head it reviewed
+    # An approval or change request a later push made stale (branch rule) or someone dismissed.
+    dismissed: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PullComment(Base):
+    """A comment on a pull request: on the conversation (`path` null) or on a line of its diff."""
+
+    __tablename__ = "pull_comments"
+    __table_args__ = (Index("ix_pull_comments_pull", "pull_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pull_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"))
+    review_id: Mapped[int | None] = mapped_column(ForeignKey("pull_reviews.id", ondelete="CASCADE"), nullable=True)
+    author_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    body: Mapped[str] = mapped_column(Text)
+    path: Mapped[str | None] = mapped_column(String(4096), nullable=True)
+    line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    side: Mapped[str | None] = mapped_column(String(5), nullable=True)  # LEFT (base) | RIGHT (head)
+    commit_sha: Mapped[str] = mapped_column(String(64))  # the head it was written on
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class PullReviewRequest(Base):
+    """A person or bot asked to review a pull request; answered by their next review."""
+
+    __tablename__ = "pull_review_requests"
+    __table_args__ = (UniqueConstraint("pull_id", "account_id", name="uq_pull_review_requests_pull_account"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pull_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"), index=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -292,3 +292,27 @@ def commit_diff(repo: pygit2.Repository, spec: str, *, limits: DiffLimits = DEFA
         stats=result.stats,
         files_truncated=result.files_truncated,
     )
+
+
+class Divergence(msgspec.Struct, frozen=True, kw_only=True):
+    """Two branches as a pull request sees them: their tips (None: no such branch) and how far
+    the head is ahead of and behind the base."""
+
+    base_sha: str | None
+    head_sha: str | None
+    ahead_by: int = 0
+    behind_by: int = 0
+
+
+def divergence(repo: pygit2.Repository, base_branch: str, head_branch: str) -> Divergence:
+    """The tips of ``base_branch`` and ``head_branch`` and, when both exist, their distance."""
+    tips = []
+    for branch in (base_branch, head_branch):
+        ref = repo.references.get(f"refs/heads/{branch}")
+        target = ref.resolve().target if ref is not None else None
+        tips.append(target if isinstance(target, pygit2.Oid) else None)
+    base, head = tips
+    if base is None or head is None:
+        return Divergence(base_sha=str(base) if base else None, head_sha=str(head) if head else None)
+    ahead, behind = repo.ahead_behind(head, base)
+    return Divergence(base_sha=str(base), head_sha=str(head), ahead_by=ahead, behind_by=behind)

@@ -14,20 +14,24 @@ The server passes, through the git process environment:
 pre-receive runs once the pack is received, indexed and checked, while its objects are still in
 git's quarantine: it re-checks every rule, and the fast-forward test can now see the new commits
 (``git merge-base --is-ancestor``). If it refuses, git deletes the quarantine: the repository is
-untouched, and the client prints our reasons as ``remote: ...`` lines.
+untouched, and the client prints our reasons as ``remote: ...`` lines. post-receive answers each
+branch push with the link that opens a pull request, or to the open one (``pull_request_links``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import msgspec
 
 from forge.git.refrules import (
+    PushContext,
     RefUpdate,
     check_ref_update,
     decode_context,
@@ -123,14 +127,42 @@ def pre_receive(stdin: bytes, environ: dict[str, str]) -> tuple[int, list[str]]:
     return 0, []
 
 
+def pull_request_links(updates: list[RefUpdate], ctx: PushContext) -> list[str]:
+    """What a push answers about pull requests, as Gitea does: for each branch it created or
+    moved (not the default branch), the link to open a pull request, or to the open one."""
+    if not ctx.web_url or ctx.is_internal:
+        return []
+    lines: list[str] = []
+    for update in updates:
+        branch = update.ref.removeprefix("refs/heads/")
+        if branch == update.ref or update.is_delete or branch == ctx.default_branch:
+            continue
+        number = ctx.open_pulls.get(branch)
+        if number is not None:
+            lines += ["Visit the existing pull request:", f"  {ctx.web_url}/pull/{number}"]
+        else:
+            base = quote(ctx.default_branch or "main", safe="/")
+            lines += [
+                f"Create a pull request for '{branch}':",
+                f"  {ctx.web_url}/compare/{base}...{quote(branch, safe='/')}",
+            ]
+    return ["", *lines, ""] if lines else []
+
+
 def post_receive(stdin: bytes, environ: dict[str, str]) -> int:
+    updates = _read_updates(stdin)
+    raw = environ.get(ENV_CONTEXT)
+    if raw:
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            for line in pull_request_links(updates, decode_context(raw)):
+                print(line, file=sys.stderr)
     log = environ.get(ENV_PUSH_LOG)
     if not log:
         return 0
     encoder = msgspec.json.Encoder()
     try:
         with Path(log).open("ab") as fh:
-            for update in _read_updates(stdin):
+            for update in updates:
                 fh.write(encoder.encode({"old": update.old, "new": update.new, "ref": update.ref}) + b"\n")
             fh.flush()
             os.fsync(fh.fileno())  # the push journal reads it after a crash

@@ -23,6 +23,7 @@ RefusalCode = Literal[
     "reserved",
     "protected_deletion",
     "protected_force_push",
+    "pull_request_required",
 ]
 
 
@@ -53,6 +54,8 @@ class ProtectionRule(msgspec.Struct, frozen=True, kw_only=True):
     pattern: str
     allow_force_push: bool = False
     allow_deletion: bool = False
+    #: Updates arrive through pull requests only: a direct push that moves the branch is refused.
+    require_pull_request: bool = False
 
 
 class PushContext(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +78,10 @@ class PushContext(msgspec.Struct, frozen=True, kw_only=True):
     allowed_namespaces: list[str] = msgspec.field(default_factory=lambda: ["refs/heads/", "refs/tags/"])
     #: For messages and logs only.
     pusher: str | None = None
+    #: The repository's page (``https://host/owner/name``): a push to a branch answers with the
+    #: link that opens a pull request, or to the open one (``open_pulls``: branch -> number).
+    web_url: str | None = None
+    open_pulls: dict[str, int] = {}
 
 
 class Refusal(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,6 +93,8 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
 class Protection(msgspec.Struct, frozen=True, kw_only=True):
     allow_force_push: bool
     allow_deletion: bool
+    #: The pattern of a matching rule that requires pull requests (None: none does).
+    pull_request_rule: str | None = None
 
 
 def branch_name(ref: str) -> str | None:
@@ -109,6 +118,7 @@ def protection_for(ref: str, ctx: PushContext) -> Protection | None:
     return Protection(
         allow_force_push=all(r.allow_force_push for r in matched),
         allow_deletion=all(r.allow_deletion for r in matched),
+        pull_request_rule=next((r.pattern for r in matched if r.require_pull_request), None),
     )
 
 
@@ -163,6 +173,13 @@ def check_ref_update(update: RefUpdate, ctx: PushContext, *, fast_forward: bool 
     kind = "branch" if ref.startswith("refs/heads/") else "tag" if ref.startswith("refs/tags/") else "ref"
     if update.is_delete and not protection.allow_deletion:
         return refuse("protected_deletion", f"protected {kind}: deletion refused")
+    if protection.pull_request_rule is not None and not (update.is_create or update.is_delete or ctx.is_internal):
+        branch = branch_name(ref) or ref
+        return refuse(
+            "pull_request_required",
+            f"{branch} takes changes through pull requests (branch rule {protection.pull_request_rule!r}): "
+            f"push to another branch and open a pull request",
+        )
     if not update.is_create and not update.is_delete and fast_forward is False and not protection.allow_force_push:
         return refuse("protected_force_push", f"protected {kind}: force-push refused")
     return None

@@ -141,7 +141,7 @@ async def receive_pack(
 ) -> Response[Any]:
     res = await _authorize(request, db_session, owner, name, RECEIVE_PACK)
     actor = actor_of(request)
-    ctx = await pushes.push_context(db_session, res, actor.principal)
+    ctx = await pushes.push_context(db_session, res, actor.principal, request.app.state.settings.effective_base_url)
     store: RepoStore = request.app.state.repo_store
     config = _config(request)
     body = decode_request_body(

@@ -49,6 +49,9 @@ class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
     blockers: list[str] | None = None  # merge: the rules that do not hold
     head_sha: str | None = None  # stale head / commit: the task's head now
     state: str | None = None  # the state that refused the action
+    unmet_rules: list[str] | None = None  # pull request merge: every branch rule that does not hold
+    number: int | None = None  # pull_request_exists: the open pull request's number
+    html_url: str | None = None  # pull_request_exists: its page
 
     def __post_init__(self) -> None:
         # Every problem response carries a registered code, with its registered status; the two
@@ -57,7 +60,7 @@ class Problem(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 # The ForgeError extras that are part of the API (others stay internal).
-PUBLIC_EXTRAS = ("conflicts", "blockers", "head_sha", "state")
+PUBLIC_EXTRAS = ("conflicts", "blockers", "head_sha", "state", "unmet_rules", "number", "html_url")
 
 
 def is_git_request(request: Request[Any, Any, Any]) -> bool:

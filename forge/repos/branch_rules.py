@@ -15,6 +15,7 @@ from forge.git.refrules import pattern_matches
 from forge.repos.repositories import RepoResource, branch_rules
 
 MAX_REQUIRED_CHECKS = 20
+MAX_REQUIRED_APPROVALS = 10
 
 
 class BranchRuleRead(msgspec.Struct, kw_only=True):
@@ -24,6 +25,20 @@ class BranchRuleRead(msgspec.Struct, kw_only=True):
     allow_deletion: bool
     # Status contexts that must be `success` on a head before it merges into a matching branch.
     required_checks: list[str]
+    # Direct pushes refused: changes arrive through pull requests (docs/pulls.md).
+    require_pull_request: bool
+    # Approvals a pull request into a matching branch needs from people with write access.
+    required_approvals: int
+    # A push to a pull request's head dismisses the approvals of older heads.
+    dismiss_stale_approvals: bool
+
+
+class PullRules(msgspec.Struct, frozen=True, kw_only=True):
+    """What a rule asks of pull requests into a matching branch (forge/repos/merge_rules.py)."""
+
+    require_pull_request: bool = False
+    required_approvals: int = 0
+    dismiss_stale_approvals: bool = True
 
 
 def _read(rule: BranchRule) -> BranchRuleRead:
@@ -33,7 +48,19 @@ def _read(rule: BranchRule) -> BranchRuleRead:
         allow_force_push=rule.allow_force_push,
         allow_deletion=rule.allow_deletion,
         required_checks=list(rule.required_checks or []),
+        require_pull_request=rule.require_pull_request,
+        required_approvals=rule.required_approvals,
+        dismiss_stale_approvals=rule.dismiss_stale_approvals,
     )
+
+
+def _approvals(count: int) -> int:
+    if not 0 <= count <= MAX_REQUIRED_APPROVALS:
+        raise InvalidInput(
+            f"required approvals is a count from 0 to {MAX_REQUIRED_APPROVALS}, not {count}",
+            code=Code.INVALID_REQUIRED_APPROVALS,
+        )
+    return count
 
 
 def _checks(given: list[str]) -> list[str]:
@@ -72,9 +99,12 @@ async def add_branch_rule(
     allow_force_push: bool,
     allow_deletion: bool,
     required: list[str] | None = None,
+    pulls: PullRules | None = None,
 ) -> BranchRuleRead:
     require(actor.principal, Action.REPO_ADMIN, res)
     checks = _checks(required or [])
+    pulls = pulls or PullRules()
+    approvals = _approvals(pulls.required_approvals)
     pattern = pattern.strip()
     if not pattern or len(pattern) > 255 or any(c in pattern for c in "\x00\n\r "):
         raise InvalidInput("a pattern is 1-255 characters without spaces", code=Code.INVALID_PATTERN)
@@ -89,6 +119,9 @@ async def add_branch_rule(
     existing.allow_force_push = allow_force_push
     existing.allow_deletion = allow_deletion
     existing.required_checks = checks or None
+    existing.require_pull_request = pulls.require_pull_request
+    existing.required_approvals = approvals
+    existing.dismiss_stale_approvals = pulls.dismiss_stale_approvals
     await session.flush()
     audit.record(
         session,
@@ -99,6 +132,9 @@ async def add_branch_rule(
         allow_force_push=allow_force_push,
         allow_deletion=allow_deletion,
         required_checks=checks,
+        require_pull_request=pulls.require_pull_request,
+        required_approvals=approvals,
+        dismiss_stale_approvals=pulls.dismiss_stale_approvals,
     )
     return _read(existing)
 

@@ -26,18 +26,27 @@ from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
 from forge.db.models import PushRecord, Repository
-from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, ref_locks
+from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, RepoStore, ref_locks
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.service_process import GitServiceProcess
+from forge.repos.pulls import Pulls, open_pull_numbers
 from forge.repos.repositories import RepoResource, branch_rules
 
 log = structlog.get_logger(__name__)
 
 
-async def push_context(session: AsyncSession, res: RepoResource, principal: Principal) -> PushContext:
-    """What the push rules need for this pusher on this repository."""
+async def push_context(
+    session: AsyncSession, res: RepoResource, principal: Principal, base_url: str = ""
+) -> PushContext:
+    """What the push rules need for this pusher on this repository, and what the answer links
+    to (with `base_url`: the pages that open a pull request, or the open ones)."""
     rules = [
-        ProtectionRule(pattern=r.pattern, allow_force_push=r.allow_force_push, allow_deletion=r.allow_deletion)
+        ProtectionRule(
+            pattern=r.pattern,
+            allow_force_push=r.allow_force_push,
+            allow_deletion=r.allow_deletion,
+            require_pull_request=r.require_pull_request,
+        )
         for r in await branch_rules(session, res.repo)
     ]
     role = effective_role(principal, res)
@@ -49,6 +58,8 @@ async def push_context(session: AsyncSession, res: RepoResource, principal: Prin
         protect_default_branch=res.repo.protect_default_branch,
         rules=rules,
         pusher=principal.login or None,
+        web_url=f"{base_url}/{res.full_name}" if base_url else None,
+        open_pulls=await open_pull_numbers(session, res) if base_url else {},
     )
 
 
@@ -60,8 +71,10 @@ async def record_push(
     updates: list[RefUpdate],
     *,
     journal_id: str | None = None,
+    pulls: Pulls | None = None,
 ) -> None:
-    """Record an accepted push (refs before and after) and publish `repo.pushed`."""
+    """Record an accepted push (refs before and after) and publish `repo.pushed`; with `pulls`,
+    the open pull requests whose head it moved follow (`Pulls.after_push`)."""
     if not updates:
         return
     refs = [{"ref": u.ref, "before": u.old, "after": u.new} for u in updates]
@@ -85,6 +98,8 @@ async def record_push(
             data=RepoPushed(refs=[PushedRef(ref=u.ref, before=u.old, after=u.new) for u in updates]),
         ),
     )
+    if pulls is not None:
+        await pulls.after_push(actor, res, updates)
 
 
 class _Meta(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,8 +128,12 @@ class PushRecorder:
         journal_grace_seconds: float = 3600.0,
         quarantine_grace_seconds: float = 3600.0,
         interval_seconds: float = 300.0,
+        store: RepoStore | None = None,
+        base_url: str = "",
     ) -> None:
         self.db = db
+        self.store = store or RepoStore(repos_root)
+        self.base_url = base_url
         self.bus = bus
         self.journal = journal
         self.repos_root = repos_root
@@ -197,7 +216,10 @@ class PushRecorder:
                 if repo is None:
                     return  # the repository is gone, and its pushes with it
                 await session.refresh(repo, ["owner"])
-                await record_push(session, self.bus, meta.actor, RepoResource(repo=repo), applied, journal_id=entry.id)
+                pulls = Pulls(session, self.store, self.bus, self.base_url)
+                await record_push(
+                    session, self.bus, meta.actor, RepoResource(repo=repo), applied, journal_id=entry.id, pulls=pulls
+                )
         except IntegrityError:
             log.info("push already recorded", journal_id=entry.id)  # by another replica, just now
 

@@ -142,6 +142,29 @@ async def load(
     return res
 
 
+async def resource_roles(session: AsyncSession, res: RepoResource, account_ids: list[int]) -> dict[int, Role]:
+    """The role each of these accounts has on the repository now (left out: none): owner and
+    instance admins are admins, then explicit collaborators, then what the visibility gives."""
+    if not account_ids:
+        return {}
+    rows = (
+        await session.execute(
+            select(Account.id, Account.is_admin, Collaborator.role)
+            .outerjoin(Collaborator, (Collaborator.account_id == Account.id) & (Collaborator.repo_id == res.repo.id))
+            .where(Account.id.in_(account_ids), Account.disabled.is_(False))
+        )
+    ).all()
+    roles: dict[int, Role] = {}
+    for account_id, is_admin, role in rows:
+        if is_admin or account_id == res.repo.owner_id:
+            roles[account_id] = Role.ADMIN
+        elif role is not None:
+            roles[account_id] = Role[role.upper()]
+        elif res.repo.visibility in (Visibility.PUBLIC, Visibility.INTERNAL):
+            roles[account_id] = Role.READ
+    return roles
+
+
 async def branch_rules(session: AsyncSession, repo: Repository) -> Sequence[BranchRule]:
     return (
         (await session.execute(select(BranchRule).where(BranchRule.repo_id == repo.id).order_by(BranchRule.id)))

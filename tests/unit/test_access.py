@@ -56,7 +56,15 @@ def token(account_id: int, *scopes: Scope, admin: bool = False) -> Principal:
 ROLE_MATRIX = {
     None: set(),
     Role.READ: {Action.REPO_READ},
-    Role.WRITE: {Action.REPO_READ, Action.REPO_WRITE, Action.TASK_READ, Action.TASK_WRITE, Action.REVIEW_WRITE},
+    Role.WRITE: {
+        Action.REPO_READ,
+        Action.REPO_WRITE,
+        Action.TASK_READ,
+        Action.TASK_WRITE,
+        Action.REVIEW_WRITE,
+        Action.PULL_WRITE,
+        Action.PULL_REVIEW,
+    },
     Role.ADMIN: {
         Action.REPO_READ,
         Action.REPO_WRITE,
@@ -64,6 +72,8 @@ ROLE_MATRIX = {
         Action.TASK_READ,
         Action.TASK_WRITE,
         Action.REVIEW_WRITE,
+        Action.PULL_WRITE,
+        Action.PULL_REVIEW,
         Action.WEBHOOKS_ADMIN,
     },
 }
@@ -79,10 +89,10 @@ def test_role_matrix_for_sessions(role: Role | None, action: Action) -> None:
 
 SCOPE_GRANTS = {
     Scope.REPO_READ: {Action.REPO_READ},
-    Scope.REPO_WRITE: {Action.REPO_READ, Action.REPO_WRITE, Action.REPO_ADMIN, Action.REPO_TRANSFER},
+    Scope.REPO_WRITE: {Action.REPO_READ, Action.REPO_WRITE, Action.REPO_ADMIN, Action.REPO_TRANSFER, Action.PULL_WRITE},
     Scope.TASKS_READ: {Action.TASK_READ},
     Scope.TASKS_WRITE: {Action.TASK_READ, Action.TASK_WRITE},
-    Scope.REVIEWS_WRITE: {Action.REVIEW_WRITE, Action.TASK_READ, Action.REPO_READ},
+    Scope.REVIEWS_WRITE: {Action.REVIEW_WRITE, Action.PULL_REVIEW, Action.TASK_READ, Action.REPO_READ},
     Scope.WEBHOOKS_ADMIN: {Action.WEBHOOKS_ADMIN, Action.REPO_READ},
     Scope.ADMIN: set(REPO_ACTIONS),
 }

@@ -55,6 +55,10 @@ class BranchRuleCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     allow_deletion: bool = False
     # Status contexts (`ci/build`) that must be `success` on a head before it merges here.
     required_checks: Annotated[list[Annotated[str, msgspec.Meta(max_length=255)]], msgspec.Meta(max_length=20)] = []
+    # Pull requests into a matching branch (docs/pulls.md).
+    require_pull_request: bool = False
+    required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0
+    dismiss_stale_approvals: bool = True
 
 
 class RepoController(Controller):
@@ -174,6 +178,11 @@ class RepoController(Controller):
             allow_force_push=data.allow_force_push,
             allow_deletion=data.allow_deletion,
             required=data.required_checks,
+            pulls=branch_rules.PullRules(
+                require_pull_request=data.require_pull_request,
+                required_approvals=data.required_approvals,
+                dismiss_stale_approvals=data.dismiss_stale_approvals,
+            ),
         )
 
     @delete(REPO + "/branch-rules/{rule_id:int}", summary="Remove a branch rule", status_code=204)

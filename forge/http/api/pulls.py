@@ -1,0 +1,253 @@
+"""REST: pull requests, their reviews, comments and review requests, at GitHub's paths and in its
+shapes (forge/repos/pulls.py, pull_reviews.py, pull_merge.py; docs/pulls.md)."""
+
+from typing import Annotated, Literal
+
+import msgspec
+from litestar import Controller, get, patch, post, put
+from litestar.params import FromPath, JSONBody, QueryParameter
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.db.events import EventBus
+from forge.git import RepoStore
+from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep, StoreDep
+from forge.repos.pull_merge import PullMerge
+from forge.repos.pull_reviews import PullReviews
+from forge.repos.pull_shapes import (
+    CommentCreate,
+    CommentRead,
+    PullCreate,
+    PullMergeRequest,
+    PullRead,
+    PullUpdate,
+    ReviewCreate,
+    ReviewersRequest,
+    ReviewRead,
+    UpdateBranchRequest,
+)
+from forge.repos.pulls import Pulls, parse_number
+
+REPO = "/api/v1/repos/{owner:str}/{name:str}"
+StateQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
+PageQuery = Annotated[int, QueryParameter(name="page", ge=1, le=100_000)]
+AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
+
+
+class MergeResultRead(msgspec.Struct, kw_only=True):
+    """GitHub's answer to a merge."""
+
+    sha: str
+    merged: bool
+    message: str
+
+
+def _pulls(session: AsyncSession, store: RepoStore, bus: EventBus, base_url: str) -> Pulls:
+    return Pulls(session, store, bus, base_url)
+
+
+async def _merge(
+    pulls: Pulls, actor: ActorDep, path_repo: PathRepoDep, number: str, data: PullMergeRequest
+) -> MergeResultRead:
+    res = await path_repo.load()
+    pull = await PullMerge(pulls).merge(actor, res, parse_number(number), data)
+    return MergeResultRead(sha=pull.merge_commit_sha or "", merged=True, message="Pull Request successfully merged")
+
+
+class PullController(Controller):
+    path = REPO + "/pulls"
+    tags = ["pull requests"]
+
+    @post("/", summary="Open a pull request of head into base", status_code=201)
+    async def create(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        data: JSONBody[PullCreate],
+    ) -> PullRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await pulls.read(res, await pulls.open(actor, res, data))
+
+    @get("/", summary="Pull requests, newest first (state: open, closed, merged or all)")
+    async def list_pulls(
+        self,
+        db_session: DbSession,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        state_: StateQuery = "open",
+        author: AuthorQuery = None,
+        page: PageQuery = 1,
+    ) -> list[PullRead]:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await pulls.reads(res, await pulls.page(res, state_, author=author, page=page))
+
+    @get("/{number:str}", summary="One pull request, with mergeable, conflicts and the unmet rules")
+    async def get_one(
+        self,
+        db_session: DbSession,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+    ) -> PullRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await pulls.read(res, await pulls.get(res, parse_number(number)))
+
+    @patch("/{number:str}", summary="Edit the title, body, base or draft flag; close or reopen")
+    async def edit(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[PullUpdate],
+    ) -> PullRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await pulls.read(res, await pulls.edit(actor, res, parse_number(number), data))
+
+    @put("/{number:str}/merge", summary="Merge (merge, squash or fast-forward) once every branch rule holds")
+    async def merge(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[PullMergeRequest],
+    ) -> MergeResultRead:
+        return await _merge(_pulls(db_session, store, bus, forge_url), actor, path_repo, number, data)
+
+    @post("/{number:str}/merge", summary="Merge (POST, as Gitea)", status_code=200)
+    async def merge_post(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[PullMergeRequest],
+    ) -> MergeResultRead:
+        return await _merge(_pulls(db_session, store, bus, forge_url), actor, path_repo, number, data)
+
+    @put("/{number:str}/update-branch", summary="Merge the base into the head branch", status_code=202)
+    async def update_branch(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[UpdateBranchRequest],
+    ) -> PullRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        pull = await PullMerge(pulls).update_branch(actor, res, parse_number(number), data)
+        return await pulls.read(res, pull)
+
+    @get("/{number:str}/reviews", summary="The reviews of a pull request, oldest first")
+    async def reviews(
+        self,
+        db_session: DbSession,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+    ) -> list[ReviewRead]:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await PullReviews(pulls).reviews(res, await pulls.get(res, parse_number(number)))
+
+    @post(
+        "/{number:str}/reviews",
+        summary="Review: APPROVE, REQUEST_CHANGES or COMMENT, with line comments",
+        status_code=200,
+    )
+    async def review(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[ReviewCreate],
+    ) -> ReviewRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        reviews = PullReviews(pulls)
+        review = await reviews.submit(actor, res, parse_number(number), data)
+        pull = await pulls.get(res, parse_number(number))
+        return next(r for r in await reviews.reviews(res, pull) if r.id == review.id)
+
+    @get("/{number:str}/comments", summary="The line comments of a pull request, oldest first")
+    async def comments(
+        self,
+        db_session: DbSession,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+    ) -> list[CommentRead]:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await PullReviews(pulls).comments(res, await pulls.get(res, parse_number(number)), on_lines=True)
+
+    @post("/{number:str}/comments", summary="Comment on the conversation, or on a line (path and line)")
+    async def comment(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[CommentCreate],
+    ) -> CommentRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        reviews = PullReviews(pulls)
+        row = await reviews.comment(actor, res, parse_number(number), data)
+        pull = await pulls.get(res, parse_number(number))
+        return next(c for c in await reviews.comments(res, pull) if c.id == row.id)
+
+    @post(
+        "/{number:str}/requested_reviewers", summary="Ask people or bots with write access to review", status_code=201
+    )
+    async def request_reviewers(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        data: JSONBody[ReviewersRequest],
+    ) -> PullRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        pull = await PullReviews(pulls).request(actor, res, parse_number(number), data.reviewers)
+        return await pulls.read(res, pull)

@@ -1,0 +1,104 @@
+"""What a pull request needs before it merges, in one place: the branch rules of its base
+(`require_pull_request`, `required_approvals`, `dismiss_stale_approvals`, `required_checks`), its
+reviews and its head's statuses. `unmet` lists every rule that does not hold, in words; the merge
+box, the REST answer (`unmet_rules`, `branch_rule_unmet`) and the merge itself read the same list.
+
+- An approval counts when its author has the write role now, is not the pull request's author,
+  has not since requested changes or been dismissed, and (when the rule dismisses stale
+  approvals) approved the current head.
+- A change request blocks until its author approves, or it is dismissed.
+- Each required check must be `success` on the head (forge/repos/statuses.py)."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.core.access import Role
+from forge.db.models import Account, BranchRule, PullRequest, PullReview
+from forge.git.refrules import pattern_matches
+from forge.repos import statuses
+from forge.repos.repositories import RepoResource, branch_rules, resource_roles
+
+
+@dataclass(frozen=True, slots=True)
+class BaseRules:
+    """The branch rules of one base branch, combined (the strictest of the matching rules)."""
+
+    require_pull_request: bool = False
+    required_approvals: int = 0
+    dismiss_stale_approvals: bool = False
+
+
+def combine(rules: Sequence[BranchRule], branch: str) -> BaseRules:
+    ref = f"refs/heads/{branch}"
+    matched = [r for r in rules if pattern_matches(r.pattern, ref)]
+    return BaseRules(
+        require_pull_request=any(r.require_pull_request for r in matched),
+        required_approvals=max((r.required_approvals for r in matched), default=0),
+        dismiss_stale_approvals=any(r.dismiss_stale_approvals for r in matched),
+    )
+
+
+async def base_rules(session: AsyncSession, res: RepoResource, branch: str) -> BaseRules:
+    return combine(await branch_rules(session, res.repo), branch)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdicts:
+    approvals: list[str]  # logins whose approval counts
+    changes_requested: list[str]  # logins whose change request stands
+
+
+async def verdicts(session: AsyncSession, res: RepoResource, pull: PullRequest, rules: BaseRules) -> Verdicts:
+    """Each reviewer's standing verdict: their latest approval or change request not dismissed."""
+    rows = (
+        await session.execute(
+            select(PullReview, Account)
+            .join(Account, Account.id == PullReview.author_id)
+            .where(
+                PullReview.pull_id == pull.id,
+                PullReview.dismissed.is_(False),
+                PullReview.verdict.in_(("approve", "request_changes")),
+            )
+            .order_by(PullReview.id.desc())
+        )
+    ).all()
+    latest: dict[int, tuple[PullReview, Account]] = {}
+    for review, account in rows:
+        latest.setdefault(account.id, (review, account))
+    roles = await resource_roles(session, res, list(latest))
+    approvals: list[str] = []
+    changes: list[str] = []
+    for account_id, (review, account) in latest.items():
+        if review.verdict == "request_changes":
+            changes.append(account.login)
+            continue
+        role = roles.get(account_id)
+        stale = rules.dismiss_stale_approvals and review.commit_sha != pull.head_sha
+        if role is not None and role >= Role.WRITE and account_id != pull.author_id and not stale:
+            approvals.append(account.login)
+    return Verdicts(approvals=sorted(approvals), changes_requested=sorted(changes))
+
+
+async def unmet(session: AsyncSession, res: RepoResource, pull: PullRequest) -> tuple[list[str], Verdicts]:
+    """Every rule the pull request does not meet yet, in words (empty: it may merge), and the
+    verdicts that counted."""
+    rules = await base_rules(session, res, pull.base_ref)
+    found = await verdicts(session, res, pull, rules)
+    unmet_rules: list[str] = []
+    if pull.draft:
+        unmet_rules.append("the pull request is a draft: mark it ready for review first")
+    if not pull.head_sha:
+        unmet_rules.append(f"the head branch {pull.head_ref} was deleted")
+    if len(found.approvals) < rules.required_approvals:
+        unmet_rules.append(
+            f"{rules.required_approvals} approval(s) required by the rules of {pull.base_ref}, "
+            f"{len(found.approvals)} given"
+        )
+    unmet_rules.extend(f"changes requested by {login}" for login in found.changes_requested)
+    if pull.head_sha:
+        _, unmet_checks = await statuses.head_checks(session, res.repo, pull.base_ref, pull.head_sha)
+        unmet_rules.extend(unmet_checks)
+    return unmet_rules, found

@@ -1,0 +1,240 @@
+"""Merging a pull request, and Update branch (docs/pulls.md, "Merging").
+
+A merge runs in the request's write transaction with the pull request's row locked (PostgreSQL
+`FOR UPDATE`; SQLite's single writer), so two merges of one pull request make one merge commit:
+the second finds it merged. Before anything moves, the head the caller read (`sha`) must still be
+the head, every branch rule must hold (`merge_rules.unmet`, else `branch_rule_unmet` with the
+list) and the merge must be clean. The base then moves by compare-and-swap against the tip the
+merge was computed from (`forge.git.merge`): a push that lands meanwhile makes the merge fail
+(`base_moved`) and nothing changes; a push to the head after the check is never merged unseen,
+because the merge names the exact head commit that was checked. A head already contained in the
+base (merged by hand, or a merge whose database commit was lost) marks the pull request merged
+without a new commit.
+
+Update branch merges the base into the head branch the same way (compare-and-swap on the head)."""
+
+from urllib.parse import urlsplit
+
+import pygit2
+
+from forge.core.access import Action, require
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidState
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import utcnow
+from forge.db.models import PullRequest
+from forge.git import RefUpdate
+from forge.git import merge as git_merge
+from forge.git.errors import (
+    BaseMoved,
+    MergeConflicts,
+    NotFastForward,
+    NothingToMerge,
+    RefConflict,
+    RefNotFound,
+    UnrelatedHistories,
+)
+from forge.git.merge import MergePlan, MergeStrategy, plan_merge
+from forge.git.ref_swap import branch_target
+from forge.git.schemas import Identity, MergeConflictFile
+from forge.repos import merge_rules
+from forge.repos.pull_shapes import PullMergeRequest, UpdateBranchRequest
+from forge.repos.pulls import Pulls
+from forge.repos.repositories import RepoResource
+
+
+class MergeRefused(InvalidState):
+    """409 with the reason (and, for conflicts, the files)."""
+
+
+def identity(login: str, base_url: str) -> Identity:
+    host = urlsplit(base_url).hostname or "localhost"
+    return Identity(name=login, email=f"{login.lower()}@users.{host}")
+
+
+def _message(pull: PullRequest, data: PullMergeRequest, approvals: list[str]) -> str:
+    title = (data.commit_title or "").strip()
+    if not title:
+        title = (
+            f"{pull.title} (#{pull.number})"
+            if data.strategy == "squash"
+            else f"Merge pull request #{pull.number} from {pull.head_ref}"
+        )
+    body = (data.commit_message or "").strip() or (pull.title if data.strategy != "squash" else "")
+    trailer = "".join(f"\nApproved-by: {a}" for a in approvals)
+    return f"{title}\n\n{body}\n{trailer}".rstrip() + "\n" if body or trailer else f"{title}\n"
+
+
+def _conflicting(conflicts: list[MergeConflictFile]) -> MergeRefused:
+    files = [{"path": c.path, "kind": c.kind} for c in conflicts]
+    paths = ", ".join(f["path"] for f in files[:20])
+    return MergeRefused(
+        f"the branch conflicts with {len(files)} file(s) of the base: {paths}; merge the base in locally, "
+        "resolve them and push",
+        code="merge_conflict",
+        conflicts=files,
+    )
+
+
+def _refusal(plan: MergePlan) -> MergeRefused | None:
+    if plan.conflicts:
+        return _conflicting(plan.conflicts)
+    if plan.blocker == "not_fast_forward":
+        return MergeRefused(
+            f"{plan.base_branch} has moved on: fast-forward is not possible (use merge or squash)",
+            code="not_fast_forward",
+        )
+    if plan.blocker == "unrelated_histories":
+        return MergeRefused("the branch and the base share no history", code="unrelated_histories")
+    return None
+
+
+class PullMerge:
+    def __init__(self, pulls: Pulls) -> None:
+        self.pulls = pulls
+
+    async def merge(self, actor: Actor, res: RepoResource, number: int, data: PullMergeRequest) -> PullRequest:
+        require(actor.principal, Action.PULL_REVIEW, res)
+        pull = await self.pulls.get(res, number, lock=True)
+        await self._check(res, pull, data.sha)
+        unmet, found = await merge_rules.unmet(self.pulls.session, res, pull)
+        if unmet:
+            raise MergeRefused(
+                "the branch rules do not hold yet: " + "; ".join(unmet), code=Code.BRANCH_RULE_UNMET, unmet_rules=unmet
+            )
+        store = self.pulls.store
+        try:
+            plan = await store.read(res.key, plan_merge, pull.base_ref, pull.head_sha, data.strategy)
+        except RefNotFound:
+            raise MergeRefused(f"the base branch {pull.base_ref!r} is gone", code="base_not_found") from None
+        if plan.up_to_date:
+            return await self._record(actor, res, pull, "already_merged", plan.base_sha, plan.base_sha)
+        refusal = _refusal(plan)
+        if refusal is not None:
+            raise refusal
+        new_base = await self._move(
+            res,
+            pull.base_ref,
+            pull.head_sha,
+            plan.base_sha,
+            data.strategy,
+            actor,
+            _message(pull, data, found.approvals),
+        )
+        return await self._record(actor, res, pull, data.strategy, new_base, plan.base_sha)
+
+    async def _check(self, res: RepoResource, pull: PullRequest, expected: str | None) -> None:
+        if pull.state != "open":
+            raise MergeRefused(f"#{pull.number} is {pull.state}", code=Code.PULL_NOT_OPEN)
+        if not pull.head_sha:
+            raise MergeRefused(f"the head branch {pull.head_ref} was deleted", code=Code.PULL_HEAD_GONE)
+        live = await self.pulls.store.read(res.key, _tip, pull.head_ref)
+        if live != pull.head_sha:  # a push the database has not recorded yet: wait for it
+            raise MergeRefused(
+                f"{pull.head_ref} is moving (a push is being recorded): reload and try again",
+                code=Code.HEAD_MOVED,
+                head_sha=live or "",
+            )
+        given = (expected or "").strip().lower()
+        if given and given != pull.head_sha:
+            raise MergeRefused(
+                f"the head is {pull.head_sha[:12]}, not {given[:12]}: review the new commits first",
+                code=Code.HEAD_MOVED,
+                head_sha=pull.head_sha,
+            )
+
+    async def _move(
+        self,
+        res: RepoResource,
+        branch: str,
+        sha: str,
+        expected: str,
+        strategy: MergeStrategy,
+        actor: Actor,
+        message: str,
+    ) -> str:
+        """`sha` merged into `branch` from its expected tip; the branch's new tip."""
+        who = identity(actor.principal.login or "forgehand", self.pulls.base_url)
+        try:
+            result = await self.pulls.store.write(
+                res.key,
+                git_merge,
+                base_branch=branch,
+                head_sha=sha,
+                strategy=strategy,
+                expected_base_sha=expected,
+                author=who,
+                committer=who,
+                message=message,
+            )
+        except (BaseMoved, RefConflict):
+            raise MergeRefused(
+                f"{branch} moved while the merge was prepared (a push or another merge); "
+                "nothing was changed, try again",
+                code="base_moved",
+            ) from None
+        except MergeConflicts as exc:
+            raise _conflicting(exc.conflicts) from None
+        except NotFastForward:
+            raise MergeRefused(
+                f"{branch} has moved on: fast-forward is not possible", code="not_fast_forward"
+            ) from None
+        except NothingToMerge:
+            raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
+        except UnrelatedHistories:
+            raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
+        return result.new_base_sha
+
+    async def _record(
+        self, actor: Actor, res: RepoResource, pull: PullRequest, how: str, merged_sha: str, base_before: str
+    ) -> PullRequest:
+        now = utcnow()
+        pull.state, pull.merged_at, pull.closed_at, pull.updated_at = "merged", now, now, now
+        pull.merged_by_id = actor.principal.account_id
+        pull.merge_commit_sha, pull.base_sha = merged_sha, base_before
+        audit.record(
+            self.pulls.session,
+            actor,
+            "repo.pull.merge",
+            f"{res.full_name}#{pull.number}",
+            strategy=how,
+            head_sha=pull.head_sha,
+            merged_sha=merged_sha,
+        )
+        await self.pulls.publish(actor, res, pull, "merged", strategy=how, merge_commit_sha=merged_sha)
+        return pull
+
+    async def update_branch(
+        self, actor: Actor, res: RepoResource, number: int, data: UpdateBranchRequest
+    ) -> PullRequest:
+        """Merge the base into the head branch (the head moves; reviews of the old head go stale)."""
+        require(actor.principal, Action.PULL_WRITE, res)
+        pull = await self.pulls.get(res, number, lock=True)
+        await self._check(res, pull, data.expected_head_sha)
+        base_tip = await self.pulls.store.read(res.key, _tip, pull.base_ref)
+        if base_tip is None:
+            raise MergeRefused(f"the base branch {pull.base_ref!r} is gone", code="base_not_found")
+        plan = await self.pulls.store.read(res.key, plan_merge, pull.head_ref, base_tip, "merge")
+        if plan.up_to_date:
+            raise MergeRefused(f"{pull.head_ref} already has every commit of {pull.base_ref}", code="nothing_to_merge")
+        refusal = _refusal(plan)
+        if refusal is not None:
+            raise refusal
+        message = f"Merge branch '{pull.base_ref}' into {pull.head_ref}\n"
+        before = pull.head_sha
+        new_head = await self._move(res, pull.head_ref, base_tip, before, "merge", actor, message)
+        audit.record(
+            self.pulls.session,
+            actor,
+            "repo.pull.update_branch",
+            f"{res.full_name}#{pull.number}",
+            before=before,
+            after=new_head,
+        )
+        await self.pulls.after_push(actor, res, [RefUpdate(before, new_head, f"refs/heads/{pull.head_ref}")])
+        return pull
+
+
+def _tip(repo: pygit2.Repository, branch: str) -> str | None:
+    return branch_target(repo, f"refs/heads/{branch}")

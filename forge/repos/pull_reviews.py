@@ -1,0 +1,290 @@
+"""Reviews, comments and review requests of pull requests (docs/pulls.md, "Reviews").
+
+A review is a verdict at one head (`APPROVE`, `REQUEST_CHANGES`, `COMMENT`) with a body and any
+number of line comments; a comment stands alone on the conversation or on a line of the diff.
+Line comments must name a line the diff shows (`invalid_review_line` otherwise). A review names
+the head it read (`commit_id`): an older one is refused with `head_moved`, so an approval never
+covers commits its author has not seen. The author of a pull request may comment on it but not
+approve it or request changes (`cannot_review_own`), as on GitHub. What the verdicts add up to
+is `forge.repos.merge_rules`."""
+
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.core.access import Action, Role, require
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput, InvalidState
+from forge.db import audit
+from forge.db.audit import Actor
+from forge.db.engine import utcnow
+from forge.db.events import AccountRef
+from forge.db.models import Account, PullComment, PullRequest, PullReview, PullReviewRequest
+from forge.git.compare import compare
+from forge.git.schemas import Comparison
+from forge.repos.pull_shapes import (
+    CommentCreate,
+    CommentRead,
+    ReviewCommentCreate,
+    ReviewCreate,
+    ReviewRead,
+    ReviewState,
+)
+from forge.repos.pulls import Pulls
+from forge.repos.repositories import RepoResource, resource_roles
+
+_VERDICTS = {"APPROVE": "approve", "REQUEST_CHANGES": "request_changes", "COMMENT": "comment"}
+_STATES: dict[str, ReviewState] = {
+    "approve": "APPROVED",
+    "request_changes": "CHANGES_REQUESTED",
+    "comment": "COMMENTED",
+}
+
+
+def anchors(comparison: Comparison) -> dict[str, dict[str, set[int]]]:
+    """path -> side (LEFT base, RIGHT head) -> the line numbers the diff shows on that side."""
+    out: dict[str, dict[str, set[int]]] = {}
+    for f in comparison.files:
+        sides: dict[str, set[int]] = {"LEFT": set(), "RIGHT": set()}
+        for hunk in f.hunks:
+            for line in hunk.lines:
+                if line.origin in ("+", " ") and line.new_lineno is not None:
+                    sides["RIGHT"].add(line.new_lineno)
+                if line.origin in ("-", " ") and line.old_lineno is not None:
+                    sides["LEFT"].add(line.old_lineno)
+        out[f.path] = sides
+        if f.old_path and f.old_path != f.path:
+            out.setdefault(f.old_path, {"LEFT": sides["LEFT"], "RIGHT": set()})
+    return out
+
+
+@dataclass
+class PullReviews:
+    pulls: Pulls
+
+    @property
+    def session(self) -> AsyncSession:
+        return self.pulls.session
+
+    async def diff(self, res: RepoResource, pull: PullRequest) -> Comparison:
+        """What the pull request changes now: its head against the merge base with its base."""
+        base = pull.base_ref if pull.state == "open" else pull.base_sha
+        head = pull.head_sha or pull.head_ref
+        return await self.pulls.store.read(res.key, compare, base, head)
+
+    async def _check_lines(self, res: RepoResource, pull: PullRequest, wanted: list[ReviewCommentCreate]) -> None:
+        if not wanted:
+            return
+        shown = anchors(await self.diff(res, pull))
+        for c in wanted:
+            if c.line not in shown.get(c.path, {}).get(c.side, set()):
+                raise InvalidInput(
+                    f"line {c.line} of {c.path[:200]} ({c.side}) is not in the diff: comment on a line the "
+                    "Files tab shows",
+                    code=Code.INVALID_REVIEW_LINE,
+                    path=c.path[:200],
+                    line=c.line,
+                )
+
+    async def submit(self, actor: Actor, res: RepoResource, number: int, data: ReviewCreate) -> PullReview:
+        require(actor.principal, Action.PULL_REVIEW, res)
+        pull = await self.pulls.get(res, number, lock=True)
+        verdict = _VERDICTS[data.event]
+        self._check_review(actor, pull, verdict, data)
+        await self._check_lines(res, pull, data.comments)
+        review = PullReview(
+            pull_id=pull.id,
+            author_id=actor.principal.account_id,
+            verdict=verdict,
+            body=data.body,
+            commit_sha=pull.head_sha,
+        )
+        self.session.add(review)
+        await self.session.flush()
+        for c in data.comments:
+            self.session.add(self._comment(actor, pull, c.body, c.path, c.line, c.side, review.id))
+        await self.session.execute(
+            delete(PullReviewRequest).where(
+                PullReviewRequest.pull_id == pull.id, PullReviewRequest.account_id == actor.principal.account_id
+            )
+        )
+        pull.updated_at = utcnow()
+        audit.record(
+            self.session,
+            actor,
+            "repo.pull.review",
+            f"{res.full_name}#{pull.number}",
+            verdict=verdict,
+            head_sha=pull.head_sha,
+            comments=len(data.comments),
+        )
+        await self.pulls.publish(
+            actor, res, pull, "review_submitted", review_id=review.id, verdict=verdict, comments=len(data.comments)
+        )
+        return review
+
+    @staticmethod
+    def _check_review(actor: Actor, pull: PullRequest, verdict: str, data: ReviewCreate) -> None:
+        if verdict != "comment" and pull.state != "open":
+            raise InvalidState(f"#{pull.number} is {pull.state}: only comments are taken now", code=Code.PULL_NOT_OPEN)
+        if verdict != "comment" and actor.principal.account_id == pull.author_id:
+            raise InvalidInput(
+                "the author of a pull request cannot approve it or request changes: comment instead",
+                code=Code.CANNOT_REVIEW_OWN,
+            )
+        if verdict != "approve" and not data.body.strip() and not data.comments:
+            raise InvalidInput(
+                "a review that requests changes or comments needs a body or line comments: say what to change",
+                code=Code.VALIDATION_FAILED,
+                field="body",
+            )
+        given = (data.commit_id or "").strip().lower()
+        if given and given != pull.head_sha:
+            raise InvalidState(
+                f"the head is {pull.head_sha[:12] or 'gone'}, not {given[:12]}: read the new commits, then review",
+                code=Code.HEAD_MOVED,
+                head_sha=pull.head_sha,
+            )
+
+    @staticmethod
+    def _comment(
+        actor: Actor,
+        pull: PullRequest,
+        body: str,
+        path: str | None,
+        line: int | None,
+        side: str | None,
+        review_id: int | None = None,
+    ) -> PullComment:
+        return PullComment(
+            pull_id=pull.id,
+            review_id=review_id,
+            author_id=actor.principal.account_id,
+            body=body,
+            path=path,
+            line=line,
+            side=side if path else None,
+            commit_sha=pull.head_sha,
+        )
+
+    async def comment(self, actor: Actor, res: RepoResource, number: int, data: CommentCreate) -> PullComment:
+        """A comment on the conversation, or on a line of the diff (`path` and `line`)."""
+        require(actor.principal, Action.PULL_REVIEW, res)
+        pull = await self.pulls.get(res, number)
+        if (data.path is None) != (data.line is None):
+            raise InvalidInput("a line comment names both path and line", code=Code.VALIDATION_FAILED)
+        if data.path is not None and data.line is not None:
+            await self._check_lines(
+                res, pull, [ReviewCommentCreate(path=data.path, line=data.line, body=data.body, side=data.side)]
+            )
+        row = self._comment(actor, pull, data.body, data.path, data.line, data.side)
+        self.session.add(row)
+        await self.session.flush()
+        audit.record(
+            self.session, actor, "repo.pull.comment", f"{res.full_name}#{pull.number}", comment=row.id, path=data.path
+        )
+        return row
+
+    async def request(self, actor: Actor, res: RepoResource, number: int, logins: list[str]) -> PullRequest:
+        """Ask people or bots with write access to review (again, if they have)."""
+        require(actor.principal, Action.PULL_WRITE, res)
+        pull = await self.pulls.get(res, number)
+        accounts = await self._reviewers(res, pull, logins)
+        have = set(
+            (
+                await self.session.execute(
+                    select(PullReviewRequest.account_id).where(PullReviewRequest.pull_id == pull.id)
+                )
+            ).scalars()
+        )
+        for account in accounts:
+            if account.id not in have:
+                self.session.add(
+                    PullReviewRequest(
+                        pull_id=pull.id, account_id=account.id, requested_by_id=actor.principal.account_id
+                    )
+                )
+        audit.record(
+            self.session,
+            actor,
+            "repo.pull.request_review",
+            f"{res.full_name}#{pull.number}",
+            reviewers=[a.login for a in accounts],
+        )
+        await self.session.flush()
+        return pull
+
+    async def _reviewers(self, res: RepoResource, pull: PullRequest, logins: list[str]) -> list[Account]:
+        keys = sorted({login.strip().lower() for login in logins if login.strip()})
+        found = list((await self.session.execute(select(Account).where(Account.login_key.in_(keys)))).scalars())
+        roles = await resource_roles(self.session, res, [a.id for a in found])
+        ok = [a for a in found if (roles.get(a.id) or Role.READ) >= Role.WRITE and a.id != pull.author_id]
+        missing = sorted(set(keys) - {a.login_key for a in ok})
+        if missing or not keys:
+            raise InvalidInput(
+                f"cannot request a review from {', '.join(missing) or 'nobody'}: reviewers are accounts with "
+                "write access other than the author",
+                code=Code.INVALID_REVIEWER,
+                reviewers=missing,
+            )
+        return ok
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def reviews(self, res: RepoResource, pull: PullRequest) -> list[ReviewRead]:
+        rows = (
+            await self.session.execute(
+                select(PullReview, Account)
+                .outerjoin(Account, Account.id == PullReview.author_id)
+                .where(PullReview.pull_id == pull.id)
+                .order_by(PullReview.id)
+            )
+        ).all()
+        url = self.pulls.html_url(res, pull.number)
+        return [
+            ReviewRead(
+                id=r.id,
+                user=_ref(a),
+                body=r.body,
+                state="DISMISSED" if r.dismissed else _STATES[r.verdict],
+                commit_id=r.commit_sha,
+                submitted_at=r.created_at,
+                html_url=f"{url}#review-{r.id}",
+            )
+            for r, a in rows
+        ]
+
+    async def comments(
+        self, res: RepoResource, pull: PullRequest, *, on_lines: bool | None = None
+    ) -> list[CommentRead]:
+        stmt = (
+            select(PullComment, Account)
+            .outerjoin(Account, Account.id == PullComment.author_id)
+            .where(PullComment.pull_id == pull.id)
+            .order_by(PullComment.id)
+        )
+        if on_lines is not None:
+            stmt = stmt.where(PullComment.path.is_not(None) if on_lines else PullComment.path.is_(None))
+        url = self.pulls.html_url(res, pull.number)
+        return [
+            CommentRead(
+                id=c.id,
+                user=_ref(a),
+                body=c.body,
+                path=c.path,
+                line=c.line,
+                side=c.side,
+                commit_id=c.commit_sha,
+                pull_request_review_id=c.review_id,
+                outdated=c.path is not None and c.commit_sha != pull.head_sha,
+                created_at=c.created_at,
+                updated_at=c.updated_at,
+                html_url=f"{url}#comment-{c.id}",
+            )
+            for c, a in (await self.session.execute(stmt)).all()
+        ]
+
+
+def _ref(account: Account | None) -> AccountRef | None:
+    return AccountRef(login=account.login, type="Bot" if account.is_bot else "User") if account else None

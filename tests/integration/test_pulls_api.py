@@ -1,0 +1,241 @@
+"""Pull requests over REST, as a team and its CI drive them, with the real `git` CLI against a
+real server: push a branch (the answer links to a new pull request), open one, review on a line,
+push a fix (stale approvals go), approve, a required check, merge; and what is refused."""
+
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.accounts import LiveServer, make_account_with_token, run_sync
+from tests.support.git import git
+
+API = "/api/v1/repos/ana/app"
+
+
+class Team:
+    """ana owns `app`; bob is a write collaborator, rita a reader; ci a bot with write access."""
+
+    def __init__(self, server: LiveServer, tmp: Path) -> None:
+        self.url = server.url
+        self.server = server
+        self.tmp = tmp
+        self.ana = self._token("ana", "repo:write", "reviews:write", "webhooks:admin")
+        self.bob = self._token("bob", "repo:write", "reviews:write")
+        self.rita = self._token("rita", "repo:read")
+        self.ci = self._token("ci", "repo:write")
+        assert self.call("POST", "/api/v1/user/repos", self.ana, json={"name": "app", "auto_init": True}).is_success
+        for login, role in (("bob", "write"), ("rita", "read"), ("ci", "write")):
+            r = self.call("PUT", f"{API}/collaborators/{login}", self.ana, json={"role": role})
+            assert r.is_success, r.text
+        self.work = tmp / "ana-work"
+        git("clone", self.clone_url(self.ana), str(self.work), cwd=tmp)
+
+    def _token(self, login: str, *scopes: str) -> str:
+        return run_sync(make_account_with_token(self.server.settings, login, *scopes))
+
+    def call(self, method: str, path: str, token: str | None, **kw: object) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)  # type: ignore[arg-type]
+
+    def clone_url(self, token: str) -> str:
+        return f"http://x:{token}@{self.url.removeprefix('http://')}/ana/app.git"
+
+    def commit(self, branch: str, name: str, text: str, *, new: bool = False) -> str:
+        if new:
+            git("checkout", "-b", branch, cwd=self.work)
+        else:
+            git("checkout", branch, cwd=self.work)
+        (self.work / name).write_text(text)
+        git("add", ".", cwd=self.work)
+        git("commit", "-m", f"change {name}", cwd=self.work)
+        return git("rev-parse", "HEAD", cwd=self.work).stdout.strip()
+
+    def push(self, branch: str, *extra: str) -> str:
+        """The push's answer as the person sees it (git writes `remote:` lines to stderr)."""
+        return git("push", *extra, "origin", branch, cwd=self.work).stderr
+
+
+@pytest.fixture
+def team(live_server: LiveServer, tmp_path: Path) -> Team:
+    return Team(live_server, tmp_path)
+
+
+def test_a_feature_is_pushed_opened_reviewed_fixed_checked_and_merged(team: Team) -> None:
+    team.call("POST", f"{API}/branch-rules", team.ana, json={
+        "pattern": "main", "require_pull_request": True, "required_approvals": 1, "required_checks": ["ci/build"],
+    }).raise_for_status()  # fmt: skip
+    team.commit("feature/x", "app.py", "def run():\n    return 1\n", new=True)
+    answer = team.push("feature/x")
+    assert "Create a pull request for 'feature/x':" in answer
+    assert f"{team.url}/ana/app/compare/main...feature/x" in answer
+
+    r = team.call("POST", f"{API}/pulls", team.ana, json={
+        "title": "Add run()", "head": "feature/x", "base": "main", "body": "First **cut**.",
+    })  # fmt: skip
+    assert r.status_code == 201, r.text
+    pull = r.json()
+    number, first_head = pull["number"], pull["head"]["sha"]
+    assert pull["state"] == "open" and not pull["merged"] and pull["head"]["ref"] == "feature/x"
+    assert pull["base"]["ref"] == "main" and pull["user"]["login"] == "ana"
+    assert pull["html_url"] == f"{team.url}/ana/app/pull/{number}"
+    assert pull["mergeable"] is True and pull["mergeable_state"] == "blocked"
+    assert pull["unmet_rules"] == [
+        "1 approval(s) required by the rules of main, 0 given", "required check ci/build has not reported",
+    ]  # fmt: skip
+    assert (pull["commits"], pull["changed_files"], pull["additions"]) == (1, 1, 2)
+
+    # bob comments on a line and requests changes; rita (read) may read but not review
+    review = {"event": "REQUEST_CHANGES", "body": "Return 2.", "commit_id": first_head,
+              "comments": [{"path": "app.py", "line": 2, "body": "should be 2"}]}  # fmt: skip
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", team.rita, json=review).status_code == 403
+    r = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=review)
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "CHANGES_REQUESTED"
+    lines = team.call("GET", f"{API}/pulls/{number}/comments", team.rita).json()
+    assert [(c["path"], c["line"], c["body"], c["outdated"]) for c in lines] == [("app.py", 2, "should be 2", False)]
+    assert "changes requested by bob" in team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"]
+
+    # ana pushes the fix: the pull request follows its head, bob's comment is now on an old head
+    fixed = team.commit("feature/x", "app.py", "def run():\n    return 2\n")
+    answer = team.push("feature/x")  # the answer now points at the open pull request
+    assert "Visit the existing pull request:" in answer and f"{team.url}/ana/app/pull/{number}" in answer
+    pull = team.call("GET", f"{API}/pulls/{number}", team.ana).json()
+    assert pull["head"]["sha"] == fixed and pull["commits"] == 2
+    assert team.call("GET", f"{API}/pulls/{number}/comments", team.ana).json()[0]["outdated"] is True
+
+    # an approval of the old head is refused; of the new one it counts and lifts bob's request
+    stale = {"event": "APPROVE", "commit_id": first_head}
+    r = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=stale)
+    assert r.status_code == 409 and r.json()["code"] == "head_moved" and r.json()["head_sha"] == fixed
+    ok = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json={"event": "APPROVE", "commit_id": fixed})
+    assert ok.status_code == 200 and ok.json()["state"] == "APPROVED"
+    refused = team.call("PUT", f"{API}/pulls/{number}/merge", team.ana, json={"strategy": "merge"})
+    assert refused.status_code == 409 and refused.json()["code"] == "branch_rule_unmet"
+    assert refused.json()["unmet_rules"] == ["required check ci/build has not reported"]
+
+    # CI reports success on the head; the merge lands on main
+    status = {"state": "success", "context": "ci/build", "target_url": "https://ci.example/9"}
+    assert team.call("POST", f"{API}/statuses/{fixed}", team.ci, json=status).status_code == 201
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["mergeable_state"] == "clean"
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.ana, json={"strategy": "merge", "sha": fixed})
+    assert r.status_code == 200, r.text
+    merged_sha = r.json()["sha"]
+    main = team.call("GET", f"{API}/branches", team.ana).json()
+    assert {b["name"]: b["sha"] for b in main}["main"] == merged_sha
+    git("fetch", "origin", cwd=team.work)
+    log = git("log", "--format=%s|%P", "-1", "origin/main", cwd=team.work).stdout.strip()
+    assert log.startswith(f"Merge pull request #{number} from feature/x|") and fixed in log
+    final = team.call("GET", f"{API}/pulls/{number}", team.rita).json()
+    assert final["state"] == "closed" and final["merged"] and final["merged_by"]["login"] == "ana"
+    assert final["merge_commit_sha"] == merged_sha and final["mergeable_state"] == "closed"
+    listed = team.call("GET", f"{API}/pulls?state=closed", team.rita).json()
+    assert [p["number"] for p in listed] == [number]
+    assert team.call("GET", f"{API}/pulls", team.rita).json() == []
+
+    # the rule held for people too: a direct push to main is refused, naming the rule
+    git("checkout", "main", cwd=team.work)
+    git("merge", "--ff-only", "origin/main", cwd=team.work)
+    team.commit("main", "direct.txt", "x\n")
+    refusal = git("push", "origin", "main", cwd=team.work, check=False)
+    assert refusal.returncode != 0
+    assert "main takes changes through pull requests (branch rule 'main')" in refusal.stderr
+
+    admin = run_sync(make_account_with_token(team.server.settings, "root", "admin", admin=True))
+    audit = team.call("GET", "/api/v1/admin/audit", admin, params={"limit": 500}).json()
+    actions = {a["action"] for a in audit if a["target"] == f"ana/app#{number}"}
+    assert actions == {"repo.pull.open", "repo.pull.review", "repo.pull.merge"}
+
+
+def test_what_is_refused(team: Team) -> None:
+    team.commit("topic", "t.txt", "t\n", new=True)
+    team.push("topic")
+    same = {"title": "x", "head": "main", "base": "main"}
+    assert team.call("POST", f"{API}/pulls", team.ana, json=same).json()["code"] == "invalid_pull_branches"
+    missing = {"title": "x", "head": "nope", "base": "main"}
+    r = team.call("POST", f"{API}/pulls", team.ana, json=missing)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_pull_branches" and "nope" in r.json()["detail"]
+    nothing = {"title": "x", "head": "main", "base": "topic"}
+    assert team.call("POST", f"{API}/pulls", team.ana, json=nothing).json()["code"] == "no_commits_between"
+    assert (
+        team.call("POST", f"{API}/pulls", team.rita, json={"title": "x", "head": "topic", "base": "main"}).status_code
+        == 403
+    )
+    opened = team.call("POST", f"{API}/pulls", team.ana, json={"title": "T", "head": "topic", "base": "main"})
+    number = opened.json()["number"]
+    dup = team.call("POST", f"{API}/pulls", team.bob, json={"title": "T2", "head": "topic", "base": "main"})
+    assert dup.status_code == 409 and dup.json()["code"] == "pull_request_exists" and dup.json()["number"] == number
+
+    own = team.call("POST", f"{API}/pulls/{number}/reviews", team.ana, json={"event": "APPROVE"})
+    assert own.status_code == 422 and own.json()["code"] == "cannot_review_own"
+    off = {"event": "COMMENT", "comments": [{"path": "t.txt", "line": 7, "body": "?"}]}
+    bad = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=off)
+    assert bad.status_code == 422 and bad.json()["code"] == "invalid_review_line"
+    assert team.call("GET", f"{API}/pulls/{number}/reviews", team.ana).json() == []  # nothing half-saved
+    assert team.call("GET", f"{API}/pulls/999", team.ana).json()["code"] == "pull_not_found"
+    assert team.call("GET", f"{API}/pulls/abc", team.ana).status_code == 404
+    outsider = team._token("olga", "repo:read")
+    assert team.call("GET", f"{API}/pulls", outsider).json()["code"] == "repo_not_found"
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": "0" * 40})
+    assert r.status_code == 409 and r.json()["code"] == "head_moved"
+    reviewers = team.call("POST", f"{API}/pulls/{number}/requested_reviewers", team.ana, json={"reviewers": ["rita"]})
+    assert reviewers.status_code == 422 and reviewers.json()["code"] == "invalid_reviewer"
+    asked = team.call("POST", f"{API}/pulls/{number}/requested_reviewers", team.ana, json={"reviewers": ["bob"]})
+    assert [u["login"] for u in asked.json()["requested_reviewers"]] == ["bob"]
+
+    # close, reopen, draft: a draft does not merge
+    assert team.call("PATCH", f"{API}/pulls/{number}", team.ana, json={"state": "closed"}).json()["state"] == "closed"
+    assert team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={}).json()["code"] == "pull_not_open"
+    back = team.call("PATCH", f"{API}/pulls/{number}", team.ana, json={"state": "open", "draft": True}).json()
+    assert back["state"] == "open" and back["draft"] and back["mergeable_state"] == "draft"
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={})
+    assert r.status_code == 409 and "draft" in r.json()["unmet_rules"][0]
+
+
+def test_conflicts_update_branch_and_one_merge_of_two(team: Team) -> None:
+    team.commit("feature", "shared.txt", "feature\n", new=True)
+    team.push("feature")
+    team.commit("main", "shared.txt", "main\n")
+    team.push("main")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "F", "head": "feature", "base": "main"}).json()[
+        "number"
+    ]
+    pull = team.call("GET", f"{API}/pulls/{number}", team.bob).json()
+    assert pull["mergeable"] is False and pull["mergeable_state"] == "dirty" and pull["conflicts"] == ["shared.txt"]
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={})
+    assert r.status_code == 409 and r.json()["code"] == "merge_conflict"
+    assert team.call("PUT", f"{API}/pulls/{number}/update-branch", team.ana, json={}).json()["code"] == "merge_conflict"
+
+    # resolved by hand, then main moves on cleanly: Update branch merges main into the head
+    git("checkout", "feature", cwd=team.work)
+    git("merge", "main", cwd=team.work, check=False)
+    (team.work / "shared.txt").write_text("both\n")
+    git("commit", "-am", "resolve", cwd=team.work)
+    team.push("feature")
+    team.commit("main", "other.txt", "o\n")
+    team.push("main")
+    before = team.call("GET", f"{API}/pulls/{number}", team.ana).json()
+    assert before["behind_by"] == 1 and before["mergeable_state"] == "clean"
+    updated = team.call("PUT", f"{API}/pulls/{number}/update-branch", team.ana, json={
+        "expected_head_sha": before["head"]["sha"]})  # fmt: skip
+    assert updated.status_code == 202, updated.text
+    assert updated.json()["behind_by"] == 0 and updated.json()["head"]["sha"] != before["head"]["sha"]
+
+    # two merges at once: one merge commit, the other is told
+    head = updated.json()["head"]["sha"]
+    answers: list[httpx.Response] = []
+
+    def merge() -> None:
+        answers.append(team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head}))
+
+    threads = [threading.Thread(target=merge) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(a.status_code for a in answers) == [200, 409], [a.text for a in answers]
+    assert {a.json().get("code") for a in answers if a.status_code == 409} <= {"pull_not_open", "base_moved"}
+    git("fetch", "origin", cwd=team.work)
+    merges = git("log", "--merges", "--format=%s", "origin/main", cwd=team.work).stdout.splitlines()
+    assert merges.count(f"Merge pull request #{number} from feature") == 1
