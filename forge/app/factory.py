@@ -50,6 +50,7 @@ from forge.http.pages.admin_network import NetworkPages
 from forge.http.pages.browse import RepoPages
 from forge.http.pages.home import HomePages
 from forge.http.pages.model_keys import ModelKeyPages
+from forge.http.pages.pulls import PullPages
 from forge.http.pages.repos import RepoListPages, RepoSettingsPages
 from forge.http.pages.signin import AuthPages
 from forge.http.pages.tokens import TokenPages
@@ -211,6 +212,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         NetworkPages,
         RepoListPages,
         RepoPages,
+        PullPages,
         RepoSettingsPages,
         SettingsPages,
         OldSettingsPages,

@@ -1,0 +1,308 @@
+"""Web pages of pull requests: the Pull requests tab (open, closed, merged; by author), the form
+that opens one (from the compare page), and a pull request's page: the description, the merge
+box with every unmet rule in words, the conversation (reviews and comments), the changes with a
+comment form on every line, and the review form. Same services as the REST API
+(forge/repos/pulls.py); forms work without JavaScript; a refused form comes back as typed with
+the reason beside the field it concerns."""
+
+import asyncio
+from typing import Annotated, Any, Literal
+
+from litestar import Controller, get, post
+from litestar.params import FromPath, QueryParameter, URLEncodedBody
+from litestar.response import Redirect, Template
+from markupsafe import Markup
+
+from forge.core.access import Action, can
+from forge.core.errors import ForgeError, InvalidInput
+from forge.db.audit import Actor
+from forge.http.deps import ActorDep, BusDep, DbSession, StoreDep
+from forge.http.pages.browse_render import ago, exact
+from forge.http.pages.common import WebForm
+from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
+from forge.http.pages.render import markdown
+from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
+from forge.repos import statuses
+from forge.repos.pull_merge import PullMerge
+from forge.repos.pull_reviews import PullReviews
+from forge.repos.pull_shapes import (
+    CommentCreate,
+    PullCreate,
+    PullMergeRequest,
+    PullUpdate,
+    ReviewCreate,
+    UpdateBranchRequest,
+)
+from forge.repos.pulls import Pulls, parse_number
+
+ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
+AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
+BranchQuery = Annotated[str, QueryParameter(max_length=255)]
+VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "requested changes", "COMMENTED": "commented",
+            "DISMISSED": "approved (dismissed: the head moved)"}  # fmt: skip
+
+
+class OpenForm(WebForm):
+    title: str = ""
+    body: str = ""
+    head: str = ""
+    base: str = ""
+    draft: str = ""
+
+
+class ReviewForm(WebForm):
+    event: str = "COMMENT"
+    body: str = ""
+    commit_id: str = ""
+
+
+class CommentForm(WebForm):
+    body: str = ""
+    path: str = ""
+    line: str = ""
+    side: str = "RIGHT"
+
+
+class MergeForm(WebForm):
+    strategy: str = "merge"
+    sha: str = ""
+
+
+class StateForm(WebForm):
+    state: str = ""  # closed | open | ready
+    expected_head_sha: str = ""
+
+
+def _sanitised(text: str) -> Markup:
+    # The sanitiser of agent markdown: scripts go, images of other origins go.
+    return markdown(text, remote_images=False)
+
+
+async def _html(texts: dict[str, str]) -> dict[str, Markup]:
+    return await asyncio.to_thread(lambda: {k: _sanitised(v) for k, v in texts.items()})
+
+
+class PullPages(Controller):
+    path = REPO
+    include_in_schema = False
+    dependencies = VIEWS
+
+    @get("/pulls")
+    async def list_page(
+        self,
+        views: ViewsDep,
+        db_session: DbSession,
+        store: StoreDep,
+        bus: BusDep,
+        state_: ListQuery = "open",
+        author: AuthorQuery = None,
+    ) -> Template:
+        view = await views.load()
+        pulls = Pulls(db_session, store, bus, view.base_url)
+        found = await pulls.reads(view.res, await pulls.page(view.res, state_, author=author))
+        checks = await statuses.combined_states(db_session, view.res.repo.id, [p.head.sha for p in found if p.head.sha])
+        return view.render(
+            "repos/pulls.html", tab="pulls", pulls=found, state=state_, author=author or "",
+            counts=await pulls.counts(view.res), checks=checks, ago=ago, exact=exact,
+        )  # fmt: skip
+
+    @get("/pulls/new")
+    async def new_page(self, views: ViewsDep, base: BranchQuery = "", head: BranchQuery = "") -> Template:
+        view = await views.load(Action.PULL_WRITE)
+        form = OpenForm(base=base or view.res.repo.default_branch, head=head)
+        return view.render("repos/pull_new.html", tab="pulls", form=form, errors=NO_ERRORS)
+
+    @post("/pulls")
+    async def open_pull(
+        self,
+        views: ViewsDep,
+        db_session: DbSession,
+        store: StoreDep,
+        bus: BusDep,
+        actor: ActorDep,
+        data: URLEncodedBody[OpenForm],
+    ) -> Template | Redirect:
+        view = await views.load()
+        pulls = Pulls(db_session, store, bus, view.base_url)
+        try:
+            spec = PullCreate(title=data.title.strip()[:256] or data.head, head=data.head, base=data.base,
+                              body=data.body, draft=bool(data.draft))  # fmt: skip
+            pull = await pulls.open(actor, view.res, spec)
+        except ForgeError as exc:
+            errors = form_errors(exc, ("title", "body", "head", "base"), {"no_commits_between": "head"})
+            return view.render("repos/pull_new.html", exc.status, tab="pulls", form=data, errors=errors)
+        return Redirect(f"/{view.res.full_name}/pull/{pull.number}", status_code=303)
+
+    @get("/pulls/{number:str}")
+    async def gitea_path(self, views: ViewsDep, number: FromPath[str]) -> Redirect:
+        view = await views.load()
+        return Redirect(f"/{view.res.full_name}/pull/{parse_number(number)}", status_code=301)
+
+    @get("/pull/{number:str}")
+    async def pull_page(
+        self,
+        views: ViewsDep,
+        db_session: DbSession,
+        store: StoreDep,
+        bus: BusDep,
+        number: FromPath[str],
+    ) -> Template:
+        view = await views.load()
+        return await _Page(view, Pulls(db_session, store, bus, view.base_url)).render(parse_number(number))
+
+    @post("/pull/{number:str}/reviews")
+    async def review(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], data: URLEncodedBody[ReviewForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        try:
+            if data.event not in ("APPROVE", "REQUEST_CHANGES", "COMMENT"):
+                raise InvalidInput("choose Comment, Approve or Request changes", field="event")
+            spec = ReviewCreate(event=data.event, body=data.body, commit_id=data.commit_id or None)  # type: ignore[arg-type]
+            review = await PullReviews(page.pulls).submit(actor, view.res, n, spec)
+        except ForgeError as exc:
+            return await page.refused(n, "review", exc, data, ("body", "event"))
+        return Redirect(f"/{view.res.full_name}/pull/{n}#review-{review.id}", status_code=303)
+
+    @post("/pull/{number:str}/comments")
+    async def comment(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], data: URLEncodedBody[CommentForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        try:
+            on_line = bool(data.path)
+            if on_line and not data.line.isdigit():
+                raise InvalidInput("a line comment names its line", field="body")
+            if not data.body.strip():
+                raise InvalidInput("write a comment first", field="body")
+            spec = CommentCreate(body=data.body.strip(), path=data.path or None,
+                                 line=int(data.line) if on_line else None,
+                                 side="LEFT" if data.side == "LEFT" else "RIGHT")  # fmt: skip
+            row = await PullReviews(page.pulls).comment(actor, view.res, n, spec)
+        except ForgeError as exc:
+            return await page.refused(n, "line-comment" if data.path else "comment", exc, data, ("body",))
+        return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{row.id}", status_code=303)
+
+    @post("/pull/{number:str}/merge")
+    async def merge(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], data: URLEncodedBody[MergeForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        try:
+            if data.strategy not in ("merge", "squash", "fast-forward"):
+                raise InvalidInput("choose merge, squash or fast-forward", field="strategy")
+            spec = PullMergeRequest(strategy=data.strategy, sha=data.sha or None)  # type: ignore[arg-type]
+            await PullMerge(page.pulls).merge(actor, view.res, n, spec)
+        except ForgeError as exc:
+            return await page.refused(n, "merge", exc, data, ("strategy",))
+        return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
+
+    @post("/pull/{number:str}/state")
+    async def change_state(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], data: URLEncodedBody[StateForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        try:
+            await _change(page.pulls, actor, view, n, data)
+        except ForgeError as exc:
+            return await page.refused(n, "state", exc, data, ())
+        return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
+
+
+async def _change(pulls: Pulls, actor: Actor, view: RepoView, number: int, data: StateForm) -> None:
+    if data.state == "update-branch":
+        spec = UpdateBranchRequest(expected_head_sha=data.expected_head_sha or None)
+        await PullMerge(pulls).update_branch(actor, view.res, number, spec)
+    elif data.state == "ready":
+        await pulls.edit(actor, view.res, number, PullUpdate(draft=False))
+    elif data.state in ("open", "closed"):
+        await pulls.edit(actor, view.res, number, PullUpdate(state=data.state))  # type: ignore[arg-type]
+    else:
+        raise InvalidInput("unknown change")
+
+
+class _Page:
+    """One pull request's page, as read or with a refused form shown again."""
+
+    def __init__(self, view: RepoView, pulls: Pulls) -> None:
+        self.view = view
+        self.pulls = pulls
+
+    async def refused(
+        self, number: int, form: str, exc: ForgeError, typed: WebForm, inputs: tuple[str, ...]
+    ) -> Template:
+        await self.pulls.session.rollback()
+        errors = form_errors(exc, inputs)
+        return await self.render(number, status_code=exc.status, form=form, errors=errors, typed=typed)
+
+    async def render(
+        self,
+        number: int,
+        *,
+        status_code: int = 200,
+        form: str = "",
+        errors: FormErrors = NO_ERRORS,
+        typed: WebForm | None = None,
+    ) -> Template:
+        res, pulls = self.view.res, self.pulls
+        pull = await pulls.get(res, number)
+        shape = await pulls.read(res, pull)
+        reviews = PullReviews(pulls)
+        found_reviews = await reviews.reviews(res, pull)
+        comments = await reviews.comments(res, pull)
+        diff = await reviews.diff(res, pull) if pull.head_sha or pull.state != "open" else None
+        html = await _html(
+            {"body": pull.body}
+            | {f"r{r.id}": r.body for r in found_reviews if r.body.strip()}
+            | {f"c{c.id}": c.body for c in comments}
+        )
+        by_line: dict[tuple[str, str, int], list[Any]] = {}
+        for c in comments:
+            if c.path is not None and c.line is not None:
+                by_line.setdefault((c.path, c.side or "RIGHT", c.line), []).append(c)
+        checks = (
+            await statuses.combined_status(
+                pulls.session, res, pull.head_sha, f"{self.view.base_url}/api/v1/repos/{res.full_name}"
+            )
+            if pull.head_sha
+            else None
+        )
+        principal = self.view.principal
+        return self.view.render(
+            "repos/pull.html",
+            status_code,
+            tab="pulls",
+            pull=shape,
+            reviews=found_reviews,
+            timeline=sorted(
+                [("review", r.submitted_at, r) for r in found_reviews]
+                + [("comment", c.created_at, c) for c in comments if c.path is None],
+                key=lambda item: item[1],
+            ),
+            line_comments=[c for c in comments if c.path is not None],
+            by_line=by_line,
+            html=html,
+            cmp=diff,
+            checks=checks,
+            verdicts=VERDICTS,
+            can_review=can(principal, Action.PULL_REVIEW, res),
+            can_edit=can(principal, Action.PULL_WRITE, res),
+            is_author=principal.account_id is not None and principal.login == (shape.user.login if shape.user else ""),
+            form=form,
+            errors=errors,
+            typed=typed,
+            ago=ago,
+            exact=exact,
+        )

@@ -1,0 +1,155 @@
+"""A human pull request in a real browser, as a new team would use it: a person pushes
+`feature/x` with the real git CLI and follows the link the push answers with, opens a pull request
+from the compare page, a second collaborator comments on a line and requests changes, the author
+pushes a fix, the reviewer approves, a CI script reports the `success` the branch rule requires,
+and the merge lands on main."""
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from tests.support.accounts import PASSWORD, Accounts, make_account_with_token
+from tests.support.browser import ForgeServer, run_async
+from tests.support.browser_ui import add_collaborator, create_repo, sign_in
+from tests.support.git import git
+
+pytestmark = [pytest.mark.browser]
+
+
+def _user(site: ForgeServer, login: str) -> None:
+    from forge.accounts import accounts
+
+    async def go() -> None:
+        db = Database(site.settings.effective_database_url)
+        try:
+            async with db.session(write=True) as s:
+                await accounts.create_user(s, Actor.system("test"), login, PASSWORD)
+        finally:
+            await db.dispose()
+
+    run_async(go())
+
+
+def _token(site: ForgeServer, login: str, *scopes: str) -> str:
+    async def go() -> str:
+        db = Database(site.settings.effective_database_url)
+        try:
+            return await Accounts(db=db).token(login, *scopes)
+        finally:
+            await db.dispose()
+
+    return run_async(go())
+
+
+def _push(work: Path, branch: str) -> str:
+    return git("push", "origin", branch, cwd=work).stderr
+
+
+def _commit(work: Path, name: str, text: str) -> str:
+    (work / name).write_text(text)
+    git("add", ".", cwd=work)
+    git("commit", "-m", f"change {name}", cwd=work)
+    return git("rev-parse", "HEAD", cwd=work).stdout.strip()
+
+
+def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
+    page: Page, browser: Browser, forge: ForgeServer, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """One flow because each step needs the one before; two browsers, real pushes."""
+    sign_in(page, forge.url, forge.admin_login, forge.admin_password)
+    _user(forge, "bob")
+    repo = create_repo(page, forge.url, "shop", description="the shop")
+    add_collaborator(page, forge.url, repo, "bob", "write")
+    token = run_async(make_account_with_token(forge.settings, "ci", "repo:write"))
+    add_collaborator(page, forge.url, repo, "ci", "write")
+    admin_token = _token(forge, forge.admin_login, "repo:write")
+    api = f"{forge.url}/api/v1/repos/{repo}"
+    rule = {"pattern": "main", "required_approvals": 1, "required_checks": ["ci/build"]}
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    httpx.post(f"{api}/branch-rules", json=rule, headers=headers, timeout=30).raise_for_status()
+
+    # --- the author pushes a branch; the push answers with the link that opens a pull request ----
+    work = tmp_path / "work"
+    host = forge.url.removeprefix("http://")
+    git("clone", f"http://x:{admin_token}@{host}/{repo}.git", str(work), cwd=tmp_path)
+    git("checkout", "-b", "feature/x", cwd=work)
+    _commit(work, "price.py", "def price():\n    return 10\n")
+    answer = _push(work, "feature/x")
+    link = re.search(r"(http://\S+/compare/main\.\.\.feature/x)", answer)
+    assert link, answer
+    page.goto(link.group(1))
+    page.get_by_role("link", name="Create pull request").click()
+    expect(page.get_by_label("Head: the branch with the changes")).to_have_value("feature/x")
+    page.get_by_label("Title", exact=True).fill("Price is ten")
+    page.get_by_label("Description (markdown)").fill("Sets the **price**.<script>alert(1)</script>")
+    page.get_by_role("button", name="Create pull request").click()
+    expect(page).to_have_url(re.compile(rf"/{re.escape(repo)}/pull/1$"))
+    expect(page.locator("#pull-title")).to_contain_text("Price is ten #1")
+    expect(page.locator("#pull-state")).to_have_text("open")
+    expect(page.locator("#description strong")).to_have_text("price")
+    expect(page.locator("#description script")).to_have_count(0)
+    expect(page.locator("#unmet-rules li")).to_have_text([
+        "1 approval(s) required by the rules of main, 0 given", "required check ci/build has not reported",
+    ])  # fmt: skip
+    expect(page.get_by_role("button", name="Merge into main")).to_be_disabled()
+    expect(page.get_by_role("link", name="Pull requests")).to_be_visible()
+
+    # --- bob comments on a line and requests changes ----------------------------------------------
+    bob_context = browser.new_context()
+    bob = bob_context.new_page()
+    try:
+        sign_in(bob, forge.url, "bob", PASSWORD)
+        bob.goto(f"{forge.url}/{repo}/pulls")
+        bob.get_by_role("link", name="Price is ten").click()
+        row = bob.locator("table.diff[data-path='price.py'] tr[data-side='RIGHT'][data-line='2']")
+        row.locator("summary").click()
+        row.get_by_label("Comment on price.py line 2 (markdown)").fill("Ten is too cheap: **twelve**.")
+        row.get_by_role("button", name="Comment").click()
+        expect(bob.locator("table.diff .inline-comment")).to_contain_text(
+            re.compile(r"bob:\s*Ten is too cheap: twelve\.")
+        )
+        bob.get_by_label("Review (markdown)").fill("Please raise it.")
+        bob.get_by_label("Request changes").check()
+        bob.get_by_role("button", name="Submit review").click()
+        expect(bob.locator("article.review")).to_contain_text("bob requested changes")
+
+        # --- the author pushes the fix; the comment is now on an old head ---------------------------
+        fixed = _commit(work, "price.py", "def price():\n    return 12\n")
+        answer = _push(work, "feature/x")
+        assert f"{forge.url}/{repo}/pull/1" in answer, answer
+        page.reload()
+        expect(page.locator("#unmet-rules li")).to_contain_text(["changes requested by bob"])
+        expect(page.locator("table.diff[data-path='price.py']")).to_contain_text("+    return 12")
+
+        # --- bob approves the new head --------------------------------------------------------------
+        bob.reload()
+        expect(bob.locator("table.diff .inline-comment .badge")).to_have_text("outdated")
+        bob.get_by_label("Approve").check()
+        bob.get_by_role("button", name="Submit review").click()
+        expect(bob.locator("article.review").last).to_contain_text(f"bob approved on {fixed[:12]}")
+    finally:
+        bob_context.close()
+
+    # --- CI reports; the merge lands -----------------------------------------------------------------
+    page.reload()
+    expect(page.locator("#unmet-rules li")).to_have_text(["required check ci/build has not reported"])
+    status = {"state": "success", "context": "ci/build", "target_url": "https://ci.example/42"}
+    ci = {"Authorization": f"Bearer {token}"}
+    assert httpx.post(f"{api}/statuses/{fixed}", json=status, headers=ci, timeout=30).status_code == 201
+    page.reload()
+    expect(page.locator("#ready")).to_have_text("Every rule holds: ready to merge.")
+    expect(page.locator("#head-checks")).to_contain_text("ci/build: success")
+    page.screenshot(path=str(artifacts_dir / "pull-flow-ready.png"), full_page=True)
+    page.get_by_role("button", name="Merge into main").click()
+    expect(page.locator("#pull-state")).to_have_text("merged")
+    expect(page.locator("#merged")).to_contain_text(f"Merged by {forge.admin_login} into main")
+    merged = page.locator("#merged a code").inner_text()
+    branches = httpx.get(f"{api}/branches", headers=headers, timeout=30).json()
+    assert {b["name"]: b["sha"] for b in branches}["main"].startswith(merged)
+    page.goto(f"{forge.url}/{repo}/pulls?state=merged")
+    expect(page.locator("#pulls li")).to_contain_text(["Price is ten"])
