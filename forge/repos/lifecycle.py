@@ -43,6 +43,11 @@ class RepoUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     protect_default_branch: bool | None = None
 
 
+def _check_visibility(visibility: str) -> None:
+    if visibility not in {v.value for v in Visibility}:
+        raise InvalidInput("visibility is private, internal or public", code=Code.INVALID_VISIBILITY)
+
+
 def _check_name(validate: Callable[[str], object], name: str) -> None:
     """A name the git layer accepts, or 422 `invalid_name` with its reason."""
     try:
@@ -58,8 +63,7 @@ async def _new_row(
     _check_name(validate_repo_name, name)
     if default_branch is not None:
         _check_name(validate_branch_name, default_branch)
-    if visibility not in {v.value for v in Visibility}:
-        raise InvalidInput("visibility is private, internal or public", code=Code.INVALID_VISIBILITY)
+    _check_visibility(visibility)
     full_name = f"{owner.login}/{name}"
     if await find(session, owner.login, name) is not None:
         raise Conflict(f"{full_name} already exists", code=Code.REPO_EXISTS)
@@ -159,6 +163,8 @@ async def update(
     repo = res.repo
     if change.description is not None:
         require_no_nul(change.description, "a description")
+    if change.visibility is not None:
+        _check_visibility(change.visibility)
     new_branch = change.default_branch if change.default_branch not in (None, repo.default_branch) else None
     if new_branch is not None:
         _check_name(validate_branch_name, new_branch)

@@ -14,6 +14,7 @@ from forge.core.security import generate_password
 from forge.db import audit
 from forge.http.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
 from forge.http.pages.common import WebForm, instance_admin, page
+from forge.http.pages.forms import NO_ERRORS, form_errors
 from forge.http.pages.new_token import (
     NEW_TOKEN_COOKIE,
     TokenForm,
@@ -29,6 +30,15 @@ class NewAccountForm(WebForm):
     kind: str = "user"
     is_admin: str = ""
     owner: str = ""
+
+
+# The services' refusals (their codes) -> the field they concern: the New account form's, and
+# those of an account's row (`token-name-bob`: the row's login is appended).
+NEW_ACCOUNT_ALIASES = {"invalid_login": "login", "login_taken": "login", "account_not_found": "owner"}
+ROW_ALIASES = {
+    "token": {"invalid_token_name": "token-name", "invalid_scope": "token-scopes"},
+    "password": {"weak_password": "reset", "invalid_password": "reset"},
+}
 
 
 class ResetPasswordForm(WebForm):
@@ -54,9 +64,28 @@ class AdminPages(Controller):
             accounts=reads,
             scopes=[s.value for s in Scope if s is not Scope.ADMIN],
             created=created,
-            **context,
+            **{"account_form": NewAccountForm(), "errors": NO_ERRORS, "refused_form": "", **context},
         )
         return clear_created(response, "/admin") if NEW_TOKEN_COOKIE in request.cookies else response
+
+    async def _row_refused(
+        self,
+        request: Request[Any, Any, Any],
+        db_session: DbSession,
+        exc: ForgeError,
+        login: str,
+        action: str,
+        form: WebForm,
+    ) -> Template:
+        """A refused form of an account's row: the page again with that form open, as it was sent,
+        the refusal beside the field it concerns (no such account: the refusal alone)."""
+        if exc.status == 404:
+            return await self._render(request, db_session, refused=exc)
+        aliases = {code: f"{name}-{login}" for code, name in ROW_ALIASES[action].items()}
+        errors = form_errors(exc, aliases.values(), aliases)
+        return await self._render(
+            request, db_session, refused=exc, errors=errors, refused_form=action, refused_login=login, row_form=form
+        )
 
     @get("/")
     async def index(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
@@ -70,23 +99,24 @@ class AdminPages(Controller):
         actor: ActorDep,
         data: URLEncodedBody[NewAccountForm],
     ) -> Template:
+        login = data.login.strip()
         try:
             if data.kind == "bot":
-                owner = await accounts.require_by_login(db_session, data.owner) if data.owner.strip() else None
-                await accounts.create_bot(db_session, actor, data.login.strip(), owner=owner)
-                return await self._render(request, db_session, notice=f"bot {data.login} created")
+                owner = await accounts.require_by_login(db_session, data.owner.strip()) if data.owner.strip() else None
+                await accounts.create_bot(db_session, actor, login, owner=owner)
+                return await self._render(request, db_session, notice=f"bot {login} created")
             password = generate_password()
             await accounts.create_user(
-                db_session, actor, data.login.strip(), password, is_admin=bool(data.is_admin), must_change_password=True
+                db_session, actor, login, password, is_admin=bool(data.is_admin), must_change_password=True
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, refused=exc)
+            # Shown again as typed, the refusal beside the field it concerns.
+            errors = form_errors(exc, NewAccountForm.__struct_fields__, NEW_ACCOUNT_ALIASES)
+            return await self._render(
+                request, db_session, refused=exc, errors=errors, account_form=data, refused_form="account"
+            )
         return await self._render(
-            request,
-            db_session,
-            notice=f"user {data.login} created",
-            new_password=password,
-            new_login=data.login,
+            request, db_session, notice=f"user {login} created", new_password=password, new_login=login
         )
 
     @post("/accounts/{login:str}/disable")
@@ -118,7 +148,7 @@ class AdminPages(Controller):
                 db_session, actor, await accounts.require_by_login(db_session, login), data
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, refused=exc)
+            return await self._row_refused(request, db_session, exc, login, "token", data)
         return created_redirect("/admin/", created, settings)
 
     @post("/accounts/{login:str}/password")
@@ -141,7 +171,8 @@ class AdminPages(Controller):
                 generated=not data.password,
             )
         except ForgeError as exc:
-            return await self._render(request, db_session, refused=exc)
+            # The typed password is never written back into the page.
+            return await self._row_refused(request, db_session, exc, login, "password", ResetPasswordForm())
         notice = f"password of {login} set; their sessions were signed out"
         if data.password:
             return await self._render(request, db_session, notice=notice)

@@ -14,6 +14,7 @@ from forge.db.models import Account
 from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DbSession, SettingsDep
 from forge.http.pages.common import WebForm, page
+from forge.http.pages.forms import form_errors
 
 
 async def _me(db_session: DbSession, actor: ActorDep) -> Account:
@@ -26,6 +27,20 @@ class ModelKeyForm(WebForm):
     api_key: str = ""
     base_url: str = ""
     model: str = ""
+
+
+# The key service's refusals (their codes) -> the input they concern, by its name in the form.
+ALIASES = {
+    "invalid_model_key": "api_key",
+    "invalid_model_url": "base_url",
+    "host_not_allowed": "base_url",
+    "invalid_model_name": "model",
+}
+
+
+def card_aliases(provider: str) -> dict[str, str]:
+    """`ALIASES` to the ids of one provider's card (`base_url_openai`): both cards are on one page."""
+    return {code: f"{name}_{provider}" for code, name in ALIASES.items()}
 
 
 class ModelKeyPages(Controller):
@@ -68,10 +83,14 @@ class ModelKeyPages(Controller):
         try:
             await model_keys.put(db_session, settings, actor, me, provider, change)
         except ForgeError as exc:
-            # Shown again as typed, the refusal in the provider's own card (the key itself is never
-            # echoed back: the person types it again).
+            if exc.status == 404:
+                raise  # no such provider: no card to show it in
+            # Shown again as typed, the refusal in the provider's own card beside the field it
+            # concerns (the key itself is never echoed back: the person types it again).
+            inputs = [f"{name}_{provider}" for name in ModelKeyForm.__struct_fields__]
+            errors = form_errors(exc, inputs, card_aliases(provider))
             typed = {"provider": provider, "base_url": data.base_url, "model": data.model}
-            return await self._render(request, db_session, actor, refused=exc, typed=typed)
+            return await self._render(request, db_session, actor, refused=exc, typed=typed, errors=errors)
         return Redirect("/settings/model-keys/", status_code=303)
 
     @post("/{provider:str}/remove")

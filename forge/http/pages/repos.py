@@ -2,11 +2,10 @@
 repository (`RepoViews`) and renders (`RepoView`); the browsing pages are in `forge.http.pages.browse`.
 Same services as the REST API; forms work without JavaScript."""
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import msgspec
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, Parameter, URLEncodedBody
@@ -15,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import INSTANCE, Action, Principal, can
 from forge.core.error_codes import Code
-from forge.core.errors import ForgeError, NotFound
+from forge.core.errors import ForgeError, InvalidInput, NotFound
+from forge.db.models import Repository
 from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
 from forge.http.pages.common import WebForm, page
 from forge.http.pages.forms import NO_ERRORS, form_errors
@@ -138,6 +138,16 @@ class SettingsForm(WebForm):
     archived: str = ""
 
 
+def settings_form(repo: Repository) -> SettingsForm:
+    """The stored settings as the General form shows them."""
+    return SettingsForm(
+        description=repo.description,
+        visibility=repo.visibility,
+        default_branch=repo.default_branch,
+        archived="1" if repo.archived else "",
+    )
+
+
 class CollaboratorForm(WebForm):
     login: str = ""
     role: str = "read"
@@ -164,6 +174,64 @@ class RuleForm(WebForm):
     allow_force_push: str = ""
     allow_deletion: str = ""
     required_checks: str = ""  # status contexts, separated by commas or spaces
+    require_pull_request: str = ""
+    required_approvals: str = ""
+    dismiss_stale_approvals: str = ""
+
+
+def pull_rules(form: RuleForm) -> branch_rules.PullRules:
+    """What the rule asks of pull requests; a count that is not a whole number is refused at its field."""
+    raw = form.required_approvals.strip() or "0"
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 6:
+        raise InvalidInput(
+            f"required approvals is a whole number from 0 to {branch_rules.MAX_REQUIRED_APPROVALS}",
+            code=Code.INVALID_REQUIRED_APPROVALS,
+        )
+    return branch_rules.PullRules(
+        require_pull_request=bool(form.require_pull_request),
+        required_approvals=int(raw),
+        dismiss_stale_approvals=bool(form.dismiss_stale_approvals),
+    )
+
+
+@dataclass(frozen=True)
+class SettingsSection:
+    """One form of the settings page: its inputs (ids unique on the page) and the refusals (codes
+    or wire names) that concern each."""
+
+    name: str
+    inputs: tuple[str, ...]
+    aliases: Mapping[str, str]
+
+
+GENERAL = SettingsSection(
+    "general",
+    ("description", "visibility", "default_branch", "archived"),
+    {
+        "invalid_characters": "description",
+        "invalid_visibility": "visibility",
+        "invalid_name": "default_branch",
+        "branch_not_found": "default_branch",
+    },
+)
+COLLABORATORS = SettingsSection(
+    "collaborator",
+    ("collab-login", "collab-role"),
+    {
+        "account_not_found": "collab-login",
+        "owner_role": "collab-login",
+        "invalid_role": "collab-role",
+    },
+)
+RULES = SettingsSection(
+    "rule",
+    ("pattern", "required_checks", "required_approvals"),
+    {
+        "invalid_pattern": "pattern",
+        "invalid_required_checks": "required_checks",
+        "invalid_required_approvals": "required_approvals",
+    },
+)
 
 
 class RepoSettingsPages(Controller):
@@ -171,9 +239,25 @@ class RepoSettingsPages(Controller):
     include_in_schema = False
     dependencies = VIEWS
 
-    async def _render(self, db_session: AsyncSession, view: RepoView, status_code: int = 200, **extra: Any) -> Template:
+    async def _render(
+        self,
+        db_session: AsyncSession,
+        view: RepoView,
+        status_code: int = 200,
+        *,
+        typed: Mapping[str, WebForm] | None = None,
+        **extra: Any,
+    ) -> Template:
+        """The page; `typed`: a refused form as it was sent (by section name), shown in place of its
+        stored or blank values."""
         members = await collaborators.list_collaborators(db_session, view.res)
         rules = await repositories.branch_rules(db_session, view.res.repo)
+        forms: dict[str, WebForm] = {
+            GENERAL.name: settings_form(view.res.repo),
+            COLLABORATORS.name: CollaboratorForm(),
+            RULES.name: RuleForm(required_approvals="0", dismiss_stale_approvals="1"),
+            **(typed or {}),
+        }
         return view.render(
             "repos/settings.html",
             status_code,
@@ -181,7 +265,8 @@ class RepoSettingsPages(Controller):
             rules=rules,
             can_transfer=can(view.principal, Action.REPO_TRANSFER, view.res),
             can_delete=can(view.principal, Action.INSTANCE_ADMIN, INSTANCE),
-            **{"danger": None, "danger_form": DangerForm(), **extra},
+            forms=forms,
+            **{"danger": None, "danger_form": DangerForm(), "errors": NO_ERRORS, "refused_form": "", **extra},
         )
 
     async def _refused(
@@ -190,12 +275,23 @@ class RepoSettingsPages(Controller):
         """A refused danger-zone action: the page again, the reason inside that action's section."""
         return await self._render(db_session, view, refused=exc, danger=section, danger_form=form)
 
-    async def _apply(self, db_session: AsyncSession, view: RepoView, change: Awaitable[object]) -> Template:
-        """Run one settings change and show the page again, with the refusal when there is one."""
+    async def _submit(
+        self,
+        db_session: AsyncSession,
+        view: RepoView,
+        section: SettingsSection,
+        form: WebForm,
+        change: Callable[[], Awaitable[object]],
+    ) -> Template:
+        """Run one settings form's change and show the page again: saved, or the form as it was
+        sent with the refusal beside the field it concerns (the services check before they write)."""
         try:
-            await change
+            await change()
         except ForgeError as exc:
-            return await self._render(db_session, view, refused=exc)
+            errors = form_errors(exc, section.inputs, section.aliases)
+            return await self._render(
+                db_session, view, refused=exc, errors=errors, refused_form=section.name, typed={section.name: form}
+            )
         return await self._render(db_session, view, notice="saved")
 
     @get("/")
@@ -215,25 +311,27 @@ class RepoSettingsPages(Controller):
         data: URLEncodedBody[SettingsForm],
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
-        fields = {
-            "description": data.description,
-            "visibility": data.visibility,
-            "default_branch": data.default_branch or None,
-            "archived": bool(data.archived),
-        }
-        try:
-            change = msgspec.convert(fields, RepoUpdate)
-        except msgspec.ValidationError as exc:
-            return await self._render(db_session, view, status_code=422, error=str(exc))
-        return await self._apply(db_session, view, lifecycle.update(db_session, store, actor, view.res, change))
+        change = RepoUpdate(
+            description=data.description,
+            visibility=data.visibility,  # type: ignore[arg-type]  # checked by the service
+            default_branch=data.default_branch.strip() or None,
+            archived=bool(data.archived),
+        )
+        return await self._submit(
+            db_session, view, GENERAL, data, lambda: lifecycle.update(db_session, store, actor, view.res, change)
+        )
 
     @post("/collaborators")
     async def collaborator(
         self, db_session: DbSession, actor: ActorDep, views: ViewsDep, data: URLEncodedBody[CollaboratorForm]
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
-        change = collaborators.set_collaborator(db_session, actor, view.res, data.login.strip(), data.role)  # type: ignore[arg-type]
-        return await self._apply(db_session, view, change)
+
+        async def change() -> object:
+            role = data.role  # checked by the service
+            return await collaborators.set_collaborator(db_session, actor, view.res, data.login.strip(), role)  # type: ignore[arg-type]
+
+        return await self._submit(db_session, view, COLLABORATORS, data, change)
 
     @get("/collaborators/{login:str}/remove")
     async def confirm_remove_collaborator(
@@ -312,13 +410,17 @@ class RepoSettingsPages(Controller):
         self, db_session: DbSession, actor: ActorDep, views: ViewsDep, data: URLEncodedBody[RuleForm]
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
-        change = branch_rules.add_branch_rule(
-            db_session,
-            actor,
-            view.res,
-            data.pattern,
-            allow_force_push=bool(data.allow_force_push),
-            allow_deletion=bool(data.allow_deletion),
-            required=data.required_checks.replace(",", " ").split()[:100],
-        )
-        return await self._apply(db_session, view, change)
+
+        async def change() -> object:
+            return await branch_rules.add_branch_rule(
+                db_session,
+                actor,
+                view.res,
+                data.pattern,
+                allow_force_push=bool(data.allow_force_push),
+                allow_deletion=bool(data.allow_deletion),
+                required=data.required_checks.replace(",", " ").split()[:100],
+                pulls=pull_rules(data),
+            )
+
+        return await self._submit(db_session, view, RULES, data, change)

@@ -15,6 +15,7 @@ from forge.db.models import Account
 from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
 from forge.http.pages.common import page
+from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.new_token import (
     NEW_TOKEN_COOKIE,
     TokenForm,
@@ -24,6 +25,9 @@ from forge.http.pages.new_token import (
     form_scopes,
     take_created,
 )
+
+# The token service's refusals (their codes) -> the New token form's field they concern.
+TOKEN_ALIASES = {"invalid_token_name": "name", "invalid_scope": "scopes", "invalid_expiry": "expires_days"}
 
 
 class TokenPages(Controller):
@@ -38,6 +42,7 @@ class TokenPages(Controller):
         actor: ActorDep,
         status_code: int = 200,
         form: TokenForm | None = None,
+        errors: FormErrors = NO_ERRORS,
         **context: Any,
     ) -> Template:
         me = await db_session.get(Account, actor.principal.account_id)
@@ -52,6 +57,7 @@ class TokenPages(Controller):
             created=created,
             form=form or TokenForm(),
             chosen=form_scopes(form.scopes) if form else [],
+            errors=errors,
             **context,
         )
         return clear_created(response, "/settings/tokens") if NEW_TOKEN_COOKIE in request.cookies else response
@@ -74,7 +80,8 @@ class TokenPages(Controller):
         try:
             created = await create_from_form(db_session, actor, me, data)
         except ForgeError as exc:
-            return await self._render(request, db_session, actor, refused=exc, form=data)
+            errors = form_errors(exc, TokenForm.__struct_fields__, TOKEN_ALIASES)
+            return await self._render(request, db_session, actor, refused=exc, form=data, errors=errors)
         return created_redirect("/settings/tokens/", created, settings)
 
     @get("/{token_id:int}/revoke")

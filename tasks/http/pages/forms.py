@@ -6,7 +6,15 @@ import msgspec
 
 from forge.core.errors import InvalidInput
 from forge.http.pages.forms import invalid_input
-from tasks.core.schemas import ApprovalDecide, MergeCreate, ReviewCommentCreate, ReviewCreate, TaskCreate
+from tasks.core.schemas import (
+    BODY_MAX,
+    ApprovalDecide,
+    MergeCreate,
+    MessageCreate,
+    ReviewCommentCreate,
+    ReviewCreate,
+    TaskCreate,
+)
 from tasks.core.states import ReviewVerdict
 
 
@@ -39,6 +47,14 @@ START_ALIASES = {
 class BodyForm(msgspec.Struct, kw_only=True):
     body: str = ""
     csrf_token: str = ""
+
+
+# The message and answer services' refusals (their codes) -> the text field (`body`).
+BODY_ALIASES = {"body_required": "body", "invalid_characters": "body", "policy_denied": "body"}
+
+
+# The decision's refusals (their codes) -> the reason field; the others concern the call itself.
+DECISION_ALIASES = {"invalid_characters": "approval-reason", "policy_denied": "approval-reason"}
 
 
 class DecisionForm(msgspec.Struct, kw_only=True):
@@ -93,6 +109,14 @@ def task_create(data: StartForm) -> TaskCreate:
         raise invalid_input(exc) from None
 
 
+def message_create(data: BodyForm) -> MessageCreate:
+    """A message or an answer as typed (LF line breaks); an oversize one is refused, never cut."""
+    body = form_text(data.body)
+    if len(body) > BODY_MAX:
+        raise InvalidInput(f"a message is at most {BODY_MAX:,} characters, not {len(body):,}", field="body")
+    return MessageCreate(body=body)
+
+
 def approval_decide(data: DecisionForm) -> ApprovalDecide:
     if data.decision == "approve":
         choice: Literal["approve", "deny"] = "approve"
@@ -132,4 +156,4 @@ def draft_comment(form: ReviewForm) -> ReviewCommentCreate:
     try:
         return msgspec.convert(raw, ReviewCommentCreate)
     except msgspec.ValidationError as exc:
-        raise InvalidInput(str(exc).replace("$.", "")) from None
+        raise invalid_input(exc) from None

@@ -2,17 +2,21 @@
 summary, the reviews so far (markdown, sanitised), the merge rules' verdict and the merge form.
 Same actions as the REST API; forms work without JavaScript."""
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.core.errors import ForgeError
 from forge.http.pages.common import page
+from forge.http.pages.forms import NO_ERRORS, form_errors
 from forge.http.pages.render import markdown_async
 from tasks.core.schemas import ReviewDraftRead, ReviewRead
+from tasks.core.states import ReviewVerdict
 from tasks.http.actions import add_draft_comment, merge_task, remove_draft_comment, submit_review
 from tasks.http.deps import REPO_TASKS, TaskScope, TaskScopeDep
 from tasks.http.pages.common import PAGE_DEPENDENCIES, or_form_error, repo_context
@@ -24,10 +28,43 @@ from tasks.services.reviews import VERBS, ReviewService
 VERDICTS = {verdict.value: text for verdict, text in VERBS.items()}
 
 
+@dataclass(frozen=True)
+class PageForm:
+    """One form of the review page: the inputs it shows and the refusals (codes or wire names) that
+    concern each; `what` heads its refusal ("Not merged: ...")."""
+
+    inputs: tuple[str, ...]
+    aliases: Mapping[str, str]
+    what: str
+
+
+PAGE_FORMS = {
+    "review": PageForm(
+        ("review-body", "review-verdict"),
+        {"review_empty": "review-body", "invalid_characters": "review-body", "policy_denied": "review-body"},
+        "Not submitted",
+    ),
+    # The per-line form: a comment now, or onto the pending review.
+    "comment": PageForm(
+        ("inline-comment",),
+        {
+            "comment_empty": "inline-comment",
+            "review_empty": "inline-comment",
+            "invalid_characters": "inline-comment",
+            "body": "inline-comment",
+        },
+        "Not added",
+    ),
+    "merge": PageForm((), {}, "Not merged"),
+    "pending": PageForm((), {}, "Not removed"),
+}
+
+
 async def review_page(
-    request: Request[Any, Any, Any], scope: TaskScope, *, error: str | None = None, status_code: int = 200
+    request: Request[Any, Any, Any], scope: TaskScope, *, status_code: int = 200, **refused: Any
 ) -> Template:
-    """The page as it is now (after a failed form: read again, in a fresh session)."""
+    """The page as it is now (after a failed form: read again, in a fresh session). `refused`: the
+    refused form's name (`refused_form`), what was sent (`typed`) and its `errors`."""
     async with scope.system.db.session() as s:
         res, svc, task = await scope.reload(s)
         reviews = ReviewService(svc)
@@ -75,8 +112,8 @@ async def review_page(
             can_review=may_review,
             pending=pending,
             comment_html=comment_html,
-            error=error,
             **repo_context(res, principal, svc.base_url),
+            **{"refused_form": "", "typed": {}, "errors": NO_ERRORS, "refused_what": "", **refused},
         )
 
 
@@ -86,9 +123,28 @@ class ReviewPages(Controller):
     dependencies = PAGE_DEPENDENCIES
 
     @staticmethod
-    def again(request: Request[Any, Any, Any], scope: TaskScope) -> Callable[[ForgeError], Awaitable[Template]]:
+    def again(
+        request: Request[Any, Any, Any], scope: TaskScope, which: str, form: msgspec.Struct | None = None
+    ) -> Callable[[ForgeError], Awaitable[Template]]:
+        """The page again after `which` form was refused: `form` as it was sent, the refusal beside
+        the field it concerns."""
+        shown = PAGE_FORMS[which]
+
         async def render(exc: ForgeError) -> Template:
-            return await review_page(request, scope, error=exc.detail, status_code=exc.status)
+            errors = form_errors(exc, shown.inputs, shown.aliases)
+            typed = form
+            if isinstance(form, ReviewForm) and exc.code == "stale_commit":
+                # The head moved: the text stays, a verdict is given again on the new changes.
+                typed = msgspec.structs.replace(form, verdict=ReviewVerdict.COMMENT.value)
+            return await review_page(
+                request,
+                scope,
+                status_code=exc.status,
+                refused_form=which,
+                typed={which: typed} if typed is not None else {},
+                errors=errors,
+                refused_what=shown.what,
+            )
 
         return render
 
@@ -106,7 +162,7 @@ class ReviewPages(Controller):
             async def add() -> ReviewDraftRead:
                 return await add_draft_comment(task_scope, draft_comment(data))
 
-            added = await or_form_error(add(), self.again(request, task_scope))
+            added = await or_form_error(add(), self.again(request, task_scope, "comment", data))
             if isinstance(added, Template):
                 return added
             return Redirect(f"{base}/review#pending-comments", status_code=303)
@@ -114,7 +170,8 @@ class ReviewPages(Controller):
         async def submit() -> ReviewRead:
             return await submit_review(task_scope, review_create(data))
 
-        read = await or_form_error(submit(), self.again(request, task_scope))
+        which = "comment" if data.path else "review"
+        read = await or_form_error(submit(), self.again(request, task_scope, which, data))
         if isinstance(read, Template):
             return read
         # A change request starts a run: follow it on the task page.
@@ -124,7 +181,9 @@ class ReviewPages(Controller):
     async def remove_pending(
         self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, comment_id: FromPath[int]
     ) -> Template | Redirect:
-        done = await or_form_error(remove_draft_comment(task_scope, comment_id), self.again(request, task_scope))
+        done = await or_form_error(
+            remove_draft_comment(task_scope, comment_id), self.again(request, task_scope, "pending")
+        )
         if isinstance(done, Template):
             return done
         base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
@@ -134,7 +193,9 @@ class ReviewPages(Controller):
     async def merge(
         self, request: Request[Any, Any, Any], task_scope: TaskScopeDep, data: URLEncodedBody[MergeForm]
     ) -> Template | Redirect:
-        merged = await or_form_error(merge_task(task_scope, merge_create(data)), self.again(request, task_scope))
+        merged = await or_form_error(
+            merge_task(task_scope, merge_create(data)), self.again(request, task_scope, "merge", data)
+        )
         if isinstance(merged, Template):
             return merged
         return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}/review", status_code=303)

@@ -2,6 +2,7 @@
 live transcript, question form, actions) and "my tasks". Same actions as the REST API."""
 
 import asyncio
+import dataclasses
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
@@ -14,7 +15,7 @@ from forge.http.deps import ActorDep, DbSession
 from forge.http.pages.common import page
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from tasks.core import transcript
-from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskRead, command_text
+from tasks.core.schemas import GOAL_MAX, ApprovalRead, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
 from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
 from tasks.http.pages import start_form, timeline, timeline_items
@@ -26,7 +27,17 @@ from tasks.http.pages.common import (
     usage_line,
     visible_json,
 )
-from tasks.http.pages.forms import START_ALIASES, BodyForm, DecisionForm, StartForm, approval_decide, task_create
+from tasks.http.pages.forms import (
+    BODY_ALIASES,
+    DECISION_ALIASES,
+    START_ALIASES,
+    BodyForm,
+    DecisionForm,
+    StartForm,
+    approval_decide,
+    message_create,
+    task_create,
+)
 from tasks.http.pages.start_form import Place
 from tasks.http.pages.status import ACTIVE_LINES, waiting_line
 from tasks.run import gitops
@@ -129,6 +140,57 @@ async def list_page(
     )
 
 
+async def task_view(
+    request: Request[Any, Any, Any], scope: TaskScope, run_filter: int | None, status_code: int = 200, **refused: Any
+) -> Template:
+    """The task page. `refused`: a refused form's `errors` and what was `typed` into it."""
+    svc, res, task = scope.svc, scope.res, scope.task
+    events = await transcript.read(scope.session, task.id, after=0, limit=PAGE_EVENTS)
+    read = await svc.to_read(task, res)
+    parked = read.pending_approval
+    principal = scope.actor.principal
+    branch_exists = bool(read.head_sha) and read.head_sha != read.base_sha
+    if not branch_exists and read.head_sha:  # a pushed branch, or one recovery left, still shows
+        branch_exists = await svc.store.read(res.key, gitops.branch_sha, read.branch) is not None
+    subtasks = await subtask_reads(svc, res, task) if read.subtasks else []
+    return page(
+        request,
+        "tasks/task.html",
+        status_code=status_code,
+        task=read,
+        **await asyncio.to_thread(header_texts, read, subtasks),
+        # Autoescaped as text: the person sees the exact input, `<` and all.
+        approval_input=visible_json(parked.tool_input) if parked else "",
+        items=await timeline_of(scope, of_run(events, run_filter)),
+        event_count=len(events),
+        truncated=len(events) >= PAGE_EVENTS,
+        run_filter=run_filter,
+        kinds=" ".join(dict.fromkeys((*transcript.KINDS, *EXTRA_KINDS))),
+        last_seq=events[-1].seq if events else 0,
+        waiting=waiting_line(read, task, principal, res),
+        live_lines=ACTIVE_LINES,
+        branch_exists=branch_exists,
+        usage_line=usage_line(read),
+        egress_line=egress_line(read),
+        may_stop=rules.may_stop(principal, res, task),
+        subtasks=subtasks,
+        **repo_context(res, principal, svc.base_url),
+        **{"errors": NO_ERRORS, "typed": BodyForm(), "decision": DecisionForm(), **refused},
+    )
+
+
+async def refused_action(
+    request: Request[Any, Any, Any], scope: TaskScope, exc: ForgeError, errors: FormErrors, **typed: Any
+) -> Template:
+    """The task page again after a refused action, read afresh (the action may have released the
+    request's read session, and the task may have moved on): what was typed (`typed`, `decision`)
+    kept, the refusal at the field it concerns."""
+    async with scope.system.db.session() as s:
+        res, svc, task = await scope.reload(s)
+        fresh = dataclasses.replace(scope, session=s, res=res, svc=svc, task=task)
+        return await task_view(request, fresh, None, exc.status, errors=errors, refused=exc, **typed)
+
+
 class TaskPages(Controller):
     path = REPO_TASKS
     include_in_schema = False
@@ -166,40 +228,7 @@ class TaskPages(Controller):
         task_scope: TaskScopeDep,
         run: Annotated[str | None, QueryParameter(name="run")] = None,
     ) -> Template:
-        svc, res, task = task_scope.svc, task_scope.res, task_scope.task
-        run_filter = run_number(run)
-        events = await transcript.read(task_scope.session, task.id, after=0, limit=PAGE_EVENTS)
-        last_seq = events[-1].seq if events else 0
-        shown = of_run(events, run_filter)
-        read = await svc.to_read(task, res)
-        parked = read.pending_approval
-        principal = task_scope.actor.principal
-        branch_exists = bool(read.head_sha) and read.head_sha != read.base_sha
-        if not branch_exists and read.head_sha:  # a pushed branch, or one recovery left, still shows
-            branch_exists = await svc.store.read(res.key, gitops.branch_sha, read.branch) is not None
-        subtasks = await subtask_reads(svc, res, task) if read.subtasks else []
-        return page(
-            request,
-            "tasks/task.html",
-            task=read,
-            **await asyncio.to_thread(header_texts, read, subtasks),
-            # Autoescaped as text: the person sees the exact input, `<` and all.
-            approval_input=visible_json(parked.tool_input) if parked else "",
-            items=await timeline_of(task_scope, shown),
-            event_count=len(events),
-            truncated=len(events) >= PAGE_EVENTS,
-            run_filter=run_filter,
-            kinds=" ".join(dict.fromkeys((*transcript.KINDS, *EXTRA_KINDS))),
-            last_seq=last_seq,
-            waiting=waiting_line(read, task, principal, res),
-            live_lines=ACTIVE_LINES,
-            branch_exists=branch_exists,
-            usage_line=usage_line(read),
-            egress_line=egress_line(read),
-            may_stop=rules.may_stop(principal, res, task),
-            subtasks=subtasks,
-            **repo_context(res, principal, svc.base_url),
-        )
+        return await task_view(request, task_scope, run_number(run))
 
     @get("/{number:str}/timeline")
     async def timeline_items(
@@ -220,19 +249,48 @@ class TaskPages(Controller):
         return reply
 
     @post("/{number:str}/{action:str}")
-    async def act(self, task_scope: TaskScopeDep, action: FromPath[str], data: URLEncodedBody[BodyForm]) -> Redirect:
+    async def act(
+        self,
+        request: Request[Any, Any, Any],
+        task_scope: TaskScopeDep,
+        action: FromPath[str],
+        data: URLEncodedBody[BodyForm],
+    ) -> Template | Redirect:
         act = PAGE_ACTIONS.get(action)
         if act is None:
             raise NotFound("no such action")
-        # `stop` here only asks: the page shows "stopping" until the worker settles.
-        read = await act_on_task(task_scope, act, MessageCreate(body=data.body[:20_000]))
+
+        async def run() -> TaskRead:
+            # `stop` here only asks: the page shows "stopping" until the worker settles.
+            return await act_on_task(task_scope, act, message_create(data))
+
+        async def again(exc: ForgeError) -> Template:
+            errors = form_errors(exc, ("body",), BODY_ALIASES)
+            return await refused_action(request, task_scope, exc, errors, typed=data)
+
+        read = await or_form_error(run(), again)
+        if isinstance(read, Template):
+            return read
         return Redirect(f"/{read.repository}/tasks/{task_scope.number}", status_code=303)
 
     @post("/{number:str}/approvals/{approval_id:str}")
     async def decide(
-        self, task_scope: TaskScopeDep, approval_id: FromPath[str], data: URLEncodedBody[DecisionForm]
-    ) -> Redirect:
-        await decide_approval(task_scope, approval_id, approval_decide(data))
+        self,
+        request: Request[Any, Any, Any],
+        task_scope: TaskScopeDep,
+        approval_id: FromPath[str],
+        data: URLEncodedBody[DecisionForm],
+    ) -> Template | Redirect:
+        async def run() -> ApprovalRead:
+            return await decide_approval(task_scope, approval_id, approval_decide(data))
+
+        async def again(exc: ForgeError) -> Template:
+            errors = form_errors(exc, ("approval-reason",), DECISION_ALIASES)
+            return await refused_action(request, task_scope, exc, errors, decision=data)
+
+        decided = await or_form_error(run(), again)
+        if isinstance(decided, Template):
+            return decided
         return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}", status_code=303)
 
 
