@@ -24,11 +24,11 @@ from forge.db.models import Account, PullComment, PullRequest, PullReview, PullR
 from forge.git.compare import compare
 from forge.git.schemas import Comparison
 from forge.repos.pull_shapes import (
-    CommentCreate,
-    CommentRead,
-    ReviewCommentCreate,
-    ReviewCreate,
-    ReviewRead,
+    PullCommentCreate,
+    PullCommentRead,
+    PullReviewCommentCreate,
+    PullReviewCreate,
+    PullReviewRead,
     ReviewState,
 )
 from forge.repos.pulls import Pulls
@@ -73,7 +73,7 @@ class PullReviews:
         head = pull.head_sha or pull.head_ref
         return await self.pulls.store.read(res.key, compare, base, head)
 
-    async def _check_lines(self, res: RepoResource, pull: PullRequest, wanted: list[ReviewCommentCreate]) -> None:
+    async def _check_lines(self, res: RepoResource, pull: PullRequest, wanted: list[PullReviewCommentCreate]) -> None:
         if not wanted:
             return
         shown = anchors(await self.diff(res, pull))
@@ -87,7 +87,7 @@ class PullReviews:
                     line=c.line,
                 )
 
-    async def submit(self, actor: Actor, res: RepoResource, number: int, data: ReviewCreate) -> PullReview:
+    async def submit(self, actor: Actor, res: RepoResource, number: int, data: PullReviewCreate) -> PullReview:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
         verdict = _VERDICTS[data.event]
@@ -125,7 +125,7 @@ class PullReviews:
         return review
 
     @staticmethod
-    def _check_review(actor: Actor, pull: PullRequest, verdict: str, data: ReviewCreate) -> None:
+    def _check_review(actor: Actor, pull: PullRequest, verdict: str, data: PullReviewCreate) -> None:
         if verdict != "comment" and pull.state != "open":
             raise InvalidState(f"#{pull.number} is {pull.state}: only comments are taken now", code=Code.PULL_NOT_OPEN)
         if verdict != "comment" and actor.principal.account_id == pull.author_id:
@@ -168,7 +168,7 @@ class PullReviews:
             commit_sha=pull.head_sha,
         )
 
-    async def comment(self, actor: Actor, res: RepoResource, number: int, data: CommentCreate) -> PullComment:
+    async def comment(self, actor: Actor, res: RepoResource, number: int, data: PullCommentCreate) -> PullComment:
         """A comment on the conversation, or on a line of the diff (`path` and `line`)."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)
@@ -176,7 +176,7 @@ class PullReviews:
             raise InvalidInput("a line comment names both path and line", code=Code.VALIDATION_FAILED)
         if data.path is not None and data.line is not None:
             await self._check_lines(
-                res, pull, [ReviewCommentCreate(path=data.path, line=data.line, body=data.body, side=data.side)]
+                res, pull, [PullReviewCommentCreate(path=data.path, line=data.line, body=data.body, side=data.side)]
             )
         row = self._comment(actor, pull, data.body, data.path, data.line, data.side)
         self.session.add(row)
@@ -232,7 +232,7 @@ class PullReviews:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def reviews(self, res: RepoResource, pull: PullRequest) -> list[ReviewRead]:
+    async def reviews(self, res: RepoResource, pull: PullRequest) -> list[PullReviewRead]:
         rows = (
             await self.session.execute(
                 select(PullReview, Account)
@@ -243,7 +243,7 @@ class PullReviews:
         ).all()
         url = self.pulls.html_url(res, pull.number)
         return [
-            ReviewRead(
+            PullReviewRead(
                 id=r.id,
                 user=_ref(a),
                 body=r.body,
@@ -257,7 +257,7 @@ class PullReviews:
 
     async def comments(
         self, res: RepoResource, pull: PullRequest, *, on_lines: bool | None = None
-    ) -> list[CommentRead]:
+    ) -> list[PullCommentRead]:
         stmt = (
             select(PullComment, Account)
             .outerjoin(Account, Account.id == PullComment.author_id)
@@ -268,7 +268,7 @@ class PullReviews:
             stmt = stmt.where(PullComment.path.is_not(None) if on_lines else PullComment.path.is_(None))
         url = self.pulls.html_url(res, pull.number)
         return [
-            CommentRead(
+            PullCommentRead(
                 id=c.id,
                 user=_ref(a),
                 body=c.body,

@@ -52,22 +52,22 @@ class UpdateBranchRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     expected_head_sha: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
 
-class ReviewCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class PullReviewCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
     line: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
     body: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_BODY)]
     side: Side = "RIGHT"
 
 
-class ReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class PullReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     event: ReviewEvent = "COMMENT"
     body: Body = ""
     # The head the reviewer read: a review of an older head is refused (`head_moved`).
     commit_id: Annotated[str, msgspec.Meta(max_length=64)] | None = None
-    comments: Annotated[list[ReviewCommentCreate], msgspec.Meta(max_length=100)] = []
+    comments: Annotated[list[PullReviewCommentCreate], msgspec.Meta(max_length=100)] = []
 
 
-class CommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class PullCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A comment on the conversation, or on a line of the diff when `path` and `line` are given."""
 
     body: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_BODY)]
@@ -121,7 +121,7 @@ class PullRead(msgspec.Struct, kw_only=True):
     unmet_rules: list[str] | None = None  # every unmet branch rule, in words
 
 
-class ReviewRead(msgspec.Struct, kw_only=True):
+class PullReviewRead(msgspec.Struct, kw_only=True):
     id: int
     user: AccountRef | None
     body: str
@@ -131,7 +131,7 @@ class ReviewRead(msgspec.Struct, kw_only=True):
     html_url: str
 
 
-class CommentRead(msgspec.Struct, kw_only=True):
+class PullCommentRead(msgspec.Struct, kw_only=True):
     id: int
     user: AccountRef | None
     body: str

@@ -17,6 +17,7 @@ from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import (
     PAYLOADS,
+    AccountRef,
     ApprovalRequested,
     ApprovalResolved,
     EgressBlocked,
@@ -25,6 +26,13 @@ from forge.db.events import (
     EventPayload,
     Ping,
     PolicyBypassed,
+    PullBranch,
+    PullRequestClosed,
+    PullRequestMerged,
+    PullRequestOpened,
+    PullRequestReopened,
+    PullRequestReviewSubmitted,
+    PullRequestSynchronized,
     PushedRef,
     RepoPushed,
     ReviewComment,
@@ -58,6 +66,23 @@ APPROVAL: dict[str, Any] = {
     "held": False,
     "requested_by": "https://hooks.example.com/policy",
     "expires_at": "2026-12-01T10:30:00+00:00",
+}
+
+PULL: dict[str, Any] = {
+    "number": 4,
+    "title": "Price is ten",
+    "html_url": "http://forge.example/ana/shop/pull/4",
+    "state": "open",
+    "draft": False,
+    "head": PullBranch(ref="feature/x", sha=SHA_B),
+    "base": PullBranch(ref="main", sha=SHA_A),
+    "author": AccountRef(login="ana"),
+}
+PULL_DATA: dict[str, Any] = {
+    **PULL,
+    "head": {"ref": "feature/x", "sha": SHA_B},
+    "base": {"ref": "main", "sha": SHA_A},
+    "author": {"login": "ana", "type": "User"},
 }
 
 # (payload, the `data` object a consumer receives: the documented shape, in wire order)
@@ -162,6 +187,24 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
             "combined": "pending",
         },
     ),
+    (PullRequestOpened(**PULL), PULL_DATA),
+    (
+        PullRequestSynchronized(**PULL, before=SHA_A, dismissed_reviews=1),
+        {**PULL_DATA, "before": SHA_A, "dismissed_reviews": 1},
+    ),
+    (
+        PullRequestReviewSubmitted(**PULL, review_id=3, verdict="approve", comments=0),
+        {**PULL_DATA, "review_id": 3, "verdict": "approve", "comments": 0},
+    ),
+    (
+        PullRequestMerged(**{**PULL, "state": "merged"}, strategy="squash", merge_commit_sha=SHA_B),
+        {**PULL_DATA, "state": "merged", "strategy": "squash", "merge_commit_sha": SHA_B},
+    ),
+    (
+        PullRequestClosed(**{**PULL, "state": "closed", "author": None}),
+        {**PULL_DATA, "state": "closed", "author": None},
+    ),
+    (PullRequestReopened(**PULL), PULL_DATA),
     (
         EgressBlocked(host="example.com", port=443, method="CONNECT", rules="allow-list", reason="no rule allows it"),
         {"host": "example.com", "port": 443, "method": "CONNECT", "rules": "allow-list", "reason": "no rule allows it"},

@@ -20,7 +20,19 @@ _SCALARS: dict[type[inspect.Type], str] = {
 }
 
 
+def _struct_of(t: inspect.Type) -> inspect.StructType | None:
+    """The object type of a field that holds one (or null), else None."""
+    if isinstance(t, inspect.StructType):
+        return t
+    if isinstance(t, inspect.UnionType):
+        found = [x for x in t.types if isinstance(x, inspect.StructType)]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
 def json_type(t: inspect.Type) -> str:
+    if isinstance(t, inspect.StructType):
+        return "object"
     if type(t) in _SCALARS:
         return _SCALARS[type(t)]
     if isinstance(t, inspect.LiteralType):
@@ -42,7 +54,7 @@ def _rows(prefix: str, struct: type[msgspec.Struct]) -> list[tuple[str, str]]:
     defaults = {f.encode_name: f.default for f in msgspec.structs.fields(struct)}
     rows: list[tuple[str, str]] = []
     for f in info.fields:
-        if f.encode_name == "type":
+        if f.encode_name == info.tag_field:
             continue  # the tag is the envelope's `type`, never part of `data`
         kind = json_type(f.type)
         if defaults[f.encode_name] is msgspec.UNSET:
@@ -51,6 +63,9 @@ def _rows(prefix: str, struct: type[msgspec.Struct]) -> list[tuple[str, str]]:
         item = f.type.item_type if isinstance(f.type, inspect.ListType) else None
         if isinstance(item, inspect.StructType):
             rows += _rows(f"{prefix}{f.encode_name}[].", item.cls)
+        nested = _struct_of(f.type)
+        if nested is not None:
+            rows += _rows(f"{prefix}{f.encode_name}.", nested.cls)
     return rows
 
 

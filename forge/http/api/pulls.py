@@ -14,15 +14,15 @@ from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
-    CommentCreate,
-    CommentRead,
+    PullCommentCreate,
+    PullCommentRead,
     PullCreate,
     PullMergeRequest,
     PullRead,
+    PullReviewCreate,
+    PullReviewRead,
     PullUpdate,
-    ReviewCreate,
     ReviewersRequest,
-    ReviewRead,
     UpdateBranchRequest,
 )
 from forge.repos.pulls import Pulls, parse_number
@@ -172,7 +172,7 @@ class PullController(Controller):
         path_repo: PathRepoDep,
         forge_url: BaseUrlDep,
         number: FromPath[str],
-    ) -> list[ReviewRead]:
+    ) -> list[PullReviewRead]:
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
         return await PullReviews(pulls).reviews(res, await pulls.get(res, parse_number(number)))
@@ -191,8 +191,8 @@ class PullController(Controller):
         path_repo: PathRepoDep,
         forge_url: BaseUrlDep,
         number: FromPath[str],
-        data: JSONBody[ReviewCreate],
-    ) -> ReviewRead:
+        data: JSONBody[PullReviewCreate],
+    ) -> PullReviewRead:
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
         reviews = PullReviews(pulls)
@@ -209,7 +209,7 @@ class PullController(Controller):
         path_repo: PathRepoDep,
         forge_url: BaseUrlDep,
         number: FromPath[str],
-    ) -> list[CommentRead]:
+    ) -> list[PullCommentRead]:
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
         return await PullReviews(pulls).comments(res, await pulls.get(res, parse_number(number)), on_lines=True)
@@ -224,8 +224,8 @@ class PullController(Controller):
         path_repo: PathRepoDep,
         forge_url: BaseUrlDep,
         number: FromPath[str],
-        data: JSONBody[CommentCreate],
-    ) -> CommentRead:
+        data: JSONBody[PullCommentCreate],
+    ) -> PullCommentRead:
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
         reviews = PullReviews(pulls)

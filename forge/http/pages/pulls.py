@@ -26,11 +26,11 @@ from forge.repos import statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
-    CommentCreate,
+    PullCommentCreate,
     PullCreate,
     PullMergeRequest,
+    PullReviewCreate,
     PullUpdate,
-    ReviewCreate,
     UpdateBranchRequest,
 )
 from forge.repos.pulls import Pulls, parse_number
@@ -161,7 +161,7 @@ class PullPages(Controller):
         try:
             if data.event not in ("APPROVE", "REQUEST_CHANGES", "COMMENT"):
                 raise InvalidInput("choose Comment, Approve or Request changes", field="event")
-            spec = ReviewCreate(event=data.event, body=data.body, commit_id=data.commit_id or None)  # type: ignore[arg-type]
+            spec = PullReviewCreate(event=data.event, body=data.body, commit_id=data.commit_id or None)  # type: ignore[arg-type]
             review = await PullReviews(page.pulls).submit(actor, view.res, n, spec)
         except ForgeError as exc:
             return await page.refused(n, "review", exc, data, ("body", "event"))
@@ -181,7 +181,7 @@ class PullPages(Controller):
                 raise InvalidInput("a line comment names its line", field="body")
             if not data.body.strip():
                 raise InvalidInput("write a comment first", field="body")
-            spec = CommentCreate(body=data.body.strip(), path=data.path or None,
+            spec = PullCommentCreate(body=data.body.strip(), path=data.path or None,
                                  line=int(data.line) if on_line else None,
                                  side="LEFT" if data.side == "LEFT" else "RIGHT")  # fmt: skip
             row = await PullReviews(page.pulls).comment(actor, view.res, n, spec)
