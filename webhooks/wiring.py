@@ -6,12 +6,39 @@ from typing import Any
 from forge.core.urlguard import Resolver
 from forge.db.allowlists import AllowListSource
 from forge.db.engine import Database
-from forge.db.events import EventBus
+from forge.db.events import AccountRef, EventBus
+from forge.repos.merge_policy import MergeVerdict
 from webhooks.core.config import WebhooksConfig
+from webhooks.core.envelope import RepoRef, TaskMeta
 from webhooks.core.outbound import Outbound
 from webhooks.delivery.deliverer import Deliverer
 from webhooks.delivery.outbox import OutboxWriter
 from webhooks.policy.dispatcher import PolicyDispatcher
+
+
+class PullMergePolicy:
+    """forge's `MergePolicy` answered by the policy consumers: `pre_merge` with `meta.task` null,
+    `meta.actor` the person merging and `data.pull_request` the pull request."""
+
+    def __init__(self, dispatcher: PolicyDispatcher, db: Database) -> None:
+        self.dispatcher = dispatcher
+        self.db = db
+
+    async def pre_merge(
+        self, *, repo_id: int, repo_uuid: str, full_name: str, actor: AccountRef | None, merge: dict[str, Any]
+    ) -> MergeVerdict:
+        outcome = await self.dispatcher.dispatch(
+            self.db,
+            "pre_merge",
+            repo=RepoRef(id=repo_id, uuid=repo_uuid, full_name=full_name),
+            task_meta=TaskMeta(actor=actor),
+            data=merge,
+        )
+        failure = outcome.failure_message
+        if failure is not None:
+            return MergeVerdict(allowed=False, reason=failure, failed=True)
+        user = "\n".join(m for m in outcome.user_messages if m.strip())
+        return MergeVerdict(allowed=outcome.decision == "allow", reason=user or outcome.reason)
 
 
 class WebhooksRuntime:
@@ -34,6 +61,7 @@ class WebhooksRuntime:
         self.policy_outbound = Outbound(allow, max_connections=config.policy_concurrency, resolver=resolver)
         self.delivery_outbound = Outbound(allow, max_connections=config.delivery_concurrency, resolver=resolver)
         self.policy = PolicyDispatcher(db, config, self.policy_outbound)
+        self.merge_policy = PullMergePolicy(self.policy, db)
         self.deliverer = Deliverer(db, config, self.delivery_outbound)
         self.writer = OutboxWriter(config, wake=self.deliverer.wake)
 

@@ -184,6 +184,8 @@ def app_state(parts: Parts) -> dict[str, Any]:
         "push_recorder": parts.push_recorder,
         "tasks": task_system,
         "webhooks": parts.hooks,
+        # Every merge of a pull request asks the repository's policy consumers (`pre_merge`).
+        "merge_policy": parts.hooks.merge_policy,
         "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/http/pages/account.py)
     }
 

@@ -23,6 +23,8 @@ from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.http.auth import actor_of
 from forge.repos import repositories
+from forge.repos.merge_policy import AllowAll, MergePolicy
+from forge.repos.pull_merge import MergeRunner
 from forge.repos.repositories import RepoResource
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -85,6 +87,13 @@ def provide_path_repo(
     return PathRepo(db_session, actor.principal, owner, name)
 
 
+def provide_merge_runner(state: State) -> MergeRunner:
+    """Merges of pull requests, asking the policy consumers the app was composed with."""
+    settings: Settings = state.settings
+    policy: MergePolicy = state.get("merge_policy") or AllowAll()
+    return MergeRunner(state.db, state.repo_store, state.bus, settings.effective_base_url, policy)
+
+
 DEPENDENCIES = {
     "db_session": Provide(provide_db_session),
     "actor": Provide(provide_actor, sync_to_thread=False),
@@ -96,6 +105,7 @@ DEPENDENCIES = {
     "store": _from_state("repo_store"),
     "bus": _from_state("bus"),
     "path_repo": Provide(provide_path_repo, sync_to_thread=False),
+    "merge_runner": Provide(provide_merge_runner, sync_to_thread=False),
 }
 
 # Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).
@@ -111,3 +121,4 @@ TokenCacheDep = NamedDependency[TokenCache]
 StoreDep = NamedDependency[RepoStore]
 BusDep = NamedDependency[EventBus]
 PathRepoDep = NamedDependency[PathRepo]
+MergeRunnerDep = NamedDependency[MergeRunner]

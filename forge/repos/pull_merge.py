@@ -13,18 +13,21 @@ without a new commit.
 
 Update branch merges the base into the head branch the same way (compare-and-swap on the head)."""
 
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import pygit2
 
 from forge.core.access import Action, require
 from forge.core.error_codes import Code
-from forge.core.errors import InvalidState
+from forge.core.errors import BadGateway, Forbidden, InvalidState
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.db.engine import utcnow
+from forge.db.engine import Database, utcnow
+from forge.db.events import AccountRef, EventBus
 from forge.db.models import PullRequest
-from forge.git import RefUpdate
+from forge.git import RefUpdate, RepoStore
 from forge.git import merge as git_merge
 from forge.git.errors import (
     BaseMoved,
@@ -39,9 +42,10 @@ from forge.git.merge import MergePlan, MergeStrategy, plan_merge
 from forge.git.ref_swap import branch_target
 from forge.git.schemas import Identity, MergeConflictFile
 from forge.repos import merge_rules
+from forge.repos.merge_policy import MergePolicy
 from forge.repos.pull_shapes import PullMergeRequest, UpdateBranchRequest
 from forge.repos.pulls import Pulls
-from forge.repos.repositories import RepoResource
+from forge.repos.repositories import RepoResource, load
 
 
 class MergeRefused(InvalidState):
@@ -90,39 +94,73 @@ def _refusal(plan: MergePlan) -> MergeRefused | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """What the read phase decided, carried past the `pre_merge` question into the write."""
+
+    head_sha: str
+    base_sha: str  # the base tip the merge was computed from: the compare-and-swap's expected value
+    up_to_date: bool  # the base holds the head already: recorded merged without a new commit
+    message: str
+    hook: dict[str, Any]
+
+
 class PullMerge:
     def __init__(self, pulls: Pulls) -> None:
         self.pulls = pulls
 
-    async def merge(self, actor: Actor, res: RepoResource, number: int, data: PullMergeRequest) -> PullRequest:
+    async def plan(self, actor: Actor, res: RepoResource, number: int, data: PullMergeRequest) -> _Planned:
+        """The read phase: open, at the head the caller read, every rule met, a clean plan."""
         require(actor.principal, Action.PULL_REVIEW, res)
-        pull = await self.pulls.get(res, number, lock=True)
+        pull = await self.pulls.get(res, number)
         await self._check(res, pull, data.sha)
         unmet, found = await merge_rules.unmet(self.pulls.session, res, pull)
         if unmet:
             raise MergeRefused(
                 "the branch rules do not hold yet: " + "; ".join(unmet), code=Code.BRANCH_RULE_UNMET, unmet_rules=unmet
             )
-        store = self.pulls.store
         try:
-            plan = await store.read(res.key, plan_merge, pull.base_ref, pull.head_sha, data.strategy)
+            plan = await self.pulls.store.read(res.key, plan_merge, pull.base_ref, pull.head_sha, data.strategy)
         except RefNotFound:
             raise MergeRefused(f"the base branch {pull.base_ref!r} is gone", code="base_not_found") from None
-        if plan.up_to_date:
-            return await self._record(actor, res, pull, "already_merged", plan.base_sha, plan.base_sha)
-        refusal = _refusal(plan)
+        refusal = None if plan.up_to_date else _refusal(plan)
         if refusal is not None:
             raise refusal
-        new_base = await self._move(
-            res,
-            pull.base_ref,
-            pull.head_sha,
-            plan.base_sha,
-            data.strategy,
-            actor,
-            _message(pull, data, found.approvals),
+        hook = {
+            "base": pull.base_ref,
+            "head": pull.head_ref,
+            "head_sha": pull.head_sha,
+            "strategy": data.strategy,
+            "approvals": found.approvals,
+            "pull_request": {"number": pull.number, "title": pull.title, "html_url": self.pulls.html_url(res, number)},
+        }
+        return _Planned(
+            head_sha=pull.head_sha,
+            base_sha=plan.base_sha,
+            up_to_date=plan.up_to_date,
+            message=_message(pull, data, found.approvals),
+            hook=hook,
         )
-        return await self._record(actor, res, pull, data.strategy, new_base, plan.base_sha)
+
+    async def write(
+        self, actor: Actor, res: RepoResource, number: int, data: PullMergeRequest, planned: _Planned
+    ) -> PullRequest:
+        """The write phase, the pull request locked: everything checked again, then the base moved
+        by compare-and-swap from the planned tip and the pull request recorded merged."""
+        require(actor.principal, Action.PULL_REVIEW, res)
+        pull = await self.pulls.get(res, number, lock=True)
+        await self._check(res, pull, planned.head_sha)
+        unmet, _ = await merge_rules.unmet(self.pulls.session, res, pull)
+        if unmet:
+            raise MergeRefused(
+                "the branch rules do not hold yet: " + "; ".join(unmet), code=Code.BRANCH_RULE_UNMET, unmet_rules=unmet
+            )
+        if planned.up_to_date:
+            return await self._record(actor, res, pull, "already_merged", planned.base_sha, planned.base_sha)
+        new_base = await self._move(
+            res, pull.base_ref, pull.head_sha, planned.base_sha, data.strategy, actor, planned.message
+        )
+        return await self._record(actor, res, pull, data.strategy, new_base, planned.base_sha)
 
     async def _check(self, res: RepoResource, pull: PullRequest, expected: str | None) -> None:
         if pull.state != "open":
@@ -238,3 +276,39 @@ class PullMerge:
 
 def _tip(repo: pygit2.Repository, branch: str) -> str | None:
     return branch_target(repo, f"refs/heads/{branch}")
+
+
+@dataclass(frozen=True, slots=True)
+class MergeRunner:
+    """A merge in three steps, so that no database lock is held while a policy consumer thinks:
+    the read phase (`PullMerge.plan`) in a transaction of its own, the `pre_merge` question with
+    no transaction open, then the write phase (`PullMerge.write`) in a write transaction that
+    checks everything again under the pull request's lock. A base ref that moved but whose
+    database commit was lost is found on the next attempt: the base holds the head, and the pull
+    request is recorded merged without a new commit (`already_merged`)."""
+
+    db: Database
+    store: RepoStore
+    bus: EventBus
+    base_url: str
+    policy: MergePolicy
+
+    async def merge(self, actor: Actor, owner: str, name: str, number: int, data: PullMergeRequest) -> PullRequest:
+        async with self.db.session() as s:
+            res = await load(s, actor.principal, owner, name)
+            planned = await PullMerge(Pulls(s, self.store, self.bus, self.base_url)).plan(actor, res, number, data)
+            repo = (res.repo.id, res.repo.uuid, res.full_name)
+        if not planned.up_to_date:
+            verdict = await self.policy.pre_merge(
+                repo_id=repo[0], repo_uuid=repo[1], full_name=repo[2], actor=AccountRef.of(actor.principal),
+                merge=planned.hook,
+            )  # fmt: skip
+            if verdict.failed:
+                raise BadGateway(verdict.reason, code="hook_dispatch_failed")
+            if not verdict.allowed:
+                raise Forbidden(verdict.reason or "a policy refused the merge", code="policy_denied")
+        async with self.db.session(write=True) as s:
+            res = await load(s, actor.principal, owner, name)
+            return await PullMerge(Pulls(s, self.store, self.bus, self.base_url)).write(
+                actor, res, number, data, planned
+            )

@@ -4,12 +4,16 @@ push a fix (stale approvals go), approve, a required check, merge; and what is r
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
+from forge.core.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git
+from tests.support.policy import PolicyConsumer
 
 API = "/api/v1/repos/ana/app"
 
@@ -55,6 +59,12 @@ class Team:
     def push(self, branch: str, *extra: str) -> str:
         """The push's answer as the person sees it (git writes `remote:` lines to stderr)."""
         return git("push", *extra, "origin", branch, cwd=self.work).stderr
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    # A loopback policy consumer; the one that pushes before it answers gets the longest deadline.
+    return msgspec.structs.replace(settings, webhooks_allowed_hosts="127.0.0.1", webhooks_policy_deadline_seconds=10.0)
 
 
 @pytest.fixture
@@ -239,3 +249,50 @@ def test_conflicts_update_branch_and_one_merge_of_two(team: Team) -> None:
     git("fetch", "origin", cwd=team.work)
     merges = git("log", "--merges", "--format=%s", "origin/main", cwd=team.work).stdout.splitlines()
     assert merges.count(f"Merge pull request #{number} from feature") == 1
+
+
+class MergeConsumer(PolicyConsumer):
+    """A policy endpoint whose answer to `pre_merge` is a callback (it may act before answering)."""
+
+    def __init__(self) -> None:
+        self.on_merge: Any = lambda body: None
+        super().__init__()
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+        return 200, self.on_merge(body) if body["type"] == "pre_merge" else None
+
+
+def test_pre_merge_governs_a_persons_merge(team: Team, tmp_path: Path) -> None:
+    consumer = MergeConsumer()
+    hook = {"url": consumer.url, "kind": "policy", "events": ["pre_merge"]}
+    assert team.call("POST", f"{API}/hooks", team.ana, json=hook).status_code == 201
+    head = team.commit("feature", "f.txt", "f\n", new=True)
+    team.push("feature")
+    opened = team.call("POST", f"{API}/pulls", team.ana, json={"title": "F", "head": "feature", "base": "main"})
+    number = opened.json()["number"]
+    other = tmp_path / "other"
+    git("clone", team.clone_url(team.bob), str(other), cwd=tmp_path)
+    (other / "o.txt").write_text("o\n")
+    git("add", ".", cwd=other)
+    git("commit", "-m", "o", cwd=other)
+    pushed = git("rev-parse", "HEAD", cwd=other).stdout.strip()
+
+    consumer.on_merge = lambda body: git("push", "origin", "main", cwd=other) and None  # moves main meanwhile
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head})
+    assert r.status_code == 409 and r.json()["code"] == "base_moved", r.text
+    branches = {b["name"]: b["sha"] for b in team.call("GET", f"{API}/branches", team.ana).json()}
+    assert branches["main"] == pushed  # the push survived; nothing was merged
+    [asked] = [b for b in consumer.seen if b["type"] == "pre_merge"]
+    assert asked["meta"]["task"] is None and asked["meta"]["actor"]["login"] == "bob"
+    assert asked["data"]["pull_request"]["number"] == number and asked["data"]["head_sha"] == head
+    assert asked["data"]["base"] == "main" and asked["data"]["strategy"] == "merge"
+
+    consumer.on_merge = lambda body: {"permission": {"decision": "deny", "reason": "freeze until Monday"}}
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head})
+    assert r.status_code == 403 and r.json()["code"] == "policy_denied" and "freeze until Monday" in r.json()["detail"]
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["state"] == "open"
+
+    consumer.on_merge = lambda body: None
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head})
+    assert r.status_code == 200, r.text
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["merged"] is True

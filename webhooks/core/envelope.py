@@ -23,9 +23,10 @@ class RepoRef(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TaskMeta(msgspec.Struct, frozen=True, kw_only=True):
-    """Who and what a policy event is about: the task, the run, the person, the agent."""
+    """Who and what a policy event is about: the task (none for a pull request's merge), the run,
+    the person, the agent."""
 
-    task: TaskRef
+    task: TaskRef | None = None
     run: RunRef | None = None
     actor: AccountRef | None = None
     agent: AccountRef | None = None

@@ -10,8 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db.events import EventBus
 from forge.git import RepoStore
-from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepoDep, StoreDep
-from forge.repos.pull_merge import PullMerge
+from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, MergeRunnerDep, PathRepoDep, StoreDep
+from forge.repos.pull_merge import MergeRunner, PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
     PullCommentCreate,
@@ -46,10 +46,9 @@ def _pulls(session: AsyncSession, store: RepoStore, bus: EventBus, base_url: str
 
 
 async def _merge(
-    pulls: Pulls, actor: ActorDep, path_repo: PathRepoDep, number: str, data: PullMergeRequest
+    runner: MergeRunner, actor: ActorDep, owner: str, name: str, number: str, data: PullMergeRequest
 ) -> MergeResultRead:
-    res = await path_repo.load()
-    pull = await PullMerge(pulls).merge(actor, res, parse_number(number), data)
+    pull = await runner.merge(actor, owner, name, parse_number(number), data)
     return MergeResultRead(sha=pull.merge_commit_sha or "", merged=True, message="Pull Request successfully merged")
 
 
@@ -118,33 +117,31 @@ class PullController(Controller):
         pulls = _pulls(db_session, store, bus, forge_url)
         return await pulls.read(res, await pulls.edit(actor, res, parse_number(number), data))
 
+    # The merge opens its own transactions (read, then write after the `pre_merge` question): no
+    # request transaction, so no database lock is held while a policy consumer answers.
     @put("/{number:str}/merge", summary="Merge (merge, squash or fast-forward) once every branch rule holds")
     async def merge(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
-        path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        merge_runner: MergeRunnerDep,
+        owner: FromPath[str],
+        name: FromPath[str],
         number: FromPath[str],
         data: JSONBody[PullMergeRequest],
     ) -> MergeResultRead:
-        return await _merge(_pulls(db_session, store, bus, forge_url), actor, path_repo, number, data)
+        return await _merge(merge_runner, actor, owner, name, number, data)
 
     @post("/{number:str}/merge", summary="Merge (POST, as Gitea)", status_code=200)
     async def merge_post(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
-        path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        merge_runner: MergeRunnerDep,
+        owner: FromPath[str],
+        name: FromPath[str],
         number: FromPath[str],
         data: JSONBody[PullMergeRequest],
     ) -> MergeResultRead:
-        return await _merge(_pulls(db_session, store, bus, forge_url), actor, path_repo, number, data)
+        return await _merge(merge_runner, actor, owner, name, number, data)
 
     @put("/{number:str}/update-branch", summary="Merge the base into the head branch", status_code=202)
     async def update_branch(

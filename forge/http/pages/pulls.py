@@ -8,7 +8,7 @@ the reason beside the field it concerns."""
 import asyncio
 from typing import Annotated, Any, Literal
 
-from litestar import Controller, get, post
+from litestar import Controller, Request, get, post
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from markupsafe import Markup
@@ -16,13 +16,13 @@ from markupsafe import Markup
 from forge.core.access import Action, can
 from forge.core.errors import ForgeError, InvalidInput
 from forge.db.audit import Actor
-from forge.http.deps import ActorDep, BusDep, DbSession, StoreDep
+from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.render import markdown
 from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
-from forge.repos import statuses
+from forge.repos import repositories, statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
@@ -191,20 +191,24 @@ class PullPages(Controller):
 
     @post("/pull/{number:str}/merge")
     async def merge(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[MergeForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, owner: FromPath[str],
+        name: FromPath[str], number: FromPath[str], data: URLEncodedBody[MergeForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        # No request transaction (no `views`, no `db_session`): the merge opens its own around the
+        # `pre_merge` question, so no database lock is held while a policy consumer answers.
         n = parse_number(number)
         try:
             if data.strategy not in ("merge", "squash", "fast-forward"):
                 raise InvalidInput("choose merge, squash or fast-forward", field="strategy")
             spec = PullMergeRequest(strategy=data.strategy, sha=data.sha or None)  # type: ignore[arg-type]
-            await PullMerge(page.pulls).merge(actor, view.res, n, spec)
+            await merge_runner.merge(actor, owner, name, n, spec)
         except ForgeError as exc:
-            return await page.refused(n, "merge", exc, data, ("strategy",))
-        return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
+            async with merge_runner.db.session() as s:
+                res = await repositories.load(s, actor.principal, owner, name)
+                view = RepoView(request, res, actor.principal, merge_runner.base_url)
+                page = _Page(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url))
+                return await page.refused(n, "merge", exc, data, ("strategy",), rollback=False)
+        return Redirect(f"/{owner}/{name}/pull/{n}", status_code=303)
 
     @post("/pull/{number:str}/state")
     async def change_state(
@@ -241,9 +245,10 @@ class _Page:
         self.pulls = pulls
 
     async def refused(
-        self, number: int, form: str, exc: ForgeError, typed: WebForm, inputs: tuple[str, ...]
+        self, number: int, form: str, exc: ForgeError, typed: WebForm, inputs: tuple[str, ...], *, rollback: bool = True
     ) -> Template:
-        await self.pulls.session.rollback()
+        if rollback:  # what the refused change flushed goes; the page reads what stands
+            await self.pulls.session.rollback()
         errors = form_errors(exc, inputs)
         return await self.render(number, status_code=exc.status, form=form, errors=errors, typed=typed)
 
