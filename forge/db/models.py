@@ -158,6 +158,8 @@ class BranchRule(Base):
     required_approvals: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # A push to the head dismisses the approvals given to an older head.
     dismiss_stale_approvals: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # Each changed path with owners in CODEOWNERS needs an approval from one of them.
+    require_code_owner_review: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -316,3 +316,17 @@ def divergence(repo: pygit2.Repository, base_branch: str, head_branch: str) -> D
         return Divergence(base_sha=str(base) if base else None, head_sha=str(head) if head else None)
     ahead, behind = repo.ahead_behind(head, base)
     return Divergence(base_sha=str(base), head_sha=str(head), ahead_by=ahead, behind_by=behind)
+
+
+def changed_paths(repo: pygit2.Repository, base: str, head: str) -> list[str]:
+    """The paths ``base...head`` changes (both names of a rename), without the patches."""
+    base_commit = resolve_commit(repo, base)
+    head_commit = resolve_commit(repo, head)
+    merge_base = repo.merge_base(base_commit.id, head_commit.id)
+    old_tree = repo[merge_base].peel(pygit2.Tree) if merge_base is not None else base_commit.tree
+    diff = old_tree.diff_to_tree(head_commit.tree, flags=DiffOption.INCLUDE_TYPECHANGE)
+    diff.find_similar(flags=DiffFind.FIND_RENAMES)
+    paths: set[str] = set()
+    for delta in diff.deltas:
+        paths.update(p for p in (delta.old_file.path, delta.new_file.path) if p)
+    return sorted(paths)

@@ -31,6 +31,8 @@ class BranchRuleRead(msgspec.Struct, kw_only=True):
     required_approvals: int
     # A push to a pull request's head dismisses the approvals of older heads.
     dismiss_stale_approvals: bool
+    # Each changed path that CODEOWNERS gives owners needs one of them to approve.
+    require_code_owner_review: bool
 
 
 class PullRules(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +41,7 @@ class PullRules(msgspec.Struct, frozen=True, kw_only=True):
     require_pull_request: bool = False
     required_approvals: int = 0
     dismiss_stale_approvals: bool = True
+    require_code_owner_review: bool = False
 
 
 def _read(rule: BranchRule) -> BranchRuleRead:
@@ -51,6 +54,7 @@ def _read(rule: BranchRule) -> BranchRuleRead:
         require_pull_request=rule.require_pull_request,
         required_approvals=rule.required_approvals,
         dismiss_stale_approvals=rule.dismiss_stale_approvals,
+        require_code_owner_review=rule.require_code_owner_review,
     )
 
 
@@ -122,6 +126,7 @@ async def add_branch_rule(
     existing.require_pull_request = pulls.require_pull_request
     existing.required_approvals = approvals
     existing.dismiss_stale_approvals = pulls.dismiss_stale_approvals
+    existing.require_code_owner_review = pulls.require_code_owner_review
     await session.flush()
     audit.record(
         session,
@@ -135,6 +140,7 @@ async def add_branch_rule(
         require_pull_request=pulls.require_pull_request,
         required_approvals=approvals,
         dismiss_stale_approvals=pulls.dismiss_stale_approvals,
+        require_code_owner_review=pulls.require_code_owner_review,
     )
     return _read(existing)
 

@@ -17,8 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Role
 from forge.db.models import Account, BranchRule, PullRequest, PullReview
+from forge.git import RepoStore
+from forge.git.compare import changed_paths
 from forge.git.refrules import pattern_matches
-from forge.repos import statuses
+from forge.repos import codeowners, statuses
 from forge.repos.repositories import RepoResource, branch_rules, resource_roles
 
 
@@ -29,6 +31,7 @@ class BaseRules:
     require_pull_request: bool = False
     required_approvals: int = 0
     dismiss_stale_approvals: bool = False
+    require_code_owner_review: bool = False
 
 
 def combine(rules: Sequence[BranchRule], branch: str) -> BaseRules:
@@ -38,6 +41,7 @@ def combine(rules: Sequence[BranchRule], branch: str) -> BaseRules:
         require_pull_request=any(r.require_pull_request for r in matched),
         required_approvals=max((r.required_approvals for r in matched), default=0),
         dismiss_stale_approvals=any(r.dismiss_stale_approvals for r in matched),
+        require_code_owner_review=any(r.require_code_owner_review for r in matched),
     )
 
 
@@ -82,7 +86,9 @@ async def verdicts(session: AsyncSession, res: RepoResource, pull: PullRequest, 
     return Verdicts(approvals=sorted(approvals), changes_requested=sorted(changes))
 
 
-async def unmet(session: AsyncSession, res: RepoResource, pull: PullRequest) -> tuple[list[str], Verdicts]:
+async def unmet(
+    session: AsyncSession, res: RepoResource, pull: PullRequest, store: RepoStore
+) -> tuple[list[str], Verdicts]:
     """Every rule the pull request does not meet yet, in words (empty: it may merge), and the
     verdicts that counted."""
     rules = await base_rules(session, res, pull.base_ref)
@@ -98,7 +104,43 @@ async def unmet(session: AsyncSession, res: RepoResource, pull: PullRequest) -> 
             f"{len(found.approvals)} given"
         )
     unmet_rules.extend(f"changes requested by {login}" for login in found.changes_requested)
+    if rules.require_code_owner_review and pull.head_sha:
+        unmet_rules.extend(await code_owners_unmet(session, res, pull, store, found))
     if pull.head_sha:
         _, unmet_checks = await statuses.head_checks(session, res.repo, pull.base_ref, pull.head_sha)
         unmet_rules.extend(unmet_checks)
     return unmet_rules, found
+
+
+async def code_owners_unmet(
+    session: AsyncSession, res: RepoResource, pull: PullRequest, store: RepoStore, found: Verdicts
+) -> list[str]:
+    """Each group of changed paths whose owners (the base's CODEOWNERS) have not approved; a
+    CODEOWNERS that cannot be read as rules fails closed, each problem named."""
+    owners = await store.read(res.key, codeowners.read, pull.base_ref)
+    problems = [f"{p} (in {owners.path} on {pull.base_ref}: fix it there)" for p in owners.errors]
+    named = {login for rule in owners.rules for login in rule.owners}
+    known = set(
+        (await session.execute(select(Account.login_key).where(Account.login_key.in_(sorted(named))))).scalars()
+    )
+    problems += [
+        f"CODEOWNERS line {rule.line}: @{login} is not an account (in {owners.path} on {pull.base_ref}: fix it there)"
+        for rule in owners.rules
+        for login in rule.owners
+        if login not in known
+    ][:10]
+    if problems:
+        return problems
+    changed = await store.read(res.key, changed_paths, pull.base_ref, pull.head_sha)
+    approved = {login.lower() for login in found.approvals}
+    waiting: dict[tuple[str, ...], list[str]] = {}
+    for path in changed:
+        path_owners = owners.owners_of(path)
+        if path_owners and not approved & set(path_owners):
+            waiting.setdefault(path_owners, []).append(path)
+    return [
+        f"a code owner ({', '.join('@' + o for o in group)}) must approve "
+        + ", ".join(paths[:5])
+        + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+        for group, paths in waiting.items()
+    ]

@@ -114,7 +114,7 @@ class PullMerge:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)
         await self._check(res, pull, data.sha)
-        unmet, found = await merge_rules.unmet(self.pulls.session, res, pull)
+        unmet, found = await merge_rules.unmet(self.pulls.session, res, pull, self.pulls.store)
         if unmet:
             raise MergeRefused(
                 "the branch rules do not hold yet: " + "; ".join(unmet), code=Code.BRANCH_RULE_UNMET, unmet_rules=unmet
@@ -150,7 +150,7 @@ class PullMerge:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
         await self._check(res, pull, planned.head_sha)
-        unmet, _ = await merge_rules.unmet(self.pulls.session, res, pull)
+        unmet, _ = await merge_rules.unmet(self.pulls.session, res, pull, self.pulls.store)
         if unmet:
             raise MergeRefused(
                 "the branch rules do not hold yet: " + "; ".join(unmet), code=Code.BRANCH_RULE_UNMET, unmet_rules=unmet

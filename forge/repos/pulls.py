@@ -152,7 +152,7 @@ class Pulls:
         if pull.state != "open":
             shape.mergeable_state = "closed"
             return shape
-        unmet, _ = await merge_rules.unmet(self.session, res, pull)
+        unmet, _ = await merge_rules.unmet(self.session, res, pull, self.store)
         shape.unmet_rules = unmet
         if live.base_sha is None or not pull.head_sha:
             shape.mergeable, shape.mergeable_state = False, "blocked"

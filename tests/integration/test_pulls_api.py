@@ -296,3 +296,41 @@ def test_pre_merge_governs_a_persons_merge(team: Team, tmp_path: Path) -> None:
     r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head})
     assert r.status_code == 200, r.text
     assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["merged"] is True
+
+
+def test_code_owners_approve_what_they_own_and_a_broken_file_fails_closed(team: Team) -> None:
+    dora = team._token("dora", "repo:write", "reviews:write")
+    assert team.call("PUT", f"{API}/collaborators/dora", team.ana, json={"role": "write"}).is_success
+    rule = {"pattern": "main", "require_code_owner_review": True}
+    assert team.call("POST", f"{API}/branch-rules", team.ana, json=rule).json()["require_code_owner_review"] is True
+    git("checkout", "main", cwd=team.work)
+    (team.work / ".forgehand").mkdir()
+    (team.work / ".forgehand" / "CODEOWNERS").write_text("*.py @bob\n/docs/ @dora\n")
+    team.commit("main", "README.md", "readme\n")
+    team.push("main")
+    team.commit("change", "app.py", "x = 1\n", new=True)
+    (team.work / "docs").mkdir()
+    head = team.commit("change", "docs/guide.md", "guide\n")
+    team.push("change")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "C", "head": "change", "base": "main"}).json()[
+        "number"
+    ]
+
+    def unmet() -> list[str]:
+        return team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"]
+
+    assert unmet() == ["a code owner (@bob) must approve app.py", "a code owner (@dora) must approve docs/guide.md"]
+    review = {"event": "APPROVE", "commit_id": head}
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=review).is_success
+    assert unmet() == ["a code owner (@dora) must approve docs/guide.md"]
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", dora, json=review).is_success
+    assert unmet() == []
+
+    # a CODEOWNERS the base cannot be read by blocks every merge into it, naming the line
+    git("checkout", "main", cwd=team.work)
+    (team.work / ".forgehand" / "CODEOWNERS").write_text("*.py @bob\ndocs/ @nobody\n")
+    team.commit("main", "README.md", "readme 2\n")
+    team.push("main")
+    assert unmet() == ["CODEOWNERS line 2: @nobody is not an account (in .forgehand/CODEOWNERS on main: fix it there)"]
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.ana, json={"sha": head})
+    assert r.status_code == 409 and r.json()["code"] == "branch_rule_unmet"

@@ -59,6 +59,7 @@ class BranchRuleCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     require_pull_request: bool = False
     required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0
     dismiss_stale_approvals: bool = True
+    require_code_owner_review: bool = False
 
 
 class RepoController(Controller):
@@ -182,6 +183,7 @@ class RepoController(Controller):
                 require_pull_request=data.require_pull_request,
                 required_approvals=data.required_approvals,
                 dismiss_stale_approvals=data.dismiss_stale_approvals,
+                require_code_owner_review=data.require_code_owner_review,
             ),
         )
 

@@ -177,6 +177,7 @@ class RuleForm(WebForm):
     require_pull_request: str = ""
     required_approvals: str = ""
     dismiss_stale_approvals: str = ""
+    require_code_owner_review: str = ""
 
 
 def pull_rules(form: RuleForm) -> branch_rules.PullRules:
@@ -191,6 +192,7 @@ def pull_rules(form: RuleForm) -> branch_rules.PullRules:
         require_pull_request=bool(form.require_pull_request),
         required_approvals=int(raw),
         dismiss_stale_approvals=bool(form.dismiss_stale_approvals),
+        require_code_owner_review=bool(form.require_code_owner_review),
     )
 
 
