@@ -227,3 +227,39 @@ async def test_a_full_write_pool_is_a_503_with_retry_after_and_reads_go_on(app: 
         assert waited < POOL_TIMEOUT_SECONDS * 3
         again = await client.post("/api/v1/user/repos", json={"name": "busy"}, headers=token)
         assert again.status_code == 201, again.text
+
+
+async def test_a_busy_database_while_authenticating_is_a_503_and_counted_as_one(
+    app: Litestar, make: Accounts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The authentication middleware answers its own errors (forge.http.auth.AuthenticationLayer):
+    a token lookup that meets a full pool is a 503 `database_busy` to the client and in `/metrics`,
+    never counted as the 200 it used to pass for."""
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from forge.accounts import tokens
+
+    async def busy(*args: Any, **kwargs: Any) -> Any:
+        raise PoolTimeout("QueuePool limit reached")
+
+    def counted(metrics: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for line in metrics.splitlines():
+            if line.startswith("forgehand_requests_total{") and 'path="/api/v1/user"' in line:
+                status = re.search(r'status_code="(\d+)"', line)
+                assert status is not None, line
+                out[status.group(1)] = out.get(status.group(1), 0) + int(float(line.rsplit(" ", 1)[1]))
+        return out
+
+    await make.user("ana")
+    token = {"Authorization": f"Bearer {await make.token('ana', 'repo:read')}"}
+    async with AsyncTestClient(app) as client:
+        before = counted((await client.get("/metrics")).text)
+        monkeypatch.setattr(tokens, "resolve", busy)
+        answers = [await client.get("/api/v1/user", headers=token) for _ in range(3)]
+        monkeypatch.undo()
+        after = counted((await client.get("/metrics")).text)
+    assert [r.status_code for r in answers] == [503] * 3, answers[0].text
+    assert answers[0].json()["code"] == "database_busy" and answers[0].headers["retry-after"] == "1"
+    assert after.get("503", 0) - before.get("503", 0) == 3
+    assert after.get("200", 0) == before.get("200", 0)

@@ -49,6 +49,17 @@ def test_an_input_other_than_the_decided_one_or_its_rewrite_is_a_bypass() -> Non
     assert bypass is not None and "other than" in bypass.reason
 
 
+def test_an_input_shown_but_not_compared_is_recorded_with_the_bypass_only() -> None:
+    """An ACP adapter reports a call's input in its own shape: kept in the bypass's record, never
+    compared with the decided input."""
+    ledger = DecisionLedger()
+    ledger.decided("call_1", {"command": "ls"}, allowed=True)
+    assert ledger.ran("call_1", "Bash", shown={"command": ["bash", "-lc", "ls"]}) is None
+    bypass = ledger.ran("call_2", "Bash", shown={"command": "touch x"})
+    assert bypass is not None and bypass.tool_input == {"command": "touch x"}
+    assert DecisionLedger().ran("call_3", "Bash").tool_input is None  # type: ignore[union-attr]
+
+
 def test_each_call_is_checked_once_and_a_long_input_is_recorded_cut() -> None:
     ledger = DecisionLedger()
     assert ledger.ran("toolu_w", "Write", {"content": "x" * (INPUT_CAP * 2)}) is not None

@@ -130,10 +130,17 @@ class DecisionLedger:
     # --- what ran -----------------------------------------------------------------------------
 
     def ran(
-        self, tool_use_id: str, tool_name: str, tool_input: Any = NOT_GIVEN, *, error: bool = False
+        self,
+        tool_use_id: str,
+        tool_name: str,
+        tool_input: Any = NOT_GIVEN,
+        *,
+        error: bool = False,
+        shown: Any = NOT_GIVEN,
     ) -> Bypass | None:
         """A result of a call arrived: the bypass it shows (recorded, the run tripped), or None.
-        `error`: the result is an error (a refusal comes back as one)."""
+        `error`: the result is an error (a refusal comes back as one). `shown`: the input the
+        stream showed, for the record only, where it is not compared (an ACP adapter's own shape)."""
         if tool_use_id and tool_use_id in self.checked:
             return None
         if tool_use_id:
@@ -141,8 +148,9 @@ class DecisionLedger:
         why = self._why(tool_use_id, tool_input, error)
         if not why:
             return None
-        shown = None if tool_input is NOT_GIVEN else _capped(tool_input)
-        bypass = Bypass(tool_use_id=tool_use_id, tool_name=tool_name, tool_input=shown, reason=why)
+        recorded = tool_input if tool_input is not NOT_GIVEN else shown
+        kept = None if recorded is NOT_GIVEN else _capped(recorded)
+        bypass = Bypass(tool_use_id=tool_use_id, tool_name=tool_name, tool_input=kept, reason=why)
         self.bypasses.append(bypass)
         self.tripped.set()
         return bypass

@@ -70,11 +70,18 @@ def decided(ctx: RunContext, tool_use_id: str, tool_input: Any, decision: GateDe
 
 
 def verify(
-    ctx: RunContext, tool_use_id: str, tool_name: str, tool_input: Any = NOT_GIVEN, *, error: bool = False
+    ctx: RunContext,
+    tool_use_id: str,
+    tool_name: str,
+    tool_input: Any = NOT_GIVEN,
+    *,
+    error: bool = False,
+    shown: Any = NOT_GIVEN,
 ) -> list[tuple[Kind, Payload]]:
     """A call's result arrived: the `policy_bypass` event when it ran without an allow decision
-    (the ledger trips; the supervisor ends the run), for the caller to store with the result."""
-    bypass = ctx.ledger.ran(tool_use_id, tool_name, tool_input, error=error)
+    (the ledger trips; the supervisor ends the run), for the caller to store with the result.
+    `shown`: the input the stream showed, recorded but not compared."""
+    bypass = ctx.ledger.ran(tool_use_id, tool_name, tool_input, error=error, shown=shown)
     if bypass is None:
         return []
     text = f"policy bypass: the {tool_name or 'unnamed'} call {tool_use_id or '(no id)'}: {bypass.reason}"

@@ -179,7 +179,9 @@ class AcpPolicy:
         unrun = self.cancelled or self.broker.ending or refused_before_deciding(result.output, True)
         if result.is_error and not self.broker.was_decided(result.id) and unrun:
             return []
-        return verify(self.ctx, result.id, result.name, error=result.is_error)
+        seen = self.updates.calls.get(result.id)
+        shown = seen.input if seen is not None else None  # the record shows what the adapter reported
+        return verify(self.ctx, result.id, result.name, error=result.is_error, shown=shown)
 
     async def after(self, call_id: str, name: str, output: str, *, is_error: bool) -> list[tuple[Kind, Payload]]:
         """`post_tool_use` once for a call that ran (from the hook or the adapter's result), and
