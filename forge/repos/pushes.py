@@ -185,8 +185,12 @@ class PushRecorder:
                     if not relay.gone:
                         relay.queue.put_nowait(chunk)
         finally:
-            relay.queue.put_nowait(None)
-            await self._settle(entry)
+            # Recorded before the answer ends: once `git push` returns, the API, the pages and the
+            # pull requests of a moved head already show it (read-your-writes for people and CI).
+            try:
+                await self._settle(entry)
+            finally:
+                relay.queue.put_nowait(None)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -99,13 +99,18 @@ def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
     expect(page.get_by_role("button", name="Merge into main")).to_be_disabled()
     expect(page.get_by_role("link", name="Pull requests")).to_be_visible()
 
-    # --- bob comments on a line and requests changes ----------------------------------------------
+    # --- the author asks bob, whose dashboard shows it; bob comments on a line, requests changes --
+    asked = {"reviewers": ["bob"]}
+    r = httpx.post(f"{api}/pulls/1/requested_reviewers", json=asked, headers=headers, timeout=30)
+    assert r.status_code == 201, r.text
     bob_context = browser.new_context()
     bob = bob_context.new_page()
     try:
         sign_in(bob, forge.url, "bob", PASSWORD)
-        bob.goto(f"{forge.url}/{repo}/pulls")
-        bob.get_by_role("link", name="Price is ten").click()
+        waiting = bob.locator("#pulls-awaiting-review li")
+        expect(waiting).to_have_count(1)
+        expect(waiting).to_contain_text(f"Price is ten {repo}#1 by {forge.admin_login} review requested")
+        waiting.get_by_role("link", name="Price is ten").click()
         row = bob.locator("table.diff[data-path='price.py'] tr[data-side='RIGHT'][data-line='2']")
         row.locator("summary").click()
         row.get_by_label("Comment on price.py line 2 (markdown)").fill("Ten is too cheap: **twelve**.")
@@ -117,6 +122,9 @@ def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
         bob.get_by_label("Request changes").check()
         bob.get_by_role("button", name="Submit review").click()
         expect(bob.locator("article.review")).to_contain_text("bob requested changes")
+        bob.goto(f"{forge.url}/")
+        expect(bob.locator("#pulls-awaiting-review li")).to_have_text(["No pull request waits for your review."])
+        bob.go_back()
 
         # --- the author pushes the fix; the comment is now on an old head ---------------------------
         fixed = _commit(work, "price.py", "def price():\n    return 12\n")

@@ -1,5 +1,5 @@
-"""The dashboard (`/`): the repositories the signed-in person may see; anonymous visitors are sent
-to sign in."""
+"""The dashboard (`/`): the pull requests and tasks awaiting the signed-in person's review and the
+repositories they may see; anonymous visitors are sent to sign in."""
 
 from typing import Any
 
@@ -9,6 +9,7 @@ from litestar.response import Redirect, Template
 from forge.http.deps import DbSession, SettingsDep
 from forge.http.pages.common import page
 from forge.repos import repositories
+from forge.repos.pulls import awaiting_review
 
 
 class HomePages(Controller):
@@ -23,4 +24,5 @@ class HomePages(Controller):
             return Redirect("/signin", status_code=303)
         found = await repositories.list_visible(db_session, principal)
         repos = [repositories.to_read(r, principal, settings.effective_base_url) for r in found]
-        return page(request, "dashboard.html", repos=repos)
+        pulls = await awaiting_review(db_session, principal, found, settings.effective_base_url)
+        return page(request, "dashboard.html", repos=repos, pulls_awaiting=pulls)
