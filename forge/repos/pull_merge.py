@@ -160,7 +160,10 @@ class PullMerge:
         new_base = await self._move(
             res, pull.base_ref, pull.head_sha, planned.base_sha, data.strategy, actor, planned.message
         )
-        return await self._record(actor, res, pull, data.strategy, new_base, planned.base_sha)
+        merged = await self._record(actor, res, pull, data.strategy, new_base, planned.base_sha)
+        # Pull requests whose head is this base (stacked on it) follow it.
+        await self.pulls.after_push(actor, res, [RefUpdate(planned.base_sha, new_base, f"refs/heads/{pull.base_ref}")])
+        return merged
 
     async def _check(self, res: RepoResource, pull: PullRequest, expected: str | None) -> None:
         if pull.state != "open":

@@ -27,6 +27,8 @@ from forge.db.audit import Actor
 from forge.db.engine import Database, utcnow
 from forge.db.events import TaskMerged
 from forge.db.models import Account, Repository
+from forge.git import RefUpdate
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core import payloads, repo_settings
 from tasks.core.models import MergeIntent, Task
@@ -118,6 +120,9 @@ async def record_merged(
     if deleted:
         text += f"; {task.branch} deleted"
     await svc.life.append(task.id, [Pending(kind="notice", payload=Notice(text=text))])
+    if merged_sha != base_sha:  # the base moved: pull requests whose head it is follow it
+        moved = RefUpdate(base_sha, merged_sha, f"refs/heads/{task.base}")
+        await Pulls(svc.session, svc.store, svc.bus, svc.base_url).after_push(actor, res, [moved])
     await svc.life.set_state(task, res.repo, TaskState.MERGED, actor=actor.principal)
     await svc.life.publish(
         "task.merged",

@@ -334,3 +334,18 @@ def test_code_owners_approve_what_they_own_and_a_broken_file_fails_closed(team: 
     assert unmet() == ["CODEOWNERS line 2: @nobody is not an account (in .forgehand/CODEOWNERS on main: fix it there)"]
     r = team.call("PUT", f"{API}/pulls/{number}/merge", team.ana, json={"sha": head})
     assert r.status_code == 409 and r.json()["code"] == "branch_rule_unmet"
+
+
+def test_a_merge_into_a_pull_requests_head_moves_it(team: Team) -> None:
+    """Stacked pull requests: merging the upper one moves the lower one's head with it."""
+    team.commit("lower", "l.txt", "l\n", new=True)
+    team.push("lower")
+    team.commit("upper", "u.txt", "u\n", new=True)
+    team.push("upper")
+    lower = team.call("POST", f"{API}/pulls", team.ana, json={"title": "L", "head": "lower", "base": "main"}).json()
+    upper = team.call("POST", f"{API}/pulls", team.ana, json={"title": "U", "head": "upper", "base": "lower"}).json()
+    merged = team.call("PUT", f"{API}/pulls/{upper['number']}/merge", team.bob, json={"strategy": "merge"})
+    assert merged.status_code == 200, merged.text
+    now = team.call("GET", f"{API}/pulls/{lower['number']}", team.ana).json()
+    assert now["head"]["sha"] == merged.json()["sha"] != lower["head"]["sha"]
+    assert now["changed_files"] == 2
