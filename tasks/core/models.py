@@ -78,6 +78,8 @@ class Task(Base):
     conversation: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     # A CLI agent's own session (Claude Code's session id): set by the first run, resumed by later ones.
     agent_session_id: Mapped[str] = mapped_column(String(128), default="", server_default="")
+    # The pull request (its number) the task was asked to work on: it starts from its head branch.
+    pull_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

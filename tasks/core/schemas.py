@@ -28,6 +28,14 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     title: Annotated[str, msgspec.Meta(max_length=200)] = ""
     # `acp` runtime: the name of an ACP agent the operator configured (GET /api/v1/agents).
     agent_command: Annotated[str, msgspec.Meta(max_length=40)] | None = None
+    # Work on this open pull request: the task starts from its head branch, and the goal (the
+    # instruction) reaches the agent with the pull request's title and description as quoted data.
+    on_pull_request: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
+
+
+class PullLink(msgspec.Struct, kw_only=True):
+    number: int
+    html_url: str
 
 
 class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -245,6 +253,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     # its own (GET .../tasks/{n}/subtasks lists them).
     parent: ParentRead | None = None
     subtasks: int = 0
+    # The pull request the task was asked to work on (it started from its head branch).
+    on_pull_request: PullLink | None = None
     # The answers the agent offered with its pending question (the person may still write their own).
     question_options: list[str] = msgspec.field(default_factory=list)
 

@@ -11,6 +11,7 @@ from typing import Literal, TypeVar
 
 from sqlalchemy import func, select
 
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Run, Task
@@ -28,6 +29,7 @@ from tasks.core.schemas import (
 )
 from tasks.core.states import RunState
 from tasks.http.deps import RepoScope, TaskScope
+from tasks.services import pull_work
 from tasks.services.approvals import ApprovalService
 from tasks.services.reads import release
 from tasks.services.review_drafts import DraftService
@@ -57,13 +59,17 @@ async def precheck_then_write(
 
 
 async def start_task(scope: RepoScope, data: TaskCreate) -> TaskRead:
-    """Start a task (REST and the start form); the goal's policy check runs before the write."""
+    """Start a task (REST and the start form); the goal's policy check runs before the write. On a
+    pull request (`on_pull_request`), the start is composed from it first (`pull_work`)."""
     actor = scope.actor
-    checked = await scope.svc.precheck_start(actor, scope.res, data)
+    svc = scope.svc
+    data = await pull_work.for_pull_request(Pulls(scope.session, svc.store, svc.bus, svc.base_url), scope.res, data)
+    checked = await svc.precheck_start(actor, scope.res, data)
     await release(scope.session)
     async with scope.system.db.session(write=True) as s:
         res, svc = await scope.load_repo(s)
         task = await svc.start(actor, res, data, checked=checked)
+        await pull_work.link(Pulls(s, svc.store, svc.bus, svc.base_url), actor, res, task, data.on_pull_request)
         return await svc.to_read(task, res)
 
 

@@ -17,6 +17,7 @@ from tasks.core.schemas import (
     ApprovalRead,
     EgressRead,
     ParentRead,
+    PullLink,
     RunRead,
     SkippedPage,
     SkippedPath,
@@ -237,6 +238,11 @@ def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) 
         queued_message=task.queued_message,
         queue_position=facts.positions.get(task.id),
         html_url=f"{base_url}/{res.full_name}/tasks/{task.number}",
+        on_pull_request=(
+            PullLink(number=task.pull_number, html_url=f"{base_url}/{res.full_name}/pull/{task.pull_number}")
+            if task.pull_number
+            else None
+        ),
         created_at=task.created_at,
         updated_at=task.updated_at,
         runs=[run_read(r) for r in runs],

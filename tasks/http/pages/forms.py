@@ -26,6 +26,7 @@ class StartForm(msgspec.Struct, kw_only=True):
     agent_command: str = ""  # acp runtime: the configured agent
     base: str = ""
     title: str = ""
+    on_pull_request: str = ""  # the number of the pull request to work on (its "Ask an agent")
     csrf_token: str = ""
 
 
@@ -41,6 +42,8 @@ START_ALIASES = {
     "invalid_agent_command": "agent_command",
     "model_not_configured": "runtime",
     "base_not_found": "base",
+    "pull_not_open": "goal",
+    "pull_not_found": "goal",
 }
 
 
@@ -103,6 +106,8 @@ def task_create(data: StartForm) -> TaskCreate:
         raw["command"] = form_text(data.command)
     if data.runtime == "acp":
         raw["agent_command"] = data.agent_command.strip()
+    if data.on_pull_request.strip().isdigit():
+        raw["on_pull_request"] = int(data.on_pull_request.strip())
     try:
         return msgspec.convert(raw, TaskCreate)
     except msgspec.ValidationError as exc:

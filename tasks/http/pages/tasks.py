@@ -104,6 +104,7 @@ async def list_page(
     form: StartForm | None = None,
     errors: FormErrors = NO_ERRORS,
     status_code: int = 200,
+    on_pull_request: int | None = None,
 ) -> Template:
     svc, res = scope.svc, scope.res
     tasks = await svc.to_reads([(t, res) for t in await svc.list_tasks(res, state=task_state or None)])
@@ -122,6 +123,7 @@ async def list_page(
         agent=options.agents[0] if options and len(options.agents) == 1 else "",
         runtime="builtin" if "builtin" in ready else "command",
         agent_command=next((c.value for c in acp or [] if c.ready), ""),
+        on_pull_request=str(on_pull_request or ""),
     )
     return page(
         request,
@@ -202,8 +204,10 @@ class TaskPages(Controller):
         request: Request[Any, Any, Any],
         repo_scope: RepoScopeDep,
         task_state: Annotated[str | None, QueryParameter(name="state")] = None,
+        on_pull_request: Annotated[int | None, QueryParameter(ge=1, le=1_000_000_000)] = None,
     ) -> Template:
-        return await list_page(request, repo_scope, task_state=task_state)
+        # "Ask an agent" on a pull request: the start form, tied to it.
+        return await list_page(request, repo_scope, task_state=task_state, on_pull_request=on_pull_request)
 
     @post("/")
     async def start(
