@@ -33,6 +33,7 @@ from forge.repos.pull_shapes import (
 )
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, resource_roles
+from forge.repos.suggestion_text import suggestion_of
 
 _VERDICTS = {"APPROVE": "approve", "REQUEST_CHANGES": "request_changes", "COMMENT": "comment"}
 _STATES: dict[str, ReviewState] = {
@@ -278,6 +279,7 @@ class PullReviews:
                 commit_id=c.commit_sha,
                 pull_request_review_id=c.review_id,
                 outdated=c.path is not None and c.commit_sha != pull.head_sha,
+                suggestion=suggestion_of(c.body) if c.path is not None else None,
                 created_at=c.created_at,
                 updated_at=c.updated_at,
                 html_url=f"{url}#comment-{c.id}",

@@ -142,6 +142,8 @@ class PullCommentRead(msgspec.Struct, kw_only=True):
     pull_request_review_id: int | None
     # The line's head has moved on since the comment was written.
     outdated: bool
+    # The lines a ```suggestion block proposes for the line (null: none); applied as a commit.
+    suggestion: list[str] | None
     created_at: datetime
     updated_at: datetime
     html_url: str

@@ -349,3 +349,39 @@ def test_a_merge_into_a_pull_requests_head_moves_it(team: Team) -> None:
     now = team.call("GET", f"{API}/pulls/{lower['number']}", team.ana).json()
     assert now["head"]["sha"] == merged.json()["sha"] != lower["head"]["sha"]
     assert now["changed_files"] == 2
+
+
+def test_a_suggestion_is_committed_on_the_head(team: Team) -> None:
+    team.commit("tune", "run.sh", "#!/bin/sh\necho one\necho two\n", new=True)
+    git("update-index", "--chmod=+x", "run.sh", cwd=team.work)
+    git("commit", "-m", "executable", cwd=team.work)
+    head = git("rev-parse", "HEAD", cwd=team.work).stdout.strip()
+    team.push("tune")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "T", "head": "tune", "base": "main"}).json()[
+        "number"
+    ]
+    body = "Say it twice:\n```suggestion\necho ONE\necho once more\n```\n"
+    review = {"event": "COMMENT", "commit_id": head, "comments": [{"path": "run.sh", "line": 2, "body": body}]}
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=review).is_success
+    [comment] = team.call("GET", f"{API}/pulls/{number}/comments", team.ana).json()
+    assert comment["suggestion"] == ["echo ONE", "echo once more"]
+    assert (
+        team.call("POST", f"{API}/pulls/{number}/comments/{comment['id']}/apply-suggestion", team.rita).status_code
+        == 403
+    )
+
+    r = team.call("POST", f"{API}/pulls/{number}/comments/{comment['id']}/apply-suggestion", team.ana)
+    assert r.status_code == 200, r.text
+    new_head = r.json()["head"]["sha"]
+    assert new_head != head
+    git("fetch", "origin", cwd=team.work)
+    assert git("show", f"{new_head}:run.sh", cwd=team.work).stdout == "#!/bin/sh\necho ONE\necho once more\necho two\n"
+    assert (
+        git("log", "-1", "--format=%s|%an", new_head, cwd=team.work).stdout.strip() == "Apply suggestion from @bob|ana"
+    )
+    tree = git("ls-tree", new_head, "run.sh", cwd=team.work).stdout
+    assert tree.startswith("100755")  # still executable
+    # written on the old head now: applying it again is refused, nothing moves
+    again = team.call("POST", f"{API}/pulls/{number}/comments/{comment['id']}/apply-suggestion", team.ana)
+    assert again.status_code == 409 and again.json()["code"] == "head_moved"
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["head"]["sha"] == new_head

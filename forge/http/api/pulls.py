@@ -25,6 +25,7 @@ from forge.repos.pull_shapes import (
     ReviewersRequest,
     UpdateBranchRequest,
 )
+from forge.repos.pull_suggestions import Suggestions
 from forge.repos.pulls import Pulls, parse_number
 
 REPO = "/api/v1/repos/{owner:str}/{name:str}"
@@ -248,3 +249,29 @@ class PullController(Controller):
         pulls = _pulls(db_session, store, bus, forge_url)
         pull = await PullReviews(pulls).request(actor, res, parse_number(number), data.reviewers)
         return await pulls.read(res, pull)
+
+
+class SuggestionController(Controller):
+    path = REPO + "/pulls"
+    tags = ["pull requests"]
+
+    @post(
+        "/{number:str}/comments/{comment_id:int}/apply-suggestion",
+        summary="Commit a line comment's suggestion on the head branch",
+        status_code=200,
+    )
+    async def apply(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        bus: BusDep,
+        store: StoreDep,
+        path_repo: PathRepoDep,
+        forge_url: BaseUrlDep,
+        number: FromPath[str],
+        comment_id: FromPath[int],
+    ) -> PullRead:
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        await Suggestions(pulls).apply(actor, res, parse_number(number), comment_id)
+        return await pulls.read(res, await pulls.get(res, parse_number(number)))

@@ -33,6 +33,7 @@ from forge.repos.pull_shapes import (
     PullUpdate,
     UpdateBranchRequest,
 )
+from forge.repos.pull_suggestions import Suggestions
 from forge.repos.pulls import Pulls, parse_number
 
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
@@ -209,6 +210,20 @@ class PullPages(Controller):
                 page = _Page(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url))
                 return await page.refused(n, "merge", exc, data, ("strategy",), rollback=False)
         return Redirect(f"/{owner}/{name}/pull/{n}", status_code=303)
+
+    @post("/pull/{number:str}/comments/{comment_id:int}/apply")
+    async def apply_suggestion(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], comment_id: FromPath[int], data: URLEncodedBody[WebForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        try:
+            await Suggestions(page.pulls).apply(actor, view.res, n, comment_id)
+        except ForgeError as exc:
+            return await page.refused(n, "suggestion", exc, data, ())
+        return Redirect(f"/{view.res.full_name}/pull/{n}#files", status_code=303)
 
     @post("/pull/{number:str}/state")
     async def change_state(
