@@ -314,6 +314,13 @@ class PullComment(Base):
     line: Mapped[int | None] = mapped_column(Integer, nullable=True)
     side: Mapped[str | None] = mapped_column(String(5), nullable=True)  # LEFT (base) | RIGHT (head)
     commit_sha: Mapped[str] = mapped_column(String(64))  # the head it was written on
+    # A reply in the thread this line comment starts (its path, line and side are the thread's).
+    in_reply_to_id: Mapped[int | None] = mapped_column(
+        ForeignKey("pull_comments.id", ondelete="CASCADE"), nullable=True
+    )
+    # A thread's first comment: when and by whom the thread was marked resolved (null: open).
+    resolved_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    resolved_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

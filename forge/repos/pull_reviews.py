@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Action, Role, require
 from forge.core.error_codes import Code
-from forge.core.errors import InvalidInput, InvalidState
+from forge.core.errors import InvalidInput, InvalidState, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
@@ -173,19 +173,46 @@ class PullReviews:
         """A comment on the conversation, or on a line of the diff (`path` and `line`)."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)
-        if (data.path is None) != (data.line is None):
-            raise InvalidInput("a line comment names both path and line", code=Code.VALIDATION_FAILED)
-        if data.path is not None and data.line is not None:
-            await self._check_lines(
-                res, pull, [PullReviewCommentCreate(path=data.path, line=data.line, body=data.body, side=data.side)]
-            )
-        row = self._comment(actor, pull, data.body, data.path, data.line, data.side)
+        if data.in_reply_to is not None:
+            root = await self._thread(pull, data.in_reply_to)
+            row = self._comment(actor, pull, data.body, root.path, root.line, root.side)
+            row.in_reply_to_id = root.id
+        else:
+            if (data.path is None) != (data.line is None):
+                raise InvalidInput("a line comment names both path and line", code=Code.VALIDATION_FAILED)
+            if data.path is not None and data.line is not None:
+                await self._check_lines(
+                    res, pull, [PullReviewCommentCreate(path=data.path, line=data.line, body=data.body, side=data.side)]
+                )
+            row = self._comment(actor, pull, data.body, data.path, data.line, data.side)
         self.session.add(row)
         await self.session.flush()
         audit.record(
             self.session, actor, "repo.pull.comment", f"{res.full_name}#{pull.number}", comment=row.id, path=data.path
         )
         return row
+
+    async def _thread(self, pull: PullRequest, comment_id: int) -> PullComment:
+        """The first comment of the line thread `comment_id` belongs to (404 when there is none)."""
+        found = await self.session.get(PullComment, comment_id)
+        if found is not None and found.in_reply_to_id is not None:
+            found = await self.session.get(PullComment, found.in_reply_to_id)
+        if found is None or found.pull_id != pull.id or found.path is None:
+            raise NotFound(f"#{pull.number} has no line comment {comment_id}", code=Code.NOT_FOUND)
+        return found
+
+    async def resolve(
+        self, actor: Actor, res: RepoResource, number: int, comment_id: int, *, resolved: bool
+    ) -> PullComment:
+        """Mark the thread of a line comment resolved, or open it again."""
+        require(actor.principal, Action.PULL_REVIEW, res)
+        root = await self._thread(await self.pulls.get(res, number), comment_id)
+        root.resolved_at = utcnow() if resolved else None
+        root.resolved_by_id = actor.principal.account_id if resolved else None
+        action = "repo.pull.resolve_thread" if resolved else "repo.pull.unresolve_thread"
+        audit.record(self.session, actor, action, f"{res.full_name}#{number}", comment=root.id)
+        await self.session.flush()
+        return root
 
     async def request(self, actor: Actor, res: RepoResource, number: int, logins: list[str]) -> PullRequest:
         """Ask people or bots with write access to review (again, if they have)."""
@@ -268,6 +295,8 @@ class PullReviews:
         if on_lines is not None:
             stmt = stmt.where(PullComment.path.is_not(None) if on_lines else PullComment.path.is_(None))
         url = self.pulls.html_url(res, pull.number)
+        rows = (await self.session.execute(stmt)).all()
+        resolvers = await self.pulls.accounts({c.resolved_by_id for c, _ in rows if c.resolved_by_id})
         return [
             PullCommentRead(
                 id=c.id,
@@ -280,11 +309,14 @@ class PullReviews:
                 pull_request_review_id=c.review_id,
                 outdated=c.path is not None and c.commit_sha != pull.head_sha,
                 suggestion=suggestion_of(c.body) if c.path is not None else None,
+                in_reply_to_id=c.in_reply_to_id,
+                resolved=c.resolved_at is not None,
+                resolved_by=resolvers.get(c.resolved_by_id) if c.resolved_by_id else None,
                 created_at=c.created_at,
                 updated_at=c.updated_at,
                 html_url=f"{url}#comment-{c.id}",
             )
-            for c, a in (await self.session.execute(stmt)).all()
+            for c, a in rows
         ]
 
 

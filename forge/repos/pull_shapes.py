@@ -68,12 +68,14 @@ class PullReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
 
 
 class PullCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A comment on the conversation, or on a line of the diff when `path` and `line` are given."""
+    """A comment on the conversation, on a line of the diff when `path` and `line` are given, or a
+    reply in the thread of a line comment (`in_reply_to`: its id; the thread's line is kept)."""
 
     body: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_BODY)]
     path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     line: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
     side: Side = "RIGHT"
+    in_reply_to: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
 class ReviewersRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -144,6 +146,10 @@ class PullCommentRead(msgspec.Struct, kw_only=True):
     outdated: bool
     # The lines a ```suggestion block proposes for the line (null: none); applied as a commit.
     suggestion: list[str] | None
+    # A reply: the thread's first comment. A thread is resolved on its first comment.
+    in_reply_to_id: int | None
+    resolved: bool
+    resolved_by: AccountRef | None
     created_at: datetime
     updated_at: datetime
     html_url: str

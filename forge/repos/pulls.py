@@ -187,7 +187,7 @@ class Pulls:
     async def reads(self, res: RepoResource, pulls: list[PullRequest]) -> list[PullRead]:
         """The API shape of a page of pull requests (no git work: `mergeable` stays null)."""
         requested = await self._requested(pulls)
-        accounts = await self._accounts(
+        accounts = await self.accounts(
             {i for p in pulls for i in (p.author_id, p.merged_by_id) if i is not None}
             | {i for ids in requested.values() for i in ids}
         )
@@ -265,7 +265,7 @@ class Pulls:
     def html_url(self, res: RepoResource, number: int) -> str:
         return f"{self.base_url}/{res.full_name}/pull/{number}"
 
-    async def _accounts(self, ids: set[int]) -> dict[int, AccountRef]:
+    async def accounts(self, ids: set[int]) -> dict[int, AccountRef]:
         if not ids:
             return {}
         rows = await self.session.execute(select(Account).where(Account.id.in_(ids)))
@@ -426,7 +426,7 @@ class Pulls:
         self, actor: Actor | None, res: RepoResource, pull: PullRequest, what: str, **extra: object
     ) -> None:
         """`pull_request.<what>` for this pull request, in the change's transaction."""
-        author = (await self._accounts({pull.author_id})).get(pull.author_id) if pull.author_id else None
+        author = (await self.accounts({pull.author_id})).get(pull.author_id) if pull.author_id else None
         payload_type = PAYLOADS[f"pull_request.{what}"]  # type: ignore[index]
         assert issubclass(payload_type, PullRequestPayload)
         payload = payload_type(

@@ -133,6 +133,14 @@ def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
         page.reload()
         expect(page.locator("#unmet-rules li")).to_contain_text(["changes requested by bob"])
         expect(page.locator("table.diff[data-path='price.py']")).to_contain_text("+    return 12")
+        # the author answers in bob's thread (now on an old head) and resolves it
+        thread = page.locator("details.thread")
+        thread.get_by_label("Reply to the thread on price.py line 2").fill("Raised to **twelve**.")
+        thread.get_by_role("button", name="Reply").click()
+        expect(page.locator("details.thread .inline-comment")).to_have_count(2)
+        expect(page.locator("details.thread .inline-comment").nth(1)).to_contain_text("Raised to twelve.")
+        page.locator("details.thread").get_by_role("button", name="Resolve conversation").click()
+        expect(page.locator("details.thread summary")).to_have_text(f"2 comments · resolved by {forge.admin_login}")
 
         # --- bob approves the new head --------------------------------------------------------------
         bob.reload()

@@ -385,3 +385,37 @@ def test_a_suggestion_is_committed_on_the_head(team: Team) -> None:
     again = team.call("POST", f"{API}/pulls/{number}/comments/{comment['id']}/apply-suggestion", team.ana)
     assert again.status_code == 409 and again.json()["code"] == "head_moved"
     assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["head"]["sha"] == new_head
+
+
+def test_a_line_comment_starts_a_thread_that_is_resolved_and_reopened(team: Team) -> None:
+    team.commit("thread", "t.py", "a = 1\nb = 2\n", new=True)
+    team.push("thread")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "T", "head": "thread", "base": "main"}).json()[
+        "number"
+    ]
+    first = team.call(
+        "POST", f"{API}/pulls/{number}/comments", team.bob, json={"body": "why 2?", "path": "t.py", "line": 2}
+    )
+    assert first.status_code == 201, first.text
+    root = first.json()["id"]
+    reply = team.call(
+        "POST", f"{API}/pulls/{number}/comments", team.ana, json={"body": "spec says so", "in_reply_to": root}
+    )
+    assert reply.status_code == 201, reply.text
+    assert (reply.json()["path"], reply.json()["line"], reply.json()["in_reply_to_id"]) == ("t.py", 2, root)
+    # a reply to a reply joins the same thread
+    again = team.call(
+        "POST", f"{API}/pulls/{number}/comments", team.bob, json={"body": "ok", "in_reply_to": reply.json()["id"]}
+    )
+    assert again.json()["in_reply_to_id"] == root
+    missing = team.call("POST", f"{API}/pulls/{number}/comments", team.bob, json={"body": "x", "in_reply_to": 999})
+    assert missing.status_code == 404
+
+    resolved = team.call("POST", f"{API}/pulls/{number}/comments/{root}/resolve", team.bob)
+    assert resolved.status_code == 200 and resolved.json()["resolved"] is True
+    assert resolved.json()["resolved_by"]["login"] == "bob"
+    assert team.call("POST", f"{API}/pulls/{number}/comments/{root}/resolve", team.rita).status_code == 403
+    reopened = team.call("POST", f"{API}/pulls/{number}/comments/{reply.json()['id']}/unresolve", team.ana)
+    assert reopened.status_code == 200 and reopened.json()["id"] == root and reopened.json()["resolved"] is False
+    lines = team.call("GET", f"{API}/pulls/{number}/comments", team.ana).json()
+    assert [(c["body"], c["in_reply_to_id"]) for c in lines] == [("why 2?", None), ("spec says so", root), ("ok", root)]

@@ -275,3 +275,34 @@ class SuggestionController(Controller):
         pulls = _pulls(db_session, store, bus, forge_url)
         await Suggestions(pulls).apply(actor, res, parse_number(number), comment_id)
         return await pulls.read(res, await pulls.get(res, parse_number(number)))
+
+
+async def _resolve(
+    pulls: Pulls, actor: ActorDep, path_repo: PathRepoDep, number: str, comment_id: int, *, resolved: bool
+) -> PullCommentRead:
+    res = await path_repo.load()
+    reviews = PullReviews(pulls)
+    root = await reviews.resolve(actor, res, parse_number(number), comment_id, resolved=resolved)
+    pull = await pulls.get(res, parse_number(number))
+    return next(c for c in await reviews.comments(res, pull) if c.id == root.id)
+
+
+class ThreadController(Controller):
+    path = REPO + "/pulls/{number:str}/comments/{comment_id:int}"
+    tags = ["pull requests"]
+
+    @post("/resolve", summary="Mark a line comment's thread resolved", status_code=200)
+    async def resolve(
+        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
+        forge_url: BaseUrlDep, number: FromPath[str], comment_id: FromPath[int],
+    ) -> PullCommentRead:  # fmt: skip
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await _resolve(pulls, actor, path_repo, number, comment_id, resolved=True)
+
+    @post("/unresolve", summary="Open a resolved thread again", status_code=200)
+    async def unresolve(
+        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
+        forge_url: BaseUrlDep, number: FromPath[str], comment_id: FromPath[int],
+    ) -> PullCommentRead:  # fmt: skip
+        pulls = _pulls(db_session, store, bus, forge_url)
+        return await _resolve(pulls, actor, path_repo, number, comment_id, resolved=False)

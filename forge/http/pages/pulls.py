@@ -62,6 +62,7 @@ class CommentForm(WebForm):
     path: str = ""
     line: str = ""
     side: str = "RIGHT"
+    in_reply_to: str = ""
 
 
 class MergeForm(WebForm):
@@ -177,17 +178,19 @@ class PullPages(Controller):
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
         try:
-            on_line = bool(data.path)
+            on_line = bool(data.path) and not data.in_reply_to
             if on_line and not data.line.isdigit():
                 raise InvalidInput("a line comment names its line", field="body")
             if not data.body.strip():
                 raise InvalidInput("write a comment first", field="body")
-            spec = PullCommentCreate(body=data.body.strip(), path=data.path or None,
+            spec = PullCommentCreate(body=data.body.strip(), path=data.path if on_line else None,
                                  line=int(data.line) if on_line else None,
-                                 side="LEFT" if data.side == "LEFT" else "RIGHT")  # fmt: skip
+                                 side="LEFT" if data.side == "LEFT" else "RIGHT",
+                                 in_reply_to=int(data.in_reply_to) if data.in_reply_to.isdigit() else None)  # fmt: skip
             row = await PullReviews(page.pulls).comment(actor, view.res, n, spec)
         except ForgeError as exc:
-            return await page.refused(n, "line-comment" if data.path else "comment", exc, data, ("body",))
+            form = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
+            return await page.refused(n, form, exc, data, ("body",))
         return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{row.id}", status_code=303)
 
     @post("/pull/{number:str}/merge")
@@ -225,6 +228,22 @@ class PullPages(Controller):
             return await page.refused(n, "suggestion", exc, data, ())
         return Redirect(f"/{view.res.full_name}/pull/{n}#files", status_code=303)
 
+    @post("/pull/{number:str}/comments/{comment_id:int}/{change:str}")
+    async def thread(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], comment_id: FromPath[int], change: FromPath[str], data: URLEncodedBody[WebForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        try:
+            if change not in ("resolve", "unresolve"):
+                raise InvalidInput("resolve or unresolve a thread")
+            await PullReviews(page.pulls).resolve(actor, view.res, n, comment_id, resolved=change == "resolve")
+        except ForgeError as exc:
+            return await page.refused(n, "thread", exc, data, ())
+        return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{comment_id}", status_code=303)
+
     @post("/pull/{number:str}/state")
     async def change_state(
         self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
@@ -250,6 +269,19 @@ async def _change(pulls: Pulls, actor: Actor, view: RepoView, number: int, data:
         await pulls.edit(actor, view.res, number, PullUpdate(state=data.state))  # type: ignore[arg-type]
     else:
         raise InvalidInput("unknown change")
+
+
+def _threads(comments: list[Any]) -> dict[tuple[str, str, int], list[tuple[Any, list[Any]]]]:
+    """(path, side, line) -> the threads on that line: each first comment with its replies."""
+    replies: dict[int, list[Any]] = {}
+    for c in comments:
+        if c.in_reply_to_id is not None:
+            replies.setdefault(c.in_reply_to_id, []).append(c)
+    found: dict[tuple[str, str, int], list[tuple[Any, list[Any]]]] = {}
+    for c in comments:
+        if c.path is not None and c.line is not None and c.in_reply_to_id is None:
+            found.setdefault((c.path, c.side or "RIGHT", c.line), []).append((c, replies.get(c.id, [])))
+    return found
 
 
 class _Page:
@@ -288,10 +320,7 @@ class _Page:
             | {f"r{r.id}": r.body for r in found_reviews if r.body.strip()}
             | {f"c{c.id}": c.body for c in comments}
         )
-        by_line: dict[tuple[str, str, int], list[Any]] = {}
-        for c in comments:
-            if c.path is not None and c.line is not None:
-                by_line.setdefault((c.path, c.side or "RIGHT", c.line), []).append(c)
+        by_line = _threads(comments)
         checks = (
             await statuses.combined_status(
                 pulls.session, res, pull.head_sha, f"{self.view.base_url}/api/v1/repos/{res.full_name}"
