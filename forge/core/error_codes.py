@@ -129,6 +129,8 @@ class Code(StrEnum):
     INVALID_REVIEWER = "invalid_reviewer", 422, "a requested reviewer has no write access or does not exist"
     PULL_REQUIRED = "pull_request_required", 422, "the branch takes changes only through pull requests"
     INVALID_REQUIRED_APPROVALS = "invalid_required_approvals", 422, "a branch rule requires 0 to 10 approvals"
+    INVALID_MERGERS = "invalid_mergers", 422, "a merge allow-list names at most 50 existing accounts"
+    NOT_ALLOWED_TO_MERGE = "not_allowed_to_merge", 403, "a branch rule lets only the accounts it names merge here"
 
     # The git layer (`forge.git.errors.RepoError` codes).
     INVALID_REF_NAME = "invalid_ref_name", 422, "a ref or branch name git would refuse"

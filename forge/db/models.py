@@ -160,6 +160,10 @@ class BranchRule(Base):
     dismiss_stale_approvals: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     # Each changed path with owners in CODEOWNERS needs an approval from one of them.
     require_code_owner_review: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # A standing change request blocks the merge of a pull request into a matching branch.
+    block_on_requested_changes: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # Who may merge pull requests into a matching branch (logins; null or empty: anyone with write).
+    merge_allowlist: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

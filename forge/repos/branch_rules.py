@@ -10,12 +10,13 @@ from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.db.models import BranchRule, Repository
+from forge.db.models import Account, BranchRule, Repository
 from forge.git.refrules import pattern_matches
 from forge.repos.repositories import RepoResource, branch_rules
 
 MAX_REQUIRED_CHECKS = 20
 MAX_REQUIRED_APPROVALS = 10
+MAX_MERGERS = 50
 
 
 class BranchRuleRead(msgspec.Struct, kw_only=True):
@@ -33,6 +34,10 @@ class BranchRuleRead(msgspec.Struct, kw_only=True):
     dismiss_stale_approvals: bool
     # Each changed path that CODEOWNERS gives owners needs one of them to approve.
     require_code_owner_review: bool
+    # A standing change request blocks the merge.
+    block_on_requested_changes: bool
+    # Who may merge pull requests into a matching branch (empty: anyone with the write role).
+    merge_allowlist: list[str]
 
 
 class PullRules(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +47,8 @@ class PullRules(msgspec.Struct, frozen=True, kw_only=True):
     required_approvals: int = 0
     dismiss_stale_approvals: bool = True
     require_code_owner_review: bool = False
+    block_on_requested_changes: bool = True
+    merge_allowlist: list[str] = []
 
 
 def _read(rule: BranchRule) -> BranchRuleRead:
@@ -55,6 +62,8 @@ def _read(rule: BranchRule) -> BranchRuleRead:
         required_approvals=rule.required_approvals,
         dismiss_stale_approvals=rule.dismiss_stale_approvals,
         require_code_owner_review=rule.require_code_owner_review,
+        block_on_requested_changes=rule.block_on_requested_changes,
+        merge_allowlist=list(rule.merge_allowlist or []),
     )
 
 
@@ -76,6 +85,24 @@ def _checks(given: list[str]) -> list[str]:
             code=Code.INVALID_REQUIRED_CHECKS,
         )
     return checks
+
+
+async def _mergers(session: AsyncSession, given: list[str]) -> list[str]:
+    """The logins of a merge allow-list, as the accounts spell them; an unknown one is refused."""
+    keys = sorted({g.strip().removeprefix("@").lower() for g in given if g.strip()})
+    if len(keys) > MAX_MERGERS:
+        raise InvalidInput(f"a merge allow-list names at most {MAX_MERGERS} accounts", code=Code.INVALID_MERGERS)
+    found = {
+        a.login_key: a.login
+        for a in (await session.execute(select(Account).where(Account.login_key.in_(keys)))).scalars()
+    }
+    missing = [k for k in keys if k not in found]
+    if missing:
+        raise InvalidInput(
+            f"no account {', '.join(missing)}: a merge allow-list names people or bots by login",
+            code=Code.INVALID_MERGERS,
+        )
+    return [found[k] for k in keys]
 
 
 async def required_checks(session: AsyncSession, repo: Repository, branch: str) -> list[str]:
@@ -109,6 +136,7 @@ async def add_branch_rule(
     checks = _checks(required or [])
     pulls = pulls or PullRules()
     approvals = _approvals(pulls.required_approvals)
+    allowed = await _mergers(session, pulls.merge_allowlist)
     pattern = pattern.strip()
     if not pattern or len(pattern) > 255 or any(c in pattern for c in "\x00\n\r "):
         raise InvalidInput("a pattern is 1-255 characters without spaces", code=Code.INVALID_PATTERN)
@@ -127,6 +155,8 @@ async def add_branch_rule(
     existing.required_approvals = approvals
     existing.dismiss_stale_approvals = pulls.dismiss_stale_approvals
     existing.require_code_owner_review = pulls.require_code_owner_review
+    existing.block_on_requested_changes = pulls.block_on_requested_changes
+    existing.merge_allowlist = allowed or None
     await session.flush()
     audit.record(
         session,
@@ -141,6 +171,8 @@ async def add_branch_rule(
         required_approvals=approvals,
         dismiss_stale_approvals=pulls.dismiss_stale_approvals,
         require_code_owner_review=pulls.require_code_owner_review,
+        block_on_requested_changes=pulls.block_on_requested_changes,
+        merge_allowlist=allowed,
     )
     return _read(existing)
 

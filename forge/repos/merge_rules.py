@@ -32,6 +32,8 @@ class BaseRules:
     required_approvals: int = 0
     dismiss_stale_approvals: bool = False
     require_code_owner_review: bool = False
+    block_on_requested_changes: bool = True
+    merge_allowlist: tuple[str, ...] = ()  # lower-case logins; empty: anyone with write
 
 
 def combine(rules: Sequence[BranchRule], branch: str) -> BaseRules:
@@ -42,7 +44,18 @@ def combine(rules: Sequence[BranchRule], branch: str) -> BaseRules:
         required_approvals=max((r.required_approvals for r in matched), default=0),
         dismiss_stale_approvals=any(r.dismiss_stale_approvals for r in matched),
         require_code_owner_review=any(r.require_code_owner_review for r in matched),
+        block_on_requested_changes=any(r.block_on_requested_changes for r in matched) or not matched,
+        merge_allowlist=_allowed(matched),
     )
+
+
+def _allowed(matched: Sequence[BranchRule]) -> tuple[str, ...]:
+    """Who may merge under every matching rule that names anyone (the intersection)."""
+    lists = [{login.lower() for login in r.merge_allowlist} for r in matched if r.merge_allowlist]
+    if not lists:
+        return ()
+    common = set.intersection(*lists)
+    return tuple(sorted(common)) or ("(nobody: the rules name no common account)",)
 
 
 async def base_rules(session: AsyncSession, res: RepoResource, branch: str) -> BaseRules:
@@ -103,7 +116,8 @@ async def unmet(
             f"{rules.required_approvals} approval(s) required by the rules of {pull.base_ref}, "
             f"{len(found.approvals)} given"
         )
-    unmet_rules.extend(f"changes requested by {login}" for login in found.changes_requested)
+    if rules.block_on_requested_changes:
+        unmet_rules.extend(f"changes requested by {login}" for login in found.changes_requested)
     if rules.require_code_owner_review and pull.head_sha:
         unmet_rules.extend(await code_owners_unmet(session, res, pull, store, found))
     if pull.head_sha:
@@ -144,3 +158,8 @@ async def code_owners_unmet(
         + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
         for group, paths in waiting.items()
     ]
+
+
+def may_merge(rules: BaseRules, login: str) -> bool:
+    """Whether the branch's merge allow-list (if any) names this login."""
+    return not rules.merge_allowlist or login.lower() in rules.merge_allowlist

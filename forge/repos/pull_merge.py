@@ -113,6 +113,7 @@ class PullMerge:
         """The read phase: open, at the head the caller read, every rule met, a clean plan."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)
+        await self._check_merger(actor, res, pull)
         await self._check(res, pull, data.sha)
         unmet, found = await merge_rules.unmet(self.pulls.session, res, pull, self.pulls.store)
         if unmet:
@@ -149,6 +150,7 @@ class PullMerge:
         by compare-and-swap from the planned tip and the pull request recorded merged."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
+        await self._check_merger(actor, res, pull)
         await self._check(res, pull, planned.head_sha)
         unmet, _ = await merge_rules.unmet(self.pulls.session, res, pull, self.pulls.store)
         if unmet:
@@ -164,6 +166,15 @@ class PullMerge:
         # Pull requests whose head is this base (stacked on it) follow it.
         await self.pulls.after_push(actor, res, [RefUpdate(planned.base_sha, new_base, f"refs/heads/{pull.base_ref}")])
         return merged
+
+    async def _check_merger(self, actor: Actor, res: RepoResource, pull: PullRequest) -> None:
+        rules = await merge_rules.base_rules(self.pulls.session, res, pull.base_ref)
+        if not merge_rules.may_merge(rules, actor.principal.login or ""):
+            names = ", ".join("@" + login for login in rules.merge_allowlist)
+            raise Forbidden(
+                f"only {names} may merge into {pull.base_ref} (its branch rules): ask one of them",
+                code=Code.NOT_ALLOWED_TO_MERGE,
+            )
 
     async def _check(self, res: RepoResource, pull: PullRequest, expected: str | None) -> None:
         if pull.state != "open":

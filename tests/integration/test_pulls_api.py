@@ -419,3 +419,24 @@ def test_a_line_comment_starts_a_thread_that_is_resolved_and_reopened(team: Team
     assert reopened.status_code == 200 and reopened.json()["id"] == root and reopened.json()["resolved"] is False
     lines = team.call("GET", f"{API}/pulls/{number}/comments", team.ana).json()
     assert [(c["body"], c["in_reply_to_id"]) for c in lines] == [("why 2?", None), ("spec says so", root), ("ok", root)]
+
+
+def test_who_may_merge_and_whether_a_change_request_blocks(team: Team) -> None:
+    bad = {"pattern": "main", "merge_allowlist": ["bob", "ghost"]}
+    r = team.call("POST", f"{API}/branch-rules", team.ana, json=bad)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_mergers" and "ghost" in r.json()["detail"]
+    rule = {"pattern": "main", "merge_allowlist": ["@Bob"], "block_on_requested_changes": False}
+    made = team.call("POST", f"{API}/branch-rules", team.ana, json=rule).json()
+    assert made["merge_allowlist"] == ["bob"] and made["block_on_requested_changes"] is False
+    head = team.commit("gate", "g.txt", "g\n", new=True)
+    team.push("gate")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "G", "head": "gate", "base": "main"}).json()[
+        "number"
+    ]
+    no = {"event": "REQUEST_CHANGES", "body": "not yet", "commit_id": head}
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=no).is_success
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == []  # does not block here
+    refused = team.call("PUT", f"{API}/pulls/{number}/merge", team.ana, json={"sha": head})
+    assert refused.status_code == 403 and refused.json()["code"] == "not_allowed_to_merge"
+    assert "only @bob may merge into main" in refused.json()["detail"]
+    assert team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head}).status_code == 200

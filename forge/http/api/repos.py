@@ -60,6 +60,9 @@ class BranchRuleCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True)
     required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] = 0
     dismiss_stale_approvals: bool = True
     require_code_owner_review: bool = False
+    block_on_requested_changes: bool = True
+    # Who may merge pull requests into a matching branch (logins; empty: anyone with write access).
+    merge_allowlist: Annotated[list[Annotated[str, msgspec.Meta(max_length=41)]], msgspec.Meta(max_length=50)] = []
 
 
 class RepoController(Controller):
@@ -184,6 +187,8 @@ class RepoController(Controller):
                 required_approvals=data.required_approvals,
                 dismiss_stale_approvals=data.dismiss_stale_approvals,
                 require_code_owner_review=data.require_code_owner_review,
+                block_on_requested_changes=data.block_on_requested_changes,
+                merge_allowlist=data.merge_allowlist,
             ),
         )
 

@@ -22,7 +22,7 @@ from forge.http.pages.common import WebForm
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.render import markdown
 from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
-from forge.repos import repositories, statuses
+from forge.repos import merge_rules, repositories, statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
@@ -329,6 +329,7 @@ class _Page:
             else None
         )
         principal = self.view.principal
+        rules = await merge_rules.base_rules(pulls.session, res, pull.base_ref)
         return self.view.render(
             "repos/pull.html",
             status_code,
@@ -347,6 +348,8 @@ class _Page:
             checks=checks,
             verdicts=VERDICTS,
             can_review=can(principal, Action.PULL_REVIEW, res),
+            may_merge=merge_rules.may_merge(rules, principal.login or ""),
+            mergers=rules.merge_allowlist,
             can_edit=can(principal, Action.PULL_WRITE, res),
             is_author=principal.account_id is not None and principal.login == (shape.user.login if shape.user else ""),
             form=form,

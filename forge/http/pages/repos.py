@@ -178,6 +178,8 @@ class RuleForm(WebForm):
     required_approvals: str = ""
     dismiss_stale_approvals: str = ""
     require_code_owner_review: str = ""
+    block_on_requested_changes: str = ""
+    merge_allowlist: str = ""  # logins, separated by commas or spaces
 
 
 def pull_rules(form: RuleForm) -> branch_rules.PullRules:
@@ -193,6 +195,8 @@ def pull_rules(form: RuleForm) -> branch_rules.PullRules:
         required_approvals=int(raw),
         dismiss_stale_approvals=bool(form.dismiss_stale_approvals),
         require_code_owner_review=bool(form.require_code_owner_review),
+        block_on_requested_changes=bool(form.block_on_requested_changes),
+        merge_allowlist=form.merge_allowlist.replace(",", " ").split()[:100],
     )
 
 
@@ -227,11 +231,12 @@ COLLABORATORS = SettingsSection(
 )
 RULES = SettingsSection(
     "rule",
-    ("pattern", "required_checks", "required_approvals"),
+    ("pattern", "required_checks", "required_approvals", "merge_allowlist"),
     {
         "invalid_pattern": "pattern",
         "invalid_required_checks": "required_checks",
         "invalid_required_approvals": "required_approvals",
+        "invalid_mergers": "merge_allowlist",
     },
 )
 
@@ -257,7 +262,7 @@ class RepoSettingsPages(Controller):
         forms: dict[str, WebForm] = {
             GENERAL.name: settings_form(view.res.repo),
             COLLABORATORS.name: CollaboratorForm(),
-            RULES.name: RuleForm(required_approvals="0", dismiss_stale_approvals="1"),
+            RULES.name: RuleForm(required_approvals="0", dismiss_stale_approvals="1", block_on_requested_changes="1"),
             **(typed or {}),
         }
         return view.render(
