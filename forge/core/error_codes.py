@@ -130,6 +130,11 @@ class Code(StrEnum):
     PULL_REQUIRED = "pull_request_required", 422, "the branch takes changes only through pull requests"
     INVALID_REQUIRED_APPROVALS = "invalid_required_approvals", 422, "a branch rule requires 0 to 10 approvals"
     INVALID_MERGERS = "invalid_mergers", 422, "a merge allow-list names at most 50 existing accounts"
+    TASK_PULL_REQUEST = (
+        "task_pull_request",
+        409,
+        "a task's pull request is reviewed and merged on the task's review page",
+    )
     NOT_ALLOWED_TO_MERGE = "not_allowed_to_merge", 403, "a branch rule lets only the accounts it names merge here"
 
     # The git layer (`forge.git.errors.RepoError` codes).

@@ -24,7 +24,7 @@ from forge.core.error_codes import Code
 from forge.core.errors import BadGateway, Forbidden, InvalidState
 from forge.db import audit
 from forge.db.audit import Actor
-from forge.db.engine import Database, utcnow
+from forge.db.engine import Database
 from forge.db.events import AccountRef, EventBus
 from forge.db.models import PullRequest
 from forge.git import RefUpdate, RepoStore
@@ -44,7 +44,7 @@ from forge.git.schemas import Identity, MergeConflictFile
 from forge.repos import merge_rules
 from forge.repos.merge_policy import MergePolicy
 from forge.repos.pull_shapes import PullMergeRequest, UpdateBranchRequest
-from forge.repos.pulls import Pulls
+from forge.repos.pulls import Pulls, refuse_task_pull
 from forge.repos.repositories import RepoResource, load
 
 
@@ -113,6 +113,7 @@ class PullMerge:
         """The read phase: open, at the head the caller read, every rule met, a clean plan."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)
+        refuse_task_pull(res, pull, self.pulls.base_url)
         await self._check_merger(actor, res, pull)
         await self._check(res, pull, data.sha)
         unmet, found = await merge_rules.unmet(self.pulls.session, res, pull, self.pulls.store)
@@ -241,21 +242,7 @@ class PullMerge:
     async def _record(
         self, actor: Actor, res: RepoResource, pull: PullRequest, how: str, merged_sha: str, base_before: str
     ) -> PullRequest:
-        now = utcnow()
-        pull.state, pull.merged_at, pull.closed_at, pull.updated_at = "merged", now, now, now
-        pull.merged_by_id = actor.principal.account_id
-        pull.merge_commit_sha, pull.base_sha = merged_sha, base_before
-        audit.record(
-            self.pulls.session,
-            actor,
-            "repo.pull.merge",
-            f"{res.full_name}#{pull.number}",
-            strategy=how,
-            head_sha=pull.head_sha,
-            merged_sha=merged_sha,
-        )
-        await self.pulls.publish(actor, res, pull, "merged", strategy=how, merge_commit_sha=merged_sha)
-        return pull
+        return await self.pulls.record_merged(actor, res, pull, how, merged_sha, base_before)
 
     async def update_branch(
         self, actor: Actor, res: RepoResource, number: int, data: UpdateBranchRequest
@@ -263,6 +250,7 @@ class PullMerge:
         """Merge the base into the head branch (the head moves; reviews of the old head go stale)."""
         require(actor.principal, Action.PULL_WRITE, res)
         pull = await self.pulls.get(res, number, lock=True)
+        refuse_task_pull(res, pull, self.pulls.base_url)
         await self._check(res, pull, data.expected_head_sha)
         base_tip = await self.pulls.store.read(res.key, _tip, pull.base_ref)
         if base_tip is None:

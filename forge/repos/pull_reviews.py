@@ -31,7 +31,7 @@ from forge.repos.pull_shapes import (
     PullReviewRead,
     ReviewState,
 )
-from forge.repos.pulls import Pulls
+from forge.repos.pulls import Pulls, refuse_task_pull
 from forge.repos.repositories import RepoResource, resource_roles
 from forge.repos.suggestion_text import suggestion_of
 
@@ -91,6 +91,7 @@ class PullReviews:
     async def submit(self, actor: Actor, res: RepoResource, number: int, data: PullReviewCreate) -> PullReview:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
+        refuse_task_pull(res, pull, self.pulls.base_url)
         verdict = _VERDICTS[data.event]
         self._check_review(actor, pull, verdict, data)
         await self._check_lines(res, pull, data.comments)

@@ -11,6 +11,7 @@ Numbers are shared with issues (one `issue_counters` row per repository), as on 
 Reading needs read access; taking part (open, edit, review, merge) the write role. Each change is
 audited (`repo.pull.*`) and published (`pull_request.*`) in its transaction."""
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -123,6 +124,26 @@ async def awaiting_review(
         )
         for p, login, asked in rows.all()
     ]
+
+
+_TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)
+
+
+def task_number_of(head_ref: str) -> int | None:
+    """The task whose branch a pull request's head is (`agent/<number>-<slug>`), or None."""
+    found = _TASK_BRANCH.match(head_ref)
+    return int(found.group(1)) if found else None
+
+
+def refuse_task_pull(res: RepoResource, pull: PullRequest, base_url: str) -> None:
+    """A task's pull request is reviewed and merged through its task (for now): 409 naming where."""
+    number = task_number_of(pull.head_ref)
+    if number is not None:
+        raise InvalidState(
+            f"#{pull.number} holds the work of task #{number}: review and merge it on the task's review page, "
+            f"{base_url}/{res.full_name}/tasks/{number}/review",
+            code=Code.TASK_PULL_REQUEST,
+        )
 
 
 def parse_number(raw: str) -> int:
@@ -419,6 +440,74 @@ class Pulls:
     def _require_open(pull: PullRequest) -> None:
         if pull.state != "open":
             raise InvalidState(f"#{pull.number} is {pull.state}: reopen it first", code=Code.PULL_NOT_OPEN)
+
+    # -- the pull requests of tasks ---------------------------------------------------------
+
+    async def open_for_task(
+        self, agent: Actor, res: RepoResource, *, head: str, base: str, title: str, body: str
+    ) -> PullRequest | None:
+        """The pull request of a task's branch into its base, opened by the task's agent (or the open
+        one, when there is one already). None when a branch is gone or the head adds nothing."""
+        found = (
+            await self.session.execute(
+                select(PullRequest).where(
+                    PullRequest.repo_id == res.repo.id,
+                    PullRequest.head_ref == head,
+                    PullRequest.base_ref == base,
+                    PullRequest.state == "open",
+                )
+            )
+        ).scalar_one_or_none()
+        if found is not None:
+            return found
+        tips = await self.store.read(res.key, divergence, base, head)
+        if tips.base_sha is None or tips.head_sha is None or tips.ahead_by == 0:
+            return None
+        pull = PullRequest(
+            repo_id=res.repo.id,
+            number=await allocate_number(self.session, res.repo.id),
+            title=title[:256] or head,
+            body=body[:65_536],
+            head_ref=head,
+            base_ref=base,
+            head_sha=tips.head_sha,
+            base_sha=tips.base_sha,
+            state="open",
+            author_id=agent.principal.account_id,
+        )
+        self.session.add(pull)
+        await self.session.flush()
+        audit.record(self.session, agent, "repo.pull.open", f"{res.full_name}#{pull.number}", head=head, base=base)
+        await self.publish(agent, res, pull, "opened")
+        return pull
+
+    async def record_merged(
+        self, actor: Actor, res: RepoResource, pull: PullRequest, how: str, merged_sha: str, base_before: str
+    ) -> PullRequest:
+        """The pull request merged (by its merge, or by its task's): state, audit, `pull_request.merged`."""
+        now = utcnow()
+        pull.state, pull.merged_at, pull.closed_at, pull.updated_at = "merged", now, now, now
+        pull.merged_by_id = actor.principal.account_id
+        pull.merge_commit_sha, pull.base_sha = merged_sha, base_before
+        audit.record(
+            self.session,
+            actor,
+            "repo.pull.merge",
+            f"{res.full_name}#{pull.number}",
+            strategy=how,
+            head_sha=pull.head_sha,
+            merged_sha=merged_sha,
+        )
+        await self.publish(actor, res, pull, "merged", strategy=how, merge_commit_sha=merged_sha)
+        return pull
+
+    async def close_quietly(self, actor: Actor, res: RepoResource, pull: PullRequest) -> None:
+        """Close an open pull request (its task was closed): state, audit, `pull_request.closed`."""
+        if pull.state != "open":
+            return
+        pull.state, pull.closed_at = "closed", utcnow()
+        audit.record(self.session, actor, "repo.pull.edit", f"{res.full_name}#{pull.number}", state="closed")
+        await self.publish(actor, res, pull, "closed")
 
     # -- events ----------------------------------------------------------------------------
 

@@ -80,6 +80,8 @@ class Task(Base):
     agent_session_id: Mapped[str] = mapped_column(String(128), default="", server_default="")
     # The pull request (its number) the task was asked to work on: it starts from its head branch.
     pull_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The task's own pull request: its branch into its base, opened when it first has changes.
+    result_pull_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -255,6 +255,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     subtasks: int = 0
     # The pull request the task was asked to work on (it started from its head branch).
     on_pull_request: PullLink | None = None
+    # The task's own pull request (its branch into its base), once it had changes for review.
+    pull_request: PullLink | None = None
     # The answers the agent offered with its pending question (the person may still write their own).
     question_options: list[str] = msgspec.field(default_factory=list)
 

@@ -17,9 +17,10 @@ from forge.db.engine import utcnow
 from forge.db.events import RunFinished
 from forge.db.models import Repository
 from forge.git import Identity
+from forge.repos.repositories import RepoResource
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
-from tasks.core import payloads
+from tasks.core import payloads, task_pulls
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.core.parked import park
@@ -251,8 +252,18 @@ class Settling:
             if current is not TaskState.RUNNING:
                 return  # settled elsewhere (recovered as interrupted by another worker)
             await self._next_state(life, task, repo, run, outcome, run_state)
+            await self._follow_pull(life, task, repo)
             if task.parent_id is not None and TaskState(task.state) is not TaskState.QUEUED:
                 await report_to_parent(life, task)
+
+    async def _follow_pull(self, life: Lifecycle, task: Task, repo: Repository) -> None:
+        """The task's pull request follows it; a failure there is logged and never fails the run's
+        settling (the task's state and transcript are what matter here)."""
+        try:
+            async with life.session.begin_nested():
+                await task_pulls.follow(life, self.env.store, task, RepoResource(repo=repo))
+        except Exception:
+            log.exception("the task's pull request did not follow its run", task_id=task.id)
 
     def _record_run(
         self, run: Run, task: Task, outcome: Outcome, run_state: RunState, snap: gitops.Snapshot | None

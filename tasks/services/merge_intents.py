@@ -30,7 +30,7 @@ from forge.db.models import Account, Repository
 from forge.git import RefUpdate
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
-from tasks.core import payloads, repo_settings
+from tasks.core import payloads, repo_settings, task_pulls
 from tasks.core.models import MergeIntent, Task
 from tasks.core.states import TaskState
 from tasks.core.transcript import Notice, Pending
@@ -120,9 +120,11 @@ async def record_merged(
     if deleted:
         text += f"; {task.branch} deleted"
     await svc.life.append(task.id, [Pending(kind="notice", payload=Notice(text=text))])
+    pulls = Pulls(svc.session, svc.store, svc.bus, svc.base_url)
+    await task_pulls.merged(pulls, actor, res, task, payloads.merged_how(strategy), merged_sha, base_sha)
     if merged_sha != base_sha:  # the base moved: pull requests whose head it is follow it
         moved = RefUpdate(base_sha, merged_sha, f"refs/heads/{task.base}")
-        await Pulls(svc.session, svc.store, svc.bus, svc.base_url).after_push(actor, res, [moved])
+        await pulls.after_push(actor, res, [moved])
     await svc.life.set_state(task, res.repo, TaskState.MERGED, actor=actor.principal)
     await svc.life.publish(
         "task.merged",

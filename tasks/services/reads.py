@@ -205,6 +205,10 @@ async def _page_facts(session: AsyncSession, tasks: list[Task]) -> _PageFacts:
     )
 
 
+def _pull_link(number: int | None, res: RepoResource, base_url: str) -> PullLink | None:
+    return PullLink(number=number, html_url=f"{base_url}/{res.full_name}/pull/{number}") if number else None
+
+
 def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) -> TaskRead:
     runs, names, parents = facts.runs.get(task.id, []), facts.names, facts.parents
     parked = facts.pending.get(task.id)
@@ -238,11 +242,8 @@ def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) 
         queued_message=task.queued_message,
         queue_position=facts.positions.get(task.id),
         html_url=f"{base_url}/{res.full_name}/tasks/{task.number}",
-        on_pull_request=(
-            PullLink(number=task.pull_number, html_url=f"{base_url}/{res.full_name}/pull/{task.pull_number}")
-            if task.pull_number
-            else None
-        ),
+        on_pull_request=_pull_link(task.pull_number, res, base_url),
+        pull_request=_pull_link(task.result_pull_number, res, base_url),
         created_at=task.created_at,
         updated_at=task.updated_at,
         runs=[run_read(r) for r in runs],

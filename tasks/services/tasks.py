@@ -20,7 +20,9 @@ from forge.db.engine import utcnow
 from forge.db.events import EventBus
 from forge.db.models import Repository
 from forge.git import RepoStore
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, resource_for
+from tasks.core import task_pulls
 from tasks.core.lifecycle import (
     Changed,
     Lifecycle,
@@ -288,6 +290,7 @@ class TaskService:
         if task.state == TaskState.CLOSED:
             return task
         await self.life.set_state(task, res.repo, TaskState.CLOSED, actor=actor.principal)
+        await task_pulls.closed(Pulls(self.session, self.store, self.bus, self.base_url), actor, res, task)
         await self.life.append(task.id, [notice(f"{actor.principal.login} closed the task")])
         audit.record(self.session, actor, "task.close", f"{res.full_name}#{task.number}")
         return task

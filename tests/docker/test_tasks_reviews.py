@@ -128,3 +128,49 @@ def test_a_denied_change_request_stores_nothing(review_settings: Settings) -> No
         asyncio.run(check(env))
     kinds = [b["data"]["kind"] for b in consumer.seen if b["type"] == "user_prompt_submit"]
     assert kinds == ["goal", "review", "review"]
+
+
+def test_a_tasks_changes_are_a_pull_request_that_follows_it(review_settings: Settings) -> None:
+    """A task in review with changes is a pull request from its branch into its base, opened by its
+    agent on behalf of the starter: a change request's run moves its head, the pull request's own
+    review and merge point to the task's, and the task's merge records it merged."""
+    token, path = asyncio.run(seed(review_settings))
+
+    async def check(env: Env) -> None:
+        t = "/api/v1/repos/ana/demo/tasks/1"
+        pulls = "/api/v1/repos/ana/demo/pulls"
+        async with env.client() as c:
+            command = "date +%s%N > stamp.txt"
+            r = await c.post(
+                "/api/v1/repos/ana/demo/tasks",
+                json={"goal": "stamp", "agent": "fixer", "runtime": "command", "command": command, "title": "Stamp"},
+            )
+            assert r.status_code == 201 and r.json()["pull_request"] is None, r.text
+            first = await wait_state(c, 1, "awaiting_review", "failed", timeout=90)
+            assert first["pull_request"] == {"number": 1, "html_url": f"{env.url}/ana/demo/pull/1"}, first
+            pull = (await c.get(f"{pulls}/1")).json()
+            assert (pull["title"], pull["state"], pull["user"]) == ("Stamp", "open", {"login": "fixer", "type": "Bot"})
+            assert pull["head"] == {"label": "ana:" + first["branch"], "ref": first["branch"], "sha": first["head_sha"]}
+            assert pull["base"]["ref"] == "main" and "started by @ana" in pull["body"]
+            refused = await c.post(f"{pulls}/1/reviews", json={"event": "COMMENT", "body": "x"})
+            assert refused.status_code == 409 and refused.json()["code"] == "task_pull_request"
+            assert "/ana/demo/tasks/1/review" in refused.json()["detail"]
+            assert (await c.put(f"{pulls}/1/merge", json={})).json()["code"] == "task_pull_request"
+
+            r = await c.post(f"{t}/reviews", json={"verdict": "request_changes", "body": "again"})
+            assert r.status_code == 201, r.text
+            second = await wait_state(c, 1, "awaiting_review", "failed", timeout=90)
+            assert second["head_sha"] != first["head_sha"] and second["pull_request"]["number"] == 1
+            assert (await c.get(f"{pulls}/1")).json()["head"]["sha"] == second["head_sha"]
+            assert [p["number"] for p in (await c.get(pulls)).json()] == [1]  # still one pull request
+
+            r = await c.post(f"{t}/reviews", json={"verdict": "approve", "commit_sha": second["head_sha"]})
+            assert r.status_code == 201, r.text
+            r = await c.post(f"{t}/merge", json={"strategy": "merge", "expected_head_sha": second["head_sha"]})
+            assert r.status_code == 200, r.text
+            merged = (await c.get(f"{pulls}/1")).json()
+            assert merged["merged"] is True and merged["merge_commit_sha"] == r.json()["merged_sha"]
+            assert merged["merged_by"]["login"] == "ana"
+
+    for url in serve(review_settings):
+        asyncio.run(check(Env(url=url, settings=review_settings, token=token, repo_path=path)))

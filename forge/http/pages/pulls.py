@@ -34,7 +34,7 @@ from forge.repos.pull_shapes import (
     UpdateBranchRequest,
 )
 from forge.repos.pull_suggestions import Suggestions
-from forge.repos.pulls import Pulls, parse_number
+from forge.repos.pulls import Pulls, parse_number, task_number_of
 
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
@@ -330,6 +330,7 @@ class _Page:
         )
         principal = self.view.principal
         rules = await merge_rules.base_rules(pulls.session, res, pull.base_ref)
+        task_number = task_number_of(pull.head_ref)  # a task's work: reviewed and merged through the task
         return self.view.render(
             "repos/pull.html",
             status_code,
@@ -348,6 +349,7 @@ class _Page:
             checks=checks,
             verdicts=VERDICTS,
             can_review=can(principal, Action.PULL_REVIEW, res),
+            task_number=task_number,
             may_merge=merge_rules.may_merge(rules, principal.login or ""),
             mergers=rules.merge_allowlist,
             can_edit=can(principal, Action.PULL_WRITE, res),
