@@ -20,6 +20,7 @@ from forge.git import NotABlob, PathNotFound, read_blob
 
 LOCATIONS = ("CODEOWNERS", ".forgehand/CODEOWNERS", "docs/CODEOWNERS")
 MAX_BYTES = 3 * 1024 * 1024  # GitHub's limit for the file
+MAX_RULES = 2000  # each changed path is matched against every rule
 MAX_ERRORS = 10
 
 
@@ -63,6 +64,9 @@ def parse(text: str, where: str = "CODEOWNERS") -> CodeOwners:
         line = raw.split(" #", 1)[0].strip() if not raw.lstrip().startswith("#") else ""
         if not line:
             continue
+        if len(rules) >= MAX_RULES:
+            errors.append(f"CODEOWNERS line {number}: more than {MAX_RULES} rules: merge patterns")
+            break
         pattern, *tokens = line.split()
         if pattern.startswith("!"):
             errors.append(f"CODEOWNERS line {number}: negation ({pattern}) is not supported")

@@ -42,3 +42,9 @@ def test_what_cannot_be_read_is_named_by_line() -> None:
         "CODEOWNERS line 5: owner 'bob' is not written @login",
     ]
     assert parse("").rules == [] and parse("# only comments\n\n").errors == []
+
+
+def test_a_file_with_too_many_rules_is_named_not_matched_without_end() -> None:
+    found = parse("".join(f"dir{i}/ @ana\n" for i in range(2100)))
+    assert len(found.rules) == 2000
+    assert found.errors == ["CODEOWNERS line 2001: more than 2000 rules: merge patterns"]
