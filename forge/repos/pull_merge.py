@@ -44,7 +44,8 @@ from forge.git.schemas import Identity, MergeConflictFile
 from forge.repos import merge_rules
 from forge.repos.merge_policy import MergePolicy
 from forge.repos.pull_shapes import PullMergeRequest, UpdateBranchRequest
-from forge.repos.pulls import Pulls, refuse_task_pull
+from forge.repos.pull_tasks import refuse_task_pull
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, load
 
 

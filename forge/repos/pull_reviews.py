@@ -31,7 +31,8 @@ from forge.repos.pull_shapes import (
     PullReviewRead,
     ReviewState,
 )
-from forge.repos.pulls import Pulls, refuse_task_pull
+from forge.repos.pull_tasks import refuse_task_pull
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, resource_roles
 from forge.repos.suggestion_text import suggestion_of
 

@@ -11,18 +11,15 @@ Numbers are shared with issues (one `issue_counters` row per repository), as on 
 Reading needs read access; taking part (open, edit, review, merge) the write role. Each change is
 audited (`repo.pull.*`) and published (`pull_request.*`) in its transaction."""
 
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import msgspec
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.core.access import Action, Principal, can, require
+from forge.core.access import Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, InvalidState, NotFound
 from forge.db import audit
@@ -58,92 +55,6 @@ async def allocate_number(session: AsyncSession, repo_id: int) -> int:
         .execution_options(synchronize_session=False)
     )
     return int((await session.execute(stmt)).scalar_one())
-
-
-async def open_pull_numbers(session: AsyncSession, res: RepoResource) -> dict[str, int]:
-    """head branch -> the number of its open pull request into the default branch (or any base)."""
-    rows = await session.execute(
-        select(PullRequest.head_ref, PullRequest.base_ref, PullRequest.number)
-        .where(PullRequest.repo_id == res.repo.id, PullRequest.state == "open")
-        .order_by(PullRequest.number)
-    )
-    found: dict[str, int] = {}
-    for head, base, number in rows.all():
-        if head not in found or base == res.repo.default_branch:
-            found[head] = number
-    return found
-
-
-class AwaitingReview(msgspec.Struct, kw_only=True):
-    """An open pull request the person can review and has not reviewed at its head."""
-
-    repository: str
-    number: int
-    title: str
-    author: str
-    requested: bool  # the person's review was asked for
-    html_url: str
-
-
-async def awaiting_review(
-    session: AsyncSession, principal: Principal, repos: Sequence[RepoResource], base_url: str, limit: int = 20
-) -> list[AwaitingReview]:
-    """The dashboard's pull requests for `principal`: open ones in repositories where they may
-    review, by someone else, without their review of the current head; requested ones first."""
-    me = principal.account_id
-    by_id = {r.repo.id: r for r in repos if me is not None and can(principal, Action.PULL_REVIEW, r)}
-    if not by_id:
-        return []
-    reviewed = select(PullReview.id).where(
-        PullReview.pull_id == PullRequest.id, PullReview.author_id == me, PullReview.commit_sha == PullRequest.head_sha
-    )
-    requested = select(PullReviewRequest.id).where(
-        PullReviewRequest.pull_id == PullRequest.id, PullReviewRequest.account_id == me
-    )
-    rows = await session.execute(
-        select(PullRequest, Account.login, requested.exists())
-        .outerjoin(Account, Account.id == PullRequest.author_id)
-        .where(
-            PullRequest.repo_id.in_(list(by_id)),
-            PullRequest.state == "open",
-            PullRequest.draft.is_(False),
-            PullRequest.author_id.is_distinct_from(me),
-            ~reviewed.exists(),
-        )
-        .order_by(requested.exists().desc(), PullRequest.updated_at.desc())
-        .limit(limit)
-    )
-    return [
-        AwaitingReview(
-            repository=by_id[p.repo_id].full_name,
-            number=p.number,
-            title=p.title,
-            author=login or "",
-            requested=bool(asked),
-            html_url=f"{base_url}/{by_id[p.repo_id].full_name}/pull/{p.number}",
-        )
-        for p, login, asked in rows.all()
-    ]
-
-
-_TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)
-
-
-def task_number_of(head_ref: str) -> int | None:
-    """The task whose branch a pull request's head is (`agent/<number>-<slug>`), or None."""
-    found = _TASK_BRANCH.match(head_ref)
-    return int(found.group(1)) if found else None
-
-
-def refuse_task_pull(res: RepoResource, pull: PullRequest, base_url: str) -> None:
-    """A task's pull request is reviewed and merged through its task (for now): 409 naming where."""
-    number = task_number_of(pull.head_ref)
-    if number is not None:
-        raise InvalidState(
-            f"#{pull.number} holds the work of task #{number}: review and merge it on the task's review page, "
-            f"{base_url}/{res.full_name}/tasks/{number}/review",
-            code=Code.TASK_PULL_REQUEST,
-        )
 
 
 def parse_number(raw: str) -> int:
@@ -441,45 +352,7 @@ class Pulls:
         if pull.state != "open":
             raise InvalidState(f"#{pull.number} is {pull.state}: reopen it first", code=Code.PULL_NOT_OPEN)
 
-    # -- the pull requests of tasks ---------------------------------------------------------
-
-    async def open_for_task(
-        self, agent: Actor, res: RepoResource, *, head: str, base: str, title: str, body: str
-    ) -> PullRequest | None:
-        """The pull request of a task's branch into its base, opened by the task's agent (or the open
-        one, when there is one already). None when a branch is gone or the head adds nothing."""
-        found = (
-            await self.session.execute(
-                select(PullRequest).where(
-                    PullRequest.repo_id == res.repo.id,
-                    PullRequest.head_ref == head,
-                    PullRequest.base_ref == base,
-                    PullRequest.state == "open",
-                )
-            )
-        ).scalar_one_or_none()
-        if found is not None:
-            return found
-        tips = await self.store.read(res.key, divergence, base, head)
-        if tips.base_sha is None or tips.head_sha is None or tips.ahead_by == 0:
-            return None
-        pull = PullRequest(
-            repo_id=res.repo.id,
-            number=await allocate_number(self.session, res.repo.id),
-            title=title[:256] or head,
-            body=body[:65_536],
-            head_ref=head,
-            base_ref=base,
-            head_sha=tips.head_sha,
-            base_sha=tips.base_sha,
-            state="open",
-            author_id=agent.principal.account_id,
-        )
-        self.session.add(pull)
-        await self.session.flush()
-        audit.record(self.session, agent, "repo.pull.open", f"{res.full_name}#{pull.number}", head=head, base=base)
-        await self.publish(agent, res, pull, "opened")
-        return pull
+    # -- merged elsewhere, closed with their task ---------------------------------------------
 
     async def record_merged(
         self, actor: Actor, res: RepoResource, pull: PullRequest, how: str, merged_sha: str, base_before: str

@@ -29,7 +29,8 @@ from forge.db.models import PushRecord, Repository
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, RepoStore, ref_locks
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.service_process import GitServiceProcess
-from forge.repos.pulls import Pulls, open_pull_numbers
+from forge.repos.pull_lists import open_pull_numbers
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, branch_rules
 
 log = structlog.get_logger(__name__)

@@ -12,6 +12,7 @@ from forge.core.access import Principal
 from forge.db.audit import Actor
 from forge.db.models import Account, PullRequest
 from forge.git import RefUpdate, RepoStore
+from forge.repos.pull_tasks import open_for_task
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.lifecycle import Lifecycle
@@ -51,7 +52,8 @@ async def follow(life: Lifecycle, store: RepoStore, task: Task, res: RepoResourc
         return
     starter = await life.session.get(Account, task.started_by_id) if task.started_by_id else None
     url = f"{life.base_url}/{res.full_name}/tasks/{task.number}"
-    opened = await pulls.open_for_task(
+    opened = await open_for_task(
+        pulls,
         agent,
         res,
         head=task.branch,

@@ -9,7 +9,7 @@ from litestar.response import Redirect, Template
 from forge.http.deps import DbSession, SettingsDep
 from forge.http.pages.common import page
 from forge.repos import repositories
-from forge.repos.pulls import awaiting_review
+from forge.repos.pull_lists import awaiting_review
 
 
 class HomePages(Controller):

@@ -34,7 +34,8 @@ from forge.repos.pull_shapes import (
     UpdateBranchRequest,
 )
 from forge.repos.pull_suggestions import Suggestions
-from forge.repos.pulls import Pulls, parse_number, task_number_of
+from forge.repos.pull_tasks import task_number_of
+from forge.repos.pulls import Pulls, parse_number
 
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
