@@ -35,7 +35,7 @@ from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig
 from forge.http.api.admin import AdminController
 from forge.http.api.contract import ContractJsonPlugin
-from forge.http.api.pulls import PullController, SuggestionController, ThreadController
+from forge.http.api.pulls import PendingReviewController, PullController, SuggestionController, ThreadController
 from forge.http.api.reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.http.api.repos import BrowseController, RepoController
 from forge.http.api.statuses import StatusController
@@ -204,6 +204,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         PullController,
         SuggestionController,
         ThreadController,
+        PendingReviewController,
         *TASK_API_HANDLERS,
         *WEBHOOK_HANDLERS,
         *TASK_PAGE_HANDLERS,

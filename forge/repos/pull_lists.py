@@ -47,7 +47,10 @@ async def awaiting_review(
     if not by_id:
         return []
     reviewed = select(PullReview.id).where(
-        PullReview.pull_id == PullRequest.id, PullReview.author_id == me, PullReview.commit_sha == PullRequest.head_sha
+        PullReview.pull_id == PullRequest.id,
+        PullReview.author_id == me,
+        PullReview.commit_sha == PullRequest.head_sha,
+        PullReview.verdict != "pending",
     )
     requested = select(PullReviewRequest.id).where(
         PullReviewRequest.pull_id == PullRequest.id, PullReviewRequest.account_id == me

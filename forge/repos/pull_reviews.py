@@ -10,7 +10,7 @@ is `forge.repos.merge_rules`."""
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Action, Role, require
@@ -24,6 +24,7 @@ from forge.db.models import Account, PullComment, PullRequest, PullReview, PullR
 from forge.git.compare import compare
 from forge.git.schemas import Comparison
 from forge.repos.pull_shapes import (
+    PendingReviewSubmit,
     PullCommentCreate,
     PullCommentRead,
     PullReviewCommentCreate,
@@ -41,7 +42,9 @@ _STATES: dict[str, ReviewState] = {
     "approve": "APPROVED",
     "request_changes": "CHANGES_REQUESTED",
     "comment": "COMMENTED",
+    "pending": "PENDING",
 }
+PENDING = "pending"
 
 
 def anchors(comparison: Comparison) -> dict[str, dict[str, set[int]]]:
@@ -93,6 +96,8 @@ class PullReviews:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
         refuse_task_pull(res, pull, self.pulls.base_url)
+        if data.event is None:
+            return await self._add_pending(actor, res, pull, data)
         verdict = _VERDICTS[data.event]
         self._check_review(actor, pull, verdict, data)
         await self._check_lines(res, pull, data.comments)
@@ -107,6 +112,13 @@ class PullReviews:
         await self.session.flush()
         for c in data.comments:
             self.session.add(self._comment(actor, pull, c.body, c.path, c.line, c.side, review.id))
+        await self._answered(actor, res, pull, review, len(data.comments))
+        return review
+
+    async def _answered(
+        self, actor: Actor, res: RepoResource, pull: PullRequest, review: PullReview, comments: int
+    ) -> None:
+        """A review published: the reviewer's request answered, the audit row, `pull_request.review_submitted`."""
         await self.session.execute(
             delete(PullReviewRequest).where(
                 PullReviewRequest.pull_id == pull.id, PullReviewRequest.account_id == actor.principal.account_id
@@ -118,17 +130,87 @@ class PullReviews:
             actor,
             "repo.pull.review",
             f"{res.full_name}#{pull.number}",
-            verdict=verdict,
+            verdict=review.verdict,
             head_sha=pull.head_sha,
-            comments=len(data.comments),
+            comments=comments,
         )
         await self.pulls.publish(
-            actor, res, pull, "review_submitted", review_id=review.id, verdict=verdict, comments=len(data.comments)
+            actor, res, pull, "review_submitted", review_id=review.id, verdict=review.verdict, comments=comments
         )
+
+    async def _pending(self, pull: PullRequest, author_id: int | None) -> PullReview | None:
+        found = await self.session.execute(
+            select(PullReview).where(
+                PullReview.pull_id == pull.id, PullReview.author_id == author_id, PullReview.verdict == PENDING
+            )
+        )
+        return found.scalar_one_or_none()
+
+    async def _add_pending(
+        self, actor: Actor, res: RepoResource, pull: PullRequest, data: PullReviewCreate
+    ) -> PullReview:
+        """Comments gathered in the author's pending review (one per person), seen by them only."""
+        if pull.state != "open":
+            raise InvalidState(f"#{pull.number} is {pull.state}: only comments are taken now", code=Code.PULL_NOT_OPEN)
+        await self._check_lines(res, pull, data.comments)
+        review = await self._pending(pull, actor.principal.account_id)
+        if review is None:
+            review = PullReview(
+                pull_id=pull.id,
+                author_id=actor.principal.account_id,
+                verdict=PENDING,
+                body="",
+                commit_sha=pull.head_sha,
+            )
+            self.session.add(review)
+            await self.session.flush()
+        if data.body.strip():
+            review.body = data.body
+        for c in data.comments:
+            self.session.add(self._comment(actor, pull, c.body, c.path, c.line, c.side, review.id))
+        audit.record(
+            self.session,
+            actor,
+            "repo.pull.review_pending",
+            f"{res.full_name}#{pull.number}",
+            comments=len(data.comments),
+        )
+        await self.session.flush()
         return review
 
+    async def publish_pending(
+        self, actor: Actor, res: RepoResource, number: int, review_id: int, data: PendingReviewSubmit
+    ) -> PullReview:
+        """Publish the caller's pending review with a verdict: as a review written now, at the head."""
+        require(actor.principal, Action.PULL_REVIEW, res)
+        pull = await self.pulls.get(res, number, lock=True)
+        review = await self._pending(pull, actor.principal.account_id)
+        if review is None or review.id != review_id:
+            raise NotFound(f"you have no pending review {review_id} on #{number}", code=Code.NOT_FOUND)
+        verdict = _VERDICTS[data.event]
+        comments = (
+            await self.session.execute(select(func.count(PullComment.id)).where(PullComment.review_id == review.id))
+        ).scalar_one()
+        body = data.body or review.body
+        self._check_review(actor, pull, verdict, PullReviewCreate(event=data.event, body=body, comments=[]), comments)
+        review.verdict, review.body, review.commit_sha, review.created_at = verdict, body, pull.head_sha, utcnow()
+        await self._answered(actor, res, pull, review, int(comments))
+        return review
+
+    async def discard_pending(self, actor: Actor, res: RepoResource, number: int, review_id: int) -> None:
+        require(actor.principal, Action.PULL_REVIEW, res)
+        pull = await self.pulls.get(res, number)
+        review = await self._pending(pull, actor.principal.account_id)
+        if review is None or review.id != review_id:
+            raise NotFound(f"you have no pending review {review_id} on #{number}", code=Code.NOT_FOUND)
+        audit.record(
+            self.session, actor, "repo.pull.review_discard", f"{res.full_name}#{pull.number}", review=review_id
+        )
+        await self.session.delete(review)
+        await self.session.flush()
+
     @staticmethod
-    def _check_review(actor: Actor, pull: PullRequest, verdict: str, data: PullReviewCreate) -> None:
+    def _check_review(actor: Actor, pull: PullRequest, verdict: str, data: PullReviewCreate, gathered: int = 0) -> None:
         if verdict != "comment" and pull.state != "open":
             raise InvalidState(f"#{pull.number} is {pull.state}: only comments are taken now", code=Code.PULL_NOT_OPEN)
         if verdict != "comment" and actor.principal.account_id == pull.author_id:
@@ -136,7 +218,7 @@ class PullReviews:
                 "the author of a pull request cannot approve it or request changes: comment instead",
                 code=Code.CANNOT_REVIEW_OWN,
             )
-        if verdict != "approve" and not data.body.strip() and not data.comments:
+        if verdict != "approve" and not data.body.strip() and not data.comments and not gathered:
             raise InvalidInput(
                 "a review that requests changes or comments needs a body or line comments: say what to change",
                 code=Code.VALIDATION_FAILED,
@@ -262,12 +344,15 @@ class PullReviews:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def reviews(self, res: RepoResource, pull: PullRequest) -> list[PullReviewRead]:
+    async def reviews(self, res: RepoResource, pull: PullRequest, viewer: int | None = None) -> list[PullReviewRead]:
+        """The reviews, oldest first; a pending one only for its author (`viewer`)."""
         rows = (
             await self.session.execute(
                 select(PullReview, Account)
                 .outerjoin(Account, Account.id == PullReview.author_id)
-                .where(PullReview.pull_id == pull.id)
+                .where(
+                    PullReview.pull_id == pull.id, or_(PullReview.verdict != PENDING, PullReview.author_id == viewer)
+                )
                 .order_by(PullReview.id)
             )
         ).all()
@@ -286,12 +371,17 @@ class PullReviews:
         ]
 
     async def comments(
-        self, res: RepoResource, pull: PullRequest, *, on_lines: bool | None = None
+        self, res: RepoResource, pull: PullRequest, *, on_lines: bool | None = None, viewer: int | None = None
     ) -> list[PullCommentRead]:
+        """The comments, oldest first; those of a pending review only for its author (`viewer`)."""
         stmt = (
             select(PullComment, Account)
             .outerjoin(Account, Account.id == PullComment.author_id)
-            .where(PullComment.pull_id == pull.id)
+            .outerjoin(PullReview, PullReview.id == PullComment.review_id)
+            .where(
+                PullComment.pull_id == pull.id,
+                or_(PullReview.id.is_(None), PullReview.verdict != PENDING, PullReview.author_id == viewer),
+            )
             .order_by(PullComment.id)
         )
         if on_lines is not None:

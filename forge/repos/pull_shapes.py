@@ -16,7 +16,7 @@ Title = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TITLE)]
 Body = Annotated[str, msgspec.Meta(max_length=MAX_BODY)]
 Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=255)]
 ReviewEvent = Literal["APPROVE", "REQUEST_CHANGES", "COMMENT"]
-ReviewState = Literal["APPROVED", "CHANGES_REQUESTED", "COMMENTED", "DISMISSED"]
+ReviewState = Literal["APPROVED", "CHANGES_REQUESTED", "COMMENTED", "DISMISSED", "PENDING"]
 Side = Literal["LEFT", "RIGHT"]
 #: `clean` mergeable now; `blocked` a branch rule is unmet; `dirty` conflicts; `draft`; `unknown`
 #: not computed (lists); `closed` no longer open.
@@ -60,11 +60,19 @@ class PullReviewCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_field
 
 
 class PullReviewCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    event: ReviewEvent = "COMMENT"
+    # No event: a pending review only its author sees, published later with a verdict (as GitHub).
+    event: ReviewEvent | None = None
     body: Body = ""
     # The head the reviewer read: a review of an older head is refused (`head_moved`).
     commit_id: Annotated[str, msgspec.Meta(max_length=64)] | None = None
     comments: Annotated[list[PullReviewCommentCreate], msgspec.Meta(max_length=100)] = []
+
+
+class PendingReviewSubmit(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The verdict that publishes a pending review, with its comments."""
+
+    event: ReviewEvent
+    body: Body = ""
 
 
 class PullCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -14,7 +14,7 @@ audited (`repo.pull.*`) and published (`pull_request.*`) in its transaction."""
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -222,7 +222,11 @@ class Pulls:
             return {}
         rows = await self.session.execute(
             select(PullComment.pull_id, PullComment.path.is_(None), func.count())
-            .where(PullComment.pull_id.in_([p.id for p in pulls]))
+            .outerjoin(PullReview, PullReview.id == PullComment.review_id)
+            .where(
+                PullComment.pull_id.in_([p.id for p in pulls]),
+                or_(PullReview.id.is_(None), PullReview.verdict != "pending"),  # drafts are their author's
+            )
             .group_by(PullComment.pull_id, PullComment.path.is_(None))
         )
         found: dict[int, tuple[int, int]] = {}

@@ -440,3 +440,39 @@ def test_who_may_merge_and_whether_a_change_request_blocks(team: Team) -> None:
     assert refused.status_code == 403 and refused.json()["code"] == "not_allowed_to_merge"
     assert "only @bob may merge into main" in refused.json()["detail"]
     assert team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": head}).status_code == 200
+
+
+def test_a_pending_review_is_its_authors_until_published_with_a_verdict(team: Team) -> None:
+    head = team.commit("draft", "d.py", "x = 1\ny = 2\n", new=True)
+    team.push("draft")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "D", "head": "draft", "base": "main"}).json()[
+        "number"
+    ]
+    one = {"comments": [{"path": "d.py", "line": 1, "body": "name x better"}]}
+    r = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=one)
+    assert r.status_code == 200 and r.json()["state"] == "PENDING", r.text
+    review_id = r.json()["id"]
+    two = {"comments": [{"path": "d.py", "line": 2, "body": "and y"}]}
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=two).json()["id"] == review_id
+    # bob sees his draft; ana sees nothing of it, and nothing was announced or counted
+    assert [c["body"] for c in team.call("GET", f"{API}/pulls/{number}/comments", team.bob).json()] == [
+        "name x better", "and y",
+    ]  # fmt: skip
+    assert team.call("GET", f"{API}/pulls/{number}/comments", team.ana).json() == []
+    assert team.call("GET", f"{API}/pulls/{number}/reviews", team.ana).json() == []
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["review_comments"] == 0
+    assert team.call("POST", f"{API}/pulls/{number}/reviews/{review_id}/events", team.ana,
+                     json={"event": "COMMENT", "body": "x"}).status_code == 404  # fmt: skip
+
+    r = team.call("POST", f"{API}/pulls/{number}/reviews/{review_id}/events", team.bob,
+                  json={"event": "REQUEST_CHANGES", "body": "Two names to fix."})  # fmt: skip
+    assert r.status_code == 200 and r.json()["state"] == "CHANGES_REQUESTED" and r.json()["commit_id"] == head
+    assert len(team.call("GET", f"{API}/pulls/{number}/comments", team.ana).json()) == 2
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == ["changes requested by bob"]
+
+    # a draft can be thrown away, with its comments
+    r = team.call("POST", f"{API}/pulls/{number}/reviews", team.rita, json=one)
+    assert r.status_code == 403  # a reader has no draft to write
+    other = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=one).json()["id"]
+    assert team.call("DELETE", f"{API}/pulls/{number}/reviews/{other}", team.bob).status_code == 204
+    assert len(team.call("GET", f"{API}/pulls/{number}/comments", team.bob).json()) == 2

@@ -4,7 +4,7 @@ shapes (forge/repos/pulls.py, pull_reviews.py, pull_merge.py; docs/pulls.md)."""
 from typing import Annotated, Literal
 
 import msgspec
-from litestar import Controller, get, patch, post, put
+from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, QueryParameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -14,6 +14,7 @@ from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, MergeRunner
 from forge.repos.pull_merge import MergeRunner, PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
+    PendingReviewSubmit,
     PullCommentCreate,
     PullCommentRead,
     PullCreate,
@@ -165,6 +166,7 @@ class PullController(Controller):
     async def reviews(
         self,
         db_session: DbSession,
+        actor: ActorDep,
         bus: BusDep,
         store: StoreDep,
         path_repo: PathRepoDep,
@@ -173,7 +175,8 @@ class PullController(Controller):
     ) -> list[PullReviewRead]:
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
-        return await PullReviews(pulls).reviews(res, await pulls.get(res, parse_number(number)))
+        viewer = actor.principal.account_id
+        return await PullReviews(pulls).reviews(res, await pulls.get(res, parse_number(number)), viewer)
 
     @post(
         "/{number:str}/reviews",
@@ -196,12 +199,13 @@ class PullController(Controller):
         reviews = PullReviews(pulls)
         review = await reviews.submit(actor, res, parse_number(number), data)
         pull = await pulls.get(res, parse_number(number))
-        return next(r for r in await reviews.reviews(res, pull) if r.id == review.id)
+        return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
 
     @get("/{number:str}/comments", summary="The line comments of a pull request, oldest first")
     async def comments(
         self,
         db_session: DbSession,
+        actor: ActorDep,
         bus: BusDep,
         store: StoreDep,
         path_repo: PathRepoDep,
@@ -210,7 +214,8 @@ class PullController(Controller):
     ) -> list[PullCommentRead]:
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
-        return await PullReviews(pulls).comments(res, await pulls.get(res, parse_number(number)), on_lines=True)
+        pull = await pulls.get(res, parse_number(number))
+        return await PullReviews(pulls).comments(res, pull, on_lines=True, viewer=actor.principal.account_id)
 
     @post("/{number:str}/comments", summary="Comment on the conversation, or on a line (path and line)")
     async def comment(
@@ -229,7 +234,7 @@ class PullController(Controller):
         reviews = PullReviews(pulls)
         row = await reviews.comment(actor, res, parse_number(number), data)
         pull = await pulls.get(res, parse_number(number))
-        return next(c for c in await reviews.comments(res, pull) if c.id == row.id)
+        return next(c for c in await reviews.comments(res, pull, viewer=actor.principal.account_id) if c.id == row.id)
 
     @post(
         "/{number:str}/requested_reviewers", summary="Ask people or bots with write access to review", status_code=201
@@ -284,7 +289,7 @@ async def _resolve(
     reviews = PullReviews(pulls)
     root = await reviews.resolve(actor, res, parse_number(number), comment_id, resolved=resolved)
     pull = await pulls.get(res, parse_number(number))
-    return next(c for c in await reviews.comments(res, pull) if c.id == root.id)
+    return next(c for c in await reviews.comments(res, pull, viewer=actor.principal.account_id) if c.id == root.id)
 
 
 class ThreadController(Controller):
@@ -306,3 +311,30 @@ class ThreadController(Controller):
     ) -> PullCommentRead:  # fmt: skip
         pulls = _pulls(db_session, store, bus, forge_url)
         return await _resolve(pulls, actor, path_repo, number, comment_id, resolved=False)
+
+
+class PendingReviewController(Controller):
+    path = REPO + "/pulls/{number:str}/reviews/{review_id:int}"
+    tags = ["pull requests"]
+
+    @post("/events", summary="Publish your pending review with a verdict", status_code=200)
+    async def publish(
+        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
+        forge_url: BaseUrlDep, number: FromPath[str], review_id: FromPath[int], data: JSONBody[PendingReviewSubmit],
+    ) -> PullReviewRead:  # fmt: skip
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        reviews = PullReviews(pulls)
+        review = await reviews.publish_pending(actor, res, parse_number(number), review_id, data)
+        pull = await pulls.get(res, parse_number(number))
+        return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
+
+    @delete("/", summary="Discard your pending review and its comments", status_code=204)
+    async def discard(
+        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
+        forge_url: BaseUrlDep, number: FromPath[str], review_id: FromPath[int],
+    ) -> None:  # fmt: skip
+        res = await path_repo.load()
+        await PullReviews(_pulls(db_session, store, bus, forge_url)).discard_pending(
+            actor, res, parse_number(number), review_id
+        )
