@@ -476,3 +476,34 @@ def test_a_pending_review_is_its_authors_until_published_with_a_verdict(team: Te
     other = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=one).json()["id"]
     assert team.call("DELETE", f"{API}/pulls/{number}/reviews/{other}", team.bob).status_code == 204
     assert len(team.call("GET", f"{API}/pulls/{number}/comments", team.bob).json()) == 2
+
+
+def test_a_deleted_or_force_pushed_head_is_marked_and_its_approvals_go(team: Team) -> None:
+    rule = {"pattern": "main", "required_approvals": 1}  # dismiss_stale_approvals: on by default
+    assert team.call("POST", f"{API}/branch-rules", team.ana, json=rule).json()["dismiss_stale_approvals"] is True
+    head = team.commit("gone", "g.txt", "g\n", new=True)
+    team.push("gone")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "G", "head": "gone", "base": "main"}).json()[
+        "number"
+    ]
+    assert team.call(
+        "POST", f"{API}/pulls/{number}/reviews", team.bob, json={"event": "APPROVE", "commit_id": head}
+    ).is_success
+    # force-push another commit in its place: the approval of the old head is dismissed
+    git("reset", "--hard", "HEAD~1", cwd=team.work)
+    rewritten = team.commit("gone", "g.txt", "rewritten\n")
+    team.push("gone", "--force")
+    pull = team.call("GET", f"{API}/pulls/{number}", team.ana).json()
+    assert pull["head"]["sha"] == rewritten
+    assert [r["state"] for r in team.call("GET", f"{API}/pulls/{number}/reviews", team.ana).json()] == ["DISMISSED"]
+    # deleting the head branch leaves the pull request open, marked, unmergeable
+    git("push", "origin", "--delete", "gone", cwd=team.work)
+    pull = team.call("GET", f"{API}/pulls/{number}", team.ana).json()
+    assert pull["state"] == "open" and pull["head"]["sha"] == "" and pull["mergeable"] is False
+    assert pull["unmet_rules"] == [
+        "the head branch gone was deleted", "1 approval(s) required by the rules of main, 0 given",
+    ]  # fmt: skip
+    r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={})
+    assert r.status_code == 409 and r.json()["code"] == "pull_head_gone"
+    team.push("gone")  # pushed again, it is followed again
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["head"]["sha"] == rewritten
