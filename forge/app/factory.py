@@ -56,6 +56,7 @@ from forge.http.pages.signin import AuthPages
 from forge.http.pages.tokens import TokenPages
 from forge.http.problems import EXCEPTION_HANDLERS, audit_refusal
 from forge.repos.pushes import PushRecorder
+from tasks.http.pull_work_api import TaskWorkForPulls
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
@@ -186,6 +187,8 @@ def app_state(parts: Parts) -> dict[str, Any]:
         "webhooks": parts.hooks,
         # Every merge of a pull request asks the repository's policy consumers (`pre_merge`).
         "merge_policy": parts.hooks.merge_policy,
+        # A task's pull request reviewed or merged over the API goes through its task.
+        "task_work": TaskWorkForPulls(parts.task_system),
         "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/http/pages/account.py)
     }
 

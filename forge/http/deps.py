@@ -25,6 +25,7 @@ from forge.http.auth import actor_of
 from forge.repos import repositories
 from forge.repos.merge_policy import AllowAll, MergePolicy
 from forge.repos.pull_merge import MergeRunner
+from forge.repos.pull_tasks import TaskWork
 from forge.repos.repositories import RepoResource
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -91,7 +92,15 @@ def provide_merge_runner(state: State) -> MergeRunner:
     """Merges of pull requests, asking the policy consumers the app was composed with."""
     settings: Settings = state.settings
     policy: MergePolicy = state.get("merge_policy") or AllowAll()
-    return MergeRunner(state.db, state.repo_store, state.bus, settings.effective_base_url, policy)
+    return MergeRunner(
+        state.db, state.repo_store, state.bus, settings.effective_base_url, policy, state.get("task_work")
+    )
+
+
+def provide_task_work(state: State) -> TaskWork | None:
+    """The tasks side of a task's pull request, when the app was composed with tasks."""
+    found: TaskWork | None = state.get("task_work")
+    return found
 
 
 DEPENDENCIES = {
@@ -106,6 +115,7 @@ DEPENDENCIES = {
     "bus": _from_state("bus"),
     "path_repo": Provide(provide_path_repo, sync_to_thread=False),
     "merge_runner": Provide(provide_merge_runner, sync_to_thread=False),
+    "task_work": Provide(provide_task_work, sync_to_thread=False),
 }
 
 # Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).
@@ -122,3 +132,4 @@ StoreDep = NamedDependency[RepoStore]
 BusDep = NamedDependency[EventBus]
 PathRepoDep = NamedDependency[PathRepo]
 MergeRunnerDep = NamedDependency[MergeRunner]
+TaskWorkDep = NamedDependency[TaskWork | None]

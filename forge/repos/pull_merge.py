@@ -44,7 +44,7 @@ from forge.git.schemas import Identity, MergeConflictFile
 from forge.repos import merge_rules
 from forge.repos.merge_policy import MergePolicy
 from forge.repos.pull_shapes import PullMergeRequest, UpdateBranchRequest
-from forge.repos.pull_tasks import refuse_task_pull
+from forge.repos.pull_tasks import TaskWork, refuse_task_pull, task_number_of
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, load
 
@@ -295,12 +295,18 @@ class MergeRunner:
     bus: EventBus
     base_url: str
     policy: MergePolicy
+    tasks: TaskWork | None = None  # merges a task's pull request through its task
 
     async def merge(self, actor: Actor, owner: str, name: str, number: int, data: PullMergeRequest) -> PullRequest:
         async with self.db.session() as s:
             res = await load(s, actor.principal, owner, name)
-            planned = await PullMerge(Pulls(s, self.store, self.bus, self.base_url)).plan(actor, res, number, data)
-            repo = (res.repo.id, res.repo.uuid, res.full_name)
+            pulls = Pulls(s, self.store, self.bus, self.base_url)
+            task = task_number_of((await pulls.get(res, number)).head_ref) if self.tasks is not None else None
+            if task is None:
+                planned = await PullMerge(pulls).plan(actor, res, number, data)
+                repo = (res.repo.id, res.repo.uuid, res.full_name)
+        if task is not None and self.tasks is not None:
+            return await self._merge_task(actor, owner, name, number, task, data)
         if not planned.up_to_date:
             verdict = await self.policy.pre_merge(
                 repo_id=repo[0], repo_uuid=repo[1], full_name=repo[2], actor=AccountRef.of(actor.principal),
@@ -315,3 +321,13 @@ class MergeRunner:
             return await PullMerge(Pulls(s, self.store, self.bus, self.base_url)).write(
                 actor, res, number, data, planned
             )
+
+    async def _merge_task(
+        self, actor: Actor, owner: str, name: str, number: int, task: int, data: PullMergeRequest
+    ) -> PullRequest:
+        """A task's pull request merges as its task does; the task's merge records it merged."""
+        assert self.tasks is not None
+        await self.tasks.merge(actor, owner, name, task, data.strategy, (data.sha or "").strip().lower())
+        async with self.db.session() as s:
+            res = await load(s, actor.principal, owner, name)
+            return await Pulls(s, self.store, self.bus, self.base_url).get(res, number)

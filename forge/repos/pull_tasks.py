@@ -1,9 +1,12 @@
 """Pull requests of tasks: a task's branch (`agent/<number>-<slug>`, written by forgehand only)
-proposed into its base, opened by the task's agent. For now its review and merge go through the
-task (tasks/core/task_pulls.py keeps the pull request following the task); the pull request's
-own review, merge, Update branch and suggestions answer `task_pull_request` with the way there."""
+proposed into its base, opened by the task's agent (tasks/core/task_pulls.py keeps it following
+the task). A review or a merge of such a pull request over the API goes through the task
+(`TaskWork`, which the composition root hands in): the task's merge rules, its `pre_merge`
+question and its follow-up run on a change request apply, exactly as on the task's review page.
+What only a person's branch has (Update branch, suggestions) answers `task_pull_request`."""
 
 import re
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy import select
 
@@ -13,10 +16,26 @@ from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import PullRequest
 from forge.git.compare import divergence
+from forge.git.merge import MergeStrategy
+from forge.repos.pull_shapes import PullReviewCreate
 from forge.repos.pulls import Pulls, allocate_number
 from forge.repos.repositories import RepoResource
 
 _TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)
+
+
+@runtime_checkable  # a handler's dependency: Litestar checks its type
+class TaskWork(Protocol):
+    """What the tasks package does for a task's pull request. Each call opens its own transactions:
+    the caller holds none."""
+
+    async def merge(
+        self, actor: Actor, owner: str, name: str, task: int, strategy: MergeStrategy, head_sha: str
+    ) -> None: ...
+
+    async def review(self, actor: Actor, owner: str, name: str, task: int, data: PullReviewCreate) -> int:
+        """Submit the review on the task; the id of the task review it became."""
+        ...
 
 
 def task_number_of(head_ref: str) -> int | None:

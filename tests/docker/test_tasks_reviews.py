@@ -132,8 +132,8 @@ def test_a_denied_change_request_stores_nothing(review_settings: Settings) -> No
 
 def test_a_tasks_changes_are_a_pull_request_that_follows_it(review_settings: Settings) -> None:
     """A task in review with changes is a pull request from its branch into its base, opened by its
-    agent on behalf of the starter: a change request's run moves its head, the pull request's own
-    review and merge point to the task's, and the task's merge records it merged."""
+    agent on behalf of the starter; reviewed and merged as a pull request, it is the task that is
+    reviewed (a change request sends the agent back on the same branch) and merged (its rules)."""
     token, path = asyncio.run(seed(review_settings))
 
     async def check(env: Env) -> None:
@@ -152,24 +152,32 @@ def test_a_tasks_changes_are_a_pull_request_that_follows_it(review_settings: Set
             assert (pull["title"], pull["state"], pull["user"]) == ("Stamp", "open", {"login": "fixer", "type": "Bot"})
             assert pull["head"] == {"label": "ana:" + first["branch"], "ref": first["branch"], "sha": first["head_sha"]}
             assert pull["base"]["ref"] == "main" and "started by @ana" in pull["body"]
-            refused = await c.post(f"{pulls}/1/reviews", json={"event": "COMMENT", "body": "x"})
+            refused = await c.put(f"{pulls}/1/update-branch", json={})
             assert refused.status_code == 409 and refused.json()["code"] == "task_pull_request"
             assert "/ana/demo/tasks/1/review" in refused.json()["detail"]
-            assert (await c.put(f"{pulls}/1/merge", json={})).json()["code"] == "task_pull_request"
 
-            r = await c.post(f"{t}/reviews", json={"verdict": "request_changes", "body": "again"})
-            assert r.status_code == 201, r.text
+            # reviewed as a pull request: the change request is the task's, and the agent runs again
+            change = {"event": "REQUEST_CHANGES", "body": "again", "commit_id": first["head_sha"]}
+            r = await c.post(f"{pulls}/1/reviews", json=change)
+            assert r.status_code == 200 and r.json()["state"] == "CHANGES_REQUESTED", r.text
             second = await wait_state(c, 1, "awaiting_review", "failed", timeout=90)
             assert second["head_sha"] != first["head_sha"] and second["pull_request"]["number"] == 1
+            assert [x["kind"] for x in second["runs"]] == ["start", "review"]
             assert (await c.get(f"{pulls}/1")).json()["head"]["sha"] == second["head_sha"]
             assert [p["number"] for p in (await c.get(pulls)).json()] == [1]  # still one pull request
+            assert [r["verdict"] for r in (await c.get(f"{t}/reviews")).json()] == ["request_changes"]
 
-            r = await c.post(f"{t}/reviews", json={"verdict": "approve", "commit_sha": second["head_sha"]})
-            assert r.status_code == 201, r.text
-            r = await c.post(f"{t}/merge", json={"strategy": "merge", "expected_head_sha": second["head_sha"]})
+            # approved and merged as a pull request: the task's rules and merge apply
+            early = await c.put(f"{pulls}/1/merge", json={"sha": second["head_sha"]})
+            assert early.status_code == 409 and early.json()["code"] == "merge_blocked", early.text
+            ok = {"event": "APPROVE", "commit_id": second["head_sha"]}
+            assert (await c.post(f"{pulls}/1/reviews", json=ok)).status_code == 200
+            r = await c.put(f"{pulls}/1/merge", json={"strategy": "merge", "sha": second["head_sha"]})
             assert r.status_code == 200, r.text
+            task = (await c.get(t)).json()
+            assert task["state"] == "merged" and r.json()["sha"] == task["merged_sha"]
             merged = (await c.get(f"{pulls}/1")).json()
-            assert merged["merged"] is True and merged["merge_commit_sha"] == r.json()["merged_sha"]
+            assert merged["merged"] is True and merged["merge_commit_sha"] == task["merged_sha"]
             assert merged["merged_by"]["login"] == "ana"
 
     for url in serve(review_settings):

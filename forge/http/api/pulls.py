@@ -8,9 +8,20 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, QueryParameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.db.events import EventBus
+from forge.db.engine import utcnow
+from forge.db.events import AccountRef, EventBus
 from forge.git import RepoStore
-from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, MergeRunnerDep, PathRepoDep, StoreDep
+from forge.http.deps import (
+    ActorDep,
+    BaseUrlDep,
+    BusDep,
+    DatabaseDep,
+    DbSession,
+    MergeRunnerDep,
+    PathRepoDep,
+    StoreDep,
+    TaskWorkDep,
+)
 from forge.repos.pull_merge import MergeRunner, PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
@@ -27,7 +38,9 @@ from forge.repos.pull_shapes import (
     UpdateBranchRequest,
 )
 from forge.repos.pull_suggestions import Suggestions
+from forge.repos.pull_tasks import task_number_of
 from forge.repos.pulls import Pulls, parse_number
+from forge.repos.repositories import load
 
 REPO = "/api/v1/repos/{owner:str}/{name:str}"
 StateQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
@@ -52,6 +65,22 @@ async def _merge(
 ) -> MergeResultRead:
     pull = await runner.merge(actor, owner, name, parse_number(number), data)
     return MergeResultRead(sha=pull.merge_commit_sha or "", merged=True, message="Pull Request successfully merged")
+
+
+def _task_review_read(
+    review_id: int, actor: ActorDep, data: PullReviewCreate, head: str, page: str, task: int
+) -> PullReviewRead:
+    """A review of a task's pull request, as the task recorded it (its review page lists it)."""
+    states = {"APPROVE": "APPROVED", "REQUEST_CHANGES": "CHANGES_REQUESTED", "COMMENT": "COMMENTED"}
+    return PullReviewRead(
+        id=review_id,
+        user=AccountRef.of(actor.principal),
+        body=data.body,
+        state=states[data.event or "COMMENT"],  # type: ignore[arg-type]
+        commit_id=(data.commit_id or head).strip().lower(),
+        submitted_at=utcnow(),
+        html_url=f"{page}/tasks/{task}/review",
+    )
 
 
 class PullController(Controller):
@@ -185,21 +214,34 @@ class PullController(Controller):
     )
     async def review(
         self,
-        db_session: DbSession,
+        db: DatabaseDep,
         actor: ActorDep,
         bus: BusDep,
         store: StoreDep,
-        path_repo: PathRepoDep,
         forge_url: BaseUrlDep,
+        task_work: TaskWorkDep,
+        owner: FromPath[str],
+        name: FromPath[str],
         number: FromPath[str],
         data: JSONBody[PullReviewCreate],
     ) -> PullReviewRead:
-        res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
-        reviews = PullReviews(pulls)
-        review = await reviews.submit(actor, res, parse_number(number), data)
-        pull = await pulls.get(res, parse_number(number))
-        return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
+        # Transactions of its own (no request transaction): a task's pull request is reviewed
+        # through its task, whose service opens its own.
+        n = parse_number(number)
+        async with db.session() as s:
+            res = await load(s, actor.principal, owner, name)
+            pull = await _pulls(s, store, bus, forge_url).get(res, n)
+            task, head, page = task_number_of(pull.head_ref), pull.head_sha, f"{forge_url}/{res.full_name}"
+        if task is not None and task_work is not None:
+            review_id = await task_work.review(actor, owner, name, task, data)
+            return _task_review_read(review_id, actor, data, head, page, task)
+        async with db.session(write=True) as s:
+            res = await load(s, actor.principal, owner, name)
+            pulls = _pulls(s, store, bus, forge_url)
+            reviews = PullReviews(pulls)
+            review = await reviews.submit(actor, res, n, data)
+            pull = await pulls.get(res, n)
+            return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
 
     @get("/{number:str}/comments", summary="The line comments of a pull request, oldest first")
     async def comments(
