@@ -1,5 +1,6 @@
 """CODEOWNERS: who owns which paths, in GitHub's syntax, read from the base branch of a pull
-request (`CODEOWNERS`, `.forgehand/CODEOWNERS` or `docs/CODEOWNERS`, the first found).
+request (`.forgehand/CODEOWNERS`, `.github/CODEOWNERS`, `CODEOWNERS` or `docs/CODEOWNERS`, the
+first found).
 
 Each line is a pattern (gitignore's rules, matched by `pathspec`) and the owners of the paths it
 matches, as `@login`; `#` starts a comment; the last matching line wins, and a line with no
@@ -18,7 +19,7 @@ from pathspec import GitIgnoreSpec
 
 from forge.git import NotABlob, PathNotFound, read_blob
 
-LOCATIONS = ("CODEOWNERS", ".forgehand/CODEOWNERS", "docs/CODEOWNERS")
+LOCATIONS = (".forgehand/CODEOWNERS", ".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS")
 MAX_BYTES = 3 * 1024 * 1024  # GitHub's limit for the file
 MAX_RULES = 2000  # each changed path is matched against every rule
 MAX_ERRORS = 10

@@ -16,12 +16,16 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Role
+from forge.core.error_codes import Code
+from forge.core.errors import InvalidInput
 from forge.db.models import Account, BranchRule, PullRequest, PullReview
 from forge.git import RepoStore
 from forge.git.compare import changed_paths
 from forge.git.refrules import pattern_matches
 from forge.repos import codeowners, statuses
 from forge.repos.repositories import RepoResource, branch_rules, resource_roles
+
+MAX_OWNED_PATHS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +93,14 @@ async def verdicts(session: AsyncSession, res: RepoResource, pull: PullRequest, 
     approvals: list[str] = []
     changes: list[str] = []
     for account_id, (review, account) in latest.items():
+        role = roles.get(account_id)
+        if role is None or role < Role.WRITE:
+            continue  # a reviewer who lost write access neither counts nor blocks
         if review.verdict == "request_changes":
             changes.append(account.login)
             continue
-        role = roles.get(account_id)
         stale = rules.dismiss_stale_approvals and review.commit_sha != pull.head_sha
-        if role is not None and role >= Role.WRITE and account_id != pull.author_id and not stale:
+        if account_id != pull.author_id and not stale:
             approvals.append(account.login)
     return Verdicts(approvals=sorted(approvals), changes_requested=sorted(changes))
 
@@ -119,7 +125,7 @@ async def unmet(
     if rules.block_on_requested_changes:
         unmet_rules.extend(f"changes requested by {login}" for login in found.changes_requested)
     if rules.require_code_owner_review and pull.head_sha:
-        unmet_rules.extend(await code_owners_unmet(session, res, pull, store, found))
+        unmet_rules.extend(await code_owners_unmet(session, res, store, pull.base_ref, pull.head_sha, found.approvals))
     if pull.head_sha:
         _, unmet_checks = await statuses.head_checks(session, res.repo, pull.base_ref, pull.head_sha)
         unmet_rules.extend(unmet_checks)
@@ -127,26 +133,31 @@ async def unmet(
 
 
 async def code_owners_unmet(
-    session: AsyncSession, res: RepoResource, pull: PullRequest, store: RepoStore, found: Verdicts
+    session: AsyncSession, res: RepoResource, store: RepoStore, base: str, head_sha: str, approvals: list[str]
 ) -> list[str]:
     """Each group of changed paths whose owners (the base's CODEOWNERS) have not approved; a
-    CODEOWNERS that cannot be read as rules fails closed, each problem named."""
-    owners = await store.read(res.key, codeowners.read, pull.base_ref)
-    problems = [f"{p} (in {owners.path} on {pull.base_ref}: fix it there)" for p in owners.errors]
-    named = {login for rule in owners.rules for login in rule.owners}
-    known = set(
-        (await session.execute(select(Account.login_key).where(Account.login_key.in_(sorted(named))))).scalars()
-    )
+    CODEOWNERS that cannot be read as rules, or none at all, fails closed, each problem named."""
+    owners = await store.read(res.key, codeowners.read, base)
+    if not owners.path:
+        return [f"code owners must approve, but {base} has no CODEOWNERS ({', '.join(codeowners.LOCATIONS)}): add one"]
+    problems = [f"{p} (in {owners.path} on {base}: fix it there)" for p in owners.errors]
+    named = sorted({login for rule in owners.rules for login in rule.owners})
+    known: set[str] = set()
+    for start in range(0, len(named), 500):  # bounded IN lists
+        chunk = named[start : start + 500]
+        known |= set((await session.execute(select(Account.login_key).where(Account.login_key.in_(chunk)))).scalars())
     problems += [
-        f"CODEOWNERS line {rule.line}: @{login} is not an account (in {owners.path} on {pull.base_ref}: fix it there)"
+        f"CODEOWNERS line {rule.line}: @{login} is not an account (in {owners.path} on {base}: fix it there)"
         for rule in owners.rules
         for login in rule.owners
         if login not in known
     ][:10]
     if problems:
         return problems
-    changed = await store.read(res.key, changed_paths, pull.base_ref, pull.head_sha)
-    approved = {login.lower() for login in found.approvals}
+    changed = await store.read(res.key, changed_paths, base, head_sha)
+    if len(changed) > MAX_OWNED_PATHS:
+        return [f"the change touches {len(changed)} paths, more than code owners are checked for ({MAX_OWNED_PATHS})"]
+    approved = {login.lower() for login in approvals}
     waiting: dict[tuple[str, ...], list[str]] = {}
     for path in changed:
         path_owners = owners.owners_of(path)
@@ -158,6 +169,20 @@ async def code_owners_unmet(
         + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
         for group, paths in waiting.items()
     ]
+
+
+async def head_writable(session: AsyncSession, res: RepoResource, branch: str) -> None:
+    """forgehand writing to a pull request's head (Update branch, a suggestion) is refused where a
+    person's push would be: `agent/*` (tasks write those) and branches that take pull requests only."""
+    if branch.casefold().startswith("agent/"):
+        raise InvalidInput(
+            f"{branch} is written by its task only: request changes so the agent does it", code=Code.PULL_REQUIRED
+        )
+    if (await base_rules(session, res, branch)).require_pull_request:
+        raise InvalidInput(
+            f"{branch} takes changes through pull requests only: change it through a pull request of its own",
+            code=Code.PULL_REQUIRED,
+        )
 
 
 def may_merge(rules: BaseRules, login: str) -> bool:

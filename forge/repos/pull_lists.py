@@ -11,13 +11,19 @@ from forge.core.access import Action, Principal, can
 from forge.db.models import Account, PullRequest, PullReview, PullReviewRequest
 from forge.repos.repositories import RepoResource
 
+# The mapping rides to git in one environment variable (the push context), which the kernel caps
+# at 128 KiB: the most recently active pull requests only; a push to another branch answers with
+# the link that opens one.
+MAX_LINKED = 200
+
 
 async def open_pull_numbers(session: AsyncSession, res: RepoResource) -> dict[str, int]:
     """head branch -> the number of its open pull request into the default branch (or any base)."""
     rows = await session.execute(
         select(PullRequest.head_ref, PullRequest.base_ref, PullRequest.number)
         .where(PullRequest.repo_id == res.repo.id, PullRequest.state == "open")
-        .order_by(PullRequest.number)
+        .order_by(PullRequest.updated_at.desc())
+        .limit(MAX_LINKED)
     )
     found: dict[str, int] = {}
     for head, base, number in rows.all():

@@ -152,6 +152,12 @@ class PullMerge:
         by compare-and-swap from the planned tip and the pull request recorded merged."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
+        if pull.base_ref != planned.hook["base"]:  # retargeted while pre_merge was asked
+            raise MergeRefused(
+                f"#{pull.number} now goes into {pull.base_ref}, not {planned.hook['base']}: nothing was changed, "
+                "try again",
+                code="base_moved",
+            )
         await self._check_merger(actor, res, pull)
         await self._check(res, pull, planned.head_sha)
         unmet, _ = await merge_rules.unmet(self.pulls.session, res, pull, self.pulls.store)
@@ -252,6 +258,7 @@ class PullMerge:
         require(actor.principal, Action.PULL_WRITE, res)
         pull = await self.pulls.get(res, number, lock=True)
         refuse_task_pull(res, pull, self.pulls.base_url)
+        await merge_rules.head_writable(self.pulls.session, res, pull.head_ref)
         await self._check(res, pull, data.expected_head_sha)
         base_tip = await self.pulls.store.read(res.key, _tip, pull.base_ref)
         if base_tip is None:

@@ -400,7 +400,7 @@ class PullReviews:
                 commit_id=c.commit_sha,
                 pull_request_review_id=c.review_id,
                 outdated=c.path is not None and c.commit_sha != pull.head_sha,
-                suggestion=suggestion_of(c.body) if c.path is not None else None,
+                suggestion=suggestion_of(c.body) if c.path is not None and c.in_reply_to_id is None else None,
                 in_reply_to_id=c.in_reply_to_id,
                 resolved=c.resolved_at is not None,
                 resolved_by=resolvers.get(c.resolved_by_id) if c.resolved_by_id else None,

@@ -45,19 +45,6 @@ class Suggestions:
     def __init__(self, pulls: Pulls) -> None:
         self.pulls = pulls
 
-    async def _check_branch(self, res: RepoResource, branch: str) -> None:
-        """A commit here is a direct write to the head: refused where a push would be."""
-        if branch.casefold().startswith("agent/"):
-            raise InvalidInput(
-                f"{branch} is written by its task only: request changes so the agent applies it",
-                code=Code.PULL_REQUIRED,
-            )
-        if (await merge_rules.base_rules(self.pulls.session, res, branch)).require_pull_request:
-            raise InvalidInput(
-                f"{branch} takes changes through pull requests only: apply the suggestion on another branch",
-                code=Code.PULL_REQUIRED,
-            )
-
     async def apply(self, actor: Actor, res: RepoResource, number: int, comment_id: int) -> str:
         """Commit the suggestion of line comment `comment_id` on the head; the new head."""
         require(actor.principal, Action.PULL_WRITE, res)
@@ -65,7 +52,7 @@ class Suggestions:
         comment = await self.pulls.session.get(PullComment, comment_id)
         if comment is None or comment.pull_id != pull.id or comment.path is None or comment.line is None:
             raise NotFound(f"#{number} has no line comment {comment_id}", code=Code.NOT_FOUND)
-        lines = suggestion_of(comment.body)
+        lines = suggestion_of(comment.body) if comment.in_reply_to_id is None else None
         if lines is None or comment.side != "RIGHT":
             raise InvalidInput("this comment suggests no change to the head's lines", code=Code.VALIDATION_FAILED)
         if pull.state != "open" or comment.commit_sha != pull.head_sha:
@@ -75,7 +62,7 @@ class Suggestions:
                 code=Code.HEAD_MOVED,
                 head_sha=pull.head_sha,
             )
-        await self._check_branch(res, pull.head_ref)
+        await merge_rules.head_writable(self.pulls.session, res, pull.head_ref)
         reviewer = await self.pulls.session.get(Account, comment.author_id) if comment.author_id else None
         path, line = comment.path, comment.line
         message = f"Apply suggestion from @{reviewer.login if reviewer else 'a reviewer'}\n\nOn {path} line {line}.\n"

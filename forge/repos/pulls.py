@@ -14,7 +14,7 @@ audited (`repo.pull.*`) and published (`pull_request.*`) in its transaction."""
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import func, or_, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -57,11 +57,34 @@ async def allocate_number(session: AsyncSession, repo_id: int) -> int:
     return int((await session.execute(stmt)).scalar_one())
 
 
+def task_branch(ref: str) -> bool:
+    """A task's branch (`agent/...`, in any case): forgehand writes it, its task governs it."""
+    return ref.casefold().startswith("agent/")
+
+
 def parse_number(raw: str) -> int:
     """Pull request numbers are positive integers written plainly; anything else is 404."""
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9 or int(raw) < 1:
         raise NotFound("no such pull request", code=Code.PULL_NOT_FOUND)
     return int(raw)
+
+
+def one_line(text: str) -> str:
+    """A title as one line: line breaks, tabs and other control characters become single spaces
+    (a title goes into merge commit messages, where a line of its own would read as a trailer)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
+
+
+def _base(name: str) -> str:
+    """A base branch: never an `agent/*` branch, which only its task writes."""
+    base = _branch(name, "base")
+    if base.casefold().startswith("agent/"):
+        raise InvalidInput(
+            f"{base} is written by its task only: propose changes to a task through a review of it",
+            code=Code.INVALID_PULL_BRANCHES,
+            field="base",
+        )
+    return base
 
 
 def _branch(name: str, which: str) -> str:
@@ -241,7 +264,7 @@ class Pulls:
         """Open a pull request of `data.head` into `data.base`; 409 `pull_request_exists` when
         one is open for the same pair, 422 when a branch is missing or adds nothing."""
         require(actor.principal, Action.PULL_WRITE, res)
-        head, base = _branch(data.head, "head"), _branch(data.base, "base")
+        head, base = _branch(data.head, "head"), _base(data.base)
         if head == base:
             raise InvalidInput(
                 "head and base are the same branch: open a pull request from the branch with the changes",
@@ -256,7 +279,7 @@ class Pulls:
         pull = PullRequest(
             repo_id=res.repo.id,
             number=await allocate_number(self.session, res.repo.id),
-            title=data.title.strip() or head,
+            title=one_line(data.title) or head,
             body=data.body,
             head_ref=head,
             base_ref=base,
@@ -310,21 +333,27 @@ class Pulls:
         """Change the title, description, draft flag or base, close or reopen."""
         require(actor.principal, Action.PULL_WRITE, res)
         pull = await self.get(res, number, lock=True)
+        if task_branch(pull.head_ref):
+            raise InvalidState(
+                f"#{pull.number} holds a task's work: it follows its task (close the task to close it)",
+                code=Code.TASK_PULL_REQUEST,
+            )
         changed: dict[str, object] = {}
         if data.state is not None and data.state != ("open" if pull.state == "open" else "closed"):
             await self._set_state(actor, res, pull, data.state)
             changed["state"] = data.state
-        if data.title is not None and data.title.strip() != pull.title:
-            pull.title = changed["title"] = data.title.strip() or pull.title
+        if data.title is not None and one_line(data.title) != pull.title:
+            pull.title = changed["title"] = one_line(data.title) or pull.title
         if data.body is not None and data.body != pull.body:
             pull.body = data.body
             changed["body"] = True
         if data.draft is not None and data.draft != pull.draft:
             self._require_open(pull)
             pull.draft = changed["draft"] = data.draft
-        if data.base is not None and _branch(data.base, "base") != pull.base_ref:
-            await self._rebase(res, pull, _branch(data.base, "base"))
+        if data.base is not None and _base(data.base) != pull.base_ref:
+            await self._rebase(res, pull, _base(data.base))
             changed["base"] = pull.base_ref
+            changed["dismissed_reviews"] = await self._dismiss_stale(res, pull, every=True)
         if changed:
             pull.updated_at = utcnow()
             audit.record(self.session, actor, "repo.pull.edit", f"{res.full_name}#{pull.number}", **changed)
@@ -445,9 +474,11 @@ class Pulls:
             pull.updated_at = utcnow()
             await self.publish(actor, res, pull, "synchronized", before=before, dismissed_reviews=dismissed)
 
-    async def _dismiss_stale(self, res: RepoResource, pull: PullRequest) -> int:
+    async def _dismiss_stale(self, res: RepoResource, pull: PullRequest, *, every: bool = False) -> int:
+        """Dismiss the approvals of other heads (all of them with `every`: the base changed, so
+        what was approved is not what would merge)."""
         rules = await merge_rules.base_rules(self.session, res, pull.base_ref)
-        if not rules.dismiss_stale_approvals and pull.head_sha:
+        if not every and not rules.dismiss_stale_approvals and pull.head_sha:
             return 0
         result = await self.session.execute(
             update(PullReview)
@@ -455,7 +486,7 @@ class Pulls:
                 PullReview.pull_id == pull.id,
                 PullReview.verdict == "approve",
                 PullReview.dismissed.is_(False),
-                PullReview.commit_sha != pull.head_sha,
+                true() if every else PullReview.commit_sha != pull.head_sha,
             )
             .values(dismissed=True)
             .execution_options(synchronize_session=False)

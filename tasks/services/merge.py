@@ -23,6 +23,7 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Action
+from forge.core.error_codes import Code
 from forge.core.errors import BadGateway, Forbidden, InvalidState
 from forge.db.audit import Actor
 from forge.db.engine import Database
@@ -39,6 +40,7 @@ from forge.git.errors import (
 )
 from forge.git.merge import MergePlan, plan_merge
 from forge.git.schemas import Identity
+from forge.repos import merge_rules as branch_rules
 from forge.repos.repositories import RepoResource, load
 from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context
@@ -77,6 +79,17 @@ def _message(task: Task, strategy: str, url: str, approvals: list[str]) -> str:
     if strategy == "squash":
         return f"{task.title} (task #{task.number}){summary}\n\n{trailer}\n"
     return f"Merge task #{task.number}: {task.title}\n\nBranch {task.branch} into {task.base}.{summary}\n\n{trailer}\n"
+
+
+async def _check_merger(session: AsyncSession, res: RepoResource, task: Task, actor: Actor) -> None:
+    """The base branch's merge allow-list binds a task's merge as any pull request's."""
+    base = await branch_rules.base_rules(session, res, task.base)
+    if not branch_rules.may_merge(base, actor.principal.login or ""):
+        names = ", ".join("@" + login for login in base.merge_allowlist)
+        raise Forbidden(
+            f"only {names} may merge into {task.base} (its branch rules): ask one of them",
+            code=Code.NOT_ALLOWED_TO_MERGE,
+        )
 
 
 @dataclass(slots=True)
@@ -132,6 +145,7 @@ class MergeService:
             res = await load(s, actor.principal, owner, name, Action.TASK_READ)
             task = await svc.get(res, number)
             rules.require_merge(actor.principal, res, task)
+            await _check_merger(s, res, task, actor)
             reviews = ReviewService(svc)
             self._check_head(task, data)
             status = await reviews.status(task)
@@ -206,6 +220,7 @@ class MergeService:
             svc = self.make_service(s)
             res = await load(s, actor.principal, owner, name, Action.TASK_READ)
             task = await svc.life.lock(await svc.get(res, number))
+            await _check_merger(s, res, task, actor)
             # Everything may have changed while the hook was asked: check again under the lock.
             self._check_head(task, data, prepared.head_sha)
             status = await ReviewService(svc).status(task)

@@ -29,6 +29,7 @@ from forge.db.engine import utcnow
 from forge.db.models import Account, Repository
 from forge.git import RefNotFound, compare
 from forge.git.schemas import Comparison
+from forge.repos import merge_rules as branch_rules
 from forge.repos import statuses
 from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import payloads, repo_settings
@@ -182,15 +183,17 @@ class ReviewService:
         blockers = []
         if task.state != TaskState.AWAITING_REVIEW:
             blockers.append(f"the task is {task.state}, not awaiting review")
-        if len(approvers) < merge_rules.required_approvals:
+        # The base branch's rules bind a task's merge as they bind any pull request's.
+        res = RepoResource(repo=repo) if repo is not None else None
+        base = await branch_rules.base_rules(self.session, res, task.base) if res is not None else None
+        required = max(merge_rules.required_approvals, base.required_approvals if base else 0)
+        if len(approvers) < required:
             who = (
                 " from someone other than the person who started the task"
                 if merge_rules.approval_not_by_starter
                 else ""
             )
-            blockers.append(
-                f"{merge_rules.required_approvals} approval(s) of the current head needed{who}, {len(approvers)} given"
-            )
+            blockers.append(f"{required} approval(s) of the current head needed{who}, {len(approvers)} given")
         if asking:
             blockers.append("changes requested by " + ", ".join(sorted(asking)))
         if task.head_sha and task.head_sha == task.base_sha:
@@ -199,10 +202,14 @@ class ReviewService:
         if repo is not None and task.head_sha:  # the head's statuses, and the base branch's required checks
             checks, unmet = await statuses.head_checks(self.session, repo, task.base, task.head_sha)
             blockers += unmet
+        if res is not None and base is not None and base.require_code_owner_review and task.head_sha:
+            blockers += await branch_rules.code_owners_unmet(
+                self.session, res, self.tasks.store, task.base, task.head_sha, approvers
+            )
         return ReviewStatus(
             head_sha=task.head_sha,
             approvals=sorted(approvers),
-            required_approvals=merge_rules.required_approvals,
+            required_approvals=required,
             approval_not_by_starter=merge_rules.approval_not_by_starter,
             change_requests=sorted(asking),
             blockers=blockers,

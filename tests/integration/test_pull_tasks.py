@@ -13,15 +13,15 @@ from forge.core.settings import Settings
 from forge.db.engine import Database
 from tests.support.accounts import LiveServer, run_sync
 from tests.support.git import git
-from tests.support.task_world import TASKS, World, build_task_world
+from tests.support.task_world import TASKS, World, agent_commits, build_task_world
 
 pytestmark = pytest.mark.db
 API = "/api/v1/repos/ana/demo"
 
 
 class Env:
-    def __init__(self, url: str, world: World) -> None:
-        self.url, self.world = url, world
+    def __init__(self, url: str, world: World, settings: Settings) -> None:
+        self.url, self.world, self.settings = url, world, settings
 
     def call(self, method: str, path: str, who: str, **kw: object) -> httpx.Response:
         return httpx.request(method, f"{self.url}{path}", headers=self.world.h(who), timeout=30, **kw)  # type: ignore[arg-type]
@@ -37,7 +37,7 @@ async def _world(settings: Settings) -> World:
 
 @pytest.fixture
 def env(live_server: LiveServer, settings: Settings) -> Iterator[Env]:
-    yield Env(live_server.url, run_sync(_world(settings)))
+    yield Env(live_server.url, run_sync(_world(settings)), settings)
 
 
 def _pull(env: Env, tmp_path: Path) -> int:
@@ -92,3 +92,30 @@ def test_a_closed_or_unknown_pull_request_takes_no_agent(env: Env, tmp_path: Pat
     r = env.call("POST", TASKS, "wendy", json={**start, "on_pull_request": 99})
     assert r.status_code == 404 and r.json()["code"] == "pull_not_found"
     assert env.call("GET", TASKS, "wendy").json() == []  # nothing was started
+
+
+def test_a_tasks_merge_keeps_the_base_branch_rules(env: Env) -> None:
+    """Who may merge into a branch, and how many approvals it needs, bind a task's merge too."""
+    rule = {"pattern": "main", "merge_allowlist": ["olga"], "required_approvals": 2}
+    assert env.call("POST", f"{API}/branch-rules", "ana", json=rule).status_code == 201
+    r = env.call("POST", TASKS, "ana", json={"goal": "work", "agent": "fixer", "command": "true", "title": "Work"})
+    assert r.status_code == 201, r.text
+    head = run_sync(_commits(env))
+    assert env.call("POST", f"{TASKS}/1/reviews", "wendy", json={"verdict": "approve"}).status_code == 201
+    status = env.call("GET", f"{TASKS}/1/review-status", "ana").json()
+    assert "2 approval(s) of the current head needed, 1 given" in status["blockers"][0]
+    assert env.call("POST", f"{TASKS}/1/reviews", "rita", json={"verdict": "approve"}).status_code == 404
+    assert env.call("POST", f"{TASKS}/1/reviews", "olga", json={"verdict": "approve"}).status_code == 201
+    refused = env.call("POST", f"{TASKS}/1/merge", "ana", json={"expected_head_sha": head})
+    assert refused.status_code == 403 and refused.json()["code"] == "not_allowed_to_merge"
+    merged = env.call("POST", f"{TASKS}/1/merge", "olga", json={"expected_head_sha": head})
+    assert merged.status_code == 200, merged.text
+
+
+async def _commits(env: Env) -> str:
+    settings = env.settings
+    db = Database(settings.effective_database_url)
+    try:
+        return await agent_commits(db, settings, 1, {"work.txt": b"work\n"}, "work")
+    finally:
+        await db.dispose()

@@ -507,3 +507,56 @@ def test_a_deleted_or_force_pushed_head_is_marked_and_its_approvals_go(team: Tea
     assert r.status_code == 409 and r.json()["code"] == "pull_head_gone"
     team.push("gone")  # pushed again, it is followed again
     assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["head"]["sha"] == rewritten
+
+
+def test_forgehand_writes_no_head_a_push_could_not(team: Team) -> None:
+    """Update branch on a pull request whose head takes changes through pull requests only is
+    refused, as a push there would be; agent/* branches take no pull request into them."""
+    git("checkout", "main", cwd=team.work)
+    git("checkout", "-b", "evil", cwd=team.work)
+    team.commit("evil", "evil.txt", "evil\n")
+    team.push("evil")
+    main_before = team.commit("main", "m.txt", "m\n")
+    team.push("main")
+    team.call("POST", f"{API}/branch-rules", team.ana, json={"pattern": "main", "require_pull_request": True})
+    # main is one commit ahead of evil: a pull request of main into evil, whose Update branch
+    # would merge evil into main without any review
+    opened = team.call("POST", f"{API}/pulls", team.bob, json={"title": "x", "head": "main", "base": "evil"})
+    assert opened.status_code == 201, opened.text
+    r = team.call("PUT", f"{API}/pulls/{opened.json()['number']}/update-branch", team.bob, json={})
+    assert r.status_code == 422 and r.json()["code"] == "pull_request_required", r.text
+    branches = {b["name"]: b["sha"] for b in team.call("GET", f"{API}/branches", team.ana).json()}
+    assert branches["main"] == main_before
+    agent = {"title": "z", "head": "evil", "base": "Agent/1-x"}
+    r = team.call("POST", f"{API}/pulls", team.bob, json=agent)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_pull_branches"
+
+
+def test_titles_are_one_line_and_a_new_base_dismisses_approvals(team: Team) -> None:
+    head = team.commit("one", "o.txt", "o\n", new=True)
+    team.push("one")
+    team.commit("other", "t.txt", "t\n", new=True)
+    team.push("other")
+    body = {"title": "Fix\nTask-Head: " + "a" * 40 + "\tnow", "head": "one", "base": "main"}
+    pull = team.call("POST", f"{API}/pulls", team.ana, json=body).json()
+    assert pull["title"] == "Fix Task-Head: " + "a" * 40 + " now"
+    number = pull["number"]
+    assert team.call(
+        "POST", f"{API}/pulls/{number}/reviews", team.bob, json={"event": "APPROVE", "commit_id": head}
+    ).is_success
+    moved = team.call("PATCH", f"{API}/pulls/{number}", team.ana, json={"base": "other"})
+    assert moved.status_code == 200, moved.text
+    assert [r["state"] for r in team.call("GET", f"{API}/pulls/{number}/reviews", team.ana).json()] == ["DISMISSED"]
+
+
+def test_a_reviewer_who_lost_write_access_neither_counts_nor_blocks(team: Team) -> None:
+    head = team.commit("lost", "l.txt", "l\n", new=True)
+    team.push("lost")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "L", "head": "lost", "base": "main"}).json()[
+        "number"
+    ]
+    no = {"event": "REQUEST_CHANGES", "body": "no", "commit_id": head}
+    assert team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=no).is_success
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == ["changes requested by bob"]
+    assert team.call("PUT", f"{API}/collaborators/bob", team.ana, json={"role": "read"}).is_success
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == []

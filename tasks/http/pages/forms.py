@@ -106,8 +106,9 @@ def task_create(data: StartForm) -> TaskCreate:
         raw["command"] = form_text(data.command)
     if data.runtime == "acp":
         raw["agent_command"] = data.agent_command.strip()
-    if data.on_pull_request.strip().isdigit():
-        raw["on_pull_request"] = int(data.on_pull_request.strip())
+    raw_pull = data.on_pull_request.strip()
+    if raw_pull.isascii() and raw_pull.isdigit() and len(raw_pull) <= 9:
+        raw["on_pull_request"] = int(raw_pull)
     try:
         return msgspec.convert(raw, TaskCreate)
     except msgspec.ValidationError as exc:
