@@ -277,6 +277,9 @@ class PullRequest(Base):
     state: Mapped[str] = mapped_column(String(8), default="open")  # open | closed | merged
     draft: Mapped[bool] = mapped_column(Boolean, default=False)
     author_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    # Who last moved the head (a push, Update branch, a suggestion, a merge into it): their approval
+    # does not count, as nobody approves their own commits.
+    head_pushed_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     merged_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     merge_commit_sha: Mapped[str | None] = mapped_column(String(64), nullable=True)
     merged_at: Mapped[datetime | None] = mapped_column(nullable=True)

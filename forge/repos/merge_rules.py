@@ -3,9 +3,9 @@
 reviews and its head's statuses. `unmet` lists every rule that does not hold, in words; the merge
 box, the REST answer (`unmet_rules`, `branch_rule_unmet`) and the merge itself read the same list.
 
-- An approval counts when its author has the write role now, is not the pull request's author,
-  has not since requested changes or been dismissed, and (when the rule dismisses stale
-  approvals) approved the current head.
+- An approval counts when its author has the write role now, is neither the pull request's author
+  nor the last to move its head (nobody approves their own commits), has not since requested
+  changes or been dismissed, and (when the rule dismisses stale approvals) approved the current head.
 - A change request blocks until its author approves, or it is dismissed.
 - Each required check must be `success` on the head (forge/repos/statuses.py)."""
 
@@ -100,7 +100,7 @@ async def verdicts(session: AsyncSession, res: RepoResource, pull: PullRequest, 
             changes.append(account.login)
             continue
         stale = rules.dismiss_stale_approvals and review.commit_sha != pull.head_sha
-        if account_id != pull.author_id and not stale:
+        if account_id not in (pull.author_id, pull.head_pushed_by_id) and not stale:
             approvals.append(account.login)
     return Verdicts(approvals=sorted(approvals), changes_requested=sorted(changes))
 

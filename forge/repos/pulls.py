@@ -288,6 +288,7 @@ class Pulls:
             state="open",
             draft=data.draft,
             author_id=actor.principal.account_id,
+            head_pushed_by_id=actor.principal.account_id,
         )
         try:
             async with self.session.begin_nested():
@@ -470,6 +471,7 @@ class Pulls:
             pull.head_sha = "" if update_.is_delete else update_.new
             if pull.head_sha == before:
                 continue
+            pull.head_pushed_by_id = actor.principal.account_id
             dismissed = await self._dismiss_stale(res, pull)
             pull.updated_at = utcnow()
             await self.publish(actor, res, pull, "synchronized", before=before, dismissed_reviews=dismissed)

@@ -560,3 +560,32 @@ def test_a_reviewer_who_lost_write_access_neither_counts_nor_blocks(team: Team) 
     assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == ["changes requested by bob"]
     assert team.call("PUT", f"{API}/collaborators/bob", team.ana, json={"role": "read"}).is_success
     assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == []
+
+
+def test_nobody_approves_commits_they_pushed_themselves(team: Team) -> None:
+    team.call("POST", f"{API}/branch-rules", team.ana, json={"pattern": "main", "required_approvals": 1})
+    team.commit("shared", "s.txt", "s\n", new=True)
+    team.push("shared")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "S", "head": "shared", "base": "main"}).json()[
+        "number"
+    ]
+    # bob pushes to ana's branch, then approves: his own commit is not approved by him
+    other = team.tmp / "bob-work"
+    git("clone", team.clone_url(team.bob), str(other), cwd=team.tmp)
+    git("checkout", "shared", cwd=other)
+    (other / "b.txt").write_text("b\n")
+    git("add", ".", cwd=other)
+    git("commit", "-m", "bob's part", cwd=other)
+    head = git("rev-parse", "HEAD", cwd=other).stdout.strip()
+    git("push", "origin", "shared", cwd=other)
+    assert team.call(
+        "POST", f"{API}/pulls/{number}/reviews", team.bob, json={"event": "APPROVE", "commit_id": head}
+    ).is_success
+    unmet = team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"]
+    assert unmet == ["1 approval(s) required by the rules of main, 0 given"]
+    dora = team._token("dora", "repo:write", "reviews:write")
+    assert team.call("PUT", f"{API}/collaborators/dora", team.ana, json={"role": "write"}).is_success
+    assert team.call(
+        "POST", f"{API}/pulls/{number}/reviews", dora, json={"event": "APPROVE", "commit_id": head}
+    ).is_success
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == []
