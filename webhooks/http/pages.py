@@ -11,7 +11,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.core.errors import ForgeError, InvalidInput
-from forge.http.pages.common import page
+from forge.http.pages.common import or_form_error, page
 from forge.http.pages.forms import NO_ERRORS, form_errors
 from webhooks import service
 from webhooks.core.models import WebhookEndpoint
@@ -99,7 +99,7 @@ class _Pages:
         )
 
     async def create(self, form: HookForm) -> Template:
-        try:
+        async def add() -> tuple[WebhookEndpoint, str]:
             data = HookCreate(
                 url=form.url.strip(),
                 kind="policy" if form.kind == "policy" else "notify",
@@ -107,15 +107,21 @@ class _Pages:
                 failure_policy=_failure_policy(form.failure_policy) or "closed",
                 active=True,
             )
-            endpoint, secret = await service.create_endpoint(self.s, self.actor, self.cfg, self.repo, data)
-        except ForgeError as exc:
-            errors = form_errors(exc, INPUTS, ALIASES)
-            return await self.list_page(status_code=exc.status, errors=errors, form=form)
+            return await service.create_endpoint(self.s, self.actor, self.cfg, self.repo, data)
+
+        async def again(exc: ForgeError) -> Template:
+            return await self.list_page(status_code=exc.status, errors=form_errors(exc, INPUTS, ALIASES), form=form)
+
+        created = await or_form_error(add(), again, raise_404=False)
+        if isinstance(created, Template):
+            return created
+        endpoint, secret = created
         return await self.detail_page(endpoint, created_secret=secret, created_kid=endpoint.secret_kid)
 
     async def edit(self, hook_id: int, form: HookForm) -> Template | Redirect:
         endpoint = await self.scope.endpoint(hook_id)
-        try:
+
+        async def update() -> WebhookEndpoint:
             data = HookUpdate(
                 url=form.url.strip() or None,
                 events=form.chosen_events(),
@@ -124,10 +130,15 @@ class _Pages:
             )
             if endpoint.kind == "notify":
                 data.failure_policy = None
-            await service.update_endpoint(self.s, self.actor, self.cfg, self.repo, endpoint, data)
-        except ForgeError as exc:
+            return await service.update_endpoint(self.s, self.actor, self.cfg, self.repo, endpoint, data)
+
+        async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, INPUTS, ALIASES)
             return await self.detail_page(endpoint, status_code=exc.status, errors=errors, form=form)
+
+        updated = await or_form_error(update(), again, raise_404=False)
+        if isinstance(updated, Template):
+            return updated
         if endpoint.active:
             self.scope.wake_after_commit()
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
@@ -135,16 +146,26 @@ class _Pages:
     async def rotate(self, hook_id: int, step: str) -> Template | Redirect:
         endpoint = await self.scope.endpoint(hook_id)
         cfg = self.cfg
-        try:
+
+        async def take_step() -> tuple[WebhookEndpoint, str, str] | None:
+            """The new secret and its key id (`generate`); None for the other steps."""
             if step == "generate":
-                endpoint, secret, kid = await service.rotate_generate(self.s, self.actor, cfg, self.repo, endpoint)
-                return await self.detail_page(endpoint, created_secret=secret, created_kid=kid, rotated=True)
+                return await service.rotate_generate(self.s, self.actor, cfg, self.repo, endpoint)
             if step == "promote":
                 await service.rotate_promote(self.s, self.actor, cfg, self.repo, endpoint)
             else:
                 await service.rotate_retire(self.s, self.actor, cfg, self.repo, endpoint)
-        except ForgeError as exc:
+            return None
+
+        async def again(exc: ForgeError) -> Template:
             return await self.detail_page(endpoint, status_code=exc.status, errors=form_errors(exc, ()))
+
+        rotated = await or_form_error(take_step(), again, raise_404=False)
+        if isinstance(rotated, Template):
+            return rotated
+        if rotated is not None:
+            generated, secret, kid = rotated
+            return await self.detail_page(generated, created_secret=secret, created_kid=kid, rotated=True)
         return Redirect(f"{self.base}/{hook_id}", status_code=303)
 
     async def ping(self, hook_id: int) -> Redirect:

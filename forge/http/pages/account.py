@@ -22,7 +22,7 @@ from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.db.models import Account
 from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, BaseUrlDep, DatabaseDep, DbSession, SettingsDep
-from forge.http.pages.common import WebForm, page, safe_next
+from forge.http.pages.common import WebForm, or_form_error, page, safe_next
 from forge.http.pages.password_gate import must_change
 from forge.repos import repositories
 
@@ -91,11 +91,16 @@ class SettingsPages(Controller):
     async def save_profile(
         self, request: Request[Any, Any, Any], db_session: DbSession, actor: ActorDep, data: URLEncodedBody[ProfileForm]
     ) -> Template:
-        try:
-            account = await accounts.update_profile(db_session, actor, data.display_name)
-        except ForgeError as exc:
+
+        async def again(exc: ForgeError) -> Template:
             me = await _me(db_session, actor)
             return _profile_page(request, me, refused=exc, display_name=data.display_name[:200])
+
+        account = await or_form_error(
+            accounts.update_profile(db_session, actor, data.display_name), again, raise_404=False
+        )
+        if isinstance(account, Template):
+            return account
         return _profile_page(request, account, notice="Profile saved.")
 
     @get("/password")
@@ -114,7 +119,7 @@ class SettingsPages(Controller):
         data: URLEncodedBody[PasswordForm],
     ) -> Template:
         # No request-wide transaction: refusals are audited in transactions of their own.
-        try:
+        async def change() -> None:
             if data.new_password != data.repeat_password:
                 raise InvalidInput("the new password and its repetition differ", code=Code.PASSWORD_MISMATCH)
             await accounts.change_password(
@@ -125,9 +130,14 @@ class SettingsPages(Controller):
                 data.new_password,
                 keep_session=request.cookies.get(websessions.SESSION_COOKIE),
             )
-        except ForgeError as exc:
+
+        async def again(exc: ForgeError) -> Template:
             exc.audited = True  # change_password audits its refusals; a mismatch is the form's own
             return _password_page(request, data.next, refused=exc)
+
+        changed = await or_form_error(change(), again, raise_404=False)
+        if isinstance(changed, Template):
+            return changed
         forced = must_change(request)  # as the session was when this request began
         return _password_page(
             request,

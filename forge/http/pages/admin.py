@@ -1,19 +1,20 @@
 """Admin: the instance's accounts (people and bots: create, disable, enable, a bot's tokens, a
 password reset) and the audit log. Instance admins only."""
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, Parameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
-from forge.accounts import accounts, websessions
+from forge.accounts import accounts, tokens, websessions
 from forge.core.access import Scope
 from forge.core.errors import ForgeError
 from forge.core.security import generate_password
 from forge.db import audit
 from forge.http.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
-from forge.http.pages.common import WebForm, instance_admin, page
+from forge.http.pages.common import WebForm, instance_admin, or_form_error, page
 from forge.http.pages.forms import NO_ERRORS, form_errors
 from forge.http.pages.new_token import (
     NEW_TOKEN_COOKIE,
@@ -68,24 +69,22 @@ class AdminPages(Controller):
         )
         return clear_created(response, "/admin") if NEW_TOKEN_COOKIE in request.cookies else response
 
-    async def _row_refused(
-        self,
-        request: Request[Any, Any, Any],
-        db_session: DbSession,
-        exc: ForgeError,
-        login: str,
-        action: str,
-        form: WebForm,
-    ) -> Template:
+    def _row_refused(
+        self, request: Request[Any, Any, Any], db_session: DbSession, login: str, action: str, form: WebForm
+    ) -> Callable[[ForgeError], Awaitable[Template]]:
         """A refused form of an account's row: the page again with that form open, as it was sent,
         the refusal beside the field it concerns (no such account: the refusal alone)."""
-        if exc.status == 404:
-            return await self._render(request, db_session, refused=exc)
-        aliases = {code: f"{name}-{login}" for code, name in ROW_ALIASES[action].items()}
-        errors = form_errors(exc, aliases.values(), aliases)
-        return await self._render(
-            request, db_session, refused=exc, errors=errors, refused_form=action, refused_login=login, row_form=form
-        )
+
+        async def again(exc: ForgeError) -> Template:
+            if exc.status == 404:
+                return await self._render(request, db_session, refused=exc)
+            aliases = {code: f"{name}-{login}" for code, name in ROW_ALIASES[action].items()}
+            errors = form_errors(exc, aliases.values(), aliases)
+            return await self._render(
+                request, db_session, refused=exc, errors=errors, refused_form=action, refused_login=login, row_form=form
+            )
+
+        return again
 
     @get("/")
     async def index(self, request: Request[Any, Any, Any], db_session: DbSession) -> Template:
@@ -100,21 +99,31 @@ class AdminPages(Controller):
         data: URLEncodedBody[NewAccountForm],
     ) -> Template:
         login = data.login.strip()
-        try:
+
+        async def create() -> str | None:
+            """The new user's generated password; None for a bot."""
             if data.kind == "bot":
                 owner = await accounts.require_by_login(db_session, data.owner.strip()) if data.owner.strip() else None
                 await accounts.create_bot(db_session, actor, login, owner=owner)
-                return await self._render(request, db_session, notice=f"bot {login} created")
+                return None
             password = generate_password()
             await accounts.create_user(
                 db_session, actor, login, password, is_admin=bool(data.is_admin), must_change_password=True
             )
-        except ForgeError as exc:
+            return password
+
+        async def again(exc: ForgeError) -> Template:
             # Shown again as typed, the refusal beside the field it concerns.
             errors = form_errors(exc, NewAccountForm.__struct_fields__, NEW_ACCOUNT_ALIASES)
             return await self._render(
                 request, db_session, refused=exc, errors=errors, account_form=data, refused_form="account"
             )
+
+        password = await or_form_error(create(), again, raise_404=False)
+        if isinstance(password, Template):
+            return password
+        if password is None:
+            return await self._render(request, db_session, notice=f"bot {login} created")
         return await self._render(
             request, db_session, notice=f"user {login} created", new_password=password, new_login=login
         )
@@ -143,12 +152,15 @@ class AdminPages(Controller):
         login: FromPath[str],
         data: URLEncodedBody[TokenForm],
     ) -> Template | Redirect:
-        try:
-            created = await create_from_form(
-                db_session, actor, await accounts.require_by_login(db_session, login), data
-            )
-        except ForgeError as exc:
-            return await self._row_refused(request, db_session, exc, login, "token", data)
+
+        async def create() -> tokens.TokenCreated:
+            return await create_from_form(db_session, actor, await accounts.require_by_login(db_session, login), data)
+
+        created = await or_form_error(
+            create(), self._row_refused(request, db_session, login, "token", data), raise_404=False
+        )
+        if isinstance(created, Template):
+            return created
         return created_redirect("/admin/", created, settings)
 
     @post("/accounts/{login:str}/password")
@@ -161,18 +173,19 @@ class AdminPages(Controller):
         data: URLEncodedBody[ResetPasswordForm],
     ) -> Template:
         password = data.password or generate_password()
-        try:
-            await accounts.set_password(
-                db_session,
-                actor,
-                login,
-                password,
-                keep_session=request.cookies.get(websessions.SESSION_COOKIE),
-                generated=not data.password,
-            )
-        except ForgeError as exc:
-            # The typed password is never written back into the page.
-            return await self._row_refused(request, db_session, exc, login, "password", ResetPasswordForm())
+        change = accounts.set_password(
+            db_session,
+            actor,
+            login,
+            password,
+            keep_session=request.cookies.get(websessions.SESSION_COOKIE),
+            generated=not data.password,
+        )
+        # The typed password is never written back into the page.
+        again = self._row_refused(request, db_session, login, "password", ResetPasswordForm())
+        reset = await or_form_error(change, again, raise_404=False)
+        if isinstance(reset, Template):
+            return reset
         notice = f"password of {login} set; their sessions were signed out"
         if data.password:
             return await self._render(request, db_session, notice=notice)

@@ -12,7 +12,7 @@ from litestar.response import Redirect, Template
 from forge.core.errors import ForgeError
 from forge.db import allowlists
 from forge.http.deps import ActorDep, DbSession, SettingsDep
-from forge.http.pages.common import WebForm, instance_admin, page
+from forge.http.pages.common import WebForm, instance_admin, or_form_error, page
 
 
 class AllowHostForm(WebForm):
@@ -54,15 +54,16 @@ class NetworkPages(Controller):
     ) -> Template | Redirect:
         name = allowlists.require_list(list_name)
         change = allowlists.AllowedHostCreate(host=data.host[:255], note=data.note[:200])
-        try:
-            await allowlists.add(db_session, settings, actor, name, change)
-        except ForgeError as exc:
-            if exc.status == 404:
-                raise
+
+        async def again(exc: ForgeError) -> Template:
             # What was typed stays in its form, the error beside it.
             return await self._render(
                 request, db_session, settings, refused=exc, errors={name: exc.detail}, typed={name: data}
             )
+
+        added = await or_form_error(allowlists.add(db_session, settings, actor, name, change), again)
+        if isinstance(added, Template):
+            return added
         return Redirect(f"/admin/network/#allow-{name}", status_code=303)
 
     @post("/{list_name:str}/{entry_id:int}/remove")

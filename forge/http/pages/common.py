@@ -1,9 +1,11 @@
 """What every page module uses: the page helper (`page`, which also shows a refused form), the
-base of a posted form (`WebForm`), the instance-admin guard and the check of a `next` target.
+one way a form's action turns a refusal into that page (`or_form_error`), the base of a posted
+form (`WebForm`), the instance-admin guard and the check of a `next` target.
 Pages are thin: parse, authorize, call the same services as the REST API, render. Forms work
 without JavaScript (POST + redirect); `signed_in` is `forge.http.auth`'s, for pages and API alike."""
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 from litestar import Request
@@ -15,6 +17,8 @@ from forge.core.access import INSTANCE, Action, require
 from forge.core.errors import ForgeError
 from forge.http.auth import signed_in
 from forge.http.pages.context import base_context
+
+Done = TypeVar("Done")
 
 
 def page(
@@ -43,6 +47,20 @@ def page(
         status_code=status_code,
         headers=headers or None,
     )
+
+
+async def or_form_error(
+    action: Awaitable[Done], again: Callable[[ForgeError], Awaitable[Template]], *, raise_404: bool = True
+) -> Done | Template:
+    """A form's action, or what `again(exc)` renders when the action is refused with a `ForgeError`
+    (the page again, the refusal beside the field it concerns). A 404 stays a 404 (the error page),
+    unless `raise_404=False`: then the form shows it too (an input named what does not exist)."""
+    try:
+        return await action
+    except ForgeError as exc:
+        if raise_404 and exc.status == 404:
+            raise
+        return await again(exc)
 
 
 class WebForm(msgspec.Struct, kw_only=True):

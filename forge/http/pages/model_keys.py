@@ -13,7 +13,7 @@ from forge.core.errors import ForgeError
 from forge.db.models import Account
 from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DbSession, SettingsDep
-from forge.http.pages.common import WebForm, page
+from forge.http.pages.common import WebForm, or_form_error, page
 from forge.http.pages.forms import form_errors
 
 
@@ -80,17 +80,19 @@ class ModelKeyPages(Controller):
             base_url=data.base_url.strip()[:500] or None,
             model=data.model.strip()[:200] or None,
         )
-        try:
-            await model_keys.put(db_session, settings, actor, me, provider, change)
-        except ForgeError as exc:
-            if exc.status == 404:
-                raise  # no such provider: no card to show it in
+
+        async def again(exc: ForgeError) -> Template:
             # Shown again as typed, the refusal in the provider's own card beside the field it
             # concerns (the key itself is never echoed back: the person types it again).
             inputs = [f"{name}_{provider}" for name in ModelKeyForm.__struct_fields__]
             errors = form_errors(exc, inputs, card_aliases(provider))
             typed = {"provider": provider, "base_url": data.base_url, "model": data.model}
             return await self._render(request, db_session, actor, refused=exc, typed=typed, errors=errors)
+
+        # A 404 (no such provider) stays a 404: there is no card to show it in.
+        saved = await or_form_error(model_keys.put(db_session, settings, actor, me, provider, change), again)
+        if isinstance(saved, Template):
+            return saved
         return Redirect("/settings/model-keys/", status_code=303)
 
     @post("/{provider:str}/remove")

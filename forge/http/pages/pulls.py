@@ -6,6 +6,7 @@ comment form on every line, and the review form. Same services as the REST API
 the reason beside the field it concerns."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from litestar import Controller, Request, get, post
@@ -16,9 +17,10 @@ from markupsafe import Markup
 from forge.core.access import Action, can
 from forge.core.errors import ForgeError, InvalidInput
 from forge.db.audit import Actor
+from forge.db.models import PullComment, PullRequest, PullReview
 from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep
 from forge.http.pages.browse_render import ago, exact
-from forge.http.pages.common import WebForm
+from forge.http.pages.common import WebForm, or_form_error
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.render import markdown
 from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
@@ -127,13 +129,16 @@ class PullPages(Controller):
     ) -> Template | Redirect:
         view = await views.load()
         pulls = Pulls(db_session, store, bus, view.base_url)
-        try:
-            spec = PullCreate(title=data.title.strip()[:256] or data.head, head=data.head, base=data.base,
-                              body=data.body, draft=bool(data.draft))  # fmt: skip
-            pull = await pulls.open(actor, view.res, spec)
-        except ForgeError as exc:
+        spec = PullCreate(title=data.title.strip()[:256] or data.head, head=data.head, base=data.base,
+                          body=data.body, draft=bool(data.draft))  # fmt: skip
+
+        async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, ("title", "body", "head", "base"), {"no_commits_between": "head"})
             return view.render("repos/pull_new.html", exc.status, tab="pulls", form=data, errors=errors)
+
+        pull = await or_form_error(pulls.open(actor, view.res, spec), again, raise_404=False)
+        if isinstance(pull, Template):
+            return pull
         return Redirect(f"/{view.res.full_name}/pull/{pull.number}", status_code=303)
 
     @get("/pulls/{number:str}")
@@ -161,13 +166,16 @@ class PullPages(Controller):
         view = await views.load()
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
-        try:
+
+        async def submit() -> PullReview:
             if data.event not in ("APPROVE", "REQUEST_CHANGES", "COMMENT"):
                 raise InvalidInput("choose Comment, Approve or Request changes", field="event")
             spec = PullReviewCreate(event=data.event, body=data.body, commit_id=data.commit_id or None)  # type: ignore[arg-type]
-            review = await PullReviews(page.pulls).submit(actor, view.res, n, spec)
-        except ForgeError as exc:
-            return await page.refused(n, "review", exc, data, ("body", "event"))
+            return await PullReviews(page.pulls).submit(actor, view.res, n, spec)
+
+        review = await or_form_error(submit(), page.again(n, "review", data, ("body", "event")), raise_404=False)
+        if isinstance(review, Template):
+            return review
         return Redirect(f"/{view.res.full_name}/pull/{n}#review-{review.id}", status_code=303)
 
     @post("/pull/{number:str}/comments")
@@ -178,7 +186,8 @@ class PullPages(Controller):
         view = await views.load()
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
-        try:
+
+        async def comment() -> PullComment:
             on_line = bool(data.path) and not data.in_reply_to
             if on_line and not data.line.isdigit():
                 raise InvalidInput("a line comment names its line", field="body")
@@ -188,10 +197,12 @@ class PullPages(Controller):
                                  line=int(data.line) if on_line else None,
                                  side="LEFT" if data.side == "LEFT" else "RIGHT",
                                  in_reply_to=int(data.in_reply_to) if data.in_reply_to.isdigit() else None)  # fmt: skip
-            row = await PullReviews(page.pulls).comment(actor, view.res, n, spec)
-        except ForgeError as exc:
-            form = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
-            return await page.refused(n, form, exc, data, ("body",))
+            return await PullReviews(page.pulls).comment(actor, view.res, n, spec)
+
+        form = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
+        row = await or_form_error(comment(), page.again(n, form, data, ("body",)), raise_404=False)
+        if isinstance(row, Template):
+            return row
         return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{row.id}", status_code=303)
 
     @post("/pull/{number:str}/merge")
@@ -202,17 +213,23 @@ class PullPages(Controller):
         # No request transaction (no `views`, no `db_session`): the merge opens its own around the
         # `pre_merge` question, so no database lock is held while a policy consumer answers.
         n = parse_number(number)
-        try:
+
+        async def merge() -> PullRequest:
             if data.strategy not in ("merge", "squash", "fast-forward"):
                 raise InvalidInput("choose merge, squash or fast-forward", field="strategy")
             spec = PullMergeRequest(strategy=data.strategy, sha=data.sha or None)  # type: ignore[arg-type]
-            await merge_runner.merge(actor, owner, name, n, spec)
-        except ForgeError as exc:
+            return await merge_runner.merge(actor, owner, name, n, spec)
+
+        async def again(exc: ForgeError) -> Template:
             async with merge_runner.db.session() as s:
                 res = await repositories.load(s, actor.principal, owner, name)
                 view = RepoView(request, res, actor.principal, merge_runner.base_url)
                 page = _Page(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url))
-                return await page.refused(n, "merge", exc, data, ("strategy",), rollback=False)
+                return await page.again(n, "merge", data, ("strategy",), rollback=False)(exc)
+
+        merged = await or_form_error(merge(), again, raise_404=False)
+        if isinstance(merged, Template):
+            return merged
         return Redirect(f"/{owner}/{name}/pull/{n}", status_code=303)
 
     @post("/pull/{number:str}/comments/{comment_id:int}/apply")
@@ -223,10 +240,13 @@ class PullPages(Controller):
         view = await views.load()
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
-        try:
-            await Suggestions(page.pulls).apply(actor, view.res, n, comment_id)
-        except ForgeError as exc:
-            return await page.refused(n, "suggestion", exc, data, ())
+        applied = await or_form_error(
+            Suggestions(page.pulls).apply(actor, view.res, n, comment_id),
+            page.again(n, "suggestion", data, ()),
+            raise_404=False,
+        )
+        if isinstance(applied, Template):
+            return applied
         return Redirect(f"/{view.res.full_name}/pull/{n}#files", status_code=303)
 
     @post("/pull/{number:str}/comments/{comment_id:int}/{change:str}")
@@ -237,12 +257,15 @@ class PullPages(Controller):
         view = await views.load()
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
-        try:
+
+        async def resolve() -> PullComment:
             if change not in ("resolve", "unresolve"):
                 raise InvalidInput("resolve or unresolve a thread")
-            await PullReviews(page.pulls).resolve(actor, view.res, n, comment_id, resolved=change == "resolve")
-        except ForgeError as exc:
-            return await page.refused(n, "thread", exc, data, ())
+            return await PullReviews(page.pulls).resolve(actor, view.res, n, comment_id, resolved=change == "resolve")
+
+        resolved = await or_form_error(resolve(), page.again(n, "thread", data, ()), raise_404=False)
+        if isinstance(resolved, Template):
+            return resolved
         return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{comment_id}", status_code=303)
 
     @post("/pull/{number:str}/state")
@@ -253,10 +276,11 @@ class PullPages(Controller):
         view = await views.load()
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
-        try:
-            await _change(page.pulls, actor, view, n, data)
-        except ForgeError as exc:
-            return await page.refused(n, "state", exc, data, ())
+        changed = await or_form_error(
+            _change(page.pulls, actor, view, n, data), page.again(n, "state", data, ()), raise_404=False
+        )
+        if isinstance(changed, Template):
+            return changed
         return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
 
 
@@ -292,13 +316,18 @@ class _Page:
         self.view = view
         self.pulls = pulls
 
-    async def refused(
-        self, number: int, form: str, exc: ForgeError, typed: WebForm, inputs: tuple[str, ...], *, rollback: bool = True
-    ) -> Template:
-        if rollback:  # what the refused change flushed goes; the page reads what stands
-            await self.pulls.session.rollback()
-        errors = form_errors(exc, inputs)
-        return await self.render(number, status_code=exc.status, form=form, errors=errors, typed=typed)
+    def again(
+        self, number: int, form: str, typed: WebForm, inputs: tuple[str, ...], *, rollback: bool = True
+    ) -> Callable[[ForgeError], Awaitable[Template]]:
+        """The page again with `form` refused: as it was sent, the refusal beside the input it concerns."""
+
+        async def refused(exc: ForgeError) -> Template:
+            if rollback:  # what the refused change flushed goes; the page reads what stands
+                await self.pulls.session.rollback()
+            errors = form_errors(exc, inputs)
+            return await self.render(number, status_code=exc.status, form=form, errors=errors, typed=typed)
+
+        return refused
 
     async def render(
         self,

@@ -17,7 +17,7 @@ from forge.core.error_codes import Code
 from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.db.models import Repository
 from forge.http.deps import ActorDep, BaseUrlDep, BusDep, DbSession, PathRepo, StoreDep
-from forge.http.pages.common import WebForm, page
+from forge.http.pages.common import WebForm, or_form_error, page
 from forge.http.pages.forms import NO_ERRORS, form_errors
 from forge.repos import branch_rules, collaborators, lifecycle, repositories
 from forge.repos.lifecycle import RepoCreate, RepoUpdate
@@ -123,11 +123,14 @@ class RepoListPages(Controller):
             visibility=data.visibility,  # type: ignore[arg-type]  # checked by the service
             auto_init=bool(data.auto_init),
         )
-        try:
-            repo = await lifecycle.create_own(db_session, store, bus, actor, spec)
-        except ForgeError as exc:
+
+        async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, NewRepoForm.__struct_fields__, NEW_REPO_ALIASES)
             return page(request, "repos/new.html", refused=exc, errors=errors, form=data)
+
+        repo = await or_form_error(lifecycle.create_own(db_session, store, bus, actor, spec), again, raise_404=False)
+        if isinstance(repo, Template):
+            return repo
         return Redirect(f"/{repo.owner.login}/{repo.name}", status_code=303)
 
 
@@ -276,11 +279,27 @@ class RepoSettingsPages(Controller):
             **{"danger": None, "danger_form": DangerForm(), "errors": NO_ERRORS, "refused_form": "", **extra},
         )
 
-    async def _refused(
-        self, db_session: AsyncSession, view: RepoView, section: str, exc: ForgeError, form: DangerForm
-    ) -> Template:
-        """A refused danger-zone action: the page again, the reason inside that action's section."""
-        return await self._render(db_session, view, refused=exc, danger=section, danger_form=form)
+    def _refused(
+        self,
+        db_session: AsyncSession,
+        views: RepoViews,
+        view: RepoView,
+        section: str,
+        form: DangerForm,
+        *,
+        rollback: bool = True,
+    ) -> Callable[[ForgeError], Awaitable[Template]]:
+        """A refused danger-zone action: the page again, the reason inside that action's section
+        (`rollback`: what the refused change flushed goes, the repository is read again)."""
+
+        async def again(exc: ForgeError) -> Template:
+            shown = view
+            if rollback:
+                await db_session.rollback()
+                shown = await views.load(Action.REPO_ADMIN)
+            return await self._render(db_session, shown, refused=exc, danger=section, danger_form=form)
+
+        return again
 
     async def _submit(
         self,
@@ -292,13 +311,16 @@ class RepoSettingsPages(Controller):
     ) -> Template:
         """Run one settings form's change and show the page again: saved, or the form as it was
         sent with the refusal beside the field it concerns (the services check before they write)."""
-        try:
-            await change()
-        except ForgeError as exc:
+
+        async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, section.inputs, section.aliases)
             return await self._render(
                 db_session, view, refused=exc, errors=errors, refused_form=section.name, typed={section.name: form}
             )
+
+        changed = await or_form_error(change(), again, raise_404=False)
+        if isinstance(changed, Template):
+            return changed
         return await self._render(db_session, view, notice="saved")
 
     @get("/")
@@ -369,14 +391,15 @@ class RepoSettingsPages(Controller):
         self, db_session: DbSession, actor: ActorDep, store: StoreDep, views: ViewsDep, data: URLEncodedBody[DangerForm]
     ) -> Template | Redirect:
         view = await views.load(Action.REPO_ADMIN)
-        try:
+
+        async def rename() -> RepoResource:
             lifecycle.require_confirmation(view.res, data.confirm)
             change = RepoUpdate(name=data.new_name.strip())
-            await lifecycle.update(db_session, store, actor, view.res, change)
-        except ForgeError as exc:
-            await db_session.rollback()
-            view = await views.load(Action.REPO_ADMIN)
-            return await self._refused(db_session, view, "rename", exc, data)
+            return await lifecycle.update(db_session, store, actor, view.res, change)
+
+        renamed = await or_form_error(rename(), self._refused(db_session, views, view, "rename", data), raise_404=False)
+        if isinstance(renamed, Template):
+            return renamed
         return Redirect(f"/{view.res.full_name}/settings/?done=renamed#danger-zone", status_code=303)
 
     @post("/transfer")
@@ -385,12 +408,13 @@ class RepoSettingsPages(Controller):
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
         old_name = view.res.full_name
-        try:
-            res = await lifecycle.transfer(db_session, store, actor, view.res, data.new_owner, data.confirm)
-        except ForgeError as exc:
-            await db_session.rollback()
-            view = await views.load(Action.REPO_ADMIN)
-            return await self._refused(db_session, view, "transfer", exc, data)
+        res = await or_form_error(
+            lifecycle.transfer(db_session, store, actor, view.res, data.new_owner, data.confirm),
+            self._refused(db_session, views, view, "transfer", data),
+            raise_404=False,
+        )
+        if isinstance(res, Template):
+            return res
         still_reads = can(view.principal, Action.REPO_READ, res)
         return page(
             view.request,
@@ -406,10 +430,13 @@ class RepoSettingsPages(Controller):
     ) -> Template:
         view = await views.load(Action.REPO_ADMIN)
         old_name = view.res.full_name
-        try:
-            await lifecycle.remove(db_session, store, actor, view.res, data.confirm)
-        except ForgeError as exc:
-            return await self._refused(db_session, view, "delete", exc, data)
+        removed = await or_form_error(
+            lifecycle.remove(db_session, store, actor, view.res, data.confirm),
+            self._refused(db_session, views, view, "delete", data, rollback=False),
+            raise_404=False,
+        )
+        if isinstance(removed, Template):
+            return removed
         return page(view.request, "repos/gone.html", old_name=old_name, deleted=True)
 
     @post("/rules")

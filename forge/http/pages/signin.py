@@ -15,7 +15,7 @@ from forge.core.security import random_id
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.http.deps import ActorDep, DatabaseDep, DbSession, SettingsDep
-from forge.http.pages.common import WebForm, page, safe_next
+from forge.http.pages.common import WebForm, or_form_error, page, safe_next
 
 
 class SignInForm(WebForm):
@@ -53,9 +53,8 @@ class AuthPages(Controller):
         actor: ActorDep,
         data: URLEncodedBody[SignInForm],
     ) -> Template | Redirect:
-        try:
-            account = await accounts.authenticate_password(db, settings, actor, data.login, data.password)
-        except ForgeError as exc:
+
+        async def again(exc: ForgeError) -> Template:
             exc.audited = True  # authenticate_password wrote the refusal row
             return page(
                 request,
@@ -65,6 +64,12 @@ class AuthPages(Controller):
                 next=safe_next(data.next),
                 login=data.login,
             )
+
+        account = await or_form_error(
+            accounts.authenticate_password(db, settings, actor, data.login, data.password), again, raise_404=False
+        )
+        if isinstance(account, Template):
+            return account
         # No request-wide write transaction here: a refused sign-in writes its audit row in a
         # transaction of its own, which must not wait on a lock this request holds.
         signed_in = Actor(

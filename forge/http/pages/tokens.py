@@ -14,7 +14,7 @@ from forge.core.errors import ForgeError, NotFound
 from forge.db.models import Account
 from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DbSession, SettingsDep, TokenCacheDep
-from forge.http.pages.common import page
+from forge.http.pages.common import or_form_error, page
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.new_token import (
     NEW_TOKEN_COOKIE,
@@ -77,11 +77,14 @@ class TokenPages(Controller):
     ) -> Template | Redirect:
         me = await db_session.get(Account, actor.principal.account_id)
         assert me is not None
-        try:
-            created = await create_from_form(db_session, actor, me, data)
-        except ForgeError as exc:
+
+        async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, TokenForm.__struct_fields__, TOKEN_ALIASES)
             return await self._render(request, db_session, actor, refused=exc, form=data, errors=errors)
+
+        created = await or_form_error(create_from_form(db_session, actor, me, data), again, raise_404=False)
+        if isinstance(created, Template):
+            return created
         return created_redirect("/settings/tokens/", created, settings)
 
     @get("/{token_id:int}/revoke")

@@ -3,31 +3,17 @@ pages' dependencies (a reader who sees the repository but not its tasks is told 
 
 import json
 import unicodedata
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
-from litestar.response import Template
 
 from forge.core.access import Principal
-from forge.core.errors import ForgeError
+from forge.http.pages.common import or_form_error as or_form_error
 from forge.repos import repositories
 from forge.repos.repositories import RepoResource
 from tasks.core.schemas import TaskRead
 from tasks.http.deps import DEPENDENCIES
 from tasks.services import rules
-
-Done = TypeVar("Done")
-
-
-async def or_form_error(action: Awaitable[Done], again: Callable[[ForgeError], Awaitable[Template]]) -> Done | Template:
-    """A form's action, or the page again showing why it was refused (a 404 stays a 404)."""
-    try:
-        return await action
-    except ForgeError as exc:
-        if exc.status == 404:
-            raise
-        return await again(exc)
 
 
 def repo_context(res: RepoResource, principal: Principal, base_url: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors, invalid_i
 from forge.repos import repositories
 from tasks.core import repo_settings as core_settings
 from tasks.core.models import RepoTaskSettings
-from tasks.http.pages.common import repo_context
+from tasks.http.pages.common import or_form_error, repo_context
 from tasks.services import agents, repo_settings
 from tasks.services.repo_settings import RepoTaskSettingsRead
 
@@ -192,17 +192,21 @@ class TaskSettingsPages(Controller):
         name: FromPath[str],
         data: URLEncodedBody[TaskSettingsForm],
     ) -> Template | Redirect:
-        try:
+
+        async def save() -> RepoTaskSettingsRead:
             change = settings_update(data)
             async with db.session(write=True) as s:
                 res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
-                await repo_settings.update(s, settings, actor, res, change)
-        except ForgeError as exc:
-            if exc.status == 404:
-                raise
+                return await repo_settings.update(s, settings, actor, res, change)
+
+        async def again(exc: ForgeError) -> Template:
             # Shown again as typed, the refusal beside the field it concerns.
             errors = form_errors(exc, INPUTS, ALIASES)
             return await self._render(
                 request, db, actor, owner, name, form=data, errors=errors, notice=None, status_code=exc.status
             )
+
+        saved = await or_form_error(save(), again)
+        if isinstance(saved, Template):
+            return saved
         return await self._render(request, db, actor, owner, name, notice="Saved.")
