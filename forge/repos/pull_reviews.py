@@ -138,7 +138,8 @@ class PullReviews:
             actor, res, pull, "review_submitted", review_id=review.id, verdict=review.verdict, comments=comments
         )
 
-    async def _pending(self, pull: PullRequest, author_id: int | None) -> PullReview | None:
+    async def pending_of(self, pull: PullRequest, author_id: int | None) -> PullReview | None:
+        """The author's pending review of the pull request, if they have one."""
         found = await self.session.execute(
             select(PullReview).where(
                 PullReview.pull_id == pull.id, PullReview.author_id == author_id, PullReview.verdict == PENDING
@@ -153,7 +154,7 @@ class PullReviews:
         if pull.state != "open":
             raise InvalidState(f"#{pull.number} is {pull.state}: only comments are taken now", code=Code.PULL_NOT_OPEN)
         await self._check_lines(res, pull, data.comments)
-        review = await self._pending(pull, actor.principal.account_id)
+        review = await self.pending_of(pull, actor.principal.account_id)
         if review is None:
             review = PullReview(
                 pull_id=pull.id,
@@ -184,7 +185,7 @@ class PullReviews:
         """Publish the caller's pending review with a verdict: as a review written now, at the head."""
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number, lock=True)
-        review = await self._pending(pull, actor.principal.account_id)
+        review = await self.pending_of(pull, actor.principal.account_id)
         if review is None or review.id != review_id:
             raise NotFound(f"you have no pending review {review_id} on #{number}", code=Code.NOT_FOUND)
         verdict = _VERDICTS[data.event]
@@ -200,7 +201,7 @@ class PullReviews:
     async def discard_pending(self, actor: Actor, res: RepoResource, number: int, review_id: int) -> None:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)
-        review = await self._pending(pull, actor.principal.account_id)
+        review = await self.pending_of(pull, actor.principal.account_id)
         if review is None or review.id != review_id:
             raise NotFound(f"you have no pending review {review_id} on #{number}", code=Code.NOT_FOUND)
         audit.record(

@@ -7,8 +7,9 @@ the reason beside the field it concerns."""
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
@@ -21,13 +22,14 @@ from forge.db.models import PullComment, PullRequest, PullReview
 from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm, or_form_error
-from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
+from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
 from forge.http.pages.render import markdown
 from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
 from forge.repos import merge_rules, repositories, statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
+    PendingReviewSubmit,
     PullCommentCreate,
     PullCreate,
     PullMergeRequest,
@@ -39,6 +41,7 @@ from forge.repos.pull_suggestions import Suggestions
 from forge.repos.pull_tasks import task_number_of
 from forge.repos.pulls import Pulls, parse_number
 
+_S = TypeVar("_S")
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
@@ -66,6 +69,24 @@ class CommentForm(WebForm):
     line: str = ""
     side: str = "RIGHT"
     in_reply_to: str = ""
+    mode: str = ""  # "review": into the author's pending review instead of at once
+
+
+def _spec(raw: dict[str, Any], shape: type[_S]) -> _S:
+    """A form as the API's body, checked against the same schema (same limits, same messages)."""
+    try:
+        return msgspec.convert(raw, shape)
+    except msgspec.ValidationError as exc:
+        raise invalid_input(exc) from None
+
+
+def _number(raw: str, field: str) -> int | None:
+    """A whole number a form sent (a line, a comment id), or None; anything else is refused."""
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
+        raise InvalidInput(f"{raw[:20]!r} is not a number", field=field)
+    return int(raw)
 
 
 class MergeForm(WebForm):
@@ -129,14 +150,17 @@ class PullPages(Controller):
     ) -> Template | Redirect:
         view = await views.load()
         pulls = Pulls(db_session, store, bus, view.base_url)
-        spec = PullCreate(title=data.title.strip()[:256] or data.head, head=data.head, base=data.base,
-                          body=data.body, draft=bool(data.draft))  # fmt: skip
+
+        async def open_it() -> PullRequest:
+            raw = {"title": data.title.strip()[:256] or data.head, "head": data.head, "base": data.base,
+                   "body": data.body, "draft": bool(data.draft)}  # fmt: skip
+            return await pulls.open(actor, view.res, _spec(raw, PullCreate))
 
         async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, ("title", "body", "head", "base"), {"no_commits_between": "head"})
             return view.render("repos/pull_new.html", exc.status, tab="pulls", form=data, errors=errors)
 
-        pull = await or_form_error(pulls.open(actor, view.res, spec), again, raise_404=False)
+        pull = await or_form_error(open_it(), again, raise_404=False)
         if isinstance(pull, Template):
             return pull
         return Redirect(f"/{view.res.full_name}/pull/{pull.number}", status_code=303)
@@ -170,8 +194,13 @@ class PullPages(Controller):
         async def submit() -> PullReview:
             if data.event not in ("APPROVE", "REQUEST_CHANGES", "COMMENT"):
                 raise InvalidInput("choose Comment, Approve or Request changes", field="event")
-            spec = PullReviewCreate(event=data.event, body=data.body, commit_id=data.commit_id or None)  # type: ignore[arg-type]
-            return await PullReviews(page.pulls).submit(actor, view.res, n, spec)
+            reviews = PullReviews(page.pulls)
+            pending = await reviews.pending_of(await page.pulls.get(view.res, n), actor.principal.account_id)
+            if pending is not None:  # the review form publishes the pending review with its verdict
+                publish = _spec({"event": data.event, "body": data.body}, PendingReviewSubmit)
+                return await reviews.publish_pending(actor, view.res, n, pending.id, publish)
+            raw = {"event": data.event, "body": data.body, "commit_id": data.commit_id or None}
+            return await reviews.submit(actor, view.res, n, _spec(raw, PullReviewCreate))
 
         review = await or_form_error(submit(), page.again(n, "review", data, ("body", "event")), raise_404=False)
         if isinstance(review, Template):
@@ -187,23 +216,47 @@ class PullPages(Controller):
         page = _Page(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
 
-        async def comment() -> PullComment:
-            on_line = bool(data.path) and not data.in_reply_to
-            if on_line and not data.line.isdigit():
+        async def comment() -> PullComment | PullReview:
+            reply_to = _number(data.in_reply_to, "body")
+            on_line = bool(data.path) and reply_to is None
+            line = _number(data.line, "body") if on_line else None
+            if on_line and line is None:
                 raise InvalidInput("a line comment names its line", field="body")
             if not data.body.strip():
                 raise InvalidInput("write a comment first", field="body")
-            spec = PullCommentCreate(body=data.body.strip(), path=data.path if on_line else None,
-                                 line=int(data.line) if on_line else None,
-                                 side="LEFT" if data.side == "LEFT" else "RIGHT",
-                                 in_reply_to=int(data.in_reply_to) if data.in_reply_to.isdigit() else None)  # fmt: skip
-            return await PullReviews(page.pulls).comment(actor, view.res, n, spec)
+            side = "LEFT" if data.side == "LEFT" else "RIGHT"
+            if on_line and data.mode == "review":  # gathered in the author's pending review
+                one = {"path": data.path, "line": line, "side": side, "body": data.body.strip()}
+                return await PullReviews(page.pulls).submit(
+                    actor, view.res, n, _spec({"comments": [one]}, PullReviewCreate)
+                )
+            raw = {"body": data.body.strip(), "path": data.path if on_line else None, "line": line, "side": side,
+                   "in_reply_to": reply_to}  # fmt: skip
+            return await PullReviews(page.pulls).comment(actor, view.res, n, _spec(raw, PullCommentCreate))
 
         form = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
         row = await or_form_error(comment(), page.again(n, form, data, ("body",)), raise_404=False)
         if isinstance(row, Template):
             return row
-        return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{row.id}", status_code=303)
+        anchor = f"review-{row.id}" if isinstance(row, PullReview) else f"comment-{row.id}"
+        return Redirect(f"/{view.res.full_name}/pull/{n}#{anchor}", status_code=303)
+
+    @post("/pull/{number:str}/reviews/{review_id:int}/discard")
+    async def discard(
+        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
+        number: FromPath[str], review_id: FromPath[int], data: URLEncodedBody[WebForm],
+    ) -> Template | Redirect:  # fmt: skip
+        view = await views.load()
+        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        n = parse_number(number)
+        done = await or_form_error(
+            PullReviews(page.pulls).discard_pending(actor, view.res, n, review_id),
+            page.again(n, "review", data, ()),
+            raise_404=False,
+        )
+        if isinstance(done, Template):
+            return done
+        return Redirect(f"/{view.res.full_name}/pull/{n}#review", status_code=303)
 
     @post("/pull/{number:str}/merge")
     async def merge(
@@ -342,8 +395,9 @@ class _Page:
         pull = await pulls.get(res, number)
         shape = await pulls.read(res, pull)
         reviews = PullReviews(pulls)
-        found_reviews = await reviews.reviews(res, pull)
-        comments = await reviews.comments(res, pull)
+        viewer = self.view.principal.account_id
+        found_reviews = await reviews.reviews(res, pull, viewer)
+        comments = await reviews.comments(res, pull, viewer=viewer)
         diff = await reviews.diff(res, pull) if pull.head_sha or pull.state != "open" else None
         html = await _html(
             {"body": pull.body}
@@ -367,8 +421,9 @@ class _Page:
             tab="pulls",
             pull=shape,
             reviews=found_reviews,
+            pending=next((r for r in found_reviews if r.state == "PENDING"), None),
             timeline=sorted(
-                [("review", r.submitted_at, r) for r in found_reviews]
+                [("review", r.submitted_at, r) for r in found_reviews if r.state != "PENDING"]
                 + [("comment", c.created_at, c) for c in comments if c.path is None],
                 key=lambda item: item[1],
             ),
