@@ -10,8 +10,7 @@ is `forge.repos.merge_rules`."""
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import delete, func, select
 
 from forge.core.access import Action, Role, require
 from forge.core.error_codes import Code
@@ -19,32 +18,20 @@ from forge.core.errors import InvalidInput, InvalidState, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
-from forge.db.events import AccountRef
 from forge.db.models import Account, PullComment, PullRequest, PullReview, PullReviewRequest
 from forge.git.compare import compare
 from forge.git.schemas import Comparison
+from forge.repos.pull_review_reads import PENDING, PullReviewReads
 from forge.repos.pull_shapes import (
     PendingReviewSubmit,
     PullCommentCreate,
-    PullCommentRead,
     PullReviewCommentCreate,
     PullReviewCreate,
-    PullReviewRead,
-    ReviewState,
 )
 from forge.repos.pull_tasks import refuse_task_pull
-from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, resource_roles
-from forge.repos.suggestion_text import suggestion_of
 
 _VERDICTS = {"APPROVE": "approve", "REQUEST_CHANGES": "request_changes", "COMMENT": "comment"}
-_STATES: dict[str, ReviewState] = {
-    "approve": "APPROVED",
-    "request_changes": "CHANGES_REQUESTED",
-    "comment": "COMMENTED",
-    "pending": "PENDING",
-}
-PENDING = "pending"
 
 
 def anchors(comparison: Comparison) -> dict[str, dict[str, set[int]]]:
@@ -65,13 +52,7 @@ def anchors(comparison: Comparison) -> dict[str, dict[str, set[int]]]:
 
 
 @dataclass
-class PullReviews:
-    pulls: Pulls
-
-    @property
-    def session(self) -> AsyncSession:
-        return self.pulls.session
-
+class PullReviews(PullReviewReads):
     async def diff(self, res: RepoResource, pull: PullRequest) -> Comparison:
         """What the pull request changes now: its head against the merge base with its base."""
         base = pull.base_ref if pull.state == "open" else pull.base_sha
@@ -342,76 +323,3 @@ class PullReviews:
                 reviewers=missing,
             )
         return ok
-
-    # -- reading ---------------------------------------------------------------------------
-
-    async def reviews(self, res: RepoResource, pull: PullRequest, viewer: int | None = None) -> list[PullReviewRead]:
-        """The reviews, oldest first; a pending one only for its author (`viewer`)."""
-        rows = (
-            await self.session.execute(
-                select(PullReview, Account)
-                .outerjoin(Account, Account.id == PullReview.author_id)
-                .where(
-                    PullReview.pull_id == pull.id, or_(PullReview.verdict != PENDING, PullReview.author_id == viewer)
-                )
-                .order_by(PullReview.id)
-            )
-        ).all()
-        url = self.pulls.html_url(res, pull.number)
-        return [
-            PullReviewRead(
-                id=r.id,
-                user=_ref(a),
-                body=r.body,
-                state="DISMISSED" if r.dismissed else _STATES[r.verdict],
-                commit_id=r.commit_sha,
-                submitted_at=r.created_at,
-                html_url=f"{url}#review-{r.id}",
-            )
-            for r, a in rows
-        ]
-
-    async def comments(
-        self, res: RepoResource, pull: PullRequest, *, on_lines: bool | None = None, viewer: int | None = None
-    ) -> list[PullCommentRead]:
-        """The comments, oldest first; those of a pending review only for its author (`viewer`)."""
-        stmt = (
-            select(PullComment, Account)
-            .outerjoin(Account, Account.id == PullComment.author_id)
-            .outerjoin(PullReview, PullReview.id == PullComment.review_id)
-            .where(
-                PullComment.pull_id == pull.id,
-                or_(PullReview.id.is_(None), PullReview.verdict != PENDING, PullReview.author_id == viewer),
-            )
-            .order_by(PullComment.id)
-        )
-        if on_lines is not None:
-            stmt = stmt.where(PullComment.path.is_not(None) if on_lines else PullComment.path.is_(None))
-        url = self.pulls.html_url(res, pull.number)
-        rows = (await self.session.execute(stmt)).all()
-        resolvers = await self.pulls.accounts({c.resolved_by_id for c, _ in rows if c.resolved_by_id})
-        return [
-            PullCommentRead(
-                id=c.id,
-                user=_ref(a),
-                body=c.body,
-                path=c.path,
-                line=c.line,
-                side=c.side,
-                commit_id=c.commit_sha,
-                pull_request_review_id=c.review_id,
-                outdated=c.path is not None and c.commit_sha != pull.head_sha,
-                suggestion=suggestion_of(c.body) if c.path is not None and c.in_reply_to_id is None else None,
-                in_reply_to_id=c.in_reply_to_id,
-                resolved=c.resolved_at is not None,
-                resolved_by=resolvers.get(c.resolved_by_id) if c.resolved_by_id else None,
-                created_at=c.created_at,
-                updated_at=c.updated_at,
-                html_url=f"{url}#comment-{c.id}",
-            )
-            for c, a in rows
-        ]
-
-
-def _ref(account: Account | None) -> AccountRef | None:
-    return AccountRef(login=account.login, type="Bot" if account.is_bot else "User") if account else None

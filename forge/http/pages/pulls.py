@@ -5,27 +5,24 @@ comment form on every line, and the review form. Same services as the REST API
 (forge/repos/pulls.py); forms work without JavaScript; a refused form comes back as typed with
 the reason beside the field it concerns."""
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
-from markupsafe import Markup
 
-from forge.core.access import Action, can
+from forge.core.access import Action
 from forge.core.errors import ForgeError, InvalidInput
 from forge.db.audit import Actor
 from forge.db.models import PullComment, PullRequest, PullReview
 from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm, or_form_error
-from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
-from forge.http.pages.render import markdown
+from forge.http.pages.forms import NO_ERRORS, form_errors, invalid_input
+from forge.http.pages.pull_page import PullPage
 from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
-from forge.repos import merge_rules, repositories, statuses
+from forge.repos import repositories, statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
@@ -38,15 +35,12 @@ from forge.repos.pull_shapes import (
     UpdateBranchRequest,
 )
 from forge.repos.pull_suggestions import Suggestions
-from forge.repos.pull_tasks import task_number_of
 from forge.repos.pulls import Pulls, parse_number
 
 _S = TypeVar("_S")
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
-VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "requested changes", "COMMENTED": "commented",
-            "DISMISSED": "approved (dismissed: the head moved)"}  # fmt: skip
 
 
 class OpenForm(WebForm):
@@ -97,15 +91,6 @@ class MergeForm(WebForm):
 class StateForm(WebForm):
     state: str = ""  # closed | open | ready
     expected_head_sha: str = ""
-
-
-def _sanitised(text: str) -> Markup:
-    # The sanitiser of agent markdown: scripts go, images of other origins go.
-    return markdown(text, remote_images=False)
-
-
-async def _html(texts: dict[str, str]) -> dict[str, Markup]:
-    return await asyncio.to_thread(lambda: {k: _sanitised(v) for k, v in texts.items()})
 
 
 class PullPages(Controller):
@@ -180,7 +165,7 @@ class PullPages(Controller):
         number: FromPath[str],
     ) -> Template:
         view = await views.load()
-        return await _Page(view, Pulls(db_session, store, bus, view.base_url)).render(parse_number(number))
+        return await PullPage(view, Pulls(db_session, store, bus, view.base_url)).render(parse_number(number))
 
     @post("/pull/{number:str}/reviews")
     async def review(
@@ -188,7 +173,7 @@ class PullPages(Controller):
         number: FromPath[str], data: URLEncodedBody[ReviewForm],
     ) -> Template | Redirect:  # fmt: skip
         view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
 
         async def submit() -> PullReview:
@@ -213,7 +198,7 @@ class PullPages(Controller):
         number: FromPath[str], data: URLEncodedBody[CommentForm],
     ) -> Template | Redirect:  # fmt: skip
         view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
 
         async def comment() -> PullComment | PullReview:
@@ -247,7 +232,7 @@ class PullPages(Controller):
         number: FromPath[str], review_id: FromPath[int], data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
         view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
         done = await or_form_error(
             PullReviews(page.pulls).discard_pending(actor, view.res, n, review_id),
@@ -277,7 +262,7 @@ class PullPages(Controller):
             async with merge_runner.db.session() as s:
                 res = await repositories.load(s, actor.principal, owner, name)
                 view = RepoView(request, res, actor.principal, merge_runner.base_url)
-                page = _Page(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url))
+                page = PullPage(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url))
                 return await page.again(n, "merge", data, ("strategy",), rollback=False)(exc)
 
         merged = await or_form_error(merge(), again, raise_404=False)
@@ -291,7 +276,7 @@ class PullPages(Controller):
         number: FromPath[str], comment_id: FromPath[int], data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
         view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
         applied = await or_form_error(
             Suggestions(page.pulls).apply(actor, view.res, n, comment_id),
@@ -308,7 +293,7 @@ class PullPages(Controller):
         number: FromPath[str], comment_id: FromPath[int], change: FromPath[str], data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
         view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
 
         async def resolve() -> PullComment:
@@ -327,7 +312,7 @@ class PullPages(Controller):
         number: FromPath[str], data: URLEncodedBody[StateForm],
     ) -> Template | Redirect:  # fmt: skip
         view = await views.load()
-        page = _Page(view, Pulls(db_session, store, bus, view.base_url))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
         n = parse_number(number)
         changed = await or_form_error(
             _change(page.pulls, actor, view, n, data), page.again(n, "state", data, ()), raise_404=False
@@ -347,101 +332,3 @@ async def _change(pulls: Pulls, actor: Actor, view: RepoView, number: int, data:
         await pulls.edit(actor, view.res, number, PullUpdate(state=data.state))  # type: ignore[arg-type]
     else:
         raise InvalidInput("unknown change")
-
-
-def _threads(comments: list[Any]) -> dict[tuple[str, str, int], list[tuple[Any, list[Any]]]]:
-    """(path, side, line) -> the threads on that line: each first comment with its replies."""
-    replies: dict[int, list[Any]] = {}
-    for c in comments:
-        if c.in_reply_to_id is not None:
-            replies.setdefault(c.in_reply_to_id, []).append(c)
-    found: dict[tuple[str, str, int], list[tuple[Any, list[Any]]]] = {}
-    for c in comments:
-        if c.path is not None and c.line is not None and c.in_reply_to_id is None:
-            found.setdefault((c.path, c.side or "RIGHT", c.line), []).append((c, replies.get(c.id, [])))
-    return found
-
-
-class _Page:
-    """One pull request's page, as read or with a refused form shown again."""
-
-    def __init__(self, view: RepoView, pulls: Pulls) -> None:
-        self.view = view
-        self.pulls = pulls
-
-    def again(
-        self, number: int, form: str, typed: WebForm, inputs: tuple[str, ...], *, rollback: bool = True
-    ) -> Callable[[ForgeError], Awaitable[Template]]:
-        """The page again with `form` refused: as it was sent, the refusal beside the input it concerns."""
-
-        async def refused(exc: ForgeError) -> Template:
-            if rollback:  # what the refused change flushed goes; the page reads what stands
-                await self.pulls.session.rollback()
-            errors = form_errors(exc, inputs)
-            return await self.render(number, status_code=exc.status, form=form, errors=errors, typed=typed)
-
-        return refused
-
-    async def render(
-        self,
-        number: int,
-        *,
-        status_code: int = 200,
-        form: str = "",
-        errors: FormErrors = NO_ERRORS,
-        typed: WebForm | None = None,
-    ) -> Template:
-        res, pulls = self.view.res, self.pulls
-        pull = await pulls.get(res, number)
-        shape = await pulls.read(res, pull)
-        reviews = PullReviews(pulls)
-        viewer = self.view.principal.account_id
-        found_reviews = await reviews.reviews(res, pull, viewer)
-        comments = await reviews.comments(res, pull, viewer=viewer)
-        diff = await reviews.diff(res, pull) if pull.head_sha or pull.state != "open" else None
-        html = await _html(
-            {"body": pull.body}
-            | {f"r{r.id}": r.body for r in found_reviews if r.body.strip()}
-            | {f"c{c.id}": c.body for c in comments}
-        )
-        by_line = _threads(comments)
-        checks = (
-            await statuses.combined_status(
-                pulls.session, res, pull.head_sha, f"{self.view.base_url}/api/v1/repos/{res.full_name}"
-            )
-            if pull.head_sha
-            else None
-        )
-        principal = self.view.principal
-        rules = await merge_rules.base_rules(pulls.session, res, pull.base_ref)
-        task_number = task_number_of(pull.head_ref)  # a task's work: reviewed and merged through the task
-        return self.view.render(
-            "repos/pull.html",
-            status_code,
-            tab="pulls",
-            pull=shape,
-            reviews=found_reviews,
-            pending=next((r for r in found_reviews if r.state == "PENDING"), None),
-            timeline=sorted(
-                [("review", r.submitted_at, r) for r in found_reviews if r.state != "PENDING"]
-                + [("comment", c.created_at, c) for c in comments if c.path is None],
-                key=lambda item: item[1],
-            ),
-            line_comments=[c for c in comments if c.path is not None],
-            by_line=by_line,
-            html=html,
-            cmp=diff,
-            checks=checks,
-            verdicts=VERDICTS,
-            can_review=can(principal, Action.PULL_REVIEW, res),
-            task_number=task_number,
-            may_merge=merge_rules.may_merge(rules, principal.login or ""),
-            mergers=rules.merge_allowlist,
-            can_edit=can(principal, Action.PULL_WRITE, res),
-            is_author=principal.account_id is not None and principal.login == (shape.user.login if shape.user else ""),
-            form=form,
-            errors=errors,
-            typed=typed,
-            ago=ago,
-            exact=exact,
-        )
