@@ -83,7 +83,7 @@ class PullCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     path: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     line: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
     side: Side = "RIGHT"
-    in_reply_to: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    in_reply_to: Annotated[int, msgspec.Meta(ge=1, le=2_147_483_647)] | None = None
 
 
 class ReviewersRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
