@@ -17,7 +17,7 @@ from forge.db.audit import Actor
 from forge.db.models import PullRequest
 from forge.git.compare import divergence
 from forge.git.merge import MergeStrategy
-from forge.repos.pull_shapes import PullReviewCreate
+from forge.repos.pull_shapes import PullReviewCreate, PullReviewRead
 from forge.repos.pulls import Pulls, allocate_number
 from forge.repos.repositories import RepoResource
 
@@ -35,6 +35,10 @@ class TaskWork(Protocol):
 
     async def review(self, actor: Actor, owner: str, name: str, task: int, data: PullReviewCreate) -> int:
         """Submit the review on the task; the id of the task review it became."""
+        ...
+
+    async def reviews(self, actor: Actor, owner: str, name: str, task: int) -> list[PullReviewRead]:
+        """The task's reviews, in the pull request's shape."""
         ...
 
 

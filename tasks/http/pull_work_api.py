@@ -10,17 +10,24 @@ from sqlalchemy import select
 from forge.core.access import Action
 from forge.core.errors import InvalidInput
 from forge.db.audit import Actor
+from forge.db.events import AccountRef
 from forge.git.merge import MergeStrategy
 from forge.repos import repositories
-from forge.repos.pull_shapes import PullReviewCreate
+from forge.repos.pull_shapes import PullReviewCreate, PullReviewRead, ReviewState
 from tasks.core.models import Review
 from tasks.core.schemas import MergeCreate, ReviewCreate
 from tasks.http.actions import submit_review
 from tasks.http.deps import TaskScope
+from tasks.services.reviews import ReviewService
 from tasks.system import TaskSystem
 
 _T = TypeVar("_T")
 _VERDICTS = {"APPROVE": "approve", "REQUEST_CHANGES": "request_changes", "COMMENT": "comment"}
+_STATES: dict[str, ReviewState] = {
+    "approve": "APPROVED",
+    "request_changes": "CHANGES_REQUESTED",
+    "comment": "COMMENTED",
+}
 
 
 def _convert(raw: dict[str, object], shape: type[_T]) -> _T:
@@ -72,3 +79,25 @@ class TaskWorkForPulls:
             read = await submit_review(scope, review)
         async with self.system.db.session() as s:
             return int((await s.execute(select(Review.id).where(Review.uuid == read.id))).scalar_one())
+
+    async def reviews(self, actor: Actor, owner: str, name: str, task: int) -> list[PullReviewRead]:
+        async with self.system.db.session() as s:
+            res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+            found = await self.system.service(s).get(res, task)
+            reads = await ReviewService(self.system.service(s)).reviews(found, quoted=False)
+            rows = (await s.execute(select(Review.uuid, Review.id).where(Review.task_id == found.id))).all()
+            ids: dict[str, int] = {uuid: review_id for uuid, review_id in rows}  # noqa: C416  (typed)
+            page = f"{self.system.settings.effective_base_url}/{res.full_name}/tasks/{task}/review"
+        return [
+            PullReviewRead(
+                id=ids[r.id],
+                user=AccountRef(login=r.author) if r.author else None,
+                body=r.body,
+                state=_STATES[r.verdict],
+                commit_id=r.commit_sha,
+                submitted_at=r.created_at,
+                html_url=f"{page}#review-{ids[r.id]}",
+            )
+            for r in reads
+            if r.verdict in _STATES  # published reviews only: a draft is its author's, on the task's page
+        ]

@@ -166,6 +166,10 @@ def test_a_tasks_changes_are_a_pull_request_that_follows_it(review_settings: Set
             assert (await c.get(f"{pulls}/1")).json()["head"]["sha"] == second["head_sha"]
             assert [p["number"] for p in (await c.get(pulls)).json()] == [1]  # still one pull request
             assert [r["verdict"] for r in (await c.get(f"{t}/reviews")).json()] == ["request_changes"]
+            as_pull = (await c.get(f"{pulls}/1/reviews")).json()  # the task's reviews, as the pull request's
+            assert [(r["state"], r["user"]["login"], r["commit_id"]) for r in as_pull] == [
+                ("CHANGES_REQUESTED", "ana", first["head_sha"])
+            ]
 
             # approved and merged as a pull request: the task's rules and merge apply
             early = await c.put(f"{pulls}/1/merge", json={"sha": second["head_sha"]})

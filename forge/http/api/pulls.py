@@ -196,6 +196,7 @@ class PullController(Controller):
         self,
         db_session: DbSession,
         actor: ActorDep,
+        task_work: TaskWorkDep,
         bus: BusDep,
         store: StoreDep,
         path_repo: PathRepoDep,
@@ -205,7 +206,11 @@ class PullController(Controller):
         res = await path_repo.load()
         pulls = _pulls(db_session, store, bus, forge_url)
         viewer = actor.principal.account_id
-        return await PullReviews(pulls).reviews(res, await pulls.get(res, parse_number(number)), viewer)
+        pull = await pulls.get(res, parse_number(number))
+        task = task_number_of(pull.head_ref)
+        if task is not None and task_work is not None:  # a task's pull request: the task's reviews
+            return await task_work.reviews(actor, path_repo.owner, path_repo.name, task)
+        return await PullReviews(pulls).reviews(res, pull, viewer)
 
     @post(
         "/{number:str}/reviews",
