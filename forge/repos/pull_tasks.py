@@ -8,6 +8,7 @@ What only a person's branch has (Update branch, suggestions) answers `task_pull_
 import re
 from typing import Protocol, runtime_checkable
 
+import msgspec
 from sqlalchemy import select
 
 from forge.core.error_codes import Code
@@ -22,6 +23,14 @@ from forge.repos.pulls import Pulls, allocate_number
 from forge.repos.repositories import RepoResource
 
 _TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)
+
+
+class TaskPullStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What the task's merge rules say of its pull request now."""
+
+    approvals: list[str]  # whose approvals of the head count
+    required_approvals: int
+    blockers: list[str]  # every rule that does not hold, in words (empty: it may merge)
 
 
 @runtime_checkable  # a handler's dependency: Litestar checks its type
@@ -39,6 +48,10 @@ class TaskWork(Protocol):
 
     async def reviews(self, actor: Actor, owner: str, name: str, task: int) -> list[PullReviewRead]:
         """The task's reviews, in the pull request's shape."""
+        ...
+
+    async def status(self, actor: Actor, owner: str, name: str, task: int) -> TaskPullStatus:
+        """Whether the task's merge rules hold now, and why not."""
         ...
 
 

@@ -14,6 +14,7 @@ from forge.db.events import AccountRef
 from forge.git.merge import MergeStrategy
 from forge.repos import repositories
 from forge.repos.pull_shapes import PullReviewCreate, PullReviewRead, ReviewState
+from forge.repos.pull_tasks import TaskPullStatus
 from tasks.core.models import Review
 from tasks.core.schemas import MergeCreate, ReviewCreate
 from tasks.http.actions import submit_review
@@ -101,3 +102,12 @@ class TaskWorkForPulls:
             for r in reads
             if r.verdict in _STATES  # published reviews only: a draft is its author's, on the task's page
         ]
+
+    async def status(self, actor: Actor, owner: str, name: str, task: int) -> TaskPullStatus:
+        async with self.system.db.session() as s:
+            res = await repositories.load(s, actor.principal, owner, name, Action.TASK_READ)
+            svc = self.system.service(s)
+            found = await ReviewService(svc).status(await svc.get(res, task))
+        return TaskPullStatus(
+            approvals=found.approvals, required_approvals=found.required_approvals, blockers=found.blockers
+        )

@@ -15,7 +15,15 @@ from forge.db.audit import Actor
 from forge.db.engine import Database
 from tests.support.accounts import PASSWORD, Accounts, make_account_with_token
 from tests.support.browser import ForgeServer, run_async
-from tests.support.browser_ui import add_collaborator, create_repo, sign_in
+from tests.support.browser_ui import (
+    add_collaborator,
+    create_bot,
+    create_repo,
+    expect_task_state,
+    runs_table,
+    sign_in,
+    start_command_task,
+)
 from tests.support.git import git
 
 pytestmark = [pytest.mark.browser]
@@ -175,3 +183,38 @@ def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
     assert {b["name"]: b["sha"] for b in branches}["main"].startswith(merged)
     page.goto(f"{forge.url}/{repo}/pulls?state=merged")
     expect(page.locator("#pulls li")).to_contain_text(["Price is ten"])
+
+
+def test_a_tasks_work_is_a_pull_request_reviewed_and_merged_on_its_page(page: Page, forge: ForgeServer) -> None:
+    """A task's changes appear as a pull request linked from the task; a change request written on
+    the pull request's page sends the agent back; approve and merge there finish the task. Two real
+    runs in a sandbox make it longer than most."""
+    sign_in(page, forge.url, forge.admin_login, forge.admin_password)
+    create_bot(page, forge.url, "stamper")
+    repo = create_repo(page, forge.url, "stamps")
+    add_collaborator(page, forge.url, repo, "stamper", "write")
+    start_command_task(page, forge.url, repo, goal="Stamp it", agent="stamper", command="date +%s%N > stamp.txt")
+    expect_task_state(page, "awaiting review")
+    page.goto(f"{forge.url}/{repo}/pulls")
+    page.get_by_role("link", name="Stamp it").click()
+    expect(page.locator("#pull-title")).to_contain_text("Stamp it #1")
+    expect(page.locator("#task-work")).to_contain_text("task #1")
+    first = page.locator("table.diff[data-path='stamp.txt']").inner_text()
+
+    page.get_by_label("Review (markdown)").fill("Stamp it again, please.")
+    page.get_by_label("Request changes").check()
+    page.get_by_role("button", name="Submit review").click()
+    expect(page.locator("article.review")).to_contain_text(f"{forge.admin_login} requested changes")
+    page.goto(f"{forge.url}/{repo}/tasks/1")
+    expect_task_state(page, "awaiting review")
+    expect(runs_table(page)).to_have_count(2)
+    page.goto(f"{forge.url}/{repo}/pull/1")
+    assert page.locator("table.diff[data-path='stamp.txt']").inner_text() != first  # the agent's new head
+
+    page.get_by_label("Approve").check()
+    page.get_by_role("button", name="Submit review").click()
+    expect(page.locator("#ready")).to_have_text("Every rule holds: ready to merge.")
+    page.get_by_role("button", name="Merge into main").click()
+    expect(page.locator("#pull-state")).to_have_text("merged")
+    page.goto(f"{forge.url}/{repo}/tasks/1")
+    expect_task_state(page, "merged")

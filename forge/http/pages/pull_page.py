@@ -12,6 +12,7 @@ from markupsafe import Markup
 
 from forge.core.access import Action, can
 from forge.core.errors import ForgeError
+from forge.db.audit import Actor
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
@@ -19,7 +20,7 @@ from forge.http.pages.render import markdown
 from forge.http.pages.repos import RepoView
 from forge.repos import merge_rules, statuses
 from forge.repos.pull_reviews import PullReviews
-from forge.repos.pull_tasks import task_number_of
+from forge.repos.pull_tasks import TaskPullStatus, TaskWork, task_number_of
 from forge.repos.pulls import Pulls
 
 VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "requested changes", "COMMENTED": "commented",
@@ -51,9 +52,10 @@ def _threads(comments: list[Any]) -> dict[tuple[str, str, int], list[tuple[Any, 
 class PullPage:
     """One pull request's page, as read or with a refused form shown again."""
 
-    def __init__(self, view: RepoView, pulls: Pulls) -> None:
+    def __init__(self, view: RepoView, pulls: Pulls, tasks: TaskWork | None = None) -> None:
         self.view = view
         self.pulls = pulls
+        self.tasks = tasks  # a task's pull request shows the task's reviews and merge rules
 
     def again(
         self, number: int, form: str, typed: WebForm, inputs: tuple[str, ...], *, rollback: bool = True
@@ -82,8 +84,15 @@ class PullPage:
         shape = await pulls.read(res, pull)
         reviews = PullReviews(pulls)
         viewer = self.view.principal.account_id
+        task_number = task_number_of(pull.head_ref)  # a task's work: reviewed and merged as the task
         found_reviews = await reviews.reviews(res, pull, viewer)
         comments = await reviews.comments(res, pull, viewer=viewer)
+        task_status = None
+        if task_number is not None and self.tasks is not None and pull.state == "open":
+            found_reviews, task_status = await self._task_side(task_number)
+            shape.unmet_rules = task_status.blockers
+            if task_status.blockers and shape.mergeable_state == "clean":
+                shape.mergeable_state = "blocked"
         diff = await reviews.diff(res, pull) if pull.head_sha or pull.state != "open" else None
         html = await _html(
             {"body": pull.body}
@@ -100,7 +109,6 @@ class PullPage:
         )
         principal = self.view.principal
         rules = await merge_rules.base_rules(pulls.session, res, pull.base_ref)
-        task_number = task_number_of(pull.head_ref)  # a task's work: reviewed and merged through the task
         return self.view.render(
             "repos/pull.html",
             status_code,
@@ -121,6 +129,7 @@ class PullPage:
             verdicts=VERDICTS,
             can_review=can(principal, Action.PULL_REVIEW, res),
             task_number=task_number,
+            task_status=task_status,
             may_merge=merge_rules.may_merge(rules, principal.login or ""),
             mergers=rules.merge_allowlist,
             can_edit=can(principal, Action.PULL_WRITE, res),
@@ -130,4 +139,16 @@ class PullPage:
             typed=typed,
             ago=ago,
             exact=exact,
+        )
+
+    async def _task_side(self, task: int) -> tuple[list[Any], TaskPullStatus]:
+        """A task's pull request: the task's reviews and what its merge rules say, read through the
+        task (its own transactions)."""
+        assert self.tasks is not None
+        view = self.view
+        owner, name = view.res.repo.owner.login, view.res.repo.name
+        actor = Actor(principal=view.principal)
+        return (
+            await self.tasks.reviews(actor, owner, name, task),
+            await self.tasks.status(actor, owner, name, task),
         )

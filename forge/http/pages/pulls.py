@@ -16,7 +16,7 @@ from forge.core.access import Action
 from forge.core.errors import ForgeError, InvalidInput
 from forge.db.audit import Actor
 from forge.db.models import PullComment, PullRequest, PullReview
-from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep
+from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep, TaskWorkDep
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm, or_form_error
 from forge.http.pages.forms import NO_ERRORS, form_errors, invalid_input
@@ -35,7 +35,9 @@ from forge.repos.pull_shapes import (
     UpdateBranchRequest,
 )
 from forge.repos.pull_suggestions import Suggestions
+from forge.repos.pull_tasks import task_number_of
 from forge.repos.pulls import Pulls, parse_number
+from forge.repos.repositories import RepoResource
 
 _S = TypeVar("_S")
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
@@ -91,6 +93,17 @@ class MergeForm(WebForm):
 class StateForm(WebForm):
     state: str = ""  # closed | open | ready
     expected_head_sha: str = ""
+
+
+async def _review(reviews: PullReviews, actor: Actor, res: RepoResource, n: int, data: ReviewForm) -> PullReview:
+    """A person's pull request reviewed from the page: their pending review published with the
+    verdict, or a review of its own."""
+    pending = await reviews.pending_of(await reviews.pulls.get(res, n), actor.principal.account_id)
+    if pending is not None:
+        publish = _spec({"event": data.event, "body": data.body}, PendingReviewSubmit)
+        return await reviews.publish_pending(actor, res, n, pending.id, publish)
+    raw = {"event": data.event, "body": data.body, "commit_id": data.commit_id or None}
+    return await reviews.submit(actor, res, n, _spec(raw, PullReviewCreate))
 
 
 class PullPages(Controller):
@@ -162,35 +175,46 @@ class PullPages(Controller):
         db_session: DbSession,
         store: StoreDep,
         bus: BusDep,
+        task_work: TaskWorkDep,
         number: FromPath[str],
     ) -> Template:
         view = await views.load()
-        return await PullPage(view, Pulls(db_session, store, bus, view.base_url)).render(parse_number(number))
+        page = PullPage(view, Pulls(db_session, store, bus, view.base_url), task_work)
+        return await page.render(parse_number(number))
 
     @post("/pull/{number:str}/reviews")
     async def review(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[ReviewForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, task_work: TaskWorkDep,
+        owner: FromPath[str], name: FromPath[str], number: FromPath[str], data: URLEncodedBody[ReviewForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
-        n = parse_number(number)
+        # Transactions of its own (no `views`, no `db_session`): a task's pull request is reviewed
+        # through its task, whose service opens its own.
+        n, db, store, bus = parse_number(number), merge_runner.db, merge_runner.store, merge_runner.bus
 
-        async def submit() -> PullReview:
+        async def submit() -> int:
             if data.event not in ("APPROVE", "REQUEST_CHANGES", "COMMENT"):
                 raise InvalidInput("choose Comment, Approve or Request changes", field="event")
-            reviews = PullReviews(page.pulls)
-            pending = await reviews.pending_of(await page.pulls.get(view.res, n), actor.principal.account_id)
-            if pending is not None:  # the review form publishes the pending review with its verdict
-                publish = _spec({"event": data.event, "body": data.body}, PendingReviewSubmit)
-                return await reviews.publish_pending(actor, view.res, n, pending.id, publish)
-            raw = {"event": data.event, "body": data.body, "commit_id": data.commit_id or None}
-            return await reviews.submit(actor, view.res, n, _spec(raw, PullReviewCreate))
+            async with db.session() as s:
+                res = await repositories.load(s, actor.principal, owner, name)
+                task = task_number_of((await Pulls(s, store, bus, merge_runner.base_url).get(res, n)).head_ref)
+            if task is not None and task_work is not None:
+                raw = {"event": data.event, "body": data.body, "commit_id": data.commit_id or None}
+                return await task_work.review(actor, owner, name, task, _spec(raw, PullReviewCreate))
+            async with db.session(write=True) as s:
+                res = await repositories.load(s, actor.principal, owner, name)
+                return (await _review(PullReviews(Pulls(s, store, bus, merge_runner.base_url)), actor, res, n, data)).id
 
-        review = await or_form_error(submit(), page.again(n, "review", data, ("body", "event")), raise_404=False)
+        async def again(exc: ForgeError) -> Template:
+            async with db.session() as s:
+                res = await repositories.load(s, actor.principal, owner, name)
+                view = RepoView(request, res, actor.principal, merge_runner.base_url)
+                page = PullPage(view, Pulls(s, store, bus, view.base_url), task_work)
+                return await page.again(n, "review", data, ("body", "event"), rollback=False)(exc)
+
+        review = await or_form_error(submit(), again, raise_404=False)
         if isinstance(review, Template):
             return review
-        return Redirect(f"/{view.res.full_name}/pull/{n}#review-{review.id}", status_code=303)
+        return Redirect(f"/{owner}/{name}/pull/{n}#review-{review}", status_code=303)
 
     @post("/pull/{number:str}/comments")
     async def comment(
@@ -245,8 +269,8 @@ class PullPages(Controller):
 
     @post("/pull/{number:str}/merge")
     async def merge(
-        self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, owner: FromPath[str],
-        name: FromPath[str], number: FromPath[str], data: URLEncodedBody[MergeForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, task_work: TaskWorkDep,
+        owner: FromPath[str], name: FromPath[str], number: FromPath[str], data: URLEncodedBody[MergeForm],
     ) -> Template | Redirect:  # fmt: skip
         # No request transaction (no `views`, no `db_session`): the merge opens its own around the
         # `pre_merge` question, so no database lock is held while a policy consumer answers.
@@ -262,7 +286,7 @@ class PullPages(Controller):
             async with merge_runner.db.session() as s:
                 res = await repositories.load(s, actor.principal, owner, name)
                 view = RepoView(request, res, actor.principal, merge_runner.base_url)
-                page = PullPage(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url))
+                page = PullPage(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url), task_work)
                 return await page.again(n, "merge", data, ("strategy",), rollback=False)(exc)
 
         merged = await or_form_error(merge(), again, raise_404=False)
