@@ -8,9 +8,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from forge.core.settings import Settings
 from forge.db.engine import Database
+from forge.db.models import Repository
 from tests.support.accounts import LiveServer, run_sync
 from tests.support.git import git
 from tests.support.task_world import TASKS, World, agent_commits, build_task_world
@@ -118,4 +120,39 @@ async def _commits(env: Env) -> str:
     try:
         return await agent_commits(db, settings, 1, {"work.txt": b"work\n"}, "work")
     finally:
+        await db.dispose()
+
+
+def test_a_reader_sees_a_tasks_pull_request_without_the_task(env: Env) -> None:
+    """Tasks are hidden below the write role; their pull requests are not, and read without them."""
+    r = env.call("POST", TASKS, "ana", json={"goal": "work", "agent": "fixer", "command": "true", "title": "Work"})
+    assert r.status_code == 201, r.text
+    run_sync(_commits(env))
+    run_sync(_open_task_pull(env))
+    page = httpx.get(f"{env.url}/ana/demo/pull/1", headers=env.world.h("rita"), timeout=30)
+    assert page.status_code == 200 and "Work" in page.text
+    assert env.call("GET", f"{API}/pulls/1", "rita").json()["head"]["ref"].startswith("agent/1-")
+
+
+async def _open_task_pull(env: Env) -> None:
+    """What settling the run does: the task's pull request opened by its agent."""
+    from forge.db.events import EventBus
+    from forge.git import RepoStore
+    from forge.repos.repositories import RepoResource
+    from tasks.core import task_pulls
+    from tasks.core.lifecycle import Lifecycle
+    from tasks.core.models import Task
+
+    db = Database(env.settings.effective_database_url)
+    store = RepoStore(env.settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            task = (await s.execute(select(Task).where(Task.number == 1))).scalar_one()
+            repo = await s.get(Repository, task.repo_id)
+            assert repo is not None
+            life = Lifecycle(s, bus=EventBus(), base_url=env.url)
+            await task_pulls.follow(life, store, task, RepoResource(repo=repo))
+            assert task.result_pull_number == 1
+    finally:
+        await store.close()
         await db.dispose()

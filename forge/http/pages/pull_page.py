@@ -88,7 +88,9 @@ class PullPage:
         found_reviews = await reviews.reviews(res, pull, viewer)
         comments = await reviews.comments(res, pull, viewer=viewer)
         task_status = None
-        if task_number is not None and self.tasks is not None and pull.state == "open":
+        # Tasks are hidden below the write role: a reader sees the pull request without its task's side.
+        task_side = can(self.view.principal, Action.TASK_READ, res)
+        if task_number is not None and self.tasks is not None and pull.state == "open" and task_side:
             found_reviews, task_status = await self._task_side(task_number)
             shape.unmet_rules = task_status.blockers
             if task_status.blockers and shape.mergeable_state == "clean":
