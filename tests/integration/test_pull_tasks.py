@@ -132,6 +132,7 @@ def test_a_reader_sees_a_tasks_pull_request_without_the_task(env: Env) -> None:
     page = httpx.get(f"{env.url}/ana/demo/pull/1", headers=env.world.h("rita"), timeout=30)
     assert page.status_code == 200 and "Work" in page.text
     assert env.call("GET", f"{API}/pulls/1", "rita").json()["head"]["ref"].startswith("agent/1-")
+    assert env.call("GET", f"{API}/pulls/1/reviews", "rita").json() == []  # the task's are hidden from readers
 
 
 async def _open_task_pull(env: Env) -> None:

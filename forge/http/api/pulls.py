@@ -8,6 +8,7 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, QueryParameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.core.access import Action, can
 from forge.db.engine import utcnow
 from forge.db.events import AccountRef, EventBus
 from forge.git import RepoStore
@@ -208,7 +209,8 @@ class PullController(Controller):
         viewer = actor.principal.account_id
         pull = await pulls.get(res, parse_number(number))
         task = task_number_of(pull.head_ref)
-        if task is not None and task_work is not None:  # a task's pull request: the task's reviews
+        # A task's pull request: the task's reviews, for those who may see tasks (the write role).
+        if task is not None and task_work is not None and can(actor.principal, Action.TASK_READ, res):
             return await task_work.reviews(actor, path_repo.owner, path_repo.name, task)
         return await PullReviews(pulls).reviews(res, pull, viewer)
 
