@@ -179,6 +179,24 @@ class PullReviews(PullReviewReads):
         await self._answered(actor, res, pull, review, int(comments))
         return review
 
+    async def dismiss(self, actor: Actor, res: RepoResource, number: int, review_id: int, message: str) -> PullReview:
+        """A repository admin dismisses a published approval or change request (GitHub's dismissal):
+        it no longer counts nor blocks; the message says why (audited)."""
+        require(actor.principal, Action.REPO_ADMIN, res)
+        pull = await self.pulls.get(res, number, lock=True)
+        review = await self.session.get(PullReview, review_id)
+        if review is None or review.pull_id != pull.id or review.verdict not in ("approve", "request_changes"):
+            raise NotFound(f"#{number} has no approval or change request {review_id}", code=Code.NOT_FOUND)
+        if not message.strip():
+            raise InvalidInput("say why the review is dismissed", code=Code.VALIDATION_FAILED, field="message")
+        review.dismissed = True
+        audit.record(
+            self.session, actor, "repo.pull.dismiss_review", f"{res.full_name}#{number}", review=review_id,
+            message=message.strip()[:1000],
+        )  # fmt: skip
+        await self.session.flush()
+        return review
+
     async def discard_pending(self, actor: Actor, res: RepoResource, number: int, review_id: int) -> None:
         require(actor.principal, Action.PULL_REVIEW, res)
         pull = await self.pulls.get(res, number)

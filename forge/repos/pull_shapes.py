@@ -75,6 +75,10 @@ class PendingReviewSubmit(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     body: Body = ""
 
 
+class ReviewDismissal(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    message: Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]
+
+
 class PullCommentCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A comment on the conversation, on a line of the diff when `path` and `line` are given, or a
     reply in the thread of a line comment (`in_reply_to`: its id; the thread's line is kept)."""

@@ -589,3 +589,26 @@ def test_nobody_approves_commits_they_pushed_themselves(team: Team) -> None:
         "POST", f"{API}/pulls/{number}/reviews", dora, json={"event": "APPROVE", "commit_id": head}
     ).is_success
     assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == []
+
+
+def test_an_admin_dismisses_a_standing_change_request(team: Team) -> None:
+    head = team.commit("stuck", "x.txt", "x\n", new=True)
+    team.push("stuck")
+    number = team.call("POST", f"{API}/pulls", team.ana, json={"title": "S", "head": "stuck", "base": "main"}).json()[
+        "number"
+    ]
+    no = {"event": "REQUEST_CHANGES", "body": "no", "commit_id": head}
+    review = team.call("POST", f"{API}/pulls/{number}/reviews", team.bob, json=no).json()["id"]
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == ["changes requested by bob"]
+    url = f"{API}/pulls/{number}/reviews/{review}/dismissals"
+    refused = team.call("PUT", url, team.bob, json={"message": "mine"})
+    assert refused.status_code == 403  # only repository admins dismiss
+    empty = team.call("PUT", url, team.ana, json={"message": ""})
+    assert empty.status_code == 422 and empty.json()["code"] == "validation_failed"
+    r = team.call("PUT", url, team.ana, json={"message": "bob left the team"})
+    assert r.status_code == 200 and r.json()["state"] == "DISMISSED", r.text
+    assert team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"] == []
+    assert (
+        team.call("PUT", f"{API}/pulls/{number}/reviews/9999/dismissals", team.ana, json={"message": "x"}).status_code
+        == 404
+    )

@@ -35,6 +35,7 @@ from forge.repos.pull_shapes import (
     PullReviewCreate,
     PullReviewRead,
     PullUpdate,
+    ReviewDismissal,
     ReviewersRequest,
     UpdateBranchRequest,
 )
@@ -375,6 +376,18 @@ class PendingReviewController(Controller):
         pulls = _pulls(db_session, store, bus, forge_url)
         reviews = PullReviews(pulls)
         review = await reviews.publish_pending(actor, res, parse_number(number), review_id, data)
+        pull = await pulls.get(res, parse_number(number))
+        return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
+
+    @put("/dismissals", summary="Dismiss an approval or change request (repository admins)", status_code=200)
+    async def dismiss(
+        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
+        forge_url: BaseUrlDep, number: FromPath[str], review_id: FromPath[int], data: JSONBody[ReviewDismissal],
+    ) -> PullReviewRead:  # fmt: skip
+        res = await path_repo.load()
+        pulls = _pulls(db_session, store, bus, forge_url)
+        reviews = PullReviews(pulls)
+        review = await reviews.dismiss(actor, res, parse_number(number), review_id, data.message)
         pull = await pulls.get(res, parse_number(number))
         return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
 
