@@ -26,6 +26,7 @@ from forge.repos import repositories
 from forge.repos.merge_policy import AllowAll, MergePolicy
 from forge.repos.pull_merge import MergeRunner
 from forge.repos.pull_tasks import TaskWork
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -97,6 +98,14 @@ def provide_merge_runner(state: State) -> MergeRunner:
     )
 
 
+def provide_pulls(
+    db_session: NamedDependency[AsyncSession], store: NamedDependency[RepoStore], bus: NamedDependency[EventBus],
+    forge_url: NamedDependency[str],
+) -> Pulls:  # fmt: skip
+    """The pull requests of the request's transaction."""
+    return Pulls(db_session, store, bus, forge_url)
+
+
 def provide_task_work(state: State) -> TaskWork | None:
     """The tasks side of a task's pull request, when the app was composed with tasks."""
     found: TaskWork | None = state.get("task_work")
@@ -116,6 +125,7 @@ DEPENDENCIES = {
     "path_repo": Provide(provide_path_repo, sync_to_thread=False),
     "merge_runner": Provide(provide_merge_runner, sync_to_thread=False),
     "task_work": Provide(provide_task_work, sync_to_thread=False),
+    "pulls": Provide(provide_pulls, sync_to_thread=False),
 }
 
 # Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).
@@ -133,3 +143,4 @@ BusDep = NamedDependency[EventBus]
 PathRepoDep = NamedDependency[PathRepo]
 MergeRunnerDep = NamedDependency[MergeRunner]
 TaskWorkDep = NamedDependency[TaskWork | None]
+PullsDep = NamedDependency[Pulls]

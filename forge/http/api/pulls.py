@@ -6,20 +6,18 @@ from typing import Annotated, Literal
 import msgspec
 from litestar import Controller, delete, get, patch, post, put
 from litestar.params import FromPath, JSONBody, QueryParameter
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Action, can
 from forge.db.engine import utcnow
-from forge.db.events import AccountRef, EventBus
-from forge.git import RepoStore
+from forge.db.events import AccountRef
 from forge.http.deps import (
     ActorDep,
     BaseUrlDep,
     BusDep,
     DatabaseDep,
-    DbSession,
     MergeRunnerDep,
     PathRepoDep,
+    PullsDep,
     StoreDep,
     TaskWorkDep,
 )
@@ -58,10 +56,6 @@ class MergeResultRead(msgspec.Struct, kw_only=True):
     message: str
 
 
-def _pulls(session: AsyncSession, store: RepoStore, bus: EventBus, base_url: str) -> Pulls:
-    return Pulls(session, store, bus, base_url)
-
-
 async def _merge(
     runner: MergeRunner, actor: ActorDep, owner: str, name: str, number: str, data: PullMergeRequest
 ) -> MergeResultRead:
@@ -92,62 +86,46 @@ class PullController(Controller):
     @post("/", summary="Open a pull request of head into base", status_code=201)
     async def create(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         data: JSONBody[PullCreate],
     ) -> PullRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         return await pulls.read(res, await pulls.open(actor, res, data))
 
     @get("/", summary="Pull requests, newest first (state: open, closed, merged or all)")
     async def list_pulls(
         self,
-        db_session: DbSession,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         state_: StateQuery = "open",
         author: AuthorQuery = None,
         page: PageQuery = 1,
     ) -> list[PullRead]:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         return await pulls.reads(res, await pulls.page(res, state_, author=author, page=page))
 
     @get("/{number:str}", summary="One pull request, with mergeable, conflicts and the unmet rules")
     async def get_one(
         self,
-        db_session: DbSession,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
     ) -> PullRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         return await pulls.read(res, await pulls.get(res, parse_number(number)))
 
     @patch("/{number:str}", summary="Edit the title, body, base or draft flag; close or reopen")
     async def edit(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
         data: JSONBody[PullUpdate],
     ) -> PullRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         return await pulls.read(res, await pulls.edit(actor, res, parse_number(number), data))
 
     # The merge opens its own transactions (read, then write after the `pre_merge` question): no
@@ -179,34 +157,26 @@ class PullController(Controller):
     @put("/{number:str}/update-branch", summary="Merge the base into the head branch", status_code=202)
     async def update_branch(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
         data: JSONBody[UpdateBranchRequest],
     ) -> PullRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         pull = await PullMerge(pulls).update_branch(actor, res, parse_number(number), data)
         return await pulls.read(res, pull)
 
     @get("/{number:str}/reviews", summary="The reviews of a pull request, oldest first")
     async def reviews(
         self,
-        db_session: DbSession,
         actor: ActorDep,
         task_work: TaskWorkDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
     ) -> list[PullReviewRead]:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         viewer = actor.principal.account_id
         pull = await pulls.get(res, parse_number(number))
         task = task_number_of(pull.head_ref)
@@ -238,14 +208,14 @@ class PullController(Controller):
         n = parse_number(number)
         async with db.session() as s:
             res = await load(s, actor.principal, owner, name)
-            pull = await _pulls(s, store, bus, forge_url).get(res, n)
+            pull = await Pulls(s, store, bus, forge_url).get(res, n)
             task, head, page = task_number_of(pull.head_ref), pull.head_sha, f"{forge_url}/{res.full_name}"
         if task is not None and task_work is not None:
             review_id = await task_work.review(actor, owner, name, task, data)
             return _task_review_read(review_id, actor, data, head, page, task)
         async with db.session(write=True) as s:
             res = await load(s, actor.principal, owner, name)
-            pulls = _pulls(s, store, bus, forge_url)
+            pulls = Pulls(s, store, bus, forge_url)
             reviews = PullReviews(pulls)
             review = await reviews.submit(actor, res, n, data)
             pull = await pulls.get(res, n)
@@ -254,33 +224,25 @@ class PullController(Controller):
     @get("/{number:str}/comments", summary="The line comments of a pull request, oldest first")
     async def comments(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
     ) -> list[PullCommentRead]:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         pull = await pulls.get(res, parse_number(number))
         return await PullReviews(pulls).comments(res, pull, on_lines=True, viewer=actor.principal.account_id)
 
     @post("/{number:str}/comments", summary="Comment on the conversation, or on a line (path and line)")
     async def comment(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
         data: JSONBody[PullCommentCreate],
     ) -> PullCommentRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         reviews = PullReviews(pulls)
         row = await reviews.comment(actor, res, parse_number(number), data)
         pull = await pulls.get(res, parse_number(number))
@@ -291,17 +253,13 @@ class PullController(Controller):
     )
     async def request_reviewers(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
         data: JSONBody[ReviewersRequest],
     ) -> PullRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         pull = await PullReviews(pulls).request(actor, res, parse_number(number), data.reviewers)
         return await pulls.read(res, pull)
 
@@ -317,17 +275,13 @@ class SuggestionController(Controller):
     )
     async def apply(
         self,
-        db_session: DbSession,
         actor: ActorDep,
-        bus: BusDep,
-        store: StoreDep,
         path_repo: PathRepoDep,
-        forge_url: BaseUrlDep,
+        pulls: PullsDep,
         number: FromPath[str],
         comment_id: FromPath[int],
     ) -> PullRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         await Suggestions(pulls).apply(actor, res, parse_number(number), comment_id)
         return await pulls.read(res, await pulls.get(res, parse_number(number)))
 
@@ -348,18 +302,24 @@ class ThreadController(Controller):
 
     @post("/resolve", summary="Mark a line comment's thread resolved", status_code=200)
     async def resolve(
-        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
-        forge_url: BaseUrlDep, number: FromPath[str], comment_id: FromPath[int],
-    ) -> PullCommentRead:  # fmt: skip
-        pulls = _pulls(db_session, store, bus, forge_url)
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        pulls: PullsDep,
+        number: FromPath[str],
+        comment_id: FromPath[int],
+    ) -> PullCommentRead:
         return await _resolve(pulls, actor, path_repo, number, comment_id, resolved=True)
 
     @post("/unresolve", summary="Open a resolved thread again", status_code=200)
     async def unresolve(
-        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
-        forge_url: BaseUrlDep, number: FromPath[str], comment_id: FromPath[int],
-    ) -> PullCommentRead:  # fmt: skip
-        pulls = _pulls(db_session, store, bus, forge_url)
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        pulls: PullsDep,
+        number: FromPath[str],
+        comment_id: FromPath[int],
+    ) -> PullCommentRead:
         return await _resolve(pulls, actor, path_repo, number, comment_id, resolved=False)
 
 
@@ -369,11 +329,15 @@ class PendingReviewController(Controller):
 
     @post("/events", summary="Publish your pending review with a verdict", status_code=200)
     async def publish(
-        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
-        forge_url: BaseUrlDep, number: FromPath[str], review_id: FromPath[int], data: JSONBody[PendingReviewSubmit],
-    ) -> PullReviewRead:  # fmt: skip
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        pulls: PullsDep,
+        number: FromPath[str],
+        review_id: FromPath[int],
+        data: JSONBody[PendingReviewSubmit],
+    ) -> PullReviewRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         reviews = PullReviews(pulls)
         review = await reviews.publish_pending(actor, res, parse_number(number), review_id, data)
         pull = await pulls.get(res, parse_number(number))
@@ -381,11 +345,15 @@ class PendingReviewController(Controller):
 
     @put("/dismissals", summary="Dismiss an approval or change request (repository admins)", status_code=200)
     async def dismiss(
-        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
-        forge_url: BaseUrlDep, number: FromPath[str], review_id: FromPath[int], data: JSONBody[ReviewDismissal],
-    ) -> PullReviewRead:  # fmt: skip
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        pulls: PullsDep,
+        number: FromPath[str],
+        review_id: FromPath[int],
+        data: JSONBody[ReviewDismissal],
+    ) -> PullReviewRead:
         res = await path_repo.load()
-        pulls = _pulls(db_session, store, bus, forge_url)
         reviews = PullReviews(pulls)
         review = await reviews.dismiss(actor, res, parse_number(number), review_id, data.message)
         pull = await pulls.get(res, parse_number(number))
@@ -393,10 +361,12 @@ class PendingReviewController(Controller):
 
     @delete("/", summary="Discard your pending review and its comments", status_code=204)
     async def discard(
-        self, db_session: DbSession, actor: ActorDep, bus: BusDep, store: StoreDep, path_repo: PathRepoDep,
-        forge_url: BaseUrlDep, number: FromPath[str], review_id: FromPath[int],
-    ) -> None:  # fmt: skip
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        pulls: PullsDep,
+        number: FromPath[str],
+        review_id: FromPath[int],
+    ) -> None:
         res = await path_repo.load()
-        await PullReviews(_pulls(db_session, store, bus, forge_url)).discard_pending(
-            actor, res, parse_number(number), review_id
-        )
+        await PullReviews(pulls).discard_pending(actor, res, parse_number(number), review_id)
