@@ -5,6 +5,7 @@ comment form on every line, and the review form. Same services as the REST API
 (forge/repos/pulls.py); forms work without JavaScript; a refused form comes back as typed with
 the reason beside the field it concerns."""
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
@@ -16,12 +17,12 @@ from forge.core.access import Action
 from forge.core.errors import ForgeError, InvalidInput
 from forge.db.audit import Actor
 from forge.db.models import PullComment, PullRequest, PullReview
-from forge.http.deps import ActorDep, BusDep, DbSession, MergeRunnerDep, StoreDep, TaskWorkDep
+from forge.http.deps import ActorDep, MergeRunnerDep, PullsDep, TaskWorkDep
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm, or_form_error
 from forge.http.pages.forms import NO_ERRORS, form_errors, invalid_input
 from forge.http.pages.pull_page import PullPage
-from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
+from forge.http.pages.repos import REPO, VIEWS, RepoView, RepoViews, ViewsDep
 from forge.repos import repositories, statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
@@ -115,16 +116,15 @@ class PullPages(Controller):
     async def list_page(
         self,
         views: ViewsDep,
-        db_session: DbSession,
-        store: StoreDep,
-        bus: BusDep,
+        pulls: PullsDep,
         state_: ListQuery = "open",
         author: AuthorQuery = None,
     ) -> Template:
         view = await views.load()
-        pulls = Pulls(db_session, store, bus, view.base_url)
         found = await pulls.reads(view.res, await pulls.page(view.res, state_, author=author))
-        checks = await statuses.combined_states(db_session, view.res.repo.id, [p.head.sha for p in found if p.head.sha])
+        checks = await statuses.combined_states(
+            pulls.session, view.res.repo.id, [p.head.sha for p in found if p.head.sha]
+        )
         return view.render(
             "repos/pulls.html", tab="pulls", pulls=found, state=state_, author=author or "",
             counts=await pulls.counts(view.res), checks=checks, ago=ago, exact=exact,
@@ -140,14 +140,11 @@ class PullPages(Controller):
     async def open_pull(
         self,
         views: ViewsDep,
-        db_session: DbSession,
-        store: StoreDep,
-        bus: BusDep,
+        pulls: PullsDep,
         actor: ActorDep,
         data: URLEncodedBody[OpenForm],
     ) -> Template | Redirect:
         view = await views.load()
-        pulls = Pulls(db_session, store, bus, view.base_url)
 
         async def open_it() -> PullRequest:
             raw = {"title": data.title.strip()[:256] or data.head, "head": data.head, "base": data.base,
@@ -172,14 +169,12 @@ class PullPages(Controller):
     async def pull_page(
         self,
         views: ViewsDep,
-        db_session: DbSession,
-        store: StoreDep,
-        bus: BusDep,
+        pulls: PullsDep,
         task_work: TaskWorkDep,
         number: FromPath[str],
     ) -> Template:
         view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url), task_work)
+        page = PullPage(view, pulls, task_work)
         return await page.render(parse_number(number))
 
     @post("/pull/{number:str}/reviews")
@@ -218,54 +213,26 @@ class PullPages(Controller):
 
     @post("/pull/{number:str}/comments")
     async def comment(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[CommentForm],
+        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str],
+        data: URLEncodedBody[CommentForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
-        n = parse_number(number)
-
-        async def comment() -> PullComment | PullReview:
-            reply_to = _number(data.in_reply_to, "body")
-            on_line = bool(data.path) and reply_to is None
-            line = _number(data.line, "body") if on_line else None
-            if on_line and line is None:
-                raise InvalidInput("a line comment names its line", field="body")
-            if not data.body.strip():
-                raise InvalidInput("write a comment first", field="body")
-            side = "LEFT" if data.side == "LEFT" else "RIGHT"
-            if on_line and data.mode == "review":  # gathered in the author's pending review
-                one = {"path": data.path, "line": line, "side": side, "body": data.body.strip()}
-                return await PullReviews(page.pulls).submit(
-                    actor, view.res, n, _spec({"comments": [one]}, PullReviewCreate)
-                )
-            raw = {"body": data.body.strip(), "path": data.path if on_line else None, "line": line, "side": side,
-                   "in_reply_to": reply_to}  # fmt: skip
-            return await PullReviews(page.pulls).comment(actor, view.res, n, _spec(raw, PullCommentCreate))
+        async def comment(page: PullPage, view: RepoView, n: int) -> str:
+            row = await _comment(PullReviews(page.pulls), actor, view.res, n, data)
+            return f"#review-{row.id}" if isinstance(row, PullReview) else f"#comment-{row.id}"
 
         form = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
-        row = await or_form_error(comment(), page.again(n, form, data, ("body",)), raise_404=False)
-        if isinstance(row, Template):
-            return row
-        anchor = f"review-{row.id}" if isinstance(row, PullReview) else f"comment-{row.id}"
-        return Redirect(f"/{view.res.full_name}/pull/{n}#{anchor}", status_code=303)
+        return await _on_page(views, pulls, number, form, data, ("body",), comment)
 
     @post("/pull/{number:str}/reviews/{review_id:int}/discard")
     async def discard(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], review_id: FromPath[int], data: URLEncodedBody[WebForm],
+        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str], review_id: FromPath[int],
+        data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
-        n = parse_number(number)
-        done = await or_form_error(
-            PullReviews(page.pulls).discard_pending(actor, view.res, n, review_id),
-            page.again(n, "review", data, ()),
-            raise_404=False,
-        )
-        if isinstance(done, Template):
-            return done
-        return Redirect(f"/{view.res.full_name}/pull/{n}#review", status_code=303)
+        async def discard(page: PullPage, view: RepoView, n: int) -> str:
+            await PullReviews(page.pulls).discard_pending(actor, view.res, n, review_id)
+            return "#review"
+
+        return await _on_page(views, pulls, number, "review", data, (), discard)
 
     @post("/pull/{number:str}/merge")
     async def merge(
@@ -296,54 +263,78 @@ class PullPages(Controller):
 
     @post("/pull/{number:str}/comments/{comment_id:int}/apply")
     async def apply_suggestion(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], comment_id: FromPath[int], data: URLEncodedBody[WebForm],
+        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str], comment_id: FromPath[int],
+        data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
-        n = parse_number(number)
-        applied = await or_form_error(
-            Suggestions(page.pulls).apply(actor, view.res, n, comment_id),
-            page.again(n, "suggestion", data, ()),
-            raise_404=False,
-        )
-        if isinstance(applied, Template):
-            return applied
-        return Redirect(f"/{view.res.full_name}/pull/{n}#files", status_code=303)
+        async def apply(page: PullPage, view: RepoView, n: int) -> str:
+            await Suggestions(page.pulls).apply(actor, view.res, n, comment_id)
+            return "#files"
+
+        return await _on_page(views, pulls, number, "suggestion", data, (), apply)
 
     @post("/pull/{number:str}/comments/{comment_id:int}/{change:str}")
     async def thread(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], comment_id: FromPath[int], change: FromPath[str], data: URLEncodedBody[WebForm],
+        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str], comment_id: FromPath[int],
+        change: FromPath[str], data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
-        n = parse_number(number)
-
-        async def resolve() -> PullComment:
+        async def resolve(page: PullPage, view: RepoView, n: int) -> str:
             if change not in ("resolve", "unresolve"):
                 raise InvalidInput("resolve or unresolve a thread")
-            return await PullReviews(page.pulls).resolve(actor, view.res, n, comment_id, resolved=change == "resolve")
+            await PullReviews(page.pulls).resolve(actor, view.res, n, comment_id, resolved=change == "resolve")
+            return f"#comment-{comment_id}"
 
-        resolved = await or_form_error(resolve(), page.again(n, "thread", data, ()), raise_404=False)
-        if isinstance(resolved, Template):
-            return resolved
-        return Redirect(f"/{view.res.full_name}/pull/{n}#comment-{comment_id}", status_code=303)
+        return await _on_page(views, pulls, number, "thread", data, (), resolve)
 
     @post("/pull/{number:str}/state")
     async def change_state(
-        self, views: ViewsDep, db_session: DbSession, store: StoreDep, bus: BusDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[StateForm],
+        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str],
+        data: URLEncodedBody[StateForm],
     ) -> Template | Redirect:  # fmt: skip
-        view = await views.load()
-        page = PullPage(view, Pulls(db_session, store, bus, view.base_url))
-        n = parse_number(number)
-        changed = await or_form_error(
-            _change(page.pulls, actor, view, n, data), page.again(n, "state", data, ()), raise_404=False
-        )
-        if isinstance(changed, Template):
-            return changed
-        return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
+        async def change(page: PullPage, view: RepoView, n: int) -> str:
+            await _change(page.pulls, actor, view, n, data)
+            return ""
+
+        return await _on_page(views, pulls, number, "state", data, (), change)
+
+
+async def _on_page(
+    views: RepoViews,
+    pulls: Pulls,
+    number: str,
+    form: str,
+    typed: WebForm,
+    inputs: tuple[str, ...],
+    act: Callable[[PullPage, RepoView, int], Awaitable[str]],
+) -> Template | Redirect:
+    """A form of a pull request's page: `act` (which returns the anchor to show), then back to the
+    page; refused, the page again with the form as typed and the reason beside its input."""
+    view = await views.load()
+    page = PullPage(view, pulls)
+    n = parse_number(number)
+    anchor = await or_form_error(act(page, view, n), page.again(n, form, typed, inputs), raise_404=False)
+    if isinstance(anchor, Template):
+        return anchor
+    return Redirect(f"/{view.res.full_name}/pull/{n}{anchor}", status_code=303)
+
+
+async def _comment(
+    reviews: PullReviews, actor: Actor, res: RepoResource, n: int, data: CommentForm
+) -> PullComment | PullReview:
+    """The comment form: a conversation comment, a line comment (now, or into the pending review) or a reply."""
+    reply_to = _number(data.in_reply_to, "body")
+    on_line = bool(data.path) and reply_to is None
+    line = _number(data.line, "body") if on_line else None
+    if on_line and line is None:
+        raise InvalidInput("a line comment names its line", field="body")
+    if not data.body.strip():
+        raise InvalidInput("write a comment first", field="body")
+    side = "LEFT" if data.side == "LEFT" else "RIGHT"
+    if on_line and data.mode == "review":  # gathered in the author's pending review
+        one = {"path": data.path, "line": line, "side": side, "body": data.body.strip()}
+        return await reviews.submit(actor, res, n, _spec({"comments": [one]}, PullReviewCreate))
+    raw = {"body": data.body.strip(), "path": data.path if on_line else None, "line": line, "side": side,
+           "in_reply_to": reply_to}  # fmt: skip
+    return await reviews.comment(actor, res, n, _spec(raw, PullCommentCreate))
 
 
 async def _change(pulls: Pulls, actor: Actor, view: RepoView, number: int, data: StateForm) -> None:
