@@ -64,7 +64,12 @@ class PullPage:
 
         async def refused(exc: ForgeError) -> Template:
             if rollback:  # what the refused change flushed goes; the page reads what stands
-                await self.pulls.session.rollback()
+                session = self.pulls.session
+                await session.rollback()
+                # A rollback expires what the session loaded: the repository is read again here,
+                # not lazily while the page renders (no I/O there).
+                await session.refresh(self.view.res.repo)
+                await session.refresh(self.view.res.repo.owner)
             errors = form_errors(exc, inputs)
             return await self.render(number, status_code=exc.status, form=form, errors=errors, typed=typed)
 
