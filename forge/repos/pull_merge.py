@@ -71,7 +71,7 @@ def _message(pull: PullRequest, data: PullMergeRequest, approvals: list[str]) ->
     return f"{title}\n\n{body}\n{trailer}".rstrip() + "\n" if body or trailer else f"{title}\n"
 
 
-def _conflicting(conflicts: list[MergeConflictFile]) -> MergeRefused:
+def conflict_refusal(conflicts: list[MergeConflictFile]) -> MergeRefused:
     files = [{"path": c.path, "kind": c.kind} for c in conflicts]
     paths = ", ".join(f["path"] for f in files[:20])
     return MergeRefused(
@@ -82,14 +82,17 @@ def _conflicting(conflicts: list[MergeConflictFile]) -> MergeRefused:
     )
 
 
-def _refusal(plan: MergePlan) -> MergeRefused | None:
+def plan_refusal(plan: MergePlan) -> MergeRefused | None:
+    """Why a merge plan cannot be carried out, as the refusal a merge answers (None: it can)."""
     if plan.conflicts:
-        return _conflicting(plan.conflicts)
+        return conflict_refusal(plan.conflicts)
     if plan.blocker == "not_fast_forward":
         return MergeRefused(
             f"{plan.base_branch} has moved on: fast-forward is not possible (use merge or squash)",
             code="not_fast_forward",
         )
+    if plan.blocker == "nothing_to_merge":
+        return MergeRefused("the branch adds nothing to the base", code="nothing_to_merge")
     if plan.blocker == "unrelated_histories":
         return MergeRefused("the branch and the base share no history", code="unrelated_histories")
     return None
@@ -104,6 +107,47 @@ class _Planned:
     up_to_date: bool  # the base holds the head already: recorded merged without a new commit
     message: str
     hook: dict[str, Any]
+
+
+async def merge_branch(
+    store: RepoStore,
+    res: RepoResource,
+    branch: str,
+    sha: str,
+    expected: str,
+    strategy: MergeStrategy,
+    who: Identity,
+    message: str,
+) -> str:
+    """`sha` merged into `branch` by compare-and-swap from `expected`; the branch's new tip. Every
+    refusal of the git layer leaves the branch where it was and answers 409 with its code (a pull
+    request's merge and Update branch, a task's merge)."""
+    try:
+        result = await store.write(
+            res.key,
+            git_merge,
+            base_branch=branch,
+            head_sha=sha,
+            strategy=strategy,
+            expected_base_sha=expected,
+            author=who,
+            committer=who,
+            message=message,
+        )
+    except (BaseMoved, RefConflict):
+        raise MergeRefused(
+            f"{branch} moved while the merge was prepared (a push or another merge); nothing was changed, try again",
+            code="base_moved",
+        ) from None
+    except MergeConflicts as exc:
+        raise conflict_refusal(exc.conflicts) from None
+    except NotFastForward:
+        raise MergeRefused(f"{branch} has moved on: fast-forward is not possible", code="not_fast_forward") from None
+    except NothingToMerge:
+        raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
+    except UnrelatedHistories:
+        raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
+    return result.new_base_sha
 
 
 class PullMerge:
@@ -126,7 +170,7 @@ class PullMerge:
             plan = await self.pulls.store.read(res.key, plan_merge, pull.base_ref, pull.head_sha, data.strategy)
         except RefNotFound:
             raise MergeRefused(f"the base branch {pull.base_ref!r} is gone", code="base_not_found") from None
-        refusal = None if plan.up_to_date else _refusal(plan)
+        refusal = None if plan.up_to_date else plan_refusal(plan)
         if refusal is not None:
             raise refusal
         hook = {
@@ -216,35 +260,7 @@ class PullMerge:
     ) -> str:
         """`sha` merged into `branch` from its expected tip; the branch's new tip."""
         who = identity(actor.principal.login or "forgehand", self.pulls.base_url)
-        try:
-            result = await self.pulls.store.write(
-                res.key,
-                git_merge,
-                base_branch=branch,
-                head_sha=sha,
-                strategy=strategy,
-                expected_base_sha=expected,
-                author=who,
-                committer=who,
-                message=message,
-            )
-        except (BaseMoved, RefConflict):
-            raise MergeRefused(
-                f"{branch} moved while the merge was prepared (a push or another merge); "
-                "nothing was changed, try again",
-                code="base_moved",
-            ) from None
-        except MergeConflicts as exc:
-            raise _conflicting(exc.conflicts) from None
-        except NotFastForward:
-            raise MergeRefused(
-                f"{branch} has moved on: fast-forward is not possible", code="not_fast_forward"
-            ) from None
-        except NothingToMerge:
-            raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
-        except UnrelatedHistories:
-            raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
-        return result.new_base_sha
+        return await merge_branch(self.pulls.store, res, branch, sha, expected, strategy, who, message)
 
     async def _record(
         self, actor: Actor, res: RepoResource, pull: PullRequest, how: str, merged_sha: str, base_before: str
@@ -266,7 +282,7 @@ class PullMerge:
         plan = await self.pulls.store.read(res.key, plan_merge, pull.head_ref, base_tip, "merge")
         if plan.up_to_date:
             raise MergeRefused(f"{pull.head_ref} already has every commit of {pull.base_ref}", code="nothing_to_merge")
-        refusal = _refusal(plan)
+        refusal = plan_refusal(plan)
         if refusal is not None:
             raise refusal
         message = f"Merge branch '{pull.base_ref}' into {pull.head_ref}\n"

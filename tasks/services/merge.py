@@ -17,7 +17,6 @@ was lost) marks the task merged without a new commit."""
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,19 +27,12 @@ from forge.core.errors import BadGateway, Forbidden, InvalidState
 from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.models import Account
-from forge.git import merge as git_merge
 from forge.git.errors import (
-    BaseMoved,
-    MergeConflicts,
-    NotFastForward,
-    NothingToMerge,
-    RefConflict,
     RefNotFound,
-    UnrelatedHistories,
 )
 from forge.git.merge import MergePlan, plan_merge
-from forge.git.schemas import Identity
 from forge.repos import merge_rules as branch_rules
+from forge.repos.pull_merge import MergeRefused, identity, merge_branch, plan_refusal
 from forge.repos.repositories import RepoResource, load
 from tasks.core import repo_settings
 from tasks.core.lifecycle import gate_context
@@ -53,23 +45,6 @@ from tasks.services import merge_intents as intents
 from tasks.services.merge_intents import record_merged
 from tasks.services.reviews import ReviewService
 from tasks.services.tasks import TaskService
-
-
-class MergeRefused(InvalidState):
-    """409 with the reason (and, for conflicts, the files)."""
-
-
-def _conflict_error(plan_or_exc: MergePlan | MergeConflicts) -> MergeRefused:
-    files = [{"path": c.path, "kind": c.kind} for c in plan_or_exc.conflicts]
-    paths = ", ".join(f["path"] for f in files[:20])
-    return MergeRefused(
-        f"the branch conflicts with {len(files)} file(s) of the base: {paths}", code="merge_conflict", conflicts=files
-    )
-
-
-def _identity(login: str, base_url: str) -> Identity:
-    host = urlsplit(base_url).hostname or "localhost"
-    return Identity(name=login, email=f"{login.lower()}@users.{host}")
 
 
 def _message(task: Task, strategy: str, url: str, approvals: list[str]) -> str:
@@ -251,40 +226,10 @@ class MergeService:
     ) -> str:
         """The merge commit written and the base ref moved from the planned base; its new commit.
         Every refusal of the git layer leaves the base where it was."""
-        try:
-            result = await svc.store.write(
-                res.key,
-                git_merge,
-                base_branch=task.base,
-                head_sha=prepared.head_sha,
-                strategy=data.strategy,
-                expected_base_sha=prepared.base_sha,
-                author=_identity(actor.principal.login, svc.base_url),
-                committer=_identity(actor.principal.login, svc.base_url),
-                message=prepared.message,
-            )
-        except BaseMoved:
-            raise MergeRefused(
-                f"{task.base} moved while the merge was prepared (a push or another merge); "
-                "nothing was changed, try again",
-                code="base_moved",
-            ) from None
-        except MergeConflicts as exc:
-            raise _conflict_error(exc) from None
-        except NotFastForward:
-            raise MergeRefused(
-                f"{task.base} has moved on: fast-forward is not possible", code="not_fast_forward"
-            ) from None
-        except NothingToMerge:
-            raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge") from None
-        except UnrelatedHistories:
-            raise MergeRefused("the branch and the base share no history", code="unrelated_histories") from None
-        except RefConflict:
-            raise MergeRefused(
-                f"{task.base} is being updated by someone else; nothing was changed, try again",
-                code="base_moved",
-            ) from None
-        return result.new_base_sha
+        who = identity(actor.principal.login, svc.base_url)
+        return await merge_branch(
+            svc.store, res, task.base, prepared.head_sha, prepared.base_sha, data.strategy, who, prepared.message
+        )
 
     @staticmethod
     def _check_head(task: Task, data: MergeCreate, planned: str | None = None) -> None:
@@ -304,14 +249,6 @@ class MergeService:
 
     @staticmethod
     def _check_plan(plan: MergePlan) -> None:
-        if plan.conflicts:
-            raise _conflict_error(plan)
-        if plan.blocker == "not_fast_forward":
-            raise MergeRefused(
-                f"{plan.base_branch} has moved on: fast-forward is not possible (use merge or squash)",
-                code="not_fast_forward",
-            )
-        if plan.blocker == "nothing_to_merge":
-            raise MergeRefused("the branch adds nothing to the base", code="nothing_to_merge")
-        if plan.blocker == "unrelated_histories":
-            raise MergeRefused("the branch and the base share no history", code="unrelated_histories")
+        refusal = plan_refusal(plan)
+        if refusal is not None:
+            raise refusal
