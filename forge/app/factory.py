@@ -51,7 +51,8 @@ from forge.http.pages.browse import RepoPages
 from forge.http.pages.home import HomePages
 from forge.http.pages.model_keys import ModelKeyPages
 from forge.http.pages.pulls import PullPages
-from forge.http.pages.repos import RepoListPages, RepoSettingsPages
+from forge.http.pages.repo_settings import RepoSettingsPages
+from forge.http.pages.repos import RepoListPages
 from forge.http.pages.signin import AuthPages
 from forge.http.pages.tokens import TokenPages
 from forge.http.problems import EXCEPTION_HANDLERS, audit_refusal
