@@ -30,6 +30,7 @@ from forge.db.models import Account, IssueCounter, PullComment, PullRequest, Pul
 from forge.git import InvalidRefName, validate_branch_name
 from forge.git.compare import Divergence, compare, divergence
 from forge.git.merge import plan_merge
+from forge.git.schemas import Comparison
 from forge.repos import merge_rules
 from forge.repos.pull_events import PullBase
 from forge.repos.pull_shapes import MergeableState, PullBranchRead, PullCreate, PullRead, PullUpdate
@@ -148,9 +149,10 @@ class Pulls(PullBase):
             for p in pulls
         ]
 
-    async def read(self, res: RepoResource, pull: PullRequest) -> PullRead:
+    async def read(self, res: RepoResource, pull: PullRequest, diff: Comparison | None = None) -> PullRead:
         """One pull request in full: the branches' tips now, the distance, the diff's size,
-        conflicts, and every unmet rule."""
+        conflicts, and every unmet rule. `diff`: its comparison when the caller computed it already
+        (the page shows it), so it is not computed twice."""
         (shape,) = await self.reads(res, [pull])
         live = await self.store.read(res.key, divergence, pull.base_ref, pull.head_ref)
         shape.ahead_by, shape.behind_by = live.ahead_by, live.behind_by
@@ -163,7 +165,7 @@ class Pulls(PullBase):
             shape.mergeable, shape.mergeable_state = False, "blocked"
             return shape
         plan = await self.store.read(res.key, plan_merge, pull.base_ref, pull.head_sha, "merge")
-        size = await self.store.read(res.key, compare, pull.base_ref, pull.head_sha, max_commits=250)
+        size = diff if diff is not None else await self.store.read(res.key, compare, pull.base_ref, pull.head_sha)
         shape.commits, shape.changed_files = size.ahead_by, size.stats.files
         shape.additions, shape.deletions = size.stats.additions, size.stats.deletions
         shape.conflicts = [c.path for c in plan.conflicts]

@@ -86,8 +86,9 @@ class PullPage:
     ) -> Template:
         res, pulls = self.view.res, self.pulls
         pull = await pulls.get(res, number)
-        shape = await pulls.read(res, pull)
         reviews = PullReviews(pulls)
+        diff = await reviews.diff(res, pull) if pull.head_sha or pull.state != "open" else None
+        shape = await pulls.read(res, pull, diff if pull.state == "open" else None)
         viewer = self.view.principal.account_id
         task_number = task_number_of(pull.head_ref)  # a task's work: reviewed and merged as the task
         found_reviews = await reviews.reviews(res, pull, viewer)
@@ -100,7 +101,6 @@ class PullPage:
             shape.unmet_rules = task_status.blockers
             if task_status.blockers and shape.mergeable_state == "clean":
                 shape.mergeable_state = "blocked"
-        diff = await reviews.diff(res, pull) if pull.head_sha or pull.state != "open" else None
         html = await _html(
             {"body": pull.body}
             | {f"r{r.id}": r.body for r in found_reviews if r.body.strip()}
