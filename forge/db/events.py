@@ -21,103 +21,61 @@ import msgspec
 from msgspec import UNSET, UnsetType
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.core.access import Principal
 from forge.db.engine import utcnow
+from forge.db.issue_payloads import (
+    CommentCreated,
+    CommentDeleted,
+    CommentEdited,
+    IssueAssigned,
+    IssueClosed,
+    IssueEdited,
+    IssueLabeled,
+    IssueOpened,
+    IssueReopened,
+    ScheduleTriggered,
+)
+from forge.db.payload_base import (
+    AccountRef,
+    ApprovalDecidedName,
+    EventType,
+    FailureReasonName,
+    MergedHowName,
+    ParentRef,
+    Payload,
+    ReviewVerdictName,
+    RunKindName,
+    RunRef,
+    RunStateName,
+    TaskRef,
+    TaskStateName,
+)
 
-EventType = Literal[
-    "task.created",
-    "task.state_changed",
-    "run.started",
-    "run.finished",
-    "approval.requested",
-    "approval.resolved",
-    "review.submitted",
-    "task.merged",
-    "task.progress",
-    "repo.pushed",
-    "status.created",
-    "pull_request.opened",
-    "pull_request.synchronized",
-    "pull_request.review_submitted",
-    "pull_request.merged",
-    "pull_request.closed",
-    "pull_request.reopened",
-    "egress.blocked",
-    "policy.bypassed",
-    "ping",
+# Re-exported: every payload and its pieces are importable from here.
+__all__ = [
+    "AccountRef",
+    "ApprovalDecidedName",
+    "CommentCreated",
+    "CommentDeleted",
+    "CommentEdited",
+    "EventType",
+    "FailureReasonName",
+    "IssueAssigned",
+    "IssueClosed",
+    "IssueEdited",
+    "IssueLabeled",
+    "IssueOpened",
+    "IssueReopened",
+    "MergedHowName",
+    "ParentRef",
+    "Payload",
+    "ReviewVerdictName",
+    "RunKindName",
+    "RunRef",
+    "RunStateName",
+    "ScheduleTriggered",
+    "TaskRef",
+    "TaskStateName",
 ]
-
-# The values of the enums of tasks/core/states.py (forge may not import tasks); a unit test
-# (tests/unit/test_event_payloads.py) keeps them equal.
-TaskStateName = Literal["queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed"]
-RunStateName = Literal["queued", "running", "succeeded", "blocked", "failed", "stopped", "cancelled"]
-RunKindName = Literal["start", "message", "answer", "retry", "review", "approval"]
-FailureReasonName = Literal[
-    "workspace",
-    "image_missing",
-    "engine_unavailable",
-    "model_unreachable",
-    "model_error",
-    "model_endpoint_refused",
-    "turn_limit",
-    "token_budget",
-    "timeout",
-    "idle",
-    "oom",
-    "disk_limit",
-    "interrupted",
-    "policy",
-    "policy_bypass",
-    "approval_expired",
-    "exit_code",
-    "agent_no_result",
-    "agent_lingered",
-    "snapshot_too_large",
-    "snapshot_failed",
-    "settle_failed",
-    "internal",
-]
-ApprovalDecidedName = Literal["approved", "denied", "expired", "cancelled"]
-ReviewVerdictName = Literal["approve", "request_changes", "comment"]
-# tasks/core/schemas.py MergeStrategyName, plus what a merge found already done.
-MergedHowName = Literal["merge", "squash", "fast-forward", "already_merged"]
-
-
-class AccountRef(msgspec.Struct, frozen=True, kw_only=True):
-    login: str
-    type: Literal["User", "Bot"] = "User"
-
-    @classmethod
-    def of(cls, principal: Principal | None) -> "AccountRef | None":
-        """Who acted, as events name them; None for no account (anonymous, forgehand itself)."""
-        if principal is None or principal.account_id is None:
-            return None
-        return cls(login=principal.login, type="Bot" if principal.type == "Bot" else "User")
-
-
-class ParentRef(msgspec.Struct, frozen=True, kw_only=True):
-    number: int
-
-
-class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
-    id: str  # uuid
-    number: int
-    url: str = ""
-    # A subtask's parent task (spawned by the parent's agent); null for a task a person started.
-    parent: ParentRef | None = None
-
-
-class RunRef(msgspec.Struct, frozen=True, kw_only=True):
-    id: str  # uuid
-    seq: int
-
-
-class Payload(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    """The base of every payload: the tag (`type`) is the event type."""
-
-    @property
-    def type(self) -> EventType:
-        return cast(EventType, type(self).__struct_config__.tag)
 
 
 class TaskCreated(Payload, frozen=True, tag="task.created"):
@@ -316,6 +274,16 @@ EventPayload = (
     | PullRequestMerged
     | PullRequestClosed
     | PullRequestReopened
+    | IssueOpened
+    | IssueEdited
+    | IssueClosed
+    | IssueReopened
+    | IssueLabeled
+    | IssueAssigned
+    | CommentCreated
+    | CommentEdited
+    | CommentDeleted
+    | ScheduleTriggered
     | EgressBlocked
     | PolicyBypassed
     | Ping
@@ -341,6 +309,16 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         PullRequestMerged,
         PullRequestClosed,
         PullRequestReopened,
+        IssueOpened,
+        IssueEdited,
+        IssueClosed,
+        IssueReopened,
+        IssueLabeled,
+        IssueAssigned,
+        CommentCreated,
+        CommentEdited,
+        CommentDeleted,
+        ScheduleTriggered,
         EgressBlocked,
         PolicyBypassed,
         Ping,

@@ -120,6 +120,9 @@ class Repository(Base):
     default_branch: Mapped[str] = mapped_column(String(255), default="main")
     archived: Mapped[bool] = mapped_column(Boolean, default=False)
     protect_default_branch: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Whether an issue opened by someone without write access may be assigned to a bot (or hand a
+    # bot work by a mention): off by default, as such text is anyone's (docs/issues.md).
+    untrusted_issues_to_agents: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -18,8 +18,9 @@ from forge.db.audit import Actor
 from forge.db.models import PullRequest
 from forge.git.compare import divergence
 from forge.git.merge import MergeStrategy
+from forge.repos.numbers import allocate_number
 from forge.repos.pull_shapes import PullReviewCreate, PullReviewRead
-from forge.repos.pulls import Pulls, allocate_number
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 
 _TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)

@@ -14,10 +14,8 @@ audited (`repo.pull.*`) and published (`pull_request.*`) in its transaction."""
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Action, require
 from forge.core.error_codes import Code
@@ -26,37 +24,19 @@ from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
 from forge.db.events import AccountRef
-from forge.db.models import Account, IssueCounter, PullComment, PullRequest, PullReview, PullReviewRequest
+from forge.db.models import Account, PullComment, PullRequest, PullReview, PullReviewRequest
 from forge.git import InvalidRefName, validate_branch_name
 from forge.git.compare import Divergence, compare, divergence
 from forge.git.merge import plan_merge
 from forge.git.schemas import Comparison
 from forge.repos import merge_rules
+from forge.repos.numbers import allocate_number
 from forge.repos.pull_events import PullBase
 from forge.repos.pull_shapes import MergeableState, PullBranchRead, PullCreate, PullRead, PullUpdate
 from forge.repos.repositories import RepoResource
 
 ListState = Literal["open", "closed", "merged", "all"]
 PAGE_SIZE = 30
-
-
-async def allocate_number(session: AsyncSession, repo_id: int) -> int:
-    """The next number of the repository's pull requests and issues (the row lock serialises)."""
-    dialect = session.get_bind().dialect.name
-    insert_fn = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    await session.execute(
-        insert_fn(IssueCounter)
-        .values(repo_id=repo_id, last_number=0)
-        .on_conflict_do_nothing(index_elements=["repo_id"])
-    )
-    stmt = (
-        update(IssueCounter)
-        .where(IssueCounter.repo_id == repo_id)
-        .values(last_number=IssueCounter.last_number + 1)
-        .returning(IssueCounter.last_number)
-        .execution_options(synchronize_session=False)
-    )
-    return int((await session.execute(stmt)).scalar_one())
 
 
 def task_branch(ref: str) -> bool:
