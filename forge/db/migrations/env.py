@@ -5,7 +5,7 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from forge.db import issue_models, models  # noqa: F401  (registers the tables on the metadata)
+from forge.db import issue_models, models, notify_models  # noqa: F401  (registers the tables on the metadata)
 from forge.db.engine import Base, create_engine
 
 config = context.config
