@@ -119,6 +119,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # ACP agents an operator configures for the `acp` runtime: a TOML or JSON file of
     # {agents: [{name, command, image, description, provider, layers}]} (docs/agents.md).
     acp_agents: str = ""
+    # E-mail of notifications (docs/notifications.md): the SMTP server ("" = no e-mail), its port,
+    # the login (optional), the From address, STARTTLS (on unless the port is 465: implicit TLS)
+    # and the seconds any one SMTP step may take.
+    smtp_host: str = ""
+    smtp_port: int = 587
+    smtp_user: str = ""
+    smtp_password: str = ""
+    smtp_from: str = ""
+    smtp_starttls: bool = True
+    smtp_timeout_seconds: float = 30.0
 
     @property
     def effective_database_url(self) -> str:
@@ -244,9 +254,19 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         raise SettingsError(f"{src('task_workspace_limit_mb')}: must be at least 16 (MiB) for a mounted workspace")
     if not 0 <= s.task_sandbox_pool <= 32:
         raise SettingsError(f"{src('task_sandbox_pool')}: must be between 0 (off) and 32")
+    _validate_smtp(s, src)
     for name in ("token_cache_seconds", "task_token_budget"):
         if getattr(s, name) < 0:
             raise SettingsError(f"{src(name)}: must not be negative (0 turns it off)")
+
+
+def _validate_smtp(s: Settings, src: Any) -> None:
+    if not 1 <= s.smtp_port <= 65535:
+        raise SettingsError(f"{src('smtp_port')}: expected a port between 1 and 65535, got {s.smtp_port}")
+    if s.smtp_host and "@" not in s.smtp_from:
+        raise SettingsError(f"{src('smtp_from')}: e-mail needs a From address (forgehand@example.org) with smtp_host")
+    if not 0 < s.smtp_timeout_seconds <= 300:
+        raise SettingsError(f"{src('smtp_timeout_seconds')}: expected seconds between 0 and 300")
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
