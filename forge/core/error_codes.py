@@ -228,6 +228,16 @@ class Code(StrEnum):
     REVIEW_DRAFT_FULL = "review_draft_full", 409, "the review draft holds the most comments one review carries"
     REVIEW_COMMENT_NOT_FOUND = "review_comment_not_found", 404, "no such comment in the caller's review draft"
 
+    # Notifications: the inbox, watching, settings, e-mail (forge/notify/).
+    NOTIFICATION_NOT_FOUND = "notification_not_found", 404, "no notification thread by this id in the caller's inbox"
+    INVALID_SUBSCRIPTION = "invalid_subscription", 422, "a subscription is all, participating or ignore (one of them)"
+    INVALID_NOTIFICATION_SETTINGS = (
+        "invalid_notification_settings",
+        422,
+        "an unknown reason or channel (off, web, email), a malformed e-mail address, or e-mail without one",
+    )
+    INVALID_UNSUBSCRIBE_LINK = "invalid_unsubscribe_link", 404, "the unsubscribe link is not one this instance signed"
+
     # The model gateway's own refusals, answered to the agent in the provider's error shape
     # (`error.code`); nothing was sent to the provider.
     GATEWAY_BAD_REQUEST = (
