@@ -24,6 +24,8 @@ from tasks.run.webhook_gate import WebhookGate
 from tasks.run.worker import TaskWorker
 from tasks.services import merge_intents
 from tasks.services.merge import MergeService
+from tasks.services.schedule_runs import ScheduleRunner
+from tasks.services.schedules import Schedules
 from tasks.services.tasks import TaskService
 from webhooks.wiring import wire as wire_webhooks
 
@@ -53,6 +55,7 @@ class TaskSystem:
         self.gate: PolicyGate = gate or AllowAll()
         self.hub = hub or LiveHub()
         self.worker: TaskWorker | None = None
+        self.schedule_runner: ScheduleRunner | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._agents: tuple[float, dict[str, str]] | None = None
 
@@ -62,6 +65,15 @@ class TaskSystem:
         return TaskService(
             session, bus=self.bus, store=self.store, settings=self.settings, gate=self.gate, changed=self.hub.notify
         )
+
+    def schedules(self, session: AsyncSession) -> Schedules:
+        """The schedules service on `session`; a change wakes this process's schedule loop after
+        the commit."""
+        return Schedules(session, self.settings, self.store, changed=self.wake_schedules)
+
+    def wake_schedules(self) -> None:
+        if self.schedule_runner is not None:
+            self.schedule_runner.wake()
 
     @asynccontextmanager
     async def new(self, *, write: bool = False) -> AsyncIterator[TaskService]:
@@ -130,11 +142,17 @@ class TaskSystem:
                 log.exception("reconciling merges failed")
 
     async def start_worker(self) -> TaskWorker:
+        """The worker, and beside it the loop that starts the schedules' tasks."""
         self.worker = self.make_worker()
         await self.worker.start()
+        self.schedule_runner = ScheduleRunner(self.db, self.service)
+        self.schedule_runner.start()
         return self.worker
 
     async def stop_worker(self) -> None:
+        if self.schedule_runner is not None:
+            await self.schedule_runner.stop()
+            self.schedule_runner = None
         if self.worker is not None:
             await self.worker.close()
             self.worker = None

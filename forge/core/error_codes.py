@@ -228,6 +228,12 @@ class Code(StrEnum):
     REVIEW_DRAFT_FULL = "review_draft_full", 409, "the review draft holds the most comments one review carries"
     REVIEW_COMMENT_NOT_FOUND = "review_comment_not_found", 404, "no such comment in the caller's review draft"
 
+    # Schedules: recurring tasks of a repository (tasks/services/schedules.py).
+    SCHEDULE_NOT_FOUND = "schedule_not_found", 404, "no schedule by this id in the repository"
+    SCHEDULE_EXISTS = "schedule_exists", 409, "the repository has a schedule of this name"
+    INVALID_CRON = "invalid_cron", 422, "a cron expression of 5 fields that can fire; the message says why not"
+    UNKNOWN_TIMEZONE = "unknown_timezone", 422, "a time zone is an IANA name (UTC, Europe/Berlin)"
+
     # Notifications: the inbox, watching, settings, e-mail (forge/notify/).
     NOTIFICATION_NOT_FOUND = "notification_not_found", 404, "no notification thread by this id in the caller's inbox"
     INVALID_SUBSCRIPTION = "invalid_subscription", 422, "a subscription is all, participating or ignore (one of them)"

@@ -96,12 +96,44 @@ class ParentRef(msgspec.Struct, frozen=True, kw_only=True):
     number: int
 
 
+# What started a task other than a person's start: its bot assigned to an issue, mentioned in a
+# comment, asked to review a pull request, or a schedule's time.
+TriggerKind = Literal["issue", "mention", "review_request", "schedule"]
+
+
+class NumberRef(msgspec.Struct, frozen=True, kw_only=True):
+    number: int
+
+
+class CommentRef(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+
+
+class ScheduleRef(msgspec.Struct, frozen=True, kw_only=True):
+    id: int
+    name: str
+
+
+class TriggerRef(msgspec.Struct, frozen=True, kw_only=True):
+    """What started a task: `kind`, and what it concerns (the others null): `issue` for `issue`,
+    `comment` with `issue` or `pull_request` for `mention`, `pull_request` for `review_request`,
+    `schedule` for `schedule`."""
+
+    kind: TriggerKind
+    issue: NumberRef | None = None
+    pull_request: NumberRef | None = None
+    comment: CommentRef | None = None
+    schedule: ScheduleRef | None = None
+
+
 class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
     id: str  # uuid
     number: int
     url: str = ""
     # A subtask's parent task (spawned by the parent's agent); null for a task a person started.
     parent: ParentRef | None = None
+    # What started the task when no person did (a schedule, an issue, a mention); null otherwise.
+    trigger: TriggerRef | None = None
 
 
 class RunRef(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,6 +29,7 @@ from forge.db.events import (
     TaskRef,
 )
 from forge.db.models import Account, Repository
+from forge.db.payload_base import TriggerRef
 from tasks.core import payloads, transcript
 from tasks.core.models import Run, Task, TaskCounter
 from tasks.core.policy import GateContext, GateDecision, PolicyGate, PromptKind
@@ -190,6 +191,7 @@ class Lifecycle:
                     number=task.number,
                     url=f"{self.base_url}/{full}/tasks/{task.number}",
                     parent=ParentRef(number=parent.number) if parent is not None else None,
+                    trigger=msgspec.convert(task.trigger, TriggerRef) if task.trigger else None,
                 ),
                 run=RunRef(id=run.uuid, seq=run.seq) if run is not None else None,
                 actor=actor_ref,

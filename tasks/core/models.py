@@ -82,6 +82,9 @@ class Task(Base):
     pull_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The task's own pull request: its branch into its base, opened when it first has changes.
     result_pull_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What started the task when no person's start did (tasks.core.schemas.Trigger as JSON); null:
+    # a person's start.
+    trigger: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -313,3 +316,38 @@ class MergeIntent(Base):
     actor_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
     owner: Mapped[str] = mapped_column(String(200))  # host:pid of the merging process
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Schedule(Base):
+    """A recurring task of a repository: at each time of `cron` (in `timezone`) a task with these
+    fields starts, as `starter` (their rights checked at each run). `next_run_at` is the slot the
+    next claim waits for, moved by compare-and-swap in the transaction that starts (or skips) it."""
+
+    __tablename__ = "task_schedules"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "name", name="uq_task_schedules_repo_name"),
+        Index("ix_task_schedules_due", "paused", "next_run_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    cron: Mapped[str] = mapped_column(String(100))
+    timezone: Mapped[str] = mapped_column(String(64))
+    goal: Mapped[str] = mapped_column(Text)
+    title: Mapped[str] = mapped_column(String(200), default="")
+    agent_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
+    runtime: Mapped[str] = mapped_column(String(32))
+    # The command runtime's command (an argv list or a `bash -lc` line), the acp runtime's agent name.
+    command: Mapped[Any] = mapped_column(JSON, nullable=True)
+    agent_command: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    base: Mapped[str] = mapped_column(String(255), default="")  # "": the default branch at each run
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Whose tasks the runs are: who created the schedule, or last changed what it runs.
+    starter_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    next_run_at: Mapped[datetime] = mapped_column()
+    last_run_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    last_task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id", ondelete="SET NULL"), nullable=True)
+    last_skip_reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from forge.db.payload_base import CommentRef, NumberRef, ScheduleRef, TriggerRef
 from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
@@ -36,6 +37,47 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class PullLink(msgspec.Struct, kw_only=True):
     number: int
     html_url: str
+
+
+class Trigger(TriggerRef, frozen=True, kw_only=True):
+    """What started a task when no person's start did (null on a task started by hand): stored on
+    the task, shown in its JSON (`trigger`) and in every event's `meta.task.trigger`. Build one with
+    the constructors; a kind without what it concerns is refused (ValueError)."""
+
+    def __post_init__(self) -> None:
+        needs = {
+            "issue": self.issue is not None,
+            "mention": self.comment is not None and (self.issue is None) != (self.pull_request is None),
+            "review_request": self.pull_request is not None,
+            "schedule": self.schedule is not None,
+        }
+        if not needs[self.kind]:
+            raise ValueError(f"a {self.kind!r} trigger without what it concerns")
+
+    @classmethod
+    def for_issue(cls, number: int) -> "Trigger":
+        """The task's bot was assigned to issue `number`."""
+        return cls(kind="issue", issue=NumberRef(number=number))
+
+    @classmethod
+    def for_mention(cls, comment_id: int, *, issue: int | None = None, pull_request: int | None = None) -> "Trigger":
+        """The bot was mentioned in comment `comment_id` on an issue or a pull request (one of them)."""
+        return cls(
+            kind="mention",
+            comment=CommentRef(id=comment_id),
+            issue=NumberRef(number=issue) if issue is not None else None,
+            pull_request=NumberRef(number=pull_request) if pull_request is not None else None,
+        )
+
+    @classmethod
+    def for_review_request(cls, pull_request: int) -> "Trigger":
+        """The bot was asked to review pull request `pull_request`."""
+        return cls(kind="review_request", pull_request=NumberRef(number=pull_request))
+
+    @classmethod
+    def for_schedule(cls, schedule_id: int, name: str) -> "Trigger":
+        """A schedule's time came."""
+        return cls(kind="schedule", schedule=ScheduleRef(id=schedule_id, name=name))
 
 
 class MessageCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -259,6 +301,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     pull_request: PullLink | None = None
     # The answers the agent offered with its pending question (the person may still write their own).
     question_options: list[str] = msgspec.field(default_factory=list)
+    # What started the task when no person did (a schedule, an issue, a mention); null otherwise.
+    trigger: Trigger | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

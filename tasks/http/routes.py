@@ -7,6 +7,7 @@ from tasks.http.pages.reviews import ReviewPages
 from tasks.http.pages.settings import TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.reviews_api import ReviewController
+from tasks.http.schedules_api import ScheduleController
 from tasks.http.settings_api import RepoTaskSettingsController
 from tasks.http.tasks_api import TaskController, UserTaskController
 
@@ -17,6 +18,7 @@ API_HANDLERS = [
     ReviewController,
     UserTaskController,
     RepoTaskSettingsController,
+    ScheduleController,
     AgentController,
 ]
 PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, MyTaskPages]

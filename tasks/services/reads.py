@@ -5,6 +5,7 @@ the page size; and `ApprovalRead`s the same way."""
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -22,6 +23,7 @@ from tasks.core.schemas import (
     SkippedPage,
     SkippedPath,
     TaskRead,
+    Trigger,
     UsageRead,
 )
 from tasks.core.states import ApprovalState, RunState, TaskState
@@ -254,6 +256,7 @@ def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) 
         parent=ParentRead(number=parents[task.parent_id]) if task.parent_id in parents else None,
         subtasks=facts.children.get(task.id, 0),
         question_options=list(task.question_options or []) if task.question else [],
+        trigger=msgspec.convert(task.trigger, Trigger) if task.trigger else None,
     )
 
 

@@ -7,6 +7,7 @@ import re
 import uuid as uuid_mod
 from collections.abc import Sequence
 
+import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,7 +35,7 @@ from tasks.core.lifecycle import (
 from tasks.core.models import Approval, Run, Task, TaskCounter
 from tasks.core.parked import cancel_pending
 from tasks.core.policy import GateContext, PolicyGate, PromptKind
-from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead
+from tasks.core.schemas import MessageCreate, TaskCreate, TaskRead, Trigger
 from tasks.core.states import ApprovalState, RunKind, RunState, TaskState
 from tasks.core.subtasks import active_children, report_to_parent
 from tasks.core.transcript import Notice, Pending, Prompt
@@ -172,9 +173,19 @@ class TaskService:
         return await self.precheck_prompt(ctx, task.goal, "goal")
 
     async def start(
-        self, actor: Actor, res: RepoResource, data: TaskCreate, *, checked: PromptCheck | None = None
+        self,
+        actor: Actor,
+        res: RepoResource,
+        data: TaskCreate,
+        *,
+        checked: PromptCheck | None = None,
+        trigger: Trigger | None = None,
     ) -> Task:
+        """Start a task as `actor` (the start rule, the checks of `prepare_start`, the policy's
+        `user_prompt_submit`), in the caller's transaction. `trigger`: what started it when no
+        person's start did (a schedule, an issue, a mention), kept on the task and in its events."""
         task, agent = await prepare_start(self.session, self.settings, self.store, actor, res, data)
+        task.trigger = msgspec.to_builtins(trigger) if trigger is not None else None
         task.number = await allocate_number(self.session, res.repo.id)
         task.branch = f"agent/{task.number}-{slugify(task.title)}"
         if checked is not None:
@@ -195,6 +206,7 @@ class TaskService:
             runtime=task.runtime,
             agent=agent.login,
             base=task.base,
+            **({"trigger": trigger.kind} if trigger is not None else {}),
         )
         return task
 
