@@ -27,6 +27,7 @@ class Scope(StrEnum):
     TASKS_WRITE = "tasks:write"
     REVIEWS_WRITE = "reviews:write"
     WEBHOOKS_ADMIN = "webhooks:admin"
+    NOTIFICATIONS = "notifications"  # the account's inbox and what it watches (GitHub's name)
     ADMIN = "admin"
 
 
@@ -38,6 +39,7 @@ _IMPLIES: dict[Scope, frozenset[Scope]] = {
     Scope.TASKS_WRITE: frozenset({Scope.TASKS_WRITE, Scope.TASKS_READ}),
     Scope.REVIEWS_WRITE: frozenset({Scope.REVIEWS_WRITE, Scope.TASKS_READ, Scope.REPO_READ}),
     Scope.WEBHOOKS_ADMIN: frozenset({Scope.WEBHOOKS_ADMIN, Scope.REPO_READ}),
+    Scope.NOTIFICATIONS: frozenset({Scope.NOTIFICATIONS}),
     Scope.ADMIN: frozenset(Scope),
 }
 
@@ -110,6 +112,8 @@ class Action(StrEnum):
     REVIEW_WRITE = "review.write"  # review, merge
     PULL_WRITE = "pull.write"  # open, edit, close, reopen a pull request, update its branch
     PULL_REVIEW = "pull.review"  # review, comment on, request reviewers of and merge a pull request
+    ISSUE_WRITE = "issue.write"  # open an issue, comment; edit and close what one wrote oneself
+    ISSUE_TRIAGE = "issue.triage"  # labels, assignees, milestones; edit and close anyone's issue
     WEBHOOKS_ADMIN = "webhooks.admin"  # repository webhook endpoints
     INSTANCE_ADMIN = "instance.admin"  # users, bots, instance webhooks, audit log
     ACCOUNT_MANAGE = "account.manage"  # an account's own tokens and settings
@@ -127,6 +131,11 @@ _REPO_RULES: dict[Action, tuple[Role, Scope]] = {
     # reader is told so (403), unlike tasks, which do not exist below write.
     Action.PULL_WRITE: (Role.WRITE, Scope.REPO_WRITE),
     Action.PULL_REVIEW: (Role.WRITE, Scope.REVIEWS_WRITE),
+    # Anyone who can read a repository may open an issue and comment (as on GitHub), with a
+    # token that may write; sorting the work out (labels, assignees, milestones, closing someone
+    # else's issue) needs the write role.
+    Action.ISSUE_WRITE: (Role.READ, Scope.REPO_WRITE),
+    Action.ISSUE_TRIAGE: (Role.WRITE, Scope.REPO_WRITE),
     Action.WEBHOOKS_ADMIN: (Role.ADMIN, Scope.WEBHOOKS_ADMIN),
 }
 # Task actions: below the write role tasks do not exist for the caller (404, never 403).
@@ -135,7 +144,15 @@ _TASK_ACTIONS = {Action.TASK_READ, Action.TASK_WRITE, Action.REVIEW_WRITE}
 REPO_NOT_FOUND = "repository not found"
 TASKS_HIDDEN = "task not found (tasks are visible to collaborators with write access)"
 # Actions that change repository content: refused on archived repositories.
-_CONTENT_WRITES = {Action.REPO_WRITE, Action.TASK_WRITE, Action.REVIEW_WRITE, Action.PULL_WRITE, Action.PULL_REVIEW}
+_CONTENT_WRITES = {
+    Action.REPO_WRITE,
+    Action.TASK_WRITE,
+    Action.REVIEW_WRITE,
+    Action.PULL_WRITE,
+    Action.PULL_REVIEW,
+    Action.ISSUE_WRITE,
+    Action.ISSUE_TRIAGE,
+}
 
 
 class RepoLike(Protocol):

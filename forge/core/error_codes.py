@@ -137,6 +137,24 @@ class Code(StrEnum):
     )
     NOT_ALLOWED_TO_MERGE = "not_allowed_to_merge", 403, "a branch rule lets only the accounts it names merge here"
 
+    # Issues, labels, milestones and comments (forge/repos/issues.py and beside it).
+    ISSUE_NOT_FOUND = "issue_not_found", 404, "no issue by this number in the repository"
+    COMMENT_NOT_FOUND = "comment_not_found", 404, "no such comment on this repository's issues"
+    LABEL_NOT_FOUND = (
+        "label_not_found",
+        404,
+        "no label of this name in the repository (422 when a request body names it: create it first)",
+        (422,),
+    )
+    LABEL_EXISTS = "label_exists", 409, "a label of this name (in any case) exists in the repository"
+    INVALID_LABEL = "invalid_label", 422, "a label is 1-50 printable characters with a colour of six hex digits"
+    MILESTONE_NOT_FOUND = "milestone_not_found", 404, "no milestone by this number in the repository"
+    MILESTONE_EXISTS = "milestone_exists", 409, "a milestone of this title (in any case) exists in the repository"
+    INVALID_ASSIGNEE = "invalid_assignee", 422, "an assignee must exist and be able to read the repository"
+    TOO_MANY_ASSIGNEES = "too_many_assignees", 422, "an issue has at most 10 assignees"
+    TOO_MANY_LABELS = "too_many_labels", 422, "an issue has at most 30 labels; a repository at most 500"
+    NOT_YOUR_COMMENT = "not_your_comment", 403, "only a comment's author (or a repository admin) may change it"
+
     # The git layer (`forge.git.errors.RepoError` codes).
     INVALID_REF_NAME = "invalid_ref_name", 422, "a ref or branch name git would refuse"
     INVALID_PATH = "invalid_path", 422, "a tree path with `..`, a leading slash, NUL or a `.git` component"

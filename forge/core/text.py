@@ -51,3 +51,9 @@ def plural(count: int, word: str, many: str = "") -> str:
     """`1 commit`, `2 commits`, `1,024 files`: a count with its noun agreeing (`many` for a noun
     whose plural is not the word with an `s`). Also the templates' `plural` filter."""
     return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
+def one_line(text: str) -> str:
+    """A title as one line: line breaks, tabs and other control characters become single spaces
+    (a title goes into merge commit messages, where a line of its own would read as a trailer)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())

@@ -235,3 +235,17 @@ def tree_page(repo: pygit2.Repository, ref: str | None, path: str, *, max_walk: 
     names = [e.name for e in listing.entries]
     last = last_commits(repo, at, listing.path, names, max_walk=max_walk)
     return TreePage(listing=listing, last=last, readme=find_readme(repo, at, path=listing.path))
+
+
+def messages_between(repo: pygit2.Repository, base: str, head: str, *, max_commits: int = 250) -> list[str]:
+    """The messages of the commits `head` has and `base` lacks, newest first, at most
+    `max_commits` (what `Fixes #N` in a merged commit message is read from). Unknown ids: none."""
+    try:
+        head_id = repo.revparse_single(head).peel(pygit2.Commit).id
+        base_id = repo.revparse_single(base).peel(pygit2.Commit).id if base.strip("0") else None
+    except (KeyError, ValueError, pygit2.GitError):
+        return []
+    walker = repo.walk(head_id, SortMode.TOPOLOGICAL | SortMode.TIME)
+    if base_id is not None:
+        walker.hide(base_id)
+    return [commit.message for commit in islice(walker, max_commits)]

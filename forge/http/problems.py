@@ -139,12 +139,26 @@ def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -
             errors = [e for e in extra if isinstance(e, dict)]
     if status >= 500:
         detail = "internal server error"
+    if status == 413:
+        detail = _too_large(request)
     problem = Problem(
         title=title, status=status, detail=detail, code=code, request_id=request_id(request), errors=errors
     )
     headers = dict(exc.headers or {})
     headers.update(_auth_headers(request, status))
     return _render(request, problem, headers)
+
+
+def _too_large(request: Request[Any, Any, Any]) -> str:
+    """A body over the server's limit: name the limit, so the sender knows how much to cut."""
+    settings = getattr(request.app.state, "settings", None)
+    limit = getattr(settings, "max_body_bytes", None)
+    if not isinstance(limit, int):
+        return "the request body is larger than this server takes"
+    return (
+        f"the request body is larger than the limit of {limit:,} bytes (FORGEHAND_MAX_BODY_BYTES); "
+        "text fields have their own limits, e.g. 65,536 characters for an issue, pull request or comment body"
+    )
 
 
 def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

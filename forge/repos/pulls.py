@@ -20,6 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from forge.core.access import Action, require
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, InvalidState, NotFound
+from forge.core.text import one_line as one_line
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
@@ -49,12 +50,6 @@ def parse_number(raw: str) -> int:
     if not raw.isascii() or not raw.isdigit() or len(raw) > 9 or int(raw) < 1:
         raise NotFound("no such pull request", code=Code.PULL_NOT_FOUND)
     return int(raw)
-
-
-def one_line(text: str) -> str:
-    """A title as one line: line breaks, tabs and other control characters become single spaces
-    (a title goes into merge commit messages, where a line of its own would read as a trailer)."""
-    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def _base(name: str) -> str:
