@@ -48,6 +48,7 @@ from forge.db.events import (
     TaskStateChanged,
 )
 from forge.db.models import Repository
+from forge.db.payload_base import CommentRef, NumberRef, ScheduleRef, TriggerRef
 from tests.support.payloads import doc_rows, payload_rows, render_rows
 from tests.support.webhooks import config, make_endpoint, make_repo
 from webhooks import service
@@ -265,7 +266,7 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
     assert len(bodies) == len(CASES)
     for (payload, expected), body in zip(CASES, bodies, strict=True):
         check_data(payload, body, expected)
-        of_task = {"id": task.id, "number": 1, "url": "", "parent": None}
+        of_task = {"id": task.id, "number": 1, "url": "", "parent": None, "trigger": None}
         assert body["meta"]["task"] == (None if isinstance(payload, RepoPushed | StatusCreated) else of_task)
 
     async with db.session(write=True) as s:  # ping goes through the service, not the bus
@@ -295,3 +296,29 @@ def test_an_event_has_the_type_of_its_payload() -> None:
     assert e.type == "ping"
     with pytest.raises(msgspec.ValidationError):  # a payload decodes only with a tag it knows
         msgspec.convert({"type": "task.renamed"}, EventPayload)
+
+
+async def test_meta_task_says_what_started_a_task(db: Database, settings: Settings, repo: Repository) -> None:
+    """`meta.task.trigger`: null for a task a person started, else its kind and what it concerns."""
+    cfg = config(settings)
+    await make_endpoint(db, cfg, repo, "http://127.0.0.1:1/all", events=["task.created"])
+    bus = EventBus()
+    bus.subscribe(OutboxWriter(cfg))
+    triggers = [
+        TriggerRef(kind="schedule", schedule=ScheduleRef(id=3, name="nightly")),
+        TriggerRef(kind="issue", issue=NumberRef(number=5)),
+        TriggerRef(kind="mention", comment=CommentRef(id=9), pull_request=NumberRef(number=4)),
+        TriggerRef(kind="review_request", pull_request=NumberRef(number=4)),
+    ]
+    async with db.session(write=True) as s:
+        for n, trigger in enumerate(triggers, 1):
+            task = TaskRef(id=str(uuid.uuid4()), number=n, trigger=trigger)
+            await bus.publish(s, Event(repo_id=repo.id, repo_uuid=repo.uuid, task=task, data=TaskCreated()))
+    seen = [b["meta"]["task"]["trigger"] for b in await outbox_bodies(db)]
+    nothing = {"issue": None, "pull_request": None, "comment": None, "schedule": None}
+    assert seen == [
+        {"kind": "schedule", **nothing, "schedule": {"id": 3, "name": "nightly"}},
+        {"kind": "issue", **nothing, "issue": {"number": 5}},
+        {"kind": "mention", **nothing, "pull_request": {"number": 4}, "comment": {"id": 9}},
+        {"kind": "review_request", **nothing, "pull_request": {"number": 4}},
+    ]
