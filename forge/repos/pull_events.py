@@ -1,20 +1,22 @@
 """What every change of a pull request shares: its `pull_request.*` events, what a push to its head
 does (`after_push`: the head recorded, approvals of other heads dismissed under the rule, who moved
-it remembered, `pull_request.synchronized`), and its ending elsewhere (merged by its task's merge,
-closed with its task). `Pulls` (forge/repos/pulls.py) builds on it."""
+it remembered, `pull_request.synchronized`), a review published (`pull_request.review_submitted`, a
+task's review included), and its ending elsewhere (merged by its task's merge, closed with its
+task). `Pulls` (forge/repos/pulls.py) builds on it."""
 
 from dataclasses import dataclass
 
-from sqlalchemy import select, true, update
+from sqlalchemy import delete, select, true, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
 from forge.db.events import PAYLOADS, AccountRef, Event, EventBus, PullBranch, PullRequestPayload
-from forge.db.models import Account, PullRequest, PullReview
+from forge.db.models import Account, PullRequest, PullReview, PullReviewRequest
 from forge.git import RefUpdate, RepoStore
 from forge.repos import merge_rules
+from forge.repos.issues import Issues
 from forge.repos.repositories import RepoResource
 
 
@@ -36,7 +38,22 @@ class PullBase:
         rows = await self.session.execute(select(Account).where(Account.id.in_(ids)))
         return {a.id: AccountRef(login=a.login, type="Bot" if a.is_bot else "User") for a in rows.scalars()}
 
-    # -- merged elsewhere, closed with their task ---------------------------------------------
+    # -- reviewed (here or through its task), merged elsewhere, closed with their task --------
+
+    async def record_review(
+        self, actor: Actor, res: RepoResource, pull: PullRequest, review_id: int, verdict: str, comments: int
+    ) -> None:
+        """A review published (its own, or its task's): the reviewer's request answered,
+        `pull_request.review_submitted`. The audit row is the caller's (`repo.pull.review`, `task.review`)."""
+        await self.session.execute(
+            delete(PullReviewRequest).where(
+                PullReviewRequest.pull_id == pull.id, PullReviewRequest.account_id == actor.principal.account_id
+            )
+        )
+        pull.updated_at = utcnow()
+        await self.publish(
+            actor, res, pull, "review_submitted", review_id=review_id, verdict=verdict, comments=comments
+        )
 
     async def record_merged(
         self, actor: Actor, res: RepoResource, pull: PullRequest, how: str, merged_sha: str, base_before: str
@@ -56,6 +73,7 @@ class PullBase:
             merged_sha=merged_sha,
         )
         await self.publish(actor, res, pull, "merged", strategy=how, merge_commit_sha=merged_sha)
+        await Issues(self.session, self.bus, self.base_url).close_fixed(self.store, actor, res, pull, base_before)
         return pull
 
     async def close_quietly(self, actor: Actor, res: RepoResource, pull: PullRequest) -> None:

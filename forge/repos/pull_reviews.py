@@ -10,7 +10,7 @@ is `forge.repos.merge_rules`."""
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 
 from forge.core.access import Action, Role, require
 from forge.core.error_codes import Code
@@ -100,12 +100,6 @@ class PullReviews(PullReviewReads):
         self, actor: Actor, res: RepoResource, pull: PullRequest, review: PullReview, comments: int
     ) -> None:
         """A review published: the reviewer's request answered, the audit row, `pull_request.review_submitted`."""
-        await self.session.execute(
-            delete(PullReviewRequest).where(
-                PullReviewRequest.pull_id == pull.id, PullReviewRequest.account_id == actor.principal.account_id
-            )
-        )
-        pull.updated_at = utcnow()
         audit.record(
             self.session,
             actor,
@@ -115,9 +109,7 @@ class PullReviews(PullReviewReads):
             head_sha=pull.head_sha,
             comments=comments,
         )
-        await self.pulls.publish(
-            actor, res, pull, "review_submitted", review_id=review.id, verdict=review.verdict, comments=comments
-        )
+        await self.pulls.record_review(actor, res, pull, review.id, review.verdict, comments)
 
     async def pending_of(self, pull: PullRequest, author_id: int | None) -> PullReview | None:
         """The author's pending review of the pull request, if they have one."""

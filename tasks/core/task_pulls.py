@@ -4,9 +4,9 @@ started it, so people see agents' work among everyone's pull requests (the Pull 
 dashboard, `pull_request.*` webhooks) and the task JSON names it (`pull_request`).
 
 The pull request follows the task: later runs move its head (`pull_request.synchronized`), the
-task's merge records it merged, closing the task closes it. Reviews and the merge of a task's
-work go through the task's review page for now; the pull request's own review and merge answer
-`task_pull_request` with the way there (forge/repos/pulls.py `refuse_task_pull`)."""
+task's merge records it merged, closing the task closes it, and each review of the task is also
+the pull request's (`pull_request.review_submitted`, beside the task's `review.submitted`). The
+pull request's page and API review and merge it through the task (forge's `TaskWork`)."""
 
 from forge.core.access import Principal
 from forge.db.audit import Actor
@@ -78,3 +78,13 @@ async def closed(pulls: Pulls, actor: Actor, res: RepoResource, task: Task) -> N
     pull = await _own(pulls, res, task)
     if pull is not None:
         await pulls.close_quietly(actor, res, pull)
+
+
+async def reviewed(
+    pulls: Pulls, actor: Actor, res: RepoResource, task: Task, review_id: int, verdict: str, comments: int
+) -> None:
+    """A review of the task was published: its open pull request says so too, so consumers of pull
+    request events see agents' work reviewed as everyone's."""
+    pull = await _own(pulls, res, task)
+    if pull is not None and pull.state == "open":
+        await pulls.record_review(actor, res, pull, review_id, verdict, comments)

@@ -31,8 +31,9 @@ from forge.git import RefNotFound, compare
 from forge.git.schemas import Comparison
 from forge.repos import merge_rules as branch_rules
 from forge.repos import statuses
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, resource_for
-from tasks.core import payloads, repo_settings
+from tasks.core import payloads, repo_settings, task_pulls
 from tasks.core.lifecycle import PromptCheck
 from tasks.core.models import Review, ReviewComment, Run, Task
 from tasks.core.schemas import ReviewCommentCreate, ReviewCommentRead, ReviewCreate, ReviewRead, ReviewStatus
@@ -309,6 +310,8 @@ class ReviewService:
             run=run,
             data=payloads.review_submitted(review, [*drafted, *comments]),
         )
+        pulls = Pulls(self.session, self.tasks.store, self.tasks.bus, self.tasks.base_url)
+        await task_pulls.reviewed(pulls, actor, res, task, review.id, data.verdict.value, len(comments) + len(drafted))
         audit.record(
             self.session,
             actor,
