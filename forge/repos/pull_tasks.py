@@ -1,9 +1,10 @@
 """Pull requests of tasks: a task's branch (`agent/<number>-<slug>`, written by forgehand only)
 proposed into its base, opened by the task's agent (tasks/core/task_pulls.py keeps it following
-the task). A review or a merge of such a pull request over the API goes through the task
-(`TaskWork`, which the composition root hands in): the task's merge rules, its `pre_merge`
-question and its follow-up run on a change request apply, exactly as on the task's review page.
-What only a person's branch has (Update branch, suggestions) answers `task_pull_request`."""
+the task). Its page and its API review and merge it through the task (`TaskWork`, which the
+composition root hands in): the task's reviews, inline comments and pending reviews are shown and
+written there, and the task's merge rules, its `pre_merge` question and its follow-up run on a
+change request apply, as on the task's review page (which now answers with a redirect here).
+What only a person's branch has (Update branch, suggestions, editing) answers `task_pull_request`."""
 
 import re
 from typing import Protocol, runtime_checkable
@@ -19,7 +20,7 @@ from forge.db.models import PullRequest
 from forge.git.compare import divergence
 from forge.git.merge import MergeStrategy
 from forge.repos.numbers import allocate_number
-from forge.repos.pull_shapes import PullReviewCreate, PullReviewRead
+from forge.repos.pull_shapes import PullCommentRead, PullReviewCreate, PullReviewRead
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 
@@ -32,6 +33,24 @@ class TaskPullStatus(msgspec.Struct, frozen=True, kw_only=True):
     approvals: list[str]  # whose approvals of the head count
     required_approvals: int
     blockers: list[str]  # every rule that does not hold, in words (empty: it may merge)
+    merge_strategy: str | None = None  # once merged: how (merge, squash, fast-forward, already_merged)
+
+
+class TaskLineComment(msgspec.Struct, frozen=True, kw_only=True):
+    """An inline comment of the task's reviews, in the pull request's shape."""
+
+    comment: PullCommentRead
+    quoted: str  # the line as it read when the comment was written ("" when the reader may not see contents)
+    pending: bool  # in the reader's own pending review
+
+
+class TaskPullSide(msgspec.Struct, frozen=True, kw_only=True):
+    """What a task's pull request page shows of its task, for one reader."""
+
+    reviews: list[PullReviewRead]  # published, oldest first, and the reader's pending one (`PENDING`)
+    comments: list[TaskLineComment]  # of those reviews, oldest first
+    runs: dict[int, int]  # review id -> the follow-up run its change request started
+    status: TaskPullStatus
 
 
 @runtime_checkable  # a handler's dependency: Litestar checks its type
@@ -44,11 +63,20 @@ class TaskWork(Protocol):
     ) -> None: ...
 
     async def review(self, actor: Actor, owner: str, name: str, task: int, data: PullReviewCreate) -> int:
-        """Submit the review on the task; the id of the task review it became."""
+        """Submit the review on the task (with the reader's pending comments); without an event, add
+        its comments to the reader's pending review. The id of the task review it became."""
+        ...
+
+    async def discard(self, actor: Actor, owner: str, name: str, task: int, review_id: int) -> None:
+        """Throw the reader's pending review `review_id` away, with its comments."""
         ...
 
     async def reviews(self, actor: Actor, owner: str, name: str, task: int) -> list[PullReviewRead]:
-        """The task's reviews, in the pull request's shape."""
+        """The task's reviews, in the pull request's shape (the reader's pending one included)."""
+        ...
+
+    async def side(self, actor: Actor, owner: str, name: str, task: int) -> TaskPullSide:
+        """The task's reviews, inline comments and merge rules, as its pull request's page shows them."""
         ...
 
     async def status(self, actor: Actor, owner: str, name: str, task: int) -> TaskPullStatus:
@@ -63,12 +91,13 @@ def task_number_of(head_ref: str) -> int | None:
 
 
 def refuse_task_pull(res: RepoResource, pull: PullRequest, base_url: str) -> None:
-    """A task's pull request is reviewed and merged through its task (for now): 409 naming where."""
+    """A task's branch is written by its agent only: what would change it otherwise is a 409 that
+    says how to get the change made (a change request in a review of the pull request)."""
     number = task_number_of(pull.head_ref)
     if number is not None:
         raise InvalidState(
-            f"#{pull.number} holds the work of task #{number}: review and merge it on the task's review page, "
-            f"{base_url}/{res.full_name}/tasks/{number}/review",
+            f"#{pull.number} holds the work of task #{number}, whose agent writes its branch: review it and "
+            f"request changes, {base_url}/{res.full_name}/pull/{pull.number}/files",
             code=Code.TASK_PULL_REQUEST,
         )
 

@@ -78,3 +78,17 @@ class DraftService:
         audit.record(
             self.session, actor, "task.review_draft.remove", f"{res.full_name}#{task.number}", comment=comment_id
         )
+
+    async def discard(self, actor: Actor, res: RepoResource, task: Task, review_id: int) -> None:
+        """Throw the caller's draft `review_id` away, with its comments."""
+        rules.require_review(actor.principal, res, task)
+        draft = await self.reviews.draft(actor.principal, task)
+        if draft is None or draft.id != review_id:
+            raise NotFound(f"you have no pending review {review_id} of task #{task.number}", code="not_found")
+        for c in await self.reviews.draft_comments(draft):
+            await self.session.delete(c)
+        await self.session.delete(draft)
+        await self.session.flush()
+        audit.record(
+            self.session, actor, "task.review_draft.discard", f"{res.full_name}#{task.number}", review=review_id
+        )

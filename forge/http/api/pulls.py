@@ -63,19 +63,18 @@ async def _merge(
     return MergeResultRead(sha=pull.merge_commit_sha or "", merged=True, message="Pull Request successfully merged")
 
 
-def _task_review_read(
-    review_id: int, actor: ActorDep, data: PullReviewCreate, head: str, page: str, task: int
-) -> PullReviewRead:
-    """A review of a task's pull request, as the task recorded it (its review page lists it)."""
+def _task_review_read(review_id: int, actor: ActorDep, data: PullReviewCreate, head: str, url: str) -> PullReviewRead:
+    """A review of a task's pull request, as the task recorded it (without an event: the reader's
+    pending review, its comments gathered in the task's review draft)."""
     states = {"APPROVE": "APPROVED", "REQUEST_CHANGES": "CHANGES_REQUESTED", "COMMENT": "COMMENTED"}
     return PullReviewRead(
         id=review_id,
         user=AccountRef.of(actor.principal),
         body=data.body,
-        state=states[data.event or "COMMENT"],  # type: ignore[arg-type]
+        state=states[data.event] if data.event else "PENDING",  # type: ignore[arg-type]
         commit_id=(data.commit_id or head).strip().lower(),
         submitted_at=utcnow(),
-        html_url=f"{page}/tasks/{task}/review",
+        html_url=f"{url}#review-{review_id}",
     )
 
 
@@ -209,10 +208,10 @@ class PullController(Controller):
         async with db.session() as s:
             res = await load(s, actor.principal, owner, name)
             pull = await Pulls(s, store, bus, forge_url).get(res, n)
-            task, head, page = task_number_of(pull.head_ref), pull.head_sha, f"{forge_url}/{res.full_name}"
+            task, head, url = task_number_of(pull.head_ref), pull.head_sha, f"{forge_url}/{res.full_name}/pull/{n}"
         if task is not None and task_work is not None:
             review_id = await task_work.review(actor, owner, name, task, data)
-            return _task_review_read(review_id, actor, data, head, page, task)
+            return _task_review_read(review_id, actor, data, head, url)
         async with db.session(write=True) as s:
             res = await load(s, actor.principal, owner, name)
             pulls = Pulls(s, store, bus, forge_url)
@@ -225,13 +224,20 @@ class PullController(Controller):
     async def comments(
         self,
         actor: ActorDep,
+        task_work: TaskWorkDep,
         path_repo: PathRepoDep,
         pulls: PullsDep,
         number: FromPath[str],
     ) -> list[PullCommentRead]:
         res = await path_repo.load()
         pull = await pulls.get(res, parse_number(number))
-        return await PullReviews(pulls).comments(res, pull, on_lines=True, viewer=actor.principal.account_id)
+        found = await PullReviews(pulls).comments(res, pull, on_lines=True, viewer=actor.principal.account_id)
+        task = task_number_of(pull.head_ref)
+        # A task's pull request: its task's inline comments too, for those who may see tasks.
+        if task is not None and task_work is not None and can(actor.principal, Action.TASK_READ, res):
+            side = await task_work.side(actor, path_repo.owner, path_repo.name, task)
+            found = sorted([t.comment for t in side.comments] + found, key=lambda c: c.created_at)
+        return found
 
     @post("/{number:str}/comments", summary="Comment on the conversation, or on a line (path and line)")
     async def comment(

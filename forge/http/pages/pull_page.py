@@ -1,9 +1,12 @@
 """A pull request's page, as read or with a refused form shown again: the description, the merge
 box, the conversation (reviews and comments, threads on lines), the changes with a comment form
 on every line, the review form and the person's own pending review (forge/http/pages/pulls.py
-routes to it)."""
+routes to it). A task's pull request shows its task's side instead (`TaskWork.side`): the task's
+reviews, its inline comments under their lines, the reader's pending review of the task, and
+the task's merge rules."""
 
 import asyncio
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,7 +23,8 @@ from forge.http.pages.render import markdown
 from forge.http.pages.repos import RepoView
 from forge.repos import merge_rules, statuses
 from forge.repos.pull_reviews import PullReviews
-from forge.repos.pull_tasks import TaskPullStatus, TaskWork, task_number_of
+from forge.repos.pull_shapes import PullCommentRead
+from forge.repos.pull_tasks import TaskLineComment, TaskPullSide, TaskWork, task_number_of
 from forge.repos.pulls import Pulls
 
 VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "requested changes", "COMMENTED": "commented",
@@ -46,6 +50,28 @@ def _threads(comments: list[Any]) -> dict[tuple[str, str, int], list[tuple[Any, 
     for c in comments:
         if c.path is not None and c.line is not None and c.in_reply_to_id is None:
             found.setdefault((c.path, c.side or "RIGHT", c.line), []).append((c, replies.get(c.id, [])))
+    return found
+
+
+def file_anchor(path: str) -> str:
+    """The id of a file's diff on the page (GitHub's: `diff-` and the path's SHA-256); its lines
+    are `<id>R<n>` (the new version) and `<id>L<n>` (the old one)."""
+    return "diff-" + hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def line_anchor(path: str, line: int | None = None, side: str = "RIGHT") -> str:
+    """The fragment of a file, or of one of its lines (`side` LEFT: the old version's number)."""
+    return file_anchor(path) + ("" if line is None else f"{'L' if side == 'LEFT' else 'R'}{line}")
+
+
+def _under_lines(comments: list[TaskLineComment]) -> dict[tuple[str, str, int], list[TaskLineComment]]:
+    """A task's inline comments under the lines of the current diff: the published ones on the
+    current head, and the reader's pending ones."""
+    found: dict[tuple[str, str, int], list[TaskLineComment]] = {}
+    for t in comments:
+        c = t.comment
+        if c.path is not None and c.line is not None and (t.pending or not c.outdated):
+            found.setdefault((c.path, c.side or "RIGHT", c.line), []).append(t)
     return found
 
 
@@ -83,6 +109,7 @@ class PullPage:
         form: str = "",
         errors: FormErrors = NO_ERRORS,
         typed: WebForm | None = None,
+        files_tab: bool = False,
     ) -> Template:
         res, pulls = self.view.res, self.pulls
         pull = await pulls.get(res, number)
@@ -93,18 +120,19 @@ class PullPage:
         task_number = task_number_of(pull.head_ref)  # a task's work: reviewed and merged as the task
         found_reviews = await reviews.reviews(res, pull, viewer)
         comments = await reviews.comments(res, pull, viewer=viewer)
-        task_status = None
-        # Tasks are hidden below the write role: a reader sees the pull request without its task's side.
-        task_side = can(self.view.principal, Action.TASK_READ, res)
-        if task_number is not None and self.tasks is not None and pull.state == "open" and task_side:
-            found_reviews, task_status = await self._task_side(task_number)
-            shape.unmet_rules = task_status.blockers
-            if task_status.blockers and shape.mergeable_state == "clean":
-                shape.mergeable_state = "blocked"
+        line_comments: list[PullCommentRead] = [c for c in comments if c.path is not None]
+        side = await self._task_side(task_number)
+        if side is not None:  # the task's reviews and inline comments, its merge rules while open
+            found_reviews, line_comments = side.reviews, [t.comment for t in side.comments]
+            if pull.state == "open":
+                shape.unmet_rules = side.status.blockers
+                if side.status.blockers and shape.mergeable_state == "clean":
+                    shape.mergeable_state = "blocked"
         html = await _html(
             {"body": pull.body}
             | {f"r{r.id}": r.body for r in found_reviews if r.body.strip()}
             | {f"c{c.id}": c.body for c in comments}
+            | ({f"t{t.comment.id}": t.comment.body for t in side.comments} if side is not None else {})
         )
         by_line = _threads(comments)
         checks = (
@@ -128,15 +156,23 @@ class PullPage:
                 + [("comment", c.created_at, c) for c in comments if c.path is None],
                 key=lambda item: item[1],
             ),
-            line_comments=[c for c in comments if c.path is not None],
+            line_comments=line_comments,
             by_line=by_line,
+            # a task's inline comments: under their lines, their quoted line, their html key ("t")
+            task_by_line=_under_lines(side.comments) if side is not None else {},
+            quoted={t.comment.id: t.quoted for t in side.comments} if side is not None else {},
+            ckey="t" if side is not None else "c",
+            runs=side.runs if side is not None else {},
+            anchors={f.path: file_anchor(f.path) for f in diff.files} if diff is not None else {},
+            files_tab=files_tab,
             html=html,
             cmp=diff,
             checks=checks,
             verdicts=VERDICTS,
             can_review=can(principal, Action.PULL_REVIEW, res),
             task_number=task_number,
-            task_status=task_status,
+            task_side=side is not None,
+            task_status=side.status if side is not None else None,
             may_merge=merge_rules.may_merge(rules, principal.login or ""),
             mergers=rules.merge_allowlist,
             can_edit=can(principal, Action.PULL_WRITE, res),
@@ -148,14 +184,11 @@ class PullPage:
             exact=exact,
         )
 
-    async def _task_side(self, task: int) -> tuple[list[Any], TaskPullStatus]:
-        """A task's pull request: the task's reviews and what its merge rules say, read through the
-        task (its own transactions)."""
-        assert self.tasks is not None
+    async def _task_side(self, task: int | None) -> TaskPullSide | None:
+        """A task's pull request: the task's side, read through the task (its own transactions).
+        Tasks are hidden below the write role: a reader sees the pull request without it."""
         view = self.view
+        if task is None or self.tasks is None or not can(view.principal, Action.TASK_READ, view.res):
+            return None
         owner, name = view.res.repo.owner.login, view.res.repo.name
-        actor = Actor(principal=view.principal)
-        return (
-            await self.tasks.reviews(actor, owner, name, task),
-            await self.tasks.status(actor, owner, name, task),
-        )
+        return await self.tasks.side(Actor(principal=view.principal), owner, name, task)

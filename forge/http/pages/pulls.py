@@ -6,9 +6,8 @@ comment form on every line, and the review form. Same services as the REST API
 the reason beside the field it concerns."""
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-import msgspec
 from litestar import Controller, Request, get, post
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
@@ -16,31 +15,32 @@ from litestar.response import Redirect, Template
 from forge.core.access import Action
 from forge.core.errors import ForgeError, InvalidInput
 from forge.db.audit import Actor
-from forge.db.models import PullComment, PullRequest, PullReview
+from forge.db.models import PullRequest, PullReview
 from forge.http.deps import ActorDep, MergeRunnerDep, PullsDep, TaskWorkDep
 from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm, or_form_error
-from forge.http.pages.forms import NO_ERRORS, form_errors, invalid_input
+from forge.http.pages.forms import NO_ERRORS, form_errors
+from forge.http.pages.pull_forms import (
+    CommentForm,
+    MergeForm,
+    OwnForm,
+    ReviewForm,
+    StateForm,
+    line_comment,
+    person_comment,
+    person_review,
+    review_spec,
+    spec,
+)
 from forge.http.pages.pull_page import PullPage
 from forge.http.pages.repos import REPO, VIEWS, RepoView, RepoViews, ViewsDep
-from forge.repos import repositories, statuses
+from forge.repos import statuses
 from forge.repos.pull_merge import PullMerge
 from forge.repos.pull_reviews import PullReviews
-from forge.repos.pull_shapes import (
-    PendingReviewSubmit,
-    PullCommentCreate,
-    PullCreate,
-    PullMergeRequest,
-    PullReviewCreate,
-    PullUpdate,
-    UpdateBranchRequest,
-)
+from forge.repos.pull_shapes import PullCreate, PullMergeRequest, PullUpdate, UpdateBranchRequest
 from forge.repos.pull_suggestions import Suggestions
-from forge.repos.pull_tasks import task_number_of
 from forge.repos.pulls import Pulls, parse_number
-from forge.repos.repositories import RepoResource
 
-_S = TypeVar("_S")
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
@@ -52,59 +52,6 @@ class OpenForm(WebForm):
     head: str = ""
     base: str = ""
     draft: str = ""
-
-
-class ReviewForm(WebForm):
-    event: str = "COMMENT"
-    body: str = ""
-    commit_id: str = ""
-
-
-class CommentForm(WebForm):
-    body: str = ""
-    path: str = ""
-    line: str = ""
-    side: str = "RIGHT"
-    in_reply_to: str = ""
-    mode: str = ""  # "review": into the author's pending review instead of at once
-
-
-def _spec(raw: dict[str, Any], shape: type[_S]) -> _S:
-    """A form as the API's body, checked against the same schema (same limits, same messages)."""
-    try:
-        return msgspec.convert(raw, shape)
-    except msgspec.ValidationError as exc:
-        raise invalid_input(exc) from None
-
-
-def _number(raw: str, field: str) -> int | None:
-    """A whole number a form sent (a line, a comment id), or None; anything else is refused."""
-    if not raw:
-        return None
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
-        raise InvalidInput(f"{raw[:20]!r} is not a number", field=field)
-    return int(raw)
-
-
-class MergeForm(WebForm):
-    strategy: str = "merge"
-    sha: str = ""
-
-
-class StateForm(WebForm):
-    state: str = ""  # closed | open | ready
-    expected_head_sha: str = ""
-
-
-async def _review(reviews: PullReviews, actor: Actor, res: RepoResource, n: int, data: ReviewForm) -> PullReview:
-    """A person's pull request reviewed from the page: their pending review published with the
-    verdict, or a review of its own."""
-    pending = await reviews.pending_of(await reviews.pulls.get(res, n), actor.principal.account_id)
-    if pending is not None:
-        publish = _spec({"event": data.event, "body": data.body}, PendingReviewSubmit)
-        return await reviews.publish_pending(actor, res, n, pending.id, publish)
-    raw = {"event": data.event, "body": data.body, "commit_id": data.commit_id or None}
-    return await reviews.submit(actor, res, n, _spec(raw, PullReviewCreate))
 
 
 class PullPages(Controller):
@@ -149,7 +96,7 @@ class PullPages(Controller):
         async def open_it() -> PullRequest:
             raw = {"title": data.title.strip()[:256] or data.head, "head": data.head, "base": data.base,
                    "body": data.body, "draft": bool(data.draft)}  # fmt: skip
-            return await pulls.open(actor, view.res, _spec(raw, PullCreate))
+            return await pulls.open(actor, view.res, spec(raw, PullCreate))
 
         async def again(exc: ForgeError) -> Template:
             errors = form_errors(exc, ("title", "body", "head", "base"), {"no_commits_between": "head"})
@@ -174,92 +121,95 @@ class PullPages(Controller):
         number: FromPath[str],
     ) -> Template:
         view = await views.load()
-        page = PullPage(view, pulls, task_work)
-        return await page.render(parse_number(number))
+        return await PullPage(view, pulls, task_work).render(parse_number(number))
+
+    @get("/pull/{number:str}/files")
+    async def files_page(
+        self,
+        views: ViewsDep,
+        pulls: PullsDep,
+        task_work: TaskWorkDep,
+        number: FromPath[str],
+    ) -> Template:
+        """The Files changed tab: the page itself, as GitHub's path names it (a task's review URL
+        answers with a redirect here, so the fragment of an old link still finds its place)."""
+        view = await views.load()
+        return await PullPage(view, pulls, task_work).render(parse_number(number), files_tab=True)
+
+    # The forms that may be a task's open transactions of their own (no `views`, no `db_session`):
+    # a task's pull request is reviewed and merged through its task, whose service opens its own.
 
     @post("/pull/{number:str}/reviews")
     async def review(
         self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, task_work: TaskWorkDep,
         owner: FromPath[str], name: FromPath[str], number: FromPath[str], data: URLEncodedBody[ReviewForm],
     ) -> Template | Redirect:  # fmt: skip
-        # Transactions of its own (no `views`, no `db_session`): a task's pull request is reviewed
-        # through its task, whose service opens its own.
-        n, db, store, bus = parse_number(number), merge_runner.db, merge_runner.store, merge_runner.bus
+        form = OwnForm(request, actor, merge_runner, task_work, owner, name, parse_number(number))
 
-        async def submit() -> int:
-            if data.event not in ("APPROVE", "REQUEST_CHANGES", "COMMENT"):
-                raise InvalidInput("choose Comment, Approve or Request changes", field="event")
-            async with db.session() as s:
-                res = await repositories.load(s, actor.principal, owner, name)
-                task = task_number_of((await Pulls(s, store, bus, merge_runner.base_url).get(res, n)).head_ref)
+        async def submit() -> str:
+            asked = review_spec(data)
+            task = await form.task()
             if task is not None and task_work is not None:
-                raw = {"event": data.event, "body": data.body, "commit_id": data.commit_id or None}
-                return await task_work.review(actor, owner, name, task, _spec(raw, PullReviewCreate))
-            async with db.session(write=True) as s:
-                res = await repositories.load(s, actor.principal, owner, name)
-                return (await _review(PullReviews(Pulls(s, store, bus, merge_runner.base_url)), actor, res, n, data)).id
+                return f"#review-{await task_work.review(actor, owner, name, task, asked)}"
+            review = await form.as_person(lambda reviews, res: person_review(reviews, actor, res, form.number, data))
+            return f"#review-{review.id}"
 
-        async def again(exc: ForgeError) -> Template:
-            async with db.session() as s:
-                res = await repositories.load(s, actor.principal, owner, name)
-                view = RepoView(request, res, actor.principal, merge_runner.base_url)
-                page = PullPage(view, Pulls(s, store, bus, view.base_url), task_work)
-                return await page.again(n, "review", data, ("body", "event"), rollback=False)(exc)
-
-        review = await or_form_error(submit(), again, raise_404=False)
-        if isinstance(review, Template):
-            return review
-        return Redirect(f"/{owner}/{name}/pull/{n}#review-{review}", status_code=303)
+        return await form.answer(submit(), "review", data, ("body", "event"))
 
     @post("/pull/{number:str}/comments")
     async def comment(
-        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str],
-        data: URLEncodedBody[CommentForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, task_work: TaskWorkDep,
+        owner: FromPath[str], name: FromPath[str], number: FromPath[str], data: URLEncodedBody[CommentForm],
     ) -> Template | Redirect:  # fmt: skip
-        async def comment(page: PullPage, view: RepoView, n: int) -> str:
-            row = await _comment(PullReviews(page.pulls), actor, view.res, n, data)
+        form = OwnForm(request, actor, merge_runner, task_work, owner, name, parse_number(number))
+
+        async def comment() -> str:
+            on_line = line_comment(data)
+            task = await form.task() if on_line is not None else None
+            if task is not None and task_work is not None and on_line is not None:  # the task's inline comment
+                review_id = await task_work.review(actor, owner, name, task, on_line)
+                return "#pending-review" if on_line.event is None else f"#review-{review_id}"
+            row = await form.as_person(lambda reviews, res: person_comment(reviews, actor, res, form.number, data))
             return f"#review-{row.id}" if isinstance(row, PullReview) else f"#comment-{row.id}"
 
-        form = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
-        return await _on_page(views, pulls, number, form, data, ("body",), comment)
+        which = "reply" if data.in_reply_to else "line-comment" if data.path else "comment"
+        return await form.answer(comment(), which, data, ("body",))
 
     @post("/pull/{number:str}/reviews/{review_id:int}/discard")
     async def discard(
-        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str], review_id: FromPath[int],
+        self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, task_work: TaskWorkDep,
+        owner: FromPath[str], name: FromPath[str], number: FromPath[str], review_id: FromPath[int],
         data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:  # fmt: skip
-        async def discard(page: PullPage, view: RepoView, n: int) -> str:
-            await PullReviews(page.pulls).discard_pending(actor, view.res, n, review_id)
+        form = OwnForm(request, actor, merge_runner, task_work, owner, name, parse_number(number))
+
+        async def discard() -> str:
+            task = await form.task()
+            if task is not None and task_work is not None:
+                await task_work.discard(actor, owner, name, task, review_id)
+            else:
+                await form.as_person(lambda reviews, res: reviews.discard_pending(actor, res, form.number, review_id))
             return "#review"
 
-        return await _on_page(views, pulls, number, "review", data, (), discard)
+        return await form.answer(discard(), "review", data, ())
 
     @post("/pull/{number:str}/merge")
     async def merge(
         self, request: Request[Any, Any, Any], actor: ActorDep, merge_runner: MergeRunnerDep, task_work: TaskWorkDep,
         owner: FromPath[str], name: FromPath[str], number: FromPath[str], data: URLEncodedBody[MergeForm],
     ) -> Template | Redirect:  # fmt: skip
-        # No request transaction (no `views`, no `db_session`): the merge opens its own around the
-        # `pre_merge` question, so no database lock is held while a policy consumer answers.
-        n = parse_number(number)
+        # The merge opens its own transactions around the `pre_merge` question, so no database lock
+        # is held while a policy consumer answers.
+        form = OwnForm(request, actor, merge_runner, task_work, owner, name, parse_number(number))
 
-        async def merge() -> PullRequest:
+        async def merge() -> str:
             if data.strategy not in ("merge", "squash", "fast-forward"):
                 raise InvalidInput("choose merge, squash or fast-forward", field="strategy")
             spec = PullMergeRequest(strategy=data.strategy, sha=data.sha or None)  # type: ignore[arg-type]
-            return await merge_runner.merge(actor, owner, name, n, spec)
+            await merge_runner.merge(actor, owner, name, form.number, spec)
+            return ""
 
-        async def again(exc: ForgeError) -> Template:
-            async with merge_runner.db.session() as s:
-                res = await repositories.load(s, actor.principal, owner, name)
-                view = RepoView(request, res, actor.principal, merge_runner.base_url)
-                page = PullPage(view, Pulls(s, merge_runner.store, merge_runner.bus, view.base_url), task_work)
-                return await page.again(n, "merge", data, ("strategy",), rollback=False)(exc)
-
-        merged = await or_form_error(merge(), again, raise_404=False)
-        if isinstance(merged, Template):
-            return merged
-        return Redirect(f"/{owner}/{name}/pull/{n}", status_code=303)
+        return await form.answer(merge(), "merge", data, ("strategy",))
 
     @post("/pull/{number:str}/comments/{comment_id:int}/apply")
     async def apply_suggestion(
@@ -315,26 +265,6 @@ async def _on_page(
     if isinstance(anchor, Template):
         return anchor
     return Redirect(f"/{view.res.full_name}/pull/{n}{anchor}", status_code=303)
-
-
-async def _comment(
-    reviews: PullReviews, actor: Actor, res: RepoResource, n: int, data: CommentForm
-) -> PullComment | PullReview:
-    """The comment form: a conversation comment, a line comment (now, or into the pending review) or a reply."""
-    reply_to = _number(data.in_reply_to, "body")
-    on_line = bool(data.path) and reply_to is None
-    line = _number(data.line, "body") if on_line else None
-    if on_line and line is None:
-        raise InvalidInput("a line comment names its line", field="body")
-    if not data.body.strip():
-        raise InvalidInput("write a comment first", field="body")
-    side = "LEFT" if data.side == "LEFT" else "RIGHT"
-    if on_line and data.mode == "review":  # gathered in the author's pending review
-        one = {"path": data.path, "line": line, "side": side, "body": data.body.strip()}
-        return await reviews.submit(actor, res, n, _spec({"comments": [one]}, PullReviewCreate))
-    raw = {"body": data.body.strip(), "path": data.path if on_line else None, "line": line, "side": side,
-           "in_reply_to": reply_to}  # fmt: skip
-    return await reviews.comment(actor, res, n, _spec(raw, PullCommentCreate))
 
 
 async def _change(pulls: Pulls, actor: Actor, view: RepoView, number: int, data: StateForm) -> None:

@@ -1,19 +1,25 @@
 """The review page of a task: the diff under review with inline comment forms, the agent's
 summary, the reviews so far (markdown, sanitised), the merge rules' verdict and the merge form.
-Same actions as the REST API; forms work without JavaScript."""
+Same actions as the REST API; forms work without JavaScript.
+
+Once the task has its pull request, the page answers with a redirect to the pull request's Files
+changed tab, which shows and takes the same (forge/http/pages/pull_page.py through `TaskWork`): a
+fragment of an old link is kept by the browser, and `?path=&line=&side=` becomes the fragment of
+that file or line there. The forms still act when posted, then go to the pull request."""
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, URLEncodedBody
+from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.core.errors import ForgeError
 from forge.http.pages.common import page
 from forge.http.pages.forms import NO_ERRORS, form_errors
+from forge.http.pages.pull_page import line_anchor
 from forge.http.pages.render import markdown_async
 from tasks.core.schemas import ReviewDraftRead, ReviewRead
 from tasks.core.states import ReviewVerdict
@@ -26,6 +32,27 @@ from tasks.services.review_drafts import DraftService
 from tasks.services.reviews import VERBS, ReviewService
 
 VERDICTS = {verdict.value: text for verdict, text in VERBS.items()}
+PathQuery = Annotated[str | None, QueryParameter(name="path", max_length=4096)]
+LineQuery = Annotated[int | None, QueryParameter(name="line", ge=1)]
+SideQuery = Annotated[str | None, QueryParameter(name="side", max_length=8)]
+
+
+def pull_page(scope: TaskScope, anchor: str = "") -> str | None:
+    """Where the task's review now lives: its pull request's Files changed tab (None: it has no
+    pull request yet, no changes or not opened, so the review page stays)."""
+    number = scope.task.result_pull_number
+    if number is None:
+        return None
+    return f"/{scope.owner}/{scope.name}/pull/{number}/files{anchor}"
+
+
+def _after(scope: TaskScope, on_pull: str, here: str) -> Redirect:
+    """Where a form of the review page goes once done: the pull request's page (at `on_pull`), or
+    this page again (at `here`) while the task has none."""
+    number = scope.task.result_pull_number
+    base = f"/{scope.owner}/{scope.name}"
+    where = f"{base}/pull/{number}{on_pull}" if number is not None else f"{base}/tasks/{scope.number}/review{here}"
+    return Redirect(where, status_code=303)
 
 
 @dataclass(frozen=True)
@@ -149,7 +176,15 @@ class ReviewPages(Controller):
         return render
 
     @get("/{number:str}/review")
-    async def review(self, request: Request[Any, Any, Any], task_scope: TaskScopeDep) -> Template:
+    async def review(
+        self, request: Request[Any, Any, Any], task_scope: TaskScopeDep,
+        path: PathQuery = None, line: LineQuery = None, side: SideQuery = None,
+    ) -> Template | Redirect:  # fmt: skip
+        # No fragment of ours when none is asked for: the browser keeps the old link's own.
+        anchor = "#" + line_anchor(path, line, "LEFT" if side in ("base", "LEFT") else "RIGHT") if path else ""
+        moved = pull_page(task_scope, anchor)
+        if moved is not None:
+            return Redirect(moved, status_code=303)
         return await review_page(request, task_scope)
 
     @post("/{number:str}/reviews")
@@ -165,7 +200,7 @@ class ReviewPages(Controller):
             added = await or_form_error(add(), self.again(request, task_scope, "comment", data))
             if isinstance(added, Template):
                 return added
-            return Redirect(f"{base}/review#pending-comments", status_code=303)
+            return _after(task_scope, "#pending-review", "#pending-comments")
 
         async def submit() -> ReviewRead:
             return await submit_review(task_scope, review_create(data))
@@ -175,7 +210,9 @@ class ReviewPages(Controller):
         if isinstance(read, Template):
             return read
         # A change request starts a run: follow it on the task page.
-        return Redirect(base if read.run is not None else f"{base}/review#reviews", status_code=303)
+        if read.run is not None:
+            return Redirect(base, status_code=303)
+        return _after(task_scope, "#conversation", "#reviews")
 
     @post("/{number:str}/review-draft/comments/{comment_id:int}/delete")
     async def remove_pending(
@@ -186,8 +223,7 @@ class ReviewPages(Controller):
         )
         if isinstance(done, Template):
             return done
-        base = f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}"
-        return Redirect(f"{base}/review#pending-comments", status_code=303)
+        return _after(task_scope, "#pending-review", "#pending-comments")
 
     @post("/{number:str}/merge")
     async def merge(
@@ -198,4 +234,4 @@ class ReviewPages(Controller):
         )
         if isinstance(merged, Template):
             return merged
-        return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}/review", status_code=303)
+        return _after(task_scope, "", "")
