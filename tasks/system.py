@@ -14,6 +14,7 @@ from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import RepoStore
+from forge.notify.notifier import Notifications
 from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE, SandboxEngine, installed_agents
 from tasks.core import egress_config
 from tasks.core.agent_registry import AgentInfo, registry
@@ -26,6 +27,7 @@ from tasks.services import merge_intents
 from tasks.services.merge import MergeService
 from tasks.services.schedule_runs import ScheduleRunner
 from tasks.services.schedules import Schedules
+from tasks.services.task_people import task_people
 from tasks.services.tasks import TaskService
 from webhooks.wiring import wire as wire_webhooks
 
@@ -169,9 +171,13 @@ async def run_worker_process(settings: Settings) -> None:
     bus = EventBus()
     # Events of runs in this process go to the webhooks outbox too, and it delivers them.
     hooks = wire_webhooks(bus, settings, db)
+    # ... and to the notifications (a task waiting for its starter), whose mailer runs here too.
+    notifications = Notifications(db, settings, tasks=task_people)
+    bus.subscribe(notifications.notifier)
     system = TaskSystem(db, settings, store, bus, gate=WebhookGate(hooks.policy, db))
     await system.start_worker()
     await hooks.start()
+    await notifications.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -179,6 +185,7 @@ async def run_worker_process(settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
+        await notifications.stop()
         await hooks.stop()
         await system.stop_worker()
         await store.close()

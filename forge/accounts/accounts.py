@@ -44,6 +44,7 @@ RESERVED_LOGINS = frozenset(
         "forgehand",
         "tasks",
         "repos",
+        "notifications",
         "git",
         "favicon.ico",  # cannot be a login (no dots), but every first path segment of a route is listed
     }

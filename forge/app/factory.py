@@ -35,6 +35,8 @@ from forge.git.journal import PushJournal
 from forge.git.smart_http import GitHttpConfig
 from forge.http.api.admin import AdminController
 from forge.http.api.contract import ContractJsonPlugin
+from forge.http.api.issues import IssueCommentController, IssueController, LabelController, MilestoneController
+from forge.http.api.notifications import NotificationController, SubscriptionController
 from forge.http.api.pulls import PendingReviewController, PullController, SuggestionController, ThreadController
 from forge.http.api.reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.http.api.repos import BrowseController, RepoController
@@ -50,17 +52,22 @@ from forge.http.pages.admin_network import NetworkPages
 from forge.http.pages.browse import RepoPages
 from forge.http.pages.home import HomePages
 from forge.http.pages.model_keys import ModelKeyPages
+from forge.http.pages.notifications import NotificationPages, NotificationSettingsPages, WatchPages
+from forge.http.pages.issues import IssuePages
+from forge.http.pages.labels import LabelPages
 from forge.http.pages.pulls import PullPages
 from forge.http.pages.repo_settings import RepoSettingsPages
 from forge.http.pages.repos import RepoListPages
 from forge.http.pages.signin import AuthPages
 from forge.http.pages.tokens import TokenPages
 from forge.http.problems import EXCEPTION_HANDLERS, audit_refusal
+from forge.notify.notifier import Notifications
 from forge.repos.pushes import PushRecorder
 from tasks.http.pull_work_api import TaskWorkForPulls
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
+from tasks.services.task_people import task_people
 from tasks.system import TaskSystem
 from webhooks.http import ROUTE_HANDLERS as WEBHOOK_HANDLERS
 from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
@@ -108,7 +115,7 @@ class MetricsController(PrometheusController):
 @dataclass(frozen=True)
 class Parts:
     """What one app is built from: the database, the event bus, the repositories on disk and the
-    systems that subscribe to the bus (webhooks, tasks, the push recorder)."""
+    systems that subscribe to the bus (webhooks, tasks, the push recorder, notifications)."""
 
     settings: Settings
     database: Database
@@ -118,6 +125,7 @@ class Parts:
     hooks: WebhooksRuntime
     task_system: TaskSystem
     push_recorder: PushRecorder
+    notifications: Notifications
 
 
 def wire(settings: Settings, database: Database) -> Parts:
@@ -132,6 +140,9 @@ def wire(settings: Settings, database: Database) -> Parts:
     # the transaction of the change; the deliverer sends them. Its policy dispatcher is the gate
     # the task core asks before guarded actions.
     hooks = wire_webhooks(bus, settings, database)
+    # Notifications subscribe too: inbox threads and e-mail outbox rows in the change's transaction.
+    notifications = Notifications(database, settings, tasks=task_people)
+    bus.subscribe(notifications.notifier)
     task_system = TaskSystem(database, settings, store, bus, gate=WebhookGate(hooks.policy, database))
     push_recorder = PushRecorder(
         database,
@@ -141,7 +152,7 @@ def wire(settings: Settings, database: Database) -> Parts:
         store=store,
         base_url=settings.effective_base_url,
     )
-    return Parts(settings, database, bus, store, git_config, hooks, task_system, push_recorder)
+    return Parts(settings, database, bus, store, git_config, hooks, task_system, push_recorder, notifications)
 
 
 def lifespan_of(parts: Parts, *, owns_database: bool) -> Callable[[Litestar], AbstractAsyncContextManager[None]]:
@@ -154,9 +165,11 @@ def lifespan_of(parts: Parts, *, owns_database: bool) -> Callable[[Litestar], Ab
         if parts.settings.run_worker:
             await parts.task_system.start_worker()
             await parts.hooks.start()
+            await parts.notifications.start()  # the mailer (when SMTP is configured)
         try:
             yield
         finally:
+            await parts.notifications.stop()
             await parts.hooks.stop()
             await parts.task_system.stop_worker()
             await parts.task_system.stop_recovery()
@@ -186,6 +199,7 @@ def app_state(parts: Parts) -> dict[str, Any]:
         "push_recorder": parts.push_recorder,
         "tasks": task_system,
         "webhooks": parts.hooks,
+        "notifications": parts.notifications,
         # Every merge of a pull request asks the repository's policy consumers (`pre_merge`).
         "merge_policy": parts.hooks.merge_policy,
         # A task's pull request reviewed or merged over the API goes through its task.
@@ -201,6 +215,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         favicon,
         MetricsController,
         UserController,
+        NotificationController,
         AdminController,
         RepoController,
         BrowseController,
@@ -230,6 +245,9 @@ def route_handlers() -> list[ControllerRouterHandler]:
         API_REFERENCE_ASSETS,
     ]
 
+        WatchPages,
+        NotificationPages,
+        NotificationSettingsPages,
 
 def openapi_config() -> OpenAPIConfig:
     return OpenAPIConfig(

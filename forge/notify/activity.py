@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.db.events import (
+    AccountRef,
     CommentCreated,
     CommentEdited,
     Event,
@@ -66,6 +67,11 @@ def _who(event: Event) -> str:
     return event.actor.login if event.actor is not None else "forgehand"
 
 
+def _author(author: AccountRef | None) -> list[tuple[str, Reason]]:
+    """The author of an issue or pull request hears of what happens to it (`author`)."""
+    return [(author.login, "author")] if author is not None else []
+
+
 def _new_mentions(after: str, before: str) -> list[str]:
     had = {login.lower() for login in mentioned_logins(before)}
     return [login for login in mentioned_logins(after) if login.lower() not in had]
@@ -89,7 +95,10 @@ def _issue(event: Event, data: IssuePayload) -> Activity | None:
         return Activity(subject, f"{who} edited issue #{data.number}", text=data.body, mentions=mentions)
     if isinstance(data, IssueClosed | IssueReopened):
         verb = "closed" if isinstance(data, IssueClosed) else "reopened"
-        return Activity(subject, f"{who} {verb} issue #{data.number}", followers="state_change", watchers=True)
+        return Activity(
+            subject, f"{who} {verb} issue #{data.number}", direct=_author(data.author), followers="state_change",
+            watchers=True,
+        )  # fmt: skip
     if isinstance(data, IssueAssigned):
         return Activity(
             subject,
@@ -138,7 +147,10 @@ async def _pull(session: AsyncSession, event: Event, data: PullRequestPayload) -
             watchers=True,
         )  # fmt: skip
     if isinstance(data, PullRequestSynchronized):
-        return Activity(subject, f"{who} pushed to pull request #{n}", followers="author", authors_only=True)
+        return Activity(
+            subject, f"{who} pushed to pull request #{n}", direct=_author(data.author), followers="author",
+            authors_only=True,
+        )  # fmt: skip
     if isinstance(data, PullRequestReviewSubmitted):
         body = (await session.execute(select(PullReview.body).where(PullReview.id == data.review_id))).scalar() or ""
         verdict = {"approve": "approved", "request_changes": "requested changes on", "comment": "reviewed"}[
@@ -147,11 +159,14 @@ async def _pull(session: AsyncSession, event: Event, data: PullRequestPayload) -
         follows: list[tuple[str, Reason]] = [(event.actor.login, "comment")] if event.actor else []
         return Activity(
             subject, f"{who} {verdict} pull request #{n}", text=body, mentions=mentioned_logins(body), follows=follows,
-            followers="comment", watchers=True,
+            direct=_author(data.author), followers="comment", watchers=True,
         )  # fmt: skip
     if isinstance(data, PullRequestMerged | PullRequestClosed | PullRequestReopened):
         verb = {PullRequestMerged: "merged", PullRequestClosed: "closed", PullRequestReopened: "reopened"}[type(data)]
-        return Activity(subject, f"{who} {verb} pull request #{n}", followers="state_change", watchers=True)
+        return Activity(
+            subject, f"{who} {verb} pull request #{n}", direct=_author(data.author), followers="state_change",
+            watchers=True,
+        )  # fmt: skip
     return await _review_requested(event, data, subject)
 
 

@@ -54,7 +54,7 @@ def level_of(data: SubscriptionPut) -> WatchLevel:
         asked.add("all")
     if data.subscribed is False and data.ignored is False:
         asked.add("participating")
-    if len(asked) != 1:
+    if len(asked) != 1 or not asked <= set(WATCH_LEVELS):
         raise InvalidInput(
             'say one of: {"subscribed": true} (all activity), {"ignored": true} (nothing), '
             '{"subscribed": false, "ignored": false} (participating), or {"level": "all|participating|ignore"}',

@@ -37,7 +37,7 @@ script here. Paths start with `/api/v1`; bodies are JSON.
 
 **Authenticate with a token.** Create a personal access token under **Settings → Tokens** (an
 admin makes a bot's under **Admin → Accounts**) with the scopes it needs (`repo:read`,
-`repo:write`, `tasks:read`, `tasks:write`, `reviews:write`, `webhooks:admin`; `admin` for
+`repo:write`, `tasks:read`, `tasks:write`, `reviews:write`, `webhooks:admin`, `notifications`; `admin` for
 instance administration), and send it with every request:
 
     curl -H "Authorization: Bearer fh_..." https://forge.example/api/v1/user
