@@ -4,6 +4,7 @@ from tasks.http.agents_api import AgentController
 from tasks.http.approvals_api import ApprovalController
 from tasks.http.events import TaskEventsController
 from tasks.http.pages.reviews import ReviewPages
+from tasks.http.pages.schedules import SchedulePages
 from tasks.http.pages.settings import TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.reviews_api import ReviewController
@@ -21,4 +22,4 @@ API_HANDLERS = [
     ScheduleController,
     AgentController,
 ]
-PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, MyTaskPages]
+PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, SchedulePages, MyTaskPages]

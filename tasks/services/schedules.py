@@ -153,7 +153,7 @@ class Schedules:
         given = {k: v for k, v in msgspec.structs.asdict(data).items() if v is not UNSET}
         if "name" in given and given["name"].strip() != schedule.name:
             schedule.name = await self._free_name(res, given["name"])
-        if any(k in given for k in WHAT_RUNS):
+        if await self._changes_what_runs(schedule, given):
             await self._change_what_runs(actor, res, schedule, given)
         timing = {k: given[k] for k in ("cron", "timezone") if k in given}
         if "cron" in timing:
@@ -169,6 +169,12 @@ class Schedules:
         await self.session.flush()
         self._audit(actor, res, "update", schedule, changed=sorted(given))
         return schedule
+
+    async def _changes_what_runs(self, schedule: Schedule, given: dict[str, object]) -> bool:
+        """Whether `given` changes what runs (the same values sent again change nothing)."""
+        agent = await self.session.get(Account, schedule.agent_id)
+        current = {**{k: getattr(schedule, k) for k in WHAT_RUNS if k != "agent"}, "agent": agent and agent.login}
+        return any(k in given and given[k] != current[k] for k in WHAT_RUNS)
 
     async def _change_what_runs(
         self, actor: Actor, res: RepoResource, schedule: Schedule, given: dict[str, object]
