@@ -224,6 +224,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         SuggestionController,
         ThreadController,
         PendingReviewController,
+        SubscriptionController,
         *TASK_API_HANDLERS,
         *WEBHOOK_HANDLERS,
         *TASK_PAGE_HANDLERS,
