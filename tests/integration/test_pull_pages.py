@@ -1,13 +1,18 @@
 """The pull request page's forms without a browser: close and reopen, a suggestion committed from
-its button, a thread resolved, and a refused form shown again with its reason (not an error page)."""
+its button, a thread resolved, a refused form shown again with its reason (not an error page), and
+a task's pull request taking line comments and a pending review into the task's review."""
 
+import re
 from typing import Any
 
 from litestar.testing import AsyncTestClient
 
+from forge.core.settings import Settings
+from forge.db.engine import Database
 from forge.git import Identity
 from forge.git.bare import write_commit
 from tests.support.accounts import PASSWORD, Accounts
+from tests.support.task_world import TASKS, agent_commits, build_task_world, open_task_pull
 from tests.support.web import csrf_from, sign_in
 
 API = "/api/v1/repos/ana/shop"
@@ -64,3 +69,53 @@ async def test_the_page_forms_act_and_come_back(client: AsyncTestClient[Any], ma
     again = await _form(client, f"/ana/shop/pull/1/comments/{comment}/apply")
     assert again.status_code == 409 and "it no longer applies as written" in again.text
     assert 'id="pull-error"' in again.text
+
+
+async def test_a_tasks_line_comments_and_pending_review_on_its_pull_request_page(
+    client: AsyncTestClient[Any], db: Database, settings: Settings
+) -> None:
+    """A task's pull request takes line comments like any other, into the task's review: Add to
+    review gathers them in the reader's pending review of the task (Discard throws it away), Comment
+    now is a comment review of the task, and the review form's change request publishes the pending
+    comments and sends the agent back to work."""
+    world = await build_task_world(db, settings)
+    start = {"goal": "greet", "agent": "fixer", "command": "true", "title": "Greet"}
+    assert (await client.post(TASKS, json=start, headers=world.h("ana"))).status_code == 201
+    head = await agent_commits(db, settings, 1, {"hello.txt": b"hello\n"}, "greet")
+    assert await open_task_pull(db, settings, "http://testserver.local") == 1
+    await sign_in(client, "wendy", "correct horse battery")
+    page = "/ana/demo/pull/1"
+    line = {"path": "hello.txt", "line": "1", "side": "RIGHT", "body": "say **hi**"}
+
+    added = await _task_form(client, f"{page}/comments", **line, mode="review")
+    assert added.status_code == 303 and added.headers["location"] == f"{page}#pending-review"
+    shown = (await client.get(page)).text
+    assert "Your pending review: 1 comment" in shown and '<span class="badge">pending</span>' in shown
+    assert "<strong>hi</strong>" in shown and 'id="task-comment-' in shown
+    outside = await _task_form(client, f"{page}/comments", **{**line, "line": "40"}, mode="review")
+    assert outside.status_code == 422 and "is not in the diff" in outside.text and 'id="pull-error"' in outside.text
+    pending = re.search(r'action="/ana/demo/pull/1/reviews/(\d+)/discard"', shown)
+    assert pending is not None
+    discarded = await _task_form(client, f"{page}/reviews/{pending.group(1)}/discard")
+    assert discarded.status_code == 303 and discarded.headers["location"] == f"{page}#review"
+    assert "Your pending review" not in (await client.get(page)).text
+    assert (await client.get(f"{TASKS}/1/review-draft", headers=world.h("wendy"))).json() == {"comments": []}
+
+    now = await _task_form(client, f"{page}/comments", **{**line, "body": "too formal"})
+    assert now.status_code == 303 and re.fullmatch(rf"{page}#review-\d+", now.headers["location"])
+    shown = (await client.get(page)).text
+    assert "wendy</strong> commented" in shown and "<pre>hello</pre>" in shown  # the line it is about, quoted
+    assert await _task_form(client, f"{page}/comments", **line, mode="review")
+    asked = await _task_form(client, f"{page}/reviews", event="REQUEST_CHANGES", body="More.", commit_id=head)
+    assert asked.status_code == 303, asked.text
+    task = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()
+    assert task["state"] == "queued" and [r["kind"] for r in task["runs"]] == ["start", "review"]
+    reviews = (await client.get(f"{TASKS}/1/reviews", headers=world.h("ana"))).json()
+    assert [(r["verdict"], [c["body"] for c in r["comments"]]) for r in reviews] == [
+        ("comment", ["too formal"]), ("request_changes", ["say **hi**"]),
+    ]  # fmt: skip
+
+
+async def _task_form(client: AsyncTestClient[Any], action: str, **fields: str) -> Any:
+    page = await client.get("/ana/demo/pull/1")
+    return await client.post(action, data={"csrf_token": csrf_from(page.text), **fields}, follow_redirects=False)

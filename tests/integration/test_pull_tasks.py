@@ -3,19 +3,22 @@ on an open pull request with an instruction; the task starts from the pull reque
 agent gets the instruction with the pull request's text quoted, the conversation links the task,
 and a closed pull request takes no agent."""
 
+import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import msgspec
 import pytest
 from sqlalchemy import select
 
 from forge.core.settings import Settings
 from forge.db.engine import Database
-from forge.db.models import Repository
 from tests.support.accounts import LiveServer, run_sync
 from tests.support.git import git
-from tests.support.task_world import TASKS, World, agent_commits, build_task_world
+from tests.support.task_world import TASKS, World, agent_commits, build_task_world, open_task_pull
 
 pytestmark = pytest.mark.db
 API = "/api/v1/repos/ana/demo"
@@ -35,6 +38,11 @@ async def _world(settings: Settings) -> World:
         return await build_task_world(db, settings)
     finally:
         await db.dispose()
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return msgspec.structs.replace(settings, webhooks_allowed_hosts="127.0.0.1")  # a notification endpoint's host
 
 
 @pytest.fixture
@@ -125,10 +133,7 @@ async def _commits(env: Env) -> str:
 
 def test_a_reader_sees_a_tasks_pull_request_without_the_task(env: Env) -> None:
     """Tasks are hidden below the write role; their pull requests are not, and read without them."""
-    r = env.call("POST", TASKS, "ana", json={"goal": "work", "agent": "fixer", "command": "true", "title": "Work"})
-    assert r.status_code == 201, r.text
-    run_sync(_commits(env))
-    run_sync(_open_task_pull(env))
+    _task_pull(env)
     page = httpx.get(f"{env.url}/ana/demo/pull/1", headers=env.world.h("rita"), timeout=30)
     assert page.status_code == 200 and "Work" in page.text
     assert env.call("GET", f"{API}/pulls/1", "rita").json()["head"]["ref"].startswith("agent/1-")
@@ -137,23 +142,113 @@ def test_a_reader_sees_a_tasks_pull_request_without_the_task(env: Env) -> None:
 
 async def _open_task_pull(env: Env) -> None:
     """What settling the run does: the task's pull request opened by its agent."""
-    from forge.db.events import EventBus
-    from forge.git import RepoStore
-    from forge.repos.repositories import RepoResource
-    from tasks.core import task_pulls
-    from tasks.core.lifecycle import Lifecycle
-    from tasks.core.models import Task
+    db = Database(env.settings.effective_database_url)
+    try:
+        assert await open_task_pull(db, env.settings, env.url) == 1
+    finally:
+        await db.dispose()
+
+
+def _task_pull(env: Env) -> str:
+    """Task 1 with a commit in review, and its pull request #1; returns the task's head."""
+    r = env.call("POST", TASKS, "ana", json={"goal": "work", "agent": "fixer", "command": "true", "title": "Work"})
+    assert r.status_code == 201, r.text
+    head = run_sync(_commits(env))
+    run_sync(_open_task_pull(env))
+    return head
+
+
+def test_a_tasks_review_is_also_a_pull_request_review_event(env: Env) -> None:
+    """`review.submitted` for the task's consumers, `pull_request.review_submitted` for the pull
+    request's: a review on the task's API and one on the pull request's alike."""
+    hook = {"url": "http://127.0.0.1:9/hook", "kind": "notify",
+            "events": ["review.submitted", "pull_request.review_submitted"]}  # fmt: skip
+    assert env.call("POST", f"{API}/hooks", "ana", json=hook).status_code == 201
+    head = _task_pull(env)
+    line = {"path": "work.txt", "line": 1, "side": "head", "body": "why?"}
+    r = env.call("POST", f"{TASKS}/1/reviews", "wendy", json={"verdict": "comment", "comments": [line]})
+    assert r.status_code == 201, r.text
+    r = env.call("POST", f"{API}/pulls/1/reviews", "olga", json={"event": "APPROVE", "commit_id": head})
+    assert r.status_code == 200, r.text
+    approval = r.json()["id"]
+    sent = run_sync(_outbox(env))
+    assert [b["type"] for b in sent] == [
+        "review.submitted", "pull_request.review_submitted", "review.submitted", "pull_request.review_submitted",
+    ]  # fmt: skip
+    comment, approved = sent[1], sent[3]
+    assert comment["data"]["number"] == 1 and comment["data"]["head"] == {
+        "ref": comment["data"]["head"]["ref"],
+        "sha": head,
+    }
+    assert (comment["data"]["verdict"], comment["data"]["comments"]) == ("comment", 1)
+    assert comment["meta"]["actor"]["login"] == "wendy" and comment["data"]["html_url"] == f"{env.url}/ana/demo/pull/1"
+    assert (approved["data"]["review_id"], approved["data"]["verdict"], approved["data"]["comments"]) == (
+        approval,
+        "approve",
+        0,
+    )
+    listed = env.call("GET", f"{API}/pulls/1/reviews", "ana").json()
+    assert [(x["id"], x["state"]) for x in listed][-1] == (approval, "APPROVED")
+    assert sent[0]["data"]["comments"] == [{"path": "work.txt", "side": "head", "line": 1, "body": "why?"}]
+
+
+async def _outbox(env: Env) -> list[dict[str, Any]]:
+    from webhooks.core.models import WebhookOutbox
 
     db = Database(env.settings.effective_database_url)
-    store = RepoStore(env.settings.data_dir / "repos")
     try:
-        async with db.session(write=True) as s:
-            task = (await s.execute(select(Task).where(Task.number == 1))).scalar_one()
-            repo = await s.get(Repository, task.repo_id)
-            assert repo is not None
-            life = Lifecycle(s, bus=EventBus(), base_url=env.url)
-            await task_pulls.follow(life, store, task, RepoResource(repo=repo))
-            assert task.result_pull_number == 1
+        async with db.session() as s:
+            rows = (await s.execute(select(WebhookOutbox).order_by(WebhookOutbox.id))).scalars().all()
+            return [json.loads(row.body) for row in rows]
     finally:
-        await store.close()
         await db.dispose()
+
+
+def test_the_task_review_url_redirects_to_the_pull_request(env: Env) -> None:
+    """Once a task has its pull request, its review page answers 303 with the Files changed tab
+    (a line asked for in the query becomes that line's anchor); without one it stays."""
+    r = env.call("POST", TASKS, "ana", json={"goal": "work", "agent": "fixer", "command": "true", "title": "Work"})
+    assert r.status_code == 201, r.text
+    page = httpx.get(f"{env.url}/ana/demo/tasks/1/review", headers=env.world.h("ana"), timeout=30)
+    assert page.status_code == 200 and "Review #1" in page.text  # no changes, no pull request: the page stays
+    run_sync(_commits(env))
+    run_sync(_open_task_pull(env))
+    moved = env.call("GET", "/ana/demo/tasks/1/review", "ana", follow_redirects=False)
+    assert moved.status_code == 303 and moved.headers["location"] == "/ana/demo/pull/1/files"
+    query = {"path": "work.txt", "line": "1", "side": "head"}
+    deep = env.call("GET", "/ana/demo/tasks/1/review", "ana", params=query, follow_redirects=False)
+    anchor = "diff-" + hashlib.sha256(b"work.txt").hexdigest()
+    assert deep.headers["location"] == f"/ana/demo/pull/1/files#{anchor}R1"
+    old = env.call("GET", "/ana/demo/tasks/1/review", "ana", params={**query, "side": "base"}, follow_redirects=False)
+    assert old.headers["location"].endswith(f"#{anchor}L1")
+    files = httpx.get(f"{env.url}/ana/demo/pull/1/files", headers=env.world.h("ana"), timeout=30)
+    assert files.status_code == 200 and f'id="{anchor}R1"' in files.text and 'id="approval-count"' in files.text
+    # Still a task's page: a reader below the write role gets the same answer as for any task page.
+    assert env.call("GET", "/ana/demo/tasks/1/review", "rita", follow_redirects=False).status_code == 404
+
+
+def test_a_pending_review_of_a_tasks_pull_request_is_the_tasks_draft(env: Env) -> None:
+    """Over the pull request API: line comments without an event gather in the reader's draft of
+    the task's review (seen by them only); a change request publishes them and the agent runs
+    again on the same branch with them."""
+    _task_pull(env)
+    line = {"path": "work.txt", "line": 1, "side": "RIGHT", "body": "Say **more**."}
+    r = env.call("POST", f"{API}/pulls/1/reviews", "wendy", json={"comments": [line]})
+    assert r.status_code == 200 and r.json()["state"] == "PENDING", r.text
+    pending = r.json()["id"]
+    assert env.call("GET", f"{TASKS}/1/review-draft", "wendy").json()["comments"][0]["body"] == "Say **more**."
+    mine = env.call("GET", f"{API}/pulls/1/comments", "wendy").json()
+    assert [(c["path"], c["line"], c["pull_request_review_id"]) for c in mine] == [("work.txt", 1, pending)]
+    assert env.call("GET", f"{API}/pulls/1/comments", "olga").json() == []  # a draft is its author's
+    assert env.call("GET", f"{API}/pulls/1/reviews", "olga").json() == []
+    outside = {**line, "line": 40}
+    refused = env.call("POST", f"{API}/pulls/1/reviews", "wendy", json={"comments": [outside]})
+    assert refused.status_code == 422 and refused.json()["code"] == "comment_outside_diff"
+
+    asked = env.call("POST", f"{API}/pulls/1/reviews", "wendy", json={"event": "REQUEST_CHANGES", "body": "More."})
+    assert asked.status_code == 200 and asked.json()["id"] == pending, asked.text
+    task = env.call("GET", f"{TASKS}/1", "ana").json()
+    assert task["state"] == "queued" and [x["kind"] for x in task["runs"]] == ["start", "review"]
+    [review] = env.call("GET", f"{TASKS}/1/reviews", "ana").json()
+    assert review["verdict"] == "request_changes" and [c["body"] for c in review["comments"]] == ["Say **more**."]
+    assert env.call("GET", f"{API}/pulls/1/comments", "olga").json()[0]["body"] == "Say **more**."

@@ -82,3 +82,26 @@ async def agent_commits(db: Database, settings: Settings, number: int, files: di
             return task.head_sha
     finally:
         await store.close()
+
+
+async def open_task_pull(db: Database, settings: Settings, base_url: str, number: int = 1) -> int:
+    """What settling a run does for a task in review with changes: its pull request opened by its
+    agent (returns the pull request's number)."""
+    from forge.db.models import Repository
+    from forge.repos.repositories import RepoResource
+    from tasks.core import task_pulls
+    from tasks.core.lifecycle import Lifecycle
+
+    store = RepoStore(settings.data_dir / "repos")
+    try:
+        async with db.session(write=True) as s:
+            task = (await s.execute(select(Task).where(Task.number == number))).scalar_one()
+            repo = await s.get(Repository, task.repo_id)
+            assert repo is not None
+            await task_pulls.follow(
+                Lifecycle(s, bus=EventBus(), base_url=base_url), store, task, RepoResource(repo=repo)
+            )
+            assert task.result_pull_number is not None
+            return task.result_pull_number
+    finally:
+        await store.close()
