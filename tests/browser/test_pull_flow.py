@@ -186,9 +186,10 @@ def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
 
 
 def test_a_tasks_work_is_a_pull_request_reviewed_and_merged_on_its_page(page: Page, forge: ForgeServer) -> None:
-    """A task's changes appear as a pull request linked from the task; a change request written on
-    the pull request's page sends the agent back; approve and merge there finish the task. Two real
-    runs in a sandbox make it longer than most."""
+    """A task's changes appear as a pull request linked from the task; its old review URL leads
+    there; a line comment gathered in a pending review and a change request written on the pull
+    request's page send the agent back; approve and merge there finish the task. Two real runs in a
+    sandbox make it longer than most."""
     sign_in(page, forge.url, forge.admin_login, forge.admin_password)
     create_bot(page, forge.url, "stamper")
     repo = create_repo(page, forge.url, "stamps")
@@ -200,21 +201,43 @@ def test_a_tasks_work_is_a_pull_request_reviewed_and_merged_on_its_page(page: Pa
     expect(page.locator("#pull-title")).to_contain_text("Stamp it #1")
     expect(page.locator("#task-work")).to_contain_text("task #1")
     first = page.locator("table.diff[data-path='stamp.txt']").inner_text()
+    # the task's review page is the pull request's Files changed tab now
+    page.goto(f"{forge.url}/{repo}/tasks/1/review")
+    expect(page).to_have_url(re.compile(rf"/{re.escape(repo)}/pull/1/files$"))
+    expect(page.locator("#approval-count")).to_have_text("0")
+
+    row = page.locator("table.diff[data-path='stamp.txt'] tr[data-side='RIGHT'][data-line='1']")
+    row.locator("summary").click()
+    row.get_by_label("Comment on stamp.txt line 1 (markdown)").fill("Use **seconds** only.")
+    row.get_by_role("button", name="Add to review").click()
+    expect(page.locator("#pending-review")).to_contain_text("Your pending review: 1 comment")
+    expect(page.locator("table.diff .inline-comment.pending")).to_contain_text("Use seconds only.")
 
     page.get_by_label("Review (markdown)").fill("Stamp it again, please.")
     page.get_by_label("Request changes").check()
     page.get_by_role("button", name="Submit review").click()
-    expect(page.locator("article.review")).to_contain_text(f"{forge.admin_login} requested changes")
+    review = page.locator("article.review")
+    expect(review).to_contain_text(f"{forge.admin_login} requested changes")
+    expect(review.locator(".inline-comment")).to_contain_text("stamp.txt:1")
+    expect(page.locator("#pending-review")).to_have_count(0)
     page.goto(f"{forge.url}/{repo}/tasks/1")
     expect_task_state(page, "awaiting review")
     expect(runs_table(page)).to_have_count(2)
+    prompt = page.locator("#transcript .ev-prompt").last
+    expect(prompt).to_contain_text("stamp.txt, line 1:")  # the agent was handed the line comment
+    expect(prompt).to_contain_text("Use **seconds** only.")
     page.goto(f"{forge.url}/{repo}/pull/1")
     assert page.locator("table.diff[data-path='stamp.txt']").inner_text() != first  # the agent's new head
+    expect(page.locator("article.review")).to_have_class(re.compile(r"\boutdated\b"))
+    expect(page.locator("article.review")).to_contain_text("started run 2")
 
     page.get_by_label("Approve").check()
     page.get_by_role("button", name="Submit review").click()
+    expect(page.locator("#approval-count")).to_have_text("1")
     expect(page.locator("#ready")).to_have_text("Every rule holds: ready to merge.")
     page.get_by_role("button", name="Merge into main").click()
     expect(page.locator("#pull-state")).to_have_text("merged")
+    expect(page.locator("#merged")).to_contain_text(f"Merged by {forge.admin_login} (merge) into main")
+    expect(page.locator("article.review")).to_have_count(2)  # the task's reviews stay on the merged pull request
     page.goto(f"{forge.url}/{repo}/tasks/1")
     expect_task_state(page, "merged")
