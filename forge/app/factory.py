@@ -221,6 +221,10 @@ def route_handlers() -> list[ControllerRouterHandler]:
         BrowseController,
         StatusController,
         PullController,
+        IssueController,
+        IssueCommentController,
+        LabelController,
+        MilestoneController,
         SuggestionController,
         ThreadController,
         PendingReviewController,
@@ -238,7 +242,12 @@ def route_handlers() -> list[ControllerRouterHandler]:
         RepoListPages,
         RepoPages,
         PullPages,
+        IssuePages,
+        LabelPages,
         RepoSettingsPages,
+        WatchPages,
+        NotificationPages,
+        NotificationSettingsPages,
         SettingsPages,
         OldSettingsPages,
         ProfilePages,  # `/{login}`: one segment, after every static one-segment route above
@@ -246,9 +255,6 @@ def route_handlers() -> list[ControllerRouterHandler]:
         API_REFERENCE_ASSETS,
     ]
 
-        WatchPages,
-        NotificationPages,
-        NotificationSettingsPages,
 
 def openapi_config() -> OpenAPIConfig:
     return OpenAPIConfig(

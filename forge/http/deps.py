@@ -23,6 +23,9 @@ from forge.db.events import EventBus
 from forge.git import RepoStore
 from forge.http.auth import actor_of
 from forge.repos import repositories
+from forge.repos.issue_comments import IssueComments
+from forge.repos.issues import Issues
+from forge.repos.labels import Labels
 from forge.repos.merge_policy import AllowAll, MergePolicy
 from forge.repos.pull_merge import MergeRunner
 from forge.repos.pull_tasks import TaskWork
@@ -106,6 +109,23 @@ def provide_pulls(
     return Pulls(db_session, store, bus, forge_url)
 
 
+def provide_issues(
+    db_session: NamedDependency[AsyncSession], bus: NamedDependency[EventBus], forge_url: NamedDependency[str]
+) -> Issues:
+    """The issues of the request's transaction."""
+    return Issues(db_session, bus, forge_url)
+
+
+def provide_issue_comments(
+    db_session: NamedDependency[AsyncSession], bus: NamedDependency[EventBus], forge_url: NamedDependency[str]
+) -> IssueComments:
+    return IssueComments(db_session, bus, forge_url)
+
+
+def provide_labels(db_session: NamedDependency[AsyncSession], forge_url: NamedDependency[str]) -> Labels:
+    return Labels(db_session, forge_url)
+
+
 def provide_task_work(state: State) -> TaskWork | None:
     """The tasks side of a task's pull request, when the app was composed with tasks."""
     found: TaskWork | None = state.get("task_work")
@@ -126,6 +146,9 @@ DEPENDENCIES = {
     "merge_runner": Provide(provide_merge_runner, sync_to_thread=False),
     "task_work": Provide(provide_task_work, sync_to_thread=False),
     "pulls": Provide(provide_pulls, sync_to_thread=False),
+    "issues": Provide(provide_issues, sync_to_thread=False),
+    "comments": Provide(provide_issue_comments, sync_to_thread=False),
+    "labels": Provide(provide_labels, sync_to_thread=False),
 }
 
 # Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).
@@ -144,3 +167,6 @@ PathRepoDep = NamedDependency[PathRepo]
 MergeRunnerDep = NamedDependency[MergeRunner]
 TaskWorkDep = NamedDependency[TaskWork | None]
 PullsDep = NamedDependency[Pulls]
+IssuesDep = NamedDependency[Issues]
+IssueCommentsDep = NamedDependency[IssueComments]
+LabelsDep = NamedDependency[Labels]

@@ -47,6 +47,23 @@ from forge.db.events import (
     TaskRef,
     TaskStateChanged,
 )
+from forge.db.issue_payloads import (
+    CommentCreated,
+    CommentDeleted,
+    CommentEdited,
+    CommentPayload,
+    CommentTarget,
+    IssueAssigned,
+    IssueChanges,
+    IssueClosed,
+    IssueEdited,
+    IssueLabeled,
+    IssueOpened,
+    IssuePayload,
+    IssueReopened,
+    LabelRef,
+    ScheduleTriggered,
+)
 from forge.db.models import Repository
 from forge.db.payload_base import CommentRef, NumberRef, ScheduleRef, TriggerRef
 from tests.support.payloads import doc_rows, payload_rows, render_rows
@@ -85,6 +102,46 @@ PULL_DATA: dict[str, Any] = {
     "base": {"ref": "main", "sha": SHA_A},
     "author": {"login": "ana", "type": "User"},
 }
+
+ISSUE: dict[str, Any] = {
+    "number": 5,
+    "title": "Login fails",
+    "body": "Steps: ...",
+    "html_url": "http://forge.example/ana/shop/issues/5",
+    "state": "open",
+    "state_reason": None,
+    "author": AccountRef(login="rita"),
+    "labels": [LabelRef(name="bug", color="d73a4a")],
+    "assignees": [AccountRef(login="demo-agent", type="Bot")],
+    "milestone": "v1",
+}
+ISSUE_DATA: dict[str, Any] = {
+    **ISSUE,
+    "author": {"login": "rita", "type": "User"},
+    "labels": [{"name": "bug", "color": "d73a4a"}],
+    "assignees": [{"login": "demo-agent", "type": "Bot"}],
+}
+COMMENT: dict[str, Any] = {
+    "id": 9,
+    "body": "@demo-agent please add tests",
+    "html_url": "http://forge.example/ana/shop/issues/5#issuecomment-9",
+    "author": AccountRef(login="ana"),
+    "issue": CommentTarget(number=5, title="Login fails", html_url="http://forge.example/ana/shop/issues/5"),
+}
+COMMENT_DATA: dict[str, Any] = {
+    **COMMENT,
+    "author": {"login": "ana", "type": "User"},
+    "issue": {
+        "number": 5, "title": "Login fails", "html_url": "http://forge.example/ana/shop/issues/5",
+        "is_pull_request": False,
+    },
+}  # fmt: skip
+SCHEDULE: dict[str, Any] = {
+    "schedule_id": 2, "name": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "skipped": True,
+    "reason": "the previous task (#7) is still running",
+}  # fmt: skip
+# Events of a repository rather than of a task: `meta.task` is null.
+REPO_EVENTS = (RepoPushed, StatusCreated, IssuePayload, CommentPayload, ScheduleTriggered)
 
 # (payload, the `data` object a consumer receives: the documented shape, in wire order)
 CASES: list[tuple[EventPayload, dict[str, Any]]] = [
@@ -206,6 +263,34 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
         {**PULL_DATA, "state": "closed", "author": None},
     ),
     (PullRequestReopened(**PULL), PULL_DATA),
+    (IssueOpened(**ISSUE), ISSUE_DATA),
+    (
+        IssueEdited(**ISSUE, changes=IssueChanges(title="Login fail")),
+        {**ISSUE_DATA, "changes": {"title": "Login fail"}},
+    ),
+    (
+        IssueClosed(**{**ISSUE, "state": "closed", "state_reason": "completed"}, closed_by_pull_request=6),
+        {**ISSUE_DATA, "state": "closed", "state_reason": "completed", "closed_by_pull_request": 6},
+    ),
+    (
+        IssueReopened(**{**ISSUE, "state_reason": "reopened"}),
+        {**ISSUE_DATA, "state_reason": "reopened"},
+    ),
+    (
+        IssueLabeled(**ISSUE, label=LabelRef(name="bug", color="d73a4a")),
+        {**ISSUE_DATA, "label": {"name": "bug", "color": "d73a4a"}},
+    ),
+    (
+        IssueAssigned(**ISSUE, assignee=AccountRef(login="demo-agent", type="Bot")),
+        {**ISSUE_DATA, "assignee": {"login": "demo-agent", "type": "Bot"}},
+    ),
+    (CommentCreated(**COMMENT), COMMENT_DATA),
+    (
+        CommentEdited(**COMMENT, body_before="@demo-agent add tests"),
+        {**COMMENT_DATA, "body_before": "@demo-agent add tests"},
+    ),
+    (CommentDeleted(**COMMENT), COMMENT_DATA),
+    (ScheduleTriggered(**SCHEDULE), SCHEDULE),
     (
         EgressBlocked(host="example.com", port=443, method="CONNECT", rules="allow-list", reason="no rule allows it"),
         {"host": "example.com", "port": 443, "method": "CONNECT", "rules": "allow-list", "reason": "no rule allows it"},
@@ -248,7 +333,7 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
     task = TaskRef(id=str(uuid.uuid4()), number=1)
     async with db.session(write=True) as s:
         for payload, _ in CASES:
-            pushed = isinstance(payload, RepoPushed | StatusCreated)  # repository events: no task
+            pushed = isinstance(payload, REPO_EVENTS)  # repository events: no task
             await bus.publish(
                 s,
                 Event(
@@ -267,7 +352,7 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
     for (payload, expected), body in zip(CASES, bodies, strict=True):
         check_data(payload, body, expected)
         of_task = {"id": task.id, "number": 1, "url": "", "parent": None, "trigger": None}
-        assert body["meta"]["task"] == (None if isinstance(payload, RepoPushed | StatusCreated) else of_task)
+        assert body["meta"]["task"] == (None if isinstance(payload, REPO_EVENTS) else of_task)
 
     async with db.session(write=True) as s:  # ping goes through the service, not the bus
         row = await service.ping(s, Actor.system("t"), cfg, repo, await s.get(WebhookEndpoint, endpoint.id))  # type: ignore[arg-type]
