@@ -74,6 +74,7 @@ class ScheduleRunner:
         self.clock = clock
         self._wake = asyncio.Event()
         self._loop: asyncio.Task[None] | None = None
+        self.sleeping = False  # the loop waits for its time or a wake-up (tests look at it)
 
     # --- one pass -----------------------------------------------------------------------------
 
@@ -130,6 +131,9 @@ class ScheduleRunner:
                     )
             except ForgeError as exc:
                 reason = f"the task could not start: {exc.detail}"
+            except Exception:  # the slot is still taken: a failing start must not retry every second
+                log.exception("a schedule's task could not start", schedule=schedule.id)
+                reason = "the task could not start: an internal error (see the server's log)"
         schedule.last_task_id = task.id if task is not None else schedule.last_task_id
         schedule.last_skip_reason = reason
         await publish_triggered(svc, s, schedule, repo, task, reason)
@@ -177,9 +181,11 @@ class ScheduleRunner:
             except Exception:
                 log.exception("the schedule loop failed")
                 wait = MAX_SLEEP
+            self.sleeping = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
+            self.sleeping = False
             self._wake.clear()
 
 

@@ -22,6 +22,7 @@ from tasks.core.states import TaskState
 from tasks.services.schedule_runs import ScheduleRunner
 from tasks.system import TaskSystem
 from tests.support.task_world import World, build_task_world
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.db
 
@@ -190,3 +191,28 @@ async def test_a_starter_who_lost_the_right_is_skipped_with_the_reason(
     assert skipped.skipped and skipped.reason == "the task could not start: wendy may no longer start tasks in ana/demo"
     after = (await client.get(f"{SCHEDULES}/{made['id']}", headers=world.h("ana"))).json()
     assert after["last_skip_reason"] == skipped.reason and after["last_task"] is None
+
+
+async def test_the_loop_sleeps_until_woken_by_a_change(
+    app: Litestar, client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    made = await create(client, world)
+    clock = Clock(datetime.fromisoformat(made["next_run_at"]) - timedelta(minutes=1))  # nothing due yet
+    system: TaskSystem = app.state.tasks
+    runner = ScheduleRunner(system.db, system.service, clock=clock)
+    runner.start()
+    try:
+        await until(lambda: runner.sleeping, timeout=30, what="the loop's first pass")
+        assert await task_count(db) == 0
+        clock.now += timedelta(minutes=2)  # the slot came; the loop sleeps up to a minute unless woken
+        runner.wake()
+        await until(task_count_is(db, 1), timeout=30, what="the woken loop to start the slot's task")
+    finally:
+        await runner.stop()
+
+
+def task_count_is(db: Database, n: int) -> Any:
+    async def check() -> bool:
+        return await task_count(db) == n
+
+    return check
