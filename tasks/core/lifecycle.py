@@ -52,6 +52,7 @@ def gate_context(
         actor_login=actor.login,
         actor_type="Bot" if actor.type == "Bot" else "User",
         agent_login=agent,
+        trigger=msgspec.convert(task.trigger, TriggerRef) if task.trigger else None,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from forge.db.payload_base import TriggerRef
 from tasks.core.transcript import System
 
 DecisionName = Literal["allow", "deny", "ask"]
@@ -30,6 +31,7 @@ class GateContext(msgspec.Struct, frozen=True, kw_only=True):
     actor_type: Literal["User", "Bot"] = "User"
     agent_login: str = ""
     parent_number: int | None = None  # a subtask's parent task
+    trigger: TriggerRef | None = None  # what started the task when no person's start did
 
 
 class GateDecision(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ from sqlalchemy import select, update
 
 from forge.db import events
 from forge.db.models import Account, Repository
+from forge.db.payload_base import TriggerRef
 from sandbox import (
     Sandbox,
 )
@@ -81,6 +82,7 @@ class Execution(Settling, Supervising, Provisioning):
             self.command = task.command
             parent = await s.get(Task, task.parent_id) if task.parent_id is not None else None
             self.parent_number = parent.number if parent is not None else None
+            self.trigger = msgspec.convert(task.trigger, TriggerRef) if task.trigger else None
             self.branch, self.base_sha = task.branch, task.base_sha
             self.conversation = list(task.conversation or [])
             self.agent_session_id = task.agent_session_id
@@ -134,6 +136,7 @@ class Execution(Settling, Supervising, Provisioning):
             actor_type="Bot" if self.starter_type == "Bot" else "User",
             agent_login=self.agent_login,
             parent_number=self.parent_number,
+            trigger=self.trigger,
         )
 
     async def system(self, phase: str, text: str, t0: float | None = None, **detail: Any) -> None:

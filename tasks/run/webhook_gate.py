@@ -51,6 +51,7 @@ class WebhookGate:
                 number=ctx.task_number,
                 url=ctx.task_url,
                 parent=ParentRef(number=ctx.parent_number) if ctx.parent_number is not None else None,
+                trigger=ctx.trigger,
             ),
             run=RunRef(id=ctx.run_uuid, seq=ctx.run_seq) if ctx.run_uuid else None,
             actor=AccountRef(login=ctx.actor_login, type=ctx.actor_type) if ctx.actor_login else None,

@@ -13,13 +13,16 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.events import Event, ScheduleTriggered
 from tasks.core.models import Task
+from tasks.core.policy import AllowAll, GateContext, GateDecision, PromptKind
 from tasks.core.states import TaskState
 from tasks.services.schedule_runs import ScheduleRunner
+from tasks.services.tasks import TaskService
 from tasks.system import TaskSystem
 from tests.support.task_world import World, build_task_world
 from tests.support.waiting import until
@@ -216,3 +219,34 @@ def task_count_is(db: Database, n: int) -> Any:
         return await task_count(db) == n
 
     return check
+
+
+class RecordingGate(AllowAll):
+    """Allows every prompt, keeping what the policy was told about each."""
+
+    def __init__(self) -> None:
+        self.asked: list[GateContext] = []
+
+    async def user_prompt_submit(
+        self, ctx: GateContext, *, prompt: str, kind: PromptKind, session: Any = None
+    ) -> GateDecision:
+        self.asked.append(ctx)
+        return await super().user_prompt_submit(ctx, prompt=prompt, kind=kind, session=session)
+
+
+async def test_the_policy_is_told_what_started_the_task(
+    app: Litestar, client: AsyncTestClient[Litestar], world: World, db: Database
+) -> None:
+    made = await create(client, world)
+    system: TaskSystem = app.state.tasks
+    gate = RecordingGate()
+
+    def service(session: AsyncSession) -> TaskService:
+        return TaskService(session, bus=system.bus, store=system.store, settings=system.settings, gate=gate)
+
+    now = datetime.fromisoformat(made["next_run_at"]) + timedelta(seconds=1)
+    await ScheduleRunner(system.db, service, clock=Clock(now)).tick()
+    [ctx] = gate.asked  # the goal's user_prompt_submit, in the slot's transaction
+    assert ctx.trigger is not None and ctx.trigger.kind == "schedule"
+    assert ctx.trigger.schedule is not None and ctx.trigger.schedule.name == "every five"
+    assert ctx.actor_login == "ana"
