@@ -23,7 +23,7 @@ from tasks.core.policy import AllowAll, PolicyGate
 from tasks.run.runtimes import RUNTIMES
 from tasks.run.webhook_gate import WebhookGate
 from tasks.run.worker import TaskWorker
-from tasks.services import merge_intents
+from tasks.services import agent_triggers, merge_intents
 from tasks.services.merge import MergeService
 from tasks.services.schedule_runs import ScheduleRunner
 from tasks.services.schedules import Schedules
@@ -60,6 +60,8 @@ class TaskSystem:
         self.schedule_runner: ScheduleRunner | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._agents: tuple[float, dict[str, str]] | None = None
+        # A task started from an issue tells its progress on the issue's timeline.
+        bus.subscribe(agent_triggers.on_event)
 
     def service(self, session: AsyncSession) -> TaskService:
         """The task service on `session`. What it changes wakes live views and the worker (they

@@ -51,10 +51,10 @@ from forge.http.pages.admin import AdminPages
 from forge.http.pages.admin_network import NetworkPages
 from forge.http.pages.browse import RepoPages
 from forge.http.pages.home import HomePages
-from forge.http.pages.model_keys import ModelKeyPages
-from forge.http.pages.notifications import NotificationPages, NotificationSettingsPages, WatchPages
 from forge.http.pages.issues import IssuePages
 from forge.http.pages.labels import LabelPages
+from forge.http.pages.model_keys import ModelKeyPages
+from forge.http.pages.notifications import NotificationPages, NotificationSettingsPages, WatchPages
 from forge.http.pages.pulls import PullPages
 from forge.http.pages.repo_settings import RepoSettingsPages
 from forge.http.pages.repos import RepoListPages
@@ -67,6 +67,7 @@ from tasks.http.pull_work_api import TaskWorkForPulls
 from tasks.http.routes import API_HANDLERS as TASK_API_HANDLERS
 from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
+from tasks.services.agent_triggers import AgentTriggers
 from tasks.services.task_people import task_people
 from tasks.system import TaskSystem
 from webhooks.http import ROUTE_HANDLERS as WEBHOOK_HANDLERS
@@ -204,6 +205,8 @@ def app_state(parts: Parts) -> dict[str, Any]:
         "merge_policy": parts.hooks.merge_policy,
         # A task's pull request reviewed or merged over the API goes through its task.
         "task_work": TaskWorkForPulls(parts.task_system),
+        # A bot assigned to an issue or mentioned in a comment starts a task (forge's AgentWork).
+        "agent_work": AgentTriggers(parts.task_system.service),
         "account_tasks": account_tasks,  # the profile page's "your tasks" (forge/http/pages/account.py)
     }
 

@@ -110,16 +110,18 @@ def provide_pulls(
 
 
 def provide_issues(
-    db_session: NamedDependency[AsyncSession], bus: NamedDependency[EventBus], forge_url: NamedDependency[str]
-) -> Issues:
-    """The issues of the request's transaction."""
-    return Issues(db_session, bus, forge_url)
+    state: State, db_session: NamedDependency[AsyncSession], bus: NamedDependency[EventBus],
+    forge_url: NamedDependency[str],
+) -> Issues:  # fmt: skip
+    """The issues of the request's transaction (with the agents a bot's assignment asks to work)."""
+    return Issues(db_session, bus, forge_url, state.get("agent_work"))
 
 
 def provide_issue_comments(
-    db_session: NamedDependency[AsyncSession], bus: NamedDependency[EventBus], forge_url: NamedDependency[str]
-) -> IssueComments:
-    return IssueComments(db_session, bus, forge_url)
+    state: State, db_session: NamedDependency[AsyncSession], bus: NamedDependency[EventBus],
+    forge_url: NamedDependency[str],
+) -> IssueComments:  # fmt: skip
+    return IssueComments(db_session, bus, forge_url, state.get("agent_work"))
 
 
 def provide_labels(db_session: NamedDependency[AsyncSession], forge_url: NamedDependency[str]) -> Labels:

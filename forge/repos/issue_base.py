@@ -15,6 +15,7 @@ from forge.db.events import PAYLOADS, AccountRef, Event, EventBus
 from forge.db.issue_models import Issue, IssueAssignee, IssueEvent, IssueLabel, Label, Milestone
 from forge.db.issue_payloads import IssuePayload, LabelRef
 from forge.db.models import Account
+from forge.repos.issue_agents import AgentWork
 from forge.repos.repositories import RepoResource
 
 
@@ -32,6 +33,8 @@ class IssueBase:
     session: AsyncSession
     bus: EventBus
     base_url: str
+    # The tasks side, when the app was composed with it: bots assigned or mentioned start work.
+    agents: AgentWork | None = None
 
     def html_url(self, res: RepoResource, number: int) -> str:
         return f"{self.base_url}/{res.full_name}/issues/{number}"

@@ -16,6 +16,7 @@ from forge.db.engine import utcnow
 from forge.db.events import PAYLOADS, AccountRef, Event
 from forge.db.issue_models import Issue, IssueComment, IssueEdit, IssueEvent
 from forge.db.issue_payloads import CommentPayload, CommentTarget
+from forge.repos import issue_agents
 from forge.repos.issue_base import IssueBase
 from forge.repos.issue_refs import IssueRefs, Source
 from forge.repos.issue_shapes import CommentRead, EditRead, TimelineRead
@@ -76,6 +77,7 @@ class IssueComments(IssueBase):
         await self.publish_comment(actor, res, issue, comment, "created")
         source = Source("issue", issue.number, issue.title, comment.id)
         await IssueRefs(self.session, self.bus, self.base_url).cross_reference(actor, res, source, body)
+        await issue_agents.commented_on_issue(self.session, self.agents, actor, res, issue, comment, self.record)
         return comment
 
     async def edit(self, actor: Actor, res: RepoResource, comment_id: int, body: str) -> IssueComment:

@@ -9,7 +9,6 @@
 Text in code spans and fenced code blocks refers to nothing. Only this repository's issues are
 referenced (`owner/name#N` is out of scope)."""
 
-import re
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -18,31 +17,7 @@ from forge.db.audit import Actor
 from forge.db.issue_models import Issue, IssueEvent
 from forge.repos.issue_base import IssueBase
 from forge.repos.repositories import RepoResource
-
-MAX_REFERENCES = 50  # references one text makes, at most (more are ignored)
-_FENCED = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
-_INLINE = re.compile(r"(`+)[^`]*?\1")
-_REF = re.compile(r"(?<![\w&/#])#([1-9][0-9]{0,8})\b")
-_CLOSING = re.compile(
-    r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b:?\s+#([1-9][0-9]{0,8})\b",
-    re.IGNORECASE,
-)
-
-
-def _prose(text: str) -> str:
-    return _INLINE.sub(" ", _FENCED.sub(" ", text))
-
-
-def references(text: str) -> list[int]:
-    """The issue numbers `#N` in the text, in order, each once, outside code."""
-    found = dict.fromkeys(int(m.group(1)) for m in _REF.finditer(_prose(text)))
-    return list(found)[:MAX_REFERENCES]
-
-
-def closing_references(text: str) -> list[int]:
-    """The issue numbers a `Fixes #N` (and its kin) in the text closes, each once, outside code."""
-    found = dict.fromkeys(int(m.group(1)) for m in _CLOSING.finditer(_prose(text)))
-    return list(found)[:MAX_REFERENCES]
+from forge.repos.text_refs import MAX_REFERENCES, closing_references, references
 
 
 @dataclass(frozen=True)

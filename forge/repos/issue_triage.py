@@ -14,6 +14,7 @@ from forge.db.audit import Actor
 from forge.db.issue_models import Issue, IssueAssignee, IssueLabel, Milestone
 from forge.db.issue_payloads import LabelRef
 from forge.db.models import Account
+from forge.repos import issue_agents
 from forge.repos.issue_base import IssueBase
 from forge.repos.issue_shapes import MAX_ASSIGNEES
 from forge.repos.labels import Labels
@@ -113,6 +114,9 @@ class IssueTriage(IssueBase):
         for account in added if publish else []:
             ref = (await self.accounts({account.id}))[account.id]
             await self.publish(actor, res, issue, "assigned", assignee=ref)
+        bots = [a for a in added if a.is_bot]
+        if bots:
+            await issue_agents.assigned(self.session, self.agents, actor, res, issue, bots, self.record)
 
     async def _assignable(self, res: RepoResource, logins: list[str]) -> list[Account]:
         keys = list(dict.fromkeys(login.strip().lower() for login in logins if login.strip()))

@@ -41,6 +41,8 @@ class RepoUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     default_branch: str | None = None
     archived: bool | None = None
     protect_default_branch: bool | None = None
+    # An issue opened by someone without write access may be handed to an agent (docs/issues.md).
+    untrusted_issues_to_agents: bool | None = None
 
 
 def _check_visibility(visibility: str) -> None:
@@ -190,6 +192,10 @@ async def update(
     if change.protect_default_branch is not None and change.protect_default_branch != repo.protect_default_branch:
         repo.protect_default_branch = change.protect_default_branch
         changed["protect_default_branch"] = change.protect_default_branch
+    untrusted = change.untrusted_issues_to_agents
+    if untrusted is not None and untrusted != repo.untrusted_issues_to_agents:
+        repo.untrusted_issues_to_agents = untrusted
+        changed["untrusted_issues_to_agents"] = untrusted
     old_key = res.key
     if new_branch is not None:
         repo.default_branch = new_branch

@@ -16,6 +16,7 @@ from forge.db.events import PAYLOADS, AccountRef, Event, EventBus, PullBranch, P
 from forge.db.models import Account, PullRequest, PullReview, PullReviewRequest
 from forge.git import RefUpdate, RepoStore
 from forge.repos import merge_rules
+from forge.repos.issue_refs import Source
 from forge.repos.issues import Issues
 from forge.repos.repositories import RepoResource
 
@@ -85,6 +86,12 @@ class PullBase:
         await self.publish(actor, res, pull, "closed")
 
     # -- events ----------------------------------------------------------------------------
+
+    async def announce_opened(self, actor: Actor, res: RepoResource, pull: PullRequest) -> None:
+        """`pull_request.opened`, and the issues its description names get `cross-referenced`."""
+        await self.publish(actor, res, pull, "opened")
+        source = Source("pull_request", pull.number, pull.title)
+        await Issues(self.session, self.bus, self.base_url).cross_reference(actor, res, source, pull.body)
 
     async def publish(
         self, actor: Actor | None, res: RepoResource, pull: PullRequest, what: str, **extra: object

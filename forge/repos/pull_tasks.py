@@ -137,5 +137,5 @@ async def open_for_task(
     pulls.session.add(pull)
     await pulls.session.flush()
     audit.record(pulls.session, agent, "repo.pull.open", f"{res.full_name}#{pull.number}", head=head, base=base)
-    await pulls.publish(agent, res, pull, "opened")
+    await pulls.announce_opened(agent, res, pull)
     return pull

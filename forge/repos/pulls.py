@@ -262,7 +262,7 @@ class Pulls(PullBase):
             await self._refuse_duplicate(res, head, base)
             raise
         audit.record(self.session, actor, "repo.pull.open", f"{res.full_name}#{pull.number}", head=head, base=base)
-        await self.publish(actor, res, pull, "opened")
+        await self.announce_opened(actor, res, pull)
         return pull
 
     async def _tips(self, res: RepoResource, base: str, head: str) -> Divergence:

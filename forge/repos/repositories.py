@@ -75,6 +75,8 @@ class RepoRead(msgspec.Struct, kw_only=True):
     visibility: VisibilityName
     default_branch: str
     archived: bool
+    # Whether an issue opened by someone without write access may be handed to an agent.
+    untrusted_issues_to_agents: bool
     clone_url: str
     html_url: str
     created_at: datetime
@@ -96,6 +98,7 @@ def to_read(res: RepoResource, principal: Principal, base_url: str) -> RepoRead:
         visibility=repo.visibility,  # type: ignore[arg-type]
         default_branch=repo.default_branch,
         archived=repo.archived,
+        untrusted_issues_to_agents=repo.untrusted_issues_to_agents,
         clone_url=f"{base_url}/{full}.git",
         html_url=f"{base_url}/{full}",
         created_at=repo.created_at,

@@ -27,7 +27,11 @@ async def _agent(life: Lifecycle, task: Task) -> Actor:
 
 def _body(task: Task, starter: str, url: str) -> str:
     summary = f"{task.summary.strip()}\n\n" if task.summary.strip() else ""
-    return f"{summary}The work of [task #{task.number}]({url}), started by @{starter}.\n"
+    trigger = task.trigger if isinstance(task.trigger, dict) else {}
+    issue = trigger.get("issue") if trigger.get("kind") == "issue" else None
+    # A task started by assigning an issue fixes it: the issue closes when this merges.
+    fixes = f"\n\nFixes #{issue['number']}" if isinstance(issue, dict) and "number" in issue else ""
+    return f"{summary}The work of [task #{task.number}]({url}), started by @{starter}.{fixes}\n"
 
 
 async def _own(pulls: Pulls, res: RepoResource, task: Task) -> PullRequest | None:

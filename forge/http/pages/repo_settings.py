@@ -29,6 +29,7 @@ class SettingsForm(WebForm):
     visibility: str = "private"
     default_branch: str = ""
     archived: str = ""
+    untrusted_issues_to_agents: str = ""
 
 
 def settings_form(repo: Repository) -> SettingsForm:
@@ -38,6 +39,7 @@ def settings_form(repo: Repository) -> SettingsForm:
         visibility=repo.visibility,
         default_branch=repo.default_branch,
         archived="1" if repo.archived else "",
+        untrusted_issues_to_agents="1" if repo.untrusted_issues_to_agents else "",
     )
 
 
@@ -235,6 +237,7 @@ class RepoSettingsPages(Controller):
             visibility=data.visibility,  # type: ignore[arg-type]  # checked by the service
             default_branch=data.default_branch.strip() or None,
             archived=bool(data.archived),
+            untrusted_issues_to_agents=bool(data.untrusted_issues_to_agents),
         )
         return await self._submit(
             db_session, view, GENERAL, data, lambda: lifecycle.update(db_session, store, actor, view.res, change)
