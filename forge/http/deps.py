@@ -102,11 +102,11 @@ def provide_merge_runner(state: State) -> MergeRunner:
 
 
 def provide_pulls(
-    db_session: NamedDependency[AsyncSession], store: NamedDependency[RepoStore], bus: NamedDependency[EventBus],
-    forge_url: NamedDependency[str],
+    state: State, db_session: NamedDependency[AsyncSession], store: NamedDependency[RepoStore],
+    bus: NamedDependency[EventBus], forge_url: NamedDependency[str],
 ) -> Pulls:  # fmt: skip
-    """The pull requests of the request's transaction."""
-    return Pulls(db_session, store, bus, forge_url)
+    """The pull requests of the request's transaction (with the agents a bot's mention asks)."""
+    return Pulls(db_session, store, bus, forge_url, state.get("agent_work"))
 
 
 def provide_issues(

@@ -16,6 +16,7 @@ from forge.db.events import PAYLOADS, AccountRef, Event, EventBus, PullBranch, P
 from forge.db.models import Account, PullRequest, PullReview, PullReviewRequest
 from forge.git import RefUpdate, RepoStore
 from forge.repos import merge_rules
+from forge.repos.issue_agents import AgentWork
 from forge.repos.issue_refs import Source
 from forge.repos.issues import Issues
 from forge.repos.repositories import RepoResource
@@ -29,6 +30,8 @@ class PullBase:
     store: RepoStore
     bus: EventBus
     base_url: str
+    # The tasks side, when the app was composed with it: a bot mentioned in a comment starts work.
+    agents: AgentWork | None = None
 
     def html_url(self, res: RepoResource, number: int) -> str:
         return f"{self.base_url}/{res.full_name}/pull/{number}"

@@ -21,6 +21,7 @@ from forge.db.engine import utcnow
 from forge.db.models import Account, PullComment, PullRequest, PullReview, PullReviewRequest
 from forge.git.compare import compare
 from forge.git.schemas import Comparison
+from forge.repos import pull_conversation
 from forge.repos.pull_review_reads import PENDING, PullReviewReads
 from forge.repos.pull_shapes import (
     PendingReviewSubmit,
@@ -266,6 +267,8 @@ class PullReviews(PullReviewReads):
         audit.record(
             self.session, actor, "repo.pull.comment", f"{res.full_name}#{pull.number}", comment=row.id, path=data.path
         )
+        if data.path is None and data.in_reply_to is None:  # on the conversation
+            await pull_conversation.after_comment(self.pulls, actor, res, pull, row)
         return row
 
     async def _thread(self, pull: PullRequest, comment_id: int) -> PullComment:

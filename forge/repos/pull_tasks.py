@@ -6,7 +6,6 @@ written there, and the task's merge rules, its `pre_merge` question and its foll
 change request apply, as on the task's review page (which now answers with a redirect here).
 What only a person's branch has (Update branch, suggestions, editing) answers `task_pull_request`."""
 
-import re
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -23,8 +22,7 @@ from forge.repos.numbers import allocate_number
 from forge.repos.pull_shapes import PullCommentRead, PullReviewCreate, PullReviewRead
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
-
-_TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)
+from forge.repos.text_refs import task_number_of as task_number_of
 
 
 class TaskPullStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -82,12 +80,6 @@ class TaskWork(Protocol):
     async def status(self, actor: Actor, owner: str, name: str, task: int) -> TaskPullStatus:
         """Whether the task's merge rules hold now, and why not."""
         ...
-
-
-def task_number_of(head_ref: str) -> int | None:
-    """The task whose branch a pull request's head is (`agent/<number>-<slug>`), or None."""
-    found = _TASK_BRANCH.match(head_ref)
-    return int(found.group(1)) if found else None
 
 
 def refuse_task_pull(res: RepoResource, pull: PullRequest, base_url: str) -> None:

@@ -41,3 +41,12 @@ def closing_references(text: str) -> list[int]:
     """The issue numbers a `Fixes #N` (and its kin) in the text closes, each once, outside code."""
     found = dict.fromkeys(int(m.group(1)) for m in _CLOSING.finditer(_prose(text)))
     return list(found)[:MAX_REFERENCES]
+
+
+_TASK_BRANCH = re.compile(r"agent/(\d{1,9})-", re.IGNORECASE)
+
+
+def task_number_of(head_ref: str) -> int | None:
+    """The task whose branch a pull request's head is (`agent/<number>-<slug>`), or None."""
+    found = _TASK_BRANCH.match(head_ref)
+    return int(found.group(1)) if found else None

@@ -16,14 +16,18 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.core.errors import ForgeError
+from forge.core.error_codes import Code
+from forge.core.errors import ForgeError, InvalidState
 from forge.db.audit import Actor
 from forge.db.events import Event, TaskStateChanged
 from forge.db.issue_models import Issue, IssueEvent
+from forge.db.models import Account
 from forge.repos.issue_agents import AgentAnswer, AgentAsk
+from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskCreate, Trigger
+from tasks.services import pull_work
 from tasks.services.tasks import TaskService
 
 # The task states an issue's timeline tells about (a question or approval, a result, the end).
@@ -43,7 +47,11 @@ class AgentTriggers:
                 data = TaskCreate(
                     goal=ask.goal[:GOAL_MAX], agent=ask.agent, title=ask.title[:200], on_pull_request=ask.pull_request
                 )
+                pulls = Pulls(session, svc.store, svc.bus, svc.base_url)
+                # On a pull request: from its head, the pull request quoted, and linked both ways.
+                data = await pull_work.for_pull_request(pulls, res, data)
                 task = await svc.start(actor, res, data, trigger=_trigger(ask))
+                await pull_work.link(pulls, actor, res, task, data.on_pull_request)
                 return AgentAnswer(task_number=task.number)
         except ForgeError as exc:
             return AgentAnswer(refused=exc.detail)
@@ -53,7 +61,15 @@ class AgentTriggers:
         found = await svc.session.execute(
             select(Task).where(Task.repo_id == res.repo.id, Task.number == ask.continue_task)
         )
-        task = found.scalar_one()
+        task = found.scalar_one_or_none()
+        agent = await svc.session.get(Account, task.agent_id) if task is not None else None
+        if task is None or agent is None or agent.login_key != ask.agent.lower():
+            who = f"@{agent.login}" if agent is not None else "another agent"
+            raise InvalidState(
+                f"this pull request holds the work of task #{ask.continue_task} by {who}: mention {who} to ask "
+                "for changes, or request changes in a review",
+                code=Code.TASK_PULL_REQUEST,
+            )
         await svc.message(actor, res, task, MessageCreate(body=ask.goal[:GOAL_MAX]))
         return AgentAnswer(task_number=task.number)
 

@@ -13,6 +13,8 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from forge.core.settings import Settings
+from forge.git import Identity
+from forge.git.bare import write_commit
 from tests.support.accounts import Accounts
 
 API = "/api/v1/repos/ana/proj"
@@ -47,8 +49,8 @@ async def _team(client: AsyncTestClient[Any], make: Accounts) -> Team:
         assert (await client.put(f"{API}/collaborators/{login}", json={"role": role}, headers=bearer(ana))).is_success
     return Team(
         ana=ana,
-        bob=await make.token("bob", "repo:write", "tasks:write"),
-        carl=await make.token("carl", "repo:write"),
+        bob=await make.token("bob", "repo:write", "tasks:write", "reviews:write"),
+        carl=await make.token("carl", "repo:write", "reviews:write"),
         rita=await make.token("rita", "repo:write"),
         agent=await make.token("demo-agent", "repo:write", "tasks:write"),
     )
@@ -169,3 +171,35 @@ async def test_an_outsiders_issue_is_not_handed_to_an_agent_unless_allowed(
     await client.post(f"{API}/issues/1/assignees", json={"assignees": ["demo-agent"]}, headers=bearer(t.ana))
     [task] = await _tasks(client, t.ana)
     assert "@rita (untrusted" in task["goal"] and "> rm -rf" in task["goal"]
+
+
+async def test_a_mention_on_a_pull_request_works_on_its_head_or_is_answered_there(
+    client: AsyncTestClient[Any], make: Accounts
+) -> None:
+    t = await _team(client, make)
+    store = client.app.state.repo_store
+    main = (await client.get(f"{API}/branches", headers=bearer(t.ana))).json()[0]["sha"]
+    await store.write(("ana", "proj"), lambda repo: repo.references.create("refs/heads/feature/x", main))
+    await store.write(
+        ("ana", "proj"), write_commit, branch="feature/x", files={"x.py": "x = 1\n"}, message="x",
+        author=Identity(name="Bob", email="bob@example.org"),
+    )  # fmt: skip
+    pull = {"title": "Add x", "head": "feature/x", "base": "main", "body": "Adds x."}
+    assert (await client.post(f"{API}/pulls", json=pull, headers=bearer(t.bob))).status_code == 201
+    r = await client.post(
+        f"{API}/pulls/1/comments", json={"body": "@demo-agent add a test for x"}, headers=bearer(t.bob)
+    )
+    assert r.status_code == 201, r.text
+    [task] = await _tasks(client, t.ana)
+    assert task["trigger"]["kind"] == "mention" and task["trigger"]["pull_request"] == {"number": 1}
+    assert task["base"] == "feature/x" and task["started_by"] == "bob"
+    assert "> @demo-agent add a test for x" in task["goal"] and "> Adds x." in task["goal"]
+    page = (await client.get("/ana/proj/pull/1", headers=bearer(t.ana))).text
+    assert "Asked an agent to work on this pull request" in page and f"task #{task['number']}" in page
+
+    # carl's token may not start tasks: the bot answers in the conversation, and its words start nothing.
+    r = await client.post(f"{API}/pulls/1/comments", json={"body": "@demo-agent again"}, headers=bearer(t.carl))
+    assert r.status_code == 201
+    assert len(await _tasks(client, t.ana)) == 1
+    page = (await client.get("/ana/proj/pull/1", headers=bearer(t.ana))).text
+    assert "@carl I did not start on this" in page and "tasks:write" in page

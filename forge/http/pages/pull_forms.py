@@ -139,7 +139,8 @@ class OwnForm:
     number: int
 
     def pulls(self, session: Any) -> Pulls:
-        return Pulls(session, self.runner.store, self.runner.bus, self.runner.base_url)
+        agents = self.request.app.state.get("agent_work")  # a bot mentioned in a comment starts work
+        return Pulls(session, self.runner.store, self.runner.bus, self.runner.base_url, agents)
 
     async def task(self) -> int | None:
         """The task whose work the pull request holds, when tasks are composed in."""
