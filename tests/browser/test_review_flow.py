@@ -68,9 +68,9 @@ def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer
     expect(transcript_output(page)).to_have_text(["greeting-begins", "wrote-hello-txt", "greeting-done"])
     expect(page.locator("#review-link")).to_have_text("Review the changes")
 
-    # --- the review page: the diff, a blocked merge, an inline comment ----------------------------
+    # --- the review, on the task's pull request: the diff, a blocked merge, an inline comment -------
     open_review(page)
-    review_url = page.url
+    pull_url = page.url.removesuffix("/files")
     first_head = page.locator("#head-sha").inner_text()
     diff = page.locator("table.diff[data-path='hello.txt']")
     expect(diff).to_contain_text("+hello")
@@ -78,7 +78,7 @@ def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer
     # Not approved yet: the merge button is disabled and says why.
     expect(merge_button(page)).to_be_disabled()
     expect(merge_blockers(page)).to_contain_text([re.compile(r"approval\(s\) of the current head needed.*0 given")])
-    expect(page.locator("text=No reviews yet.")).to_be_visible()
+    expect(page.locator("text=No reviews or comments yet.")).to_be_visible()
 
     comment_on_line(page, "hello.txt", 1, INLINE)
     expect(page.locator("table.diff .inline-comment")).to_have_text(
@@ -94,7 +94,8 @@ def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer
 
     # --- request changes: a follow-up run with the change request, watched on the task page -------
     submit_review(page, "request_changes", BODY)
-    expect(page).to_have_url(re.compile(rf"/{re.escape(repo)}/tasks/{number}$"))
+    expect(page.locator("article.review").last).to_contain_text(f"{forge.admin_login} requested changes")
+    page.goto(forge.at(f"/{repo}/tasks/{number}"))
     expect(runs_table(page)).to_have_count(2)
     follow_up = runs_table(page).nth(1)
     expect(follow_up).to_contain_text("review")
@@ -108,7 +109,7 @@ def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer
     expect(transcript_output(page).filter(has_text="changed-as-asked")).to_have_count(1)
     page.screenshot(path=str(artifacts_dir / "review-flow-task-page.png"), full_page=True)
 
-    # --- the review page again: the head moved, the earlier reviews are outdated -----------------
+    # --- the pull request again: the head moved, the earlier reviews are outdated -----------------
     open_review(page)
     second_head = page.locator("#head-sha").inner_text()
     assert second_head != first_head, "the follow-up run did not move the head"
@@ -142,8 +143,8 @@ def test_review_request_changes_approve_and_merge(page: Page, forge: ForgeServer
     page.screenshot(path=str(artifacts_dir / "review-flow-review-page-approved.png"), full_page=True)
 
     merged_sha = merge_task(page)
-    assert page.url.startswith(review_url)
-    expect(task_state(page)).to_have_text(re.compile(r"^\s*merged\b"))
+    assert page.url.startswith(pull_url)
+    expect(page.locator("#pull-state")).to_have_text("merged")
     expect(page.locator("#merged")).to_contain_text(
         f"Merged by {forge.admin_login} (merge) into main as {merged_sha[:12]}"
     )

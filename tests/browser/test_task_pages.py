@@ -106,12 +106,13 @@ def test_start_follow_read_approve_and_merge_by_keyboard(page: Page, forge: Forg
         expect(page.locator("#awaiting-review")).to_contain_text(f"{repo}#1 Greet the world")
 
         # --- approve and merge, by keyboard ----------------------------------------------------------
-        page.goto(f"{forge.url}/{repo}/tasks/1/review")
+        page.goto(f"{forge.url}/{repo}/tasks/1/review")  # the task's pull request's Files changed tab
+        expect(page).to_have_url(re.compile(rf"/{re.escape(repo)}/pull/1/files$"))
         expect(page.locator("table.diff[data-path='hello.txt']")).to_be_visible()
         check_page(page, artifacts_dir, "tasks-review-page")
-        tab_to(page, "#review-form input[name=verdict][value=comment]")
+        tab_to(page, "#review-form input[name=event][value=COMMENT]")
         page.keyboard.press("ArrowDown")  # arrows move within a radio group
-        expect(page.locator("#review-form input[value=approve]")).to_be_checked()
+        expect(page.locator("#review-form input[value=APPROVE]")).to_be_checked()
         tab_to(page, "#review-form button[type=submit]")
         page.keyboard.press("Enter")
         expect(page.locator("#approval-count")).to_have_text("1")

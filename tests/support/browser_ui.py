@@ -212,21 +212,22 @@ def decide_approval(page: Page, decision: Literal["approve", "deny"], *, reason:
 
 
 def open_review(page: Page) -> None:
-    """Follow the task page's link to its review page."""
+    """Follow the task page's link to its review, which is its pull request's Files changed tab
+    (the task's review URL redirects there)."""
     page.locator("#review-link").click()
-    expect(page).to_have_url(re.compile(r"/tasks/\d+/review$"))
-    expect(page.get_by_role("heading", level=1)).to_contain_text("Review #")
+    expect(page).to_have_url(re.compile(r"/pull/\d+/files$"))
+    expect(page.locator("#task-work")).to_be_visible()
 
 
 def comment_on_line(page: Page, path: str, line: int, body: str) -> None:
-    """On the review page, open the comment form of a diff line (`+` beside it), write `body` and
-    post it as a comment review; returns once the comment shows under that line."""
+    """On a task's pull request page, open the comment form of a diff line (`+` beside it), write
+    `body` and post it as a comment review; returns once the comment shows under that line."""
     summary = page.get_by_label(f"Comment on {path} line {line}", exact=True)
     summary.click()
     form = page.locator("details.add-comment[open] form")
-    form.get_by_label("Inline comment").fill(body)
+    form.get_by_label(f"Comment on {path} line {line} (markdown)").fill(body)
     form.get_by_role("button", name="Comment now", exact=True).click()
-    expect(page).to_have_url(re.compile(r"/review(#reviews)?$"))
+    expect(page).to_have_url(re.compile(r"/pull/\d+#review-\d+$"))
     expect(page.locator("table.diff .inline-comment", has_text=body)).to_be_visible()
 
 
@@ -238,22 +239,19 @@ _VERDICT_LABELS = {
 
 
 def submit_review(page: Page, verdict: Verdict, body: str = "") -> None:
-    """Submit the review page's "Submit a review" form. Request changes lands on the task page
-    (the follow-up run); the other verdicts come back to the review page."""
+    """Submit the review form of a task's pull request page; every verdict comes back to the page,
+    at the new review (a change request's follow-up run shows on the task page)."""
     form = page.locator("#review-form")
     if body:
         form.get_by_label("Review (markdown)").fill(body)
     form.get_by_role("radio", name=_VERDICT_LABELS[verdict]).check()
     form.get_by_role("button", name="Submit review").click()
-    if verdict == "request_changes":
-        expect(page).to_have_url(re.compile(r"/tasks/\d+$"))
-    else:
-        expect(page).to_have_url(re.compile(r"/tasks/\d+/review(#reviews)?$"))
-        expect(page.locator("#review-error")).to_have_count(0)
+    expect(page).to_have_url(re.compile(r"/pull/\d+#review-\d+$"))
+    expect(page.locator("#pull-error")).to_have_count(0)
 
 
 def merge_button(page: Page) -> Locator:
-    """The review page's "Merge into <base>" button (disabled while a merge rule blocks)."""
+    """The pull request page's "Merge into <base>" button (disabled while a merge rule blocks)."""
     return page.locator("#merge-form").get_by_role("button", name=re.compile(r"^Merge into "))
 
 
@@ -263,7 +261,7 @@ def merge_blockers(page: Page) -> Locator:
 
 
 def merge_task(page: Page, strategy: Strategy = "merge") -> str:
-    """Merge from the review page; returns the merge commit's full sha (from the link to it)."""
+    """Merge from the pull request page; returns the merge commit's full sha (from the link to it)."""
     page.locator("#merge-form").get_by_label("Strategy").select_option(strategy)
     merge_button(page).click()
     merged = page.locator("#merged")
