@@ -216,6 +216,12 @@ class PullRequestReviewSubmitted(PullRequestPayload, frozen=True, tag="pull_requ
     comments: int  # line comments that came with it
 
 
+class PullRequestReviewRequested(PullRequestPayload, frozen=True, tag="pull_request.review_requested"):
+    """Reviews were requested (`POST .../requested_reviewers`): the people and bots newly asked."""
+
+    requested_reviewers: list[AccountRef]
+
+
 class PullRequestMerged(PullRequestPayload, frozen=True, tag="pull_request.merged"):
     strategy: MergedHowName
     merge_commit_sha: str
@@ -271,6 +277,7 @@ EventPayload = (
     | PullRequestOpened
     | PullRequestSynchronized
     | PullRequestReviewSubmitted
+    | PullRequestReviewRequested
     | PullRequestMerged
     | PullRequestClosed
     | PullRequestReopened
@@ -306,6 +313,7 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         PullRequestOpened,
         PullRequestSynchronized,
         PullRequestReviewSubmitted,
+        PullRequestReviewRequested,
         PullRequestMerged,
         PullRequestClosed,
         PullRequestReopened,

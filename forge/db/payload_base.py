@@ -26,6 +26,7 @@ EventType = Literal[
     "pull_request.opened",
     "pull_request.synchronized",
     "pull_request.review_submitted",
+    "pull_request.review_requested",
     "pull_request.merged",
     "pull_request.closed",
     "pull_request.reopened",

@@ -36,7 +36,7 @@ class AgentAsk:
     """A request that a bot work: what forge composed for the tasks side."""
 
     agent: str  # the bot's login
-    kind: Literal["issue", "mention"]
+    kind: Literal["issue", "mention", "review_request"]
     goal: str
     title: str
     issue: int | None = None

@@ -18,10 +18,11 @@ from forge.core.errors import InvalidInput, InvalidState, NotFound
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.engine import utcnow
+from forge.db.events import AccountRef
 from forge.db.models import Account, PullComment, PullRequest, PullReview, PullReviewRequest
 from forge.git.compare import compare
 from forge.git.schemas import Comparison
-from forge.repos import pull_conversation
+from forge.repos import pull_conversation, pull_review_agents
 from forge.repos.pull_review_reads import PENDING, PullReviewReads
 from forge.repos.pull_shapes import (
     PendingReviewSubmit,
@@ -305,13 +306,11 @@ class PullReviews(PullReviewReads):
                 )
             ).scalars()
         )
-        for account in accounts:
-            if account.id not in have:
-                self.session.add(
-                    PullReviewRequest(
-                        pull_id=pull.id, account_id=account.id, requested_by_id=actor.principal.account_id
-                    )
-                )
+        asked = [a for a in accounts if a.id not in have]
+        for account in asked:
+            self.session.add(
+                PullReviewRequest(pull_id=pull.id, account_id=account.id, requested_by_id=actor.principal.account_id)
+            )
         audit.record(
             self.session,
             actor,
@@ -320,6 +319,10 @@ class PullReviews(PullReviewReads):
             reviewers=[a.login for a in accounts],
         )
         await self.session.flush()
+        if asked:  # `pull_request.review_requested` names those newly asked; a bot among them reviews
+            refs = [AccountRef(login=a.login, type="Bot" if a.is_bot else "User") for a in asked]
+            await self.pulls.publish(actor, res, pull, "review_requested", requested_reviewers=refs)
+            await pull_review_agents.requested(self.pulls, actor, res, pull, asked)
         return pull
 
     async def _reviewers(self, res: RepoResource, pull: PullRequest, logins: list[str]) -> list[Account]:

@@ -27,7 +27,7 @@ from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskCreate, Trigger
-from tasks.services import pull_work
+from tasks.services import pull_work, review_tasks
 from tasks.services.tasks import TaskService
 
 # The task states an issue's timeline tells about (a question or approval, a result, the end).
@@ -44,6 +44,8 @@ class AgentTriggers:
             async with session.begin_nested():
                 if ask.continue_task is not None:
                     return await self._continue(svc, actor, res, ask)
+                if ask.kind == "review_request":  # a bot asked to review a pull request
+                    return await review_tasks.start(svc, actor, res, ask)
                 data = TaskCreate(
                     goal=ask.goal[:GOAL_MAX], agent=ask.agent, title=ask.title[:200], on_pull_request=ask.pull_request
                 )

@@ -31,6 +31,7 @@ from forge.db.events import (
     PullRequestMerged,
     PullRequestOpened,
     PullRequestReopened,
+    PullRequestReviewRequested,
     PullRequestReviewSubmitted,
     PullRequestSynchronized,
     PushedRef,
@@ -253,6 +254,10 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
     (
         PullRequestReviewSubmitted(**PULL, review_id=3, verdict="approve", comments=0),
         {**PULL_DATA, "review_id": 3, "verdict": "approve", "comments": 0},
+    ),
+    (
+        PullRequestReviewRequested(**PULL, requested_reviewers=[AccountRef(login="demo-agent", type="Bot")]),
+        {**PULL_DATA, "requested_reviewers": [{"login": "demo-agent", "type": "Bot"}]},
     ),
     (
         PullRequestMerged(**{**PULL, "state": "merged"}, strategy="squash", merge_commit_sha=SHA_B),

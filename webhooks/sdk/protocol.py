@@ -37,6 +37,7 @@ NOTIFY_EVENTS: Final = (
     "pull_request.opened",
     "pull_request.synchronized",
     "pull_request.review_submitted",
+    "pull_request.review_requested",
     "pull_request.merged",
     "pull_request.closed",
     "pull_request.reopened",
