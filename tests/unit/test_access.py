@@ -55,7 +55,7 @@ def token(account_id: int, *scopes: Scope, admin: bool = False) -> Principal:
 # What each role may do through a browser session (all scopes).
 ROLE_MATRIX = {
     None: set(),
-    Role.READ: {Action.REPO_READ},
+    Role.READ: {Action.REPO_READ, Action.ISSUE_WRITE},  # anyone who reads may open issues and comment
     Role.WRITE: {
         Action.REPO_READ,
         Action.REPO_WRITE,
@@ -64,6 +64,8 @@ ROLE_MATRIX = {
         Action.REVIEW_WRITE,
         Action.PULL_WRITE,
         Action.PULL_REVIEW,
+        Action.ISSUE_WRITE,
+        Action.ISSUE_TRIAGE,
     },
     Role.ADMIN: {
         Action.REPO_READ,
@@ -74,6 +76,8 @@ ROLE_MATRIX = {
         Action.REVIEW_WRITE,
         Action.PULL_WRITE,
         Action.PULL_REVIEW,
+        Action.ISSUE_WRITE,
+        Action.ISSUE_TRIAGE,
         Action.WEBHOOKS_ADMIN,
     },
 }
@@ -89,11 +93,20 @@ def test_role_matrix_for_sessions(role: Role | None, action: Action) -> None:
 
 SCOPE_GRANTS = {
     Scope.REPO_READ: {Action.REPO_READ},
-    Scope.REPO_WRITE: {Action.REPO_READ, Action.REPO_WRITE, Action.REPO_ADMIN, Action.REPO_TRANSFER, Action.PULL_WRITE},
+    Scope.REPO_WRITE: {
+        Action.REPO_READ,
+        Action.REPO_WRITE,
+        Action.REPO_ADMIN,
+        Action.REPO_TRANSFER,
+        Action.PULL_WRITE,
+        Action.ISSUE_WRITE,
+        Action.ISSUE_TRIAGE,
+    },
     Scope.TASKS_READ: {Action.TASK_READ},
     Scope.TASKS_WRITE: {Action.TASK_READ, Action.TASK_WRITE},
     Scope.REVIEWS_WRITE: {Action.REVIEW_WRITE, Action.PULL_REVIEW, Action.TASK_READ, Action.REPO_READ},
     Scope.WEBHOOKS_ADMIN: {Action.WEBHOOKS_ADMIN, Action.REPO_READ},
+    Scope.NOTIFICATIONS: set(),  # an account's inbox, no repository action
     Scope.ADMIN: set(REPO_ACTIONS),
 }
 
