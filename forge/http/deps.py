@@ -149,8 +149,9 @@ DEPENDENCIES = {
     "task_work": Provide(provide_task_work, sync_to_thread=False),
     "pulls": Provide(provide_pulls, sync_to_thread=False),
     "issues": Provide(provide_issues, sync_to_thread=False),
-    "comments": Provide(provide_issue_comments, sync_to_thread=False),
-    "labels": Provide(provide_labels, sync_to_thread=False),
+    # Not `comments` and `labels`: request bodies have fields of those names.
+    "issue_comments": Provide(provide_issue_comments, sync_to_thread=False),
+    "repo_labels": Provide(provide_labels, sync_to_thread=False),
 }
 
 # Explicit markers for handler parameters (inferred dependencies go away in Litestar 3).

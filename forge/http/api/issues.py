@@ -90,56 +90,73 @@ class IssueController(Controller):
 
     @patch("/{number:str}", summary="Edit the title or body; close (with a state_reason) or reopen; labels, assignees")
     async def edit(
-        self, actor: ActorDep, path_repo: PathRepoDep, issues: IssuesDep, number: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issues: IssuesDep,
+        number: FromPath[str],
         data: JSONBody[IssueUpdate],
-    ) -> IssueRead:  # fmt: skip
+    ) -> IssueRead:
         res = await path_repo.load()
         return await issues.read(res, await issues.update(actor, res, parse_number(number), data))
 
     @get("/{number:str}/edits", summary="The issue's edit history: each title and body an edit replaced")
     async def edits(
-        self, path_repo: PathRepoDep, issues: IssuesDep, comments: IssueCommentsDep, number: FromPath[str]
+        self, path_repo: PathRepoDep, issues: IssuesDep, issue_comments: IssueCommentsDep, number: FromPath[str]
     ) -> list[EditRead]:
         res = await path_repo.load()
-        return await comments.issue_edits(await issues.get(res, parse_number(number)))
+        return await issue_comments.issue_edits(await issues.get(res, parse_number(number)))
 
     @get("/{number:str}/comments", summary="The issue's comments, oldest first")
     async def comments(
-        self, path_repo: PathRepoDep, issues: IssuesDep, comments: IssueCommentsDep, number: FromPath[str]
+        self, path_repo: PathRepoDep, issues: IssuesDep, issue_comments: IssueCommentsDep, number: FromPath[str]
     ) -> list[CommentRead]:
         res = await path_repo.load()
-        return await comments.all(res, await issues.get(res, parse_number(number)))
+        return await issue_comments.all(res, await issues.get(res, parse_number(number)))
 
     @post("/{number:str}/comments", summary="Comment on the issue", status_code=201)
     async def comment(
-        self, actor: ActorDep, path_repo: PathRepoDep, issues: IssuesDep, comments: IssueCommentsDep,
-        number: FromPath[str], data: JSONBody[CommentCreate],
-    ) -> CommentRead:  # fmt: skip
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        number: FromPath[str],
+        data: JSONBody[CommentCreate],
+    ) -> CommentRead:
         res = await path_repo.load()
         issue = await issues.get(res, parse_number(number))
-        made = await comments.create(actor, res, issue, data.body)
-        return (await comments.reads(res, issue, [made]))[0]
+        made = await issue_comments.create(actor, res, issue, data.body)
+        return (await issue_comments.reads(res, issue, [made]))[0]
 
     @get("/{number:str}/timeline", summary="Comments and events (labeled, assigned, closed, cross-referenced...)")
     async def timeline(
-        self, path_repo: PathRepoDep, issues: IssuesDep, comments: IssueCommentsDep, number: FromPath[str]
+        self, path_repo: PathRepoDep, issues: IssuesDep, issue_comments: IssueCommentsDep, number: FromPath[str]
     ) -> list[TimelineRead]:
         res = await path_repo.load()
-        return await comments.timeline(res, await issues.get(res, parse_number(number)))
+        return await issue_comments.timeline(res, await issues.get(res, parse_number(number)))
 
     @post("/{number:str}/assignees", summary="Add assignees (people or bots)", status_code=201)
     async def assign(
-        self, actor: ActorDep, path_repo: PathRepoDep, issues: IssuesDep, number: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issues: IssuesDep,
+        number: FromPath[str],
         data: JSONBody[AssigneesBody],
-    ) -> IssueRead:  # fmt: skip
+    ) -> IssueRead:
         res = await path_repo.load()
         return await issues.read(res, await issues.add_assignees(actor, res, parse_number(number), data.assignees))
 
     @delete("/{number:str}/assignees", summary="Remove assignees", status_code=200)
     async def unassign(
-        self, actor: ActorDep, path_repo: PathRepoDep, issues: IssuesDep, number: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issues: IssuesDep,
+        number: FromPath[str],
         data: JSONBody[AssigneesBody],
-    ) -> IssueRead:  # fmt: skip
+    ) -> IssueRead:
         res = await path_repo.load()
         issue = await issues.remove_assignees(actor, res, parse_number(number), data.assignees)
         return await issues.read(res, issue)
@@ -151,18 +168,26 @@ class IssueController(Controller):
 
     @post("/{number:str}/labels", summary="Add labels", status_code=200)
     async def add_labels(
-        self, actor: ActorDep, path_repo: PathRepoDep, issues: IssuesDep, number: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issues: IssuesDep,
+        number: FromPath[str],
         data: JSONBody[LabelsBody],
-    ) -> list[LabelRead]:  # fmt: skip
+    ) -> list[LabelRead]:
         res = await path_repo.load()
         issue = await issues.add_labels(actor, res, parse_number(number), data.labels)
         return (await issues.read(res, issue)).labels
 
     @put("/{number:str}/labels", summary="Replace the labels", status_code=200)
     async def set_labels(
-        self, actor: ActorDep, path_repo: PathRepoDep, issues: IssuesDep, number: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issues: IssuesDep,
+        number: FromPath[str],
         data: JSONBody[LabelsBody],
-    ) -> list[LabelRead]:  # fmt: skip
+    ) -> list[LabelRead]:
         res = await path_repo.load()
         issue = await issues.update(actor, res, parse_number(number), IssueUpdate(labels=data.labels))
         return (await issues.read(res, issue)).labels
@@ -182,35 +207,39 @@ class IssueCommentController(Controller):
 
     @get("/{comment_id:str}", summary="One issue comment")
     async def get_one(
-        self, path_repo: PathRepoDep, comments: IssueCommentsDep, comment_id: FromPath[str]
+        self, path_repo: PathRepoDep, issue_comments: IssueCommentsDep, comment_id: FromPath[str]
     ) -> CommentRead:
         res = await path_repo.load()
-        comment, issue = await comments.find(res, _comment_id(comment_id))
-        return (await comments.reads(res, issue, [comment]))[0]
+        comment, issue = await issue_comments.find(res, _comment_id(comment_id))
+        return (await issue_comments.reads(res, issue, [comment]))[0]
 
     @patch("/{comment_id:str}", summary="Edit a comment (its author; the text replaced is kept)")
     async def edit(
-        self, actor: ActorDep, path_repo: PathRepoDep, comments: IssueCommentsDep, comment_id: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        issue_comments: IssueCommentsDep,
+        comment_id: FromPath[str],
         data: JSONBody[CommentCreate],
-    ) -> CommentRead:  # fmt: skip
+    ) -> CommentRead:
         res = await path_repo.load()
-        comment = await comments.edit(actor, res, _comment_id(comment_id), data.body)
-        _, issue = await comments.find(res, comment.id)
-        return (await comments.reads(res, issue, [comment]))[0]
+        comment = await issue_comments.edit(actor, res, _comment_id(comment_id), data.body)
+        _, issue = await issue_comments.find(res, comment.id)
+        return (await issue_comments.reads(res, issue, [comment]))[0]
 
     @delete("/{comment_id:str}", summary="Delete a comment (its author or a repository admin)", status_code=204)
     async def remove(
-        self, actor: ActorDep, path_repo: PathRepoDep, comments: IssueCommentsDep, comment_id: FromPath[str]
+        self, actor: ActorDep, path_repo: PathRepoDep, issue_comments: IssueCommentsDep, comment_id: FromPath[str]
     ) -> None:
         res = await path_repo.load()
-        await comments.delete(actor, res, _comment_id(comment_id))
+        await issue_comments.delete(actor, res, _comment_id(comment_id))
 
     @get("/{comment_id:str}/edits", summary="A comment's edit history, newest first")
     async def edits(
-        self, path_repo: PathRepoDep, comments: IssueCommentsDep, comment_id: FromPath[str]
+        self, path_repo: PathRepoDep, issue_comments: IssueCommentsDep, comment_id: FromPath[str]
     ) -> list[EditRead]:
         res = await path_repo.load()
-        return await comments.edits(res, _comment_id(comment_id))
+        return await issue_comments.edits(res, _comment_id(comment_id))
 
 
 class LabelController(Controller):
@@ -218,34 +247,40 @@ class LabelController(Controller):
     tags = ["issues"]
 
     @get("/", summary="The repository's labels")
-    async def list_labels(self, path_repo: PathRepoDep, labels: LabelsDep) -> list[LabelRead]:
+    async def list_labels(self, path_repo: PathRepoDep, repo_labels: LabelsDep) -> list[LabelRead]:
         res = await path_repo.load()
-        return [labels.read(res, label) for label in await labels.all(res)]
+        return [repo_labels.read(res, label) for label in await repo_labels.all(res)]
 
     @post("/", summary="Create a label", status_code=201)
     async def create(
-        self, actor: ActorDep, path_repo: PathRepoDep, labels: LabelsDep, data: JSONBody[LabelCreate]
+        self, actor: ActorDep, path_repo: PathRepoDep, repo_labels: LabelsDep, data: JSONBody[LabelCreate]
     ) -> LabelRead:
         res = await path_repo.load()
-        return labels.read(res, await labels.create(actor, res, data))
+        return repo_labels.read(res, await repo_labels.create(actor, res, data))
 
     @get("/{label:str}", summary="One label")
-    async def get_one(self, path_repo: PathRepoDep, labels: LabelsDep, label: FromPath[str]) -> LabelRead:
+    async def get_one(self, path_repo: PathRepoDep, repo_labels: LabelsDep, label: FromPath[str]) -> LabelRead:
         res = await path_repo.load()
-        return labels.read(res, await labels.find(res, label))
+        return repo_labels.read(res, await repo_labels.find(res, label))
 
     @patch("/{label:str}", summary="Rename a label or change its colour or description")
     async def edit(
-        self, actor: ActorDep, path_repo: PathRepoDep, labels: LabelsDep, label: FromPath[str],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        repo_labels: LabelsDep,
+        label: FromPath[str],
         data: JSONBody[LabelUpdate],
-    ) -> LabelRead:  # fmt: skip
+    ) -> LabelRead:
         res = await path_repo.load()
-        return labels.read(res, await labels.update(actor, res, label, data))
+        return repo_labels.read(res, await repo_labels.update(actor, res, label, data))
 
     @delete("/{label:str}", summary="Delete a label (it leaves every issue)", status_code=204)
-    async def remove(self, actor: ActorDep, path_repo: PathRepoDep, labels: LabelsDep, label: FromPath[str]) -> None:
+    async def remove(
+        self, actor: ActorDep, path_repo: PathRepoDep, repo_labels: LabelsDep, label: FromPath[str]
+    ) -> None:
         res = await path_repo.load()
-        await labels.delete(actor, res, label)
+        await repo_labels.delete(actor, res, label)
 
 
 class MilestoneController(Controller):
@@ -254,32 +289,40 @@ class MilestoneController(Controller):
 
     @get("/", summary="Milestones (state: open, closed or all), with their progress")
     async def list_milestones(
-        self, path_repo: PathRepoDep, labels: LabelsDep, state_: StateQuery = "open"
+        self, path_repo: PathRepoDep, repo_labels: LabelsDep, state_: StateQuery = "open"
     ) -> list[MilestoneRead]:
         res = await path_repo.load()
-        return await labels.milestone_reads(res, await labels.milestones(res, state_))
+        return await repo_labels.milestone_reads(res, await repo_labels.milestones(res, state_))
 
     @post("/", summary="Create a milestone", status_code=201)
     async def create(
-        self, actor: ActorDep, path_repo: PathRepoDep, labels: LabelsDep, data: JSONBody[MilestoneCreate]
+        self, actor: ActorDep, path_repo: PathRepoDep, repo_labels: LabelsDep, data: JSONBody[MilestoneCreate]
     ) -> MilestoneRead:
         res = await path_repo.load()
-        return (await labels.milestone_reads(res, [await labels.create_milestone(actor, res, data)]))[0]
+        return (await repo_labels.milestone_reads(res, [await repo_labels.create_milestone(actor, res, data)]))[0]
 
     @get("/{number:int}", summary="One milestone")
-    async def get_one(self, path_repo: PathRepoDep, labels: LabelsDep, number: FromPath[int]) -> MilestoneRead:
+    async def get_one(self, path_repo: PathRepoDep, repo_labels: LabelsDep, number: FromPath[int]) -> MilestoneRead:
         res = await path_repo.load()
-        return (await labels.milestone_reads(res, [await labels.milestone(res, number)]))[0]
+        return (await repo_labels.milestone_reads(res, [await repo_labels.milestone(res, number)]))[0]
 
     @patch("/{number:int}", summary="Edit, close or reopen a milestone")
     async def edit(
-        self, actor: ActorDep, path_repo: PathRepoDep, labels: LabelsDep, number: FromPath[int],
+        self,
+        actor: ActorDep,
+        path_repo: PathRepoDep,
+        repo_labels: LabelsDep,
+        number: FromPath[int],
         data: JSONBody[MilestoneUpdate],
-    ) -> MilestoneRead:  # fmt: skip
+    ) -> MilestoneRead:
         res = await path_repo.load()
-        return (await labels.milestone_reads(res, [await labels.update_milestone(actor, res, number, data)]))[0]
+        return (await repo_labels.milestone_reads(res, [await repo_labels.update_milestone(actor, res, number, data)]))[
+            0
+        ]
 
     @delete("/{number:int}", summary="Delete a milestone (its issues keep no milestone)", status_code=204)
-    async def remove(self, actor: ActorDep, path_repo: PathRepoDep, labels: LabelsDep, number: FromPath[int]) -> None:
+    async def remove(
+        self, actor: ActorDep, path_repo: PathRepoDep, repo_labels: LabelsDep, number: FromPath[int]
+    ) -> None:
         res = await path_repo.load()
-        await labels.delete_milestone(actor, res, number)
+        await repo_labels.delete_milestone(actor, res, number)

@@ -90,10 +90,18 @@ class IssuePages(Controller):
 
     @get("/issues")
     async def list_page(
-        self, views: ViewsDep, issues: IssuesDep, labels: LabelsDep, state_: StateQuery = "open",
-        label: LabelQuery = "", assignee: LoginQuery = "", author: LoginQuery = "",
-        milestone: MilestoneQuery = None, q: TextQuery = "", sort: SortQuery = "created",
-    ) -> Template:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        repo_labels: LabelsDep,
+        state_: StateQuery = "open",
+        label: LabelQuery = "",
+        assignee: LoginQuery = "",
+        author: LoginQuery = "",
+        milestone: MilestoneQuery = None,
+        q: TextQuery = "",
+        sort: SortQuery = "created",
+    ) -> Template:
         view = await views.load()
         f = IssueFilter(
             state=state_, labels=(label,) if label else (), assignee=assignee or None, author=author or None,
@@ -102,7 +110,7 @@ class IssuePages(Controller):
         found = await issues.reads(view.res, await issues.page(view.res, f))
         return view.render(
             "repos/issues.html", tab="issues", issues=found, f=f, counts=await issues.counts(view.res),
-            labels=await labels.all(view.res), milestones=await labels.milestones(view.res, "all"),
+            labels=await repo_labels.all(view.res), milestones=await repo_labels.milestones(view.res, "all"),
             can_open=can(view.principal, Action.ISSUE_WRITE, view.res), ago=ago, exact=exact,
         )  # fmt: skip
 
@@ -138,7 +146,12 @@ class IssuePages(Controller):
 
     @get("/issues/{number:str}")
     async def issue_page(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, number: FromPath[str]
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        number: FromPath[str],
     ) -> Template | Redirect:
         view = await views.load()
         n = parse_number(number)
@@ -147,21 +160,29 @@ class IssuePages(Controller):
         )
         if pull is not None:  # numbers are shared: `#N` of a pull request leads to it
             return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
-        return await IssuePage(view, issues, comments, labels).render(n)
+        return await IssuePage(view, issues, issue_comments, repo_labels).render(n)
 
     @post("/issues/{number:str}/comments")
     async def comment(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[CommentForm],
-    ) -> Template | Redirect:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        number: FromPath[str],
+        data: URLEncodedBody[CommentForm],
+    ) -> Template | Redirect:
         view = await views.load()
-        ipage = IssuePage(view, issues, comments, labels)
+        ipage = IssuePage(view, issues, issue_comments, repo_labels)
 
         async def act(n: int) -> str:
             issue = await issues.get(view.res, n, lock=True)
             anchor = "#timeline"
             if data.body.strip():
-                made = await comments.create(actor, view.res, issue, _spec({"body": data.body}, CommentBodyForm).body)
+                made = await issue_comments.create(
+                    actor, view.res, issue, _spec({"body": data.body}, CommentBodyForm).body
+                )
                 anchor = f"#issuecomment-{made.id}"
             if data.close:
                 await issues.update(
@@ -173,9 +194,15 @@ class IssuePages(Controller):
 
     @post("/issues/{number:str}/state")
     async def state(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[StateForm],
-    ) -> Template | Redirect:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        number: FromPath[str],
+        data: URLEncodedBody[StateForm],
+    ) -> Template | Redirect:
         view = await views.load()
         n = parse_number(number)
         raw = {"state": data.state} | ({"state_reason": data.state_reason} if data.state == "closed" else {})
@@ -184,13 +211,19 @@ class IssuePages(Controller):
             await issues.update(actor, view.res, n, _spec(raw, IssueUpdate))
             return "#timeline"
 
-        return await IssuePage(view, issues, comments, labels).answer(act(), n, "state", data)
+        return await IssuePage(view, issues, issue_comments, repo_labels).answer(act(), n, "state", data)
 
     @post("/issues/{number:str}/edit")
     async def edit(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[EditForm],
-    ) -> Template | Redirect:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        number: FromPath[str],
+        data: URLEncodedBody[EditForm],
+    ) -> Template | Redirect:
         view = await views.load()
         n = parse_number(number)
 
@@ -198,13 +231,19 @@ class IssuePages(Controller):
             await issues.update(actor, view.res, n, _spec({"title": data.title, "body": data.body}, IssueUpdate))
             return ""
 
-        return await IssuePage(view, issues, comments, labels).answer(act(), n, "edit", data)
+        return await IssuePage(view, issues, issue_comments, repo_labels).answer(act(), n, "edit", data)
 
     @post("/issues/{number:str}/sidebar")
     async def sidebar(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, actor: ActorDep,
-        number: FromPath[str], data: URLEncodedBody[SidebarForm],
-    ) -> Template | Redirect:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        number: FromPath[str],
+        data: URLEncodedBody[SidebarForm],
+    ) -> Template | Redirect:
         view = await views.load()
         n = parse_number(number)
 
@@ -212,35 +251,53 @@ class IssuePages(Controller):
             await issues.update(actor, view.res, n, _spec(_sidebar_change(data), IssueUpdate))
             return "#sidebar"
 
-        return await IssuePage(view, issues, comments, labels).answer(act(), n, data.sidebar or "sidebar", data)
+        return await IssuePage(view, issues, issue_comments, repo_labels).answer(
+            act(), n, data.sidebar or "sidebar", data
+        )
 
     @post("/issues/comments/{comment_id:int}/edit")
     async def edit_comment(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, actor: ActorDep,
-        comment_id: FromPath[int], data: URLEncodedBody[CommentForm],
-    ) -> Template | Redirect:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        comment_id: FromPath[int],
+        data: URLEncodedBody[CommentForm],
+    ) -> Template | Redirect:
         view = await views.load()
-        _, issue = await comments.find(view.res, comment_id)
+        _, issue = await issue_comments.find(view.res, comment_id)
 
         async def act() -> str:
-            await comments.edit(actor, view.res, comment_id, _spec({"body": data.body}, CommentBodyForm).body)
+            await issue_comments.edit(actor, view.res, comment_id, _spec({"body": data.body}, CommentBodyForm).body)
             return f"#issuecomment-{comment_id}"
 
-        return await IssuePage(view, issues, comments, labels).answer(act(), issue.number, f"edit-{comment_id}", data)
+        return await IssuePage(view, issues, issue_comments, repo_labels).answer(
+            act(), issue.number, f"edit-{comment_id}", data
+        )
 
     @post("/issues/comments/{comment_id:int}/delete")
     async def delete_comment(
-        self, views: ViewsDep, issues: IssuesDep, comments: IssueCommentsDep, labels: LabelsDep, actor: ActorDep,
-        comment_id: FromPath[int], data: URLEncodedBody[WebForm],
-    ) -> Template | Redirect:  # fmt: skip
+        self,
+        views: ViewsDep,
+        issues: IssuesDep,
+        issue_comments: IssueCommentsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        comment_id: FromPath[int],
+        data: URLEncodedBody[WebForm],
+    ) -> Template | Redirect:
         view = await views.load()
-        _, issue = await comments.find(view.res, comment_id)
+        _, issue = await issue_comments.find(view.res, comment_id)
 
         async def act() -> str:
-            await comments.delete(actor, view.res, comment_id)
+            await issue_comments.delete(actor, view.res, comment_id)
             return "#timeline"
 
-        return await IssuePage(view, issues, comments, labels).answer(act(), issue.number, f"edit-{comment_id}", data)
+        return await IssuePage(view, issues, issue_comments, repo_labels).answer(
+            act(), issue.number, f"edit-{comment_id}", data
+        )
 
 
 class CommentBodyForm(msgspec.Struct, kw_only=True):
@@ -270,9 +327,14 @@ class IssuePage:
         self.view, self.issues, self.comments, self.labels = view, issues, comments, labels
 
     async def render(
-        self, number: int, *, status_code: int = 200, form: str = "", typed: Any = None,
+        self,
+        number: int,
+        *,
+        status_code: int = 200,
+        form: str = "",
+        typed: Any = None,
         errors: FormErrors = NO_ERRORS,
-    ) -> Template:  # fmt: skip
+    ) -> Template:
         view, res = self.view, self.view.res
         issue = await self.issues.get(res, number)
         read = await self.issues.read(res, issue)

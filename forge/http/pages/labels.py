@@ -54,71 +54,91 @@ class LabelPages(Controller):
     dependencies = VIEWS
 
     async def _labels_page(
-        self, view: RepoView, labels: Labels, *, status: int = 200, typed: LabelForm | None = None,
+        self,
+        view: RepoView,
+        repo_labels: Labels,
+        *,
+        status: int = 200,
+        typed: LabelForm | None = None,
         errors: FormErrors = NO_ERRORS,
-    ) -> Template:  # fmt: skip
+    ) -> Template:
         return view.render(
-            "repos/labels.html", status, tab="issues", labels=await labels.all(view.res),
+            "repos/labels.html", status, tab="issues", labels=await repo_labels.all(view.res),
             can_triage=can(view.principal, Action.ISSUE_TRIAGE, view.res), form=typed or LabelForm(), errors=errors,
         )  # fmt: skip
 
     @get("/labels")
-    async def labels_page(self, views: ViewsDep, labels: LabelsDep) -> Template:
-        return await self._labels_page(await views.load(), labels)
+    async def labels_page(self, views: ViewsDep, repo_labels: LabelsDep) -> Template:
+        return await self._labels_page(await views.load(), repo_labels)
 
     async def _answer(
-        self, view: RepoView, labels: Labels, act: Awaitable[Any], typed: LabelForm
+        self, view: RepoView, repo_labels: Labels, act: Awaitable[Any], typed: LabelForm
     ) -> Template | Redirect:
         async def again(exc: ForgeError) -> Template:
-            await labels.session.rollback()
-            await labels.session.refresh(view.res.repo)
-            await labels.session.refresh(view.res.repo.owner)
+            await repo_labels.session.rollback()
+            await repo_labels.session.refresh(view.res.repo)
+            await repo_labels.session.refresh(view.res.repo.owner)
             errors = form_errors(
                 exc, ("name", "color", "description"), {"label_exists": "name", "invalid_label": "name"}
             )
-            return await self._labels_page(view, labels, status=exc.status, typed=typed, errors=errors)
+            return await self._labels_page(view, repo_labels, status=exc.status, typed=typed, errors=errors)
 
         done = await or_form_error(act, again, raise_404=False)
         return done if isinstance(done, Template) else Redirect(f"/{view.res.full_name}/labels", status_code=303)
 
     @post("/labels")
     async def create_label(
-        self, views: ViewsDep, labels: LabelsDep, actor: ActorDep, data: URLEncodedBody[LabelForm]
+        self, views: ViewsDep, repo_labels: LabelsDep, actor: ActorDep, data: URLEncodedBody[LabelForm]
     ) -> Template | Redirect:
         view = await views.load()
         raw = {"name": data.name, "color": data.color, "description": data.description}
 
         async def act() -> Any:
-            return await labels.create(actor, view.res, _spec(raw, LabelCreate))
+            return await repo_labels.create(actor, view.res, _spec(raw, LabelCreate))
 
-        return await self._answer(view, labels, act(), data)
+        return await self._answer(view, repo_labels, act(), data)
 
     @post("/labels/{label:str}/edit")
     async def edit_label(
-        self, views: ViewsDep, labels: LabelsDep, actor: ActorDep, label: FromPath[str], data: URLEncodedBody[LabelForm]
+        self,
+        views: ViewsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        label: FromPath[str],
+        data: URLEncodedBody[LabelForm],
     ) -> Template | Redirect:
         view = await views.load()
         raw = {"new_name": data.name, "color": data.color, "description": data.description}
 
         async def act() -> Any:
-            return await labels.update(actor, view.res, label, _spec(raw, LabelUpdate))
+            return await repo_labels.update(actor, view.res, label, _spec(raw, LabelUpdate))
 
-        return await self._answer(view, labels, act(), data)
+        return await self._answer(view, repo_labels, act(), data)
 
     @post("/labels/{label:str}/delete")
     async def delete_label(
-        self, views: ViewsDep, labels: LabelsDep, actor: ActorDep, label: FromPath[str], data: URLEncodedBody[WebForm]
+        self,
+        views: ViewsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        label: FromPath[str],
+        data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:
         view = await views.load()
-        return await self._answer(view, labels, labels.delete(actor, view.res, label), LabelForm())
+        return await self._answer(view, repo_labels, repo_labels.delete(actor, view.res, label), LabelForm())
 
     # -- milestones ------------------------------------------------------------------------
 
     async def _milestones_page(
-        self, view: RepoView, labels: Labels, *, status: int = 200, typed: MilestoneForm | None = None,
+        self,
+        view: RepoView,
+        repo_labels: Labels,
+        *,
+        status: int = 200,
+        typed: MilestoneForm | None = None,
         errors: FormErrors = NO_ERRORS,
-    ) -> Template:  # fmt: skip
-        found = await labels.milestone_reads(view.res, await labels.milestones(view.res, "all"))
+    ) -> Template:
+        found = await repo_labels.milestone_reads(view.res, await repo_labels.milestones(view.res, "all"))
         return view.render(
             "repos/milestones.html", status, tab="issues", milestones=found,
             can_triage=can(view.principal, Action.ISSUE_TRIAGE, view.res), form=typed or MilestoneForm(),
@@ -126,31 +146,35 @@ class LabelPages(Controller):
         )  # fmt: skip
 
     @get("/milestones")
-    async def milestones_page(self, views: ViewsDep, labels: LabelsDep) -> Template:
-        return await self._milestones_page(await views.load(), labels)
+    async def milestones_page(self, views: ViewsDep, repo_labels: LabelsDep) -> Template:
+        return await self._milestones_page(await views.load(), repo_labels)
 
     @post("/milestones")
     async def create_milestone(
-        self, views: ViewsDep, labels: LabelsDep, actor: ActorDep, data: URLEncodedBody[MilestoneForm]
+        self, views: ViewsDep, repo_labels: LabelsDep, actor: ActorDep, data: URLEncodedBody[MilestoneForm]
     ) -> Template | Redirect:
         view = await views.load()
         raw = {"title": data.title, "description": data.description, "due_on": _due(data.due_on)}
 
         async def again(exc: ForgeError) -> Template:
-            await labels.session.rollback()
-            await labels.session.refresh(view.res.repo)
-            await labels.session.refresh(view.res.repo.owner)
+            await repo_labels.session.rollback()
+            await repo_labels.session.refresh(view.res.repo)
+            await repo_labels.session.refresh(view.res.repo.owner)
             errors = form_errors(exc, ("title", "description", "due_on"), {"milestone_exists": "title"})
-            return await self._milestones_page(view, labels, status=exc.status, typed=data, errors=errors)
+            return await self._milestones_page(view, repo_labels, status=exc.status, typed=data, errors=errors)
 
-        done = await or_form_error(labels.create_milestone(actor, view.res, _spec(raw, MilestoneCreate)), again)
+        done = await or_form_error(repo_labels.create_milestone(actor, view.res, _spec(raw, MilestoneCreate)), again)
         return done if isinstance(done, Template) else Redirect(f"/{view.res.full_name}/milestones", status_code=303)
 
     @post("/milestones/{number:int}/state")
     async def milestone_state(
-        self, views: ViewsDep, labels: LabelsDep, actor: ActorDep, number: FromPath[int],
+        self,
+        views: ViewsDep,
+        repo_labels: LabelsDep,
+        actor: ActorDep,
+        number: FromPath[int],
         data: URLEncodedBody[StateForm],
-    ) -> Redirect:  # fmt: skip
+    ) -> Redirect:
         view = await views.load()
-        await labels.update_milestone(actor, view.res, number, _spec({"state": data.state}, MilestoneUpdate))
+        await repo_labels.update_milestone(actor, view.res, number, _spec({"state": data.state}, MilestoneUpdate))
         return Redirect(f"/{view.res.full_name}/milestones", status_code=303)
