@@ -287,6 +287,8 @@ class RepoTaskSettings(Base):
     required_approvals: Mapped[int | None] = mapped_column(Integer, nullable=True)
     approval_not_by_starter: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # An agent reviewing a pull request (a review task) may approve it (null: no).
+    review_agents_may_approve: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # The provider may search the web for the agent (null: the instance's task_allow_web_search).
     allow_web_search: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # Network access through the egress proxy: {"mode": "off"|"allow-list", "rules": [...],

@@ -115,6 +115,8 @@ class MergeRules(msgspec.Struct, frozen=True, kw_only=True):
     required_approvals: int = 1
     approval_not_by_starter: bool = False
     delete_branch_on_merge: bool = False
+    # A review task's agent may approve the pull request it reviews (its approval then counts as anyone's).
+    review_agents_may_approve: bool = False
 
 
 async def merge_rules(session: AsyncSession, repo_id: int) -> MergeRules:
@@ -125,6 +127,7 @@ async def merge_rules(session: AsyncSession, repo_id: int) -> MergeRules:
         required_approvals=row.required_approvals if row.required_approvals is not None else 1,
         approval_not_by_starter=bool(row.approval_not_by_starter),
         delete_branch_on_merge=bool(row.delete_branch_on_merge),
+        review_agents_may_approve=bool(row.review_agents_may_approve),
     )
 
 

@@ -244,6 +244,10 @@ class Execution(Settling, Supervising, Provisioning):
                 self.backchannel.seal()
                 if self.backchannel.summary is not None:
                     outcome.summary, outcome.summary_reported = self.backchannel.summary, True
+                no_review = self.backchannel.review_pull is not None and self.backchannel.review is None
+                if no_review and outcome.status is RunState.SUCCEEDED and not stopped:
+                    outcome.status, outcome.failure_reason = RunState.FAILED, FailureReason.AGENT_NO_RESULT
+                    outcome.error = "the review task's run ended without a review: its agent never called submit_review"
             usage = channel.usage
             await self._set_run(
                 input_tokens=usage.input_tokens,

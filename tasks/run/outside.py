@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import update
 
 from forge.core.settings import Settings
+from forge.db.payload_base import TriggerRef
 from sandbox import DEFAULT_AGENTS_IMAGE, GATEWAY_RELAY_PORT, AgentMissing, EngineUnavailable, Relay
 from tasks.core.egress_config import EgressPlan
 from tasks.core.models import Run
@@ -42,6 +43,7 @@ class Outside:
     channel: RunChannel | None
     egress: RunEgress | None
     backchannel: Backchannel | None
+    trigger: TriggerRef | None
 
     async def image_for(self, runtime: Any) -> str:
         """The plain sandbox image, or for a CLI agent runtime (`image_kind() == "agents"`) the agents
@@ -89,13 +91,20 @@ class Outside:
             run_id=self.run_id, emit=self._emit, redact=self.writer.redactor.redact,
             runtimes=frozenset(self.env.runtimes),
             remaining=lambda: max(0, budget.limit - budget.used) if budget.limit else None,
-            charge=budget.grant,
+            charge=budget.grant, store=self.env.store, review_pull=self._review_pull(),
         )  # fmt: skip
         attach(channel, self.backchannel)
         model = self.access[provider].model
         timeout = self.settings.model_timeout_seconds
         return ModelEndpoint(base_url="http://gateway/v1", model=model, api_key=channel.token, timeout=timeout,
                              uds=str(channel.socket_path))  # fmt: skip
+
+    def _review_pull(self) -> int | None:
+        """A review task's pull request (its trigger's): its run is offered `submit_review`."""
+        trigger = self.trigger
+        if trigger is None or trigger.kind != "review_request" or trigger.pull_request is None:
+            return None
+        return trigger.pull_request.number
 
     async def _open_egress(self, plan: EgressPlan) -> RunEgress:
         """The run's egress proxy, before the sandbox starts (the repository allows network access)."""

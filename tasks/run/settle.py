@@ -16,6 +16,7 @@ from forge.core.text import plural, safe_text
 from forge.db.engine import utcnow
 from forge.db.events import RunFinished
 from forge.db.models import Repository
+from forge.db.payload_base import TriggerRef
 from forge.git import Identity
 from forge.repos.repositories import RepoResource
 from sandbox import Sandbox
@@ -82,6 +83,7 @@ class Settling:
     checkout: gitops.Checkout | None
     start_sha: str
     writer: TranscriptWriter | None
+    trigger: TriggerRef | None
     settled_snap: gitops.Snapshot | None = None  # the settle step's snapshot, once taken
     turns: int
     prompt_tokens: int
@@ -167,6 +169,10 @@ class Settling:
         env = self.env
         assert self.writer is not None and self.workspace is not None
         t0 = time.monotonic()
+        if self.trigger is not None and self.trigger.kind == "review_request":
+            # A review task's result is its review: what its agent changed is never committed nor proposed.
+            await self.system("snapshot", "a review task: its work tree is not committed", t0, committed=False)
+            return gitops.Snapshot(sha=self.start_sha, committed=False, changed_files=[], skipped=[]), run_state
         wip = run_state in (RunState.FAILED, RunState.STOPPED)
         try:
             snap = await env.store.write(

@@ -36,6 +36,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     required_approvals: int | None = None
     approval_not_by_starter: bool | None = None
     delete_branch_on_merge: bool | None = None
+    # A review task's agent may approve the pull request it reviews (null: no).
+    review_agents_may_approve: bool | None = None
     # The Anthropic provider (Claude Code runtimes); the key is write-only like the OpenAI one.
     anthropic_base_url: str | None = None
     anthropic_model: str | None = None
@@ -68,6 +70,7 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     required_approvals: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
     approval_not_by_starter: bool | None = None
     delete_branch_on_merge: bool | None = None
+    review_agents_may_approve: bool | None = None
     anthropic_base_url: Annotated[str, msgspec.Meta(max_length=500)] | None = None
     anthropic_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
     anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
@@ -92,6 +95,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         required_approvals=row.required_approvals if row else None,
         approval_not_by_starter=row.approval_not_by_starter if row else None,
         delete_branch_on_merge=row.delete_branch_on_merge if row else None,
+        review_agents_may_approve=row.review_agents_may_approve if row else None,
         anthropic_base_url=row.anthropic_base_url if row else None,
         anthropic_model=row.anthropic_model if row else None,
         anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
@@ -137,6 +141,7 @@ async def update(
     row.required_approvals = change.required_approvals
     row.approval_not_by_starter = change.approval_not_by_starter
     row.delete_branch_on_merge = change.delete_branch_on_merge
+    row.review_agents_may_approve = change.review_agents_may_approve
     row.egress = msgspec.to_builtins(egress) if egress is not None and egress != EgressSettings() else None
     row.max_subtask_depth = change.max_subtask_depth
     row.max_subtasks = change.max_subtasks

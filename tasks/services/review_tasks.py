@@ -6,9 +6,8 @@ its goal (composed by forge) says to review and not to change code. Its trigger 
 `review_request` with the pull request's number, and the task links the pull request
 (`on_pull_request`). Its result is a review posted by its bot through the run's `submit_review`
 tool (tasks/run/backchannel/review.py). A review task never proposes code: its run takes no
-snapshot commit and it never opens a pull request of its own."""
-
-from typing import Any
+snapshot commit (tasks/run/settle.py), so it never opens a pull request of its own nor merges; a
+run that ends without a review fails `agent_no_result` (tasks/run/execution.py)."""
 
 from forge.core.error_codes import Code
 from forge.core.errors import InvalidState
@@ -18,17 +17,6 @@ from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.schemas import GOAL_MAX, TaskCreate, Trigger
 from tasks.services.tasks import TaskService
-
-REVIEW_REQUEST = "review_request"
-
-
-def reviewed_pull(trigger: Any) -> int | None:
-    """The pull request a review task reviews (its trigger's), or None for any other task."""
-    if not isinstance(trigger, dict) or trigger.get("kind") != REVIEW_REQUEST:
-        return None
-    pull = trigger.get("pull_request")
-    number = pull.get("number") if isinstance(pull, dict) else None
-    return number if isinstance(number, int) else None
 
 
 async def start(svc: TaskService, actor: Actor, res: RepoResource, ask: AgentAsk) -> AgentAnswer:

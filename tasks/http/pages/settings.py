@@ -53,6 +53,7 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     required_approvals: str = ""
     approval_not_by_starter: str = ""
     delete_branch_on_merge: str = ""
+    review_agents_may_approve: str = ""
     egress_mode: str = "off"
     egress_rules: str = ""  # one rule per line
     egress_preset_pypi: str = ""
@@ -84,7 +85,8 @@ def settings_form(read: RepoTaskSettingsRead) -> TaskSettingsForm:
     values: dict[str, str] = {name: _text(getattr(read, name)) for name in INT_FIELDS}
     for name in ("model_base_url", "model_name", "anthropic_base_url", "anthropic_model"):
         values[name] = _text(getattr(read, name))
-    for name in ("approval_not_by_starter", "delete_branch_on_merge", "allow_personal_keys", "allow_web_search"):
+    checks = ("approval_not_by_starter", "delete_branch_on_merge", "review_agents_may_approve", "allow_personal_keys")
+    for name in (*checks, "allow_web_search"):
         values[name] = "1" if getattr(read, name) else ""
     for name in PRESETS:
         values[f"egress_preset_{name}"] = "1" if name in read.egress.presets else ""
@@ -103,6 +105,7 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "model_name": form.model_name.strip()[:200] or None,
         "approval_not_by_starter": bool(form.approval_not_by_starter),
         "delete_branch_on_merge": bool(form.delete_branch_on_merge),
+        "review_agents_may_approve": bool(form.review_agents_may_approve),
         "anthropic_base_url": form.anthropic_base_url.strip()[:500] or None,
         "anthropic_model": form.anthropic_model.strip()[:200] or None,
         "allow_personal_keys": bool(form.allow_personal_keys),

@@ -1,15 +1,17 @@
 """The agent back-channel (docs/backchannel.md): per run, an MCP server on the run's gateway
 socket (`mcp`), whose tools (`tools`) are the run's `Backchannel` (`service`): ask_user,
-report_summary, record_progress, spawn_subtask. The builtin runtime offers the same tools as
-function tools; CLI agents get `mcp_client_config` (`config`)."""
+report_summary, record_progress, spawn_subtask, and for review tasks submit_review (`review`).
+The builtin runtime offers the same tools as function tools; CLI agents get `mcp_client_config`
+(`config`)."""
 
 from tasks.run.backchannel.config import claude_mcp_config, mcp_client_config, mcp_url
 from tasks.run.backchannel.mcp import MCP_PATH, SERVER_NAME, attach, attached, serve_mcp
 from tasks.run.backchannel.service import Backchannel, Question, ToolRefused
-from tasks.run.backchannel.tools import TOOL_NAMES, TOOLS, ToolSpec, call
+from tasks.run.backchannel.tools import REVIEW_TOOLS, TOOL_NAMES, TOOLS, ToolSpec, call, tools_for
 
 __all__ = [
     "MCP_PATH",
+    "REVIEW_TOOLS",
     "SERVER_NAME",
     "TOOLS",
     "TOOL_NAMES",
@@ -24,4 +26,5 @@ __all__ = [
     "mcp_client_config",
     "mcp_url",
     "serve_mcp",
+    "tools_for",
 ]

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from tasks.run.backchannel.service import Backchannel, ToolRefused
-from tasks.run.backchannel.tools import TOOL_NAMES, TOOLS, call
+from tasks.run.backchannel.tools import call, tools_for
 
 log = structlog.get_logger("forgehand.backchannel")
 
@@ -89,15 +89,17 @@ def _initialize(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tools() -> dict[str, Any]:
-    return {"tools": [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in TOOLS]}
+def _tools(backchannel: Backchannel) -> dict[str, Any]:
+    offered = tools_for(backchannel)
+    return {"tools": [{"name": t.name, "description": t.description, "inputSchema": t.input_schema} for t in offered]}
 
 
 async def _tool_call(backchannel: Backchannel, id_: Any, params: dict[str, Any]) -> dict[str, Any]:
     name = params.get("name")
     args = params.get("arguments") or {}
-    if not isinstance(name, str) or name not in TOOL_NAMES:
-        return _error(id_, INVALID_PARAMS, f"unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}")
+    names = {t.name for t in tools_for(backchannel)}
+    if not isinstance(name, str) or name not in names:
+        return _error(id_, INVALID_PARAMS, f"unknown tool {name!r}; available: {', '.join(sorted(names))}")
     if not isinstance(args, dict):
         return _error(id_, INVALID_PARAMS, "arguments must be a JSON object")
     if not backchannel.take(name, args):
@@ -132,7 +134,7 @@ async def _one(backchannel: Backchannel, message: Any) -> dict[str, Any] | None:
     if method == "ping":
         return _result(id_, {})
     if method == "tools/list":
-        return _result(id_, _tools())
+        return _result(id_, _tools(backchannel))
     if method == "tools/call":
         return await _tool_call(backchannel, id_, params)
     return _error(id_, METHOD_NOT_FOUND, f"method {method!r} is not served")

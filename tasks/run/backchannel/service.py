@@ -10,11 +10,14 @@ opened it; nothing an agent sends can name another.
 - `record_progress` is a `progress` transcript event and a `task.progress` notification, at most
   `PROGRESS_BURST` at once and one per `PROGRESS_EVERY` seconds after that.
 - `spawn_subtask` creates a subtask (`spawn.py`) within the repository's limits and
-  the budget this run has left; a refusal creates nothing and is audited."""
+  the budget this run has left; a refusal creates nothing and is audited.
+- `submit_review` (review tasks only) posts the task's bot's review of its pull request
+  (`review.py`); the first review of a run is kept, a second call is an error to the agent."""
 
 import collections
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 import structlog
@@ -27,10 +30,12 @@ from forge.db.audit import Actor
 from forge.db.engine import Database
 from forge.db.events import TaskProgress
 from forge.db.models import Account, Repository
+from forge.git import RepoStore
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Run, Task
 from tasks.core.policy import input_hash
 from tasks.core.transcript import Kind, Notice, Payload, Progress
+from tasks.run.backchannel import review
 from tasks.run.backchannel.spawn import SpawnRequest, SubtaskRefused, spawn
 
 log = structlog.get_logger("forgehand.backchannel")
@@ -93,6 +98,8 @@ class Backchannel:
         remaining: Callable[[], int | None] = lambda: None,
         charge: Callable[[int], None] = lambda tokens: None,
         clock: Callable[[], float] = time.monotonic,
+        store: RepoStore | None = None,
+        review_pull: int | None = None,
     ) -> None:
         self.db = db
         self.lifecycle = lifecycle
@@ -105,6 +112,11 @@ class Backchannel:
         self.remaining = remaining  # what the run's budget has left (its subtasks' grants not taken off)
         self.charge = charge  # takes a grant off the run's own budget
         self.clock = clock
+        self.store = store
+        # A review task's pull request (its trigger's): `submit_review` is offered and posts there.
+        self.review_pull = review_pull
+        self.review: tuple[int, int] | None = None  # (pull request, review id) once submitted
+        self._reviewing = False
         self.question: Question | None = None
         self.summary: str | None = None
         self.sealed = False
@@ -249,6 +261,26 @@ class Backchannel:
         return (
             f"subtask #{made.number} created ({made.title}): runtime {made.runtime}, branch {made.branch} from this "
             f"task's last commit, {budget}. It runs on its own; its outcome shows on this task. {made.url}"
+        )
+
+    async def submit_review(self, args: dict[str, Any]) -> str:
+        """A review task's review, posted as its bot (review.py); the first one of a run is kept."""
+        self._open()
+        if self.review_pull is None or self.store is None:
+            raise ToolRefused("error: submit_review is for review tasks only (a task asked to review a pull request)")
+        if self.review is not None or self._reviewing:
+            raise ToolRefused("error: this run already submitted its review; it is kept as first submitted")
+        try:
+            data = review.parse(args)
+            self._reviewing = True  # set before the first await: a parallel call is refused above
+            self.review = await review.post(self.db, self.lifecycle, self.store, self.task_id, data, self.redact)
+        except review.ReviewRefused as exc:
+            raise ToolRefused(str(exc)) from None
+        finally:
+            self._reviewing = False
+        number, review_id = self.review
+        return (
+            f"review {review_id} posted on pull request #{number} ({data.verdict}, {len(data.comments)} line comments)"
         )
 
     async def _audit_refusal(self, request: SpawnRequest, why: str) -> None:

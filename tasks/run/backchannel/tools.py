@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from tasks.run.backchannel import review
 from tasks.run.backchannel.service import OPTIONS_MAX, Backchannel, ToolRefused
 
 log = structlog.get_logger("forgehand.backchannel")
@@ -63,7 +64,45 @@ TOOLS: tuple[ToolSpec, ...] = (
         ),
     ),
 )
-TOOL_NAMES = frozenset(t.name for t in TOOLS)
+_LINE_COMMENT: dict[str, Any] = {
+    "path": _S,
+    "line": {"type": "integer", "minimum": 1},
+    "side": {"type": "string", "enum": ["RIGHT", "LEFT"]},
+    "body": _S,
+}
+# Offered to review tasks only (a task asked to review a pull request: its trigger's).
+REVIEW_TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(
+        name="submit_review",
+        description=(
+            "Submit your review of the pull request this task reviews, as your result (once per run: the first "
+            "review is kept). verdict: comment or request_changes (approve only where the repository lets agents "
+            f"approve); body: the review in markdown (at most {review.BODY_MAX} characters); comments: at most "
+            f"{review.COMMENTS_MAX} line comments, each on a line the pull request's diff shows: path, line, side "
+            "(RIGHT: the head's line number, the default; LEFT: the base's), body. A refused review posts nothing."
+        ),
+        input_schema=_schema(
+            {
+                "verdict": {"type": "string", "enum": ["comment", "request_changes", "approve"]},
+                "body": _S,
+                "comments": {
+                    "type": "array",
+                    "maxItems": review.COMMENTS_MAX,
+                    "items": _schema(_LINE_COMMENT, ["path", "line", "body"]),
+                },
+            },
+            ["verdict", "body"],
+        ),
+    ),
+)
+TOOL_NAMES = frozenset(t.name for t in (*TOOLS, *REVIEW_TOOLS))
+
+
+def tools_for(channel: Backchannel | None) -> tuple[ToolSpec, ...]:
+    """The tools a run's agent is offered: the review tool only to a review task."""
+    if channel is not None and channel.review_pull is not None:
+        return (*TOOLS, *REVIEW_TOOLS)
+    return TOOLS
 
 
 async def call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
@@ -92,4 +131,7 @@ async def _call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
         return await channel.spawn_subtask(
             args.get("name"), args.get("instructions"), args.get("runtime"), args.get("max_tokens")
         )
-    raise ToolRefused(f"error: unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}")
+    if name == "submit_review":
+        return await channel.submit_review(args)
+    offered = ", ".join(sorted(t.name for t in tools_for(channel)))
+    raise ToolRefused(f"error: unknown tool {name!r}; available: {offered}")

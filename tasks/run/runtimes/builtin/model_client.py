@@ -11,6 +11,7 @@ import httpx
 
 from forge.db.engine import utcnow
 from tasks.core.states import FailureReason
+from tasks.run.backchannel import REVIEW_TOOLS
 from tasks.run.backchannel import TOOLS as BACKCHANNEL
 from tasks.run.gateway.budget import GATEWAY_HEADER
 from tasks.run.runtimes.base import ModelEndpoint
@@ -52,7 +53,12 @@ TOOLS: list[dict[str, Any]] = [
     # The back-channel's tools, with the schemas its MCP server lists.
     *(tool_fn(t.name, t.description, t.input_schema["properties"], t.input_schema["required"]) for t in BACKCHANNEL),
 ]
-TOOL_NAMES = {t["function"]["name"] for t in TOOLS}
+# A review task's tool, offered to review tasks only (`chat(..., tools=REVIEW_TASK_TOOLS)`).
+REVIEW_TASK_TOOLS: list[dict[str, Any]] = [
+    *TOOLS,
+    *(tool_fn(t.name, t.description, t.input_schema["properties"], t.input_schema["required"]) for t in REVIEW_TOOLS),
+]
+TOOL_NAMES = {t["function"]["name"] for t in REVIEW_TASK_TOOLS}
 
 
 class ModelFailure(Exception):
@@ -83,11 +89,13 @@ def retry_after(resp: httpx.Response, attempt: int) -> float:
     return base
 
 
-async def chat(client: httpx.AsyncClient, model: ModelEndpoint, messages: list[dict[str, Any]]) -> dict[str, Any]:
+async def chat(
+    client: httpx.AsyncClient, model: ModelEndpoint, messages: list[dict[str, Any]], tools: list[dict[str, Any]] = TOOLS
+) -> dict[str, Any]:
     """One chat completion, retrying 429/5xx (honouring Retry-After) and connection errors."""
     url = model.base_url.rstrip("/") + "/chat/completions"
     headers = {"Authorization": f"Bearer {model.api_key}"} if model.api_key else {}
-    body = {"model": model.model, "messages": messages, "tools": TOOLS}
+    body = {"model": model.model, "messages": messages, "tools": tools}
     last_error = ""
     for attempt in range(MAX_ATTEMPTS):
         try:

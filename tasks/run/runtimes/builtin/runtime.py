@@ -18,7 +18,7 @@ from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Assistant, Notice, Question, ToolCall, ToolResult
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.builtin.conversation import pending_tool_calls, resume
-from tasks.run.runtimes.builtin.model_client import TOOL_NAMES, ModelFailure, chat
+from tasks.run.runtimes.builtin.model_client import REVIEW_TASK_TOOLS, TOOL_NAMES, TOOLS, ModelFailure, chat
 from tasks.run.runtimes.builtin.tools import ToolError, execute
 from tasks.run.runtimes.policy_steps import StopStep, after_tool, approval_request, verify
 from tasks.run.runtimes.policy_steps import decided as record_decision
@@ -83,7 +83,8 @@ class BuiltinRuntime:
                 conversation=talk.messages,
             )
         try:
-            answer = await chat(client, ctx.model, talk.messages)
+            reviews = ctx.backchannel is not None and ctx.backchannel.review_pull is not None
+            answer = await chat(client, ctx.model, talk.messages, REVIEW_TASK_TOOLS if reviews else TOOLS)
         except ModelFailure as exc:
             return Outcome(
                 status=RunState.FAILED, failure_reason=exc.reason, error=str(exc), conversation=talk.messages
