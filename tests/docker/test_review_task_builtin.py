@@ -66,3 +66,24 @@ async def test_the_review_task_posts_the_bots_review_on_the_pull_request(
     assert "already submitted" in results["c_again"]
     offered = {t["function"]["name"] for t in model.requests[0]["tools"]}
     assert "submit_review" in offered
+
+
+async def test_a_review_task_that_ends_without_a_review_fails_agent_no_result(
+    settings: Settings, sandbox_image: str
+) -> None:
+    script = [tool_call("read_file", {"path": "x.py"}), reply("Looks fine to me.")]
+    with ScriptedModel(script) as model:
+        async with served(settings, model_base_url=model.url, model_name="scripted") as (env, c):
+            repo = pygit2.Repository(str(env.repo_path))
+            repo.references.create("refs/heads/feature/x", repo.references["refs/heads/main"].target)
+            write_commit(
+                repo, branch="feature/x", files={"x.py": "x = 1\n"}, message="x",
+                author=Identity(name="ana", email="ana@example.com"),
+            )  # fmt: skip
+            pull = {"title": "Add x", "head": "feature/x", "base": "main"}
+            assert (await c.post(f"{API}/pulls", json=pull)).status_code == 201
+            assert (await c.post(f"{API}/pulls/1/requested_reviewers", json={"reviewers": ["fixer"]})).is_success
+            done = await wait_state(c, 1, "awaiting_review", "failed")
+            reviews = (await c.get(f"{API}/pulls/1/reviews")).json()
+    assert done["state"] == "failed" and done["failure_reason"] == "agent_no_result", done
+    assert "without a review" in done["error"] and reviews == []
