@@ -30,8 +30,8 @@ from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskCreate, Trigger
 from tasks.services import pull_work, review_tasks
 from tasks.services.tasks import TaskService
 
-# The task states an issue's timeline tells about (a question or approval, a result, the end).
-TOLD = {"blocked", "awaiting_review", "failed", "merged", "closed"}
+# The task states an issue's timeline tells about (at work, a question or approval, a result, the end).
+TOLD = {"running", "blocked", "awaiting_review", "failed", "merged", "closed"}
 
 
 class AgentTriggers:

@@ -351,6 +351,7 @@ class IssuePage:
             is_author=me is not None and issue.author_id == me, my_login=view.principal.login if me else "",
             all_labels=await self.labels.all(res), milestones=await self.labels.milestones(res, "open"),
             pulls=[t for t in timeline if t.event == "cross-referenced" and _from_pull(t.details)],
+            task_states={t.details.get("number"): t for t in timeline if t.event == "task_state"},
             form=form, typed=typed, errors=errors, ago=ago, exact=exact,
         )  # fmt: skip
 
