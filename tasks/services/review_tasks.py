@@ -10,7 +10,7 @@ snapshot commit (tasks/run/settle.py), so it never opens a pull request of its o
 run that ends without a review fails `agent_no_result` (tasks/run/execution.py)."""
 
 from forge.core.error_codes import Code
-from forge.core.errors import InvalidState
+from forge.core.errors import InvalidState, NotFound
 from forge.db.audit import Actor
 from forge.repos.issue_agents import AgentAnswer, AgentAsk
 from forge.repos.pulls import Pulls
@@ -23,7 +23,7 @@ async def start(svc: TaskService, actor: Actor, res: RepoResource, ask: AgentAsk
     """Start the review task (in the caller's savepoint): the start rule, the requester's key, the policy."""
     number = ask.pull_request
     if number is None:
-        raise InvalidState("a review request names its pull request", code=Code.PULL_NOT_FOUND)
+        raise NotFound("a review request names its pull request", code=Code.PULL_NOT_FOUND)
     pull = await Pulls(svc.session, svc.store, svc.bus, svc.base_url).get(res, number)
     if pull.state != "open" or not pull.head_sha:
         raise InvalidState(f"#{number} is not open: an agent reviews open pull requests only", code=Code.PULL_NOT_OPEN)
