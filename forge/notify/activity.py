@@ -29,9 +29,9 @@ from forge.db.events import (
 )
 from forge.db.issue_payloads import CommentPayload, IssuePayload
 from forge.db.models import PullRequest, PullReview
-from forge.notify.mentions import mentioned_logins
 from forge.notify.reasons import Reason, SubjectType
 from forge.notify.tasks import TaskLookup
+from forge.repos.mentions import mentioned_logins
 
 # Task states that wait for the person who started the task.
 TASK_WAITS = {"blocked": "needs your answer or approval", "awaiting_review": "is ready for your review"}

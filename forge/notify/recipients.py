@@ -17,8 +17,8 @@ from forge.db.audit import Actor
 from forge.db.models import Account
 from forge.notify import preferences, subscriptions
 from forge.notify.activity import Activity
-from forge.notify.mentions import MENTION_CAP, capped
 from forge.notify.reasons import DIRECT, Channel, stronger
+from forge.repos.mentions import MENTION_CAP, capped
 from forge.repos.repositories import RepoResource, resource_roles
 
 log = structlog.get_logger("forgehand.notify")

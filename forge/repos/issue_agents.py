@@ -23,11 +23,13 @@ from forge.core.access import Role
 from forge.db.audit import Actor
 from forge.db.issue_models import Issue, IssueComment
 from forge.db.models import Account, AccountType
+from forge.repos.mentions import mentioned_logins
 from forge.repos.repositories import RepoResource, resource_roles
-from forge.repos.text_refs import mentions, task_number_of
+from forge.repos.text_refs import task_number_of
 
 QUOTE_MAX = 6_000  # of each quoted text
 CONTEXT_COMMENTS = 30  # the latest comments quoted, at most
+MAX_MENTIONED_BOTS = 50  # logins of one text looked up as bots, at most
 MAX_TRIGGERS_PER_COMMENT = 1  # a comment starts at most one task (the first bot it names that may work)
 
 
@@ -167,7 +169,7 @@ async def assigned(
 
 async def mentioned_bots(session: AsyncSession, text: str) -> list[Account]:
     """The bots `@`-mentioned in the text, in order (people are notified elsewhere)."""
-    logins = [m.lower() for m in mentions(text)]
+    logins = [m.lower() for m in mentioned_logins(text)][:MAX_MENTIONED_BOTS]
     if not logins:
         return []
     rows = await session.execute(select(Account).where(Account.login_key.in_(logins), Account.type == AccountType.BOT))

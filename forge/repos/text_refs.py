@@ -1,12 +1,12 @@
 """What a text refers to, read without any database: `#N` references, `Fixes #N` closing
-references and `@login` mentions, all outside code spans and code blocks (forge.repos.issue_refs,
-forge.repos.issue_agents and the notifications use them)."""
+references and task branch names, all outside code spans and code blocks (forge.repos.issue_refs and
+forge.repos.issue_agents use them; `@login` mentions are forge.repos.mentions)."""
 
 import re
 
+from forge.repos.mentions import prose
+
 MAX_REFERENCES = 50  # references one text makes, at most (more are ignored)
-_FENCED = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
-_INLINE = re.compile(r"(`+)[^`]*?\1")
 _REF = re.compile(r"(?<![\w&/#])#([1-9][0-9]{0,8})\b")
 _CLOSING = re.compile(
     r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b:?\s+#([1-9][0-9]{0,8})\b",
@@ -15,20 +15,9 @@ _CLOSING = re.compile(
 
 
 def _prose(text: str) -> str:
-    return _INLINE.sub(" ", _FENCED.sub(" ", text))
-
-
-_MENTION = re.compile(r"(?<![\w@./+-])@([A-Za-z0-9](?:[A-Za-z0-9-]{0,38}[A-Za-z0-9])?)\b(?![@.]\w)")
-MAX_MENTIONS = 50  # logins one text mentions, at most (more are ignored)
-
-
-def mentions(text: str) -> list[str]:
-    """The logins `@login` in the text, in order, each once (in any case), outside code and not in
-    e-mail addresses."""
-    found: dict[str, str] = {}
-    for m in _MENTION.finditer(_prose(text)):
-        found.setdefault(m.group(1).lower(), m.group(1))
-    return list(found.values())[:MAX_MENTIONS]
+    # As markdown reads it: code spans and blocks, HTML and link targets left out (the same
+    # reading as `@login` mentions).
+    return prose(text)
 
 
 def references(text: str) -> list[int]:

@@ -1,18 +1,23 @@
 """An issue handed to an agent in a real browser, as a team would: a person opens an issue, labels
 it and assigns it to `demo-agent`; a task starts (a builtin-runtime run against a scripted model,
 in the real sandbox) and the issue's timeline shows it; its pull request says `Fixes #1`; the
-person's inbox says the work awaits review; the person approves and merges the pull request, and
-the issue closes with the pull request named on its timeline."""
+person's inbox says the work awaits review; a second person's `@demo-agent` comment on the pull
+request sends the agent back to work on the same branch; the person approves and merges the pull
+request, and the issue closes with the pull request named on its timeline."""
 
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
-from tests.support.browser import ForgeServer
-from tests.support.browser_ui import add_collaborator, create_bot, create_repo, expect_task_state, sign_in
+from forge.accounts import accounts
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from tests.support.accounts import PASSWORD
+from tests.support.browser import ForgeServer, run_async
+from tests.support.browser_ui import add_collaborator, create_bot, create_repo, expect_task_state, runs_table, sign_in
 from tests.support.model import ScriptedModel, reply, tool_call
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
@@ -20,7 +25,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.docker]
 
 @pytest.fixture
 def model() -> Iterator[ScriptedModel]:
-    turns = [tool_call("bash", {"command": "echo 'total = price * count' > cart.py"}, call_id="c1"), reply("Fixed.")]
+    turns = [
+        tool_call("bash", {"command": "echo 'total = price * count' > cart.py"}, call_id="c1"),
+        reply("Fixed."),
+        tool_call("bash", {"command": "echo 'empty = 0' >> cart.py"}, call_id="c2"),
+        reply("An empty cart totals 0."),
+    ]
     with ScriptedModel(turns) as scripted:
         yield scripted
 
@@ -30,14 +40,28 @@ def forge_settings(model: ScriptedModel) -> dict[str, Any]:
     return {"model_base_url": model.url, "model_name": "scripted"}
 
 
+def _user(site: ForgeServer, login: str) -> None:
+    async def go() -> None:
+        db = Database(site.settings.effective_database_url)
+        try:
+            async with db.session(write=True) as s:
+                await accounts.create_user(s, Actor.system("test"), login, PASSWORD)
+        finally:
+            await db.dispose()
+
+    run_async(go())
+
+
 def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
-    page: Page, forge: ForgeServer, model: ScriptedModel
+    page: Page, browser: Browser, forge: ForgeServer, model: ScriptedModel
 ) -> None:
-    """Over 30 s under the parallel suite: one real sandbox run between the pages."""
+    """Over 30 s under the parallel suite: two real sandbox runs between the pages."""
     sign_in(page, forge.url, forge.admin_login, forge.admin_password)
     create_bot(page, forge.url, "demo-agent")
+    _user(forge, "bob")
     repo = create_repo(page, forge.url, "shop")
     add_collaborator(page, forge.url, repo, "demo-agent", "write")
+    add_collaborator(page, forge.url, repo, "bob", "write")
 
     page.goto(f"{forge.url}/{repo}/labels")
     page.get_by_label("Name").fill("bug")
@@ -71,6 +95,25 @@ def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
 
     page.goto(f"{forge.url}/{repo}/pull/2")
     expect(page.locator("#description")).to_contain_text("Fixes #1")
+    first_head = page.locator("#head-sha").inner_text()
+
+    # A second person asks the agent for more on its pull request: a follow-up on the same branch.
+    bob_context = browser.new_context()
+    bob = bob_context.new_page()
+    try:
+        sign_in(bob, forge.url, "bob", PASSWORD)
+        bob.goto(f"{forge.url}/{repo}/pull/2")
+        bob.get_by_label("Comment (markdown)").fill("@demo-agent an empty cart should total 0, please.")
+        bob.get_by_role("button", name="Comment", exact=True).click()
+        expect(bob.locator("article.comment").last).to_contain_text("an empty cart should total 0")
+    finally:
+        bob_context.close()
+    page.goto(f"{forge.url}/{repo}/tasks/1")
+    expect_task_state(page, "awaiting review")
+    expect(runs_table(page)).to_have_count(2)
+    expect(page.locator("#transcript .ev-prompt").last).to_contain_text("an empty cart should total 0")
+    page.goto(f"{forge.url}/{repo}/pull/2")
+    expect(page.locator("#head-sha")).not_to_have_text(first_head)
     page.get_by_label("Approve").check()
     page.get_by_role("button", name="Submit review").click()
     page.get_by_role("button", name="Merge into main").click()

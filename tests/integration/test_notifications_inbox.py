@@ -16,9 +16,9 @@ from forge.db.engine import Database
 from forge.db.events import AccountRef, PullBranch, PullRequestMerged, TaskRef, TaskStateChanged
 from forge.db.issue_payloads import IssueClosed
 from forge.db.models import AuditEvent
-from forge.notify.mentions import MENTION_CAP
 from forge.notify.notifier import Notifier
 from forge.notify.tasks import TaskPeople
+from forge.repos.mentions import MENTION_CAP
 from tests.support.accounts import Accounts
 from tests.support.notify import BASE, REPO, Team, comment, make_team, opened
 

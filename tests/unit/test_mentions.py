@@ -1,10 +1,10 @@
-"""The mention parser (forge.notify.mentions): `@login` in prose, in order, each once; never in
+"""The mention parser (forge.repos.mentions): `@login` in prose, in order, each once; never in
 code spans or blocks, e-mail addresses, paths, escapes or longer words; and the cap."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forge.notify.mentions import MENTION_CAP, capped, mentioned_logins
+from forge.repos.mentions import MENTION_CAP, capped, mentioned_logins
 
 
 def test_mentions_in_prose_in_order_each_once() -> None:

@@ -7,8 +7,9 @@ addresses `ana@example.com`, paths, `@@x` and `\\@x` are not mentions), not insi
 fenced or indented code block, HTML or a link's target, and not followed by `@`, `_`, `-` or a
 letter or digit (a login longer than the rule is nobody).
 
-The notifier uses it (forge.notify.recipients) with a cap, `MENTION_CAP`; anything that looks for
-mentions of its own (an agent's login in an issue) calls `mentioned_logins` the same way."""
+The notifier uses it (forge.notify.recipients) with a cap, `MENTION_CAP`; the agents a comment
+asks to work (forge.repos.issue_agents) are found by the same parser, so a mention that notifies
+a bot is the mention that starts it."""
 
 import re
 
