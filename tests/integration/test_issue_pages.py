@@ -62,7 +62,12 @@ async def test_a_person_opens_sorts_out_discusses_and_closes_an_issue(
     assert got["state"] == "closed" and got["state_reason"] == "completed"
     assert [label["name"] for label in got["labels"]] == ["bug"] and got["assignees"][0]["login"] == "rita"
     assert got["milestone"]["title"] == "v1" and got["comments"] == 1
+    hostile = '<a href="javascript:alert(1)">x</a> <img src="/x.png" onerror="alert(1)"> <b onclick="x()">b</b>'
+    await _post(client, "/ana/shop/issues/1", "/ana/shop/issues/1/comments", body=hostile)
     page = (await client.get("/ana/shop/issues/1")).text
+    start = page.index('id="issuecomment-2"')
+    shown = page[start : page.index("<details", start)]  # the rendered comment (its editor holds the raw text)
+    assert "<b>b</b>" in shown and "javascript:" not in shown and "onerror" not in shown and "onclick" not in shown
     for seen in ("added the label", "assigned", "added this to the milestone", "<strong>main</strong>", "closed this"):
         assert seen in page, seen
     r = await _post(client, "/ana/shop/issues/1", "/ana/shop/issues/1/state", state="open")
