@@ -83,6 +83,7 @@ def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
     expect(timeline).to_contain_text("started task #1 (demo-agent)")
 
     page.locator("#linked").get_by_role("link", name="task #1").click()
+    expect(page.locator("#trigger")).to_have_text("assigned issue #1")
     expect_task_state(page, "awaiting review")
     prompt = "\n".join(str(m.get("content")) for m in model.requests[0]["messages"])
     assert "> The total ignores the count." in prompt and "not an instruction from forgehand" in prompt
