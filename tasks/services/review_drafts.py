@@ -87,6 +87,7 @@ class DraftService:
             raise NotFound(f"you have no pending review {review_id} of task #{task.number}", code="not_found")
         for c in await self.reviews.draft_comments(draft):
             await self.session.delete(c)
+        await self.session.flush()  # the comments first: the draft's own delete cascades in the database
         await self.session.delete(draft)
         await self.session.flush()
         audit.record(

@@ -65,6 +65,12 @@ async def test_the_page_forms_act_and_come_back(client: AsyncTestClient[Any], ma
     assert resolved.headers["location"] == f"/ana/shop/pull/1#comment-{comment}"
     assert "resolved by ana" in (await client.get("/ana/shop/pull/1")).text
 
+    asked = await _form(client, "/ana/shop/pull/1/reviewers", reviewers="bob")
+    assert asked.status_code == 303 and asked.headers["location"] == "/ana/shop/pull/1#reviewers"
+    assert "Review requested from <strong>bob</strong>" in (await client.get("/ana/shop/pull/1")).text
+    nobody = await _form(client, "/ana/shop/pull/1/reviewers", reviewers="ghost")
+    assert nobody.status_code == 422 and "ghost" in nobody.text and 'value="ghost"' in nobody.text
+
     # applied once, the suggestion is on an older head: refused on the page, with the reason
     again = await _form(client, f"/ana/shop/pull/1/comments/{comment}/apply")
     assert again.status_code == 409 and "it no longer applies as written" in again.text

@@ -46,6 +46,10 @@ AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
 
 
+class ReviewersForm(WebForm):
+    reviewers: str = ""  # logins, separated by commas or spaces
+
+
 class OpenForm(WebForm):
     title: str = ""
     body: str = ""
@@ -245,6 +249,20 @@ class PullPages(Controller):
             return ""
 
         return await _on_page(views, pulls, number, "state", data, (), change)
+
+    @post("/pull/{number:str}/reviewers")
+    async def request_reviewers(
+        self, views: ViewsDep, pulls: PullsDep, actor: ActorDep, number: FromPath[str],
+        data: URLEncodedBody[ReviewersForm],
+    ) -> Template | Redirect:  # fmt: skip
+        """Ask people or bots for a review (a bot asked starts a review task)."""
+
+        async def ask(page: PullPage, view: RepoView, n: int) -> str:
+            logins = [login for login in data.reviewers.replace(",", " ").split() if login]
+            await PullReviews(page.pulls).request(actor, view.res, n, logins)
+            return "#reviewers"
+
+        return await _on_page(views, pulls, number, "reviewers", data, ("reviewers",), ask)
 
 
 async def _on_page(
