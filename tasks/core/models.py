@@ -289,6 +289,8 @@ class RepoTaskSettings(Base):
     delete_branch_on_merge: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # An agent reviewing a pull request (a review task) may approve it (null: no).
     review_agents_may_approve: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The runtime of tasks an issue, a mention or a review request starts (null: builtin).
+    trigger_runtime: Mapped[str | None] = mapped_column(String(16), nullable=True)
     # The provider may search the web for the agent (null: the instance's task_allow_web_search).
     allow_web_search: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # Network access through the egress proxy: {"mode": "off"|"allow-list", "rules": [...],

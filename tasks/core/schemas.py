@@ -11,6 +11,9 @@ from tasks.core.states import ReviewVerdict
 from tasks.core.transcript import EventRead
 
 RuntimeName = Literal["builtin", "command", "claude-code", "codex", "acp"]
+# The runtimes a task started from an issue, a mention or a review request may use: those that need
+# nothing beyond the goal (a command or an ACP agent's name is a person's choice, per start).
+TriggerRuntimeName = Literal["builtin", "claude-code", "codex"]
 GOAL_MAX = 20_000
 BODY_MAX = 20_000
 

@@ -27,7 +27,7 @@ from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.models import Task
 from tasks.core.schemas import GOAL_MAX, MessageCreate, TaskCreate, Trigger
-from tasks.services import pull_work, review_tasks
+from tasks.services import pull_work, repo_settings, review_tasks
 from tasks.services.tasks import TaskService
 
 # The task states an issue's timeline tells about (at work, a question or approval, a result, the end).
@@ -47,8 +47,9 @@ class AgentTriggers:
                 if ask.kind == "review_request":  # a bot asked to review a pull request
                     return await review_tasks.start(svc, actor, res, ask)
                 data = TaskCreate(
-                    goal=ask.goal[:GOAL_MAX], agent=ask.agent, title=ask.title[:200], on_pull_request=ask.pull_request
-                )
+                    goal=ask.goal[:GOAL_MAX], agent=ask.agent, title=ask.title[:200], on_pull_request=ask.pull_request,
+                    runtime=await repo_settings.trigger_runtime(session, res),
+                )  # fmt: skip
                 pulls = Pulls(session, svc.store, svc.bus, svc.base_url)
                 # On a pull request: from its head, the pull request quoted, and linked both ways.
                 data = await pull_work.for_pull_request(pulls, res, data)

@@ -17,6 +17,7 @@ from forge.repos.repositories import RepoResource
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box
+from tasks.core.schemas import TriggerRuntimeName
 from tasks.services import rules
 
 Seconds = Annotated[int, msgspec.Meta(ge=1, le=7 * 24 * 3600)]
@@ -38,6 +39,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     delete_branch_on_merge: bool | None = None
     # A review task's agent may approve the pull request it reviews (null: no).
     review_agents_may_approve: bool | None = None
+    # The runtime of tasks an issue, a mention or a review request starts (null: builtin).
+    trigger_runtime: TriggerRuntimeName | None = None
     # The Anthropic provider (Claude Code runtimes); the key is write-only like the OpenAI one.
     anthropic_base_url: str | None = None
     anthropic_model: str | None = None
@@ -71,6 +74,7 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     approval_not_by_starter: bool | None = None
     delete_branch_on_merge: bool | None = None
     review_agents_may_approve: bool | None = None
+    trigger_runtime: TriggerRuntimeName | None = None
     anthropic_base_url: Annotated[str, msgspec.Meta(max_length=500)] | None = None
     anthropic_model: Annotated[str, msgspec.Meta(max_length=200)] | None = None
     anthropic_api_key: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
@@ -96,6 +100,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         approval_not_by_starter=row.approval_not_by_starter if row else None,
         delete_branch_on_merge=row.delete_branch_on_merge if row else None,
         review_agents_may_approve=row.review_agents_may_approve if row else None,
+        trigger_runtime=row.trigger_runtime if row else None,  # type: ignore[arg-type]
         anthropic_base_url=row.anthropic_base_url if row else None,
         anthropic_model=row.anthropic_model if row else None,
         anthropic_api_key_set=bool(row and row.anthropic_api_key_enc),
@@ -142,6 +147,7 @@ async def update(
     row.approval_not_by_starter = change.approval_not_by_starter
     row.delete_branch_on_merge = change.delete_branch_on_merge
     row.review_agents_may_approve = change.review_agents_may_approve
+    row.trigger_runtime = change.trigger_runtime
     row.egress = msgspec.to_builtins(egress) if egress is not None and egress != EgressSettings() else None
     row.max_subtask_depth = change.max_subtask_depth
     row.max_subtasks = change.max_subtasks
@@ -163,3 +169,11 @@ async def update(
         anthropic_api_key="changed" if change.anthropic_api_key is not None else "kept",
     )
     return settings_read(row)
+
+
+async def trigger_runtime(session: AsyncSession, res: RepoResource) -> TriggerRuntimeName | None:
+    """The runtime the repository's task settings give tasks an issue, a mention or a review
+    request starts (None: the start's default, builtin)."""
+    row = await session.get(RepoTaskSettings, res.repo.id)
+    value = row.trigger_runtime if row is not None else None
+    return value if value in ("builtin", "claude-code", "codex") else None  # type: ignore[return-value]

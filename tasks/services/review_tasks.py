@@ -16,6 +16,7 @@ from forge.repos.issue_agents import AgentAnswer, AgentAsk
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.schemas import GOAL_MAX, TaskCreate, Trigger
+from tasks.services import repo_settings
 from tasks.services.tasks import TaskService
 
 
@@ -27,9 +28,11 @@ async def start(svc: TaskService, actor: Actor, res: RepoResource, ask: AgentAsk
     pull = await Pulls(svc.session, svc.store, svc.bus, svc.base_url).get(res, number)
     if pull.state != "open" or not pull.head_sha:
         raise InvalidState(f"#{number} is not open: an agent reviews open pull requests only", code=Code.PULL_NOT_OPEN)
+    runtime = await repo_settings.trigger_runtime(svc.session, res)
     data = TaskCreate(
-        goal=ask.goal[:GOAL_MAX], agent=ask.agent, title=ask.title[:200], base=pull.head_ref, on_pull_request=number
-    )
+        goal=ask.goal[:GOAL_MAX], agent=ask.agent, title=ask.title[:200], base=pull.head_ref, on_pull_request=number,
+        runtime=runtime,
+    )  # fmt: skip
     task = await svc.start(actor, res, data, trigger=Trigger.for_review_request(number))
     task.pull_number = number
     return AgentAnswer(task_number=task.number)

@@ -203,3 +203,17 @@ async def test_a_mention_on_a_pull_request_works_on_its_head_or_is_answered_ther
     assert len(await _tasks(client, t.ana)) == 1
     page = (await client.get("/ana/proj/pull/1", headers=bearer(t.ana))).text
     assert "@carl I did not start on this" in page and "tasks:write" in page
+
+
+async def test_the_repository_chooses_the_runtime_of_the_tasks_it_starts(
+    client: AsyncTestClient[Any], make: Accounts
+) -> None:
+    t = await _team(client, make)
+    r = await client.put(f"{API}/task-settings", json={"trigger_runtime": "codex"}, headers=bearer(t.ana))
+    assert r.status_code == 200 and r.json()["trigger_runtime"] == "codex", r.text
+    r = await client.put(f"{API}/task-settings", json={"trigger_runtime": "command"}, headers=bearer(t.ana))
+    assert r.status_code == 422  # a command is a person's choice, per start
+    await client.post(f"{API}/issues", json={"title": "Lint"}, headers=bearer(t.ana))
+    await client.post(f"{API}/issues/1/assignees", json={"assignees": ["demo-agent"]}, headers=bearer(t.ana))
+    [task] = await _tasks(client, t.ana)
+    assert task["runtime"] == "codex" and task["trigger"]["kind"] == "issue"

@@ -54,6 +54,7 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     approval_not_by_starter: str = ""
     delete_branch_on_merge: str = ""
     review_agents_may_approve: str = ""
+    trigger_runtime: str = ""  # blank: builtin
     egress_mode: str = "off"
     egress_rules: str = ""  # one rule per line
     egress_preset_pypi: str = ""
@@ -83,7 +84,7 @@ def _text(value: object) -> str:
 def settings_form(read: RepoTaskSettingsRead) -> TaskSettingsForm:
     """The stored settings as the form shows them (blank: the instance's default)."""
     values: dict[str, str] = {name: _text(getattr(read, name)) for name in INT_FIELDS}
-    for name in ("model_base_url", "model_name", "anthropic_base_url", "anthropic_model"):
+    for name in ("model_base_url", "model_name", "anthropic_base_url", "anthropic_model", "trigger_runtime"):
         values[name] = _text(getattr(read, name))
     checks = ("approval_not_by_starter", "delete_branch_on_merge", "review_agents_may_approve", "allow_personal_keys")
     for name in (*checks, "allow_web_search"):
@@ -106,6 +107,7 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "approval_not_by_starter": bool(form.approval_not_by_starter),
         "delete_branch_on_merge": bool(form.delete_branch_on_merge),
         "review_agents_may_approve": bool(form.review_agents_may_approve),
+        "trigger_runtime": form.trigger_runtime.strip() or None,
         "anthropic_base_url": form.anthropic_base_url.strip()[:500] or None,
         "anthropic_model": form.anthropic_model.strip()[:200] or None,
         "allow_personal_keys": bool(form.allow_personal_keys),
