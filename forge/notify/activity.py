@@ -72,11 +72,6 @@ def _author(author: AccountRef | None) -> list[tuple[str, Reason]]:
     return [(author.login, "author")] if author is not None else []
 
 
-def _new_mentions(after: str, before: str) -> list[str]:
-    had = {login.lower() for login in mentioned_logins(before)}
-    return [login for login in mentioned_logins(after) if login.lower() not in had]
-
-
 def _issue(event: Event, data: IssuePayload) -> Activity | None:
     subject = Subject("issue", data.number, data.title, data.html_url)
     who = _who(event)
@@ -91,8 +86,9 @@ def _issue(event: Event, data: IssuePayload) -> Activity | None:
             watchers=True,
         )
     if isinstance(data, IssueEdited) and isinstance(data.changes.body, str):
-        mentions = _new_mentions(data.body, data.changes.body)
-        return Activity(subject, f"{who} edited issue #{data.number}", text=data.body, mentions=mentions)
+        # An edit mentions nobody: taking a login out and putting it back must not mail them again
+        # and again (docs/notifications.md, "Mentions").
+        return Activity(subject, f"{who} edited issue #{data.number}", text=data.body, mentions=[])
     if isinstance(data, IssueClosed | IssueReopened):
         verb = "closed" if isinstance(data, IssueClosed) else "reopened"
         return Activity(
@@ -125,10 +121,7 @@ def _comment(event: Event, data: CommentPayload) -> Activity | None:
             watchers=True,
         )
     if isinstance(data, CommentEdited):
-        mentions = _new_mentions(data.body, data.body_before)
-        return Activity(
-            subject, f"{who} edited a comment on {noun} #{data.issue.number}", text=data.body, mentions=mentions
-        )
+        return Activity(subject, f"{who} edited a comment on {noun} #{data.issue.number}", text=data.body, mentions=[])
     return None
 
 

@@ -11,6 +11,7 @@ import msgspec
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.core.access import Role
 from forge.core.error_codes import Code
 from forge.core.errors import NotFound
 from forge.db import audit
@@ -22,6 +23,7 @@ from forge.notify.activity import Activity
 from forge.notify.reasons import PARTICIPATING, SUBJECT_PATHS, SUBJECT_WIRE
 from forge.notify.recipients import Recipient
 from forge.notify.subscriptions import insert_for
+from forge.repos.repositories import RepoResource, resource_roles
 
 PER_PAGE_MAX = 50
 
@@ -145,7 +147,24 @@ async def list_for(
     stmt = _query(account_id, filters).order_by(Notification.updated_at.desc(), Notification.id.desc())
     stmt = stmt.limit(per_page).offset((page - 1) * per_page)
     rows = (await session.execute(stmt)).tuples().all()
-    return [to_read(row, repo, owner, base_url) for row, repo, owner in rows]
+    seen = await _readable(session, account_id, [(row, repo) for row, repo, _ in rows])
+    return [to_read(row, repo, owner, base_url) for row, repo, owner in rows if row.id in seen]
+
+
+async def _readable(session: AsyncSession, account_id: int, rows: list[tuple[Notification, Repository]]) -> set[int]:
+    """The threads whose subject the person may still see: the repository readable now (a task
+    needs the write role). What they lost access to stays in the table but is not shown."""
+    roles: dict[int, Role | None] = {}
+    for _, repo in rows:
+        if repo.id not in roles:
+            found = await resource_roles(session, RepoResource(repo), [account_id])
+            roles[repo.id] = found.get(account_id)
+    needed = {"task": Role.WRITE}
+    return {
+        row.id
+        for row, repo in rows
+        if (role := roles[repo.id]) is not None and role >= needed.get(row.subject_type, Role.READ)
+    }
 
 
 async def unread_count(session: AsyncSession, account_id: int) -> int:
@@ -167,6 +186,8 @@ async def get(session: AsyncSession, account_id: int, thread_id: int, base_url: 
     row = await _own(session, account_id, thread_id)
     repo = await session.get(Repository, row.repo_id)
     assert repo is not None
+    if row.id not in await _readable(session, account_id, [(row, repo)]):
+        raise NotFound(f"no notification thread {thread_id} in your inbox", code=Code.NOTIFICATION_NOT_FOUND)
     return to_read(row, repo, repo.owner.login, base_url)
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Role
 from forge.db.audit import Actor
-from forge.db.issue_models import Issue, IssueComment
+from forge.db.issue_models import Issue, IssueComment, IssueEdit
 from forge.db.models import Account, AccountType
 from forge.repos.mentions import mentioned_logins
 from forge.repos.repositories import RepoResource, resource_roles
@@ -73,6 +73,9 @@ class Thread:
     issue: Issue
     comments: list[IssueComment]
     authors: dict[int, tuple[str, bool]] = field(default_factory=dict)  # id -> (login, untrusted)
+    # The issue's text is an outsider's: its author could not write when they opened it or cannot
+    # now, or its description was last edited by someone who cannot write.
+    untrusted: bool = False
 
     def _who(self, account_id: int | None) -> str:
         login, untrusted = self.authors.get(account_id or 0, ("someone", True))
@@ -96,11 +99,20 @@ async def thread_of(session: AsyncSession, res: RepoResource, issue: Issue) -> T
             )
         ).scalars()
     )
-    ids = {i for i in [issue.author_id, *(c.author_id for c in comments)] if i is not None}
+    last_edit = select(IssueEdit.editor_id).where(
+        IssueEdit.issue_id == issue.id, IssueEdit.comment_id.is_(None), IssueEdit.body_before.is_not(None)
+    )
+    editor = (await session.execute(last_edit.order_by(IssueEdit.id.desc()).limit(1))).scalar_one_or_none()
+    ids = {i for i in [issue.author_id, editor, *(c.author_id for c in comments)] if i is not None}
     roles = await resource_roles(session, res, list(ids))
     rows = (await session.execute(select(Account.id, Account.login).where(Account.id.in_(ids)))).all() if ids else []
     authors = {i: (login, (roles.get(i) or Role.READ) < Role.WRITE) for i, login in rows}
-    return Thread(issue, comments, authors)
+
+    def outsider(account_id: int | None) -> bool:
+        return account_id is None or authors.get(account_id, ("", True))[1]
+
+    untrusted = issue.author_untrusted or outsider(issue.author_id) or (editor is not None and outsider(editor))
+    return Thread(issue, comments, authors, untrusted)
 
 
 PREAMBLE = (
@@ -128,8 +140,8 @@ def mention_goal(instruction: str, context: str, where: str, asker: str) -> str:
 
 Record = Callable[..., None]  # IssueBase.record: (issue, actor, event, **details)
 UNTRUSTED_REFUSAL = (
-    "the issue was opened by someone without write access to the repository; a repository admin can "
-    "allow such issues to be handed to agents (repository settings, Issues)"
+    "the issue was opened (or its description last edited) by someone without write access to the "
+    "repository; a repository admin can allow such issues to be handed to agents (repository settings)"
 )
 
 
@@ -156,10 +168,10 @@ async def assigned(
         return
     for bot in bots:
         ask = AgentAsk(agent=bot.login, kind="issue", goal="", title="", issue=issue.number)
-        if issue.author_untrusted and not res.repo.untrusted_issues_to_agents:
+        thread = await thread_of(session, res, issue)
+        if thread.untrusted and not res.repo.untrusted_issues_to_agents:
             _answered(record, issue, actor, ask, AgentAnswer(refused=UNTRUSTED_REFUSAL))
             continue
-        thread = await thread_of(session, res, issue)
         ask = AgentAsk(
             agent=bot.login, kind="issue", goal=issue_goal(thread, res.full_name, actor.principal.login),
             title=f"#{issue.number}: {issue.title}"[:200], issue=issue.number,
@@ -186,10 +198,10 @@ async def commented_on_issue(
         return
     for bot in (await mentioned_bots(session, comment.body))[:MAX_TRIGGERS_PER_COMMENT]:
         base = AgentAsk(agent=bot.login, kind="mention", goal="", title="", issue=issue.number, comment_id=comment.id)
-        if issue.author_untrusted and not res.repo.untrusted_issues_to_agents:
+        thread = await thread_of(session, res, issue)
+        if thread.untrusted and not res.repo.untrusted_issues_to_agents:
             _answered(record, issue, actor, base, AgentAnswer(refused=UNTRUSTED_REFUSAL))
             continue
-        thread = await thread_of(session, res, issue)
         first_line = comment.body.strip().splitlines()[0] if comment.body.strip() else "a comment"
         ask = AgentAsk(
             agent=bot.login, kind="mention", issue=issue.number, comment_id=comment.id,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from forge.core.access import Action, can, require
+from forge.core.access import Action, Principal, can, require
 from forge.core.error_codes import Code
 from forge.core.errors import Forbidden, NotFound
 from forge.db import audit
@@ -23,6 +23,8 @@ from forge.repos.issue_shapes import CommentRead, EditRead, TimelineRead
 from forge.repos.repositories import RepoResource
 
 MAX_TIMELINE = 2_000
+# Timeline entries about tasks (forge.repos.issue_agents, tasks.services.agent_triggers).
+TASK_EVENTS = ("task", "task_state", "trigger_refused")
 
 
 @dataclass
@@ -172,12 +174,16 @@ class IssueComments(IssueBase):
 
     # -- the timeline ----------------------------------------------------------------------
 
-    async def timeline(self, res: RepoResource, issue: Issue) -> list[TimelineRead]:
-        """Comments and events, oldest first (at most the first 2,000 of each)."""
+    async def timeline(self, res: RepoResource, issue: Issue, viewer: Principal) -> list[TimelineRead]:
+        """Comments and events, oldest first (at most the first 2,000 of each). The tasks an issue
+        started (their numbers, states, questions, refusals) are shown to those who may see tasks
+        only (the write role): below it, tasks do not exist for the viewer."""
         by_comment = select(IssueComment).where(IssueComment.issue_id == issue.id).order_by(IssueComment.id)
         comment_rows = (await self.session.execute(by_comment.limit(MAX_TIMELINE))).scalars()
         comments = await self.reads(res, issue, list(comment_rows))
         by_event = select(IssueEvent).where(IssueEvent.issue_id == issue.id).order_by(IssueEvent.id)
+        if not can(viewer, Action.TASK_READ, res):
+            by_event = by_event.where(IssueEvent.event.not_in(TASK_EVENTS))
         events = list((await self.session.execute(by_event.limit(MAX_TIMELINE))).scalars())
         people = await self.accounts({e.actor_id for e in events if e.actor_id is not None})
         entries = [

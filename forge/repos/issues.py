@@ -276,8 +276,13 @@ class Issues(IssueTriage):
     async def close_fixed(
         self, store: RepoStore, actor: Actor, res: RepoResource, pull: PullRequest, base_before: str
     ) -> list[int]:
-        """A pull request merged: close the issues its description or merged commits say it fixes."""
-        messages = await store.read(res.key, messages_between, base_before, pull.head_sha) if pull.head_sha else []
+        """A pull request merged: close the issues its description or merged commits say it fixes.
+        An agent's pull request closes what its description says only: its commits' messages are
+        the agent's words (and forge writes its `Fixes #N` into the description)."""
+        author = await self.session.get(Account, pull.author_id) if pull.author_id else None
+        by_agent = author is not None and author.is_bot
+        read = pull.head_sha and not by_agent
+        messages = await store.read(res.key, messages_between, base_before, pull.head_sha) if read else []
         refs = IssueRefs(self.session, self.bus, self.base_url)
         closed = []
         for issue in await refs.issues_closed_by(res, [pull.body, *messages]):

@@ -7,17 +7,29 @@ import re
 from forge.repos.mentions import prose
 
 MAX_REFERENCES = 50  # references one text makes, at most (more are ignored)
-_REF = re.compile(r"(?<![\w&/#])#([1-9][0-9]{0,8})\b")
+_REF = re.compile(r"(?<![\w&/#\\])#([1-9][0-9]{0,8})\b")  # `\#7` (escaped) is no reference
 _CLOSING = re.compile(
     r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b:?\s+#([1-9][0-9]{0,8})\b",
     re.IGNORECASE,
 )
 
 
+def defuse_closing(text: str) -> str:
+    """`text` with its closing keywords made inert (`Fixes \\#7`: markdown still shows `Fixes #7`):
+    for text an agent wrote, which must not close issues when it merges."""
+    return _CLOSING_ANYWHERE.sub(lambda m: m.group(0)[: -len(m.group(1)) - 1] + "\\#" + m.group(1), text)
+
+
 def _prose(text: str) -> str:
     # As markdown reads it: code spans and blocks, HTML and link targets left out (the same
     # reading as `@login` mentions).
     return prose(text)
+
+
+_CLOSING_ANYWHERE = re.compile(
+    r"\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\b:?\s+#([1-9][0-9]{0,8})\b",
+    re.IGNORECASE,
+)
 
 
 def references(text: str) -> list[int]:

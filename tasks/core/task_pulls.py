@@ -15,6 +15,7 @@ from forge.git import RefUpdate, RepoStore
 from forge.repos.pull_tasks import open_for_task
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
+from forge.repos.text_refs import defuse_closing
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.models import Task
 
@@ -26,7 +27,8 @@ async def _agent(life: Lifecycle, task: Task) -> Actor:
 
 
 def _body(task: Task, starter: str, url: str) -> str:
-    summary = f"{task.summary.strip()}\n\n" if task.summary.strip() else ""
+    # The agent's words close no issue when this merges: only the trigger's `Fixes #N` below does.
+    summary = f"{defuse_closing(task.summary.strip())}\n\n" if task.summary.strip() else ""
     trigger = task.trigger if isinstance(task.trigger, dict) else {}
     issue = trigger.get("issue") if trigger.get("kind") == "issue" else None
     # A task started by assigning an issue fixes it: the issue closes when this merges.

@@ -217,3 +217,15 @@ async def test_the_repository_chooses_the_runtime_of_the_tasks_it_starts(
     await client.post(f"{API}/issues/1/assignees", json={"assignees": ["demo-agent"]}, headers=bearer(t.ana))
     [task] = await _tasks(client, t.ana)
     assert task["runtime"] == "codex" and task["trigger"]["kind"] == "issue"
+
+
+async def test_an_issue_whose_author_lost_write_access_is_an_outsiders(
+    client: AsyncTestClient[Any], make: Accounts
+) -> None:
+    t = await _team(client, make)
+    await client.post(f"{API}/issues", json={"title": "By bob", "body": "do x"}, headers=bearer(t.bob))
+    assert (await client.put(f"{API}/collaborators/bob", json={"role": "read"}, headers=bearer(t.ana))).is_success
+    await client.post(f"{API}/issues/1/assignees", json={"assignees": ["demo-agent"]}, headers=bearer(t.ana))
+    assert await _tasks(client, t.ana) == []
+    [event] = await _events(client, t.ana, 1)
+    assert event["event"] == "trigger_refused" and "without write access" in event["details"]["reason"]

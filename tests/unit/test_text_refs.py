@@ -1,6 +1,6 @@
 """What a text refers to: `#N`, `Fixes #N` and its kin, task branch names; code refers to nothing."""
 
-from forge.repos.text_refs import closing_references, references, task_number_of
+from forge.repos.text_refs import closing_references, defuse_closing, references, task_number_of
 
 
 def test_references_are_read_outside_code_each_once_in_order() -> None:
@@ -19,3 +19,10 @@ def test_task_branches_name_their_task() -> None:
     assert task_number_of("agent/12-fix-the-cart") == 12
     assert task_number_of("AGENT/3-x") == 3
     assert task_number_of("feature/agent/12-x") is None and task_number_of("agent/x") is None
+
+
+def test_an_agents_words_are_made_unable_to_close_issues() -> None:
+    summary = "Done. Fixes #7, closes: #9 and resolved #11; see #3."
+    defused = defuse_closing(summary)
+    assert closing_references(defused) == [] and references(defused) == [3]
+    assert defused.replace("\\#", "#") == summary  # read as markdown, the text is unchanged

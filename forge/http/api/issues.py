@@ -134,7 +134,8 @@ class IssueController(Controller):
         self, path_repo: PathRepoDep, issues: IssuesDep, issue_comments: IssueCommentsDep, number: FromPath[str]
     ) -> list[TimelineRead]:
         res = await path_repo.load()
-        return await issue_comments.timeline(res, await issues.get(res, parse_number(number)))
+        issue = await issues.get(res, parse_number(number))
+        return await issue_comments.timeline(res, issue, path_repo.principal)
 
     @post("/{number:str}/assignees", summary="Add assignees (people or bots)", status_code=201)
     async def assign(

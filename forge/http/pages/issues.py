@@ -338,7 +338,7 @@ class IssuePage:
         view, res = self.view, self.view.res
         issue = await self.issues.get(res, number)
         read = await self.issues.read(res, issue)
-        timeline = await self.comments.timeline(res, issue)
+        timeline = await self.comments.timeline(res, issue, view.principal)
         html = {"body": md(view, read.body)} | {
             f"c{t.comment.id}": md(view, t.comment.body) for t in timeline if t.comment is not None
         }
@@ -346,6 +346,7 @@ class IssuePage:
         return view.render(
             "repos/issue.html", status_code, tab="issues", issue=read, timeline=timeline, html=html,
             can_comment=can(view.principal, Action.ISSUE_WRITE, res),
+            can_answer=can(view.principal, Action.TASK_WRITE, res),  # a task's question, answered here
             can_triage=can(view.principal, Action.ISSUE_TRIAGE, res),
             can_admin_repo=can(view.principal, Action.REPO_ADMIN, res),
             is_author=me is not None and issue.author_id == me, my_login=view.principal.login if me else "",
