@@ -17,7 +17,9 @@ from forge.core.error_codes import Code
 from forge.core.errors import Forbidden
 
 PASSWORD_PAGE = "/settings/password"
-_OPEN_PATHS = frozenset({PASSWORD_PAGE, "/settings/account/password", "/signout", "/signin"})
+# The header's unread badge is fetched by every page, the password page included: a count, nothing
+# to keep from someone who has not changed their password yet.
+_OPEN_PATHS = frozenset({PASSWORD_PAGE, "/settings/account/password", "/signout", "/signin", "/notifications/badge"})
 _OPEN_PREFIXES = ("/api/schema", "/static/")
 
 
