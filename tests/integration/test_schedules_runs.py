@@ -64,11 +64,14 @@ async def create(client: AsyncTestClient[Litestar], world: World, who: str = "an
     return dict(r.json())
 
 
-def runner_at(app: Litestar, schedule: dict[str, Any], later: timedelta = timedelta(seconds=1)) -> ScheduleRunner:
-    """A runner of the app's task system whose clock stands `later` after the schedule's next run."""
+def runner_at(
+    app: Litestar, db: Database, schedule: dict[str, Any], later: timedelta = timedelta(seconds=1)
+) -> ScheduleRunner:
+    """A runner of the app's task system whose clock stands `later` after the schedule's next run,
+    on the test's own database handle (the app's connections belong to the test client's loop)."""
     system: TaskSystem = app.state.tasks
     now = datetime.fromisoformat(schedule["next_run_at"]) + later
-    return ScheduleRunner(system.db, system.service, clock=Clock(now))
+    return ScheduleRunner(db, system.service, clock=Clock(now))
 
 
 async def task_count(db: Database) -> int:
@@ -84,7 +87,7 @@ async def test_a_due_slot_starts_one_task_marked_by_its_schedule(
     app: Litestar, client: AsyncTestClient[Litestar], world: World, db: Database, published: list[Event]
 ) -> None:
     made = await create(client, world)
-    runner = runner_at(app, made)
+    runner = runner_at(app, db, made)
     assert await runner.tick() >= 1.0  # the next slot is 5 minutes away: it sleeps (at most a minute)
     assert await task_count(db) == 1
     assert await runner.tick() and await task_count(db) == 1  # the same slot never fires twice
@@ -115,8 +118,8 @@ async def test_a_slot_is_skipped_while_the_previous_task_works(
     app: Litestar, client: AsyncTestClient[Litestar], world: World, db: Database, published: list[Event]
 ) -> None:
     made = await create(client, world)
-    await runner_at(app, made).tick()
-    await runner_at(app, made, timedelta(minutes=5, seconds=1)).tick()  # the next slot; task 1 is queued
+    await runner_at(app, db, made).tick()
+    await runner_at(app, db, made, timedelta(minutes=5, seconds=1)).tick()  # the next slot; task 1 is queued
     assert await task_count(db) == 1
     first, second = triggered(published)
     assert not first.skipped and second.skipped and second.reason == "its previous task #1 is still queued"
@@ -130,7 +133,7 @@ async def test_a_slot_is_skipped_while_the_previous_task_works(
     async with db.session(write=True) as s:  # the task ends its work: the next slot starts one
         task = (await s.execute(select(Task))).scalar_one()
         task.state = TaskState.AWAITING_REVIEW
-    await runner_at(app, made, timedelta(minutes=10, seconds=1)).tick()
+    await runner_at(app, db, made, timedelta(minutes=10, seconds=1)).tick()
     assert await task_count(db) == 2
 
 
@@ -139,7 +142,7 @@ async def test_missed_slots_after_a_downtime_start_one_task(
 ) -> None:
     made = await create(client, world)
     down = timedelta(minutes=5 * 5 + 2)  # five slots went by while nothing ran
-    runner = runner_at(app, made, down)
+    runner = runner_at(app, db, made, down)
     await runner.tick()
     await runner.tick()
     assert await task_count(db) == 1
@@ -158,7 +161,7 @@ async def test_a_paused_schedule_starts_nothing(
     async with db.session() as s:
         stored = (await s.execute(select(Task))).scalars().all()
     assert stored == []
-    runner = ScheduleRunner(system.db, system.service, clock=Clock(datetime.now().astimezone() + timedelta(days=30)))
+    runner = ScheduleRunner(db, system.service, clock=Clock(datetime.now().astimezone() + timedelta(days=30)))
     assert await runner.tick() == 60.0  # nothing unpaused: the longest sleep
     assert await task_count(db) == 0 and triggered(published) == []
 
@@ -170,7 +173,7 @@ async def test_two_claimers_racing_for_one_slot_start_one_task(
     system: TaskSystem = app.state.tasks
     now = datetime.fromisoformat(made["next_run_at"]) + timedelta(seconds=1)
     # Two processes' runners (two databases' pools), each having read the slot as due.
-    a = ScheduleRunner(system.db, system.service, clock=Clock(now))
+    a = ScheduleRunner(db, system.service, clock=Clock(now))
     b = ScheduleRunner(db, system.service, clock=Clock(now))
     [due_a], [due_b] = await a.due(now), await b.due(now)
     assert due_a == due_b
@@ -188,7 +191,7 @@ async def test_a_starter_who_lost_the_right_is_skipped_with_the_reason(
     made = await create(client, world, who="wendy")
     assert made["starter"] == "wendy"
     assert (await client.put(collaborators, json={"role": "read"}, headers=world.h("ana"))).status_code < 300
-    await runner_at(app, made).tick()
+    await runner_at(app, db, made).tick()
     assert await task_count(db) == 0
     [skipped] = triggered(published)
     assert skipped.skipped and skipped.reason == "the task could not start: wendy may no longer start tasks in ana/demo"
@@ -202,7 +205,7 @@ async def test_the_loop_sleeps_until_woken_by_a_change(
     made = await create(client, world)
     clock = Clock(datetime.fromisoformat(made["next_run_at"]) - timedelta(minutes=1))  # nothing due yet
     system: TaskSystem = app.state.tasks
-    runner = ScheduleRunner(system.db, system.service, clock=clock)
+    runner = ScheduleRunner(db, system.service, clock=clock)
     runner.start()
     try:
         await until(lambda: runner.sleeping, timeout=30, what="the loop's first pass")
@@ -245,7 +248,7 @@ async def test_the_policy_is_told_what_started_the_task(
         return TaskService(session, bus=system.bus, store=system.store, settings=system.settings, gate=gate)
 
     now = datetime.fromisoformat(made["next_run_at"]) + timedelta(seconds=1)
-    await ScheduleRunner(system.db, service, clock=Clock(now)).tick()
+    await ScheduleRunner(db, service, clock=Clock(now)).tick()
     [ctx] = gate.asked  # the goal's user_prompt_submit, in the slot's transaction
     assert ctx.trigger is not None and ctx.trigger.kind == "schedule"
     assert ctx.trigger.schedule is not None and ctx.trigger.schedule.name == "every five"
