@@ -9,6 +9,7 @@ from litestar.testing import AsyncTestClient
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from forge.db.engine import Database
 from forge.db.events import Event
 from forge.db.models import Account, PullComment
 from forge.git import Identity
@@ -83,12 +84,17 @@ async def tasks_of(client: AsyncTestClient[Any], token: str) -> list[dict[str, A
 
 
 async def conversation(client: AsyncTestClient[Any]) -> list[tuple[str, str]]:
-    """The conversation of pull request #1: (author, body) in order."""
-    async with client.app.state.db.session() as s:
-        rows = await s.execute(
-            select(Account.login, PullComment.body)
-            .join(Account, Account.id == PullComment.author_id)
-            .where(PullComment.path.is_(None))
-            .order_by(PullComment.id)
-        )
-        return [(login, body) for login, body in rows.all()]
+    """The conversation of pull request #1: (author, body) in order. Read through a database handle
+    of the test's own loop (the app's asyncpg connections belong to the test client's)."""
+    db = Database(client.app.state.settings.effective_database_url)
+    try:
+        async with db.session() as s:
+            rows = await s.execute(
+                select(Account.login, PullComment.body)
+                .join(Account, Account.id == PullComment.author_id)
+                .where(PullComment.path.is_(None))
+                .order_by(PullComment.id)
+            )
+            return [(login, body) for login, body in rows.all()]
+    finally:
+        await db.dispose()
