@@ -252,3 +252,19 @@ def test_a_pending_review_of_a_tasks_pull_request_is_the_tasks_draft(env: Env) -
     [review] = env.call("GET", f"{TASKS}/1/reviews", "ana").json()
     assert review["verdict"] == "request_changes" and [c["body"] for c in review["comments"]] == ["Say **more**."]
     assert env.call("GET", f"{API}/pulls/1/comments", "olga").json()[0]["body"] == "Say **more**."
+
+
+def test_a_line_comment_on_a_tasks_pull_request_is_the_tasks(env: Env) -> None:
+    """`POST .../pulls/N/comments` on a line of a task's pull request: a comment review of the task
+    (as the page's Comment now), listed with the pull request's comments and the task's reviews; a
+    conversation comment stays the pull request's own."""
+    _task_pull(env)
+    line = {"path": "work.txt", "line": 1, "side": "RIGHT", "body": "Name it **done**."}
+    r = env.call("POST", f"{API}/pulls/1/comments", "wendy", json=line)
+    assert r.status_code == 201, r.text
+    assert (r.json()["path"], r.json()["line"], r.json()["body"]) == ("work.txt", 1, "Name it **done**.")
+    [review] = env.call("GET", f"{TASKS}/1/reviews", "ana").json()
+    assert review["verdict"] == "comment" and [c["body"] for c in review["comments"]] == ["Name it **done**."]
+    talk = env.call("POST", f"{API}/pulls/1/comments", "wendy", json={"body": "Thanks."})
+    assert talk.status_code == 201 and talk.json()["path"] is None
+    assert len(env.call("GET", f"{TASKS}/1/reviews", "ana").json()) == 1

@@ -5,11 +5,13 @@ from typing import Annotated, Literal
 
 import msgspec
 from litestar import Controller, delete, get, patch, post, put
+from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody, QueryParameter
 
 from forge.core.access import Action, can
 from forge.db.engine import utcnow
 from forge.db.events import AccountRef
+from forge.http.api import pull_comments
 from forge.http.deps import (
     ActorDep,
     BaseUrlDep,
@@ -242,17 +244,15 @@ class PullController(Controller):
     @post("/{number:str}/comments", summary="Comment on the conversation, or on a line (path and line)")
     async def comment(
         self,
+        state: State,
         actor: ActorDep,
-        path_repo: PathRepoDep,
-        pulls: PullsDep,
+        owner: FromPath[str],
+        name: FromPath[str],
         number: FromPath[str],
         data: JSONBody[PullCommentCreate],
     ) -> PullCommentRead:
-        res = await path_repo.load()
-        reviews = PullReviews(pulls)
-        row = await reviews.comment(actor, res, parse_number(number), data)
-        pull = await pulls.get(res, parse_number(number))
-        return next(c for c in await reviews.comments(res, pull, viewer=actor.principal.account_id) if c.id == row.id)
+        # Transactions of its own: on a task's pull request a line comment is the task's.
+        return await pull_comments.comment(state, actor, owner, name, parse_number(number), data)
 
     @post(
         "/{number:str}/requested_reviewers", summary="Ask people or bots with write access to review", status_code=201
