@@ -268,3 +268,21 @@ def test_a_line_comment_on_a_tasks_pull_request_is_the_tasks(env: Env) -> None:
     talk = env.call("POST", f"{API}/pulls/1/comments", "wendy", json={"body": "Thanks."})
     assert talk.status_code == 201 and talk.json()["path"] is None
     assert len(env.call("GET", f"{TASKS}/1/reviews", "ana").json()) == 1
+
+
+def test_a_tasks_pending_review_is_published_or_discarded_by_its_id(env: Env) -> None:
+    """GitHub's `.../reviews/{id}/events` and `DELETE .../reviews/{id}` on a task's pull request act
+    on the reader's draft of the task's review."""
+    _task_pull(env)
+    line = {"path": "work.txt", "line": 1, "side": "RIGHT", "body": "Once."}
+    pending = env.call("POST", f"{API}/pulls/1/reviews", "wendy", json={"comments": [line]}).json()["id"]
+    assert env.call("DELETE", f"{API}/pulls/1/reviews/{pending}", "wendy").status_code == 204
+    assert env.call("GET", f"{TASKS}/1/review-draft", "wendy").json() == {"comments": []}
+    again = env.call("POST", f"{API}/pulls/1/reviews", "wendy", json={"comments": [{**line, "body": "Twice."}]})
+    pending = again.json()["id"]
+    wrong = env.call("POST", f"{API}/pulls/1/reviews/{pending + 1000}/events", "wendy", json={"event": "COMMENT"})
+    assert wrong.status_code == 404
+    r = env.call("POST", f"{API}/pulls/1/reviews/{pending}/events", "wendy", json={"event": "COMMENT", "body": "So."})
+    assert r.status_code == 200 and r.json()["state"] == "COMMENTED", r.text
+    [review] = env.call("GET", f"{TASKS}/1/reviews", "ana").json()
+    assert review["verdict"] == "comment" and [c["body"] for c in review["comments"]] == ["Twice."]

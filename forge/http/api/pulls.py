@@ -11,7 +11,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 from forge.core.access import Action, can
 from forge.db.engine import utcnow
 from forge.db.events import AccountRef
-from forge.http.api import pull_comments
+from forge.http.api import pull_task_side
 from forge.http.deps import (
     ActorDep,
     BaseUrlDep,
@@ -252,7 +252,7 @@ class PullController(Controller):
         data: JSONBody[PullCommentCreate],
     ) -> PullCommentRead:
         # Transactions of its own: on a task's pull request a line comment is the task's.
-        return await pull_comments.comment(state, actor, owner, name, parse_number(number), data)
+        return await pull_task_side.comment(state, actor, owner, name, parse_number(number), data)
 
     @post(
         "/{number:str}/requested_reviewers", summary="Ask people or bots with write access to review", status_code=201
@@ -336,18 +336,15 @@ class PendingReviewController(Controller):
     @post("/events", summary="Publish your pending review with a verdict", status_code=200)
     async def publish(
         self,
+        state: State,
         actor: ActorDep,
-        path_repo: PathRepoDep,
-        pulls: PullsDep,
+        owner: FromPath[str],
+        name: FromPath[str],
         number: FromPath[str],
         review_id: FromPath[int],
         data: JSONBody[PendingReviewSubmit],
     ) -> PullReviewRead:
-        res = await path_repo.load()
-        reviews = PullReviews(pulls)
-        review = await reviews.publish_pending(actor, res, parse_number(number), review_id, data)
-        pull = await pulls.get(res, parse_number(number))
-        return next(r for r in await reviews.reviews(res, pull, actor.principal.account_id) if r.id == review.id)
+        return await pull_task_side.publish(state, actor, owner, name, parse_number(number), review_id, data)
 
     @put("/dismissals", summary="Dismiss an approval or change request (repository admins)", status_code=200)
     async def dismiss(
@@ -367,12 +364,7 @@ class PendingReviewController(Controller):
 
     @delete("/", summary="Discard your pending review and its comments", status_code=204)
     async def discard(
-        self,
-        actor: ActorDep,
-        path_repo: PathRepoDep,
-        pulls: PullsDep,
-        number: FromPath[str],
+        self, state: State, actor: ActorDep, owner: FromPath[str], name: FromPath[str], number: FromPath[str],
         review_id: FromPath[int],
-    ) -> None:
-        res = await path_repo.load()
-        await PullReviews(pulls).discard_pending(actor, res, parse_number(number), review_id)
+    ) -> None:  # fmt: skip
+        await pull_task_side.discard(state, actor, owner, name, parse_number(number), review_id)
