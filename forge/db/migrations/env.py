@@ -1,9 +1,12 @@
 """Alembic environment: async engines for SQLite (aiosqlite) and PostgreSQL (asyncpg)."""
 
 import asyncio
+from typing import Any
 
 from alembic import context
+from sqlalchemy import event
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from forge.db import issue_models, models, notify_models  # noqa: F401  (registers the tables on the metadata)
 from forge.db.engine import Base, create_engine
@@ -36,10 +39,33 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
+def _sqlite_keys_off(engine: AsyncEngine) -> None:
+    """On SQLite, migrations run with foreign keys off: a batch operation copies a table and drops
+    the old one, and with foreign keys on that drop deletes (ON DELETE CASCADE) every row that
+    refers to it. They are checked once the migrations ran (`_check_keys`)."""
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _off(dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=OFF")
+        cur.close()
+
+
+def _check_keys(connection: Connection) -> None:
+    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise RuntimeError(f"the migrations left {len(broken)} rows whose foreign keys point nowhere: {broken[:5]}")
+
+
 async def _run_async(url: str) -> None:
     engine = create_engine(url)
+    sqlite = engine.dialect.name == "sqlite"
+    if sqlite:
+        _sqlite_keys_off(engine)
     async with engine.connect() as connection:
         await connection.run_sync(_run)
+        if sqlite:
+            await connection.run_sync(_check_keys)
         await connection.commit()
     await engine.dispose()
 

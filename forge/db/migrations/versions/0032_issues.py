@@ -141,8 +141,12 @@ def upgrade() -> None:
     with op.batch_alter_table('issue_edits', schema=None) as batch_op:
         batch_op.create_index('ix_issue_edits_issue', ['issue_id', 'comment_id', 'id'], unique=False)
 
-    with op.batch_alter_table('repositories', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('untrusted_issues_to_agents', sa.Boolean(), server_default=sa.false(), nullable=False))
+    # A plain ADD COLUMN: a batch operation would copy the table, and on SQLite dropping the old
+    # repositories table deletes every row that refers to it (tasks, pull requests, ...).
+    op.add_column(
+        'repositories',
+        sa.Column('untrusted_issues_to_agents', sa.Boolean(), server_default=sa.false(), nullable=False),
+    )
 
     
 
