@@ -154,7 +154,7 @@ def test_a_tasks_changes_are_a_pull_request_that_follows_it(review_settings: Set
             assert pull["base"]["ref"] == "main" and "started by @ana" in pull["body"]
             refused = await c.put(f"{pulls}/1/update-branch", json={})
             assert refused.status_code == 409 and refused.json()["code"] == "task_pull_request"
-            assert "/ana/demo/tasks/1/review" in refused.json()["detail"]
+            assert "/ana/demo/pull/1/files" in refused.json()["detail"]  # where its review is done
 
             # reviewed as a pull request: the change request is the task's, and the agent runs again
             change = {"event": "REQUEST_CHANGES", "body": "again", "commit_id": first["head_sha"]}
