@@ -237,9 +237,10 @@ def tree_page(repo: pygit2.Repository, ref: str | None, path: str, *, max_walk: 
     return TreePage(listing=listing, last=last, readme=find_readme(repo, at, path=listing.path))
 
 
-def messages_between(repo: pygit2.Repository, base: str, head: str, *, max_commits: int = 250) -> list[str]:
-    """The messages of the commits `head` has and `base` lacks, newest first, at most
-    `max_commits` (what `Fixes #N` in a merged commit message is read from). Unknown ids: none."""
+def commits_between(repo: pygit2.Repository, base: str, head: str, *, max_commits: int = 250) -> list[tuple[str, str]]:
+    """(sha, message) of the commits `head` has and `base` lacks, newest first, at most
+    `max_commits` (what `#N` and `Fixes #N` in commit messages are read from). `base` may be a
+    branch, a commit id, or zeros / "" for none. Unknown ids: none."""
     try:
         head_id = repo.revparse_single(head).peel(pygit2.Commit).id
         base_id = repo.revparse_single(base).peel(pygit2.Commit).id if base.strip("0") else None
@@ -248,4 +249,9 @@ def messages_between(repo: pygit2.Repository, base: str, head: str, *, max_commi
     walker = repo.walk(head_id, SortMode.TOPOLOGICAL | SortMode.TIME)
     if base_id is not None:
         walker.hide(base_id)
-    return [commit.message for commit in islice(walker, max_commits)]
+    return [(str(commit.id), commit.message) for commit in islice(walker, max_commits)]
+
+
+def messages_between(repo: pygit2.Repository, base: str, head: str, *, max_commits: int = 250) -> list[str]:
+    """The messages of `commits_between`."""
+    return [message for _, message in commits_between(repo, base, head, max_commits=max_commits)]

@@ -80,3 +80,22 @@ class IssueRefs(IssueBase):
             .with_for_update()
         )
         return list((await self.session.execute(stmt)).scalars())
+
+    async def commit_references(self, actor: Actor, res: RepoResource, commits: list[tuple[str, str]]) -> None:
+        """`referenced` on the timeline of each issue a pushed commit's message names (`#N`), once
+        per commit and issue (GitHub's `referenced`)."""
+        wanted = {n: sha for sha, message in reversed(commits) for n in references(message)}
+        if not wanted:
+            return
+        stmt = select(Issue).where(Issue.repo_id == res.repo.id, Issue.number.in_(list(wanted)[:MAX_REFERENCES]))
+        for issue in (await self.session.execute(stmt)).scalars():
+            for sha, message in commits:
+                if issue.number in references(message) and not await self._referenced(issue, sha):
+                    summary = message.strip().splitlines()[0][:200] if message.strip() else ""
+                    self.record(issue, actor, "referenced", commit_id=sha, message=summary)
+
+    async def _referenced(self, issue: Issue, sha: str) -> bool:
+        rows = await self.session.execute(
+            select(IssueEvent.data).where(IssueEvent.issue_id == issue.id, IssueEvent.event == "referenced")
+        )
+        return any((data or {}).get("commit_id") == sha for (data,) in rows.all())

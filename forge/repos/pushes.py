@@ -27,8 +27,10 @@ from forge.db.engine import Database
 from forge.db.events import AccountRef, Event, EventBus, PushedRef, RepoPushed
 from forge.db.models import PushRecord, Repository
 from forge.git import ProtectionRule, PushContext, PushSession, RefUpdate, RepoStore, ref_locks
+from forge.git.history import commits_between
 from forge.git.journal import JournalEntry, PushJournal, sweep_quarantines
 from forge.git.service_process import GitServiceProcess
+from forge.repos.issue_refs import IssueRefs
 from forge.repos.pull_lists import open_pull_numbers
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource, branch_rules
@@ -101,6 +103,19 @@ async def record_push(
     )
     if pulls is not None:
         await pulls.after_push(actor, res, updates)
+        await _commit_references(pulls, actor, res, updates)
+
+
+async def _commit_references(pulls: Pulls, actor: Actor, res: RepoResource, updates: list[RefUpdate]) -> None:
+    """The issues a pushed commit names get `referenced` (a new branch: its commits the default
+    branch lacks; at most 250 commits per branch)."""
+    refs = IssueRefs(pulls.session, pulls.bus, pulls.base_url)
+    for u in updates:
+        if not u.ref.startswith("refs/heads/") or u.is_delete:
+            continue
+        base = u.old if u.old.strip("0") else res.repo.default_branch
+        commits = await pulls.store.read(res.key, commits_between, base, u.new)
+        await refs.commit_references(actor, res, commits)
 
 
 class _Meta(msgspec.Struct, frozen=True, kw_only=True):

@@ -612,3 +612,17 @@ def test_an_admin_dismisses_a_standing_change_request(team: Team) -> None:
         team.call("PUT", f"{API}/pulls/{number}/reviews/9999/dismissals", team.ana, json={"message": "x"}).status_code
         == 404
     )
+
+
+def test_a_pushed_commit_naming_an_issue_is_on_its_timeline(team: Team) -> None:
+    r = team.call("POST", f"{API}/issues", team.ana, json={"title": "Tabs break the parser"})
+    assert r.status_code == 201
+    sha = team.commit("feature/tabs", "parse.py", "TAB = '\\t'\n", new=True)
+    git("commit", "--amend", "-m", "Handle tabs (#1)", cwd=team.work)
+    sha = git("rev-parse", "HEAD", cwd=team.work).stdout.strip()
+    team.push("feature/tabs")
+    team.push("feature/tabs")  # again: nothing new, nothing twice
+    timeline = team.call("GET", f"{API}/issues/1/timeline", team.rita).json()
+    assert [(e["event"], e["details"]["commit_id"], e["details"]["message"]) for e in timeline] == [
+        ("referenced", sha, "Handle tabs (#1)")
+    ]
