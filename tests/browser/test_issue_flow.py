@@ -7,6 +7,7 @@ request, and the issue closes with the pull request named on its timeline."""
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 from forge.accounts import accounts
 from forge.db.audit import Actor
 from forge.db.engine import Database
+from tests.support.a11y import check_page
 from tests.support.accounts import PASSWORD
 from tests.support.browser import ForgeServer, run_async
 from tests.support.browser_ui import add_collaborator, create_bot, create_repo, expect_task_state, runs_table, sign_in
@@ -53,7 +55,7 @@ def _user(site: ForgeServer, login: str) -> None:
 
 
 def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
-    page: Page, browser: Browser, forge: ForgeServer, model: ScriptedModel
+    page: Page, browser: Browser, forge: ForgeServer, model: ScriptedModel, artifacts_dir: Path
 ) -> None:
     """Over 30 s under the parallel suite: two real sandbox runs between the pages."""
     sign_in(page, forge.url, forge.admin_login, forge.admin_password)
@@ -66,6 +68,7 @@ def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
     page.goto(f"{forge.url}/{repo}/labels")
     page.get_by_label("Name").fill("bug")
     page.get_by_role("button", name="Create label").click()
+    check_page(page, artifacts_dir, "labels")
     page.goto(f"{forge.url}/{repo}/issues")
     page.get_by_role("link", name="New issue").click()
     page.get_by_label("Title").fill("Cart total is wrong")
@@ -82,6 +85,7 @@ def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
     expect(timeline).to_contain_text("assigned demo-agent (an agent)")
     expect(timeline).to_contain_text("started task #1 (demo-agent)")
 
+    check_page(page, artifacts_dir, "issue")
     page.locator("#linked").get_by_role("link", name="task #1").click()
     expect(page.locator("#trigger")).to_have_text("assigned issue #1")
     expect_task_state(page, "awaiting review")
@@ -93,6 +97,7 @@ def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
     expect(timeline).to_contain_text("mentioned this in pull request #2")  # its description: Fixes #1
     page.goto(f"{forge.url}/notifications")
     expect(page.locator("main")).to_contain_text("shop")
+    check_page(page, artifacts_dir, "inbox")
 
     page.goto(f"{forge.url}/{repo}/pull/2")
     expect(page.locator("#description")).to_contain_text("Fixes #1")
@@ -122,4 +127,7 @@ def test_an_issue_assigned_to_an_agent_becomes_a_merged_fix(
 
     page.goto(f"{forge.url}/{repo}/issues/1")
     expect(page.locator("#issue-state")).to_have_text("closed")
+    page.goto(f"{forge.url}/{repo}/issues?state=all")
+    check_page(page, artifacts_dir, "issues")
+    page.goto(f"{forge.url}/{repo}/issues/1")
     expect(timeline).to_contain_text("closed this with pull request #2 as completed")
