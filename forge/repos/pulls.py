@@ -90,8 +90,9 @@ class Pulls(PullBase):
         return pull
 
     async def page(
-        self, res: RepoResource, state: ListState = "open", *, author: str | None = None, page: int = 1
-    ) -> list[PullRequest]:
+        self, res: RepoResource, state: ListState = "open", *, author: str | None = None,
+        reviewer: str | None = None, page: int = 1,
+    ) -> list[PullRequest]:  # fmt: skip
         stmt = select(PullRequest).where(PullRequest.repo_id == res.repo.id)
         if state == "closed":  # GitHub's `closed` holds the merged ones too
             stmt = stmt.where(PullRequest.state.in_(("closed", "merged")))
@@ -99,6 +100,14 @@ class Pulls(PullBase):
             stmt = stmt.where(PullRequest.state == state)
         if author:
             stmt = stmt.join(Account, Account.id == PullRequest.author_id).where(Account.login_key == author.lower())
+        if reviewer:  # asked to review it, or reviewed it
+            who = select(Account.id).where(Account.login_key == reviewer.strip().lower()).scalar_subquery()
+            stmt = stmt.where(
+                or_(
+                    PullRequest.id.in_(select(PullReviewRequest.pull_id).where(PullReviewRequest.account_id == who)),
+                    PullRequest.id.in_(select(PullReview.pull_id).where(PullReview.author_id == who)),
+                )
+            )
         stmt = stmt.order_by(PullRequest.number.desc()).offset((page - 1) * PAGE_SIZE).limit(PAGE_SIZE)
         return list((await self.session.execute(stmt)).scalars())
 

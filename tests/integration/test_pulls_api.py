@@ -626,3 +626,26 @@ def test_a_pushed_commit_naming_an_issue_is_on_its_timeline(team: Team) -> None:
     assert [(e["event"], e["details"]["commit_id"], e["details"]["message"]) for e in timeline] == [
         ("referenced", sha, "Handle tabs (#1)")
     ]
+
+
+def test_the_list_filters_by_reviewer(team: Team) -> None:
+    for branch in ("feature/a", "feature/b"):
+        team.commit(branch, f"{branch[-1]}.txt", "x\n", new=True)
+        team.push(branch)
+        git("checkout", "main", cwd=team.work)
+        r = team.call("POST", f"{API}/pulls", team.ana, json={"title": branch, "head": branch, "base": "main"})
+        assert r.status_code == 201, r.text
+    assert team.call("POST", f"{API}/pulls/1/requested_reviewers", team.ana, json={"reviewers": ["bob"]}).is_success
+
+    def numbers(query: str) -> list[int]:
+        r = team.call("GET", f"{API}/pulls?{query}", team.rita)
+        assert r.status_code == 200, r.text
+        return [p["number"] for p in r.json()]
+
+    assert numbers("reviewer=bob") == [1]
+    head = team.call("GET", f"{API}/pulls/2", team.bob).json()["head"]["sha"]
+    review = {"event": "COMMENT", "body": "Looks fine.", "commit_id": head}
+    assert team.call("POST", f"{API}/pulls/2/reviews", team.bob, json=review).is_success
+    assert numbers("reviewer=BOB") == [2, 1] and numbers("reviewer=nobody") == []
+    page = httpx.get(f"{team.url}/ana/app/pulls?reviewer=bob", headers={"Authorization": f"Bearer {team.rita}"})
+    assert 'value="bob"' in page.text and ">feature/a<" in page.text.replace("<strong>", ">").replace("</strong>", "<")

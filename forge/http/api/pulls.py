@@ -48,6 +48,7 @@ REPO = "/api/v1/repos/{owner:str}/{name:str}"
 StateQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 PageQuery = Annotated[int, QueryParameter(name="page", ge=1, le=100_000)]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
+ReviewerQuery = Annotated[str | None, QueryParameter(name="reviewer", max_length=40)]
 
 
 class MergeResultRead(msgspec.Struct, kw_only=True):
@@ -102,10 +103,11 @@ class PullController(Controller):
         pulls: PullsDep,
         state_: StateQuery = "open",
         author: AuthorQuery = None,
+        reviewer: ReviewerQuery = None,
         page: PageQuery = 1,
     ) -> list[PullRead]:
         res = await path_repo.load()
-        return await pulls.reads(res, await pulls.page(res, state_, author=author, page=page))
+        return await pulls.reads(res, await pulls.page(res, state_, author=author, reviewer=reviewer, page=page))
 
     @get("/{number:str}", summary="One pull request, with mergeable, conflicts and the unmet rules")
     async def get_one(

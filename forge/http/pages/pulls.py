@@ -43,6 +43,7 @@ from forge.repos.pulls import Pulls, parse_number
 
 ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
+ReviewerQuery = Annotated[str | None, QueryParameter(name="reviewer", max_length=40)]
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
 
 
@@ -70,14 +71,15 @@ class PullPages(Controller):
         pulls: PullsDep,
         state_: ListQuery = "open",
         author: AuthorQuery = None,
+        reviewer: ReviewerQuery = None,
     ) -> Template:
         view = await views.load()
-        found = await pulls.reads(view.res, await pulls.page(view.res, state_, author=author))
+        found = await pulls.reads(view.res, await pulls.page(view.res, state_, author=author, reviewer=reviewer))
         checks = await statuses.combined_states(
             pulls.session, view.res.repo.id, [p.head.sha for p in found if p.head.sha]
         )
         return view.render(
-            "repos/pulls.html", tab="pulls", pulls=found, state=state_, author=author or "",
+            "repos/pulls.html", tab="pulls", pulls=found, state=state_, author=author or "", reviewer=reviewer or "",
             counts=await pulls.counts(view.res), checks=checks, ago=ago, exact=exact,
         )  # fmt: skip
 
