@@ -143,6 +143,11 @@ def test_a_feature_is_pushed_opened_reviewed_fixed_checked_and_merged(team: Team
     listed = team.call("GET", f"{API}/pulls?state=closed", team.rita).json()
     assert [p["number"] for p in listed] == [number]
     assert team.call("GET", f"{API}/pulls", team.rita).json() == []
+    # the conversation tells the pushes to the head, the statuses reported on it and the merge, in order
+    page = team.call("GET", f"/ana/app/pull/{number}", team.rita).text
+    pushed, checked, merged = (page.index(f"pushed to <code>feature/x</code>: <a href=\"/ana/app/commit/{fixed}\""),
+                               page.index("ci/build: success</span> on"), page.index('id="merge-event"'))  # fmt: skip
+    assert pushed < checked < merged
 
     # the rule held for people too: a direct push to main is refused, naming the rule
     git("checkout", "main", cwd=team.work)

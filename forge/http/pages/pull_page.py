@@ -21,7 +21,7 @@ from forge.http.pages.common import WebForm
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.render import markdown
 from forge.http.pages.repos import RepoView
-from forge.repos import merge_rules, statuses
+from forge.repos import merge_rules, pull_history, statuses
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import PullCommentRead
 from forge.repos.pull_tasks import TaskLineComment, TaskPullSide, TaskWork, task_number_of
@@ -153,7 +153,8 @@ class PullPage:
             pending=next((r for r in found_reviews if r.state == "PENDING"), None),
             timeline=sorted(
                 [("review", r.submitted_at, r) for r in found_reviews if r.state != "PENDING"]
-                + [("comment", c.created_at, c) for c in comments if c.path is None],
+                + [("comment", c.created_at, c) for c in comments if c.path is None]
+                + [(h.kind, h.at, h) for h in await pull_history.history(pulls.session, pull)],
                 key=lambda item: item[1],
             ),
             line_comments=line_comments,
