@@ -6,10 +6,12 @@ form comes back as typed with the reason beside its field. Labels and milestones
 `forge.http.pages.labels`."""
 
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, MediaType, Response, get, post
+from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 from markupsafe import Markup
@@ -23,11 +25,12 @@ from forge.http.pages.browse_render import ago, exact
 from forge.http.pages.common import WebForm, or_form_error
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
 from forge.http.pages.render import markdown
-from forge.http.pages.repos import REPO, VIEWS, RepoView, ViewsDep
+from forge.http.pages.repos import REPO, VIEWS, RepoView, RepoViews, ViewsDep
 from forge.repos.issue_base import parse_number
 from forge.repos.issue_comments import IssueComments
 from forge.repos.issue_shapes import IssueCreate, IssueUpdate
 from forge.repos.issues import IssueFilter, Issues
+from forge.repos.labels import Labels
 
 StateQuery = Annotated[Literal["open", "closed", "all"], QueryParameter(name="state")]
 TextQuery = Annotated[str, QueryParameter(max_length=200)]
@@ -83,10 +86,33 @@ def md(view: RepoView, text: str) -> Markup:
     return markdown(text, remote_images=False, repo_url=f"/{view.res.full_name}")
 
 
+@dataclass
+class IssueForms:
+    """What every form of an issue's page needs: the page of the repository the path names, loaded
+    through the access rule."""
+
+    views: RepoViews
+    issues: Issues
+    comments: IssueComments
+    labels: Labels
+
+    async def load(self) -> "IssuePage":  # defined below, beside the page it renders
+        return IssuePage(await self.views.load(), self.issues, self.comments, self.labels)
+
+
+def provide_issue_forms(
+    views: ViewsDep, issues: IssuesDep, issue_comments: IssueCommentsDep, repo_labels: LabelsDep
+) -> IssueForms:
+    return IssueForms(views, issues, issue_comments, repo_labels)
+
+
+IssueFormsDep = NamedDependency[IssueForms]
+
+
 class IssuePages(Controller):
     path = REPO
     include_in_schema = False
-    dependencies = VIEWS
+    dependencies = {**VIEWS, "forms": Provide(provide_issue_forms, sync_to_thread=False)}
 
     @get("/issues")
     async def list_page(
@@ -147,45 +173,40 @@ class IssuePages(Controller):
     @get("/issues/{number:str}")
     async def issue_page(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         number: FromPath[str],
     ) -> Template | Redirect:
-        view = await views.load()
+        ipage = await forms.load()
+        view = ipage.view
         n = parse_number(number)
-        pull = await issues.session.scalar(
+        pull = await ipage.issues.session.scalar(
             select(PullRequest.number).where(PullRequest.repo_id == view.res.repo.id, PullRequest.number == n)
         )
         if pull is not None:  # numbers are shared: `#N` of a pull request leads to it
             return Redirect(f"/{view.res.full_name}/pull/{n}", status_code=303)
-        return await IssuePage(view, issues, issue_comments, repo_labels).render(n)
+        return await ipage.render(n)
 
     @post("/issues/{number:str}/comments")
     async def comment(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         actor: ActorDep,
         number: FromPath[str],
         data: URLEncodedBody[CommentForm],
     ) -> Template | Redirect:
-        view = await views.load()
-        ipage = IssuePage(view, issues, issue_comments, repo_labels)
+        ipage = await forms.load()
+        view = ipage.view
 
         async def act(n: int) -> str:
-            issue = await issues.get(view.res, n, lock=True)
+            issue = await ipage.issues.get(view.res, n, lock=True)
             anchor = "#timeline"
             if data.body.strip():
-                made = await issue_comments.create(
+                made = await ipage.comments.create(
                     actor, view.res, issue, _spec({"body": data.body}, CommentBodyForm).body
                 )
                 anchor = f"#issuecomment-{made.id}"
             if data.close:
-                await issues.update(
+                await ipage.issues.update(
                     actor, view.res, n, _spec({"state": "closed", "state_reason": data.close}, IssueUpdate)
                 )
             return anchor
@@ -195,109 +216,93 @@ class IssuePages(Controller):
     @post("/issues/{number:str}/state")
     async def state(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         actor: ActorDep,
         number: FromPath[str],
         data: URLEncodedBody[StateForm],
     ) -> Template | Redirect:
-        view = await views.load()
+        ipage = await forms.load()
+        view = ipage.view
         n = parse_number(number)
         raw = {"state": data.state} | ({"state_reason": data.state_reason} if data.state == "closed" else {})
 
         async def act() -> str:
-            await issues.update(actor, view.res, n, _spec(raw, IssueUpdate))
+            await ipage.issues.update(actor, view.res, n, _spec(raw, IssueUpdate))
             return "#timeline"
 
-        return await IssuePage(view, issues, issue_comments, repo_labels).answer(act(), n, "state", data)
+        return await ipage.answer(act(), n, "state", data)
 
     @post("/issues/{number:str}/edit")
     async def edit(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         actor: ActorDep,
         number: FromPath[str],
         data: URLEncodedBody[EditForm],
     ) -> Template | Redirect:
-        view = await views.load()
+        ipage = await forms.load()
+        view = ipage.view
         n = parse_number(number)
 
         async def act() -> str:
-            await issues.update(actor, view.res, n, _spec({"title": data.title, "body": data.body}, IssueUpdate))
+            await ipage.issues.update(actor, view.res, n, _spec({"title": data.title, "body": data.body}, IssueUpdate))
             return ""
 
-        return await IssuePage(view, issues, issue_comments, repo_labels).answer(act(), n, "edit", data)
+        return await ipage.answer(act(), n, "edit", data)
 
     @post("/issues/{number:str}/sidebar")
     async def sidebar(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         actor: ActorDep,
         number: FromPath[str],
         data: URLEncodedBody[SidebarForm],
     ) -> Template | Redirect:
-        view = await views.load()
+        ipage = await forms.load()
+        view = ipage.view
         n = parse_number(number)
 
         async def act() -> str:
-            await issues.update(actor, view.res, n, _spec(_sidebar_change(data), IssueUpdate))
+            await ipage.issues.update(actor, view.res, n, _spec(_sidebar_change(data), IssueUpdate))
             return "#sidebar"
 
-        return await IssuePage(view, issues, issue_comments, repo_labels).answer(
-            act(), n, data.sidebar or "sidebar", data
-        )
+        return await ipage.answer(act(), n, data.sidebar or "sidebar", data)
 
     @post("/issues/comments/{comment_id:int}/edit")
     async def edit_comment(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         actor: ActorDep,
         comment_id: FromPath[int],
         data: URLEncodedBody[CommentForm],
     ) -> Template | Redirect:
-        view = await views.load()
-        _, issue = await issue_comments.find(view.res, comment_id)
+        ipage = await forms.load()
+        view = ipage.view
+        _, issue = await ipage.comments.find(view.res, comment_id)
 
         async def act() -> str:
-            await issue_comments.edit(actor, view.res, comment_id, _spec({"body": data.body}, CommentBodyForm).body)
+            await ipage.comments.edit(actor, view.res, comment_id, _spec({"body": data.body}, CommentBodyForm).body)
             return f"#issuecomment-{comment_id}"
 
-        return await IssuePage(view, issues, issue_comments, repo_labels).answer(
-            act(), issue.number, f"edit-{comment_id}", data
-        )
+        return await ipage.answer(act(), issue.number, f"edit-{comment_id}", data)
 
     @post("/issues/comments/{comment_id:int}/delete")
     async def delete_comment(
         self,
-        views: ViewsDep,
-        issues: IssuesDep,
-        issue_comments: IssueCommentsDep,
-        repo_labels: LabelsDep,
+        forms: IssueFormsDep,
         actor: ActorDep,
         comment_id: FromPath[int],
         data: URLEncodedBody[WebForm],
     ) -> Template | Redirect:
-        view = await views.load()
-        _, issue = await issue_comments.find(view.res, comment_id)
+        ipage = await forms.load()
+        view = ipage.view
+        _, issue = await ipage.comments.find(view.res, comment_id)
 
         async def act() -> str:
-            await issue_comments.delete(actor, view.res, comment_id)
+            await ipage.comments.delete(actor, view.res, comment_id)
             return "#timeline"
 
-        return await IssuePage(view, issues, issue_comments, repo_labels).answer(
-            act(), issue.number, f"edit-{comment_id}", data
-        )
+        return await ipage.answer(act(), issue.number, f"edit-{comment_id}", data)
 
 
 class CommentBodyForm(msgspec.Struct, kw_only=True):
@@ -323,7 +328,7 @@ def _from_pull(details: dict[str, Any]) -> bool:
 class IssuePage:
     """An issue's page for the caller: the issue, its timeline rendered, the sidebar's choices."""
 
-    def __init__(self, view: RepoView, issues: Issues, comments: IssueComments, labels: Any) -> None:
+    def __init__(self, view: RepoView, issues: Issues, comments: IssueComments, labels: Labels) -> None:
         self.view, self.issues, self.comments, self.labels = view, issues, comments, labels
 
     async def render(
