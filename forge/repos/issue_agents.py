@@ -166,9 +166,9 @@ async def assigned(
     """Bots just assigned to `issue`: each is asked to work on it."""
     if agents is None or _from_bot(actor):
         return
+    thread = await thread_of(session, res, issue)  # read once for every bot assigned at once
     for bot in bots:
         ask = AgentAsk(agent=bot.login, kind="issue", goal="", title="", issue=issue.number)
-        thread = await thread_of(session, res, issue)
         if thread.untrusted and not res.repo.untrusted_issues_to_agents:
             _answered(record, issue, actor, ask, AgentAnswer(refused=UNTRUSTED_REFUSAL))
             continue
