@@ -87,6 +87,34 @@ async def test_a_call_seen_by_the_hook_and_a_permission_request_is_decided_once_
     assert [c[1] for c in gate.events("post_tool_use")] == ["call-1"]
 
 
+async def test_under_an_adapter_of_claude_a_hook_call_for_an_id_it_never_reported_asks_no_policy(
+    tmp_path: Path,
+) -> None:
+    """claude-agent-acp reports a call (`tool_call`) as the model names it, before the CLI under it
+    runs the call's hooks: a `PreToolUse` for an id the adapter never reported was forged inside the
+    sandbox and is denied after the announcement wait, with no policy asked; the reported one is
+    decided as usual."""
+    go_ahead = tmp_path / "hooks-done"
+    reported = {**tool_call("call-reported", MARKER, title="Bash"), "status": "pending"}
+    turns = [[{"update": reported}, {"wait_file": str(go_ahead)}, say("done")]]
+    agent = AcpAgent(name="scripted", command=argv({"turns": turns}), provider="none", hooks="claude")
+    runtime = AcpAgentRuntime(agent, idle_seconds=20, announce_wait=0.5)
+    gate = ScriptedGate()
+    channel = StubChannel()
+    ctx = host_context(HostSandbox(tmp_path, base_url=""), gate, Recorder(), channel=channel)
+    task = asyncio.ensure_future(runtime.run(ctx))
+    await until(lambda: ctx.ledger.was_announced("call-reported"), timeout=30, what="the adapter to report the call")
+    assert channel.hook is not None
+    forged = await channel.hook("claude", "PreToolUse", hook_body("call-forged", WIPE))
+    decided = await channel.hook("claude", "PreToolUse", hook_body("call-reported", MARKER))
+    go_ahead.touch()
+    assert (await asyncio.wait_for(task, 60)).status is RunState.SUCCEEDED
+    assert forged["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "no such tool call was announced" in forged["hookSpecificOutput"]["permissionDecisionReason"]
+    assert decided["hookSpecificOutput"]["permissionDecision"] == "allow"
+    assert gate.events("pre_tool_use") == [("pre_tool_use", "call-reported", "Bash")]
+
+
 async def test_an_agent_without_managed_hooks_refuses_every_hook_call(tmp_path: Path) -> None:
     go_ahead = tmp_path / "hooks-done"  # the agent runs until the hook calls were made
     turns = [[{"wait_file": str(go_ahead)}, say("ok")]]

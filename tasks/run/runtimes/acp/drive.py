@@ -43,6 +43,7 @@ class Drive:
         self.raw = HeadTail(RAW_CAP)
         self.updates = UpdateState()
         self.policy = AcpPolicy(ctx, runtime.agent, self.updates, self._stopping)
+        self.policy.announce_wait = runtime.announce_wait
         self.broker = self.policy.broker
         self.peer: Peer | None = None
         self.proc: Any = None
@@ -90,7 +91,12 @@ class Drive:
     def on_notification(self, method: str, params: Any) -> None:
         """`session/update`: what it stands for is held until the batch of lines ends (`settle`)."""
         if method == "session/update":
-            self.held += self.updates.feed(params.get("update") if isinstance(params, dict) else None)
+            update = params.get("update") if isinstance(params, dict) else None
+            self.held += self.updates.feed(update)
+            if isinstance(update, dict) and update.get("sessionUpdate") == "tool_call" and update.get("toolCallId"):
+                # The adapter reports a call as the model's answer names it, before the CLI under
+                # it runs the call's hooks: a Claude hook call for an id never reported is forged.
+                self.ctx.ledger.announce(str(update["toolCallId"]))
 
     async def settle(self) -> None:
         """Store what the updates read so far stood for. The peer calls this after each batch of

@@ -21,6 +21,7 @@ from tasks.core.transcript import Kind, Notice, Payload, ToolResult
 from tasks.run.runtimes.acp.rpc import Incoming, Peer
 from tasks.run.runtimes.acp.updates import UpdateState, choose_option
 from tasks.run.runtimes.base import RunContext
+from tasks.run.runtimes.ledger import ANNOUNCE_WAIT
 from tasks.run.runtimes.policy_broker import (
     NOT_DECIDED,
     PolicyBroker,
@@ -57,6 +58,7 @@ class AcpPolicy:
         self.open: dict[Any, asyncio.Future[None]] = {}  # permission requests not answered yet
         self.asked: dict[str, str] = {}  # tool call id -> the input asked about (canonical JSON)
         self.posted: set[str] = set()  # calls whose post_tool_use went out
+        self.announce_wait = ANNOUNCE_WAIT  # a Claude hook call waits this long for its id in the updates
 
     async def note(self, text: str) -> None:
         await self.ctx.emit("notice", Notice(text=text[:4000], level="warning"))
@@ -140,6 +142,11 @@ class AcpPolicy:
             return await self._post(call_id, name, body.get("tool_response"))
         if self.cancelled:
             return hook_refusal(event, "forgehand: the turn was cancelled")
+        if agent == "claude" and not (call_id and await self.ctx.ledger.announced(call_id, self.announce_wait)):
+            # Codex reports a call only after its hook allowed it: no such check can hold there
+            # (the channel's rate limit and cap bound forged calls; the verify step catches a
+            # call that ran undecided).
+            return hook_refusal(event, "forgehand: no such tool call was announced in the agent's stream")
         again = bool(call_id) and self.broker.was_decided(call_id)
         verdict = await self.broker.decide(call_id, name, tool_input)
         if again:

@@ -26,6 +26,7 @@ from tasks.run.runtimes.agent_process import run_agent
 from tasks.run.runtimes.agent_session import prompt_of, scrub
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.codex_config import codex_settings, config_toml, nested, write_config
+from tasks.run.runtimes.ledger import ANNOUNCE_WAIT
 
 
 class AcpRuntime:
@@ -60,9 +61,10 @@ class AcpAgentRuntime:
 
     name = "acp"
 
-    def __init__(self, agent: AcpAgent, *, idle_seconds: float = 300.0) -> None:
+    def __init__(self, agent: AcpAgent, *, idle_seconds: float = 300.0, announce_wait: float = ANNOUNCE_WAIT) -> None:
         self.agent = agent
         self.idle_seconds = idle_seconds
+        self.announce_wait = announce_wait  # a Claude hook call waits this long for the adapter's report
         self.model_provider = "openai" if agent.provider == "openai" else "anthropic"
         self.image = agent.image  # "" = the agents image
         self.agent_label = agent.package  # the agents image must carry it ("" = no label check)
