@@ -10,40 +10,9 @@ from typing import Literal, cast
 import msgspec
 
 from forge.core.access import Principal
+from webhooks.sdk.protocol import EventType as EventType
 
-EventType = Literal[
-    "task.created",
-    "task.state_changed",
-    "run.started",
-    "run.finished",
-    "approval.requested",
-    "approval.resolved",
-    "review.submitted",
-    "task.merged",
-    "task.progress",
-    "repo.pushed",
-    "status.created",
-    "pull_request.opened",
-    "pull_request.synchronized",
-    "pull_request.review_submitted",
-    "pull_request.review_requested",
-    "pull_request.merged",
-    "pull_request.closed",
-    "pull_request.reopened",
-    "issue.opened",
-    "issue.edited",
-    "issue.closed",
-    "issue.reopened",
-    "issue.labeled",
-    "issue.assigned",
-    "comment.created",
-    "comment.edited",
-    "comment.deleted",
-    "schedule.triggered",
-    "egress.blocked",
-    "policy.bypassed",
-    "ping",
-]
+# The event names live in the consumer SDK's protocol (the one wire contract both sides read).
 
 # The values of the enums of tasks/core/states.py (forge may not import tasks); a unit test
 # (tests/unit/test_event_payloads.py) keeps them equal.

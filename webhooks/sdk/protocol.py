@@ -9,7 +9,7 @@ import binascii
 import hashlib
 import json
 import re
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 SCHEMA_VERSION: Final = 1
@@ -22,7 +22,9 @@ POLICY_EVENTS: Final = (
     "stop",
     "pre_merge",
 )
-NOTIFY_EVENTS: Final = (
+# The notification events, as one Literal that forgehand's payloads are tagged with (forge's
+# `EventType`) and as the tuple a consumer checks names against.
+EventType = Literal[
     "task.created",
     "task.state_changed",
     "run.started",
@@ -54,7 +56,8 @@ NOTIFY_EVENTS: Final = (
     "egress.blocked",
     "policy.bypassed",
     "ping",
-)
+]
+NOTIFY_EVENTS: Final[tuple[str, ...]] = get_args(EventType)
 # Which decisions each policy event accepts in `permission` (absent: no permission at all).
 DECISIONS: Final[dict[str, frozenset[str]]] = {
     "session_start": frozenset({"allow", "deny"}),
