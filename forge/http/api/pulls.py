@@ -4,7 +4,7 @@ shapes (forge/repos/pulls.py, pull_reviews.py, pull_merge.py; docs/pulls.md)."""
 from typing import Annotated, Literal
 
 import msgspec
-from litestar import Controller, delete, get, patch, post, put
+from litestar import Controller, HttpMethod, delete, get, patch, post, put, route
 from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody, QueryParameter
 
@@ -133,20 +133,14 @@ class PullController(Controller):
 
     # The merge opens its own transactions (read, then write after the `pre_merge` question): no
     # request transaction, so no database lock is held while a policy consumer answers.
-    @put("/{number:str}/merge", summary="Merge (merge, squash or fast-forward) once every branch rule holds")
+    # PUT as GitHub, POST as Gitea: one handler for both.
+    @route(
+        "/{number:str}/merge",
+        http_method=[HttpMethod.PUT, HttpMethod.POST],
+        summary="Merge (merge, squash or fast-forward) once every branch rule holds (PUT as GitHub, POST as Gitea)",
+        status_code=200,
+    )
     async def merge(
-        self,
-        actor: ActorDep,
-        merge_runner: MergeRunnerDep,
-        owner: FromPath[str],
-        name: FromPath[str],
-        number: FromPath[str],
-        data: JSONBody[PullMergeRequest],
-    ) -> MergeResultRead:
-        return await _merge(merge_runner, actor, owner, name, number, data)
-
-    @post("/{number:str}/merge", summary="Merge (POST, as Gitea)", status_code=200)
-    async def merge_post(
         self,
         actor: ActorDep,
         merge_runner: MergeRunnerDep,
