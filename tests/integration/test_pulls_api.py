@@ -206,6 +206,8 @@ def test_what_is_refused(team: Team) -> None:
     assert back["state"] == "open" and back["draft"] and back["mergeable_state"] == "draft"
     r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={})
     assert r.status_code == 409 and "draft" in r.json()["unmet_rules"][0]
+    r = team.call("POST", f"{API}/pulls/{number}/merge", team.bob, json={})  # Gitea's method: the same answer
+    assert r.status_code == 409 and "draft" in r.json()["unmet_rules"][0]
 
 
 def test_conflicts_update_branch_and_one_merge_of_two(team: Team) -> None:
