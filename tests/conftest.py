@@ -31,7 +31,7 @@ hypothesis_settings.register_profile(
 hypothesis_settings.load_profile("forgehand")
 
 # Passwords hashed in microseconds, not 0.1-0.5 s and 64 MiB each: thousands of accounts are made
-# across the suite, and the hashing is not what these tests check (tests/unit/test_security.py
+# across the suite, and the hashing is not what these tests check (tests/unit/forge/accounts/test_security.py
 # checks the default parameters).
 use_password_parameters(argon2.profiles.CHEAPEST)
 

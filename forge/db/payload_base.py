@@ -15,7 +15,7 @@ from webhooks.sdk.protocol import EventType as EventType
 # The event names live in the consumer SDK's protocol (the one wire contract both sides read).
 
 # The values of the enums of tasks/core/states.py (forge may not import tasks); a unit test
-# (tests/unit/test_event_payloads.py) keeps them equal.
+# (tests/unit/forge/db/test_event_payloads.py) keeps them equal.
 TaskStateName = Literal["queued", "running", "blocked", "awaiting_review", "failed", "stopped", "merged", "closed"]
 RunStateName = Literal["queued", "running", "succeeded", "blocked", "failed", "stopped", "cancelled"]
 RunKindName = Literal["start", "message", "answer", "retry", "review", "approval"]

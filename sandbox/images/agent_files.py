@@ -5,7 +5,7 @@ identical copies, a unit test keeps them equal).
 
 Measured with Claude Code 2.1.332 (the native binary, in this image, network none, uid 1000, a
 scripted Anthropic server and the hook endpoint on a Unix socket through the channel mount; the
-tests in tests/docker/test_image_agents.py repeat each point):
+tests in tests/docker/sandbox/test_image_agents.py repeat each point):
 - `/etc/claude-code/managed-settings.json` is read; with `allowManagedHooksOnly: true` its hooks run
   even when the workspace's `.claude/settings.json` says `{"disableAllHooks": true}` and brings hooks
   of its own (those never run), with or without `--setting-sources user`.

@@ -3,7 +3,7 @@
 The rows keep states and kinds as plain strings; each goes through its enum here, so a value
 outside the contract fails loudly instead of reaching consumers. An enum's `.value` is typed as
 the Literal of its members, so mypy checks that the enums and the Literals forge declares (forge
-may not import tasks) agree; tests/unit/test_event_payloads.py checks it at run time too."""
+may not import tasks) agree; tests/unit/forge/db/test_event_payloads.py checks it at run time too."""
 
 from collections.abc import Sequence
 from typing import Any, Literal, cast

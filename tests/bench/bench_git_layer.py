@@ -4,7 +4,7 @@ serving process while a 200 MB push and a 200 MB clone go through.
 
 Run: ``make bench``. Goals (issue 3): clone time at most 1.5x the local clone; server memory flat
 (under 100 MB above idle). The server is the asyncio test server of
-``tests/integration/test_git_smart_http.py``.
+``tests/integration/forge/git/test_git_smart_http.py``.
 """
 
 import asyncio

@@ -3,7 +3,7 @@ operator's shell would give it: only the FORGEHAND_ variables named, every other
 
 A real `forgehand` process costs about a second of interpreter start and imports (several under
 the parallel suite); in-process it costs milliseconds, and what is checked (exit status, one-line
-errors, what was written) is the same code. `tests/integration/test_cli.py` keeps real processes
+errors, what was written) is the same code. `tests/integration/forge/app/test_cli.py` keeps real processes
 for what only a process shows: the working directory, the console script and a bad environment.
 """
 

@@ -11,7 +11,7 @@ the managed hooks see it), `session/load` of the task's session when the agent c
 `rawInput`) through the CLI runtimes' `PolicyBroker` (../policy_broker.py), shared with the
 managed hook (one dispatch per tool call id); the option is picked by kind (`choose_option`);
 `ask` parks the call and cancels the turn. A stop sends `session/cancel` and answers open requests `cancelled`. Odd
-input is decided safely and never crashes the run (tests/integration/test_acp_protocol.py)."""
+input is decided safely and never crashes the run (tests/integration/tasks/run/test_acp_protocol.py)."""
 
 import json
 from typing import Any
