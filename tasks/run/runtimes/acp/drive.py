@@ -6,9 +6,9 @@ they were read in), `stop`, the idle watchdog and the run's outcome from the tur
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from tasks.core.agent_registry import session_meta
+from tasks.core.agent_registry import AcpAgent, session_meta
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Assistant, Kind, Notice, Payload, System, ToolResult
@@ -22,19 +22,24 @@ from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.policy_broker import Verdict
 from tasks.run.runtimes.policy_steps import StopStep
 
-if TYPE_CHECKING:
-    from tasks.run.runtimes.acp.runtime import AcpAgentRuntime
-
 PROTOCOL_VERSION = 1
 RAW_CAP = 8 * 1024 * 1024
 SETUP_TIMEOUT = 120.0  # initialize and session/new or load (an adapter starts its CLI first)
 CANCEL_WAIT = 5.0  # seconds the prompt gets to end after session/cancel
 
 
+class DriveSettings(Protocol):
+    """What a drive reads of its runtime (acp/runtime.py's `AcpAgentRuntime` is one)."""
+
+    agent: AcpAgent
+    idle_seconds: float
+    announce_wait: float
+
+
 class Drive:
     """One agent process: the JSON-RPC peer, the policy paths (policy.py), the watchdog."""
 
-    def __init__(self, runtime: "AcpAgentRuntime", ctx: RunContext, session: str) -> None:
+    def __init__(self, runtime: DriveSettings, ctx: RunContext, session: str) -> None:
         self.runtime = runtime
         self.ctx = ctx
         self.saved = session

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
@@ -21,17 +21,22 @@ from tasks.run.runtimes.ledger import NOT_GIVEN
 from tasks.run.runtimes.policy_broker import PolicyBroker, Verdict, hook_answer, hook_refusal, refused_before_deciding
 from tasks.run.runtimes.policy_steps import StopStep, after_tool, verify
 
-if TYPE_CHECKING:
-    from tasks.run.runtimes.claude.runtime import ClaudeCodeRuntime
-
 RAW_CAP = 8 * 1024 * 1024  # the raw stream artefact of one run (head and tail kept)
 INTERRUPT_WAIT = 5.0  # seconds a stopping hook answer waits for the CLI to confirm the interrupt
+
+
+class DriveSettings(Protocol):
+    """What a drive reads of its runtime (claude/runtime.py's `ClaudeCodeRuntime` is one)."""
+
+    idle_seconds: float
+    linger_seconds: float
+    announce_wait: float
 
 
 class Drive:
     """One CLI process: the stdout reader, the control channel, the hook path and the watchdogs."""
 
-    def __init__(self, runtime: "ClaudeCodeRuntime", ctx: RunContext, session: str) -> None:
+    def __init__(self, runtime: DriveSettings, ctx: RunContext, session: str) -> None:
         self.runtime = runtime
         self.ctx = ctx
         self.session = session

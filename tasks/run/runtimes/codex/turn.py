@@ -5,7 +5,7 @@ stopping refusal) and the run's outcome from how it ended."""
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tasks.core.capping import HeadTail
 from tasks.core.states import FailureReason, RunState
@@ -15,15 +15,20 @@ from tasks.run.runtimes.codex.stream import StreamState
 from tasks.run.runtimes.policy_broker import PolicyBroker
 from tasks.run.runtimes.policy_steps import verify
 
-if TYPE_CHECKING:
-    from tasks.run.runtimes.codex.runtime import CodexRuntime
-
 _UNREACHABLE = ("connection", "disconnected", "timed out", "timeout", "status 502", "status 503", "status 504")
+
+
+class TurnTimings(Protocol):
+    """What a turn reads of its runtime (codex/runtime.py's `CodexRuntime` is one)."""
+
+    idle_seconds: float
+    linger_seconds: float
+    stop_grace: float
 
 
 class CodexTurn:
     def __init__(
-        self, runtime: "CodexRuntime", ctx: RunContext, broker: PolicyBroker, raw: HeadTail, state: StreamState
+        self, runtime: TurnTimings, ctx: RunContext, broker: PolicyBroker, raw: HeadTail, state: StreamState
     ) -> None:
         self.runtime = runtime
         self.ctx = ctx
