@@ -41,8 +41,8 @@ class IssueUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     state_reason: CloseReason | None = None
     labels: Annotated[list[LabelName], msgspec.Meta(max_length=MAX_LABELS)] | None = None
     assignees: Annotated[list[Login], msgspec.Meta(max_length=MAX_ASSIGNEES)] | None = None
-    # 0 removes the milestone (GitHub takes null; msgspec cannot tell null from absent here).
-    milestone: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] | None = None
+    # null removes the milestone (as GitHub); so does 0; absent leaves it.
+    milestone: Annotated[int, msgspec.Meta(ge=0, le=1_000_000_000)] | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class LabelsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -202,7 +202,7 @@ class Issues(IssueTriage):
     async def update(self, actor: Actor, res: RepoResource, number: int, data: IssueUpdate) -> Issue:
         issue = await self.get(res, number, lock=True)
         self._may_edit(actor, res, issue)
-        triage = data.labels is not None or data.assignees is not None or data.milestone is not None
+        triage = data.labels is not None or data.assignees is not None or data.milestone is not UNSET
         if triage:
             require(actor.principal, Action.ISSUE_TRIAGE, res)
         await self._edit_text(actor, res, issue, data)
@@ -210,8 +210,8 @@ class Issues(IssueTriage):
             await self._set_labels(actor, res, issue, data.labels)
         if data.assignees is not None:
             await self._set_assignees(actor, res, issue, data.assignees)
-        if data.milestone is not None:
-            await self._set_milestone(actor, res, issue, data.milestone)
+        if data.milestone is not UNSET:
+            await self._set_milestone(actor, res, issue, data.milestone or 0)
         if data.state == "closed" or (data.state is None and data.state_reason and issue.state == "closed"):
             await self.close(actor, res, issue, data.state_reason or "completed")
         elif data.state == "open":

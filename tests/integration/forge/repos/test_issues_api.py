@@ -125,6 +125,13 @@ async def test_an_issue_is_opened_sorted_out_discussed_and_closed(
         "labeled", "labeled", "assigned", "trigger_refused", "milestoned", "commented", "closed", "reopened",
     ]  # fmt: skip
     assert timeline[2]["details"]["assignee"] == "demo-agent" and timeline[2]["actor"]["login"] == "bob"
+    # null removes the milestone, as GitHub; a PATCH without the field leaves it.
+    kept = await client.patch(f"{API}/issues/1", json={"title": "Crash on start (v1)"}, headers=bearer(t.bob))
+    assert kept.json()["milestone"]["title"] == "v1"
+    removed = await client.patch(f"{API}/issues/1", json={"milestone": None}, headers=bearer(t.bob))
+    assert removed.status_code == 200 and removed.json()["milestone"] is None
+    after = (await client.get(f"{API}/issues/1/timeline", headers=bearer(t.ana))).json()
+    assert [e["event"] for e in after][-2:] == ["renamed", "demilestoned"]
 
     async with db.session() as s:
         actions = [a for (a,) in (await s.execute(select(AuditEvent.action).order_by(AuditEvent.id))).all()]
@@ -135,7 +142,7 @@ async def test_an_issue_is_opened_sorted_out_discussed_and_closed(
         assert action in actions, action
     assert types == [
         "issue.opened", "issue.labeled", "issue.labeled", "issue.assigned", "comment.created", "comment.edited",
-        "issue.closed", "issue.reopened",
+        "issue.closed", "issue.reopened", "issue.edited",
     ]  # fmt: skip
 
 
