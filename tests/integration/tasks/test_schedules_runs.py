@@ -172,7 +172,7 @@ async def test_two_claimers_racing_for_one_slot_start_one_task(
     made = await create(client, world)
     system: TaskSystem = app.state.tasks
     now = datetime.fromisoformat(made["next_run_at"]) + timedelta(seconds=1)
-    # Two processes' runners (two databases' pools), each having read the slot as due.
+    # Two runners (one per process in a deployment), each having read the slot as due.
     a = ScheduleRunner(db, system.service, clock=Clock(now))
     b = ScheduleRunner(db, system.service, clock=Clock(now))
     [due_a], [due_b] = await a.due(now), await b.due(now)
@@ -181,6 +181,30 @@ async def test_two_claimers_racing_for_one_slot_start_one_task(
     assert sorted(r is None for r in results) == [False, True]  # one took it, the other found it gone
     assert await task_count(db) == 1
     assert len(triggered(published)) == 1
+
+
+async def test_runners_of_several_processes_ticking_together_start_one_task_per_slot(
+    app: Litestar, client: AsyncTestClient[Litestar], world: World, settings: Settings, db: Database
+) -> None:
+    """Four runners, each with its own connection pool (as four `forgehand serve` or `worker`
+    processes against one database), tick together over three schedules' due slots: every slot
+    starts exactly one task, whichever runner claims it (on PostgreSQL `FOR UPDATE SKIP LOCKED`
+    and the compare-and-swap; on SQLite the write lock and the compare-and-swap)."""
+    made = [await create(client, world, name=f"every five {i}") for i in range(3)]
+    system: TaskSystem = app.state.tasks
+    now = max(datetime.fromisoformat(m["next_run_at"]) for m in made) + timedelta(seconds=1)
+    handles = [Database(settings.effective_database_url) for _ in range(4)]
+    try:
+        runners = [ScheduleRunner(h, system.service, clock=Clock(now)) for h in handles]
+        await asyncio.gather(*(r.tick() for r in runners))
+        await asyncio.gather(*(r.tick() for r in runners))  # a second pass finds nothing due
+    finally:
+        for h in handles:
+            await h.dispose()
+    async with db.session() as s:
+        triggers = (await s.execute(select(Task.trigger))).scalars().all()
+    started = sorted(t["schedule"]["id"] for t in triggers if t and t["kind"] == "schedule")
+    assert started == sorted(m["id"] for m in made)  # each schedule's slot: one task
 
 
 async def test_a_starter_who_lost_the_right_is_skipped_with_the_reason(
