@@ -140,6 +140,29 @@ async def test_the_server_down_the_row_waits_then_goes_once(
     assert (row.state, row.attempts) == ("sent", 1)
 
 
+async def test_mailers_of_several_processes_send_each_message_once(
+    team: Team, db: Database, settings: Settings, smtp: tuple[Inbox, Controller]
+) -> None:
+    """Three mailers with their own connection pools (three processes against one database) send
+    together: every outbox row reaches the server exactly once (the lease: `FOR UPDATE SKIP
+    LOCKED` on PostgreSQL, one writer at a time on SQLite)."""
+    handler, controller = smtp
+    controller.start()
+    for number in range(1, 7):
+        await team.publish(comment(number, f"@ana look at {number}", "bob", comment_id=number), "bob")
+    handles = [Database(settings.effective_database_url) for _ in range(3)]
+    try:
+        sent = await asyncio.gather(*(Mailer(h, settings).run_once() for h in handles))
+        again = await asyncio.gather(*(Mailer(h, settings).run_once() for h in handles))
+    finally:
+        for h in handles:
+            await h.dispose()
+    assert sum(sent) == 6 and sum(again) == 0
+    subjects = sorted(m["Subject"] for m in handler.messages)
+    assert subjects == sorted(f"[ana/app] Thread {n} (Issue #{n})" for n in range(1, 7))
+    assert {row.state for row in await outbox(db)} == {"sent"}
+
+
 async def test_the_running_mailer_is_woken_by_the_commit(
     team: Team, db: Database, settings: Settings, smtp: tuple[Inbox, Controller]
 ) -> None:
