@@ -5,7 +5,7 @@ Same services as the REST API (forge/repos/issues.py); forms work without JavaSc
 form comes back as typed with the reason beside its field. Labels and milestones pages are
 `forge.http.pages.labels`."""
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from forge.core.access import Action, can
 from forge.core.errors import ForgeError
+from forge.db.audit import Actor
 from forge.db.models import PullRequest
 from forge.http.deps import ActorDep, IssueCommentsDep, IssuesDep, LabelsDep
 from forge.http.pages.browse_render import ago, exact
@@ -221,16 +222,8 @@ class IssuePages(Controller):
         number: FromPath[str],
         data: URLEncodedBody[StateForm],
     ) -> Template | Redirect:
-        ipage = await forms.load()
-        view = ipage.view
-        n = parse_number(number)
         raw = {"state": data.state} | ({"state_reason": data.state_reason} if data.state == "closed" else {})
-
-        async def act() -> str:
-            await ipage.issues.update(actor, view.res, n, _spec(raw, IssueUpdate))
-            return "#timeline"
-
-        return await ipage.answer(act(), n, "state", data)
+        return await (await forms.load()).update(actor, number, lambda: raw, "#timeline", "state", data)
 
     @post("/issues/{number:str}/edit")
     async def edit(
@@ -240,15 +233,8 @@ class IssuePages(Controller):
         number: FromPath[str],
         data: URLEncodedBody[EditForm],
     ) -> Template | Redirect:
-        ipage = await forms.load()
-        view = ipage.view
-        n = parse_number(number)
-
-        async def act() -> str:
-            await ipage.issues.update(actor, view.res, n, _spec({"title": data.title, "body": data.body}, IssueUpdate))
-            return ""
-
-        return await ipage.answer(act(), n, "edit", data)
+        change = {"title": data.title, "body": data.body}
+        return await (await forms.load()).update(actor, number, lambda: change, "", "edit", data)
 
     @post("/issues/{number:str}/sidebar")
     async def sidebar(
@@ -259,14 +245,9 @@ class IssuePages(Controller):
         data: URLEncodedBody[SidebarForm],
     ) -> Template | Redirect:
         ipage = await forms.load()
-        view = ipage.view
-        n = parse_number(number)
-
-        async def act() -> str:
-            await ipage.issues.update(actor, view.res, n, _spec(_sidebar_change(data), IssueUpdate))
-            return "#sidebar"
-
-        return await ipage.answer(act(), n, data.sidebar or "sidebar", data)
+        return await ipage.update(
+            actor, number, lambda: _sidebar_change(data), "#sidebar", data.sidebar or "sidebar", data
+        )
 
     @post("/issues/comments/{comment_id:int}/edit")
     async def edit_comment(
@@ -360,6 +341,19 @@ class IssuePage:
             task_states={t.details.get("number"): t for t in timeline if t.event == "task_state"},
             form=form, typed=typed, errors=errors, ago=ago, exact=exact,
         )  # fmt: skip
+
+    async def update(
+        self, actor: Actor, number: str, change: Callable[[], dict[str, Any]], anchor: str, which: str, data: Any
+    ) -> Template | Redirect:
+        """The change one of the page's forms asks of the issue (`change()`, read as `IssueUpdate`),
+        then the page at `anchor`; refused, the form `which` again with what was typed."""
+        n = parse_number(number)
+
+        async def act() -> str:
+            await self.issues.update(actor, self.view.res, n, _spec(change(), IssueUpdate))
+            return anchor
+
+        return await self.answer(act(), n, which, data)
 
     async def answer(self, action: Awaitable[str], number: int, which: str, data: Any) -> Template | Redirect:
         """Act, then back to the issue's page (at the anchor the action names); refused, the page
