@@ -71,3 +71,14 @@ class WorkspaceQuotaUnavailable(SandboxError):
         "run forgehand as root on a host with loop devices, or use the documented watchdog fallback "
         "(weaker: a fast writer can pass the limit before it looks)"
     )
+
+
+class EnvironmentRefused(SandboxError):
+    """A repository's environment declaration is malformed or asks for something a sandbox never
+    allows. `problems` lists every one of them (nothing of the declaration is used)."""
+
+    hint = "fix each listed problem in the environment file (docs/architecture/sandbox.md, Environments)"
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("the environment was refused: " + "; ".join(self.problems))
