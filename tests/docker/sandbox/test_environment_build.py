@@ -1,0 +1,156 @@
+"""Environment images on the real engine: the setup runs once, its /opt/env is committed and a
+normal hardened sandbox runs what it installed; failures, timeouts and leaked secrets commit nothing."""
+
+import asyncio
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+
+from sandbox import SandboxEngine
+from sandbox.environment.build import (
+    REASON_SECRET,
+    REASON_SETUP,
+    REASON_TIMED_OUT,
+    BuildResult,
+    build_environment,
+)
+from sandbox.environment.spec import EnvironmentSpec
+from tests.docker.conftest import INSTANCE, SpecFactory
+
+LABEL = "forgehand.test-environment"
+TOKEN = "tok-" + secrets.token_hex(14)  # 32 characters: one line of `base64` output
+
+Build = Callable[..., tuple[BuildResult, str]]
+
+
+@pytest.fixture
+def build(docker_client: docker.DockerClient, sandbox_image: str, workspace: Path) -> Iterator[Build]:
+    """Builds an environment on the sandbox image into a fresh tag; removes every image it made."""
+    tags: list[str] = []
+
+    def run(
+        setup: str, *, env: dict[str, str] | None = None, timeout: float = 60, **kw: object
+    ) -> tuple[BuildResult, str]:
+        tag = f"forgehand-env-test:{secrets.token_hex(6)}"
+        tags.append(tag)
+        spec = EnvironmentSpec(image=sandbox_image, setup=setup, env=env or {}, setup_secrets=("TOKEN",))
+        result = build_environment(
+            docker_client,
+            spec,
+            base_image=sandbox_image,
+            tag=tag,
+            workspace=workspace,
+            secrets={"TOKEN": TOKEN},
+            labels={LABEL: INSTANCE},
+            instance=INSTANCE,
+            timeout=timeout,
+            **kw,  # type: ignore[arg-type]
+        )
+        return result, tag
+
+    yield run
+    for image in docker_client.images.list(filters={"label": f"{LABEL}={INSTANCE}"}):
+        docker_client.images.remove(image.id, force=True)
+    for tag in tags:
+        with pytest.raises(docker.errors.ImageNotFound):
+            docker_client.images.get(tag)
+
+
+def assert_no_image(client: docker.DockerClient, tag: str) -> None:
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(tag)
+
+
+def no_build_containers(client: docker.DockerClient) -> bool:
+    return not client.containers.list(
+        all=True, filters={"label": ["forgehand.task=environment", f"forgehand.instance={INSTANCE}"]}
+    )
+
+
+SETUP = """
+mkdir -p /opt/env/bin
+printf '#!/bin/sh\\necho "hello from $GREETING"\\n' > /opt/env/bin/hello
+chmod +x /opt/env/bin/hello
+wc -c < /run/secrets/TOKEN > /opt/env/token-length
+echo scratch > /tmp/not-kept
+echo "setup done"
+"""
+
+
+async def test_built_image_runs_in_a_hardened_sandbox(
+    build: Build, docker_client: docker.DockerClient, engine: SandboxEngine, make_spec: SpecFactory
+) -> None:
+    result, tag = await asyncio.to_thread(build, SETUP, env={"GREETING": "the environment"})
+    assert result.ok and result.reason == "" and result.exit_code == 0, result
+    assert "setup done" in result.log_tail and result.image_id
+    assert no_build_containers(docker_client)
+
+    image = docker_client.images.get(tag)
+    config = image.attrs["Config"]
+    assert image.labels[LABEL] == INSTANCE
+    assert image.labels.get("forgehand.weakened", "") == ""  # the build's writable root is not inherited
+    assert "GREETING=the environment" in config["Env"]
+    assert any(e.startswith("PATH=/opt/env/bin:") for e in config["Env"])
+    assert config["User"] == "1000:1000" and config["Cmd"] == ["sleep", "infinity"]
+    # The secret was readable by the setup, and is nowhere in the image's config or history.
+    everything = json.dumps([image.attrs, docker_client.api.history(tag)])
+    assert TOKEN not in everything
+
+    sb = await engine.start(make_spec(image=tag))
+    try:
+        r = await sb.exec(["hello"])
+        assert (r.exit_code, r.stdout) == (0, b"hello from the environment\n")
+        r = await sb.exec(["sh", "-c", "cat /opt/env/token-length; ls /tmp; ls -A /run/secrets; touch /opt/env/x"])
+        assert r.stdout.split() == [str(len(TOKEN)).encode()]  # nothing in /tmp, no secret files
+        assert r.exit_code != 0 and b"Read-only file system" in r.stderr  # a normal, read-only root
+    finally:
+        await sb.remove()
+
+
+def test_failing_setup_commits_nothing(build: Build, docker_client: docker.DockerClient) -> None:
+    result, tag = build("echo installing; echo broken >&2; exit 3")
+    assert (result.ok, result.reason, result.exit_code) == (False, REASON_SETUP, 3)
+    assert "installing" in result.log_tail and "broken" in result.log_tail
+    assert_no_image(docker_client, tag)
+    assert no_build_containers(docker_client)
+
+
+def test_setup_past_its_timeout_is_killed(build: Build, docker_client: docker.DockerClient) -> None:
+    # The hang is the scenario: the setup never ends by itself.
+    result, tag = build("echo started; exec sleep 600", timeout=2)
+    assert (result.ok, result.reason, result.exit_code) == (False, REASON_TIMED_OUT, None)
+    assert "started" in result.log_tail and result.seconds < 60
+    assert_no_image(docker_client, tag)
+    assert no_build_containers(docker_client)
+
+
+@pytest.mark.parametrize(
+    "leak",
+    [
+        "cp /run/secrets/TOKEN /opt/env/token.txt",
+        "mkdir -p /opt/env/share && base64 /run/secrets/TOKEN > /opt/env/share/t.b64",
+        # Encoded after a prefix: another alignment of the value in the base64 text.
+        'printf "machine x password %s\\n" "$(cat /run/secrets/TOKEN)" | base64 -w0 > /var/tmp/netrc.b64',
+        'ln -s "/$(cat /run/secrets/TOKEN)" /opt/env/link',
+    ],
+    ids=["copy", "base64", "base64-offset", "symlink-target"],
+)
+def test_secret_left_in_the_image_refuses_the_build(
+    build: Build, docker_client: docker.DockerClient, leak: str
+) -> None:
+    result, tag = build(leak)
+    assert (result.ok, result.reason, result.secret) == (False, REASON_SECRET, "TOKEN"), result
+    assert TOKEN not in result.log_tail
+    assert_no_image(docker_client, tag)
+    assert no_build_containers(docker_client)
+
+
+def test_secret_in_the_declared_env_refuses_the_build(build: Build, docker_client: docker.DockerClient) -> None:
+    result, tag = build("true", env={"API_KEY": TOKEN})
+    assert (result.ok, result.reason) == (False, REASON_SECRET)
+    assert_no_image(docker_client, tag)
