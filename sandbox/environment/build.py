@@ -124,6 +124,9 @@ def build_environment(
     `timeout` bounds the setup (default `spec.timeout_seconds`). The container and the host
     directory of the secrets are removed whatever happens.
     """
+    repository, _, version = tag.rpartition(":")
+    if not repository or "/" in version:
+        raise ValueError(f"tag {tag!r} must be repository:tag")
     started = time.monotonic()
     limit = float(spec.timeout_seconds if timeout is None else timeout)
     base = client.api.inspect_image(base_image)["Config"] or {}
@@ -145,7 +148,6 @@ def build_environment(
         scan_changes(client, container_id, scanner)
         if scanner.found:
             return _result(started, run, reason=REASON_SECRET, secret=scanner.found)
-        repository, _, version = tag.rpartition(":")
         image = client.api.commit(container_id, repository=repository, tag=version, conf=conf)
         return _result(started, run, image_id=str(image["Id"]))
     finally:

@@ -1,0 +1,103 @@
+"""The pure pieces of the environment build: which changed paths are read, the secret scanner,
+the log's head and tail, the committed config."""
+
+import base64
+
+from sandbox.environment.build import (
+    LOG_HEAD_BYTES,
+    LOG_TAIL_BYTES,
+    LogCapture,
+    SecretScanner,
+    changed_paths,
+    commit_config,
+    encodings,
+)
+from sandbox.environment.spec import EnvironmentSpec
+
+SECRET = "s3cr3t-value-0123456789abcdef"
+
+
+def test_changed_paths_reads_added_roots_and_changed_files_only() -> None:
+    diff = [
+        {"Path": "/opt", "Kind": 0},
+        {"Path": "/opt/env", "Kind": 1},
+        {"Path": "/opt/env/bin", "Kind": 1},
+        {"Path": "/opt/env/bin/hello", "Kind": 1},
+        {"Path": "/var", "Kind": 0},
+        {"Path": "/var/tmp", "Kind": 0},
+        {"Path": "/var/tmp/old", "Kind": 2},
+        {"Path": "/var/tmp/notes", "Kind": 0},
+        {"Path": "/tmp", "Kind": 0},
+        {"Path": "/tmp/x", "Kind": 1},
+        {"Path": "/home/agent/.cache", "Kind": 1},
+        {"Path": "/workspace", "Kind": 0},
+        {"Path": "/run", "Kind": 0},
+        {"Path": "/run/secrets", "Kind": 1},
+        {"Path": "/etc/hostname", "Kind": 0},
+    ]
+    assert list(changed_paths(diff)) == [
+        ("/etc/hostname", True),
+        ("/opt", False),
+        ("/opt/env", True),  # once, with everything under it
+        ("/run", False),
+        ("/var", False),
+        ("/var/tmp", False),  # a directory: its changed children are listed
+        ("/var/tmp/notes", True),
+    ]
+
+
+def test_scanner_finds_values_across_chunks_and_encodings() -> None:
+    data = b"x" * 1000 + SECRET.encode() + b"y" * 1000
+    for size in (1, 7, 64, 5000):
+        scanner = SecretScanner({"TOKEN": SECRET})
+        scanner.feed_stream(data[i : i + size] for i in range(0, len(data), size))
+        assert scanner.found == "TOKEN", size
+    for prefix in (b"", b"a", b"ab", b"abc", b"password="):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            scanner = SecretScanner({"OTHER": "unrelated-value", "TOKEN": SECRET})
+            scanner.feed_named("test", encode(prefix + SECRET.encode() + b"\n"))
+            assert scanner.found == "TOKEN", (prefix, encode)
+    clean = SecretScanner({"TOKEN": SECRET, "EMPTY": ""})
+    clean.feed_stream([b"nothing here", base64.b64encode(b"nor here")])
+    assert clean.found == ""
+    assert all(len(e) >= 8 for e in encodings(SECRET))
+
+
+def test_log_keeps_head_and_tail() -> None:
+    log = LogCapture()
+    log.feed(b"H" * LOG_HEAD_BYTES)
+    log.feed(b"m" * 100_000)
+    log.feed(b"T" * LOG_TAIL_BYTES)
+    text = log.text()
+    assert text.startswith("H" * LOG_HEAD_BYTES + "\n[... 100000 bytes cut ...]\n")
+    assert text.endswith("T" * LOG_TAIL_BYTES)
+
+
+def test_commit_config_blanks_the_build_container_labels() -> None:
+    base = {
+        "Env": ["PATH=/usr/bin:/bin", "HOME=/home/agent"],
+        "Labels": {"org.forgehand.sandbox.version": "2"},
+        "User": "1000:1000",
+        "Cmd": ["sleep", "infinity"],
+        "WorkingDir": "/workspace",
+    }
+    spec = EnvironmentSpec(image="i", env={"HOME": "/home/agent", "TOOL": "1"})
+    conf = commit_config(
+        base,
+        spec,
+        {"forgehand.environment": "k"},
+        container_labels={"forgehand.weakened": "writable root", "forgehand.run": "r"},
+    )
+    assert conf["Env"] == ["PATH=/opt/env/bin:/usr/bin:/bin", "HOME=/home/agent", "TOOL=1"]
+    assert conf["Labels"] == {
+        "forgehand.weakened": "",
+        "forgehand.run": "",
+        "org.forgehand.sandbox.version": "2",
+        "forgehand.environment": "k",
+    }
+    assert (conf["User"], conf["Cmd"], conf["Entrypoint"], conf["WorkingDir"]) == (
+        "1000:1000",
+        ["sleep", "infinity"],
+        [],
+        "/workspace",
+    )
