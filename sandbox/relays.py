@@ -10,10 +10,12 @@ time fails the start, with its own error. The relay is relay_main.py, whose text
 (RELAY_SCRIPT) this passes, so every image runs the same one.
 """
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import RelayFailed
 from .protocols import StartedSandbox
+from .spec import Relay
 
 READY_SECONDS = 5.0
 
@@ -70,18 +72,28 @@ while True:
 """
 
 
+def launcher_argv(relays: Sequence[Relay], ready_seconds: float = READY_SECONDS) -> list[str]:
+    """The one exec (as the sandbox user) that starts `relays` and prints "ok" once all listen."""
+    argv = ["python3", "-I", "-c", _LAUNCHER, RELAY_SCRIPT, f"{ready_seconds:g}"]
+    for relay in relays:
+        argv += [str(relay.port), relay.socket_path]
+    return argv
+
+
+def check_launched(image: str, code: int | None, out: bytes) -> None:
+    """RelayFailed unless the launcher (`launcher_argv`) said "ok"."""
+    if code == 0 and out.strip() == b"ok":
+        return
+    if code in (126, 127):
+        raise RelayFailed(f"the image {image} has no python3 to run the sandbox's relays")
+    detail = out.decode("utf-8", "replace").strip() or f"the relay launcher exited with {code}"
+    raise RelayFailed(f"a relay did not start: {detail}")
+
+
 async def start_relays(sandbox: StartedSandbox, *, ready_seconds: float = READY_SECONDS) -> None:
     """Start every relay of the sandbox's spec and wait until each listens; RelayFailed otherwise."""
     relays = sandbox.spec.relays
     if not relays:
         return
-    argv = ["python3", "-I", "-c", _LAUNCHER, RELAY_SCRIPT, f"{ready_seconds:g}"]
-    for relay in relays:
-        argv += [str(relay.port), relay.socket_path]
-    code, out = await sandbox.run_quiet(argv, timeout=ready_seconds + 10)
-    if code == 0 and out.strip() == b"ok":
-        return
-    if code in (126, 127):
-        raise RelayFailed(f"the image {sandbox.spec.image} has no python3 to run the sandbox's relays")
-    detail = out.decode("utf-8", "replace").strip() or f"the relay launcher exited with {code}"
-    raise RelayFailed(f"a relay did not start: {detail}")
+    code, out = await sandbox.run_quiet(launcher_argv(relays, ready_seconds), timeout=ready_seconds + 10)
+    check_launched(sandbox.spec.image, code, out)

@@ -54,13 +54,16 @@ from sandbox.creation import low_level_create_args, remove_container
 from sandbox.environment.spec import EnvironmentSpec
 from sandbox.owner import current_owner
 from sandbox.pump import raw_socket
+from sandbox.relays import check_launched, launcher_argv
 from sandbox.spec import (
+    CHANNEL_DIR,
     HOME_DIR,
     SANDBOX_GID,
     SANDBOX_UID,
     SANDBOX_USER,
     WORKSPACE_DIR,
     Limits,
+    Relay,
     SandboxSpec,
     Weakenings,
     container_create_kwargs,
@@ -72,7 +75,7 @@ SECRETS_DIR = "/run/secrets"
 LOG_HEAD_BYTES = 16 * 1024
 LOG_TAIL_BYTES = 48 * 1024
 # Mounts of the build container: written to by the setup, never in the committed layer.
-NOT_COMMITTED = ("/tmp", HOME_DIR, WORKSPACE_DIR, SECRETS_DIR)  # noqa: S108 (paths in the container)
+NOT_COMMITTED = ("/tmp", HOME_DIR, WORKSPACE_DIR, SECRETS_DIR, CHANNEL_DIR)  # noqa: S108 (paths in the container)
 
 REASON_SETUP = "environment_setup"
 REASON_TIMED_OUT = "timed_out"
@@ -99,6 +102,15 @@ class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
     secret: str = ""  # with REASON_SECRET: the name of the secret found (never its value)
 
 
+class SetupChannel(msgspec.Struct, frozen=True, kw_only=True):
+    """The setup's way out: a host directory of sockets (its egress proxy's), mounted read-only at
+    the sandbox's channel path, the loopback relays to them, and the setup's proxy variables."""
+
+    directory: Path
+    relays: tuple[Relay, ...]
+    env: dict[str, str]
+
+
 class SetupRun(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     timed_out: bool
@@ -117,12 +129,15 @@ def build_environment(
     instance: str,
     limits: Limits | None = None,
     timeout: float | None = None,
+    channel: SetupChannel | None = None,
 ) -> BuildResult:
     """Build `spec` on `base_image` into the image `tag` ("repository:tag"), labelled `labels`.
 
     `instance` labels the build container like a sandbox's (the reaper finds a leftover one);
-    `timeout` bounds the setup (default `spec.timeout_seconds`). The container and the host
-    directory of the secrets are removed whatever happens.
+    `timeout` bounds the setup (default `spec.timeout_seconds`); `channel`, when the setup has
+    network rules, mounts the directory of its egress proxy's socket and starts the relays to it
+    (the proxy variables are the setup's only: never in the committed image). The container and
+    the host directory of the secrets are removed whatever happens.
     """
     repository, _, version = tag.rpartition(":")
     if not repository or "/" in version:
@@ -133,11 +148,14 @@ def build_environment(
     secrets_home = write_secrets(secrets)
     container_id = ""
     try:
-        kwargs = _create_kwargs(spec, base, base_image, workspace, secrets_home, instance, limits, limit)
+        kwargs = _create_kwargs(spec, base, base_image, workspace, secrets_home, instance, limits, limit, channel)
         container_id = str(client.api.create_container(**low_level_create_args(client.api, kwargs))["Id"])
         client.api.put_archive(container_id, "/", env_dir_tar())
         client.api.start(container_id)
-        run = run_setup(client, container_id, spec.setup, env={"PATH": image_path(base)}, timeout=limit)
+        if channel is not None and channel.relays:
+            _start_relays(client, container_id, base_image, channel.relays)
+        setup_env = {"PATH": image_path(base), **(channel.env if channel is not None else {})}
+        run = run_setup(client, container_id, spec.setup, env=setup_env, timeout=limit)
         if run.timed_out or run.exit_code != 0:
             reason = REASON_TIMED_OUT if run.timed_out else REASON_SETUP
             return _result(started, run, reason=reason)
@@ -155,6 +173,14 @@ def build_environment(
             with contextlib.suppress(docker.errors.DockerException):
                 remove_container(client, container_id)
         shutil.rmtree(secrets_home, ignore_errors=True)
+
+
+def _start_relays(client: docker.DockerClient, container_id: str, image: str, relays: tuple[Relay, ...]) -> None:
+    """The relays of the setup's channel, started as a sandbox's are (sandbox/relays.py)."""
+    argv = launcher_argv(relays)
+    exec_id = client.api.exec_create(container_id, argv, user=SANDBOX_USER, stdout=True, stderr=True)["Id"]
+    out = client.api.exec_start(exec_id)
+    check_launched(image, _exit_code(client, exec_id), out)
 
 
 def _result(started: float, run: SetupRun, *, reason: str = "", image_id: str = "", secret: str = "") -> BuildResult:
@@ -178,6 +204,7 @@ def _create_kwargs(
     instance: str,
     limits: Limits | None,
     timeout: float,
+    channel: SetupChannel | None = None,
 ) -> dict[str, Any]:
     lim = limits or Limits()
     # The idle process outlives the setup's timeout a little: the host's kill comes first.
@@ -188,9 +215,11 @@ def _create_kwargs(
         instance=instance,
         task="environment",
         run=f"env-{int(time.time())}",
-        env={**spec.env, "PATH": image_path(base)},
+        env={**spec.env, "PATH": image_path(base), **(channel.env if channel is not None else {})},
         limits=lim,
         weaken=Weakenings(writable_root=True),
+        channel_dir=channel.directory if channel is not None else None,
+        relays=channel.relays if channel is not None else (),
     )
     kwargs = container_create_kwargs(sandbox)
     kwargs["labels"] = {**kwargs["labels"], **current_owner().labels()}
