@@ -40,6 +40,7 @@ from forge.http.api.notifications import NotificationController, SubscriptionCon
 from forge.http.api.pulls import PendingReviewController, PullController, SuggestionController, ThreadController
 from forge.http.api.reference import API_DESCRIPTION, API_REFERENCE_ASSETS, SCHEMA_PATH, LocalSwaggerPlugin
 from forge.http.api.repos import BrowseController, RepoController
+from forge.http.api.secrets import RepoSecretController
 from forge.http.api.statuses import StatusController
 from forge.http.api.user import UserController
 from forge.http.auth import AuthenticationLayer, AuthState
@@ -223,6 +224,7 @@ def route_handlers() -> list[ControllerRouterHandler]:
         RepoController,
         BrowseController,
         StatusController,
+        RepoSecretController,
         PullController,
         IssueController,
         IssueCommentController,

@@ -115,6 +115,18 @@ class Code(StrEnum):
     INVALID_TARGET_URL = "invalid_target_url", 422, "a status's target_url is not an http(s) URL"
     TOO_MANY_STATUSES = "too_many_statuses", 422, "a commit holds at most 1000 statuses of one context"
 
+    # Repository secrets (forge/repos/repo_secrets.py).
+    SECRET_NOT_FOUND = "secret_not_found", 404, "the repository has no secret by this name"
+    INVALID_SECRET_NAME = (
+        "invalid_secret_name",
+        422,
+        "a secret name is a letter or `_` then up to 127 letters, digits or `_`, "
+        "and does not start with `FORGEHAND_` or `GITHUB_`; the message names the rule",
+    )
+    INVALID_SECRET_VALUE = "invalid_secret_value", 422, "a secret's value is empty or contains a NUL character"
+    SECRET_TOO_LARGE = "secret_too_large", 422, "a secret's value is larger than 48 KiB (UTF-8)"
+    TOO_MANY_SECRETS = "too_many_secrets", 422, "a repository holds at most 100 secrets"
+
     # Pull requests (forge/repos/pulls.py).
     PULL_NOT_FOUND = "pull_not_found", 404, "no pull request by this number in the repository"
     PULL_REQUEST_EXISTS = "pull_request_exists", 409, "an open pull request for the same head and base exists"

@@ -8,7 +8,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from forge.db import issue_models, models, notify_models  # noqa: F401  (registers the tables on the metadata)
+from forge.db import issue_models, models, notify_models, secret_models  # noqa: F401  (registers the tables on the metadata)
 from forge.db.engine import Base, create_engine
 
 config = context.config
