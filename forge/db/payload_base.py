@@ -42,6 +42,8 @@ FailureReasonName = Literal[
     "snapshot_too_large",
     "snapshot_failed",
     "settle_failed",
+    "environment_setup",
+    "secret_in_environment",
     "internal",
 ]
 ApprovalDecidedName = Literal["approved", "denied", "expired", "cancelled"]

@@ -154,7 +154,28 @@ def parse_devcontainer(
         fields["setup"] = "\n".join(part for part in setup if part)
     if "containerEnv" in doc:
         fields["env"] = doc["containerEnv"]
+    fields.update(_forgehand_customizations(doc.get("customizations"), problems))
     return _checked(fields, allowed_images, problems, source=source)
+
+
+_CUSTOMIZATION_KEYS = ("setup_egress", "setup_secrets", "cache_files", "timeout_seconds")
+
+
+def _forgehand_customizations(value: object, problems: list[str]) -> dict[str, Any]:
+    """`customizations.forgehand` (the devcontainer spec's place for a tool's own settings): the
+    keys of environment.yml a devcontainer has no word for. Other tools' customizations are theirs."""
+    if not isinstance(value, dict) or "forgehand" not in value:
+        return {}
+    own = value["forgehand"]
+    if not isinstance(own, dict):
+        problems.append("`customizations.forgehand`: must be an object")
+        return {}
+    problems.extend(
+        f"`customizations.forgehand.{key}`: unknown key (one of {', '.join(_CUSTOMIZATION_KEYS)})"
+        for key in own
+        if key not in _CUSTOMIZATION_KEYS
+    )
+    return {key: own[key] for key in _CUSTOMIZATION_KEYS if key in own}
 
 
 def _text(data: bytes | str) -> str:

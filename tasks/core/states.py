@@ -115,6 +115,11 @@ class FailureReason(StrEnum):
     SNAPSHOT_FAILED = "snapshot_failed"
     # The settle step itself failed (the run's end could not be recorded as it happened).
     SETTLE_FAILED = "settle_failed"
+    # The repository's environment could not be built: its declaration refused, its setup failed
+    # or hung, a setup secret missing (docs/environments.md).
+    ENVIRONMENT_SETUP = "environment_setup"
+    # The environment's setup left a setup-only secret in what would have been the image.
+    SECRET_IN_ENVIRONMENT = "secret_in_environment"
     INTERNAL = "internal"
 
 

@@ -2,6 +2,7 @@
 repository store, sandbox engine, settings, event bus, live hub, policy gate, runtimes, clock),
 passed explicitly so an execution never reaches into the worker."""
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class RunEnv:
     clock: Callable[[], float] = field(default=time.monotonic)
     # Warm pools of started sandboxes by image (tasks/run/warm.py), filled by the worker; empty = off.
     pools: dict[str, SandboxPool] = field(default_factory=dict)
+    # One lock per environment image being built in this process (tasks/run/environment.py).
+    environment_builds: dict[str, asyncio.Lock] = field(default_factory=dict)
 
     def lifecycle(self, session: AsyncSession) -> Lifecycle:
         """Task steps on `session`; what they touch wakes live views (and workers) after the commit."""

@@ -58,3 +58,32 @@ def load_manifest(workspace: Path) -> Checkout | None:
         return msgspec.msgpack.decode(manifest_path(workspace).read_bytes(), type=Checkout)
     except (OSError, msgspec.DecodeError):
         return None
+
+
+def first_file_at(
+    repo: pygit2.Repository, sha: str, paths: tuple[str, ...], max_bytes: int
+) -> tuple[str, bytes] | None:
+    """The first of `paths` that is a file (blob) in commit `sha`, with its content (at most
+    `max_bytes + 1` bytes read, so an oversized one is refused by its parser); None if none is."""
+    tree = repo[sha].peel(pygit2.Commit).tree
+    for path in paths:
+        oid = _blob_at(tree, path)
+        if oid is not None:
+            blob = repo[oid]
+            assert isinstance(blob, pygit2.Blob)
+            return path, bytes(blob.data[: max_bytes + 1])
+    return None
+
+
+def blob_ids_at(repo: pygit2.Repository, sha: str, paths: tuple[str, ...]) -> dict[str, str]:
+    """Each of `paths` in commit `sha`: its blob id (a content hash), or "" when no file is there."""
+    tree = repo[sha].peel(pygit2.Commit).tree
+    return {path: str(oid) if (oid := _blob_at(tree, path)) is not None else "" for path in paths}
+
+
+def _blob_at(tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
+    try:
+        entry = tree[path]
+    except (KeyError, ValueError):
+        return None
+    return entry.id if entry.type_str == "blob" else None

@@ -26,7 +26,8 @@ from tasks.core.policy import ApprovedCall, GateContext, GateDecision, policy_re
 from tasks.core.states import FailureReason, RunKind
 from tasks.core.transcript import Notice
 from tasks.run import gitops, recovery, warm
-from tasks.run.egress import proxy_env
+from tasks.run.egress import blocked_notifier, proxy_env
+from tasks.run.environment import EnvironmentStep, repo_secrets_of
 from tasks.run.outside import Outside, ProvisionFailed
 from tasks.run.runtimes.base import ModelEndpoint, RunContext, Runtime, RuntimeLimits, RuntimeUnavailable
 from tasks.run.supervise import Stopped
@@ -66,6 +67,7 @@ class Provisioning(Outside):
     branch: str
     base_sha: str
     repo_key: tuple[str, str]
+    repo_uuid: str
     egress_plan: EgressPlan | None
     sandbox: Sandbox | None
     workspace: Path | None
@@ -92,6 +94,7 @@ class Provisioning(Outside):
             egress = await self._open_egress(self.egress_plan)
             plan = self.egress_plan
             await self.system("egress", egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
+        image = await self._environment(image)
         await self._place(image)
         self._check_stop()
         t0 = time.monotonic()
@@ -101,6 +104,21 @@ class Provisioning(Outside):
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
+
+    async def _environment(self, image: str) -> str:
+        """The repository's environment image when it declares one (tasks/run/environment.py)."""
+        step = EnvironmentStep(
+            env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, base_sha=self.base_sha,
+            run_uuid=self.run_uuid, system=self.system, secrets=self._setup_secrets,
+            notify_blocked=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id), emit=self._emit,
+        )  # fmt: skip
+        return await step.image(image)
+
+    async def _setup_secrets(self, names: tuple[str, ...]) -> dict[str, str]:
+        if not names:
+            return {}
+        async with self.env.db.session() as s:
+            return await repo_secrets_of(s, self.env.settings, self.repo_id, names)
 
     def _bind_runtime(self) -> Runtime:
         """The task's runtime; a runtime of configured agents (acp) binds the task's agent."""

@@ -236,3 +236,25 @@ def test_cache_key_never_takes_secret_values() -> None:
     assert key == cache_key(SPEC, "sha256:base", HASHES, "1")
     with pytest.raises(ValueError, match=r"package-lock\.json"):
         cache_key(SPEC, "sha256:base", {"requirements.txt": "aa"}, "1")
+
+
+def test_a_devcontainer_names_its_setup_egress_secrets_and_cache_files_in_its_forgehand_customizations() -> None:
+    text = """{
+      // the install needs the team's index
+      "image": "sandbox",
+      "postCreateCommand": ["pip", "install", "-r", "requirements.txt"],
+      "customizations": {
+        "vscode": {"extensions": ["ms-python.python"]},
+        "forgehand": {"setup_egress": ["pypi.example.org"], "setup_secrets": ["INDEX_TOKEN"],
+                      "cache_files": ["requirements.txt"], "timeout_seconds": 300},
+      },
+    }"""
+    spec = parse_devcontainer(text, allowed_images={"sandbox"})
+    assert spec.setup_egress == ("pypi.example.org",) and spec.setup_secrets == ("INDEX_TOKEN",)
+    assert spec.cache_files == ("requirements.txt",) and spec.timeout_seconds == 300
+    assert spec.setup == "pip install -r requirements.txt"
+    with pytest.raises(EnvironmentRefused) as refused:
+        parse_devcontainer(
+            '{"image": "sandbox", "customizations": {"forgehand": {"mounts": []}}}', allowed_images={"sandbox"}
+        )
+    assert any("customizations.forgehand.mounts" in p for p in refused.value.problems)

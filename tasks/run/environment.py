@@ -1,0 +1,266 @@
+"""A run's environment (docs/environments.md), a step of provisioning: the repository's declared
+environment (`.forgehand/environment.yml` or a devcontainer.json subset, read from the task's BASE
+commit, never from the agent's branch), built once into an image and reused by every task until
+its cache key changes.
+
+The key (`sandbox.environment.spec.cache_key`) covers the base image's id, the setup, its
+environment, its egress rules and secret names, the content of the declared cache files at the
+base commit and forgehand's version; the image's tag adds the instance and the repository, so an
+image built with one repository's secrets never serves another. A build runs the setup in a
+hardened container (sandbox/environment/build.py) with the setup-only secrets as read-only files
+and the setup-only egress rules through a proxy of its own; the agent's sandbox then starts from
+the committed image with the run's own egress rules only. Builds of one key in this process wait
+for each other (`EnvironmentBuilds`): two tasks on a cold cache build once.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import shutil
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import structlog
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from egress import SOCKET_NAME as EGRESS_SOCKET
+from egress import AllowedHosts, RuleError, RuleSet
+from forge.core.settings import Settings
+from forge.core.version import VERSION
+from forge.repos.repo_secrets import RepoSecrets, secret_box
+from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, Relay
+from sandbox.environment.build import BuildResult, SetupChannel, build_environment
+from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key, parse_environment
+from sandbox.errors import EnvironmentRefused
+from tasks.core.egress_config import EgressPlan
+from tasks.core.states import FailureReason
+from tasks.run import gitops
+from tasks.run.egress import Notify, open_run_egress, proxy_env
+from tasks.run.env import RunEnv
+from tasks.run.outside import ProvisionFailed
+
+log = structlog.get_logger("forgehand.environments")
+
+IMAGE_REPOSITORY = "forgehand-env"
+LABEL_REPO = "forgehand.env.repo"
+LABEL_KEY = "forgehand.env.key"
+LOG_IN_TRANSCRIPT = 32 * 1024  # the setup's log kept in the `environment` event (head and tail)
+
+System = Callable[..., Awaitable[None]]
+Secrets = Callable[[tuple[str, ...]], Awaitable[dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class Declared:
+    spec: EnvironmentSpec
+    base_image: str
+    tag: str
+    key: str
+
+
+@dataclass
+class EnvironmentStep:
+    """The environment of one run (what provisioning hands it)."""
+
+    env: RunEnv
+    repo_key: tuple[str, str]
+    repo_uuid: str
+    base_sha: str
+    run_uuid: str
+    system: System  # (phase, text, t0, **detail): a `system` transcript event
+    secrets: Secrets  # the repository's setup secrets by name (the missing ones left out)
+    notify_blocked: Notify
+    emit: Any  # the run's transcript emit (egress refusals of the setup land there)
+
+    async def image(self, runtime_image: str) -> str:
+        """The image the run's sandbox starts from: `runtime_image`, or its environment's."""
+        declared = await self._declared(runtime_image)
+        if declared is None:
+            return runtime_image
+        t0 = time.monotonic()
+        # Builds of one image in this process wait for each other: two tasks on a cold cache build once.
+        async with self.env.environment_builds.setdefault(declared.tag, asyncio.Lock()):
+            if await self._exists(declared.tag):
+                await self.system(
+                    "environment", f"environment from the cache ({declared.spec.source})", t0,
+                    image=declared.tag, cached=True, source=declared.spec.source,
+                )  # fmt: skip
+                return declared.tag
+            result = await self._build(declared)
+        await self._report(declared, result, t0)
+        return declared.tag
+
+    # --- what the repository declares ---------------------------------------------------------
+
+    async def _declared(self, runtime_image: str) -> Declared | None:
+        store = self.env.store
+        found = await store.read(self.repo_key, gitops.first_file_at, self.base_sha, ENVIRONMENT_FILES, MAX_INPUT_BYTES)
+        if found is None:
+            return None
+        path, data = found
+        try:
+            spec = parse_environment(path, data, allowed_images=self._allowed_images())
+        except EnvironmentRefused as exc:
+            raise ProvisionFailed(
+                FailureReason.ENVIRONMENT_SETUP, f"the environment in {path} is refused: {'; '.join(exc.problems)}"
+            ) from exc
+        base = self._base_image(spec, runtime_image)
+        hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.base_sha, spec.cache_files)
+        base_id = await self._image_id(base)
+        key = cache_key(spec, base_id, hashes, VERSION)
+        own = hashlib.sha256(f"{self.env.instance}\0{self.repo_uuid}\0{key}".encode()).hexdigest()
+        return Declared(spec=spec, base_image=base, tag=f"{IMAGE_REPOSITORY}:{own[:48]}", key=key)
+
+    def _allowed_images(self) -> set[str]:
+        """The built-in images, by name ("sandbox", "agents") or by their reference."""
+        return {"sandbox", "agents", self.env.image, self._agents_image()}
+
+    def _agents_image(self) -> str:
+        return self.env.agents_image or DEFAULT_AGENTS_IMAGE
+
+    def _base_image(self, spec: EnvironmentSpec, runtime_image: str) -> str:
+        """A CLI agent's run starts from its runtime's image (the agents image, built on the sandbox
+        image, or an operator's): its CLI must be there. Otherwise the declaration chooses."""
+        if runtime_image != self.env.image:
+            return runtime_image
+        return self._agents_image() if spec.image in ("agents", self._agents_image()) else runtime_image
+
+    async def _image_id(self, image: str) -> str:
+        try:
+            found: dict[str, Any] = await self.env.engine.call(lambda c: c.api.inspect_image(image))
+        except docker.errors.ImageNotFound as exc:
+            raise ProvisionFailed(
+                FailureReason.IMAGE_MISSING, f"the image {image} is missing: run `forgehand sandbox build`"
+            ) from exc
+        return str(found["Id"])
+
+    async def _exists(self, tag: str) -> bool:
+        try:
+            await self.env.engine.call(lambda c: c.api.inspect_image(tag))
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    # --- the build ----------------------------------------------------------------------------
+
+    async def _build(self, declared: Declared) -> BuildResult:
+        spec = declared.spec
+        values = await self.secrets(spec.setup_secrets)
+        missing = [name for name in spec.setup_secrets if name not in values]
+        if missing:
+            raise ProvisionFailed(
+                FailureReason.ENVIRONMENT_SETUP,
+                f"the environment's setup needs the repository secret(s) {', '.join(missing)}: "
+                "add them in the repository's settings (Secrets)",
+            )
+        t0 = time.monotonic()
+        await self.system(
+            "environment", f"building the environment ({spec.source})", t0, image=declared.tag, cached=False
+        )
+        workspace = self.env.settings.data_dir.resolve() / "environments" / uuid.uuid4().hex
+        egress = None
+        try:
+            await asyncio.to_thread(workspace.mkdir, 0o755, True, False)
+            await self.env.store.read(self.repo_key, gitops.checkout_tree, self.base_sha, workspace)
+            channel = None
+            if spec.setup_egress:
+                egress = await open_run_egress(
+                    self._setup_plan(spec), None, self.env.settings.effective_run_channel_dir,
+                    f"env-{self.run_uuid}", emit=self.emit, notify=self.notify_blocked,
+                )  # fmt: skip
+                channel = SetupChannel(
+                    directory=egress.host_dir, relays=(Relay(EGRESS_PROXY_PORT, EGRESS_SOCKET),), env=proxy_env()
+                )
+            return await self._run_build(declared, workspace, values, channel)
+        finally:
+            if egress is not None:
+                await egress.close()
+            await asyncio.to_thread(shutil.rmtree, workspace, True)
+
+    def _setup_plan(self, spec: EnvironmentSpec) -> EgressPlan:
+        try:
+            rules = RuleSet.build(list(spec.setup_egress), ())
+        except RuleError as exc:
+            raise ProvisionFailed(FailureReason.ENVIRONMENT_SETUP, f"a setup_egress rule is refused: {exc}") from exc
+        allowed = AllowedHosts.parse(self.env.settings.egress_allowed_hosts)
+        return EgressPlan(rules=rules, allowed_hosts=allowed, presets=(), repo_rules=spec.setup_egress)
+
+    async def _run_build(
+        self, declared: Declared, workspace: Path, secrets: dict[str, str], channel: SetupChannel | None
+    ) -> BuildResult:
+        spec = declared.spec
+        labels = {LABEL_REPO: self.repo_uuid, LABEL_KEY: declared.key, "forgehand.instance": self.env.instance}
+
+        def build(client: docker.DockerClient) -> BuildResult:
+            return build_environment(
+                client, spec, base_image=declared.base_image, tag=declared.tag, workspace=workspace,
+                secrets=secrets, labels=labels, instance=self.env.instance, channel=channel,
+            )  # fmt: skip
+
+        try:
+            return await self.env.engine.call(build, timeout=spec.timeout_seconds + 180)
+        except TimeoutError as exc:
+            raise ProvisionFailed(
+                FailureReason.ENVIRONMENT_SETUP, f"the environment's build did not end within {spec.timeout_seconds} s"
+            ) from exc
+
+    async def _report(self, declared: Declared, result: BuildResult, t0: float) -> None:
+        """The build's `environment` event with its log; a failed build fails the run."""
+        log_text = _capped(result.log_tail)
+        detail = {"image": declared.tag, "cached": False, "source": declared.spec.source, "log": log_text}
+        if result.ok:
+            await self.system("environment", f"environment built in {result.seconds:.1f} s", t0, **detail)
+            return
+        if result.reason == "secret_in_environment":
+            text = (
+                f"the environment's setup left the secret {result.secret} in what would have been the image "
+                "(a file, a name or the image's settings): nothing was kept"
+            )
+            await self.system("environment", text, t0, **detail, reason=result.reason)
+            raise ProvisionFailed(FailureReason.SECRET_IN_ENVIRONMENT, text)
+        if result.reason == "timed_out":
+            text = f"the environment's setup did not end within {declared.spec.timeout_seconds} s and was stopped"
+        else:
+            text = f"the environment's setup failed (exit {result.exit_code}): {_tail(result.log_tail)}"
+        await self.system("environment", text, t0, **detail, reason=result.reason)
+        raise ProvisionFailed(FailureReason.ENVIRONMENT_SETUP, text)
+
+
+def _capped(text: str) -> str:
+    if len(text) <= LOG_IN_TRANSCRIPT:
+        return text
+    half = LOG_IN_TRANSCRIPT // 2
+    return f"{text[:half]}\n[... {len(text) - LOG_IN_TRANSCRIPT} characters cut ...]\n{text[-half:]}"
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
+    return " | ".join(kept)[-600:] or "no output"
+
+
+async def remove_environment_images(env: RunEnv, repo_uuid: str) -> int:
+    """Remove the environment images of one repository on this engine (a forced rebuild)."""
+
+    def remove(client: docker.DockerClient) -> int:
+        gone = 0
+        for image in client.images.list(filters={"label": f"{LABEL_REPO}={repo_uuid}"}):
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(image.id, force=True)
+                gone += 1
+        return gone
+
+    removed: int = await env.engine.call(remove, timeout=120)
+    log.info("environment images removed", repo=repo_uuid, count=removed)
+    return removed
+
+
+async def repo_secrets_of(
+    session: AsyncSession, settings: Settings, repo_id: int, names: tuple[str, ...]
+) -> dict[str, str]:
+    """The repository's secrets of those `names` it has (decrypted, for a build only)."""
+    return await RepoSecrets(session=session, box=secret_box(settings)).values(repo_id, names)
