@@ -243,6 +243,7 @@ class EgressBlocked(Payload, frozen=True, tag="egress.blocked"):
     method: str  # "CONNECT" for a tunnel (https), else the plain-HTTP method
     rules: Literal["allow-list", "address", "request", "limit"]
     reason: str
+    phase: Literal["run", "environment"] = "run"  # who asked: the run's sandbox, or the environment's setup
 
 
 class PolicyBypassed(Payload, frozen=True, tag="policy.bypassed"):

@@ -143,6 +143,7 @@ class EgressBlocked(msgspec.Struct, kw_only=True, tag="egress_blocked"):
     method: str  # "CONNECT" for a tunnel
     rules: str  # the rule set that refused: "allow-list", "address", "request" or "limit"
     reason: str
+    phase: str = "run"  # "environment": the environment's setup asked (docs/environments.md)
 
 
 class PolicyBypass(msgspec.Struct, kw_only=True, tag="policy_bypass"):

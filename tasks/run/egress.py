@@ -55,8 +55,11 @@ def proxy_env() -> dict[str, str]:
 class RunEgress:
     """The proxy of one run and the reporting of what it refused."""
 
-    def __init__(self, plan: EgressPlan, host_dir: Path, *, emit: Emit, notify: Notify, owns_dir: bool) -> None:
+    def __init__(
+        self, plan: EgressPlan, host_dir: Path, *, emit: Emit, notify: Notify, owns_dir: bool, phase: str = "run"
+    ) -> None:
         self.plan = plan
+        self.phase = phase  # "environment": the proxy of an environment's setup
         self.host_dir = host_dir
         self.owns_dir = owns_dir
         self._emit = emit
@@ -130,13 +133,16 @@ class RunEgress:
                         await self._emit("notice", Notice(text=text, level="warning"))
                 continue
             target = f"{blocked.host}:{blocked.port}" if blocked.host else "a request"
+            during = "during the environment's setup: " if self.phase == "environment" else ""
+            what = f"{blocked.method or 'a request'} {target} ({blocked.rules})"
             event = EgressBlocked(
-                text=f"egress refused {blocked.method or 'a request'} {target} ({blocked.rules}): {blocked.reason}",
+                text=f"{during}egress refused {what}: {blocked.reason}",
                 host=blocked.host,
                 port=blocked.port,
                 method=blocked.method,
                 rules=blocked.rules,
                 reason=blocked.reason[:500],
+                phase=self.phase,
             )
             try:
                 await self._emit("egress_blocked", event)
@@ -146,7 +152,14 @@ class RunEgress:
 
 
 async def open_run_egress(
-    plan: EgressPlan, channel_dir: Path | None, root: Path, run_uuid: str, *, emit: Emit, notify: Notify
+    plan: EgressPlan,
+    channel_dir: Path | None,
+    root: Path,
+    run_uuid: str,
+    *,
+    emit: Emit,
+    notify: Notify,
+    phase: str = "run",
 ) -> RunEgress:
     """Start the run's proxy in its channel directory (`channel_dir`, the gateway's), or in a
     directory of its own under the channel root when the run has no gateway."""
@@ -154,7 +167,7 @@ async def open_run_egress(
     if channel_dir is None:
         channel_dir = root / channel_name(run_uuid)
         await asyncio.to_thread(_fresh_dir, root, channel_dir)
-    egress = RunEgress(plan, channel_dir, emit=emit, notify=notify, owns_dir=owns)
+    egress = RunEgress(plan, channel_dir, emit=emit, notify=notify, owns_dir=owns, phase=phase)
     await egress.start()
     return egress
 
@@ -166,7 +179,7 @@ def _fresh_dir(root: Path, channel_dir: Path) -> None:
         shutil.rmtree(channel_dir, ignore_errors=True)
 
 
-def blocked_notifier(env: RunEnv, task_id: int, repo_id: int, run_id: int) -> Notify:
+def blocked_notifier(env: RunEnv, task_id: int, repo_id: int, run_id: int, phase: str = "run") -> Notify:
     """Publish each refusal as an `egress.blocked` notification (its own short transaction)."""
 
     async def notify(blocked: Blocked) -> None:
@@ -180,6 +193,7 @@ def blocked_notifier(env: RunEnv, task_id: int, repo_id: int, run_id: int) -> No
                 method=blocked.method,
                 rules=cast(Any, blocked.rules),
                 reason=blocked.reason[:500],
+                phase=cast(Any, phase),
             )
             await env.lifecycle(s).publish("egress.blocked", task, repo, run=run, data=data)
 

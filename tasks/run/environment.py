@@ -171,7 +171,7 @@ class EnvironmentStep:
             if spec.setup_egress:
                 egress = await open_run_egress(
                     self._setup_plan(spec), None, self.env.settings.effective_run_channel_dir,
-                    f"env-{self.run_uuid}", emit=self.emit, notify=self.notify_blocked,
+                    f"env-{self.run_uuid}", emit=self.emit, notify=self.notify_blocked, phase="environment",
                 )  # fmt: skip
                 channel = SetupChannel(
                     directory=egress.host_dir, relays=(Relay(EGRESS_PROXY_PORT, EGRESS_SOCKET),), env=proxy_env()

@@ -110,7 +110,8 @@ class Provisioning(Outside):
         step = EnvironmentStep(
             env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, base_sha=self.base_sha,
             run_uuid=self.run_uuid, system=self.system, secrets=self._setup_secrets,
-            notify_blocked=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id), emit=self._emit,
+            emit=self._emit,
+            notify_blocked=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id, phase="environment"),
         )  # fmt: skip
         return await step.image(image)
 

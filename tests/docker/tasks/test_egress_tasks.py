@@ -120,6 +120,7 @@ def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer,
         "method": "GET",
         "rules": "allow-list",
         "reason": "no rule allows GET to example.com:80",
+        "phase": "run",
     }
 
     page = httpx.get(f"{live_server.url}/ana/app/tasks/1", headers={"Authorization": f"Bearer {token}"})

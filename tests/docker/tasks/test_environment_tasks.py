@@ -6,6 +6,7 @@ and no token; the second starts from the cache; a changed lock file rebuilds; a 
 the task `environment_setup` with its log tail; a setup that keeps the token fails
 `secret_in_environment` and keeps nothing."""
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -108,9 +109,7 @@ async def test_an_environment_is_built_once_reused_and_rebuilt_when_its_lock_fil
     # The index was reached by the setup (once: the later tasks did not reach it), which had the token.
     assert any(path.startswith("/simple/forgehand-probe") for _, path, _ in index.requests)
     assert "the index token is there" in built[-1]["detail"]["log"]
-    assert [e["detail"]["cached"] for e in built][-1] is False and "Successfully installed" in built[-1]["detail"][
-        "log"
-    ]
+    assert built[-1]["detail"]["cached"] is False and "Successfully installed" in built[-1]["detail"]["log"]
     assert TOKEN not in json.dumps(built)
     assert again["state"] == "awaiting_review" and [e["detail"]["cached"] for e in cached] == [True]
     assert cached[0]["detail"]["image"] == built[-1]["detail"]["image"]
@@ -126,6 +125,13 @@ async def test_an_environment_is_built_once_reused_and_rebuilt_when_its_lock_fil
 
 async def test_a_failing_setup_fails_the_task_with_its_log_and_a_leaking_one_keeps_nothing(env: Env) -> None:
     async with env.client() as c:
+        # Another repository's secret of that name is not this one's: the setup would not start.
+        assert (await c.post("/api/v1/user/repos", json={"name": "other"})).status_code == 201
+        other = "/api/v1/repos/ana/other/actions/secrets/INDEX_TOKEN"
+        assert (await c.put(other, json={"value": TOKEN})).status_code == 201
+        commit(env, {".forgehand/environment.yml": environment_yml(1, "true")}, "needs a secret")
+        unsecret = await wait_state(c, (await start(c, "true"))["number"], "awaiting_review", "failed", timeout=240)
+        assert unsecret["failure_reason"] == "environment_setup" and "INDEX_TOKEN" in unsecret["error"], unsecret
         assert (await c.put(f"{SECRETS}/INDEX_TOKEN", json={"value": TOKEN})).status_code == 201
         broken = environment_yml(1, "echo no index here >&2; exit 3")
         commit(env, {"requirements.txt": "x\n", ".forgehand/environment.yml": broken}, "broken")
@@ -145,3 +151,54 @@ async def test_a_failing_setup_fails_the_task_with_its_log_and_a_leaking_one_kee
             client.images.get(image)
     finally:
         client.close()
+
+
+async def two_tasks_at_once(env: Env) -> tuple[list[int], list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    async with env.client() as c:
+        numbers = [(await start(c, PROBE))["number"] for _ in range(2)]
+        done = [await wait_state(c, n, "awaiting_review", "failed", timeout=240) for n in numbers]
+        return numbers, done, {n: await all_events(c, n) for n in numbers}
+
+
+DEVCONTAINER = """{
+  // the team's devcontainer, with what forgehand needs in its customizations
+  "name": "demo",
+  "image": "sandbox",
+  "onCreateCommand": "curl -s -m 5 -o /dev/null http://127.0.0.1:%(closed)d/ || echo not reachable",
+  "postCreateCommand": [
+    "python3", "-m", "pip", "install", "--no-cache-dir", "--target", "/opt/env/lib",
+    "--index-url", "http://127.0.0.1:%(port)d/simple/", "-r", "requirements.txt"
+  ],
+  "containerEnv": {"PYTHONPATH": "/opt/env/lib"},
+  "customizations": {
+    "vscode": {"extensions": ["ms-python.python"]},
+    "forgehand": {"setup_egress": ["127.0.0.1:%(port)d"], "cache_files": ["requirements.txt"]},
+  },
+}"""
+
+
+def test_a_devcontainer_environment_builds_once_for_two_tasks_and_its_setup_egress_is_held(
+    settings: Settings, sandbox_image: str
+) -> None:
+    """Two tasks start together on a cold cache (the repository runs two at once): one builds, the
+    other waits and starts from the image. The setup's request to a port outside its rules is
+    refused and recorded on the building task with phase `environment`."""
+    with origin_server(simple_index("forgehand-probe")) as index, origin_server({}) as closed:
+        devcontainer = DEVCONTAINER % {"port": index.port, "closed": closed.port}
+        s = msgspec.structs.replace(settings, egress_allowed_hosts="127.0.0.1", task_repo_concurrency=2)
+        files = {"requirements.txt": "forgehand-probe==1.0\n", ".devcontainer/devcontainer.json": devcontainer}
+        for env in serve_env(s):
+            commit(env, files, "dev")
+            numbers, done, events = asyncio.run(two_tasks_at_once(env))
+        remove_environment_images(s)
+    assert [d["state"] for d in done] == ["awaiting_review", "awaiting_review"], done
+    outcomes = sorted(str(environment_events(events[n])[-1]["text"]).split(" ")[1] for n in numbers)
+    assert outcomes == ["built", "from"]  # "environment built in N s", "environment from the cache"
+    [builder] = [n for n in numbers if environment_events(events[n])[-1]["detail"]["cached"] is False]
+    blocked = [e["payload"] for e in events[builder] if e["kind"] == "egress_blocked"]
+    assert [(b["port"], b["phase"]) for b in blocked] == [(closed.port, "environment")]
+    assert blocked[0]["text"].startswith("during the environment's setup: egress refused")
+    assert closed.requests == []  # the refused port was never reached
+    for n in numbers:
+        files = tree_files(env.repo_path, done[numbers.index(n)]["head_sha"])
+        assert files["probe.txt"][1].strip() == b"42"

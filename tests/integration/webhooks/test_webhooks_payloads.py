@@ -298,7 +298,14 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
     (ScheduleTriggered(**SCHEDULE), SCHEDULE),
     (
         EgressBlocked(host="example.com", port=443, method="CONNECT", rules="allow-list", reason="no rule allows it"),
-        {"host": "example.com", "port": 443, "method": "CONNECT", "rules": "allow-list", "reason": "no rule allows it"},
+        {
+            "host": "example.com",
+            "port": 443,
+            "method": "CONNECT",
+            "rules": "allow-list",
+            "reason": "no rule allows it",
+            "phase": "run",
+        },
     ),
     (
         PolicyBypassed(tool_use_id="toolu_1", tool_name="Bash", tool_input={"command": "ls"}, reason="no decision"),
