@@ -19,13 +19,17 @@ import pytest
 from forge.core.settings import Settings
 from forge.git import Identity
 from forge.git.bare import write_commit
+from tests.support.anthropic import ScriptedAnthropic, tool_use
+from tests.support.anthropic import text as claude_text
 from tests.support.egress import origin_server, simple_index
-from tests.support.tasks import Env, all_events, serve_env, start, tree_files, wait_state
+from tests.support.tasks import Env, all_events, serve_env, served, start, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "idx-token-7f3c9a1e5b2d"
 SECRETS = "/api/v1/repos/ana/demo/actions/secrets"
+TASKS = "/api/v1/repos/ana/demo/tasks"
+KEY = "sk-ant-instance-key-claude-0123456789"
 ANA = Identity(name="ana", email="ana@example.com")
 # What the agent's run checks, into files the task commits: the package is there, the index is not
 # reachable (no egress for the run), the token is nowhere in its environment or files.
@@ -202,3 +206,50 @@ def test_a_devcontainer_environment_builds_once_for_two_tasks_and_its_setup_egre
     for n in numbers:
         files = tree_files(env.repo_path, done[numbers.index(n)]["head_sha"])
         assert files["probe.txt"][1].strip() == b"42"
+
+
+CALC = "import forgehand_probe\n\n\ndef answer():\n    return forgehand_probe.VALUE + 1\n"
+TEST_CALC = (
+    "import unittest\n\nimport calc\n\n\nclass T(unittest.TestCase):\n"
+    "    def test_answer(self):\n        self.assertEqual(calc.answer(), 42)\n"
+)
+RUN_TESTS = "cd /workspace && python3 -m unittest -v test_calc 2>&1; echo exit=$?"
+
+
+async def test_a_claude_code_task_runs_the_projects_tests_in_its_environment_and_fixes_one(
+    settings: Settings, agents_image: str
+) -> None:
+    """The walkthrough with the real Claude Code CLI: a Python project whose test needs a package the
+    environment installs from the test's index (setup-only egress and token). The agent runs the
+    tests (they fail: 43, not 42), fixes the code, runs them again (they pass), all with no network;
+    the environment was built for it (on the agents image, which holds the CLI) and the token is
+    nowhere in the run."""
+    turns = [
+        tool_use("Bash", {"command": RUN_TESTS, "description": "run the tests"}, id="toolu_red"),
+        tool_use("Write", {"file_path": "/workspace/calc.py", "content": CALC.replace(" + 1", "")}, id="toolu_fix"),
+        tool_use("Bash", {"command": RUN_TESTS, "description": "run them again"}, id="toolu_green"),
+        claude_text("Fixed answer(): the tests pass."),
+    ]
+    with origin_server(simple_index("forgehand-probe")) as index, ScriptedAnthropic(turns) as api:
+        model = {"anthropic_base_url": api.url, "anthropic_api_key": KEY, "anthropic_model": "claude-test"}
+        async with served(settings, egress_allowed_hosts="127.0.0.1", **model) as (env, c):
+            files = {
+                "requirements.txt": "forgehand-probe==1.0\n", ".forgehand/environment.yml": environment_yml(index.port),
+                "calc.py": CALC, "test_calc.py": TEST_CALC,
+            }  # fmt: skip
+            commit(env, files, "a project with a failing test")
+            assert (await c.put(f"{SECRETS}/INDEX_TOKEN", json={"value": TOKEN})).status_code == 201
+            r = await c.post(TASKS, json={"goal": "make the tests pass", "agent": "fixer", "runtime": "claude-code"})
+            assert r.status_code == 201, r.text
+            done = await wait_state(c, r.json()["number"], "awaiting_review", "failed", timeout=300)
+            events = await all_events(c, done["number"])
+        remove_environment_images(env.settings)
+    assert done["state"] == "awaiting_review", done
+    [building, built] = environment_events(events)
+    assert building["text"].startswith("building the environment") and built["detail"]["cached"] is False
+    assert built["detail"]["image"].startswith("forgehand-env:")
+    results = {e["payload"]["id"]: e["payload"]["output"] for e in events if e["kind"] == "tool_result"}
+    assert "FAILED" in results["toolu_red"] and "exit=1" in results["toolu_red"]
+    assert "OK" in results["toolu_green"] and "exit=0" in results["toolu_green"]
+    assert tree_files(env.repo_path, done["head_sha"])["calc.py"][1].decode() == CALC.replace(" + 1", "")
+    assert TOKEN not in json.dumps(events) and TOKEN not in json.dumps(api.requests)
