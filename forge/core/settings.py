@@ -79,6 +79,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # Each run's workspace is its own filesystem of this size ("mount", needs root); "watchdog" is the
     # fallback without root, which ends the run at the limit but cannot stop a fast writer before it.
     task_workspace_limit_mb: int = 1024
+    # Environments (docs/environments.md): what one setup may write into its image, and the disk
+    # all of this instance's environment images may take on an engine (the oldest go first).
+    environment_disk_limit_mb: int = 4096
+    environment_images_limit_mb: int = 20480
     task_workspace_quota: Literal["mount", "watchdog"] = "mount"
     # Sandboxes kept started ahead, per image, each handed to one run (docs/operator.md); 0 = off.
     task_sandbox_pool: int = 0
@@ -202,6 +206,8 @@ _POSITIVE = (
     "task_wall_clock_seconds",
     "task_max_file_bytes",
     "task_workspace_limit_mb",
+    "environment_disk_limit_mb",
+    "environment_images_limit_mb",
     "task_approval_ttl_seconds",
     "model_timeout_seconds",
     "webhooks_policy_concurrency",

@@ -41,6 +41,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +82,9 @@ NOT_COMMITTED = ("/tmp", HOME_DIR, WORKSPACE_DIR, SECRETS_DIR, CHANNEL_DIR)  # n
 REASON_SETUP = "environment_setup"
 REASON_TIMED_OUT = "timed_out"
 REASON_SECRET = "secret_in_environment"
+REASON_DISK = "disk_limit"
+DEFAULT_DISK_BYTES = 4 * 1024 * 1024 * 1024
+DISK_POLL_SECONDS = 1.0
 
 _POLL_SECONDS = 0.5
 _STOP_SECONDS = 5
@@ -95,7 +99,7 @@ class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
     """How a build ended. `reason` is "" when `ok`; `image_id` is set only then."""
 
     ok: bool
-    reason: str  # "", REASON_SETUP (non-zero exit), REASON_TIMED_OUT, REASON_SECRET
+    reason: str  # "", REASON_SETUP (non-zero exit), REASON_TIMED_OUT, REASON_DISK, REASON_SECRET
     exit_code: int | None
     log_tail: str  # the setup's output (stdout and stderr), its head and tail when long
     image_id: str
@@ -116,6 +120,7 @@ class SetupRun(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     timed_out: bool
     log: str
+    over_disk: bool = False  # the setup wrote more than its disk limit and was stopped
 
 
 def build_environment(
@@ -131,6 +136,7 @@ def build_environment(
     limits: Limits | None = None,
     timeout: float | None = None,
     channel: SetupChannel | None = None,
+    disk_bytes: int = DEFAULT_DISK_BYTES,
 ) -> BuildResult:
     """Build `spec` on `base_image` into the image `tag` ("repository:tag"), labelled `labels`.
 
@@ -156,9 +162,11 @@ def build_environment(
         if channel is not None and channel.relays:
             _start_relays(client, container_id, base_image, channel.relays)
         setup_env = {"PATH": image_path(base), **(channel.env if channel is not None else {})}
-        run = run_setup(client, container_id, spec.setup, env=setup_env, timeout=limit)
-        if run.timed_out or run.exit_code != 0:
-            reason = REASON_TIMED_OUT if run.timed_out else REASON_SETUP
+        run = run_setup(client, container_id, spec.setup, env=setup_env, timeout=limit, disk_bytes=disk_bytes)
+        if not run.over_disk and layer_bytes(client, container_id) > disk_bytes:  # a writer faster than the watchdog
+            run = msgspec.structs.replace(run, over_disk=True)
+        if run.over_disk or run.timed_out or run.exit_code != 0:
+            reason = REASON_DISK if run.over_disk else REASON_TIMED_OUT if run.timed_out else REASON_SETUP
             return _result(started, run, reason=reason)
         client.api.stop(container_id, timeout=_STOP_SECONDS)
         conf = commit_config(base, spec, labels, container_labels=kwargs["labels"])
@@ -331,9 +339,17 @@ class LogCapture:
 
 
 def run_setup(
-    client: docker.DockerClient, container_id: str, script: str, *, env: Mapping[str, str], timeout: float
+    client: docker.DockerClient,
+    container_id: str,
+    script: str,
+    *,
+    env: Mapping[str, str],
+    timeout: float,
+    disk_bytes: int = DEFAULT_DISK_BYTES,
 ) -> SetupRun:
-    """Run `script` as the sandbox user in /workspace; past `timeout` the container is killed."""
+    """Run `script` as the sandbox user in /workspace; past `timeout`, or once the container's
+    layer holds more than `disk_bytes` (a watchdog: the layer has no quota of its own), the
+    container is killed."""
     if not script.strip():
         return SetupRun(exit_code=0, timed_out=False, log="")
     argv = ["/bin/sh", "-c", _SETUP_SHELL, "forgehand-setup", script]
@@ -342,16 +358,58 @@ def run_setup(
     )["Id"]
     log = LogCapture()
     sock = client.api.exec_start(exec_id, socket=True, tty=False)
+    watchdog = DiskWatchdog(client, container_id, disk_bytes)
+    watchdog.start()
     try:
         timed_out = read_frames(raw_socket(sock), time.monotonic() + timeout, log)
     finally:
+        watchdog.stop()
         with contextlib.suppress(OSError):
             sock.close()
+    if watchdog.over:
+        return SetupRun(exit_code=None, timed_out=False, log=log.text(), over_disk=True)
     if timed_out:
         with contextlib.suppress(docker.errors.APIError):
             client.api.kill(container_id)
         return SetupRun(exit_code=None, timed_out=True, log=log.text())
     return SetupRun(exit_code=_exit_code(client, exec_id), timed_out=False, log=log.text())
+
+
+def layer_bytes(client: docker.DockerClient, container_id: str) -> int:
+    """What the container wrote into its own layer (the mounts are not in it)."""
+    found = client.api.containers(all=True, size=True, filters={"id": container_id})
+    return int(found[0].get("SizeRw") or 0) if found else 0
+
+
+class DiskWatchdog:
+    """Reads the container's layer size (`SizeRw`) every DISK_POLL_SECONDS while the setup runs and
+    kills the container past the limit. A fast writer can pass the limit by what it writes in one
+    interval; it cannot go on."""
+
+    def __init__(self, client: docker.DockerClient, container_id: str, limit: int) -> None:
+        self.client, self.container_id, self.limit = client, container_id, limit
+        self.over = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="forgehand-env-disk", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=30)
+
+    def _watch(self) -> None:
+        while not self._done.wait(DISK_POLL_SECONDS):
+            try:
+                size = layer_bytes(self.client, self.container_id)
+            except docker.errors.DockerException:
+                return
+            if size > self.limit:
+                self.over = True
+                with contextlib.suppress(docker.errors.DockerException):
+                    self.client.api.kill(self.container_id)
+                return
 
 
 def read_frames(raw: Any, deadline: float, log: LogCapture) -> bool:
@@ -500,3 +558,36 @@ def changed_paths(diff: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, bool
 
 def _under_any(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+def prune_images(client: docker.DockerClient, labels: Mapping[str, str], limit_bytes: int, keep: str) -> list[str]:
+    """Remove the oldest images carrying every one of `labels` (an instance's environments) while
+    what they add to their bases (their own layers: size minus what they share) is over
+    `limit_bytes`; never `keep` (the image just built, by tag or id). The ids removed."""
+    wanted = dict(labels)
+    images = [
+        image
+        for image in client.df().get("Images") or []
+        if all((image.get("Labels") or {}).get(k) == v for k, v in wanted.items())
+    ]
+    kept = client.api.inspect_image(keep)["Id"]
+
+    def own(image: Mapping[str, Any]) -> int:
+        shared = int(image.get("SharedSize") or 0)
+        return max(0, int(image.get("Size") or 0) - max(shared, 0))
+
+    total = sum(own(image) for image in images)
+    removed: list[str] = []
+    # The engine's creation time to the nanosecond (the summary's is in whole seconds: builds a
+    # moment apart would tie), RFC 3339 in UTC, so its text sorts as the time does.
+    created = {image["Id"]: str(client.api.inspect_image(image["Id"]).get("Created") or "") for image in images}
+    for image in sorted(images, key=lambda i: created[i["Id"]]):
+        if total <= limit_bytes:
+            break
+        if image["Id"] == kept:
+            continue
+        with contextlib.suppress(docker.errors.APIError):
+            client.api.remove_image(image["Id"], force=True)
+            removed.append(str(image["Id"]))
+            total -= own(image)
+    return removed

@@ -33,8 +33,8 @@ from egress import AllowedHosts, RuleError, RuleSet
 from forge.core.settings import Settings
 from forge.core.version import VERSION
 from forge.repos.repo_secrets import RepoSecrets, secret_box
-from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, Relay
-from sandbox.environment.build import BuildResult, SetupChannel, build_environment
+from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, MiB, Relay
+from sandbox.environment.build import BuildResult, SetupChannel, build_environment, prune_images
 from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key, parse_environment
 from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressPlan
@@ -49,6 +49,7 @@ log = structlog.get_logger("forgehand.environments")
 IMAGE_REPOSITORY = "forgehand-env"
 LABEL_REPO = "forgehand.env.repo"
 LABEL_KEY = "forgehand.env.key"
+LABEL_KIND = "forgehand.image"
 LOG_IN_TRANSCRIPT = 32 * 1024  # the setup's log kept in the `environment` event (head and tail)
 
 System = Callable[..., Awaitable[None]]
@@ -194,12 +195,16 @@ class EnvironmentStep:
         self, declared: Declared, workspace: Path, secrets: dict[str, str], channel: SetupChannel | None
     ) -> BuildResult:
         spec = declared.spec
-        labels = {LABEL_REPO: self.repo_uuid, LABEL_KEY: declared.key, "forgehand.instance": self.env.instance}
+        labels = {
+            LABEL_REPO: self.repo_uuid, LABEL_KEY: declared.key, LABEL_KIND: "environment",
+            "forgehand.instance": self.env.instance,
+        }  # fmt: skip
 
         def build(client: docker.DockerClient) -> BuildResult:
             return build_environment(
                 client, spec, base_image=declared.base_image, tag=declared.tag, workspace=workspace,
                 secrets=secrets, labels=labels, instance=self.env.instance, channel=channel,
+                disk_bytes=self.env.settings.environment_disk_limit_mb * MiB,
             )  # fmt: skip
 
         try:
@@ -209,12 +214,16 @@ class EnvironmentStep:
                 FailureReason.ENVIRONMENT_SETUP, f"the environment's build did not end within {spec.timeout_seconds} s"
             ) from exc
 
+    async def _prune(self, tag: str) -> None:
+        await _prune_images(self.env, tag)
+
     async def _report(self, declared: Declared, result: BuildResult, t0: float) -> None:
         """The build's `environment` event with its log; a failed build fails the run."""
         log_text = _capped(result.log_tail)
         detail = {"image": declared.tag, "cached": False, "source": declared.spec.source, "log": log_text}
         if result.ok:
             await self.system("environment", f"environment built in {result.seconds:.1f} s", t0, **detail)
+            await self._prune(declared.tag)
             return
         if result.reason == "secret_in_environment":
             text = (
@@ -225,10 +234,29 @@ class EnvironmentStep:
             raise ProvisionFailed(FailureReason.SECRET_IN_ENVIRONMENT, text)
         if result.reason == "timed_out":
             text = f"the environment's setup did not end within {declared.spec.timeout_seconds} s and was stopped"
+        elif result.reason == "disk_limit":
+            limit = self.env.settings.environment_disk_limit_mb
+            text = (
+                f"the environment's setup wrote more than {limit} MiB and was stopped "
+                "(FORGEHAND_ENVIRONMENT_DISK_LIMIT_MB)"
+            )
         else:
             text = f"the environment's setup failed (exit {result.exit_code}): {_tail(result.log_tail)}"
         await self.system("environment", text, t0, **detail, reason=result.reason)
         raise ProvisionFailed(FailureReason.ENVIRONMENT_SETUP, text)
+
+
+async def _prune_images(env: RunEnv, keep: str) -> None:
+    """This instance's environment images within FORGEHAND_ENVIRONMENT_IMAGES_LIMIT_MB, oldest out."""
+    limit = env.settings.environment_images_limit_mb * MiB
+    labels = {"forgehand.instance": env.instance, LABEL_KIND: "environment"}
+    try:
+        removed = await env.engine.call(lambda c: prune_images(c, labels, limit, keep), timeout=300)
+    except Exception:  # a failed clean-up never fails the run that built its image
+        log.warning("old environment images were not removed", exc_info=True)
+        return
+    if removed:
+        log.info("old environment images removed", count=len(removed))
 
 
 def _capped(text: str) -> str:

@@ -13,11 +13,13 @@ import pytest
 
 from sandbox import SandboxEngine
 from sandbox.environment.build import (
+    REASON_DISK,
     REASON_SECRET,
     REASON_SETUP,
     REASON_TIMED_OUT,
     BuildResult,
     build_environment,
+    prune_images,
 )
 from sandbox.environment.spec import EnvironmentSpec
 from tests.docker.conftest import INSTANCE, SpecFactory
@@ -154,3 +156,29 @@ def test_secret_in_the_declared_env_refuses_the_build(build: Build, docker_clien
     result, tag = build("true", env={"API_KEY": TOKEN})
     assert (result.ok, result.reason) == (False, REASON_SECRET)
     assert_no_image(docker_client, tag)
+
+
+def test_a_setup_that_writes_past_its_disk_limit_is_stopped_and_keeps_nothing(
+    build: Build, docker_client: docker.DockerClient
+) -> None:
+    """One burst (faster than the watchdog looks) and a steady writer: both end `disk_limit`."""
+    burst, burst_tag = build("head -c 24M /dev/zero > /opt/env/big", disk_bytes=16 * 1024 * 1024)
+    steady, steady_tag = build(
+        "i=0; while true; do i=$((i+1)); head -c 4M /dev/zero > /opt/env/f$i; done", disk_bytes=16 * 1024 * 1024
+    )
+    assert (burst.ok, burst.reason) == (False, REASON_DISK)
+    assert (steady.ok, steady.reason, steady.exit_code) == (False, REASON_DISK, None)
+    assert_no_image(docker_client, burst_tag)
+    assert_no_image(docker_client, steady_tag)
+
+
+def test_old_environment_images_go_first_past_the_bound(build: Build, docker_client: docker.DockerClient) -> None:
+    """Three images of 4 MiB of their own each, a bound of 9 MiB: the oldest goes, the newest
+    (just built) is never taken, and images of other labels are not looked at."""
+    made = [build(f"head -c 4M /dev/urandom > /opt/env/data{i}")[1] for i in range(3)]
+    removed = prune_images(docker_client, {LABEL: INSTANCE}, 9 * 1024 * 1024, keep=made[-1])
+    left = {tag for tag in made if docker_client.images.list(name=tag)}
+    assert left == set(made[1:]) and len(removed) == 1
+    assert prune_images(docker_client, {LABEL: INSTANCE}, 0, keep=made[-1]) and {
+        tag for tag in made if docker_client.images.list(name=tag)
+    } == {made[-1]}
