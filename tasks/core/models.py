@@ -291,6 +291,9 @@ class RepoTaskSettings(Base):
     review_agents_may_approve: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # The runtime of tasks an issue, a mention or a review request starts (null: builtin).
     trigger_runtime: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # Part of the environment's cache key (docs/environments.md): a forced rebuild counts it up, so
+    # every engine's next task builds the environment again.
+    environment_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # The provider may search the web for the agent (null: the instance's task_allow_web_search).
     allow_web_search: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # Network access through the egress proxy: {"mode": "off"|"allow-list", "rules": [...],

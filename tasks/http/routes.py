@@ -9,7 +9,7 @@ from tasks.http.pages.settings import TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.reviews_api import ReviewController
 from tasks.http.schedules_api import ScheduleController
-from tasks.http.settings_api import RepoTaskSettingsController
+from tasks.http.settings_api import EnvironmentController, RepoTaskSettingsController
 from tasks.http.tasks_api import TaskController, UserTaskController
 
 API_HANDLERS = [
@@ -19,6 +19,7 @@ API_HANDLERS = [
     ReviewController,
     UserTaskController,
     RepoTaskSettingsController,
+    EnvironmentController,
     ScheduleController,
     AgentController,
 ]

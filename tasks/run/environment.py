@@ -73,6 +73,7 @@ class EnvironmentStep:
     repo_uuid: str
     base_sha: str
     run_uuid: str
+    generation: int  # the repository's environment generation (a forced rebuild counts it up)
     system: System  # (phase, text, t0, **detail): a `system` transcript event
     secrets: Secrets  # the repository's setup secrets by name (the missing ones left out)
     notify_blocked: Notify
@@ -113,7 +114,7 @@ class EnvironmentStep:
         base = self._base_image(spec, runtime_image)
         hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.base_sha, spec.cache_files)
         base_id = await self._image_id(base)
-        key = cache_key(spec, base_id, hashes, VERSION)
+        key = cache_key(spec, base_id, hashes, f"{VERSION}/{self.generation}")
         own = hashlib.sha256(f"{self.env.instance}\0{self.repo_uuid}\0{key}".encode()).hexdigest()
         return Declared(spec=spec, base_image=base, tag=f"{IMAGE_REPOSITORY}:{own[:48]}", key=key)
 

@@ -68,6 +68,7 @@ class Provisioning(Outside):
     base_sha: str
     repo_key: tuple[str, str]
     repo_uuid: str
+    environment_generation: int
     egress_plan: EgressPlan | None
     sandbox: Sandbox | None
     workspace: Path | None
@@ -109,7 +110,8 @@ class Provisioning(Outside):
         """The repository's environment image when it declares one (tasks/run/environment.py)."""
         step = EnvironmentStep(
             env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, base_sha=self.base_sha,
-            run_uuid=self.run_uuid, system=self.system, secrets=self._setup_secrets,
+            run_uuid=self.run_uuid, generation=self.environment_generation, system=self.system,
+            secrets=self._setup_secrets,
             emit=self._emit,
             notify_blocked=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id, phase="environment"),
         )  # fmt: skip

@@ -177,3 +177,23 @@ async def trigger_runtime(session: AsyncSession, res: RepoResource) -> TriggerRu
     row = await session.get(RepoTaskSettings, res.repo.id)
     value = row.trigger_runtime if row is not None else None
     return value if value in ("builtin", "claude-code", "codex") else None  # type: ignore[return-value]
+
+
+class EnvironmentRebuild(msgspec.Struct, kw_only=True):
+    """The answer to a forced rebuild: the environment's new generation."""
+
+    generation: int
+
+
+async def rebuild_environment(session: AsyncSession, actor: Actor, res: RepoResource) -> EnvironmentRebuild:
+    """Count the repository's environment generation up: it is part of the environment's cache key,
+    so the next task on any engine builds it again (docs/environments.md). The old images go with
+    the image bound (FORGEHAND_ENVIRONMENT_IMAGES_LIMIT_MB)."""
+    row = await session.get(RepoTaskSettings, res.repo.id, with_for_update=True)
+    if row is None:
+        row = RepoTaskSettings(repo_id=res.repo.id, environment_generation=0)
+        session.add(row)
+    row.environment_generation = (row.environment_generation or 0) + 1
+    audit.record(session, actor, "repo.environment.rebuild", res.full_name, generation=row.environment_generation)
+    await session.flush()
+    return EnvironmentRebuild(generation=row.environment_generation)

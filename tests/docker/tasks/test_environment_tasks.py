@@ -106,6 +106,14 @@ async def test_an_environment_is_built_once_reused_and_rebuilt_when_its_lock_fil
             third = await start(c, PROBE)
             rebuilt_task = await wait_state(c, third["number"], "awaiting_review", "failed", timeout=240)
             rebuilt = environment_events(await all_events(c, third["number"]))
+            # A forced rebuild (repository admins): the next task builds again, whatever is cached.
+            forced = await c.post("/api/v1/repos/ana/demo/environment/rebuild")
+            assert forced.status_code == 200 and forced.json() == {"generation": 1}, forced.text
+            fourth = await start(c, PROBE)
+            assert (await wait_state(c, fourth["number"], "awaiting_review", "failed", timeout=240))["state"] == (
+                "awaiting_review"
+            )
+            after_rebuild = environment_events(await all_events(c, fourth["number"]))
     files = {path: data.decode() for path, (_, data) in tree_files(env.repo_path, done["head_sha"]).items()}
     assert files["probe.txt"].strip() == "42"  # the package the setup installed
     assert files["net.txt"].startswith("000")  # the run has no network: curl reached nothing
@@ -119,6 +127,8 @@ async def test_an_environment_is_built_once_reused_and_rebuilt_when_its_lock_fil
     assert cached[0]["detail"]["image"] == built[-1]["detail"]["image"]
     assert rebuilt_task["state"] == "awaiting_review" and rebuilt[-1]["detail"]["cached"] is False
     assert rebuilt[-1]["detail"]["image"] != built[-1]["detail"]["image"]
+    assert after_rebuild[-1]["detail"]["cached"] is False
+    assert after_rebuild[-1]["detail"]["image"] not in (built[-1]["detail"]["image"], rebuilt[-1]["detail"]["image"])
     client = docker.from_env()
     try:
         image = client.images.get(built[-1]["detail"]["image"])

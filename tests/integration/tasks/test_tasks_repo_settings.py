@@ -74,3 +74,25 @@ async def test_a_model_url_cannot_choose_the_whole_upstream_path(client: AsyncTe
             assert r.status_code == 422 and r.json()["code"] == "invalid_model_url", (field, url, r.text)
     r = await client.put(path, json={"anthropic_base_url": "https://llm.example/anthropic"}, headers=ana)
     assert r.status_code == 200, r.text
+
+
+async def test_a_forced_environment_rebuild_counts_the_generation_up_for_admins_only(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    for login in ("ana", "bob", "eve"):
+        await make.user(login)
+    ana = bearer(await make.token("ana", "repo:write"))
+    await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
+    await client.put("/api/v1/repos/ana/app/collaborators/bob", json={"role": "write"}, headers=ana)
+    path = "/api/v1/repos/ana/app/environment/rebuild"
+    assert (await client.post(path, headers=ana)).json() == {"generation": 1}  # no settings row yet
+    assert (await client.post(path, headers=ana)).json() == {"generation": 2}
+    assert (await client.post(path, headers=bearer(await make.token("bob", "repo:write")))).status_code == 403
+    assert (await client.post(path, headers=bearer(await make.token("eve", "repo:write")))).status_code == 404
+    async with db.session() as s:
+        row = await s.get(RepoTaskSettings, 1)
+        assert row is not None and row.environment_generation == 2
+        rebuilds = (
+            await s.execute(select(AuditEvent).where(AuditEvent.action == "repo.environment.rebuild"))
+        ).scalars()
+        assert [a.detail["generation"] for a in rebuilds] == [1, 2]
