@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import docker.errors
+import msgspec
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -38,6 +39,7 @@ from sandbox.environment.build import BuildResult, SetupChannel, build_environme
 from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key, parse_environment
 from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressPlan
+from tasks.core.redaction import Redactor
 from tasks.core.states import FailureReason
 from tasks.run import gitops
 from tasks.run.egress import Notify, open_run_egress, proxy_env
@@ -178,7 +180,10 @@ class EnvironmentStep:
                 channel = SetupChannel(
                     directory=egress.host_dir, relays=(Relay(EGRESS_PROXY_PORT, EGRESS_SOCKET),), env=proxy_env()
                 )
-            return await self._run_build(declared, workspace, values, channel)
+            result = await self._run_build(declared, workspace, values, channel)
+            # The setup's log goes to the transcript, which the task's readers see: a setup that
+            # printed a secret (set -x, a verbose installer) does not show it there.
+            return msgspec.structs.replace(result, log_tail=Redactor(values.values()).redact(result.log_tail))
         finally:
             if egress is not None:
                 await egress.close()

@@ -147,15 +147,18 @@ async def test_a_failing_setup_fails_the_task_with_its_log_and_a_leaking_one_kee
         unsecret = await wait_state(c, (await start(c, "true"))["number"], "awaiting_review", "failed", timeout=240)
         assert unsecret["failure_reason"] == "environment_setup" and "INDEX_TOKEN" in unsecret["error"], unsecret
         assert (await c.put(f"{SECRETS}/INDEX_TOKEN", json={"value": TOKEN})).status_code == 201
-        broken = environment_yml(1, "echo no index here >&2; exit 3")
+        broken = environment_yml(1, "echo token=$(cat /run/secrets/INDEX_TOKEN); echo no index here >&2; exit 3")
         commit(env, {"requirements.txt": "x\n", ".forgehand/environment.yml": broken}, "broken")
         failed = await wait_state(c, (await start(c, "true"))["number"], "awaiting_review", "failed", timeout=240)
+        failed_events = await all_events(c, failed["number"])
         leak = "cat /run/secrets/INDEX_TOKEN > /opt/env/token.txt"
         commit(env, {".forgehand/environment.yml": environment_yml(1, leak)}, "leak")
         leaked = await wait_state(c, (await start(c, "true"))["number"], "awaiting_review", "failed", timeout=240)
         leak_events = environment_events(await all_events(c, leaked["number"]))
     assert failed["state"] == "failed" and failed["failure_reason"] == "environment_setup", failed
     assert "exit 3" in failed["error"] and "no index here" in failed["error"]
+    # The setup printed the token into its log: the transcript and the error show it redacted.
+    assert "token=[REDACTED]" in json.dumps(failed_events) and TOKEN not in json.dumps(failed_events)
     assert leaked["state"] == "failed" and leaked["failure_reason"] == "secret_in_environment", leaked
     assert "INDEX_TOKEN" in leaked["error"] and TOKEN not in json.dumps(leaked)
     image = leak_events[-1]["detail"]["image"]
