@@ -32,6 +32,7 @@ class Phase:
     duration_ms: int | None
     files: list[str] = field(default_factory=list)
     container: str = ""  # the sandbox's full container name (the text shows it shortened)
+    log: str = ""  # an environment build's setup log (shown folded)
 
     @property
     def took(self) -> str:
@@ -174,6 +175,7 @@ def _phase(p: dict[str, Any]) -> Phase:
         duration_ms=duration if isinstance(duration, int) else None,
         files=[str(f) for f in files] if isinstance(files, list) else [],
         container=container if isinstance(container, str) else "",
+        log=str(detail.get("log") or "") if isinstance(detail, dict) else "",
     )
 
 

@@ -99,6 +99,7 @@ async def test_an_environment_is_built_once_reused_and_rebuilt_when_its_lock_fil
             done = await wait_state(c, first["number"], "awaiting_review", "failed", timeout=240)
             assert done["state"] == "awaiting_review", done
             built = environment_events(await all_events(c, first["number"]))
+            page = (await c.get(f"/ana/demo/tasks/{first['number']}")).text
             second = await start(c, PROBE)
             again = await wait_state(c, second["number"], "awaiting_review", "failed", timeout=240)
             cached = environment_events(await all_events(c, second["number"]))
@@ -123,6 +124,9 @@ async def test_an_environment_is_built_once_reused_and_rebuilt_when_its_lock_fil
     assert "the index token is there" in built[-1]["detail"]["log"]
     assert built[-1]["detail"]["cached"] is False and "Successfully installed" in built[-1]["detail"]["log"]
     assert TOKEN not in json.dumps(built)
+    # The task page shows the build among the phases, its log folded under "setup log".
+    assert "environment built in" in page and "<summary>setup log</summary>" in page
+    assert "Successfully installed forgehand-probe-1.0" in page  # (the page shows the probe command, token and all)
     assert again["state"] == "awaiting_review" and [e["detail"]["cached"] for e in cached] == [True]
     assert cached[0]["detail"]["image"] == built[-1]["detail"]["image"]
     assert rebuilt_task["state"] == "awaiting_review" and rebuilt[-1]["detail"]["cached"] is False
