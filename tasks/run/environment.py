@@ -35,8 +35,10 @@ from forge.core.settings import Settings
 from forge.core.version import VERSION
 from forge.repos.repo_secrets import RepoSecrets, secret_box
 from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, MiB, Relay
-from sandbox.environment.build import BuildResult, SetupChannel, build_environment, prune_images
-from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key, parse_environment
+from sandbox.environment.build import BuildResult, SetupChannel, build_environment
+from sandbox.environment.declaration import parse_environment
+from sandbox.environment.images import prune_images
+from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key
 from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressPlan
 from tasks.core.redaction import Redactor

@@ -19,8 +19,8 @@ from sandbox.environment.build import (
     REASON_TIMED_OUT,
     BuildResult,
     build_environment,
-    prune_images,
 )
+from sandbox.environment.images import prune_images
 from sandbox.environment.spec import EnvironmentSpec
 from tests.docker.conftest import INSTANCE, SpecFactory
 

@@ -3,15 +3,9 @@ the log's head and tail, the committed config."""
 
 import base64
 
-from sandbox.environment.build import (
-    LOG_HEAD_BYTES,
-    LOG_TAIL_BYTES,
-    LogCapture,
-    SecretScanner,
-    changed_paths,
-    commit_config,
-    encodings,
-)
+from sandbox.environment.build import commit_config
+from sandbox.environment.secret_scan import SecretScanner, changed_paths, encodings
+from sandbox.environment.setup_run import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogCapture
 from sandbox.environment.spec import EnvironmentSpec
 
 SECRET = "s3cr3t-value-0123456789abcdef"

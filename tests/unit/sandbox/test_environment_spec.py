@@ -4,14 +4,9 @@ import json
 
 import pytest
 
-from sandbox.environment.spec import (
-    EnvironmentSpec,
-    cache_key,
-    parse_devcontainer,
-    parse_environment,
-    parse_environment_yml,
-    strip_jsonc,
-)
+from sandbox.environment.declaration import parse_environment
+from sandbox.environment.devcontainer import parse_devcontainer, strip_jsonc
+from sandbox.environment.spec import EnvironmentSpec, cache_key, parse_environment_yml
 from sandbox.errors import EnvironmentRefused
 
 ALLOWED = {"forgehand-sandbox:2", "forgehand-sandbox-agents:6"}
