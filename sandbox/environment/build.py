@@ -10,7 +10,8 @@ when the setup succeeded and no secret value is found in what would be committed
 Where the setup may write, and what is kept:
 
 - `/opt/env` is the environment's own directory, owned by uid 1000, and `/opt/env/bin` comes
-  first in the image's PATH. The sandbox image's root belongs to root and the setup runs without
+  last in the image's PATH (after the image's own directories: a setup adds commands, never
+  replaces one). The sandbox image's root belongs to root and the setup runs without
   capabilities (cap_drop ALL holds for every exec, root's too), so the directory is put into the
   created container, before it starts, as a tar entry owned by 1000:1000 (`put_archive` needs no
   capability in the container). Install there: `python3 -m venv /opt/env`, `npm --prefix /opt/env`,
@@ -73,6 +74,7 @@ REASON_SETUP = "environment_setup"
 REASON_TIMED_OUT = "timed_out"
 REASON_SECRET = "secret_in_environment"
 REASON_DISK = "disk_limit"
+MAX_CHANGED_PATHS = 200_000  # files and directories one setup may add or change
 
 _STOP_SECONDS = 5
 
@@ -145,7 +147,10 @@ def build_environment(
             return _result(started, run, reason=reason)
         client.api.stop(container_id, timeout=_STOP_SECONDS)
         conf = commit_config(base, spec, labels, container_labels=kwargs["labels"])
-        image_id, found = commit_checked(client, container_id, conf, SecretScanner(secrets))
+        changes = client.api.diff(container_id) or []
+        if len(changes) > MAX_CHANGED_PATHS:  # an inode flood: too many files to keep or to scan
+            return _result(started, msgspec.structs.replace(run, over_disk=True), reason=REASON_DISK)
+        image_id, found = commit_checked(client, container_id, conf, SecretScanner(secrets), changes)
         if found:
             return _result(started, run, reason=REASON_SECRET, secret=found)
         client.api.tag(image_id, repository, version)
@@ -219,12 +224,14 @@ def _create_kwargs(
 
 
 def image_path(base: Mapping[str, Any]) -> str:
-    """The environment's PATH: /opt/env/bin, then the base image's."""
+    """The environment's PATH: the base image's, then /opt/env/bin. Last, so that a setup adds
+    commands and never replaces one of the image's (`sleep`, `python3`, the agent's CLI) that
+    forgehand runs by name."""
     for entry in base.get("Env") or []:
         name, _, value = str(entry).partition("=")
         if name == "PATH":
-            return f"{ENV_BIN}:{value}" if value else ENV_BIN
-    return f"{ENV_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+            return f"{value}:{ENV_BIN}" if value else ENV_BIN
+    return f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{ENV_BIN}"
 
 
 def write_secrets(secrets: Mapping[str, str]) -> Path:

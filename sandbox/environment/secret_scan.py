@@ -74,29 +74,42 @@ def encodings(value: str) -> list[bytes]:
 
 
 def commit_checked(
-    client: docker.DockerClient, container_id: str, conf: dict[str, Any], scanner: "SecretScanner"
+    client: docker.DockerClient,
+    container_id: str,
+    conf: dict[str, Any],
+    scanner: "SecretScanner",
+    changes: list[dict[str, Any]],
 ) -> tuple[str, str]:
-    """Commit the container as an untagged image while its changes are scanned for the secrets
-    (the two take about as long: side by side, the build pays once). The image id, and the name
-    of a secret found ("" for none): then the image is removed again and nothing is tagged, so
-    no cache lookup ever finds it. Without secrets there is nothing to look for."""
+    """Commit the container as an untagged image while its `changes` (`container.diff()`) are
+    scanned for the secrets (the two take about as long: side by side, the build pays once). The
+    image id, and the name of a secret found ("" for none): then, as when the scan itself fails,
+    the image is removed again and nothing is tagged, so no cache lookup ever finds it. Without
+    secrets there is nothing to look for."""
     scanner.feed_named("the image config", json.dumps(conf).encode())
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forgehand-env-commit") as pool:
         committing = pool.submit(client.api.commit, container_id, conf=conf)
         try:
             if scanner.needles and not scanner.found:
-                scan_changes(client, container_id, scanner)
-        finally:
-            image_id = str(committing.result()["Id"])
+                scan_changes(client, container_id, scanner, changes)
+        except BaseException:
+            _remove_image(client, str(committing.result()["Id"]))
+            raise
+        image_id = str(committing.result()["Id"])
     if scanner.found:
-        with contextlib.suppress(docker.errors.DockerException):
-            client.api.remove_image(image_id, force=True)
+        _remove_image(client, image_id)
     return image_id, scanner.found
 
 
-def scan_changes(client: docker.DockerClient, container_id: str, scanner: SecretScanner) -> None:
+def _remove_image(client: docker.DockerClient, image_id: str) -> None:
+    with contextlib.suppress(docker.errors.DockerException):
+        client.api.remove_image(image_id, force=True)
+
+
+def scan_changes(
+    client: docker.DockerClient, container_id: str, scanner: SecretScanner, changes: list[dict[str, Any]]
+) -> None:
     """Scan each path the setup added or changed in the container layer (module doc)."""
-    for path, read in changed_paths(client.api.diff(container_id) or []):
+    for path, read in changed_paths(changes):
         scanner.feed_named("a path", path.encode())
         if read and not scanner.found:
             chunks, stat = client.api.get_archive(container_id, path)

@@ -60,8 +60,8 @@ def parse_environment_yml(data: bytes | str, *, allowed_images: Collection[str])
     """`.forgehand/environment.yml` (module doc), or EnvironmentRefused naming every problem."""
     text = read_text(data)
     try:
-        # safe_load builds plain data only (no tags that construct objects); an alias is one shared
-        # object, and the input is bounded, so no expansion blows up.
+        plain_yaml(text)
+        # safe_load builds plain data only (no tags that construct objects).
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise EnvironmentRefused([f"not valid YAML: {one_line(str(exc))}"]) from None
@@ -70,6 +70,31 @@ def parse_environment_yml(data: bytes | str, *, allowed_images: Collection[str])
     problems = [f"`{key}`: unknown key" for key in doc if key not in _YML_KEYS]
     fields = {key: doc[key] for key in _YML_KEYS if key in doc}
     return checked_spec(fields, allowed_images, problems, source=ENVIRONMENT_YML)
+
+
+MAX_DEPTH = 16
+
+
+def plain_yaml(text: str) -> None:
+    """EnvironmentRefused for an alias (`*a`: one anchored value repeated, which a few nested
+    levels turn into gigabytes once printed) or nesting deeper than MAX_DEPTH, read from the event
+    stream before anything is built."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise EnvironmentRefused(["YAML aliases (`*name`) are not allowed: write the value out"])
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise EnvironmentRefused([f"nested more than {MAX_DEPTH} levels deep"])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def shown(value: object, most: int = 80) -> str:
+    """A value as a message names it: its repr, cut to `most` characters."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def read_text(data: bytes | str) -> str:
@@ -95,7 +120,7 @@ def checked_spec(
         problems.append("`image`: required (one of the allowed images)")
     elif not isinstance(image, str) or image not in allowed_images:
         allowed = ", ".join(sorted(allowed_images)) or "none"
-        problems.append(f"`image`: {image!r} is not an allowed image (allowed: {allowed})")
+        problems.append(f"`image`: {shown(image)} is not an allowed image (allowed: {allowed})")
     setup = _setup(fields.get("setup", ""), problems)
     env = _env(fields.get("env", {}), problems)
     egress = _names(fields.get("setup_egress", []), "setup_egress", MAX_EGRESS, _egress_problem, problems)
@@ -140,16 +165,59 @@ def _env(value: object, problems: list[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     for key, item in value.items():
         if not isinstance(key, str) or not IDENTIFIER.match(key):
-            problems.append(f"`env`: {key!r} is not a plain identifier")
+            problems.append(f"`env`: {shown(key)} is not a plain identifier")
         elif not isinstance(item, str):
             problems.append(f"`env.{key}`: must be a string (quote it)")
         elif "\x00" in item:
             problems.append(f"`env.{key}`: contains NUL")
-        elif key == "PATH":
-            problems.append("`env.PATH`: set by forgehand (/opt/env/bin first, then the image's)")
+        elif reason := reserved_env(key):
+            problems.append(f"`env.{key}`: {reason}")
         else:
             env[key] = item
     return env
+
+
+# Variables that would change how the image's own programs run (the agent's CLI, the relays,
+# forgehand's commands) rather than the project's: the loader's, the shells' and interpreters'
+# start-up hooks, and the agents' and forgehand's own configuration.
+_RESERVED_PREFIXES = ("LD_", "FORGEHAND_", "CLAUDE", "ANTHROPIC_", "OPENAI_", "CODEX_", "DOCKER_")
+_RESERVED = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "SHELL",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "NODE_OPTIONS",
+        "PYTHONSTARTUP",
+        "PYTHONINSPECT",
+        "PYTHONHOME",
+        "PERL5OPT",
+        "RUBYOPT",
+        "JAVA_TOOL_OPTIONS",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "ALL_PROXY",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_NO_VERIFY",
+    }
+)
+
+
+def reserved_env(name: str) -> str:
+    """Why `name` may not be set by an environment ("" when it may)."""
+    upper = name.upper()
+    if upper == "PATH":
+        return "set by forgehand (the image's, then /opt/env/bin)"
+    if upper in _RESERVED or upper.startswith(_RESERVED_PREFIXES):
+        return "reserved: it would change how the image's own programs (the agent's CLI, forgehand's) run"
+    return ""
 
 
 def _names(value: object, key: str, most: int, problem: Callable[[str], str], problems: list[str]) -> tuple[str, ...]:
@@ -165,9 +233,9 @@ def _names(value: object, key: str, most: int, problem: Callable[[str], str], pr
     for item in value:
         reason = problem(item) if isinstance(item, str) else "must be a string"
         if reason:
-            problems.append(f"`{key}`: {item!r} {reason}")
+            problems.append(f"`{key}`: {shown(item)} {reason}")
         elif item in out:
-            problems.append(f"`{key}`: {item!r} is listed twice")
+            problems.append(f"`{key}`: {shown(item)} is listed twice")
         else:
             out.append(item)
     return tuple(out)

@@ -1,7 +1,7 @@
 """A run's environment (docs/environments.md), a step of provisioning: the repository's declared
-environment (`.forgehand/environment.yml` or a devcontainer.json subset, read from the task's BASE
-commit, never from the agent's branch), built once into an image and reused by every task until
-its cache key changes.
+environment (`.forgehand/environment.yml` or a devcontainer.json subset, read from the head of the
+repository's DEFAULT branch, never from the task's branch or base), built once into an image and
+reused by every task until its cache key changes.
 
 The key (`sandbox.environment.spec.cache_key`) covers the base image's id, the setup, its
 environment, its egress rules and secret names, the content of the declared cache files at the
@@ -16,7 +16,6 @@ for each other (`EnvironmentBuilds`): two tasks on a cold cache build once.
 import asyncio
 import contextlib
 import hashlib
-import shutil
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,8 +33,8 @@ from egress import AllowedHosts, RuleError, RuleSet
 from forge.core.settings import Settings
 from forge.core.version import VERSION
 from forge.repos.repo_secrets import RepoSecrets, secret_box
-from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, MiB, Relay
-from sandbox.environment.build import BuildResult, SetupChannel, build_environment
+from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, MiB, Relay, prepare_workspace, remove_workspace
+from sandbox.environment.build import MAX_CHANGED_PATHS, BuildResult, SetupChannel, build_environment
 from sandbox.environment.declaration import parse_environment
 from sandbox.environment.images import prune_images
 from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key
@@ -43,7 +42,7 @@ from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressPlan
 from tasks.core.redaction import Redactor
 from tasks.core.states import FailureReason
-from tasks.run import gitops
+from tasks.run import gitops, warm
 from tasks.run.egress import Notify, open_run_egress, proxy_env
 from tasks.run.env import RunEnv
 from tasks.run.outside import ProvisionFailed
@@ -75,13 +74,14 @@ class EnvironmentStep:
     env: RunEnv
     repo_key: tuple[str, str]
     repo_uuid: str
-    base_sha: str
+    default_branch: str
     run_uuid: str
     generation: int  # the repository's environment generation (a forced rebuild counts it up)
     system: System  # (phase, text, t0, **detail): a `system` transcript event
     secrets: Secrets  # the repository's setup secrets by name (the missing ones left out)
     notify_blocked: Notify
     emit: Any  # the run's transcript emit (egress refusals of the setup land there)
+    source_sha: str | None = None  # the default branch's head the declaration was read from
 
     async def image(self, runtime_image: str) -> str:
         """The image the run's sandbox starts from: `runtime_image`, or its environment's."""
@@ -105,18 +105,28 @@ class EnvironmentStep:
 
     async def _declared(self, runtime_image: str) -> Declared | None:
         store = self.env.store
-        found = await store.read(self.repo_key, gitops.first_file_at, self.base_sha, ENVIRONMENT_FILES, MAX_INPUT_BYTES)
+        # The default branch's head, whatever the task's base: a task may start from any branch
+        # (its own, a pull request's head, a parent task's work for a subtask), and whoever can
+        # push there must not choose the setup that gets the repository's secrets, nor build the
+        # image every task of the default branch then starts from.
+        self.source_sha = await store.read(self.repo_key, gitops.branch_sha, self.default_branch)
+        if self.source_sha is None:
+            return None
+        found = await store.read(
+            self.repo_key, gitops.first_file_at, self.source_sha, ENVIRONMENT_FILES, MAX_INPUT_BYTES
+        )
         if found is None:
             return None
         path, data = found
         try:
-            spec = parse_environment(path, data, allowed_images=self._allowed_images())
+            # In a thread: a declaration is up to 64 KiB of someone's text, parsed fully.
+            spec = await asyncio.to_thread(parse_environment, path, data, allowed_images=self._allowed_images())
         except EnvironmentRefused as exc:
             raise ProvisionFailed(
                 FailureReason.ENVIRONMENT_SETUP, f"the environment in {path} is refused: {'; '.join(exc.problems)}"
             ) from exc
         base = self._base_image(spec, runtime_image)
-        hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.base_sha, spec.cache_files)
+        hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.source_sha, spec.cache_files)
         base_id = await self._image_id(base)
         key = cache_key(spec, base_id, hashes, f"{VERSION}/{self.generation}")
         own = hashlib.sha256(f"{self.env.instance}\0{self.repo_uuid}\0{key}".encode()).hexdigest()
@@ -171,8 +181,11 @@ class EnvironmentStep:
         workspace = self.env.settings.data_dir.resolve() / "environments" / uuid.uuid4().hex
         egress = None
         try:
-            await asyncio.to_thread(workspace.mkdir, 0o755, True, False)
-            await self.env.store.read(self.repo_key, gitops.checkout_tree, self.base_sha, workspace)
+            # Its own filesystem of the run's workspace size, as a run's: a setup that writes into
+            # its checkout cannot fill the host's disk (the image's layer has its own watchdog).
+            await asyncio.to_thread(prepare_workspace, workspace, limit_bytes=warm.mount_limit(self.env.settings))
+            assert self.source_sha is not None
+            await self.env.store.read(self.repo_key, gitops.checkout_tree, self.source_sha, workspace)
             channel = None
             if spec.setup_egress:
                 egress = await open_run_egress(
@@ -189,7 +202,7 @@ class EnvironmentStep:
         finally:
             if egress is not None:
                 await egress.close()
-            await asyncio.to_thread(shutil.rmtree, workspace, True)
+            await asyncio.to_thread(remove_workspace, workspace)
 
     def _setup_plan(self, spec: EnvironmentSpec) -> EgressPlan:
         try:
@@ -245,8 +258,8 @@ class EnvironmentStep:
         elif result.reason == "disk_limit":
             limit = self.env.settings.environment_disk_limit_mb
             text = (
-                f"the environment's setup wrote more than {limit} MiB and was stopped "
-                "(FORGEHAND_ENVIRONMENT_DISK_LIMIT_MB)"
+                f"the environment's setup wrote more than {limit} MiB (FORGEHAND_ENVIRONMENT_DISK_LIMIT_MB) "
+                f"or {MAX_CHANGED_PATHS:,} files and was stopped; nothing was kept"
             )
         else:
             text = f"the environment's setup failed (exit {result.exit_code}): {_tail(result.log_tail)}"

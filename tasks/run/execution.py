@@ -103,6 +103,7 @@ class Execution(Settling, Supervising, Provisioning):
                         reason=decided.decision_reason,
                     )
             self.repo_key = (repo.owner.login.lower(), repo.name.lower())
+            self.default_branch = repo.default_branch
             self.full_name = f"{repo.owner.login}/{repo.name}"
             self.repo_uuid = repo.uuid
             # The instance's settings with this repository's overrides (model endpoint, limits).

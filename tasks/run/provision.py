@@ -68,6 +68,7 @@ class Provisioning(Outside):
     base_sha: str
     repo_key: tuple[str, str]
     repo_uuid: str
+    default_branch: str
     environment_generation: int
     egress_plan: EgressPlan | None
     sandbox: Sandbox | None
@@ -109,7 +110,7 @@ class Provisioning(Outside):
     async def _environment(self, image: str) -> str:
         """The repository's environment image when it declares one (tasks/run/environment.py)."""
         step = EnvironmentStep(
-            env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, base_sha=self.base_sha,
+            env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, default_branch=self.default_branch,
             run_uuid=self.run_uuid, generation=self.environment_generation, system=self.system,
             secrets=self._setup_secrets,
             emit=self._emit,

@@ -270,3 +270,23 @@ async def test_a_claude_code_task_runs_the_projects_tests_in_its_environment_and
     assert "OK" in results["toolu_green"] and "exit=0" in results["toolu_green"]
     assert tree_files(env.repo_path, done["head_sha"])["calc.py"][1].decode() == CALC.replace(" + 1", "")
     assert TOKEN not in json.dumps(events) and TOKEN not in json.dumps(api.requests)
+
+
+async def test_a_task_on_another_branch_gets_the_default_branchs_environment(env: Env) -> None:
+    """Whoever can push a branch (the agent's own, a pull request's head) does not choose the setup
+    that gets the repository's secrets: a task based on a branch whose environment file differs
+    runs in the default branch's environment, and the branch's setup never runs."""
+    main_env = json.dumps({"image": "sandbox", "setup": "echo from-main > /opt/env/marker"})
+    branch_env = json.dumps({"image": "sandbox", "setup": "echo from-branch > /opt/env/marker"})
+    commit(env, {".forgehand/environment.yml": main_env}, "main's environment")
+    repo = pygit2.Repository(str(env.repo_path))
+    repo.references.create("refs/heads/feature", repo.references["refs/heads/main"].target)
+    files = {".forgehand/environment.yml": branch_env.encode()}
+    write_commit(repo, branch="feature", files=files, message="the branch's environment", author=ANA)
+    async with env.client() as c:
+        task = await start(c, "cat /opt/env/marker > marker.txt", base="feature")
+        done = await wait_state(c, task["number"], "awaiting_review", "failed", timeout=240)
+        built = environment_events(await all_events(c, task["number"]))
+    assert done["state"] == "awaiting_review", done
+    assert tree_files(env.repo_path, done["head_sha"])["marker.txt"][1] == b"from-main\n"
+    assert "from-branch" not in json.dumps(built)

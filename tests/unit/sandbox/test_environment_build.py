@@ -82,7 +82,7 @@ def test_commit_config_blanks_the_build_container_labels() -> None:
         {"forgehand.environment": "k"},
         container_labels={"forgehand.weakened": "writable root", "forgehand.run": "r"},
     )
-    assert conf["Env"] == ["PATH=/opt/env/bin:/usr/bin:/bin", "HOME=/home/agent", "TOOL=1"]
+    assert conf["Env"] == ["PATH=/usr/bin:/bin:/opt/env/bin", "HOME=/home/agent", "TOOL=1"]  # the image's first
     assert conf["Labels"] == {
         "forgehand.weakened": "",
         "forgehand.run": "",

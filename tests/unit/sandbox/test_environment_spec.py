@@ -253,3 +253,28 @@ def test_a_devcontainer_names_its_setup_egress_secrets_and_cache_files_in_its_fo
             '{"image": "sandbox", "customizations": {"forgehand": {"mounts": []}}}', allowed_images={"sandbox"}
         )
     assert any("customizations.forgehand.mounts" in p for p in refused.value.problems)
+
+
+def test_aliases_deep_nesting_and_long_values_are_refused_without_blowing_up() -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nimage: *b\n"
+    with pytest.raises(EnvironmentRefused) as refused:
+        parse_environment_yml(bomb, allowed_images=ALLOWED)
+    assert refused.value.problems == ["YAML aliases (`*name`) are not allowed: write the value out"]
+    with pytest.raises(EnvironmentRefused, match="nested more than 16"):
+        parse_environment_yml("image: " + "[" * 40 + "]" * 40, allowed_images=ALLOWED)
+    with pytest.raises(EnvironmentRefused, match="nested too deep"):
+        parse_environment(".devcontainer.json", "[" * 30_000 + "]" * 30_000, allowed_images=ALLOWED)
+    with pytest.raises(EnvironmentRefused) as long_image:
+        parse_environment_yml("image: " + "x" * 5000, allowed_images=ALLOWED)
+    assert max(len(p) for p in long_image.value.problems) < 300
+
+
+@pytest.mark.parametrize(
+    "name", ["PATH", "LD_PRELOAD", "BASH_ENV", "NODE_OPTIONS", "CLAUDE_CONFIG_DIR", "ANTHROPIC_BASE_URL", "HTTPS_PROXY"]
+)
+def test_variables_that_change_how_the_images_own_programs_run_are_refused(name: str) -> None:
+    with pytest.raises(EnvironmentRefused) as refused:
+        parse_environment_yml(f"image: forgehand-sandbox:2\nenv:\n  {name}: x\n", allowed_images=ALLOWED)
+    assert [p for p in refused.value.problems if p.startswith(f"`env.{name}`")], refused.value.problems
+    allowed = "image: forgehand-sandbox:2\nenv:\n  PYTHONPATH: /opt/env/lib\n"
+    assert parse_environment_yml(allowed, allowed_images=ALLOWED).env == {"PYTHONPATH": "/opt/env/lib"}
