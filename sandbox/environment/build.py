@@ -114,10 +114,12 @@ def build_environment(
     timeout: float | None = None,
     channel: SetupChannel | None = None,
     disk_bytes: int = DEFAULT_DISK_BYTES,
+    run_label: str = "",
 ) -> BuildResult:
     """Build `spec` on `base_image` into the image `tag` ("repository:tag"), labelled `labels`.
 
-    `instance` labels the build container like a sandbox's (the reaper finds a leftover one);
+    `instance` and `run_label` (the run that asked for the build) label the build container like a
+    sandbox's: the reaper keeps it while that run lives and finds a leftover one after a crash;
     `timeout` bounds the setup (default `spec.timeout_seconds`); `channel`, when the setup has
     network rules, mounts the directory of its egress proxy's socket and starts the relays to it
     (the proxy variables are the setup's only: never in the committed image). The container and
@@ -132,7 +134,9 @@ def build_environment(
     secrets_home = write_secrets(secrets)
     container_id = ""
     try:
-        kwargs = _create_kwargs(spec, base, base_image, workspace, secrets_home, instance, limits, limit, channel)
+        kwargs = _create_kwargs(
+            spec, base, base_image, workspace, secrets_home, instance, limits, limit, channel, run=run_label
+        )
         container_id = str(client.api.create_container(**low_level_create_args(client.api, kwargs))["Id"])
         client.api.put_archive(container_id, "/", env_dir_tar())
         client.api.start(container_id)
@@ -192,6 +196,7 @@ def _create_kwargs(
     limits: Limits | None,
     timeout: float,
     channel: SetupChannel | None = None,
+    run: str = "",
 ) -> dict[str, Any]:
     lim = limits or Limits()
     # The idle process outlives the setup's timeout a little: the host's kill comes first.
@@ -201,7 +206,7 @@ def _create_kwargs(
         workspace=workspace,
         instance=instance,
         task="environment",
-        run=f"env-{int(time.time())}",
+        run=run or f"env-{int(time.time())}",
         env={**spec.env, "PATH": image_path(base), **(channel.env if channel is not None else {})},
         limits=lim,
         weaken=Weakenings(writable_root=True),

@@ -225,7 +225,7 @@ class EnvironmentStep:
             return build_environment(
                 client, spec, base_image=declared.base_image, tag=declared.tag, workspace=workspace,
                 secrets=secrets, labels=labels, instance=self.env.instance, channel=channel,
-                disk_bytes=self.env.settings.environment_disk_limit_mb * MiB,
+                disk_bytes=self.env.settings.environment_disk_limit_mb * MiB, run_label=self.run_uuid,
             )  # fmt: skip
 
         try:
