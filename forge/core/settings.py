@@ -83,6 +83,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # all of this instance's environment images may take on an engine (the oldest go first).
     environment_disk_limit_mb: int = 4096
     environment_images_limit_mb: int = 20480
+    # Local images (comma-separated references, never pulled) an environment may start from besides
+    # the built-in ones: a toolchain the built-in images lack (the builtin and command runtimes).
+    environment_extra_images: str = ""
     task_workspace_quota: Literal["mount", "watchdog"] = "mount"
     # Sandboxes kept started ahead, per image, each handed to one run (docs/operator.md); 0 = off.
     task_sandbox_pool: int = 0

@@ -133,8 +133,12 @@ class EnvironmentStep:
         return Declared(spec=spec, base_image=base, tag=f"{IMAGE_REPOSITORY}:{own[:48]}", key=key)
 
     def _allowed_images(self) -> set[str]:
-        """The built-in images, by name ("sandbox", "agents") or by their reference."""
-        return {"sandbox", "agents", self.env.image, self._agents_image()}
+        """The built-in images, by name ("sandbox", "agents") or by their reference, and the
+        operator's (FORGEHAND_ENVIRONMENT_EXTRA_IMAGES)."""
+        return {"sandbox", "agents", self.env.image, self._agents_image(), *self._extra_images()}
+
+    def _extra_images(self) -> list[str]:
+        return [i.strip() for i in self.env.settings.environment_extra_images.split(",") if i.strip()]
 
     def _agents_image(self) -> str:
         return self.env.agents_image or DEFAULT_AGENTS_IMAGE
@@ -144,6 +148,8 @@ class EnvironmentStep:
         image, or an operator's): its CLI must be there. Otherwise the declaration chooses."""
         if runtime_image != self.env.image:
             return runtime_image
+        if spec.image in self._extra_images():
+            return spec.image
         return self._agents_image() if spec.image in ("agents", self._agents_image()) else runtime_image
 
     async def _image_id(self, image: str) -> str:
@@ -241,7 +247,10 @@ class EnvironmentStep:
     async def _report(self, declared: Declared, result: BuildResult, t0: float) -> None:
         """The build's `environment` event with its log; a failed build fails the run."""
         log_text = _capped(result.log_tail)
-        detail = {"image": declared.tag, "cached": False, "source": declared.spec.source, "log": log_text}
+        detail = {
+            "image": declared.tag, "base": declared.base_image, "cached": False,
+            "source": declared.spec.source, "log": log_text,
+        }  # fmt: skip
         if result.ok:
             await self.system("environment", f"environment built in {result.seconds:.1f} s", t0, **detail)
             await self._prune(declared.tag)

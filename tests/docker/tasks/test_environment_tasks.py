@@ -290,3 +290,34 @@ async def test_a_task_on_another_branch_gets_the_default_branchs_environment(env
     assert done["state"] == "awaiting_review", done
     assert tree_files(env.repo_path, done["head_sha"])["marker.txt"][1] == b"from-main\n"
     assert "from-branch" not in json.dumps(built)
+
+
+def test_an_operators_extra_image_is_a_base_an_environment_may_name(settings: Settings, sandbox_image: str) -> None:
+    """FORGEHAND_ENVIRONMENT_EXTRA_IMAGES: a local image (here the sandbox image under another
+    name, with a marker file a toolchain would be) that an environment names; an image the
+    operator did not list is refused with the allowed ones named."""
+    client = docker.from_env()
+    extra = f"forgehand-test-toolchain:{settings.instance_id[:12] or 'x'}"
+    client.images.get(sandbox_image).tag(extra)
+    s = msgspec.structs.replace(settings, environment_extra_images=extra)
+    try:
+        for env in serve_env(s):
+            commit(env, {".forgehand/environment.yml": json.dumps({"image": extra, "setup": "true"})}, "extra")
+            ok = asyncio.run(run_one(env, "true"))
+            commit(env, {".forgehand/environment.yml": json.dumps({"image": "rust:latest"})}, "not listed")
+            refused = asyncio.run(run_one(env, "true"))
+        remove_environment_images(s)
+    finally:
+        client.images.remove(extra, force=True)
+        client.close()
+    assert ok[0]["state"] == "awaiting_review", ok[0]
+    assert ok[1][-1]["detail"]["base"] == extra
+    assert refused[0]["failure_reason"] == "environment_setup" and "rust:latest" in refused[0]["error"]
+    assert extra in refused[0]["error"]  # the allowed images are named
+
+
+async def run_one(env: Env, command: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    async with env.client() as c:
+        number = (await start(c, command))["number"]
+        done = await wait_state(c, number, "awaiting_review", "failed", timeout=240)
+        return done, environment_events(await all_events(c, number))
