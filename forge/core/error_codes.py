@@ -230,6 +230,11 @@ class Code(StrEnum):
         "an egress rule is not host[:port], *.domain[:port] or METHOD http://host/path-prefix; the message names it",
     )
     INVALID_EGRESS_PRESET = "invalid_egress_preset", 422, "an egress preset is not one of pypi, npm, debian"
+    INVALID_ENVIRONMENT = (
+        "invalid_environment",
+        422,
+        "an environment declaration is refused; the message names every problem (docs/environments.md)",
+    )
     MODEL_KEY_NOT_FOUND = "model_key_not_found", 404, "the caller has no personal key for this provider"
     INVALID_AGENT = "invalid_agent", 422, "the agent is not an active bot with write access"
     BASE_NOT_FOUND = "base_not_found", 422, "the base branch does not exist (409: it is gone from a task)", (409,)

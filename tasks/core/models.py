@@ -294,6 +294,9 @@ class RepoTaskSettings(Base):
     # Part of the environment's cache key (docs/environments.md): a forced rebuild counts it up, so
     # every engine's next task builds the environment again.
     environment_generation: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # An environment declared here by a repository admin (environment.yml's text); it takes the
+    # place of the repository's own file (null: the file, if any).
+    environment_yml: Mapped[str | None] = mapped_column(Text, nullable=True)
     # The provider may search the web for the agent (null: the instance's task_allow_web_search).
     allow_web_search: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     # Network access through the egress proxy: {"mode": "off"|"allow-list", "rules": [...],

@@ -1,6 +1,6 @@
 """REST for a repository's task settings (repository admins)."""
 
-from litestar import Controller, get, post, put
+from litestar import Controller, delete, get, post, put
 from litestar.params import FromPath, JSONBody
 
 from forge.core.access import Action
@@ -8,10 +8,14 @@ from forge.http.deps import ActorDep, DbSession, SettingsDep
 from forge.repos import repositories
 from tasks.core.models import RepoTaskSettings
 from tasks.services.repo_settings import (
+    EnvironmentRead,
     EnvironmentRebuild,
+    EnvironmentSet,
     RepoTaskSettingsRead,
     RepoTaskSettingsUpdate,
+    environment_read,
     rebuild_environment,
+    set_environment,
     settings_read,
     update,
 )
@@ -56,3 +60,30 @@ class EnvironmentController(Controller):
     ) -> EnvironmentRebuild:
         res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
         return await rebuild_environment(db_session, actor, res)
+
+    @get("/", summary="The environment declared in the repository's settings, and its generation")
+    async def get_environment(
+        self, db_session: DbSession, actor: ActorDep, owner: FromPath[str], name: FromPath[str]
+    ) -> EnvironmentRead:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        return environment_read(await db_session.get(RepoTaskSettings, res.repo.id))
+
+    @put("/", summary="Declare the repository's environment in its settings (in place of its file)")
+    async def put_environment(
+        self,
+        db_session: DbSession,
+        actor: ActorDep,
+        settings: SettingsDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: JSONBody[EnvironmentSet],
+    ) -> EnvironmentRead:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        return await set_environment(db_session, settings, actor, res, data.declaration)
+
+    @delete("/", summary="Remove the environment declared in the settings (the repository's file applies again)")
+    async def delete_environment(
+        self, db_session: DbSession, actor: ActorDep, settings: SettingsDep, owner: FromPath[str], name: FromPath[str]
+    ) -> None:
+        res = await repositories.load(db_session, actor.principal, owner, name, Action.REPO_ADMIN)
+        await set_environment(db_session, settings, actor, res, None)

@@ -37,7 +37,7 @@ from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, MiB, Relay, prepare
 from sandbox.environment.build import MAX_CHANGED_PATHS, BuildResult, SetupChannel, build_environment
 from sandbox.environment.declaration import parse_environment
 from sandbox.environment.images import prune_images
-from sandbox.environment.spec import ENVIRONMENT_FILES, MAX_INPUT_BYTES, EnvironmentSpec, cache_key
+from sandbox.environment.spec import ENVIRONMENT_FILES, ENVIRONMENT_YML, MAX_INPUT_BYTES, EnvironmentSpec, cache_key
 from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressPlan
 from tasks.core.redaction import Redactor
@@ -53,6 +53,7 @@ IMAGE_REPOSITORY = "forgehand-env"
 LABEL_REPO = "forgehand.env.repo"
 LABEL_KEY = "forgehand.env.key"
 LABEL_KIND = "forgehand.image"
+IN_SETTINGS = "the repository's settings"
 LOG_IN_TRANSCRIPT = 32 * 1024  # the setup's log kept in the `environment` event (head and tail)
 
 System = Callable[..., Awaitable[None]]
@@ -77,6 +78,7 @@ class EnvironmentStep:
     default_branch: str
     run_uuid: str
     generation: int  # the repository's environment generation (a forced rebuild counts it up)
+    in_settings: str | None  # an environment declared in the repository's settings (it wins over a file)
     system: System  # (phase, text, t0, **detail): a `system` transcript event
     secrets: Secrets  # the repository's setup secrets by name (the missing ones left out)
     notify_blocked: Notify
@@ -112,19 +114,26 @@ class EnvironmentStep:
         self.source_sha = await store.read(self.repo_key, gitops.branch_sha, self.default_branch)
         if self.source_sha is None:
             return None
-        found = await store.read(
-            self.repo_key, gitops.first_file_at, self.source_sha, ENVIRONMENT_FILES, MAX_INPUT_BYTES
-        )
-        if found is None:
-            return None
-        path, data = found
+        if self.in_settings is not None:  # a repository admin's declaration takes the file's place
+            path, data = IN_SETTINGS, self.in_settings.encode()
+        else:
+            found = await store.read(
+                self.repo_key, gitops.first_file_at, self.source_sha, ENVIRONMENT_FILES, MAX_INPUT_BYTES
+            )
+            if found is None:
+                return None
+            path, data = found
         try:
             # In a thread: a declaration is up to 64 KiB of someone's text, parsed fully.
-            spec = await asyncio.to_thread(parse_environment, path, data, allowed_images=self._allowed_images())
+            spec = await asyncio.to_thread(
+                parse_environment, ENVIRONMENT_YML if path == IN_SETTINGS else path, data,
+                allowed_images=self._allowed_images(),
+            )  # fmt: skip
         except EnvironmentRefused as exc:
             raise ProvisionFailed(
                 FailureReason.ENVIRONMENT_SETUP, f"the environment in {path} is refused: {'; '.join(exc.problems)}"
             ) from exc
+        spec = msgspec.structs.replace(spec, source=path)
         base = self._base_image(spec, runtime_image)
         hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.source_sha, spec.cache_files)
         base_id = await self._image_id(base)

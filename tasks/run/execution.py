@@ -119,6 +119,7 @@ class Execution(Settling, Supervising, Provisioning):
             setting = egress_config.from_stored(row.egress if row is not None else None)
             self.egress_plan = egress_config.plan(setting, self.env.settings)
             self.environment_generation = row.environment_generation if row is not None else 0
+            self.environment_yml = row.environment_yml if row is not None else None
             self.repo_id = repo.id
             self.agent_login = agent.login if agent else "agent"
             self.starter_login = starter.login if starter else ""

@@ -70,6 +70,7 @@ class Provisioning(Outside):
     repo_uuid: str
     default_branch: str
     environment_generation: int
+    environment_yml: str | None
     egress_plan: EgressPlan | None
     sandbox: Sandbox | None
     workspace: Path | None
@@ -111,7 +112,8 @@ class Provisioning(Outside):
         """The repository's environment image when it declares one (tasks/run/environment.py)."""
         step = EnvironmentStep(
             env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, default_branch=self.default_branch,
-            run_uuid=self.run_uuid, generation=self.environment_generation, system=self.system,
+            run_uuid=self.run_uuid, generation=self.environment_generation, in_settings=self.environment_yml,
+            system=self.system,
             secrets=self._setup_secrets,
             emit=self._emit,
             notify_blocked=blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id, phase="environment"),

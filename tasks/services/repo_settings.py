@@ -8,12 +8,15 @@ import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.accounts.model_keys import check_endpoint
-from forge.core.errors import about_field
+from forge.core.errors import InvalidInput, about_field
 from forge.core.settings import Settings
 from forge.core.text import require_no_nul
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.repos.repositories import RepoResource
+from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE
+from sandbox.environment.spec import MAX_INPUT_BYTES, parse_environment_yml
+from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box
@@ -197,3 +200,50 @@ async def rebuild_environment(session: AsyncSession, actor: Actor, res: RepoReso
     audit.record(session, actor, "repo.environment.rebuild", res.full_name, generation=row.environment_generation)
     await session.flush()
     return EnvironmentRebuild(generation=row.environment_generation)
+
+
+class EnvironmentRead(msgspec.Struct, kw_only=True):
+    """The environment declared in the repository's settings (null: none; the repository's own file
+    is used then), and the generation a forced rebuild counts up."""
+
+    declaration: str | None
+    generation: int
+
+
+class EnvironmentSet(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    declaration: Annotated[str, msgspec.Meta(max_length=MAX_INPUT_BYTES)]
+
+
+def environment_read(row: RepoTaskSettings | None) -> EnvironmentRead:
+    return EnvironmentRead(
+        declaration=row.environment_yml if row else None, generation=row.environment_generation if row else 0
+    )
+
+
+def allowed_environment_images(settings: Settings) -> set[str]:
+    """The images an environment may name: the built-in ones and the operator's."""
+    extra = [i.strip() for i in settings.environment_extra_images.split(",") if i.strip()]
+    return {"sandbox", "agents", DEFAULT_IMAGE, DEFAULT_AGENTS_IMAGE, *extra}
+
+
+async def set_environment(
+    session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, text: str | None
+) -> EnvironmentRead:
+    """Declare (or, with None, remove) the repository's environment in its settings: checked whole
+    as an environment.yml is (422 `invalid_environment` naming every problem, nothing stored)."""
+    if text is not None:
+        try:
+            parse_environment_yml(text, allowed_images=allowed_environment_images(settings))
+        except EnvironmentRefused as exc:
+            raise InvalidInput(
+                "the environment is refused: " + "; ".join(exc.problems), code="invalid_environment"
+            ) from None
+    row = await session.get(RepoTaskSettings, res.repo.id, with_for_update=True)
+    if row is None:
+        row = RepoTaskSettings(repo_id=res.repo.id, environment_generation=0)
+        session.add(row)
+    row.environment_yml = text
+    action = "repo.environment.set" if text is not None else "repo.environment.clear"
+    audit.record(session, actor, action, res.full_name)
+    await session.flush()
+    return environment_read(row)

@@ -287,9 +287,18 @@ async def test_a_task_on_another_branch_gets_the_default_branchs_environment(env
         task = await start(c, "cat /opt/env/marker > marker.txt", base="feature")
         done = await wait_state(c, task["number"], "awaiting_review", "failed", timeout=240)
         built = environment_events(await all_events(c, task["number"]))
+        # A repository admin's declaration in the settings takes the file's place.
+        in_settings = "image: sandbox\nsetup: echo from-settings > /opt/env/marker\n"
+        r = await c.put("/api/v1/repos/ana/demo/environment", json={"declaration": in_settings})
+        assert r.status_code == 200, r.text
+        second = await start(c, "cat /opt/env/marker > marker.txt")
+        settled = await wait_state(c, second["number"], "awaiting_review", "failed", timeout=240)
+        from_settings = environment_events(await all_events(c, second["number"]))
     assert done["state"] == "awaiting_review", done
     assert tree_files(env.repo_path, done["head_sha"])["marker.txt"][1] == b"from-main\n"
     assert "from-branch" not in json.dumps(built)
+    assert tree_files(env.repo_path, settled["head_sha"])["marker.txt"][1] == b"from-settings\n"
+    assert from_settings[-1]["detail"]["source"] == "the repository's settings"
 
 
 def test_an_operators_extra_image_is_a_base_an_environment_may_name(settings: Settings, sandbox_image: str) -> None:

@@ -96,3 +96,33 @@ async def test_a_forced_environment_rebuild_counts_the_generation_up_for_admins_
             await s.execute(select(AuditEvent).where(AuditEvent.action == "repo.environment.rebuild"))
         ).scalars()
         assert [a.detail["generation"] for a in rebuilds] == [1, 2]
+
+
+async def test_an_environment_declared_in_the_settings_is_checked_whole_and_admins_only(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    for login in ("ana", "bob", "eve"):
+        await make.user(login)
+    ana = bearer(await make.token("ana", "repo:write"))
+    await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
+    await client.put("/api/v1/repos/ana/app/collaborators/bob", json={"role": "write"}, headers=ana)
+    path = "/api/v1/repos/ana/app/environment"
+    assert (await client.get(path, headers=ana)).json() == {"declaration": None, "generation": 0}
+    declared = "image: sandbox\nsetup: python3 -m pip install --target /opt/env/lib -r requirements.txt\n"
+    r = await client.put(path, json={"declaration": declared}, headers=ana)
+    assert r.status_code == 200 and r.json() == {"declaration": declared, "generation": 0}, r.text
+    bad = "image: rust:latest\nmounts: [/]\nenv: {LD_PRELOAD: /x.so}\n"
+    r = await client.put(path, json={"declaration": bad}, headers=ana)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_environment", r.text
+    for named in ("`mounts`", "rust:latest", "LD_PRELOAD"):
+        assert named in r.json()["detail"], named
+    assert (await client.get(path, headers=ana)).json()["declaration"] == declared  # nothing half-applied
+    bob = bearer(await make.token("bob", "repo:write"))
+    assert (await client.put(path, json={"declaration": declared}, headers=bob)).status_code == 403
+    assert (await client.get(path, headers=bearer(await make.token("eve", "repo:write")))).status_code == 404
+    assert (await client.delete(path, headers=ana)).status_code == 204
+    assert (await client.get(path, headers=ana)).json()["declaration"] is None
+    async with db.session() as s:
+        rows = (await s.execute(select(AuditEvent.action).order_by(AuditEvent.id))).all()
+        actions = [a for (a,) in rows if a.startswith("repo.environment")]
+    assert actions == ["repo.environment.set", "repo.environment.clear"]
