@@ -5,7 +5,7 @@ from tasks.http.approvals_api import ApprovalController
 from tasks.http.events import TaskEventsController
 from tasks.http.pages.reviews import ReviewPages
 from tasks.http.pages.schedules import SchedulePages
-from tasks.http.pages.settings import TaskSettingsPages
+from tasks.http.pages.settings import EnvironmentPages, TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.reviews_api import ReviewController
 from tasks.http.schedules_api import ScheduleController
@@ -23,4 +23,4 @@ API_HANDLERS = [
     ScheduleController,
     AgentController,
 ]
-PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, SchedulePages, MyTaskPages]
+PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, EnvironmentPages, SchedulePages, MyTaskPages]

@@ -139,41 +139,43 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         raise invalid_input(exc) from None
 
 
+async def render_settings(
+    request: Request[Any, Any, Any],
+    db: Any,
+    actor: Any,
+    owner: str,
+    name: str,
+    *,
+    form: TaskSettingsForm | None = None,
+    errors: FormErrors = NO_ERRORS,
+    **extra: Any,
+) -> Template:
+    async with db.session() as s:
+        res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
+        row = await s.get(RepoTaskSettings, res.repo.id)
+        current = repo_settings.settings_read(row)
+        environment = repo_settings.environment_read(row)
+        context = repo_context(res, actor.principal, request.app.state.settings.effective_base_url)
+        warning = agents.self_merge_warning(
+            await agents.eligible_agents(s, res), await core_settings.merge_rules(s, res.repo.id)
+        )
+    return page(
+        request,
+        "tasks/settings.html",
+        current=current,
+        form=form or settings_form(current),
+        errors=errors,
+        merge_warning=warning,
+        egress_presets={name: ", ".join(hosts) for name, hosts in PRESETS.items()},
+        operator_presets=request.app.state.settings.egress_presets,
+        environment=environment,
+        **{"env_error": "", "env_typed": None, **context, **extra},
+    )
+
+
 class TaskSettingsPages(Controller):
     path = "/{owner:str}/{name:str}/settings/tasks"
     include_in_schema = False
-
-    async def _render(
-        self,
-        request: Request[Any, Any, Any],
-        db: Any,
-        actor: Any,
-        owner: str,
-        name: str,
-        *,
-        form: TaskSettingsForm | None = None,
-        errors: FormErrors = NO_ERRORS,
-        **extra: Any,
-    ) -> Template:
-        async with db.session() as s:
-            res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
-            current = repo_settings.settings_read(await s.get(RepoTaskSettings, res.repo.id))
-            context = repo_context(res, actor.principal, request.app.state.settings.effective_base_url)
-            warning = agents.self_merge_warning(
-                await agents.eligible_agents(s, res), await core_settings.merge_rules(s, res.repo.id)
-            )
-        return page(
-            request,
-            "tasks/settings.html",
-            current=current,
-            form=form or settings_form(current),
-            errors=errors,
-            merge_warning=warning,
-            egress_presets={name: ", ".join(hosts) for name, hosts in PRESETS.items()},
-            operator_presets=request.app.state.settings.egress_presets,
-            **context,
-            **extra,
-        )
 
     @get("/")
     async def settings_page(
@@ -184,7 +186,7 @@ class TaskSettingsPages(Controller):
         owner: FromPath[str],
         name: FromPath[str],
     ) -> Template:
-        return await self._render(request, db, actor, owner, name, notice=None)
+        return await render_settings(request, db, actor, owner, name, notice=None)
 
     @post("/")
     async def save(
@@ -207,11 +209,56 @@ class TaskSettingsPages(Controller):
         async def again(exc: ForgeError) -> Template:
             # Shown again as typed, the refusal beside the field it concerns.
             errors = form_errors(exc, INPUTS, ALIASES)
-            return await self._render(
+            return await render_settings(
                 request, db, actor, owner, name, form=data, errors=errors, notice=None, status_code=exc.status
             )
 
         saved = await or_form_error(save(), again)
         if isinstance(saved, Template):
             return saved
-        return await self._render(request, db, actor, owner, name, notice="Saved.")
+        return await render_settings(request, db, actor, owner, name, notice="Saved.")
+
+
+class EnvironmentForm(msgspec.Struct, kw_only=True):
+    action: str = "save"  # save, remove or rebuild
+    declaration: str = ""
+
+
+class EnvironmentPages(Controller):
+    """The task settings page's Environment form (same services as `.../environment`)."""
+
+    path = "/{owner:str}/{name:str}/settings/tasks/environment"
+    include_in_schema = False
+
+    @post("/")
+    async def environment(
+        self,
+        request: Request[Any, Any, Any],
+        db: DatabaseDep,
+        actor: ActorDep,
+        settings: SettingsDep,
+        owner: FromPath[str],
+        name: FromPath[str],
+        data: URLEncodedBody[EnvironmentForm],
+    ) -> Template:
+        try:
+            async with db.session(write=True) as s:
+                res = await repositories.load(s, actor.principal, owner, name, Action.REPO_ADMIN)
+                notice = await _environment_change(s, settings, actor, res, data)
+        except InvalidInput as exc:
+            return await render_settings(
+                request, db, actor, owner, name, notice=None, env_error=exc.detail,
+                env_typed=data.declaration, status_code=exc.status,
+            )  # fmt: skip
+        return await render_settings(request, db, actor, owner, name, notice=notice)
+
+
+async def _environment_change(s: Any, settings: Any, actor: Any, res: Any, data: EnvironmentForm) -> str:
+    if data.action == "rebuild":
+        done = await repo_settings.rebuild_environment(s, actor, res)
+        return f"The environment is built again at the next task (generation {done.generation})."
+    if data.action == "remove" or not data.declaration.strip():
+        await repo_settings.set_environment(s, settings, actor, res, None)
+        return "Environment removed from the settings: the repository's file applies."
+    await repo_settings.set_environment(s, settings, actor, res, data.declaration.replace("\r\n", "\n"))
+    return "Environment saved."

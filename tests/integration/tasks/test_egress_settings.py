@@ -138,3 +138,29 @@ def test_operator_presets_apply_to_every_allow_list(settings: Settings) -> None:
     assert run.presets == ("debian", "pypi") and run.repo_rules == ("x.example",)
     assert run.rules.allows_connect("deb.debian.org", 443) and run.rules.allows_connect("pypi.org", 443)
     assert run.allowed_hosts and not run.rules.allows_connect("registry.npmjs.org", 443)
+
+
+async def test_the_settings_page_declares_removes_and_rebuilds_the_environment(
+    client: AsyncTestClient[Any], make: Accounts
+) -> None:
+    await make.user("ana")
+    ana = bearer(await make.token("ana", "repo:write"))
+    await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
+    assert (await sign_in(client, "ana", "correct horse battery")).status_code in (302, 303)
+    page = await client.get("/ana/app/settings/tasks/")
+    token = csrf_from(page.text[page.text.index('id="environment-settings"') :])
+    url = "/ana/app/settings/tasks/environment"
+    declared = "image: sandbox\r\nsetup: echo ready\r\n"
+    r = await client.post(url, data={"csrf_token": token, "action": "save", "declaration": declared})
+    assert r.status_code == 200 and "Environment saved." in r.text, r.text
+    env = "/api/v1/repos/ana/app/environment"
+    assert (await client.get(env, headers=ana)).json()["declaration"] == "image: sandbox\nsetup: echo ready\n"
+    typed = "image: sandbox\nmounts: [/]\n"
+    r = await client.post(url, data={"csrf_token": token, "action": "save", "declaration": typed})
+    assert r.status_code == 422 and 'role="alert"' in r.text and "`mounts`" in r.text
+    assert "mounts: [/]" in r.text  # what was typed is kept
+    r = await client.post(url, data={"csrf_token": token, "action": "rebuild"})
+    assert "generation 1" in r.text
+    r = await client.post(url, data={"csrf_token": token, "action": "remove"})
+    assert "the repository&#39;s file applies" in r.text or "the repository's file applies" in r.text
+    assert (await client.get(env, headers=ana)).json() == {"declaration": None, "generation": 1}
