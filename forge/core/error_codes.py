@@ -235,6 +235,11 @@ class Code(StrEnum):
         422,
         "an environment declaration is refused; the message names every problem (docs/environments.md)",
     )
+    ENVIRONMENT_OVERRIDE_NEEDS_ADMIN = (
+        "environment_override_needs_admin",
+        403,
+        "only a repository admin may override the environment of one task",
+    )
     MODEL_KEY_NOT_FOUND = "model_key_not_found", 404, "the caller has no personal key for this provider"
     INVALID_AGENT = "invalid_agent", 422, "the agent is not an active bot with write access"
     BASE_NOT_FOUND = "base_not_found", 422, "the base branch does not exist (409: it is gone from a task)", (409,)

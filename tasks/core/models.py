@@ -43,6 +43,9 @@ class Task(Base):
     runtime: Mapped[str] = mapped_column(String(32))
     # For the `command` runtime: an argv list, or a string run with `bash -lc`.
     command: Mapped[Any] = mapped_column(JSON, nullable=True)
+    # A repository admin's override of the environment for this task ({"image", "extra_setup"};
+    # tasks/core/schemas.py EnvironmentOverride), null for none.
+    environment_override: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     agent_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"), index=True)
     started_by_id: Mapped[int | None] = mapped_column(
         ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True, index=True

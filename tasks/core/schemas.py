@@ -18,6 +18,14 @@ GOAL_MAX = 20_000
 BODY_MAX = 20_000
 
 
+class EnvironmentOverride(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """One task's change to its repository's environment (repository admins only): another allowed
+    image, and a step run after the declared setup (docs/environments.md)."""
+
+    image: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    extra_setup: Annotated[str, msgspec.Meta(max_length=64 * 1024)] = ""
+
+
 class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     goal: Annotated[str, msgspec.Meta(max_length=GOAL_MAX)]
     agent: Annotated[str, msgspec.Meta(min_length=1, max_length=40)]
@@ -35,6 +43,8 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Work on this open pull request: the task starts from its head branch, and the goal (the
     # instruction) reaches the agent with the pull request's title and description as quoted data.
     on_pull_request: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
+    # Repository admins only: another image or an extra setup step for this task's environment.
+    environment_override: EnvironmentOverride | None = None
 
 
 class PullLink(msgspec.Struct, kw_only=True):
@@ -306,6 +316,8 @@ class TaskRead(msgspec.Struct, kw_only=True):
     question_options: list[str] = msgspec.field(default_factory=list)
     # What started the task when no person did (a schedule, an issue, a mention); null otherwise.
     trigger: Trigger | None = None
+    # A repository admin's change to the environment for this task; null for none.
+    environment_override: EnvironmentOverride | None = None
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

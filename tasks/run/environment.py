@@ -54,6 +54,7 @@ LABEL_REPO = "forgehand.env.repo"
 LABEL_KEY = "forgehand.env.key"
 LABEL_KIND = "forgehand.image"
 IN_SETTINGS = "the repository's settings"
+OVERRIDE_ONLY = "no declaration"
 LOG_IN_TRANSCRIPT = 32 * 1024  # the setup's log kept in the `environment` event (head and tail)
 
 System = Callable[..., Awaitable[None]]
@@ -79,6 +80,7 @@ class EnvironmentStep:
     run_uuid: str
     generation: int  # the repository's environment generation (a forced rebuild counts it up)
     in_settings: str | None  # an environment declared in the repository's settings (it wins over a file)
+    override: dict[str, Any] | None  # a repository admin's change for this task: {"image", "extra_setup"}
     system: System  # (phase, text, t0, **detail): a `system` transcript event
     secrets: Secrets  # the repository's setup secrets by name (the missing ones left out)
     notify_blocked: Notify
@@ -120,26 +122,39 @@ class EnvironmentStep:
             found = await store.read(
                 self.repo_key, gitops.first_file_at, self.source_sha, ENVIRONMENT_FILES, MAX_INPUT_BYTES
             )
-            if found is None:
+            if found is None and not self.override:
                 return None
-            path, data = found
+            # Nothing declared, but the task's override names an image or a step: that alone.
+            path, data = found or (OVERRIDE_ONLY, b"image: sandbox\n")
         try:
             # In a thread: a declaration is up to 64 KiB of someone's text, parsed fully.
             spec = await asyncio.to_thread(
-                parse_environment, ENVIRONMENT_YML if path == IN_SETTINGS else path, data,
+                parse_environment, ENVIRONMENT_YML if path in (IN_SETTINGS, OVERRIDE_ONLY) else path, data,
                 allowed_images=self._allowed_images(),
             )  # fmt: skip
         except EnvironmentRefused as exc:
             raise ProvisionFailed(
                 FailureReason.ENVIRONMENT_SETUP, f"the environment in {path} is refused: {'; '.join(exc.problems)}"
             ) from exc
-        spec = msgspec.structs.replace(spec, source=path)
+        spec = self._overridden(msgspec.structs.replace(spec, source=path))
         base = self._base_image(spec, runtime_image)
         hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.source_sha, spec.cache_files)
         base_id = await self._image_id(base)
         key = cache_key(spec, base_id, hashes, f"{VERSION}/{self.generation}")
         own = hashlib.sha256(f"{self.env.instance}\0{self.repo_uuid}\0{key}".encode()).hexdigest()
         return Declared(spec=spec, base_image=base, tag=f"{IMAGE_REPOSITORY}:{own[:48]}", key=key)
+
+    def _overridden(self, spec: EnvironmentSpec) -> EnvironmentSpec:
+        """The task's override applied (another image, a step after the setup): its own key, its
+        own image; the repository's stays as it is."""
+        if not self.override:
+            return spec
+        image = str(self.override.get("image") or "") or spec.image
+        extra = str(self.override.get("extra_setup") or "")
+        setup = f"{spec.setup}\n{extra}" if spec.setup and extra else spec.setup or extra
+        return msgspec.structs.replace(
+            spec, image=image, setup=setup, source=f"{spec.source}, with the task's override"
+        )
 
     def _allowed_images(self) -> set[str]:
         """The built-in images, by name ("sandbox", "agents") or by their reference, and the

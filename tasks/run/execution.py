@@ -84,6 +84,7 @@ class Execution(Settling, Supervising, Provisioning):
             self.parent_number = parent.number if parent is not None else None
             self.trigger = msgspec.convert(task.trigger, TriggerRef) if task.trigger else None
             self.branch, self.base_sha = task.branch, task.base_sha
+            self.environment_override = task.environment_override
             self.conversation = list(task.conversation or [])
             self.agent_session_id = task.agent_session_id
             self.approved: ApprovedCall | None = None

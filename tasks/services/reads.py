@@ -17,6 +17,7 @@ from tasks.core.parked import is_due
 from tasks.core.schemas import (
     ApprovalRead,
     EgressRead,
+    EnvironmentOverride,
     ParentRead,
     PullLink,
     RunRead,
@@ -257,6 +258,9 @@ def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) 
         subtasks=facts.children.get(task.id, 0),
         question_options=list(task.question_options or []) if task.question else [],
         trigger=msgspec.convert(task.trigger, Trigger) if task.trigger else None,
+        environment_override=(
+            msgspec.convert(task.environment_override, EnvironmentOverride) if task.environment_override else None
+        ),
     )
 
 

@@ -3,11 +3,13 @@ NUL anywhere, a goal, the runtime and its command (the command runtime's, or a c
 agent), a model the run can have, an active bot that may work on the repository, a base that is a
 branch. `TaskService.precheck_start` and `TaskService.start` (tasks.py) share it."""
 
+from typing import Any
+
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.accounts import accounts
-from forge.core.access import Principal
-from forge.core.errors import InvalidInput
+from forge.core.access import Action, Principal, can
+from forge.core.errors import Forbidden, InvalidInput
 from forge.core.settings import Settings
 from forge.core.text import require_no_nul
 from forge.db.audit import Actor
@@ -21,6 +23,7 @@ from tasks.core.models import Task
 from tasks.core.schemas import TaskCreate, argv_of
 from tasks.core.states import TaskState
 from tasks.services import rules
+from tasks.services.repo_settings import allowed_environment_images
 
 
 def refuse_nul(data: TaskCreate) -> None:
@@ -85,6 +88,30 @@ def acp_agent_of(settings: Settings, data: TaskCreate) -> AcpAgent:
     return agent
 
 
+def environment_override_of(
+    actor: Actor, res: RepoResource, settings: Settings, data: TaskCreate
+) -> dict[str, Any] | None:
+    """The task's environment override as stored: repository admins only (403 otherwise), the image
+    one an environment may name (422 `invalid_environment`)."""
+    override = data.environment_override
+    if override is None or not (override.image.strip() or override.extra_setup.strip()):
+        return None
+    if not can(actor.principal, Action.REPO_ADMIN, res):
+        raise Forbidden(
+            "only a repository admin may override the environment of a task",
+            code="environment_override_needs_admin",
+        )
+    image = override.image.strip()
+    if image and image not in allowed_environment_images(settings):
+        allowed = ", ".join(sorted(allowed_environment_images(settings)))
+        raise InvalidInput(
+            f"the image {image!r} is not one an environment may use ({allowed})", code="invalid_environment"
+        )
+    if "\x00" in override.extra_setup:
+        raise InvalidInput("the extra setup step contains NUL", code="invalid_environment")
+    return {"image": image, "extra_setup": override.extra_setup}
+
+
 async def prepare_start(
     session: AsyncSession, settings: Settings, store: RepoStore, actor: Actor, res: RepoResource, data: TaskCreate
 ) -> tuple[Task, Account]:
@@ -114,7 +141,9 @@ async def prepare_start(
         raise InvalidInput(f"the base branch {base!r} does not exist", code="base_not_found") from None
     if resolved.kind != "branch":
         raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
+    override = environment_override_of(actor, res, settings, data)
     task = Task(
+        environment_override=override,
         repo_id=res.repo.id,
         number=0,
         title=data.title.strip() or title_from_goal(goal),

@@ -294,11 +294,19 @@ async def test_a_task_on_another_branch_gets_the_default_branchs_environment(env
         second = await start(c, "cat /opt/env/marker > marker.txt")
         settled = await wait_state(c, second["number"], "awaiting_review", "failed", timeout=240)
         from_settings = environment_events(await all_events(c, second["number"]))
+        # An admin's override for one task: a step after the setup, in an image of its own.
+        override = {"extra_setup": "echo extra > /opt/env/extra"}
+        third = await start(c, "cat /opt/env/marker /opt/env/extra > both.txt", environment_override=override)
+        overridden = await wait_state(c, third["number"], "awaiting_review", "failed", timeout=240)
+        override_events = environment_events(await all_events(c, third["number"]))
     assert done["state"] == "awaiting_review", done
     assert tree_files(env.repo_path, done["head_sha"])["marker.txt"][1] == b"from-main\n"
     assert "from-branch" not in json.dumps(built)
     assert tree_files(env.repo_path, settled["head_sha"])["marker.txt"][1] == b"from-settings\n"
     assert from_settings[-1]["detail"]["source"] == "the repository's settings"
+    assert tree_files(env.repo_path, overridden["head_sha"])["both.txt"][1] == b"from-settings\nextra\n"
+    assert override_events[-1]["detail"]["source"] == "the repository's settings, with the task's override"
+    assert override_events[-1]["detail"]["image"] != from_settings[-1]["detail"]["image"]
 
 
 def test_an_operators_extra_image_is_a_base_an_environment_may_name(settings: Settings, sandbox_image: str) -> None:

@@ -94,6 +94,15 @@ async def test_start_validates_and_numbers(client: AsyncTestClient[Litestar], wo
             assert "FORGEHAND_MODEL_BASE_URL" in r.json()["detail"] and "Responses API" in r.json()["detail"]
     r = await client.post(TASKS, json={"goal": "second", "agent": "fixer", "command": ["true"]}, headers=h)
     assert r.json()["number"] == 2 and r.json()["queue_position"] == 2
+    # An environment override: repository admins only, with an image an environment may use.
+    override = {"goal": "g", "agent": "fixer", "command": "true", "environment_override": {"extra_setup": "echo x"}}
+    r = await client.post(TASKS, json=override, headers=auth(world, "wendy"))
+    assert r.status_code == 403 and r.json()["code"] == "environment_override_needs_admin", r.text
+    bad_image = {**override, "environment_override": {"image": "rust:latest"}}
+    r = await client.post(TASKS, json=bad_image, headers=h)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_environment" and "rust:latest" in r.text
+    r = await client.post(TASKS, json=override, headers=h)
+    assert r.status_code == 201 and r.json()["environment_override"] == {"image": "", "extra_setup": "echo x"}
 
 
 async def test_concurrent_starts_get_consecutive_numbers(db: Database, settings: Settings, world: World) -> None:
