@@ -7,10 +7,11 @@ commit by themselves (`tasks.core.lifecycle`)."""
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import func, select
 
+from forge.core.errors import InvalidInput
 from forge.repos.pulls import Pulls
 from forge.repos.repositories import RepoResource
 from tasks.core.lifecycle import PromptCheck
@@ -29,7 +30,7 @@ from tasks.core.schemas import (
 )
 from tasks.core.states import RunState
 from tasks.http.deps import RepoScope, TaskScope
-from tasks.services import pull_work
+from tasks.services import agents, pull_work
 from tasks.services.approvals import ApprovalService
 from tasks.services.reads import release
 from tasks.services.review_drafts import DraftService
@@ -185,3 +186,14 @@ async def add_draft_comment(scope: TaskScope, data: ReviewCommentCreate) -> Revi
 
 async def remove_draft_comment(scope: TaskScope, comment_id: int) -> ReviewDraftRead:
     return await change_draft(scope, lambda drafts, res, task: drafts.remove(scope.actor, res, task, comment_id))
+
+
+async def check_task(scope: RepoScope, data: Any) -> TaskCreate:
+    """The command task of an environment check (`POST .../environment/check`): the smoke command,
+    run as the given bot or the first one that may work on the repository."""
+    login = data.agent or next(iter(await agents.eligible_agents(scope.session, scope.res)), "")
+    if not login:
+        raise InvalidInput("no bot may work on this repository: add one as a collaborator", code="invalid_agent")
+    return TaskCreate(
+        goal=f"Check the environment: {data.command}", agent=login, command=data.command, title="Check environment"
+    )

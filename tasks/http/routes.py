@@ -10,7 +10,7 @@ from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.reviews_api import ReviewController
 from tasks.http.schedules_api import ScheduleController
 from tasks.http.settings_api import EnvironmentController, RepoTaskSettingsController
-from tasks.http.tasks_api import TaskController, UserTaskController
+from tasks.http.tasks_api import EnvironmentCheckController, TaskController, UserTaskController
 
 API_HANDLERS = [
     TaskController,
@@ -20,6 +20,7 @@ API_HANDLERS = [
     UserTaskController,
     RepoTaskSettingsController,
     EnvironmentController,
+    EnvironmentCheckController,
     ScheduleController,
     AgentController,
 ]

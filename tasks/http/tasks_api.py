@@ -3,6 +3,7 @@ one action (tasks/http/actions.py) or read, and returns a schema."""
 
 from typing import Annotated
 
+import msgspec
 from litestar import Controller, get, post
 from litestar.params import FromPath, JSONBody, QueryParameter
 
@@ -11,7 +12,7 @@ from forge.core.errors import Unauthenticated
 from forge.http.deps import ActorDep, DbSession
 from tasks.core import transcript
 from tasks.core.schemas import MessageCreate, SkippedPage, TaskCreate, TaskRead, TranscriptPage
-from tasks.http.actions import act_on_task, start_task, stop_and_wait
+from tasks.http.actions import act_on_task, check_task, start_task, stop_and_wait
 from tasks.http.deps import DEPENDENCIES, TASK, TASKS, RepoScopeDep, SystemDep, TaskScopeDep
 from tasks.services.reads import skipped_page
 from tasks.services.subtasks import subtask_reads
@@ -105,3 +106,24 @@ class UserTaskController(Controller):
 
 
 __all__ = ["TaskController", "UserTaskController"]
+
+
+class EnvironmentCheck(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A smoke command run in the repository's environment, with no agent."""
+
+    command: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+    agent: Annotated[str, msgspec.Meta(max_length=40)] = ""  # the bot the task runs as ("": the first)
+
+
+class EnvironmentCheckController(Controller):
+    tags = ["tasks"]
+    dependencies = DEPENDENCIES
+
+    @post(
+        "/api/v1/repos/{owner:str}/{name:str}/environment/check",
+        summary="Build the environment (if needed) and run a smoke command in it, no agent: a command task",
+        status_code=201,
+        opt={"repo_action": Action.REPO_ADMIN},
+    )
+    async def check(self, repo_scope: RepoScopeDep, data: JSONBody[EnvironmentCheck]) -> TaskRead:
+        return await start_task(repo_scope, await check_task(repo_scope, data))

@@ -22,7 +22,7 @@ from forge.git.bare import write_commit
 from tests.support.anthropic import ScriptedAnthropic, tool_use
 from tests.support.anthropic import text as claude_text
 from tests.support.egress import origin_server, simple_index
-from tests.support.tasks import Env, all_events, serve_env, served, start, tree_files, wait_state
+from tests.support.tasks import Env, all_events, output_text, serve_env, served, start, tree_files, wait_state
 
 pytestmark = pytest.mark.docker
 
@@ -299,6 +299,11 @@ async def test_a_task_on_another_branch_gets_the_default_branchs_environment(env
         third = await start(c, "cat /opt/env/marker /opt/env/extra > both.txt", environment_override=override)
         overridden = await wait_state(c, third["number"], "awaiting_review", "failed", timeout=240)
         override_events = environment_events(await all_events(c, third["number"]))
+        # "Check environment" (repository admins): a command task in the environment, no agent.
+        r = await c.post("/api/v1/repos/ana/demo/environment/check", json={"command": "cat /opt/env/marker"})
+        assert r.status_code == 201 and r.json()["title"] == "Check environment" and r.json()["runtime"] == "command"
+        checked = await wait_state(c, r.json()["number"], "awaiting_review", "failed", timeout=240)
+        check_output = output_text(await all_events(c, checked["number"]))
     assert done["state"] == "awaiting_review", done
     assert tree_files(env.repo_path, done["head_sha"])["marker.txt"][1] == b"from-main\n"
     assert "from-branch" not in json.dumps(built)
@@ -307,6 +312,7 @@ async def test_a_task_on_another_branch_gets_the_default_branchs_environment(env
     assert tree_files(env.repo_path, overridden["head_sha"])["both.txt"][1] == b"from-settings\nextra\n"
     assert override_events[-1]["detail"]["source"] == "the repository's settings, with the task's override"
     assert override_events[-1]["detail"]["image"] != from_settings[-1]["detail"]["image"]
+    assert checked["state"] == "awaiting_review" and "from-settings" in check_output, checked
 
 
 def test_an_operators_extra_image_is_a_base_an_environment_may_name(settings: Settings, sandbox_image: str) -> None:
