@@ -18,13 +18,14 @@ import contextlib
 import hashlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 import msgspec
+import sqlalchemy as sa
 import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -32,6 +33,7 @@ from egress import SOCKET_NAME as EGRESS_SOCKET
 from egress import AllowedHosts, RuleError, RuleSet
 from forge.core.settings import Settings
 from forge.core.version import VERSION
+from forge.db.engine import Database
 from forge.repos.repo_secrets import RepoSecrets, secret_box
 from sandbox import DEFAULT_AGENTS_IMAGE, EGRESS_PROXY_PORT, MiB, Relay, prepare_workspace, remove_workspace
 from sandbox.environment.build import MAX_CHANGED_PATHS, BuildResult, SetupChannel, build_environment
@@ -88,21 +90,22 @@ class EnvironmentStep:
     source_sha: str | None = None  # the default branch's head the declaration was read from
 
     async def image(self, runtime_image: str) -> str:
-        """The image the run's sandbox starts from: `runtime_image`, or its environment's."""
+        """The image the run's sandbox starts from: `runtime_image`, or its environment's (whose
+        warm sandboxes the worker then keeps, when it keeps any: warm.pool_environment)."""
         declared = await self._declared(runtime_image)
         if declared is None:
             return runtime_image
         t0 = time.monotonic()
-        # Builds of one image in this process wait for each other: two tasks on a cold cache build once.
-        async with self.env.environment_builds.setdefault(declared.tag, asyncio.Lock()):
+        # Builds of one image wait for each other: two tasks on a cold cache build once.
+        async with build_turn(self.env.db, self.env.environment_builds, declared.tag, await self._engine_id()):
             if await self._exists(declared.tag):
                 await self.system(
                     "environment", f"environment from the cache ({declared.spec.source})", t0,
                     image=declared.tag, cached=True, source=declared.spec.source,
                 )  # fmt: skip
-                return declared.tag
-            result = await self._build(declared)
-        await self._report(declared, result, t0)
+            else:
+                await self._report(declared, await self._build(declared), t0)
+        await warm.pool_environment(self.env, declared.tag, prefix=f"{IMAGE_REPOSITORY}:")
         return declared.tag
 
     # --- what the repository declares ---------------------------------------------------------
@@ -184,6 +187,10 @@ class EnvironmentStep:
                 FailureReason.IMAGE_MISSING, f"the image {image} is missing: run `forgehand sandbox build`"
             ) from exc
         return str(found["Id"])
+
+    async def _engine_id(self) -> str:
+        info: dict[str, Any] = await self.env.engine.call(lambda c: c.info())
+        return str(info.get("ID") or info.get("Name") or "")
 
     async def _exists(self, tag: str) -> bool:
         try:
@@ -311,6 +318,28 @@ async def _prune_images(env: RunEnv, keep: str) -> None:
         return
     if removed:
         log.info("old environment images removed", count=len(removed))
+
+
+@contextlib.asynccontextmanager
+async def build_turn(db: Database, builds: dict[str, asyncio.Lock], tag: str, engine_id: str) -> AsyncIterator[None]:
+    """The turn to build `tag`: in this process an asyncio lock; on PostgreSQL also a session
+    advisory lock named by the image and the Docker engine, held on a connection of its own for the
+    build, so that worker processes sharing an engine build an image once (the others wait, then
+    find it). Workers on other engines build their own copy, as they must. SQLite has one process."""
+    async with builds.setdefault(tag, asyncio.Lock()):
+        if db.engine.dialect.name != "postgresql":
+            yield
+            return
+        digest = hashlib.sha256(f"forgehand-environment\0{engine_id}\0{tag}".encode()).digest()
+        key = int.from_bytes(digest[:8], "big", signed=True)
+        async with db.engine.connect() as conn:
+            await conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            await conn.commit()
+            try:
+                yield
+            finally:
+                await conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                await conn.commit()
 
 
 def _capped(text: str) -> str:

@@ -1,7 +1,8 @@
 """The run's sandbox spec, and the worker's warm pools of started sandboxes (sandbox/pool.py).
 
 With `FORGEHAND_TASK_SANDBOX_POOL=N` (0 = off) the worker keeps N sandboxes started ahead for the
-plain image and for the agents image (when built), each with a quota workspace of the instance's
+plain image and for the agents image (when built), and for the images of the last environments its
+runs used (`pool_environment`, at most ENVIRONMENT_POOLS), each with a quota workspace of the instance's
 size and a channel directory with the gateway relay listening. A run whose spec is what the pool
 makes (the instance's limits and hardening: no repository weakening or other limits, the gateway
 relay alone, a channel) takes one; any other run, or one that finds the pool empty, starts its own
@@ -33,6 +34,8 @@ GATEWAY_RELAY = Relay(GATEWAY_RELAY_PORT, SOCKET_NAME)
 # A replacement waits this long after a run took a pooled sandbox: started at once, it competed for
 # the CPU with the agent's own start (measured: the CLI took 2.5 s instead of 1 s on 2 cores).
 REFILL_DELAY_SECONDS = 3.0
+# Environments whose images the worker keeps warm sandboxes of, besides the built-in images.
+ENVIRONMENT_POOLS = 4
 
 
 def run_limits(settings: Settings) -> Limits:
@@ -79,18 +82,40 @@ async def open_pools(env: RunEnv, workspaces: Path) -> dict[str, SandboxPool]:
         except EngineUnavailable as exc:
             log.warning("sandbox pool off: no Docker engine answered", error=str(exc))
             return pools
-        template = SandboxSpec(
-            image=image, workspace=root, instance=env.instance, task="pool", run="pool",
-            limits=run_limits(settings), relays=(GATEWAY_RELAY,),
-        )  # fmt: skip
-        pool = SandboxPool(
-            env.engine, template, size=size, root=root, channel_root=channels,
-            workspace_limit_bytes=mount_limit(settings), refill_delay=REFILL_DELAY_SECONDS,
-        )  # fmt: skip
-        pool.fill_later()
-        pool.keep_fresh()
-        pools[image] = pool
+        pools[image] = _pool_of(env, image)
     return pools
+
+
+def _pool_of(env: RunEnv, image: str) -> SandboxPool:
+    """A pool of `image`'s sandboxes, filling in the background."""
+    settings = env.settings
+    root = pools_root(settings)
+    template = SandboxSpec(
+        image=image, workspace=root, instance=env.instance, task="pool", run="pool",
+        limits=run_limits(settings), relays=(GATEWAY_RELAY,),
+    )  # fmt: skip
+    pool = SandboxPool(
+        env.engine, template, size=settings.task_sandbox_pool, root=root,
+        channel_root=settings.effective_run_channel_dir, workspace_limit_bytes=mount_limit(settings),
+        refill_delay=REFILL_DELAY_SECONDS,
+    )  # fmt: skip
+    pool.fill_later()
+    pool.keep_fresh()
+    return pool
+
+
+async def pool_environment(env: RunEnv, image: str, *, prefix: str, keep: int = ENVIRONMENT_POOLS) -> None:
+    """Warm sandboxes of an environment's image (tag starting with `prefix`) too, when the worker
+    keeps pools (the built-in images' pools exist): the environment's next run takes one. At most
+    `keep` environments are pooled; the one used longest ago gives its place up."""
+    if not env.pools or image in env.pools:
+        if image in env.pools:
+            env.pools[image] = env.pools.pop(image)  # most recently used last
+        return
+    pooled = [name for name in env.pools if name.startswith(prefix)]
+    for name in pooled[: max(0, len(pooled) - keep + 1)]:
+        await env.pools.pop(name).close()
+    env.pools[image] = _pool_of(env, image)
 
 
 async def close_pools(pools: dict[str, SandboxPool]) -> None:

@@ -19,10 +19,12 @@ import pytest
 from forge.core.settings import Settings
 from forge.git import Identity
 from forge.git.bare import write_commit
+from sandbox.pool import LIVE_POOLS
 from tests.support.anthropic import ScriptedAnthropic, tool_use
 from tests.support.anthropic import text as claude_text
 from tests.support.egress import origin_server, simple_index
 from tests.support.tasks import Env, all_events, output_text, serve_env, served, start, tree_files, wait_state
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -344,3 +346,36 @@ async def run_one(env: Env, command: str) -> tuple[dict[str, Any], list[dict[str
         number = (await start(c, command))["number"]
         done = await wait_state(c, number, "awaiting_review", "failed", timeout=240)
         return done, environment_events(await all_events(c, number))
+
+
+async def test_the_worker_keeps_warm_sandboxes_of_an_environment(settings: Settings, agents_image: str) -> None:
+    """With FORGEHAND_TASK_SANDBOX_POOL=1, an environment's image gets a pool of its own once a task
+    used it: the next claude-code task on that environment takes a warm sandbox of it."""
+    turns = [tool_use("Bash", {"command": "cat /opt/env/marker > seen.txt", "description": "x"}), claude_text("done")]
+    with ScriptedAnthropic(turns * 2) as api:
+        model = {"anthropic_base_url": api.url, "anthropic_api_key": KEY, "anthropic_model": "claude-test"}
+        async with served(settings, task_sandbox_pool=1, **model) as (env, c):
+            declared = json.dumps({"image": "agents", "setup": "echo warm > /opt/env/marker"})
+            commit(env, {".forgehand/environment.yml": declared}, "an environment")
+            results = []
+            for number in (1, 2):
+                r = await c.post(TASKS, json={"goal": f"look {number}", "agent": "fixer", "runtime": "claude-code"})
+                assert r.status_code == 201, r.text
+                done = await wait_state(c, number, "awaiting_review", "failed", timeout=240)
+                events = await all_events(c, number)
+                results.append((done, events))
+                tag = environment_events(events)[-1]["detail"]["image"]
+                await until(
+                    lambda tag=tag: any(p.ready and p.template.image == tag for p in list(LIVE_POOLS.values())),
+                    timeout=60,
+                    what="a warm sandbox of the environment's image",
+                )
+        remove_environment_images(env.settings)
+    sandboxes = []
+    for done, events in results:
+        assert done["state"] == "awaiting_review", done
+        assert tree_files(env.repo_path, done["head_sha"])["seen.txt"][1] == b"warm\n"
+        sandboxes.append(
+            next(e["payload"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "sandbox")
+        )
+    assert [s["detail"]["pooled"] for s in sandboxes] == [False, True]
