@@ -235,6 +235,11 @@ class Code(StrEnum):
         422,
         "an environment declaration is refused; the message names every problem (docs/environments.md)",
     )
+    INVALID_ENVIRONMENT_IMAGE = (
+        "invalid_environment_image",
+        422,
+        "an environment image to register is not a local image reference (repository[:tag]), or there are too many",
+    )
     ENVIRONMENT_OVERRIDE_NEEDS_ADMIN = (
         "environment_override_needs_admin",
         403,

@@ -6,9 +6,11 @@ and the image's settings, for each value raw and base64-encoded; the commit runs
 import base64
 import contextlib
 import json
+import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -108,7 +110,16 @@ def _remove_image(client: docker.DockerClient, image_id: str) -> None:
 def scan_changes(
     client: docker.DockerClient, container_id: str, scanner: SecretScanner, changes: list[dict[str, Any]]
 ) -> None:
-    """Scan each path the setup added or changed in the container layer (module doc)."""
+    """Scan each path the setup added or changed in the container layer (module doc): from the
+    layer's own directory on this host when the engine's overlay2 keeps it here and this process
+    may read it (several times faster), else read back through the engine (`get_archive`)."""
+    upper = upper_dir(client, container_id)
+    if upper is not None:
+        for path, read in changed_paths(changes):
+            _scan_on_disk(upper, path, read, scanner)
+            if scanner.found:
+                return
+        return
     for path, read in changed_paths(changes):
         scanner.feed_named("a path", path.encode())
         if read and not scanner.found:
@@ -141,3 +152,51 @@ def changed_paths(diff: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, bool
 
 def _under_any(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root + "/") for root in roots)
+
+
+def upper_dir(client: docker.DockerClient, container_id: str) -> Path | None:
+    """The container layer's directory (overlay2's UpperDir) when it is on this host and readable."""
+    driver = client.api.inspect_container(container_id).get("GraphDriver") or {}
+    upper = (driver.get("Data") or {}).get("UpperDir") if driver.get("Name") == "overlay2" else None
+    if not upper or not Path(upper).is_dir() or not os.access(upper, os.R_OK | os.X_OK):
+        return None
+    return Path(upper)
+
+
+def _scan_on_disk(upper: Path, path: str, read: bool, scanner: SecretScanner) -> None:
+    """`path` of the layer (and, for an added directory, all under it), never following a link the
+    setup made: names, link targets and the contents of regular files only (a FIFO or a device is
+    never opened)."""
+    scanner.feed_named("a path", path.encode())
+    if not read:
+        return
+    top = upper / path.lstrip("/")
+    if top.is_symlink() or not top.is_dir():
+        _scan_entry(top, scanner)
+        return
+    for root, dirs, files in os.walk(top, followlinks=False):
+        for name in [*dirs, *files]:
+            entry = Path(root) / name
+            scanner.feed_named("a path", os.fsencode(entry.relative_to(upper)))
+            if name in files or entry.is_symlink():
+                _scan_entry(entry, scanner)
+            if scanner.found:
+                return
+
+
+def _scan_entry(entry: Path, scanner: SecretScanner) -> None:
+    try:
+        info = entry.lstat()
+    except OSError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        scanner.feed_named("a link", os.fsencode(entry.readlink()))
+        return
+    if not stat.S_ISREG(info.st_mode):
+        return
+    try:
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        scanner.feed_stream(iter(lambda: f.read(1 << 20), b""))

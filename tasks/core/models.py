@@ -364,3 +364,18 @@ class Schedule(Base):
     last_skip_reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class EnvironmentImage(Base):
+    """A local image an instance admin registered: an environment may start from it (for builtin
+    and command tasks), beside the built-in images and the operator's FORGEHAND_ENVIRONMENT_EXTRA_IMAGES
+    (docs/environments.md). Nothing is pulled: the image must be on each worker's engine."""
+
+    __tablename__ = "environment_images"
+    __table_args__ = (UniqueConstraint("reference", name="uq_environment_images_reference"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    reference: Mapped[str] = mapped_column(String(255))
+    note: Mapped[str] = mapped_column(String(200), default="")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

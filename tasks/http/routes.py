@@ -2,6 +2,7 @@
 
 from tasks.http.agents_api import AgentController
 from tasks.http.approvals_api import ApprovalController
+from tasks.http.environment_images_api import EnvironmentImageController
 from tasks.http.events import TaskEventsController
 from tasks.http.pages.reviews import ReviewPages
 from tasks.http.pages.schedules import SchedulePages
@@ -21,6 +22,7 @@ API_HANDLERS = [
     RepoTaskSettingsController,
     EnvironmentController,
     EnvironmentCheckController,
+    EnvironmentImageController,
     ScheduleController,
     AgentController,
 ]

@@ -83,6 +83,7 @@ class EnvironmentStep:
     generation: int  # the repository's environment generation (a forced rebuild counts it up)
     in_settings: str | None  # an environment declared in the repository's settings (it wins over a file)
     override: dict[str, Any] | None  # a repository admin's change for this task: {"image", "extra_setup"}
+    registered_images: tuple[str, ...]  # the images an instance admin registered
     system: System  # (phase, text, t0, **detail): a `system` transcript event
     secrets: Secrets  # the repository's setup secrets by name (the missing ones left out)
     notify_blocked: Notify
@@ -160,12 +161,14 @@ class EnvironmentStep:
         )
 
     def _allowed_images(self) -> set[str]:
-        """The built-in images, by name ("sandbox", "agents") or by their reference, and the
-        operator's (FORGEHAND_ENVIRONMENT_EXTRA_IMAGES)."""
+        """The built-in images, by name ("sandbox", "agents") or by their reference, the operator's
+        (FORGEHAND_ENVIRONMENT_EXTRA_IMAGES) and the registered ones."""
         return {"sandbox", "agents", self.env.image, self._agents_image(), *self._extra_images()}
 
     def _extra_images(self) -> list[str]:
-        return [i.strip() for i in self.env.settings.environment_extra_images.split(",") if i.strip()]
+        """The operator's images and those an instance admin registered."""
+        extra = [i.strip() for i in self.env.settings.environment_extra_images.split(",") if i.strip()]
+        return [*extra, *self.registered_images]
 
     def _agents_image(self) -> str:
         return self.env.agents_image or DEFAULT_AGENTS_IMAGE
@@ -184,7 +187,9 @@ class EnvironmentStep:
             found: dict[str, Any] = await self.env.engine.call(lambda c: c.api.inspect_image(image))
         except docker.errors.ImageNotFound as exc:
             raise ProvisionFailed(
-                FailureReason.IMAGE_MISSING, f"the image {image} is missing: run `forgehand sandbox build`"
+                FailureReason.IMAGE_MISSING,
+                f"the image {image} is not on this worker's Docker engine: build or load it there "
+                "(`forgehand sandbox build` for the built-in ones; nothing is ever pulled)",
             ) from exc
         return str(found["Id"])
 

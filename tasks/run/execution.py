@@ -19,7 +19,7 @@ from forge.db.payload_base import TriggerRef
 from sandbox import (
     Sandbox,
 )
-from tasks.core import egress_config, repo_settings
+from tasks.core import egress_config, environment_images, repo_settings
 from tasks.core.models import Approval, RepoTaskSettings, Run, Task
 from tasks.core.policy import ApprovedCall, GateContext
 from tasks.core.redaction import Redactor, redact_value
@@ -121,6 +121,7 @@ class Execution(Settling, Supervising, Provisioning):
             self.egress_plan = egress_config.plan(setting, self.env.settings)
             self.environment_generation = row.environment_generation if row is not None else 0
             self.environment_yml = row.environment_yml if row is not None else None
+            self.registered_images = tuple(await environment_images.registered(s))
             self.repo_id = repo.id
             self.agent_login = agent.login if agent else "agent"
             self.starter_login = starter.login if starter else ""

@@ -72,6 +72,7 @@ class Provisioning(Outside):
     environment_generation: int
     environment_yml: str | None
     environment_override: dict[str, Any] | None
+    registered_images: tuple[str, ...]
     egress_plan: EgressPlan | None
     sandbox: Sandbox | None
     workspace: Path | None
@@ -114,7 +115,7 @@ class Provisioning(Outside):
         step = EnvironmentStep(
             env=self.env, repo_key=self.repo_key, repo_uuid=self.repo_uuid, default_branch=self.default_branch,
             run_uuid=self.run_uuid, generation=self.environment_generation, in_settings=self.environment_yml,
-            override=self.environment_override,
+            override=self.environment_override, registered_images=self.registered_images,
             system=self.system,
             secrets=self._setup_secrets,
             emit=self._emit,

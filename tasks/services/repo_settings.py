@@ -14,14 +14,13 @@ from forge.core.text import require_no_nul
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.repos.repositories import RepoResource
-from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE
 from sandbox.environment.spec import MAX_INPUT_BYTES, parse_environment_yml
 from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressSettings, checked, from_stored
 from tasks.core.models import RepoTaskSettings
 from tasks.core.repo_settings import secret_box
 from tasks.core.schemas import TriggerRuntimeName
-from tasks.services import rules
+from tasks.services import environment_images, rules
 
 Seconds = Annotated[int, msgspec.Meta(ge=1, le=7 * 24 * 3600)]
 RuntimeName = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
@@ -220,12 +219,6 @@ def environment_read(row: RepoTaskSettings | None) -> EnvironmentRead:
     )
 
 
-def allowed_environment_images(settings: Settings) -> set[str]:
-    """The images an environment may name: the built-in ones and the operator's."""
-    extra = [i.strip() for i in settings.environment_extra_images.split(",") if i.strip()]
-    return {"sandbox", "agents", DEFAULT_IMAGE, DEFAULT_AGENTS_IMAGE, *extra}
-
-
 async def set_environment(
     session: AsyncSession, settings: Settings, actor: Actor, res: RepoResource, text: str | None
 ) -> EnvironmentRead:
@@ -233,7 +226,7 @@ async def set_environment(
     as an environment.yml is (422 `invalid_environment` naming every problem, nothing stored)."""
     if text is not None:
         try:
-            parse_environment_yml(text, allowed_images=allowed_environment_images(settings))
+            parse_environment_yml(text, allowed_images=await environment_images.allowed_images(session, settings))
         except EnvironmentRefused as exc:
             raise InvalidInput(
                 "the environment is refused: " + "; ".join(exc.problems), code="invalid_environment"

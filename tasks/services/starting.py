@@ -22,8 +22,7 @@ from tasks.core.agent_registry import AcpAgent, acp_agent
 from tasks.core.models import Task
 from tasks.core.schemas import TaskCreate, argv_of
 from tasks.core.states import TaskState
-from tasks.services import rules
-from tasks.services.repo_settings import allowed_environment_images
+from tasks.services import environment_images, rules
 
 
 def refuse_nul(data: TaskCreate) -> None:
@@ -88,8 +87,8 @@ def acp_agent_of(settings: Settings, data: TaskCreate) -> AcpAgent:
     return agent
 
 
-def environment_override_of(
-    actor: Actor, res: RepoResource, settings: Settings, data: TaskCreate
+async def environment_override_of(
+    session: AsyncSession, actor: Actor, res: RepoResource, settings: Settings, data: TaskCreate
 ) -> dict[str, Any] | None:
     """The task's environment override as stored: repository admins only (403 otherwise), the image
     one an environment may name (422 `invalid_environment`)."""
@@ -102,8 +101,9 @@ def environment_override_of(
             code="environment_override_needs_admin",
         )
     image = override.image.strip()
-    if image and image not in allowed_environment_images(settings):
-        allowed = ", ".join(sorted(allowed_environment_images(settings)))
+    allowed_images = await environment_images.allowed_images(session, settings)
+    if image and image not in allowed_images:
+        allowed = ", ".join(sorted(allowed_images))
         raise InvalidInput(
             f"the image {image!r} is not one an environment may use ({allowed})", code="invalid_environment"
         )
@@ -141,7 +141,7 @@ async def prepare_start(
         raise InvalidInput(f"the base branch {base!r} does not exist", code="base_not_found") from None
     if resolved.kind != "branch":
         raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
-    override = environment_override_of(actor, res, settings, data)
+    override = await environment_override_of(session, actor, res, settings, data)
     task = Task(
         environment_override=override,
         repo_id=res.repo.id,

@@ -106,11 +106,11 @@ def test_bench_environment_start_and_build(settings: Settings) -> None:
     client = docker.from_env()
     try:
         instance = settings.instance_id or "bench"
-        cold = [_cold_build(client, instance, {}) for _ in range(3)]
-        scanned = [_cold_build(client, instance, {"T": "not-written-anywhere"}) for _ in range(3)]
+        cold = [_cold_build(client, instance, {}) for _ in range(5)]
+        scanned = [_cold_build(client, instance, {"T": "not-written-anywhere"}) for _ in range(5)]
     finally:
         client.close()
-    hand = [_by_hand() for _ in range(3)]
+    hand = [_by_hand() for _ in range(5)]
     start_ratio = statistics.median(warm) / statistics.median(plain)
     build_ratio = statistics.median(cold) / statistics.median(hand)
     print(f"\nto the runtime: plain {statistics.median(plain):.2f} s, warm environment {statistics.median(warm):.2f} s"

@@ -12,6 +12,7 @@ import docker.errors
 import pytest
 
 from sandbox import SandboxEngine
+from sandbox.environment import secret_scan
 from sandbox.environment.build import (
     REASON_DISK,
     REASON_SECRET,
@@ -182,3 +183,14 @@ def test_old_environment_images_go_first_past_the_bound(build: Build, docker_cli
     assert prune_images(docker_client, {LABEL: INSTANCE}, 0, keep=made[-1]) and {
         tag for tag in made if docker_client.images.list(name=tag)
     } == {made[-1]}
+
+
+def test_a_secret_is_found_through_the_engine_when_the_layer_is_not_on_this_host(
+    build: Build, docker_client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan reads the layer's directory when the engine keeps it here; without it (a remote
+    engine, no permission), it reads the changes back through the engine and finds the same."""
+    monkeypatch.setattr(secret_scan, "upper_dir", lambda client, container_id: None)
+    result, tag = build("mkdir -p /opt/env/deep/er && cat /run/secrets/TOKEN > /opt/env/deep/er/t.txt")
+    assert (result.ok, result.reason) == (False, REASON_SECRET)
+    assert_no_image(docker_client, tag)

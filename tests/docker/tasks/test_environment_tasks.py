@@ -17,9 +17,11 @@ import pygit2
 import pytest
 
 from forge.core.settings import Settings
+from forge.db.engine import Database
 from forge.git import Identity
 from forge.git.bare import write_commit
 from sandbox.pool import LIVE_POOLS
+from tasks.core.models import EnvironmentImage
 from tests.support.anthropic import ScriptedAnthropic, tool_use
 from tests.support.anthropic import text as claude_text
 from tests.support.egress import origin_server, simple_index
@@ -379,3 +381,33 @@ async def test_the_worker_keeps_warm_sandboxes_of_an_environment(settings: Setti
             next(e["payload"] for e in events if e["kind"] == "system" and e["payload"]["phase"] == "sandbox")
         )
     assert [s["detail"]["pooled"] for s in sandboxes] == [False, True]
+
+
+def test_an_image_an_instance_admin_registered_is_a_base_an_environment_may_name(
+    settings: Settings, sandbox_image: str
+) -> None:
+    """The same as the operator's list, for an image registered in the instance (as
+    `POST /api/v1/admin/environment-images` stores it): the run reads the registrations."""
+    client = docker.from_env()
+    registered = f"forgehand-test-registered:{settings.instance_id[:12] or 'x'}"
+    client.images.get(sandbox_image).tag(registered)
+    try:
+        for env in serve_env(settings):
+            asyncio.run(register_image(env.settings, registered))
+            commit(env, {".forgehand/environment.yml": json.dumps({"image": registered, "setup": "true"})}, "reg")
+            done, events = asyncio.run(run_one(env, "true"))
+        remove_environment_images(settings)
+    finally:
+        client.images.remove(registered, force=True)
+        client.close()
+    assert done["state"] == "awaiting_review", done
+    assert events[-1]["detail"]["base"] == registered
+
+
+async def register_image(settings: Settings, reference: str) -> None:
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            s.add(EnvironmentImage(reference=reference, note="test"))
+    finally:
+        await db.dispose()

@@ -126,3 +126,35 @@ async def test_an_environment_declared_in_the_settings_is_checked_whole_and_admi
         rows = (await s.execute(select(AuditEvent.action).order_by(AuditEvent.id))).all()
         actions = [a for (a,) in rows if a.startswith("repo.environment")]
     assert actions == ["repo.environment.set", "repo.environment.clear"]
+
+
+async def test_instance_admins_register_the_images_an_environment_may_name(
+    client: AsyncTestClient[Any], make: Accounts, db: Database
+) -> None:
+    await make.user("root", admin=True)
+    await make.user("ana")
+    root = bearer(await make.token("root", "admin"))
+    ana = bearer(await make.token("ana", "repo:write"))
+    await client.post("/api/v1/user/repos", json={"name": "app"}, headers=ana)
+    images = "/api/v1/admin/environment-images"
+    declared = {"declaration": "image: rust-toolchain:1.83\nsetup: cargo --version\n"}
+    r = await client.put("/api/v1/repos/ana/app/environment", json=declared, headers=ana)
+    assert r.status_code == 422 and "rust-toolchain:1.83" in r.json()["detail"]  # not registered yet
+    r = await client.post(images, json={"reference": "rust-toolchain:1.83", "note": "Rust 1.83"}, headers=root)
+    assert r.status_code == 201 and r.json()["reference"] == "rust-toolchain:1.83", r.text
+    assert r.json()["added_by"] == "root"
+    assert (await client.put("/api/v1/repos/ana/app/environment", json=declared, headers=ana)).status_code == 200
+    assert (await client.post(images, json={"reference": "rust-toolchain:1.83"}, headers=root)).status_code == 409
+    for bad in ("Rust:1", "x y", "../etc", "a:"):
+        r = await client.post(images, json={"reference": bad}, headers=root)
+        assert r.status_code == 422 and r.json()["code"] == "invalid_environment_image", bad
+    assert (await client.post(images, json={"reference": "other:1"}, headers=ana)).status_code == 403
+    assert (await client.get(images, headers=ana)).status_code == 403
+    [row] = (await client.get(images, headers=root)).json()
+    assert (await client.delete(f"{images}/{row['id']}", headers=root)).status_code == 204
+    assert (await client.get(images, headers=root)).json() == []
+    async with db.session() as s:
+        rows = (await s.execute(select(AuditEvent.action).order_by(AuditEvent.id))).all()
+    assert [a for (a,) in rows if a.startswith("instance.environment_image")] == [
+        "instance.environment_image.add", "instance.environment_image.remove",
+    ]  # fmt: skip
