@@ -3,12 +3,14 @@
 from litestar import Controller, delete, get, post
 from litestar.params import FromPath, JSONBody
 
+from forge.http.auth import signed_in
 from forge.http.deps import ActorDep, DbSession
 from tasks.services import environment_images
 from tasks.services.environment_images import EnvironmentImageCreate, EnvironmentImageRead
 
 
 class EnvironmentImageController(Controller):
+    guards = [signed_in]  # an anonymous caller is asked to authenticate (401) before the body is read
     path = "/api/v1/admin/environment-images"
     tags = ["admin"]
 

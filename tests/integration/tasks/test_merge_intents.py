@@ -41,9 +41,9 @@ def world(live_server: LiveServer, settings: Settings) -> Iterator[tuple[str, Wo
 
 
 def _reviewed_task(url: str, world: World, settings: Settings) -> tuple[int, str]:
-    r = httpx.post(
-        f"{url}{TASKS}", json={"goal": "g", "agent": "fixer", "command": "true", "title": "T"}, headers=world.h("ana")
-    )
+    # httpx's default 5 s is shorter than a start can take with the whole suite on two CPUs.
+    start = {"goal": "g", "agent": "fixer", "command": "true", "title": "T"}
+    r = httpx.post(f"{url}{TASKS}", json=start, headers=world.h("ana"), timeout=60)
     assert r.status_code == 201, r.text
     number = r.json()["number"]
 
@@ -55,7 +55,7 @@ def _reviewed_task(url: str, world: World, settings: Settings) -> tuple[int, str
             await db.dispose()
 
     head = run_sync(commit())
-    r = httpx.post(f"{url}{TASKS}/{number}/reviews", json={"verdict": "approve"}, headers=world.h("wendy"))
+    r = httpx.post(f"{url}{TASKS}/{number}/reviews", json={"verdict": "approve"}, headers=world.h("wendy"), timeout=60)
     assert r.status_code == 201, r.text
     return number, head
 
