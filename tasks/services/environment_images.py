@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import INSTANCE, Action, require
 from forge.core.errors import Conflict, InvalidInput, NotFound
+from forge.core.text import require_no_nul
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import Account
@@ -60,6 +61,7 @@ async def register(session: AsyncSession, actor: Actor, data: EnvironmentImageCr
     """Register a local image (422 `invalid_environment_image` for a bad reference, 409 when it is
     registered already)."""
     require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+    note = require_no_nul(data.note, "the note").strip()  # PostgreSQL stores no NUL in text
     reference = data.reference.strip()
     if not REFERENCE.match(reference):
         raise InvalidInput(
@@ -68,7 +70,7 @@ async def register(session: AsyncSession, actor: Actor, data: EnvironmentImageCr
         )
     if len(await registered(session)) >= MAX_IMAGES:
         raise InvalidInput(f"at most {MAX_IMAGES} images may be registered", code="invalid_environment_image")
-    row = EnvironmentImage(reference=reference, note=data.note.strip(), created_by_id=actor.principal.account_id)
+    row = EnvironmentImage(reference=reference, note=note, created_by_id=actor.principal.account_id)
     session.add(row)
     try:
         async with session.begin_nested():

@@ -148,6 +148,8 @@ async def test_instance_admins_register_the_images_an_environment_may_name(
     for bad in ("Rust:1", "x y", "../etc", "a:"):
         r = await client.post(images, json={"reference": bad}, headers=root)
         assert r.status_code == 422 and r.json()["code"] == "invalid_environment_image", bad
+    r = await client.post(images, json={"reference": "nul:1", "note": "a\x00b"}, headers=root)
+    assert r.status_code == 422 and r.json()["code"] == "invalid_characters", r.text
     assert (await client.post(images, json={"reference": "other:1"}, headers=ana)).status_code == 403
     assert (await client.get(images, headers=ana)).status_code == 403
     [row] = (await client.get(images, headers=root)).json()
