@@ -10,10 +10,14 @@ from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE
 from tasks.core.models import EnvironmentImage
 
 
+def operator_images(settings: Settings) -> list[str]:
+    """The operator's images (FORGEHAND_ENVIRONMENT_EXTRA_IMAGES)."""
+    return [i.strip() for i in settings.environment_extra_images.split(",") if i.strip()]
+
+
 def built_in_and_operators(settings: Settings) -> set[str]:
     """The images every environment may name without a registration."""
-    extra = [i.strip() for i in settings.environment_extra_images.split(",") if i.strip()]
-    return {"sandbox", "agents", DEFAULT_IMAGE, DEFAULT_AGENTS_IMAGE, *extra}
+    return {"sandbox", "agents", DEFAULT_IMAGE, DEFAULT_AGENTS_IMAGE, *operator_images(settings)}
 
 
 async def registered(session: AsyncSession) -> list[str]:

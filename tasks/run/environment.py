@@ -42,6 +42,7 @@ from sandbox.environment.images import prune_images
 from sandbox.environment.spec import ENVIRONMENT_FILES, ENVIRONMENT_YML, MAX_INPUT_BYTES, EnvironmentSpec, cache_key
 from sandbox.errors import EnvironmentRefused
 from tasks.core.egress_config import EgressPlan
+from tasks.core.environment_images import operator_images
 from tasks.core.redaction import Redactor
 from tasks.core.states import FailureReason
 from tasks.run import gitops, warm
@@ -167,8 +168,7 @@ class EnvironmentStep:
 
     def _extra_images(self) -> list[str]:
         """The operator's images and those an instance admin registered."""
-        extra = [i.strip() for i in self.env.settings.environment_extra_images.split(",") if i.strip()]
-        return [*extra, *self.registered_images]
+        return [*operator_images(self.env.settings), *self.registered_images]
 
     def _agents_image(self) -> str:
         return self.env.agents_image or DEFAULT_AGENTS_IMAGE
