@@ -7,6 +7,8 @@ with `BEGIN IMMEDIATE` so that two writers queue on the lock instead of failing 
 
 import asyncio
 import json
+import time
+import traceback
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager
@@ -103,6 +105,9 @@ WRITE_POOL_SIZE = 5
 WRITE_POOL_MAX_OVERFLOW = 5
 #: How long a read path's bookkeeping write (`Database.touch`) may wait before it is skipped.
 TOUCH_SECONDS = 1.0
+#: A SQLite write transaction held longer than this is logged (every other writer waited for it).
+SLOW_WRITE_SECONDS = 1.0
+
 #: How long a SQLite writer waits for its turn (the engine's `busy_timeout`) before the same 503.
 WRITE_TURN_SECONDS = 15.0
 
@@ -192,10 +197,17 @@ class Database:
                 await lock.acquire()
         except TimeoutError:
             raise PoolTimeout(f"no write turn within {WRITE_TURN_SECONDS:.0f} s") from None
+        taken = time.monotonic()
         try:
             yield
         finally:
             lock.release()
+            held = time.monotonic() - taken
+            if held > SLOW_WRITE_SECONDS:
+                # every other writer of this process waited as long: name the holder
+                frames = traceback.extract_stack(limit=12)
+                where = [f"{f.filename}:{f.lineno} {f.name}" for f in frames if "contextlib" not in f.filename]
+                log.warning("a write transaction held the write turn", seconds=round(held, 2), where=where[-5:-2])
 
     @asynccontextmanager
     async def session(self, *, write: bool = False) -> AsyncIterator[AsyncSession]:

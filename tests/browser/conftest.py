@@ -37,7 +37,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 # Playwright's default for every action and `expect` on a page; long waits (a task run) pass their own.
-DEFAULT_TIMEOUT_MS = 20_000
+# A click that submits a form waits for the navigation it causes; on a 2-CPU machine running the
+# docker tests beside this one, the in-process worker starting a sandbox has been seen to hold a page
+# answer back for 20 s, so the allowance is twice that (a passing test never waits for it).
+DEFAULT_TIMEOUT_MS = 40_000
 expect.set_options(timeout=DEFAULT_TIMEOUT_MS)
 
 
