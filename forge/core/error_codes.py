@@ -235,6 +235,31 @@ class Code(StrEnum):
         422,
         "an environment declaration is refused; the message names every problem (docs/environments.md)",
     )
+    INVALID_TOOL_NAME = (
+        "invalid_tool_name",
+        422,
+        "a custom tool's name is not snake_case, is a builtin tool's name, or its scope has too many tools",
+    )
+    INVALID_TOOL_SCHEMA = (
+        "invalid_tool_schema",
+        422,
+        "a custom tool's parameter schema breaks a rule (or the body repeats a key); the message names it",
+    )
+    INVALID_TOOL_MODE = (
+        "invalid_tool_mode",
+        422,
+        "a custom tool's mode is not approval or auto, or auto is asked for a tool not marked read_only",
+    )
+    INVALID_TOOL_DEFINITION = (
+        "invalid_tool_definition",
+        422,
+        "a custom tool's script, interpreter, description or timeout is out of bounds; the message names it",
+    )
+    INVALID_TOOL_INPUTS = (
+        "invalid_tool_inputs",
+        422,
+        "a custom tool's inputs do not match its parameter schema; the message names the parameter",
+    )
     INVALID_ENVIRONMENT_IMAGE = (
         "invalid_environment_image",
         422,

@@ -256,6 +256,32 @@ class PolicyBypassed(Payload, frozen=True, tag="policy.bypassed"):
     reason: str
 
 
+class _ToolRun(Payload, frozen=True):
+    """A custom tool's run for a task's agent (docs/tools.md); an admin's test run sends none."""
+
+    tool_run_id: int
+    tool: str  # its name; agents call it custom_<tool>
+    tool_id: int
+    version: int
+    inputs_hash: str
+    state: str
+
+
+class ToolRunQueued(_ToolRun, frozen=True, tag="tool_run.queued"):
+    """A call was validated and allowed: it runs now (`auto`) or waits for a person (`approval`,
+    state `awaiting_approval`)."""
+
+
+class ToolRunStarted(_ToolRun, frozen=True, tag="tool_run.started"):
+    pass
+
+
+class ToolRunFinished(_ToolRun, frozen=True, tag="tool_run.finished"):
+    exit_code: int | None
+    failure_reason: str | None
+    output_tail: str  # the last 4 KiB of the output, redacted
+
+
 class Ping(Payload, frozen=True, tag="ping"):
     hook_id: int
     url: str
@@ -265,6 +291,9 @@ class Ping(Payload, frozen=True, tag="ping"):
 
 EventPayload = (
     TaskCreated
+    | ToolRunQueued
+    | ToolRunStarted
+    | ToolRunFinished
     | TaskStateChanged
     | RunStarted
     | RunFinished
@@ -330,6 +359,9 @@ PAYLOADS: dict[EventType, type[Payload]] = {
         ScheduleTriggered,
         EgressBlocked,
         PolicyBypassed,
+        ToolRunQueued,
+        ToolRunStarted,
+        ToolRunFinished,
         Ping,
     )
 }

@@ -137,3 +137,21 @@ class ReviewVerdict(StrEnum):
     APPROVE = "approve"
     REQUEST_CHANGES = "request_changes"
     COMMENT = "comment"
+
+
+class ToolRunState(StrEnum):
+    """A custom tool's run (docs/tools.md): an `approval` tool's call waits for a person; approved
+    exactly once it is `queued`, then `running`, then finished one of three ways."""
+
+    AWAITING_APPROVAL = "awaiting_approval"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (ToolRunState.AWAITING_APPROVAL, ToolRunState.QUEUED, ToolRunState.RUNNING)

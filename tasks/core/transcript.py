@@ -36,6 +36,7 @@ Kind = Literal[
     "policy_bypass",
     "progress",
     "subtask",
+    "tool_run",
 ]
 KINDS: tuple[str, ...] = Kind.__args__  # type: ignore[attr-defined]
 
@@ -157,6 +158,21 @@ class PolicyBypass(msgspec.Struct, kw_only=True, tag="policy_bypass"):
     reason: str
 
 
+class ToolRunEvent(msgspec.Struct, kw_only=True, tag="tool_run"):
+    """A custom tool's run changed state (docs/tools.md): asked (`awaiting_approval` or `queued`),
+    `running`, or finished; a person's approval card reads the run itself, never this event."""
+
+    text: str  # one line for people
+    tool_run_id: int
+    tool: str  # the tool's name (agents call it custom_<tool>)
+    version: int
+    state: str
+    inputs_hash: str
+    exit_code: int | None = None
+    failure_reason: str | None = None
+    output_tail: str = ""  # the last 4 KiB, redacted
+
+
 Payload = (
     Prompt
     | Assistant
@@ -172,6 +188,7 @@ Payload = (
     | PolicyBypass
     | Progress
     | Subtask
+    | ToolRunEvent
 )
 P = TypeVar("P", bound=msgspec.Struct)
 
@@ -190,6 +207,7 @@ _PAYLOAD_KIND: dict[type, tuple[str, ...]] = {
     PolicyBypass: ("policy_bypass",),
     Progress: ("progress",),
     Subtask: ("subtask",),
+    ToolRunEvent: ("tool_run",),
 }
 
 

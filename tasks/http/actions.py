@@ -32,6 +32,7 @@ from tasks.core.states import RunState
 from tasks.http.deps import RepoScope, TaskScope
 from tasks.services import agents, pull_work
 from tasks.services.approvals import ApprovalService
+from tasks.services.environment_check import CHECK_TITLE
 from tasks.services.reads import release
 from tasks.services.review_drafts import DraftService
 from tasks.services.reviews import ReviewService
@@ -189,11 +190,12 @@ async def remove_draft_comment(scope: TaskScope, comment_id: int) -> ReviewDraft
 
 
 async def check_task(scope: RepoScope, data: Any) -> TaskCreate:
-    """The command task of an environment check (`POST .../environment/check`): the smoke command,
-    run as the given bot or the first one that may work on the repository."""
+    """The command task of an environment check (`POST .../environment/check` and the settings
+    page's "Check environment"): the smoke command, run as the given bot or the first one that may
+    work on the repository."""
     login = data.agent or next(iter(await agents.eligible_agents(scope.session, scope.res)), "")
     if not login:
         raise InvalidInput("no bot may work on this repository: add one as a collaborator", code="invalid_agent")
     return TaskCreate(
-        goal=f"Check the environment: {data.command}", agent=login, command=data.command, title="Check environment"
+        goal=f"Check the environment: {data.command}", agent=login, command=data.command, title=CHECK_TITLE
     )

@@ -4,14 +4,16 @@ from tasks.http.agents_api import AgentController
 from tasks.http.approvals_api import ApprovalController
 from tasks.http.environment_images_api import EnvironmentImageController
 from tasks.http.events import TaskEventsController
+from tasks.http.pages.environment_images import EnvironmentImagePages
 from tasks.http.pages.reviews import ReviewPages
 from tasks.http.pages.schedules import SchedulePages
-from tasks.http.pages.settings import EnvironmentPages, TaskSettingsPages
+from tasks.http.pages.settings import EnvironmentCheckPages, EnvironmentPages, TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.reviews_api import ReviewController
 from tasks.http.schedules_api import ScheduleController
 from tasks.http.settings_api import EnvironmentController, RepoTaskSettingsController
 from tasks.http.tasks_api import EnvironmentCheckController, TaskController, UserTaskController
+from tasks.http.tools_api import AdminToolController, RepoToolController
 
 API_HANDLERS = [
     TaskController,
@@ -24,6 +26,17 @@ API_HANDLERS = [
     EnvironmentCheckController,
     EnvironmentImageController,
     ScheduleController,
+    RepoToolController,
+    AdminToolController,
     AgentController,
 ]
-PAGE_HANDLERS = [TaskPages, ReviewPages, TaskSettingsPages, EnvironmentPages, SchedulePages, MyTaskPages]
+PAGE_HANDLERS = [
+    TaskPages,
+    ReviewPages,
+    TaskSettingsPages,
+    EnvironmentPages,
+    EnvironmentCheckPages,
+    EnvironmentImagePages,
+    SchedulePages,
+    MyTaskPages,
+]

@@ -247,6 +247,8 @@ class Execution(Settling, Supervising, Provisioning):
             if self.backchannel is not None:
                 # Nothing is taken from now on: the summary stored below is the one reported, once.
                 self.backchannel.seal()
+                if self.backchannel.custom is not None:  # tool runs still waiting or running: cancelled, removed
+                    await self.backchannel.custom.close()
                 if self.backchannel.summary is not None:
                     outcome.summary, outcome.summary_reported = self.backchannel.summary, True
                 no_review = self.backchannel.review_pull is not None and self.backchannel.review is None

@@ -21,16 +21,20 @@ from sandbox import (
     prepare_workspace,
     weakenings_in_effect,
 )
+from tasks.core.custom_tools import catalog
 from tasks.core.egress_config import EgressPlan
+from tasks.core.models import Task
 from tasks.core.policy import ApprovedCall, GateContext, GateDecision, policy_record
 from tasks.core.states import FailureReason, RunKind
 from tasks.core.transcript import Notice
 from tasks.run import gitops, recovery, warm
+from tasks.run.backchannel.custom import CustomTools, Placement
 from tasks.run.egress import blocked_notifier, proxy_env
 from tasks.run.environment import EnvironmentStep, repo_secrets_of
 from tasks.run.outside import Outside, ProvisionFailed
 from tasks.run.runtimes.base import ModelEndpoint, RunContext, Runtime, RuntimeLimits, RuntimeUnavailable
 from tasks.run.supervise import Stopped
+from tasks.run.tool_exec import ToolEgress
 
 log = structlog.get_logger("forgehand.tasks")
 
@@ -99,8 +103,11 @@ class Provisioning(Outside):
             egress = await self._open_egress(self.egress_plan)
             plan = self.egress_plan
             await self.system("egress", egress.describe(), t0, rules=list(plan.repo_rules), presets=list(plan.presets))
+        plain = image
         image = await self._environment(image)
         await self._place(image)
+        if self.backchannel is not None:
+            await self._offer_tools(self.env.image if image == plain else image)
         self._check_stop()
         t0 = time.monotonic()
         if decision.model_context and runtime.needs_model():
@@ -109,6 +116,33 @@ class Provisioning(Outside):
         self.runtime = runtime
         await self.system("runtime", f"runtime {runtime.name} started", t0, runtime=runtime.name)
         return ctx
+
+    async def _offer_tools(self, image: str) -> None:
+        """The repository's custom tools, offered on the back-channel (docs/tools.md). A call runs
+        in a container of its own: the environment's image when the repository has one (the plain
+        sandbox image rather than the agents image otherwise), this run's workspace, its egress."""
+        assert self.backchannel is not None and self.workspace is not None and self.writer is not None
+        async with self.env.db.session() as s:
+            tools = await catalog(s, self.repo_id)
+            agent_id = (await s.get(Task, self.task_id)).agent_id  # type: ignore[union-attr]
+        if not tools:
+            return
+        egress = None
+        if self.egress_plan is not None:
+            notify = blocked_notifier(self.env, self.task_id, self.repo_id, self.run_id)
+            egress = ToolEgress(plan=self.egress_plan, emit=self._emit, notify=notify)
+        placement = Placement(
+            engine=self.env.engine, image=image, workspace=self.workspace, instance=self.env.instance,
+            task_label=self.task_uuid, run_label=self.run_uuid,
+            channel_root=self.settings.effective_run_channel_dir, egress=egress,
+        )  # fmt: skip
+        self.backchannel.custom = CustomTools(
+            db=self.env.db, lifecycle=self.env.lifecycle, hub=self.env.hub, tools=tools, task_id=self.task_id,
+            run_id=self.run_id, repo_id=self.repo_id, agent_id=agent_id, placement=placement, emit=self._emit,
+            redact=self.writer.redactor.redact, approval_ttl_seconds=self.settings.task_approval_ttl_seconds,
+        )  # fmt: skip
+        names = ", ".join(t.agent_name for t in tools)
+        await self.system("tools", f"custom tools offered: {names}", tools=[t.agent_name for t in tools])
 
     async def _environment(self, image: str) -> str:
         """The repository's environment image when it declares one (tasks/run/environment.py)."""

@@ -55,6 +55,9 @@ EventType = Literal[
     "schedule.triggered",
     "egress.blocked",
     "policy.bypassed",
+    "tool_run.queued",
+    "tool_run.started",
+    "tool_run.finished",
     "ping",
 ]
 NOTIFY_EVENTS: Final[tuple[str, ...]] = get_args(EventType)

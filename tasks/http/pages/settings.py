@@ -1,25 +1,30 @@
 """The repository's task settings in the browser (repository admins): the model endpoint, the
 watchdog limits, the merge rules and network access (egress), over the instance's defaults. Same service as
-`PUT .../task-settings`; the model key is write-only (never shown, kept unless replaced)."""
+`PUT .../task-settings`; the model key is write-only (never shown, kept unless replaced). The
+Environment section declares, removes, rebuilds and checks the environment (same services as
+`.../environment` and `.../environment/check`)."""
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, Request, get, post
-from litestar.params import FromPath, URLEncodedBody
+from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from egress import PRESETS
 from forge.core.access import Action
-from forge.core.errors import ForgeError, InvalidInput
+from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.http.deps import ActorDep, DatabaseDep, SettingsDep
-from forge.http.pages.common import page
+from forge.http.pages.common import WebForm, page
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors, invalid_input
 from forge.repos import repositories
 from tasks.core import repo_settings as core_settings
 from tasks.core.models import RepoTaskSettings
-from tasks.http.pages.common import or_form_error, repo_context
-from tasks.services import agents, repo_settings
+from tasks.http.actions import check_task, start_task
+from tasks.http.deps import RepoScopeDep
+from tasks.http.pages.common import PAGE_DEPENDENCIES, or_form_error, repo_context
+from tasks.services import agents, environment_check, repo_settings
+from tasks.services.environment_check import EnvironmentCheckRead
 from tasks.services.repo_settings import RepoTaskSettingsRead
 
 INT_FIELDS = (
@@ -148,6 +153,7 @@ async def render_settings(
     *,
     form: TaskSettingsForm | None = None,
     errors: FormErrors = NO_ERRORS,
+    check_number: int | None = None,
     **extra: Any,
 ) -> Template:
     async with db.session() as s:
@@ -156,9 +162,9 @@ async def render_settings(
         current = repo_settings.settings_read(row)
         environment = repo_settings.environment_read(row)
         context = repo_context(res, actor.principal, request.app.state.settings.effective_base_url)
-        warning = agents.self_merge_warning(
-            await agents.eligible_agents(s, res), await core_settings.merge_rules(s, res.repo.id)
-        )
+        bots = await agents.eligible_agents(s, res)
+        warning = agents.self_merge_warning(bots, await core_settings.merge_rules(s, res.repo.id))
+        check = await _check_or_none(s, res, check_number)
     return page(
         request,
         "tasks/settings.html",
@@ -169,8 +175,27 @@ async def render_settings(
         egress_presets={name: ", ".join(hosts) for name, hosts in PRESETS.items()},
         operator_presets=request.app.state.settings.egress_presets,
         environment=environment,
-        **{"env_error": "", "env_typed": None, **context, **extra},
+        check=check,
+        check_agents=bots,
+        **{
+            "env_error": "",
+            "env_typed": None,
+            "check_form": EnvironmentCheckForm(command=check.command if check else ""),
+            "check_errors": NO_ERRORS,
+            **context,
+            **extra,
+        },
     )
+
+
+async def _check_or_none(s: Any, res: Any, number: int | None) -> EnvironmentCheckRead | None:
+    """The check a "Check environment" started (`?check=N`); none when N is no check of this repository."""
+    if number is None:
+        return None
+    try:
+        return await environment_check.read(s, res, number)
+    except NotFound:
+        return None
 
 
 class TaskSettingsPages(Controller):
@@ -185,8 +210,10 @@ class TaskSettingsPages(Controller):
         actor: ActorDep,
         owner: FromPath[str],
         name: FromPath[str],
+        check: Annotated[int | None, QueryParameter(name="check", ge=1, le=1_000_000_000)] = None,
     ) -> Template:
-        return await render_settings(request, db, actor, owner, name, notice=None)
+        # `?check=N`: the outcome of the environment check N (what "Check environment" redirects to).
+        return await render_settings(request, db, actor, owner, name, notice=None, check_number=check)
 
     @post("/")
     async def save(
@@ -262,3 +289,81 @@ async def _environment_change(s: Any, settings: Any, actor: Any, res: Any, data:
         return "Environment removed from the settings: the repository's file applies."
     await repo_settings.set_environment(s, settings, actor, res, data.declaration.replace("\r\n", "\n"))
     return "Environment saved."
+
+
+class EnvironmentCheckForm(WebForm):
+    command: str = ""  # the smoke command
+    agent: str = ""  # the bot the check runs as ("": the first that may work on the repository)
+
+
+# What a refusal of a check can name (a field or an error code) -> the check form's input.
+CHECK_ALIASES = {
+    "command": "check_command",
+    "command_required": "check_command",
+    "invalid_command": "check_command",
+    "agent": "check_agent",
+    "invalid_agent": "check_agent",
+}
+CHECK_INPUTS = ("check_command", "check_agent")
+COMMAND_MAX = 10_000  # as `POST .../environment/check` takes it
+
+
+def check_request(form: EnvironmentCheckForm) -> EnvironmentCheckForm:
+    """The form as `check_task` takes it (the REST body's fields), refused like that body would be."""
+    command = form.command.replace("\r\n", "\n").strip()
+    if not command:
+        raise InvalidInput("a smoke command to run in the environment is required", code="command_required")
+    if len(command) > COMMAND_MAX:
+        raise InvalidInput(f"the command is longer than {COMMAND_MAX:,} characters", code="invalid_command")
+    return EnvironmentCheckForm(command=command, agent=form.agent.strip()[:40])
+
+
+class EnvironmentCheckPages(Controller):
+    """The Environment section's "Check environment": the same command task as
+    `POST .../environment/check`, then its outcome on the settings page (`?check=N`), which the
+    page polls (`/check/N`, a fragment) until the check is done. Repository admins only."""
+
+    path = "/{owner:str}/{name:str}/settings/tasks/environment/check"
+    include_in_schema = False
+    dependencies = PAGE_DEPENDENCIES
+
+    @post("/", opt={"repo_action": Action.REPO_ADMIN})
+    async def check(
+        self,
+        request: Request[Any, Any, Any],
+        db: DatabaseDep,
+        actor: ActorDep,
+        repo_scope: RepoScopeDep,
+        data: URLEncodedBody[EnvironmentCheckForm],
+    ) -> Template | Redirect:
+        owner, name = repo_scope.owner, repo_scope.name
+
+        async def start() -> int:
+            read = await start_task(repo_scope, await check_task(repo_scope, check_request(data)))
+            return read.number
+
+        async def again(exc: ForgeError) -> Template:
+            # Shown again as typed, the refusal beside the input it concerns.
+            errors = form_errors(exc, CHECK_INPUTS, CHECK_ALIASES)
+            return await render_settings(
+                request, db, actor, owner, name, notice=None, check_form=data, check_errors=errors,
+                status_code=exc.status,
+            )  # fmt: skip
+
+        number = await or_form_error(start(), again)
+        if isinstance(number, Template):
+            return number
+        return Redirect(f"/{owner}/{name}/settings/tasks/?check={number}#environment-check", status_code=303)
+
+    @get("/{number:int}", opt={"repo_action": Action.REPO_ADMIN})
+    async def outcome(
+        self, request: Request[Any, Any, Any], repo_scope: RepoScopeDep, number: FromPath[int]
+    ) -> Template:
+        """The check's outcome as the settings page shows it (what the page polls while it runs)."""
+        check = await environment_check.read(repo_scope.session, repo_scope.res, number)
+        context = repo_context(
+            repo_scope.res, repo_scope.actor.principal, request.app.state.settings.effective_base_url
+        )
+        reply = page(request, "tasks/_environment_check.html", check=check, **context)
+        reply.headers["Cache-Control"] = "no-store"
+        return reply

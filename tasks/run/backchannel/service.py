@@ -17,7 +17,7 @@ opened it; nothing an agent sends can name another.
 import collections
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -38,6 +38,9 @@ from tasks.core.transcript import Kind, Notice, Payload, Progress
 from tasks.run.backchannel import review
 from tasks.run.backchannel.spawn import SpawnRequest, SubtaskRefused, spawn
 
+if TYPE_CHECKING:  # custom.py runs tools through the run's engine, which imports this package
+    from tasks.run.backchannel.custom import CustomTools
+
 log = structlog.get_logger("forgehand.backchannel")
 
 QUESTION_MAX = 4000
@@ -47,6 +50,9 @@ SUMMARY_MAX = 20_000
 PROGRESS_MAX = 2000
 PROGRESS_BURST = 5
 PROGRESS_EVERY = 10.0  # seconds per note once the burst is spent
+
+
+GET_TOOL_RUN = "get_tool_run"  # polls a custom tool's run (custom.py)
 
 
 class ToolRefused(Exception):
@@ -116,6 +122,8 @@ class Backchannel:
         # A review task's pull request (its trigger's): `submit_review` is offered and posts there.
         self.review_pull = review_pull
         self.review: tuple[int, int] | None = None  # (pull request, review id) once submitted
+        # The repository's custom tools (custom.py), once the run knows where they run.
+        self.custom: CustomTools | None = None
         self._reviewing = False
         self.question: Question | None = None
         self.summary: str | None = None

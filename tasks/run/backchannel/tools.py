@@ -2,13 +2,16 @@
 (MCP `tools/list`, the builtin runtime's function tools), and one dispatch (`call`). Arguments
 the schema does not name (a task number, a repository) are ignored: the run is the token's."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
 
 from tasks.run.backchannel import review
-from tasks.run.backchannel.service import OPTIONS_MAX, Backchannel, ToolRefused
+from tasks.run.backchannel.service import GET_TOOL_RUN, OPTIONS_MAX, Backchannel, ToolRefused
+
+if TYPE_CHECKING:
+    from tasks.run.backchannel.custom import CustomTools
 
 log = structlog.get_logger("forgehand.backchannel")
 
@@ -98,11 +101,38 @@ REVIEW_TOOLS: tuple[ToolSpec, ...] = (
 TOOL_NAMES = frozenset(t.name for t in (*TOOLS, *REVIEW_TOOLS))
 
 
+GET_TOOL_RUN_SPEC = ToolSpec(
+    name=GET_TOOL_RUN,
+    description=(
+        "The state and, once finished, the output of a custom tool's run this task made (a custom_* call that "
+        "answered with a tool run id because it was still waiting for approval or running)."
+    ),
+    input_schema=_schema({"id": {"type": "integer", "minimum": 1}}, ["id"]),
+)
+
+
+def custom_specs(custom: "CustomTools") -> tuple[ToolSpec, ...]:
+    """The repository's custom tools as `custom_<name>`, and `get_tool_run` to poll their runs."""
+    if not custom.tools:
+        return ()
+    specs = []
+    for t in custom.tools.values():
+        note = " (each call waits for a person's approval)" if t.mode == "approval" else ""
+        description = f"{t.description or 'A custom tool of this repository.'}{note}"
+        schema = {k: v for k, v in t.parameters.items() if k != "description"}
+        specs.append(ToolSpec(name=t.agent_name, description=description, input_schema=schema))
+    return (*specs, GET_TOOL_RUN_SPEC)
+
+
 def tools_for(channel: Backchannel | None) -> tuple[ToolSpec, ...]:
-    """The tools a run's agent is offered: the review tool only to a review task."""
+    """The tools a run's agent is offered: the review tool only to a review task, the repository's
+    custom tools when it has any."""
+    offered = TOOLS
     if channel is not None and channel.review_pull is not None:
-        return (*TOOLS, *REVIEW_TOOLS)
-    return TOOLS
+        offered = (*offered, *REVIEW_TOOLS)
+    if channel is not None and channel.custom is not None:
+        offered = (*offered, *custom_specs(channel.custom))
+    return offered
 
 
 async def call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
@@ -133,5 +163,7 @@ async def _call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
         )
     if name == "submit_review":
         return await channel.submit_review(args)
+    if channel.custom is not None and channel.custom.knows(name):
+        return await channel.custom.call(name, args)
     offered = ", ".join(sorted(t.name for t in tools_for(channel)))
     raise ToolRefused(f"error: unknown tool {name!r}; available: {offered}")

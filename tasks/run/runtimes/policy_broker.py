@@ -21,6 +21,7 @@ import msgspec
 from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice, Question
+from tasks.run.backchannel import ToolRefused
 from tasks.run.runtimes.base import Outcome, RunContext
 from tasks.run.runtimes.policy_steps import approval_request, record
 
@@ -179,9 +180,13 @@ class PolicyBroker:
             who = f" by {approved.decided_by}" if approved.decided_by else ""
             await ctx.emit("notice", Notice(text=f"the {tool_name} call approved{who} runs now"))
             return Verdict(behavior="allow", updated_input=dict(approved.tool_input))
+        try:
+            policy_name, policy_input = policy_view(ctx, tool_name, tool_input)
+        except ToolRefused as exc:
+            return Verdict(behavior="deny", message=str(exc))
         self.dispatched += 1
         decision = await ctx.gate.pre_tool_use(
-            ctx.gate_ctx, tool_use_id=tool_use_id, tool_name=tool_name, tool_input=tool_input
+            ctx.gate_ctx, tool_use_id=tool_use_id, tool_name=policy_name, tool_input=policy_input
         )
         await record(ctx, decision)
         if decision.user_message:
@@ -214,6 +219,11 @@ class PolicyBroker:
             self.question_call = tool_use_id
             text = "The question was sent to the user. Stop here; their answer comes as the next message."
             return Verdict(behavior="deny", message=text, stop="question")
+        if decision.input_override and policy_name != tool_name:
+            try:  # a policy's rewrite of a custom tool's call: its inputs, checked again
+                return Verdict(behavior="allow", updated_input=custom_args(ctx, tool_name, decision.input_override))
+            except ToolRefused as exc:
+                return Verdict(behavior="deny", message=str(exc))
         return Verdict(behavior="allow", updated_input=decision.input_override or tool_input)
 
 
@@ -225,6 +235,21 @@ BACKCHANNEL_PREFIX = "mcp__forgehand__"
 def backchannel_tool(tool_name: str) -> str:
     """The back-channel tool a CLI's tool call names ("" for any other tool)."""
     return tool_name[len(BACKCHANNEL_PREFIX) :] if tool_name.startswith(BACKCHANNEL_PREFIX) else ""
+
+
+def policy_view(ctx: RunContext, tool_name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What `pre_tool_use` sees of a call: a custom tool's as `custom_<name>` with its version and
+    validated inputs (an invalid call is refused before any policy sees it), any other as it came."""
+    custom = ctx.backchannel.custom if ctx.backchannel is not None else None
+    name = backchannel_tool(tool_name) or tool_name
+    if custom is None or not custom.knows(name):
+        return tool_name, tool_input
+    return name, custom.policy_form(name, tool_input)
+
+
+def custom_args(ctx: RunContext, tool_name: str, override: Any) -> dict[str, Any]:
+    assert ctx.backchannel is not None and ctx.backchannel.custom is not None
+    return ctx.backchannel.custom.from_policy_form(backchannel_tool(tool_name) or tool_name, override)
 
 
 def question_text(tool_input: dict[str, Any]) -> str:

@@ -216,7 +216,8 @@ def test_a_devcontainer_environment_builds_once_for_two_tasks_and_its_setup_egre
             commit(env, files, "dev")
             numbers, done, events = asyncio.run(two_tasks_at_once(env))
         remove_environment_images(s)
-    assert [d["state"] for d in done] == ["awaiting_review", "awaiting_review"], done
+    failures = [(d["state"], d["runs"][-1].get("failure_reason"), d["runs"][-1].get("error")) for d in done]
+    assert [d["state"] for d in done] == ["awaiting_review", "awaiting_review"], failures
     outcomes = sorted(str(environment_events(events[n])[-1]["text"]).split(" ")[1] for n in numbers)
     assert outcomes == ["built", "from"]  # "environment built in N s", "environment from the cache"
     [builder] = [n for n in numbers if environment_events(events[n])[-1]["detail"]["cached"] is False]

@@ -47,6 +47,9 @@ from forge.db.events import (
     TaskProgress,
     TaskRef,
     TaskStateChanged,
+    ToolRunFinished,
+    ToolRunQueued,
+    ToolRunStarted,
 )
 from forge.db.issue_payloads import (
     CommentCreated,
@@ -311,6 +314,44 @@ CASES: list[tuple[EventPayload, dict[str, Any]]] = [
         PolicyBypassed(tool_use_id="toolu_1", tool_name="Bash", tool_input={"command": "ls"}, reason="no decision"),
         {"tool_use_id": "toolu_1", "tool_name": "Bash", "tool_input": {"command": "ls"}, "reason": "no decision"},
     ),
+    *(
+        (
+            cls(tool_run_id=7, tool="run_tests", tool_id=3, version=2, inputs_hash="ab" * 32, state=state),
+            {
+                "tool_run_id": 7,
+                "tool": "run_tests",
+                "tool_id": 3,
+                "version": 2,
+                "inputs_hash": "ab" * 32,
+                "state": state,
+            },
+        )
+        for cls, state in ((ToolRunQueued, "awaiting_approval"), (ToolRunStarted, "running"))
+    ),
+    (
+        ToolRunFinished(
+            tool_run_id=7,
+            tool="run_tests",
+            tool_id=3,
+            version=2,
+            inputs_hash="ab" * 32,
+            state="failed",
+            exit_code=1,
+            failure_reason="exit_status",
+            output_tail="FAILED test_x",
+        ),
+        {
+            "tool_run_id": 7,
+            "tool": "run_tests",
+            "tool_id": 3,
+            "version": 2,
+            "inputs_hash": "ab" * 32,
+            "state": "failed",
+            "exit_code": 1,
+            "failure_reason": "exit_status",
+            "output_tail": "FAILED test_x",
+        },
+    ),
 ]
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "webhooks.md"
@@ -354,7 +395,16 @@ async def test_every_type_reaches_the_envelope_in_its_documented_shape(
                     repository=f"ana/{repo.name}",
                     task=None if pushed else task,
                     run=RunRef(id=str(uuid.uuid4()), seq=1)
-                    if isinstance(payload, RunStarted | RunFinished | EgressBlocked | PolicyBypassed)
+                    if isinstance(
+                        payload,
+                        RunStarted
+                        | RunFinished
+                        | EgressBlocked
+                        | PolicyBypassed
+                        | ToolRunQueued
+                        | ToolRunStarted
+                        | ToolRunFinished,
+                    )
                     else None,
                     data=payload,
                 ),

@@ -11,7 +11,7 @@ import httpx
 
 from forge.db.engine import utcnow
 from tasks.core.states import FailureReason
-from tasks.run.backchannel import REVIEW_TOOLS
+from tasks.run.backchannel import REVIEW_TOOLS, Backchannel, custom_specs
 from tasks.run.backchannel import TOOLS as BACKCHANNEL
 from tasks.run.gateway.budget import GATEWAY_HEADER
 from tasks.run.runtimes.base import ModelEndpoint
@@ -59,6 +59,19 @@ REVIEW_TASK_TOOLS: list[dict[str, Any]] = [
     *(tool_fn(t.name, t.description, t.input_schema["properties"], t.input_schema["required"]) for t in REVIEW_TOOLS),
 ]
 TOOL_NAMES = {t["function"]["name"] for t in REVIEW_TASK_TOOLS}
+
+
+def tools_of(channel: Backchannel | None) -> list[dict[str, Any]]:
+    """The function tools of a run: a review task's tool to review tasks, and the repository's
+    custom tools (`custom_<name>`, their parameter schema as written) when it has any."""
+    offered = REVIEW_TASK_TOOLS if channel is not None and channel.review_pull is not None else TOOLS
+    if channel is None or channel.custom is None:
+        return offered
+    custom = [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
+        for t in custom_specs(channel.custom)
+    ]
+    return [*offered, *custom]
 
 
 class ModelFailure(Exception):

@@ -16,10 +16,12 @@ from tasks.core.capping import TOOL_OUTPUT_CAP, cap_text
 from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
 from tasks.core.states import FailureReason, RunKind, RunState
 from tasks.core.transcript import Assistant, Notice, Question, ToolCall, ToolResult
+from tasks.run.backchannel import ToolRefused
 from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.builtin.conversation import pending_tool_calls, resume
-from tasks.run.runtimes.builtin.model_client import REVIEW_TASK_TOOLS, TOOL_NAMES, TOOLS, ModelFailure, chat
+from tasks.run.runtimes.builtin.model_client import TOOL_NAMES, ModelFailure, chat, tools_of
 from tasks.run.runtimes.builtin.tools import ToolError, execute
+from tasks.run.runtimes.policy_broker import custom_args, policy_view
 from tasks.run.runtimes.policy_steps import StopStep, after_tool, approval_request, verify
 from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record
@@ -83,8 +85,7 @@ class BuiltinRuntime:
                 conversation=talk.messages,
             )
         try:
-            reviews = ctx.backchannel is not None and ctx.backchannel.review_pull is not None
-            answer = await chat(client, ctx.model, talk.messages, REVIEW_TASK_TOOLS if reviews else TOOLS)
+            answer = await chat(client, ctx.model, talk.messages, tools_of(ctx.backchannel))
         except ModelFailure as exc:
             return Outcome(
                 status=RunState.FAILED, failure_reason=exc.reason, error=str(exc), conversation=talk.messages
@@ -268,14 +269,21 @@ class BuiltinRuntime:
             args = None
             parse_error = f"error: the arguments are not valid JSON ({exc}); send a JSON object"
         await ctx.emit("tool_call", ToolCall(id=call_id, name=name, input=args if args is not None else raw_args))
-        if name not in TOOL_NAMES:
+        if name not in TOOL_NAMES and not _is_custom(ctx, name):
             text = f"error: unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}"
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
             return text, True, {}
         if args is None:
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=parse_error, is_error=True))
             return parse_error, True, {}
-        decision = await ctx.gate.pre_tool_use(ctx.gate_ctx, tool_use_id=call_id, tool_name=name, tool_input=args)
+        try:
+            policy_name, policy_input = policy_view(ctx, name, args)
+        except ToolRefused as exc:
+            await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=str(exc), is_error=True))
+            return str(exc), True, {}
+        decision = await ctx.gate.pre_tool_use(
+            ctx.gate_ctx, tool_use_id=call_id, tool_name=policy_name, tool_input=policy_input
+        )
         record_decision(ctx, call_id, args, decision)
         await _record(ctx, decision)
         if decision.user_message:
@@ -299,7 +307,12 @@ class BuiltinRuntime:
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
             return text, True, {"model_context": decision.model_context} if decision.model_context else {}
         if decision.input_override:
-            args = decision.input_override
+            try:  # a custom tool's rewritten inputs are checked again
+                override = decision.input_override
+                args = custom_args(ctx, name, override) if _is_custom(ctx, name) else override
+            except ToolRefused as exc:
+                await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=str(exc), is_error=True))
+                return str(exc), True, {}
         return await self._run_tool(ctx, call_id, name, args, decision.model_context)
 
     async def _run_tool(
@@ -333,3 +346,8 @@ MAX_CALL_ID = 200
 
 def _no_constant(value: str) -> Any:
     raise ValueError(f"{value} is not a JSON number")
+
+
+def _is_custom(ctx: RunContext, name: str) -> bool:
+    """A custom tool of the repository (or `get_tool_run`), offered to this run."""
+    return ctx.backchannel is not None and ctx.backchannel.custom is not None and ctx.backchannel.custom.knows(name)

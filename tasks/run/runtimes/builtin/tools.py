@@ -61,7 +61,8 @@ async def execute(ctx: RunContext, name: str, args: dict[str, Any], extra: dict[
     if name == "list_files":
         entries = await asyncio.to_thread(list_workspace, root, str_arg(args, "path", default=""))
         return "\n".join(f"{e.name}{'/' if e.kind == 'dir' else ''}" for e in entries) or "(empty)"
-    if name in BACKCHANNEL_TOOLS:
+    custom = ctx.backchannel.custom if ctx.backchannel is not None else None
+    if name in BACKCHANNEL_TOOLS or (custom is not None and custom.knows(name)):
         return await backchannel(ctx, name, args, extra)
     raise ToolError(f"unknown tool {name!r}")
 
