@@ -29,6 +29,7 @@ from tasks.core.states import FailureReason, RunKind
 from tasks.core.transcript import Notice
 from tasks.run import gitops, recovery, warm
 from tasks.run.backchannel.custom import CustomTools, Placement
+from tasks.run.backchannel.proposals import starter_is_admin
 from tasks.run.egress import blocked_notifier, proxy_env
 from tasks.run.environment import EnvironmentStep, repo_secrets_of
 from tasks.run.outside import Outside, ProvisionFailed
@@ -122,6 +123,7 @@ class Provisioning(Outside):
         in a container of its own: the environment's image when the repository has one (the plain
         sandbox image rather than the agents image otherwise), this run's workspace, its egress."""
         assert self.backchannel is not None and self.workspace is not None and self.writer is not None
+        self.backchannel.may_propose = await starter_is_admin(self.env.db, self.task_id)
         async with self.env.db.session() as s:
             tools = await catalog(s, self.repo_id)
             agent_id = (await s.get(Task, self.task_id)).agent_id  # type: ignore[union-attr]

@@ -19,14 +19,14 @@ from typing import Any
 
 import pygit2
 import structlog
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from forge.core.text import plural, safe_text
 from forge.db.engine import utcnow
 from forge.db.models import Account, Repository
 from sandbox import EngineUnavailable, SandboxError, quota_mounts, reap
-from tasks.core.models import Run, Task
-from tasks.core.states import FailureReason, RunState, TaskState
+from tasks.core.models import CustomToolRun, Run, Task
+from tasks.core.states import FailureReason, RunState, TaskState, ToolRunState
 from tasks.core.subtasks import report_to_parent
 from tasks.core.transcript import Notice, Pending
 from tasks.run import gitops
@@ -236,6 +236,13 @@ async def _record_interrupted(env: RunEnv, run_id: int, found: Salvage) -> None:
         run = await s.get(Run, run_id)
         if run is None or run.state != RunState.RUNNING:
             return  # settled by another worker meanwhile
+        # Its custom tools' runs still waiting or running ended with it (their containers were reaped).
+        open_states = [ToolRunState.AWAITING_APPROVAL.value, ToolRunState.QUEUED.value, ToolRunState.RUNNING.value]
+        await s.execute(
+            update(CustomToolRun)
+            .where(CustomToolRun.run_id == run_id, CustomToolRun.state.in_(open_states))
+            .values(state=ToolRunState.CANCELLED.value, finished_at=utcnow())
+        )
         await _settle_interrupted(env, s, run, found)
 
 

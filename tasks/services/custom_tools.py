@@ -6,9 +6,7 @@ Who may: a repository's tools are its admins' (`repo.admin`), the instance's the
 what an agent will see (`?for=agents`) anyone who may start a task there. Every change audited."""
 
 from collections.abc import Sequence
-from typing import Any
 
-import msgspec
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,21 +17,23 @@ from forge.db import audit
 from forge.db.audit import Actor
 from forge.db.models import Account, Repository
 from forge.repos.repositories import RepoResource
-from tasks.core import tool_schema
 from tasks.core.custom_tool_schemas import (
-    DESCRIPTION_MAX,
-    INTERPRETER_NAMES,
-    MODES,
-    SCRIPT_MAX_BYTES,
-    TIMEOUT_MAX,
-    TIMEOUT_MIN,
     AgentToolRead,
     ToolCreate,
     ToolRead,
     ToolUpdate,
     ToolVersionRead,
 )
-from tasks.core.custom_tools import AGENT_PREFIX, INSTANCE_SCOPE, catalog
+from tasks.core.custom_tools import (
+    AGENT_PREFIX,
+    INSTANCE_SCOPE,
+    Definition,
+    add_version,
+    catalog,
+    check_definition,
+    check_name,
+    check_parameters,
+)
 from tasks.core.models import CustomTool, CustomToolVersion, Task
 from tasks.services import rules
 
@@ -52,70 +52,13 @@ def require_admin(principal: Principal, res: RepoResource | None) -> None:
         rules.require_configure(principal, res)
 
 
-def invalid(exc: tool_schema.ToolSchemaError) -> InvalidInput:
-    return InvalidInput(exc.message, code=exc.code)
-
-
 # --- checking a definition -------------------------------------------------------------------
-
-
-class Definition(msgspec.Struct, kw_only=True):
-    """A version's fields, checked."""
-
-    description: str
-    parameters: dict[str, Any]
-    script: str
-    interpreter: str
-    mode: str
-    read_only: bool
-    timeout_seconds: int
-
-
-def _definition_error(message: str) -> InvalidInput:
-    return InvalidInput(message, code="invalid_tool_definition")
-
-
-def check_definition(d: Definition) -> Definition:
-    """The non-schema rules (the parameter schema was checked as it was parsed)."""
-    if len(d.script.encode()) > SCRIPT_MAX_BYTES or not d.script.strip():
-        raise _definition_error(f"script: a non-empty script of at most {SCRIPT_MAX_BYTES // 1024} KiB")
-    if "\x00" in d.script or "\x00" in d.description:
-        raise _definition_error("script and description must not contain NUL characters")
-    if len(d.description) > DESCRIPTION_MAX:
-        raise _definition_error(f"description: at most {DESCRIPTION_MAX} characters")
-    if d.interpreter not in INTERPRETER_NAMES:
-        raise _definition_error(f"interpreter: one of {', '.join(INTERPRETER_NAMES)} (got {d.interpreter[:40]!r})")
-    if isinstance(d.timeout_seconds, bool) or not TIMEOUT_MIN <= d.timeout_seconds <= TIMEOUT_MAX:
-        raise _definition_error(f"timeout_seconds: from {TIMEOUT_MIN} to {TIMEOUT_MAX}")
-    if d.mode not in MODES:
-        raise InvalidInput(f"mode: one of {', '.join(MODES)} (got {d.mode[:40]!r})", code="invalid_tool_mode")
-    if d.mode == "auto" and not d.read_only:
-        raise InvalidInput(
-            "mode: `auto` runs without a person's approval and is only for a tool marked read_only "
-            "(set read_only: true if the script changes nothing, or use mode `approval`)",
-            code="invalid_tool_mode",
-        )
-    return d
-
-
-def _parameters(value: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return tool_schema.check_schema(value)
-    except tool_schema.ToolSchemaError as exc:
-        raise invalid(exc) from None
-
-
-def _check_name(name: str) -> str:
-    try:
-        return tool_schema.check_name(name)
-    except tool_schema.ToolSchemaError as exc:
-        raise invalid(exc) from None
 
 
 def definition_of_create(data: ToolCreate) -> Definition:
     return check_definition(
         Definition(
-            description=data.description.strip(), parameters=_parameters(data.parameters), script=data.script,
+            description=data.description.strip(), parameters=check_parameters(data.parameters), script=data.script,
             interpreter=data.interpreter, mode=data.mode, read_only=data.read_only,
             timeout_seconds=data.timeout_seconds,
         )
@@ -126,7 +69,7 @@ def definition_of_update(latest: CustomToolVersion, data: ToolUpdate) -> Definit
     return check_definition(
         Definition(
             description=latest.description if data.description is None else data.description.strip(),
-            parameters=latest.parameters if data.parameters is None else _parameters(data.parameters),
+            parameters=latest.parameters if data.parameters is None else check_parameters(data.parameters),
             script=latest.script if data.script is None else data.script,
             interpreter=data.interpreter or latest.interpreter,
             mode=data.mode or latest.mode,
@@ -263,7 +206,7 @@ async def create(
     """A new tool with its draft version 1 (not offered to agents until activated)."""
     if proposed_by_task is None:
         require_admin(actor.principal, res)
-    name = _check_name(data.name)
+    name = check_name(data.name)
     d = definition_of_create(data)
     count = len((await session.scalars(select(CustomTool.id).where(CustomTool.scope == scope_key(res)))).all())
     if count >= TOOLS_MAX_PER_SCOPE:
@@ -278,24 +221,12 @@ async def create(
             await session.flush()
     except IntegrityError:
         raise Conflict(f"a tool named {name} exists already here; change it instead", code="conflict") from None
-    _add_version(session, tool, 1, d, actor, proposed_by_task)
+    add_version(session, tool, 1, d, actor.principal.account_id, proposed_by_task)
     await session.flush()
     audit.record(
         session, actor, "tool.create", _target(tool, res), version=1, mode=d.mode, proposed=bool(proposed_by_task)
     )
     return tool
-
-
-def _add_version(
-    session: AsyncSession, tool: CustomTool, number: int, d: Definition, actor: Actor, proposed_by_task: int | None
-) -> CustomToolVersion:
-    row = CustomToolVersion(
-        tool_id=tool.id, version=number, description=d.description, parameters=d.parameters, script=d.script,
-        interpreter=d.interpreter, mode=d.mode, read_only=d.read_only, timeout_seconds=d.timeout_seconds,
-        created_by_id=actor.principal.account_id, proposed_by_task_id=proposed_by_task,
-    )  # fmt: skip
-    session.add(row)
-    return row
 
 
 async def update(
@@ -307,7 +238,7 @@ async def update(
         latest = await version(session, tool, tool.last_version)
         d = definition_of_update(latest, data)
         tool.last_version += 1
-        _add_version(session, tool, tool.last_version, d, actor, None)
+        add_version(session, tool, tool.last_version, d, actor.principal.account_id, None)
         audit.record(session, actor, "tool.version.create", _target(tool, res), version=tool.last_version)
     if data.enabled is not None and data.enabled != tool.enabled:
         tool.enabled = data.enabled
@@ -335,7 +266,7 @@ async def restore(session: AsyncSession, actor: Actor, res: RepoResource | None,
         mode=old.mode, read_only=old.read_only, timeout_seconds=old.timeout_seconds,
     )  # fmt: skip
     tool.last_version += 1
-    _add_version(session, tool, tool.last_version, d, actor, None)
+    add_version(session, tool, tool.last_version, d, actor.principal.account_id, None)
     await session.flush()
     audit.record(session, actor, "tool.version.restore", _target(tool, res), version=tool.last_version, source=number)
     return tool.last_version

@@ -7,10 +7,20 @@ The builtin runtime offers the same tools as function tools; CLI agents get `mcp
 from tasks.run.backchannel.config import claude_mcp_config, mcp_client_config, mcp_url
 from tasks.run.backchannel.mcp import MCP_PATH, SERVER_NAME, attach, attached, serve_mcp
 from tasks.run.backchannel.service import Backchannel, Question, ToolRefused
-from tasks.run.backchannel.tools import REVIEW_TOOLS, TOOL_NAMES, TOOLS, ToolSpec, call, custom_specs, tools_for
+from tasks.run.backchannel.tools import (
+    PROPOSE_TOOL,
+    REVIEW_TOOLS,
+    TOOL_NAMES,
+    TOOLS,
+    ToolSpec,
+    call,
+    custom_specs,
+    tools_for,
+)
 
 __all__ = [
     "MCP_PATH",
+    "PROPOSE_TOOL",
     "REVIEW_TOOLS",
     "SERVER_NAME",
     "TOOLS",

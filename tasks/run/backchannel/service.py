@@ -24,6 +24,7 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Principal
+from forge.core.errors import ForgeError
 from forge.core.settings import Settings
 from forge.db import audit
 from forge.db.audit import Actor
@@ -36,6 +37,7 @@ from tasks.core.models import Run, Task
 from tasks.core.policy import input_hash
 from tasks.core.transcript import Kind, Notice, Payload, Progress
 from tasks.run.backchannel import review
+from tasks.run.backchannel.proposals import propose
 from tasks.run.backchannel.spawn import SpawnRequest, SubtaskRefused, spawn
 
 if TYPE_CHECKING:  # custom.py runs tools through the run's engine, which imports this package
@@ -50,6 +52,7 @@ SUMMARY_MAX = 20_000
 PROGRESS_MAX = 2000
 PROGRESS_BURST = 5
 PROGRESS_EVERY = 10.0  # seconds per note once the burst is spent
+PROPOSALS_MAX = 5  # propose_tool calls taken per run
 
 
 GET_TOOL_RUN = "get_tool_run"  # polls a custom tool's run (custom.py)
@@ -124,6 +127,9 @@ class Backchannel:
         self.review: tuple[int, int] | None = None  # (pull request, review id) once submitted
         # The repository's custom tools (custom.py), once the run knows where they run.
         self.custom: CustomTools | None = None
+        # The task's starter is an admin of the repository: its agent may propose a tool (a draft).
+        self.may_propose = False
+        self.proposed: list[str] = []
         self._reviewing = False
         self.question: Question | None = None
         self.summary: str | None = None
@@ -289,6 +295,24 @@ class Backchannel:
         number, review_id = self.review
         return (
             f"review {review_id} posted on pull request #{number} ({data.verdict}, {len(data.comments)} line comments)"
+        )
+
+    async def propose_tool(self, args: dict[str, Any]) -> str:
+        """A draft of a repository tool (or a new draft version of one), always `approval` mode and
+        never active: a repository admin reviews it (docs/tools.md, "Proposals")."""
+        self._open()
+        if not self.may_propose:
+            raise ToolRefused("error: only a task started by an admin of the repository may propose tools")
+        if len(self.proposed) >= PROPOSALS_MAX:
+            raise ToolRefused(f"error: at most {PROPOSALS_MAX} proposals per run")
+        try:
+            name, version = await propose(self.db, self.task_id, args)
+        except (ForgeError, ValueError) as exc:
+            raise ToolRefused(f"error: {getattr(exc, 'detail', exc)}; nothing was saved") from None
+        self.proposed.append(name)
+        return (
+            f"proposed: version {version} of the tool {name} is saved as a draft (approval mode, not active); "
+            "a repository admin reviews it. You cannot call it until they activate it."
         )
 
     async def _audit_refusal(self, request: SpawnRequest, why: str) -> None:

@@ -98,9 +98,28 @@ REVIEW_TOOLS: tuple[ToolSpec, ...] = (
         ),
     ),
 )
-TOOL_NAMES = frozenset(t.name for t in (*TOOLS, *REVIEW_TOOLS))
+TOOL_NAMES = frozenset(t.name for t in (*TOOLS, *REVIEW_TOOLS)) | {"propose_tool", GET_TOOL_RUN}
 
 
+PROPOSE_TOOL = ToolSpec(
+    name="propose_tool",
+    description=(
+        "Propose a custom tool for this repository: a script with a parameter schema that agents could call as "
+        "custom_<name> once a repository admin reviews and activates it. It is saved as a draft (each call to it "
+        "will need a person's approval); you cannot call it yourself until then. parameters: a JSON schema object "
+        "with flat properties of type string, number, integer or boolean (docs/tools.md)."
+    ),
+    input_schema=_schema(
+        {
+            "name": _S,
+            "description": _S,
+            "parameters": {"type": "object"},
+            "script": _S,
+            "interpreter": {"type": "string", "enum": ["sh", "bash", "python3", "node"]},
+        },
+        ["name", "description", "parameters", "script"],
+    ),
+)
 GET_TOOL_RUN_SPEC = ToolSpec(
     name=GET_TOOL_RUN,
     description=(
@@ -130,6 +149,8 @@ def tools_for(channel: Backchannel | None) -> tuple[ToolSpec, ...]:
     offered = TOOLS
     if channel is not None and channel.review_pull is not None:
         offered = (*offered, *REVIEW_TOOLS)
+    if channel is not None and channel.may_propose:
+        offered = (*offered, PROPOSE_TOOL)
     if channel is not None and channel.custom is not None:
         offered = (*offered, *custom_specs(channel.custom))
     return offered
@@ -163,6 +184,8 @@ async def _call(channel: Backchannel, name: str, args: dict[str, Any]) -> str:
         )
     if name == "submit_review":
         return await channel.submit_review(args)
+    if name == "propose_tool":
+        return await channel.propose_tool(args)
     if channel.custom is not None and channel.custom.knows(name):
         return await channel.custom.call(name, args)
     offered = ", ".join(sorted(t.name for t in tools_for(channel)))

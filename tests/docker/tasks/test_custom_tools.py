@@ -12,10 +12,11 @@ import httpx
 import pytest
 
 from forge.core.settings import Settings
+from tasks.run.tool_exec import LABEL_TOOL_RUN
 from tests.support.anthropic import ScriptedAnthropic, text, tool_use
 from tests.support.model import ScriptedModel, reply, tool_call
 from tests.support.policy import PolicyConsumer, make_hook_token
-from tests.support.tasks import all_events, served, wait_state
+from tests.support.tasks import all_events, containers_of, served, wait_state
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
@@ -199,3 +200,56 @@ async def test_a_claude_code_agent_calls_a_tool_that_waits_for_approval(settings
     assert "ran tests matching test_x" in results["toolu_t"] and "exit code 0" in results["toolu_t"]
     offered = {t["name"] for t in api.requests[0]["tools"]}
     assert {"mcp__forgehand__custom_run_tests", "mcp__forgehand__get_tool_run"} <= offered
+
+
+async def test_stopping_a_task_kills_and_removes_a_silent_tool_run(settings: Settings, sandbox_image: str) -> None:
+    """The agent's call of a tool that sleeps in silence is running in its own container when the
+    task is stopped: the stop reports done only once that container is gone too, and the tool
+    run ends `cancelled`."""
+    silent = {**LOOKUP, "name": "wait_long", "script": "sleep 600\n", "timeout_seconds": 900}
+    script = [tool_call("custom_wait_long", {"pattern": "x"}, call_id="c_wait"), reply("never")]
+    with ScriptedModel(script) as model:
+        async with served(settings, model_base_url=model.url, model_name="scripted") as (env, c):
+            tool_id = await define(c, silent)
+            await c.post(TASKS, json={"goal": "wait", "agent": "fixer"})
+
+            async def running() -> bool:
+                runs = (await c.get(f"{TOOLS}/{tool_id}/runs")).json()
+                return bool(runs) and runs[0]["state"] == "running"
+
+            await until(running, timeout=120, what="the silent tool to run")
+            tool_boxes = [b for b in containers_of(env.settings) if LABEL_TOOL_RUN in b.labels]
+            assert len(tool_boxes) == 1  # its own container, beside the agent's sandbox
+            r = await c.post(f"{TASKS}/1/stop")
+            assert r.status_code == 200 and r.json()["state"] == "stopped", r.text
+            assert containers_of(env.settings) == []  # the agent's sandbox and the tool's both gone
+            [run] = (await c.get(f"{TOOLS}/{tool_id}/runs")).json()
+    assert run["state"] == "cancelled" and run["exit_code"] is None
+
+
+async def test_an_admins_agent_proposes_a_tool_as_a_draft_and_others_cannot(
+    settings: Settings, sandbox_image: str
+) -> None:
+    proposal = {
+        "name": "count_lines",
+        "description": "Count the lines of a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        "script": 'wc -l "/workspace/$FORGEHAND_ARG_PATH"\n',
+        "interpreter": "sh",
+    }
+    script = [tool_call("propose_tool", proposal, call_id="c_propose"), reply("proposed")]
+    with ScriptedModel(script) as model:
+        async with served(settings, model_base_url=model.url, model_name="scripted") as (_env, c):
+            await c.post(TASKS, json={"goal": "propose a tool", "agent": "fixer"})
+            done = await wait_state(c, 1, "awaiting_review", "failed")
+            tools = (await c.get(TOOLS)).json()
+            offered = (await c.get(TOOLS + "?for=agents")).json()
+    assert done["state"] == "awaiting_review", done
+    assert "saved as a draft" in results(model)["c_propose"]
+    [tool] = tools
+    assert tool["name"] == "count_lines" and tool["active_version"] is None
+    assert tool["latest"]["mode"] == "approval" and tool["latest"]["proposed_by_task"] == 1
+    assert tool["latest"]["created_by"] == "fixer"
+    assert offered == []  # a draft is offered to nobody
+    # The agents' tool lists: propose_tool was offered to this task (ana, an admin, started it).
+    assert "propose_tool" in {t["function"]["name"] for t in model.requests[0]["tools"]}

@@ -11,7 +11,7 @@ import httpx
 
 from forge.db.engine import utcnow
 from tasks.core.states import FailureReason
-from tasks.run.backchannel import REVIEW_TOOLS, Backchannel, custom_specs
+from tasks.run.backchannel import PROPOSE_TOOL, REVIEW_TOOLS, Backchannel, custom_specs
 from tasks.run.backchannel import TOOLS as BACKCHANNEL
 from tasks.run.gateway.budget import GATEWAY_HEADER
 from tasks.run.runtimes.base import ModelEndpoint
@@ -65,13 +65,19 @@ def tools_of(channel: Backchannel | None) -> list[dict[str, Any]]:
     """The function tools of a run: a review task's tool to review tasks, and the repository's
     custom tools (`custom_<name>`, their parameter schema as written) when it has any."""
     offered = REVIEW_TASK_TOOLS if channel is not None and channel.review_pull is not None else TOOLS
-    if channel is None or channel.custom is None:
-        return offered
-    custom = [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
-        for t in custom_specs(channel.custom)
+    extra = [*([PROPOSE_TOOL] if channel is not None and channel.may_propose else [])]
+    if channel is not None and channel.custom is not None:
+        extra += custom_specs(channel.custom)
+    return [
+        *offered,
+        *(
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+            }
+            for t in extra
+        ),
     ]
-    return [*offered, *custom]
 
 
 class ModelFailure(Exception):

@@ -269,7 +269,7 @@ class BuiltinRuntime:
             args = None
             parse_error = f"error: the arguments are not valid JSON ({exc}); send a JSON object"
         await ctx.emit("tool_call", ToolCall(id=call_id, name=name, input=args if args is not None else raw_args))
-        if name not in TOOL_NAMES and not _is_custom(ctx, name):
+        if name not in TOOL_NAMES and not _offered(ctx, name):
             text = f"error: unknown tool {name!r}; available: {', '.join(sorted(TOOL_NAMES))}"
             await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=text, is_error=True))
             return text, True, {}
@@ -351,3 +351,9 @@ def _no_constant(value: str) -> Any:
 def _is_custom(ctx: RunContext, name: str) -> bool:
     """A custom tool of the repository (or `get_tool_run`), offered to this run."""
     return ctx.backchannel is not None and ctx.backchannel.custom is not None and ctx.backchannel.custom.knows(name)
+
+
+def _offered(ctx: RunContext, name: str) -> bool:
+    """A tool of this run beyond the fixed ones: a custom tool, or `propose_tool` when offered."""
+    proposes = name == "propose_tool" and ctx.backchannel is not None and ctx.backchannel.may_propose
+    return proposes or _is_custom(ctx, name)
