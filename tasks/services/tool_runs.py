@@ -72,6 +72,17 @@ async def of_tool(
     return list((await session.scalars(stmt)).all())
 
 
+async def awaiting(session: AsyncSession, task_id: int, *, limit: int) -> list[CustomToolRun]:
+    """A task's tool runs waiting for a person's decision, oldest first (the task page's cards)."""
+    stmt = (
+        select(CustomToolRun)
+        .where(CustomToolRun.task_id == task_id, CustomToolRun.state == ToolRunState.AWAITING_APPROVAL.value)
+        .order_by(CustomToolRun.id)
+        .limit(limit)
+    )
+    return list((await session.scalars(stmt)).all())
+
+
 async def get(session: AsyncSession, principal: Principal, res: RepoResource | None, run_id: int) -> CustomToolRun:
     run = await session.get(CustomToolRun, run_id)
     missing = NotFound(f"no tool run {run_id} here", code="not_found")

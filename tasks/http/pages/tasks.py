@@ -18,7 +18,7 @@ from tasks.core import transcript
 from tasks.core.schemas import GOAL_MAX, ApprovalRead, TaskRead, command_text
 from tasks.http.actions import Act, act_on_task, decide_approval, start_task
 from tasks.http.deps import REPO_TASKS, RepoScope, RepoScopeDep, SystemDep, TaskScope, TaskScopeDep, task_system
-from tasks.http.pages import start_form, timeline, timeline_items
+from tasks.http.pages import start_form, timeline, timeline_items, tool_approvals
 from tasks.http.pages.common import (
     PAGE_DEPENDENCIES,
     egress_line,
@@ -176,8 +176,11 @@ async def task_view(
         egress_line=egress_line(read),
         may_stop=rules.may_stop(principal, res, task),
         subtasks=subtasks,
+        # Custom tool calls waiting for a person: a card each (`tasks/_tool_run_card.html`).
+        tool_run_cards=await tool_approvals.waiting_cards(scope.session, task),
+        may_decide=rules.may_decide(principal, res, task),
         **repo_context(res, principal, svc.base_url),
-        **{"errors": NO_ERRORS, "typed": BodyForm(), "decision": DecisionForm(), **refused},
+        **{"errors": NO_ERRORS, "typed": BodyForm(), "decision": DecisionForm(), "tool_run_typed": {}, **refused},
     )
 
 
@@ -295,6 +298,26 @@ class TaskPages(Controller):
         decided = await or_form_error(run(), again)
         if isinstance(decided, Template):
             return decided
+        return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}", status_code=303)
+
+    @post("/{number:str}/tool-runs/{run_id:int}")
+    async def decide_tool_run(
+        self,
+        request: Request[Any, Any, Any],
+        task_scope: TaskScopeDep,
+        run_id: FromPath[int],
+        data: URLEncodedBody[DecisionForm],
+    ) -> Template | Redirect:
+        """A custom tool call's card: Approve (it runs exactly the inputs shown, once) or Deny."""
+
+        async def again(exc: ForgeError) -> Template:
+            reason = tool_approvals.reason_input(run_id)
+            errors = form_errors(exc, (reason,), {"reason": reason})
+            return await refused_action(request, task_scope, exc, errors, tool_run_typed={run_id: data.reason})
+
+        refused = await or_form_error(tool_approvals.decide(task_scope, run_id, data), again)
+        if isinstance(refused, Template):
+            return refused
         return Redirect(f"/{task_scope.owner}/{task_scope.name}/tasks/{task_scope.number}", status_code=303)
 
 

@@ -1,7 +1,10 @@
 """The timeline's items (tasks/http/pages/timeline.py), one per stored event: prompts, assistant
 messages (sanitised markdown, cached by text), tool calls and results (their fields and outcome
 from `tool_cards.py`), stdout/stderr, policy decisions with their endpoints, the phases of a run,
-model calls, and a generic item for kinds this page does not know (newer producers add kinds).
+model calls, custom tool runs (a line each: what changed, its state, its output tail folded), and
+a generic item for kinds this page does not know (newer producers add kinds). Each kind is
+dispatched by name: an unknown kind is only ever the generic item (a few facts), never a call, an
+approval or a question.
 `Item` carries what the template reads, its element's attributes and time built here, not in a
 macro (it is on every item)."""
 
@@ -16,6 +19,7 @@ from markupsafe import Markup, escape
 
 from forge.core.text import plural
 from forge.http.pages.render import markdown
+from tasks.core.states import ToolRunState
 from tasks.core.transcript import EventRead
 from tasks.http.pages.pauses import Pause
 from tasks.http.pages.tool_cards import Field, Text, ToolResultView, json_text, one_line, result_view, tool_fields
@@ -50,7 +54,9 @@ class Endpoint:
 
 @dataclass
 class Item:
-    kind: str  # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, model, generic
+    # prompt, assistant, tool, result, output, phases, policy, notice, summary, question, model,
+    # tool_run, generic
+    kind: str
     seq: int
     run: int | None
     at: datetime
@@ -79,6 +85,9 @@ class Item:
     facts: list[tuple[str, str]] = field(default_factory=list)
     # tool: the person this call waits (or waited) for; question: its own pause when no call shows it
     pause: Pause | None = None
+    # tool_run: the custom tool run's id (its approval card's anchor) and its output tail
+    tool_run_id: int = 0
+    tail: Text | None = None
     last_seq: int = 0
 
     @functools.cached_property
@@ -214,6 +223,33 @@ def _policy(e: EventRead, p: dict[str, Any]) -> Item:
     )
 
 
+TOOL_RUN_STATES = frozenset(s.value for s in ToolRunState)
+
+
+def _tool_run(p: dict[str, Any], base: dict[str, Any]) -> Item:
+    """A custom tool's run changed state: one line (its text and state), the exit code and the
+    failure on the line, the output tail folded. The state is one of the run's or `unknown`; a
+    person decides a waiting run on its card (read from the run), never from this line."""
+    state = str(p.get("state") or "")
+    version = p.get("version")
+    facts = [("version", str(version))] if isinstance(version, int) and not isinstance(version, bool) else []
+    for key in ("exit_code", "failure_reason"):
+        if not _empty(p.get(key)) and not isinstance(p.get(key), dict | list):
+            facts.append((key, _scalar(p[key])))
+    run_id = p.get("tool_run_id")
+    tail = p.get("output_tail")
+    return Item(
+        kind="tool_run",
+        text=str(p.get("text", "")),
+        label=state if state in TOOL_RUN_STATES else "unknown",
+        name=f"custom_{p.get('tool', '')}",
+        facts=facts,
+        tool_run_id=run_id if isinstance(run_id, int) and not isinstance(run_id, bool) else 0,
+        tail=Text(tail) if isinstance(tail, str) and tail else None,
+        **base,
+    )
+
+
 def item_of(e: EventRead) -> Item:
     """One stored event as its item (before the timeline merges it into another)."""
     p = e.payload
@@ -255,6 +291,8 @@ def item_of(e: EventRead) -> Item:
         return Item(kind="phases", phases=[_phase(p)], **base)
     if e.kind == "model_call":
         return _model_call(p, base)
+    if e.kind == "tool_run":
+        return _tool_run(p, base)
     shown = {k: v for k, v in p.items() if not _empty(v)}
     facts = [(k, _scalar(v)) for k, v in shown.items() if k != "text" and not isinstance(v, dict | list)]
     nested = {k: v for k, v in shown.items() if isinstance(v, dict | list)}
