@@ -42,7 +42,7 @@ from tasks.http.pages.start_form import Place
 from tasks.http.pages.status import ACTIVE_LINES, waiting_line
 from tasks.run import gitops
 from tasks.run.runtimes import RUNTIMES
-from tasks.services import agents, inbox, rules
+from tasks.services import agents, custom_tools, inbox, rules
 from tasks.services.approvals import ApprovalService
 from tasks.services.subtasks import subtask_reads
 
@@ -111,12 +111,14 @@ async def list_page(
     principal = scope.actor.principal
     context = repo_context(res, principal, svc.base_url)
     options = runtimes = acp = None
+    agent_tools: list[Any] = []
     if rules.may_start(principal, res):
         options = await agents.start_options(scope.session, svc.settings, res, RUNTIMES, principal.account_id)
         registry = await task_system(request.app.state).agent_registry()
         place = Place(repo=res.full_name, can_admin=context["can_admin"])
         runtimes = start_form.runtime_choices(options, registry, place)
         acp = start_form.acp_choices(options, registry, place)
+        agent_tools = await custom_tools.for_agents(scope.session, principal, res)
     # The API's default runtime is builtin; the form picks it only when it can run here.
     ready = {c.value for c in runtimes or [] if c.ready}
     chosen = form or StartForm(
@@ -137,6 +139,7 @@ async def list_page(
         options=options,
         runtimes=runtimes,
         acp_agents=acp,
+        agent_tools=agent_tools,
         goal_max=GOAL_MAX,
         **context,
     )

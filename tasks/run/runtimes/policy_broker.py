@@ -23,7 +23,7 @@ from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice, Question
 from tasks.run.backchannel import ToolRefused
 from tasks.run.runtimes.base import Outcome, RunContext
-from tasks.run.runtimes.policy_steps import approval_request, record
+from tasks.run.runtimes.policy_steps import approval_request, backchannel_tool, record
 
 Behavior = Literal["allow", "deny"]
 
@@ -228,13 +228,6 @@ class PolicyBroker:
 
 
 QUESTION_TOOL = "AskUserQuestion"
-# How the CLIs name a tool of an MCP server (`mcp__<server>__<tool>`): forgehand's is "forgehand".
-BACKCHANNEL_PREFIX = "mcp__forgehand__"
-
-
-def backchannel_tool(tool_name: str) -> str:
-    """The back-channel tool a CLI's tool call names ("" for any other tool)."""
-    return tool_name[len(BACKCHANNEL_PREFIX) :] if tool_name.startswith(BACKCHANNEL_PREFIX) else ""
 
 
 def policy_view(ctx: RunContext, tool_name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:

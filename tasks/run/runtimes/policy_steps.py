@@ -33,6 +33,23 @@ def approval_request(decision: GateDecision, *, tool_use_id: str, tool_name: str
     )
 
 
+# How the CLIs name a tool of an MCP server (`mcp__<server>__<tool>`): forgehand's is "forgehand".
+BACKCHANNEL_PREFIX = "mcp__forgehand__"
+
+
+def backchannel_tool(tool_name: str) -> str:
+    """The back-channel tool a CLI's tool call names ("" for any other tool)."""
+    return tool_name[len(BACKCHANNEL_PREFIX) :] if tool_name.startswith(BACKCHANNEL_PREFIX) else ""
+
+
+def hook_name(ctx: RunContext, tool_name: str) -> str:
+    """The name the hooks give a call: a custom tool's is `custom_<name>` whichever way the agent's
+    CLI spells it (docs/tools.md), any other as the agent named it."""
+    bare = backchannel_tool(tool_name)
+    custom = ctx.backchannel.custom if ctx.backchannel is not None else None
+    return bare if bare and custom is not None and custom.knows(bare) else tool_name
+
+
 async def post_tool(
     ctx: RunContext, *, tool_use_id: str, tool_name: str, output: str, is_error: bool
 ) -> tuple[GateDecision, list[tuple[Kind, Payload]]]:
@@ -41,7 +58,7 @@ async def post_tool(
     after = await ctx.gate.post_tool_use(
         ctx.gate_ctx,
         tool_use_id=tool_use_id,
-        tool_name=tool_name,
+        tool_name=hook_name(ctx, tool_name),
         tool_response=None if is_error else output,
         tool_error=output if is_error else None,
     )

@@ -64,8 +64,13 @@ async def define(c: httpx.AsyncClient, body: dict[str, Any]) -> int:
     return tool_id
 
 
-async def add_policy(c: httpx.AsyncClient, settings: Settings, consumer: PolicyConsumer) -> None:
-    hook = {"url": consumer.url, "kind": "policy", "events": ["pre_tool_use"], "failure_policy": "closed"}
+async def add_policy(
+    c: httpx.AsyncClient,
+    settings: Settings,
+    consumer: PolicyConsumer,
+    events: tuple[str, ...] | list[str] = ("pre_tool_use",),
+) -> None:
+    hook = {"url": consumer.url, "kind": "policy", "events": list(events), "failure_policy": "closed"}
     token = await make_hook_token(settings)
     r = await c.post("/api/v1/repos/ana/demo/hooks", json=hook, headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 201, r.text
@@ -170,9 +175,11 @@ async def test_a_claude_code_agent_calls_a_tool_that_waits_for_approval(settings
         tool_use("mcp__forgehand__custom_run_tests", {"pattern": "test_x"}, id="toolu_t"),
         text("Tests ran."),
     ]
+    consumer = PolicyConsumer()
     with ScriptedAnthropic(turns) as api:
         model = {"anthropic_base_url": api.url, "anthropic_api_key": CLAUDE_KEY, "anthropic_model": "claude-test"}
-        async with served(settings, **model) as (_, c):
+        async with served(settings, **model, webhooks_allowed_hosts="127.0.0.1") as (env, c):
+            await add_policy(c, env.settings, consumer, events=["pre_tool_use", "post_tool_use"])
             tests_id = await define(c, RUN_TESTS)
             r = await c.post(TASKS, json={"goal": "run the tests", "agent": "fixer", "runtime": "claude-code"})
             assert r.status_code == 201, r.text
@@ -200,6 +207,13 @@ async def test_a_claude_code_agent_calls_a_tool_that_waits_for_approval(settings
     assert "ran tests matching test_x" in results["toolu_t"] and "exit code 0" in results["toolu_t"]
     offered = {t["name"] for t in api.requests[0]["tools"]}
     assert {"mcp__forgehand__custom_run_tests", "mcp__forgehand__get_tool_run"} <= offered
+    # The hooks name the call custom_run_tests, before it (with the version and the inputs) and after.
+    hooked = [(b["type"], b["data"]["tool_name"]) for b in consumer.seen if b["type"].endswith("tool_use")]
+    assert ("pre_tool_use", "custom_run_tests") in hooked and ("post_tool_use", "custom_run_tests") in hooked
+    [pre] = [b["data"] for b in consumer.seen if b["type"] == "pre_tool_use"]
+    assert pre["tool_input"] == {"version": 1, "inputs": {"pattern": "test_x"}}
+    [post] = [b["data"] for b in consumer.seen if b["type"] == "post_tool_use"]
+    assert "ran tests matching test_x" in json.dumps(post)
 
 
 async def test_stopping_a_task_kills_and_removes_a_silent_tool_run(settings: Settings, sandbox_image: str) -> None:

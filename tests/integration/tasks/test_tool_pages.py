@@ -265,3 +265,9 @@ async def test_instance_tools_on_the_admin_pages_and_as_a_repository_is_offered_
     offered = (await client.get(f"{TOOLS}/", headers=world.h("ana"))).text
     instance = text_of(offered[offered.index('id="instance-tools"') :])
     assert "custom_lookup — — no: shadowed by this repository's custom_lookup" in instance
+
+    # The task start form says what an agent here will be offered.
+    start = (await client.get("/ana/demo/tasks/", headers=world.h("wendy"))).text
+    offered_tools = text_of(start[start.index('id="agent-tools"') :])
+    assert "Custom tools the agent is offered here (1)" in offered_tools
+    assert "custom_lookup (version 1, repository, replaces the instance's tool of that name)" in offered_tools
