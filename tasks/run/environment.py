@@ -41,6 +41,7 @@ from sandbox.environment.declaration import parse_environment
 from sandbox.environment.images import prune_images
 from sandbox.environment.spec import ENVIRONMENT_FILES, ENVIRONMENT_YML, MAX_INPUT_BYTES, EnvironmentSpec, cache_key
 from sandbox.errors import EnvironmentRefused
+from sandbox.images.agents_image import AGENT_LABEL_PREFIX
 from tasks.core.egress_config import EgressPlan
 from tasks.core.environment_images import operator_images
 from tasks.core.redaction import Redactor
@@ -103,7 +104,7 @@ class EnvironmentStep:
             if await self._exists(declared.tag):
                 await self.system(
                     "environment", f"environment from the cache ({declared.spec.source})", t0,
-                    image=declared.tag, cached=True, source=declared.spec.source,
+                    image=declared.tag, base=declared.base_image, cached=True, source=declared.spec.source,
                 )  # fmt: skip
             else:
                 await self._report(declared, await self._build(declared), t0)
@@ -142,7 +143,7 @@ class EnvironmentStep:
                 FailureReason.ENVIRONMENT_SETUP, f"the environment in {path} is refused: {'; '.join(exc.problems)}"
             ) from exc
         spec = self._overridden(msgspec.structs.replace(spec, source=path))
-        base = self._base_image(spec, runtime_image)
+        base = await self._base_image(spec, runtime_image)
         hashes = await store.read(self.repo_key, gitops.blob_ids_at, self.source_sha, spec.cache_files)
         base_id = await self._image_id(base)
         key = cache_key(spec, base_id, hashes, f"{VERSION}/{self.generation}")
@@ -173,14 +174,32 @@ class EnvironmentStep:
     def _agents_image(self) -> str:
         return self.env.agents_image or DEFAULT_AGENTS_IMAGE
 
-    def _base_image(self, spec: EnvironmentSpec, runtime_image: str) -> str:
+    async def _base_image(self, spec: EnvironmentSpec, runtime_image: str) -> str:
         """A CLI agent's run starts from its runtime's image (the agents image, built on the sandbox
-        image, or an operator's): its CLI must be there. Otherwise the declaration chooses."""
+        image, or an operator's): its CLI must be there. A registered (or the operator's) image
+        serves it only when it carries the same agent CLIs at the same versions (its labels say so:
+        an image built FROM the agents image). Otherwise the declaration chooses."""
         if runtime_image != self.env.image:
+            if spec.image in self._extra_images() and await self._same_agents(spec.image, runtime_image):
+                return spec.image
             return runtime_image
         if spec.image in self._extra_images():
             return spec.image
         return self._agents_image() if spec.image in ("agents", self._agents_image()) else runtime_image
+
+    async def _same_agents(self, image: str, runtime_image: str) -> bool:
+        """`image` holds every agent CLI of `runtime_image`, at the same versions (by their labels)."""
+
+        def agents(c: Any, ref: str) -> dict[str, str]:
+            labels = (c.api.inspect_image(ref).get("Config") or {}).get("Labels") or {}
+            return {k: v for k, v in labels.items() if k.startswith(AGENT_LABEL_PREFIX)}
+
+        try:
+            wanted = await self.env.engine.call(lambda c: agents(c, runtime_image))
+            found = await self.env.engine.call(lambda c: agents(c, image))
+        except docker.errors.DockerException:
+            return False
+        return bool(wanted) and all(found.get(k) == v for k, v in wanted.items())
 
     async def _image_id(self, image: str) -> str:
         try:

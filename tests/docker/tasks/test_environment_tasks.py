@@ -412,3 +412,35 @@ async def register_image(settings: Settings, reference: str) -> None:
             s.add(EnvironmentImage(reference=reference, note="test"))
     finally:
         await db.dispose()
+
+
+async def test_a_registered_image_serves_a_cli_agent_only_when_it_holds_the_same_agent_clis(
+    settings: Settings, agents_image: str, sandbox_image: str
+) -> None:
+    """A claude-code task on an environment naming a registered image: one built FROM the agents
+    image (here: a tag of it, same agent labels) is the base; one without the CLIs (the plain
+    sandbox image under another name) is not, and the run starts from the agents image instead."""
+    client = docker.from_env()
+    suffix = settings.instance_id[:12] or "x"
+    with_clis, without = f"forgehand-test-team-agents:{suffix}", f"forgehand-test-team-plain:{suffix}"
+    client.images.get(agents_image).tag(with_clis)
+    client.images.get(sandbox_image).tag(without)
+    bases = []
+    try:
+        with ScriptedAnthropic([claude_text("one"), claude_text("two")]) as api:
+            model = {"anthropic_base_url": api.url, "anthropic_api_key": KEY, "anthropic_model": "claude-test"}
+            async with served(settings, **model) as (env, c):
+                for image in (with_clis, without):
+                    await register_image(env.settings, image)
+                    commit(env, {".forgehand/environment.yml": json.dumps({"image": image, "setup": "true"})}, image)
+                    r = await c.post(TASKS, json={"goal": "go", "agent": "fixer", "runtime": "claude-code"})
+                    assert r.status_code == 201, r.text
+                    done = await wait_state(c, r.json()["number"], "awaiting_review", "failed", timeout=240)
+                    assert done["state"] == "awaiting_review", done
+                    bases.append(environment_events(await all_events(c, done["number"]))[-1]["detail"]["base"])
+            remove_environment_images(env.settings)
+    finally:
+        client.images.remove(with_clis, force=True)
+        client.images.remove(without, force=True)
+        client.close()
+    assert bases == [with_clis, agents_image]
