@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 LAZY_GROUPS = {
     "hooks": ("webhooks.cli", "hooks_group", "Webhook tools: the reference consumer."),
     "sandbox": ("sandbox.cli", "sandbox_group", "Build, list and reap sandbox images and containers."),
+    "doctor": ("forge.app.commands.doctor", "doctor", "Check what this instance needs and say how to fix it."),
+    "backup": ("forge.app.commands.backup", "backup_command", "Back up the instance (database, repositories, key)."),
+    "restore": ("forge.app.commands.backup", "restore_command", "Restore a backup into a fresh data directory."),
 }
 
 
