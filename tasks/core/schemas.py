@@ -243,6 +243,9 @@ class RunRead(msgspec.Struct, kw_only=True):
     # than the summary being its last words.
     summary: str = ""
     summary_reported: bool = False
+    # The worker that claimed the run (its id, `host:pid:token`, also the `org.forgehand.worker`
+    # label of the run's containers); null while the run is queued.
+    worker: str | None = None
 
 
 class SkippedPath(msgspec.Struct, kw_only=True):

@@ -165,7 +165,9 @@ class Execution(Settling, Supervising, Provisioning):
         ctx: RunContext | None = None
         try:
             await self.system(
-                "claimed", f"run {self.run_seq} ({self.kind.value}) claimed by worker {self.env.worker_id}"
+                "claimed",
+                f"run {self.run_seq} ({self.kind.value}) claimed by worker {self.env.worker_id}",
+                worker=self.env.worker_id,
             )
             ctx = await self._provision()
             outcome = await self._supervise(ctx)

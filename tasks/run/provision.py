@@ -136,7 +136,7 @@ class Provisioning(Outside):
         placement = Placement(
             engine=self.env.engine, image=image, workspace=self.workspace, instance=self.env.instance,
             task_label=self.task_uuid, run_label=self.run_uuid,
-            channel_root=self.settings.effective_run_channel_dir, egress=egress,
+            channel_root=self.settings.effective_run_channel_dir, egress=egress, labels=warm.worker_labels(self.env),
         )  # fmt: skip
         self.backchannel.custom = CustomTools(
             db=self.env.db, lifecycle=self.env.lifecycle, hub=self.env.hub, tools=tools, task_id=self.task_id,
@@ -202,6 +202,7 @@ class Provisioning(Outside):
             image=image, workspace=self.workspace, instance=env.instance, task=self.task_uuid, run=self.run_uuid,
             limits=warm.run_limits(settings), channel_dir=self._channel_dir(),
             env=proxy_env() if self.egress is not None else {}, relays=self._relays(),
+            extra_labels=warm.worker_labels(env),
         )  # fmt: skip
         pool = env.pools.get(image)
         if pool is not None:

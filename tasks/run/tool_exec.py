@@ -93,6 +93,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     instance: str
     task: str  # label values: the task's and the run's ids ("test" for a test run without a task)
     run: str
+    labels: dict[str, str] = msgspec.field(default_factory=dict)  # more container labels (the worker's)
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -254,7 +255,8 @@ def _spec(call: ToolCall, tool_dir: Path, proxy: _Proxy | None, limits: Limits |
     return SandboxSpec(
         image=call.image, workspace=call.workspace, instance=call.instance, task=call.task, run=call.run,
         env=proxy.env if proxy is not None else {}, limits=timed, channel_dir=tool_dir,
-        relays=(proxy.relay,) if proxy is not None else (), extra_labels={LABEL_TOOL_RUN: str(call.tool_run_id)},
+        relays=(proxy.relay,) if proxy is not None else (),
+        extra_labels={**call.labels, LABEL_TOOL_RUN: str(call.tool_run_id)},
     )  # fmt: skip
 
 

@@ -36,6 +36,9 @@ GATEWAY_RELAY = Relay(GATEWAY_RELAY_PORT, SOCKET_NAME)
 REFILL_DELAY_SECONDS = 3.0
 # Environments whose images the worker keeps warm sandboxes of, besides the built-in images.
 ENVIRONMENT_POOLS = 4
+# The worker that started a sandbox (its id, as runs[].worker shows it): on every run's container and
+# every pooled one. Not "forgehand.": the sandbox spec keeps that prefix for its own labels.
+LABEL_WORKER = "org.forgehand.worker"
 
 
 def run_limits(settings: Settings) -> Limits:
@@ -44,6 +47,12 @@ def run_limits(settings: Settings) -> Limits:
         exec_timeout_seconds=settings.task_tool_timeout_seconds,
         workspace_bytes=settings.task_workspace_limit_mb * MiB,
     )
+
+
+def worker_labels(env: RunEnv) -> dict[str, str]:
+    """The labels of the sandboxes this worker starts (for runs and for its pools alike: a pooled
+    sandbox matches a run's spec only when they are the same)."""
+    return {LABEL_WORKER: env.worker_id} if env.worker_id else {}
 
 
 def mount_limit(settings: Settings) -> int | None:
@@ -92,7 +101,7 @@ def _pool_of(env: RunEnv, image: str) -> SandboxPool:
     root = pools_root(settings)
     template = SandboxSpec(
         image=image, workspace=root, instance=env.instance, task="pool", run="pool",
-        limits=run_limits(settings), relays=(GATEWAY_RELAY,),
+        limits=run_limits(settings), relays=(GATEWAY_RELAY,), extra_labels=worker_labels(env),
     )  # fmt: skip
     pool = SandboxPool(
         env.engine, template, size=settings.task_sandbox_pool, root=root,

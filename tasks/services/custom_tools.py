@@ -238,7 +238,10 @@ async def update(
         latest = await version(session, tool, tool.last_version)
         d = definition_of_update(latest, data)
         tool.last_version += 1
-        add_version(session, tool, tool.last_version, d, actor.principal.account_id, None)
+        # A version keeps the agent's proposal it took its script from: an admin's other change
+        # never makes an agent's script look like the admin's own.
+        proposed = latest.proposed_by_task_id if data.script is None else None
+        add_version(session, tool, tool.last_version, d, actor.principal.account_id, proposed)
         audit.record(session, actor, "tool.version.create", _target(tool, res), version=tool.last_version)
     if data.enabled is not None and data.enabled != tool.enabled:
         tool.enabled = data.enabled
@@ -266,7 +269,7 @@ async def restore(session: AsyncSession, actor: Actor, res: RepoResource | None,
         mode=old.mode, read_only=old.read_only, timeout_seconds=old.timeout_seconds,
     )  # fmt: skip
     tool.last_version += 1
-    add_version(session, tool, tool.last_version, d, actor.principal.account_id, None)
+    add_version(session, tool, tool.last_version, d, actor.principal.account_id, old.proposed_by_task_id)
     await session.flush()
     audit.record(session, actor, "tool.version.restore", _target(tool, res), version=tool.last_version, source=number)
     return tool.last_version

@@ -123,6 +123,7 @@ def run_read(r: Run) -> RunRead:
         agent_version=r.agent_version,
         summary=r.summary,
         summary_reported=r.summary_reported,
+        worker=r.owner or None,
     )
 
 

@@ -137,3 +137,12 @@ async def postgres_copy(admin_url: str) -> str:
     await _execute(admin_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     _undropped.append(name)
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+async def postgres_empty(admin_url: str) -> str:
+    """A new, empty database (never migrated) for one test, dropped with the copies (a test of the
+    migrations themselves)."""
+    name = f"{_prefix(admin_url)}empty_{next(_copies)}"
+    await _execute(admin_url, f'CREATE DATABASE "{name}"')
+    _undropped.append(name)
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from forge.db import issue_models, models, notify_models, secret_models  # noqa: F401  (registers the tables on the metadata)
 from forge.db.engine import Base, create_engine
+from forge.db.migrate import migration_lock
 
 config = context.config
 target_metadata = Base.metadata
@@ -62,12 +63,15 @@ async def _run_async(url: str) -> None:
     sqlite = engine.dialect.name == "sqlite"
     if sqlite:
         _sqlite_keys_off(engine)
-    async with engine.connect() as connection:
-        await connection.run_sync(_run)
-        if sqlite:
-            await connection.run_sync(_check_keys)
-        await connection.commit()
-    await engine.dispose()
+    try:
+        # One process migrates at a time; the next finds the database at head (forge/db/migrate.py).
+        async with migration_lock(engine), engine.connect() as connection:
+            await connection.run_sync(_run)
+            if sqlite:
+                await connection.run_sync(_check_keys)
+            await connection.commit()
+    finally:
+        await engine.dispose()
 
 
 def run_migrations_offline() -> None:

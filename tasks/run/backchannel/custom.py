@@ -39,7 +39,7 @@ from tasks.core import tool_schema
 from tasks.core.custom_tools import ActiveTool
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.live import LiveHub
-from tasks.core.models import CustomToolRun, Run, Task
+from tasks.core.models import CustomTool, CustomToolRun, Run, Task
 from tasks.core.states import ToolRunState
 from tasks.core.transcript import Kind, Payload, ToolRunEvent
 from tasks.run.backchannel.service import GET_TOOL_RUN, ToolRefused
@@ -67,6 +67,7 @@ class Placement(msgspec.Struct, frozen=True, kw_only=True):
     run_label: str
     channel_root: Path  # a tool run's own directory is made under it
     egress: Any = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)  # more container labels (the worker's)
 
 
 class CustomTools:
@@ -99,6 +100,7 @@ class CustomTools:
         self.approval_ttl_seconds = approval_ttl_seconds
         self._drives: dict[int, asyncio.Task[None]] = {}
         self._calls = 0
+        self._opening = 0  # calls past the limit's check, not yet in `_drives`
         self._closed = False
 
     # --- what the agent is offered ------------------------------------------------------------
@@ -137,19 +139,36 @@ class CustomTools:
         if name == GET_TOOL_RUN:
             return await self.get_tool_run(args.get("id"))
         tool, inputs = self.validated(name, args)
-        if len(self._drives) >= OPEN_RUNS_MAX or self._calls >= CALLS_MAX:
+        # Counted before the first await: calls arriving together cannot all pass the check.
+        if len(self._drives) + self._opening >= OPEN_RUNS_MAX or self._calls >= CALLS_MAX:
             raise ToolRefused(
                 f"error: at most {OPEN_RUNS_MAX} tool runs of a run may wait or run at once ({CALLS_MAX} calls in "
                 f"all); wait for one with {GET_TOOL_RUN}. Nothing was run."
             )
         self._calls += 1
-        row = await self._record(tool, inputs, tool_use_id)
-        drive = asyncio.create_task(self._drive(row.id, tool, inputs), name=f"tool-run-{row.id}")
-        self._drives[row.id] = drive
-        drive.add_done_callback(functools.partial(self._forget, row.id))
+        self._opening += 1
+        try:
+            await self._still_offered(tool)
+            row = await self._record(tool, inputs, tool_use_id)
+            drive = asyncio.create_task(self._drive(row.id, tool, inputs), name=f"tool-run-{row.id}")
+            self._drives[row.id] = drive
+            drive.add_done_callback(functools.partial(self._forget, row.id))
+        finally:
+            self._opening -= 1
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(drive), CALL_WAIT_SECONDS)
         return await self._answer(row.id)
+
+    async def _still_offered(self, tool: ActiveTool) -> None:
+        """The tool is still on and still at the version this run was offered: an admin who
+        switches it off (or activates another version) stops the calls of runs already going."""
+        async with self.db.session() as s:
+            row = await s.get(CustomTool, tool.tool_id)
+        if row is None or not row.enabled or row.active_version != tool.version:
+            raise ToolRefused(
+                f"error: custom_{tool.name} version {tool.version} is no longer offered (switched off or replaced "
+                "by an admin); nothing was run"
+            )
 
     def _forget(self, run_id: int, _done: "asyncio.Task[None]") -> None:
         self._drives.pop(run_id, None)
@@ -179,7 +198,9 @@ class CustomTools:
         if state is not ToolRunState.SUCCEEDED and state is not ToolRunState.FAILED:
             return f"{head}; the script did not run."
         status = f"exit code {row.exit_code}" if row.exit_code is not None else (row.failure_reason or "failed")
-        return f"{head}, {status}\n{UNTRUSTED}\n<tool_output>\n{row.output}\n</tool_output>"
+        # The frame cannot be closed from inside: the output's own closing tags are defused.
+        output = row.output.replace("</tool_output", "<\\/tool_output")
+        return f"{head}, {status}\n{UNTRUSTED}\n<tool_output>\n{output}\n</tool_output>"
 
     async def _record(self, tool: ActiveTool, inputs: dict[str, Any], tool_use_id: str) -> CustomToolRun:
         approval = tool.mode == "approval"
@@ -203,6 +224,11 @@ class CustomTools:
     async def _drive(self, run_id: int, tool: ActiveTool, inputs: dict[str, Any]) -> None:
         try:
             if tool.mode == "approval" and not await self._decided(run_id):
+                return
+            try:
+                await self._still_offered(tool)
+            except ToolRefused:
+                await self._set_final(run_id, ToolRunState.CANCELLED, ToolRunState.QUEUED)
                 return
             if not await self._claim(run_id):
                 return
@@ -255,7 +281,7 @@ class CustomTools:
             tool_run_id=run_id, tool_name=tool.name, version=tool.version, script=tool.script,
             interpreter=tool.interpreter, inputs=inputs, arg_env=tool_schema.env_for(inputs),
             timeout_seconds=tool.timeout_seconds, image=p.image, workspace=p.workspace, instance=p.instance,
-            task=p.task_label, run=p.run_label,
+            task=p.task_label, run=p.run_label, labels=p.labels,
         )  # fmt: skip
         tool_dir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=f"tool-{run_id}-", dir=p.channel_root))
         try:

@@ -43,8 +43,9 @@ async def starter_is_admin(db: Database, task_id: int) -> bool:
         repo = await s.get(Repository, task.repo_id) if task else None
         if starter is None or repo is None or starter.is_bot:
             return False
+        # As the starter acting in person (an internal principal would pass every check).
         principal = Principal(account_id=starter.id, login=starter.login, type="User", is_admin=starter.is_admin,
-                              via="internal")  # fmt: skip
+                              via="session")  # fmt: skip
         return can(principal, Action.REPO_ADMIN, await resource_for(s, repo, principal))
 
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from tasks.core.policy import ApprovalRequest, ApprovedCall, input_hash
+from tasks.core.policy import ApprovalRequest, ApprovedCall, GateDecision, input_hash
 from tasks.core.states import FailureReason, RunState
 from tasks.core.transcript import Notice, Question
 from tasks.run.backchannel import ToolRefused
@@ -192,6 +192,10 @@ class PolicyBroker:
         if decision.user_message:
             await ctx.emit("notice", Notice(text=decision.user_message))
         if decision.decision == "ask":
+            try:  # a rewritten custom tool call is parked as the call's own arguments
+                decision = as_call_input(ctx, tool_name, decision) if policy_name != tool_name else decision
+            except ToolRefused as exc:
+                return Verdict(behavior="deny", message=str(exc))
             request = approval_request(decision, tool_use_id=tool_use_id, tool_name=tool_name, tool_input=tool_input)
             self.parked = request
             text = (
@@ -238,6 +242,19 @@ def policy_view(ctx: RunContext, tool_name: str, tool_input: dict[str, Any]) -> 
     if custom is None or not custom.knows(name):
         return tool_name, tool_input
     return name, custom.policy_form(name, tool_input)
+
+
+def as_call_input(ctx: RunContext, tool_name: str, decision: GateDecision) -> GateDecision:
+    """A policy's rewrite of a custom tool's call (`{"version", "inputs"}`) as the call's own
+    arguments, checked again: what a person approves is what the agent's call will carry."""
+    if not decision.input_override or not _custom_name(ctx, tool_name):
+        return decision
+    return msgspec.structs.replace(decision, input_override=custom_args(ctx, tool_name, decision.input_override))
+
+
+def _custom_name(ctx: RunContext, tool_name: str) -> bool:
+    custom = ctx.backchannel.custom if ctx.backchannel is not None else None
+    return custom is not None and custom.knows(backchannel_tool(tool_name) or tool_name)
 
 
 def custom_args(ctx: RunContext, tool_name: str, override: Any) -> dict[str, Any]:

@@ -21,11 +21,23 @@ from forge.db.engine import Database
 from forge.git import Identity
 from forge.git.bare import write_commit
 from sandbox.pool import LIVE_POOLS
+from sandbox.spec import LABEL_POOL
 from tasks.core.models import EnvironmentImage
+from tasks.run.warm import LABEL_WORKER
 from tests.support.anthropic import ScriptedAnthropic, tool_use
 from tests.support.anthropic import text as claude_text
 from tests.support.egress import origin_server, simple_index
-from tests.support.tasks import Env, all_events, output_text, serve_env, served, start, tree_files, wait_state
+from tests.support.tasks import (
+    Env,
+    all_events,
+    containers_of,
+    output_text,
+    serve_env,
+    served,
+    start,
+    tree_files,
+    wait_state,
+)
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
@@ -373,6 +385,9 @@ async def test_the_worker_keeps_warm_sandboxes_of_an_environment(settings: Setti
                     timeout=60,
                     what="a warm sandbox of the environment's image",
                 )
+                # Pooled sandboxes are the worker's, labelled as its runs' are (or none would match).
+                idle = [x for x in containers_of(env.settings) if LABEL_POOL in x.labels]
+                assert idle and {x.labels.get(LABEL_WORKER) for x in idle} == {done["runs"][-1]["worker"]}
         remove_environment_images(env.settings)
     sandboxes = []
     for done, events in results:

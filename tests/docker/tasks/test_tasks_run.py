@@ -23,6 +23,7 @@ from forge.db.events import EventBus
 from forge.git import RepoStore
 from tasks.core.live import LiveHub
 from tasks.core.policy import AllowAll
+from tasks.run.warm import LABEL_WORKER
 from tasks.run.worker import TaskWorker
 from tests.support.tasks import (
     SECRET,
@@ -125,7 +126,11 @@ async def test_stop_kills_the_sandbox_then_retry_continues_from_the_wip_snapshot
     async with env.client() as c:
         await start(c, script)
         await until(lambda: printed(c, "first"), timeout=120, what="the first run to print 'first'")
-        assert containers_of(env.settings)
+        # The run names its worker, as do its sandbox's label and the transcript's claim.
+        worker = (await c.get("/api/v1/repos/ana/demo/tasks/1")).json()["runs"][0]["worker"]
+        assert worker and [x.labels.get(LABEL_WORKER) for x in containers_of(env.settings)] == [worker]
+        [claimed] = [e["payload"] for e in await all_events(c, 1) if e["payload"].get("phase") == "claimed"]
+        assert claimed["detail"] == {"worker": worker} and claimed["text"].endswith(f"claimed by worker {worker}")
         t0 = time.monotonic()
         r = await c.post("/api/v1/repos/ana/demo/tasks/1/stop")
         assert r.status_code == 200, r.text

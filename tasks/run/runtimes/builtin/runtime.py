@@ -21,7 +21,7 @@ from tasks.run.runtimes.base import Outcome, RunContext, RuntimeUnavailable
 from tasks.run.runtimes.builtin.conversation import pending_tool_calls, resume
 from tasks.run.runtimes.builtin.model_client import TOOL_NAMES, ModelFailure, chat, tools_of
 from tasks.run.runtimes.builtin.tools import ToolError, execute
-from tasks.run.runtimes.policy_broker import custom_args, policy_view
+from tasks.run.runtimes.policy_broker import as_call_input, custom_args, policy_view
 from tasks.run.runtimes.policy_steps import StopStep, after_tool, approval_request, verify
 from tasks.run.runtimes.policy_steps import decided as record_decision
 from tasks.run.runtimes.policy_steps import record as _record
@@ -293,6 +293,11 @@ class BuiltinRuntime:
             # is parked as an approval and the run blocks; nothing runs until someone decides.
             # The input a person approves is the one that would run: an earlier endpoint's
             # rewrite (input_override) included, as the asking endpoint saw it.
+            try:  # a rewritten custom tool call is parked as the call's own arguments
+                decision = as_call_input(ctx, name, decision)
+            except ToolRefused as exc:
+                await ctx.emit("tool_result", ToolResult(id=call_id, name=name, output=str(exc), is_error=True))
+                return str(exc), True, {}
             request = approval_request(decision, tool_use_id=call_id, tool_name=name, tool_input=args)
             return "", False, {"approval": request, "model_context": decision.model_context}
         if decision.failed:

@@ -1,6 +1,7 @@
 """Recovery of an interrupted run whose workspace holds a name that is not UTF-8 (what an agent
 gets with `touch $'bad\\xffname'`): the run ends `interrupted`, the name is listed escaped, the
-workspace goes; and when its reports cannot be written, the run still ends, without them."""
+workspace goes; and when its reports cannot be written, the run still ends, without them. A run's
+`worker` is null while it is queued, then the id of the worker that claimed it, run ended or not."""
 
 import os
 from pathlib import Path
@@ -34,6 +35,7 @@ async def interrupted_run(client: AsyncTestClient[Litestar], world: World, db: D
     """A task whose run was running on a worker that is gone, its workspace left on disk."""
     r = await client.post(TASKS, json={"goal": "g", "agent": "fixer", "command": "true"}, headers=world.h("ana"))
     assert r.status_code == 201, r.text
+    assert r.json()["runs"][0]["worker"] is None  # queued: no worker yet
     async with db.session(write=True) as s:
         task = (await s.execute(select(Task))).scalar_one()
         run = (await s.execute(select(Run))).scalar_one()
@@ -58,6 +60,25 @@ async def recover(db: Database, settings: Settings) -> None:
         await store.close()
 
 
+async def test_a_run_names_the_worker_that_claimed_it(
+    client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
+) -> None:
+    r = await client.post(TASKS, json={"goal": "g", "agent": "fixer", "command": "true"}, headers=world.h("ana"))
+    assert r.status_code == 201, r.text
+    [queued] = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()["runs"]
+    assert queued["state"] == "queued" and queued["worker"] is None
+    store = RepoStore(settings.data_dir / "repos")
+    worker = TaskWorker(db, settings, store, EventBus(), LiveHub(), AllowAll())
+    try:
+        assert len(await worker._claim(1)) == 1  # the claim alone: no run is started
+    finally:
+        await store.close()
+    task = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()
+    [listed] = (await client.get(TASKS, headers=world.h("ana"))).json()
+    for run in (task["runs"][0], listed["runs"][0]):
+        assert run["state"] == "running" and run["worker"] == worker.id, run
+
+
 async def test_recovery_lists_a_name_that_is_not_utf8_escaped(
     client: AsyncTestClient[Litestar], world: World, db: Database, settings: Settings
 ) -> None:
@@ -65,6 +86,7 @@ async def test_recovery_lists_a_name_that_is_not_utf8_escaped(
     await recover(db, settings)
     task = (await client.get(f"{TASKS}/1", headers=world.h("ana"))).json()
     assert task["state"] == "failed" and task["failure_reason"] == "interrupted", task
+    assert task["runs"][0]["worker"] == "gone:1:x"  # the worker that had it, though gone
     assert task["runs"][0]["skipped"] == [{"path": "bad\\xffname", "reason": "the file name is not valid UTF-8"}]
     assert task["head_is_wip"] and not workspace.exists()
 
