@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test suite lint types imports provision sandbox-image test-db bench clean
+.PHONY: run test suite lint types imports provision sandbox-image app-image test-db bench clean
 
 # The suite runs in parallel (pytest-xdist): most tests wait on Docker, git, a browser or a
 # subprocess rather than the CPU, so more workers than CPUs pays off (docs/contributing.md has the
@@ -52,6 +52,11 @@ provision:
 sandbox-image: $(STAMP)
 	$(BIN)/forgehand sandbox build
 	$(BIN)/forgehand sandbox build --agents
+
+# The application image, forgehand-app:<version>, offline: the sandbox image's Debian base plus
+# forgehand and its dependencies from $(VENV) (deploy/app, docs/operator.md); cached on its recipe.
+app-image: $(STAMP)
+	VENV=$(VENV) deploy/scripts/build-app-image
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
