@@ -30,7 +30,11 @@ if TYPE_CHECKING:
 LAZY_GROUPS = {
     "hooks": ("webhooks.cli", "hooks_group", "Webhook tools: the reference consumer."),
     "sandbox": ("sandbox.cli", "sandbox_group", "Build, list and reap sandbox images and containers."),
-    "doctor": ("forge.app.commands.doctor", "doctor", "Check what this instance needs and say how to fix it."),
+    "doctor": (
+        "forge.app.commands.doctor",
+        "doctor",
+        "Check what this instance needs (settings, data, database, Docker, allow-lists, clock).",
+    ),
     "backup": ("forge.app.commands.backup", "backup_command", "Back up the instance (database, repositories, key)."),
     "restore": ("forge.app.commands.backup", "restore_command", "Restore a backup into a fresh data directory."),
 }
@@ -162,8 +166,33 @@ def db_upgrade() -> None:
     click.echo("database is up to date")
 
 
+def _checked_labels(value: str | None) -> str | None:
+    from forge.core.worker_labels import parse_labels
+
+    if value is None:
+        return None
+    try:
+        return ",".join(parse_labels(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @main.command()
-def worker() -> None:
+@click.option(
+    "--labels",
+    default=None,
+    metavar="LABEL,...",
+    callback=lambda _ctx, _param, value: _checked_labels(value),
+    help="Labels this worker offers, e.g. gpu,large: it claims only runs whose task requires none it lacks"
+    " (FORGEHAND_WORKER_LABELS, default none).",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(min=1),
+    default=None,
+    help="How many runs this worker runs at once (FORGEHAND_WORKER_CAPACITY, default FORGEHAND_TASK_CONCURRENCY).",
+)
+def worker(labels: str | None, capacity: int | None) -> None:
     """Run the task worker in its own process (claims queued runs; start several on Docker hosts)."""
     import asyncio
 
@@ -171,9 +200,13 @@ def worker() -> None:
     from forge.db.migrate import upgrade
     from tasks.system import run_worker_process
 
-    settings = start_settings()
+    settings = start_settings(worker_labels=labels, worker_capacity=capacity)
     upgrade(settings.effective_database_url)
-    click.echo(f"forgehand worker: claiming runs from {settings.effective_database_url.split('://')[0]} database")
+    offers = ", ".join(sorted(settings.worker_label_set)) or "no labels"
+    click.echo(
+        f"forgehand worker: claiming runs from {settings.effective_database_url.split('://')[0]} database"
+        f" ({offers}; up to {settings.effective_worker_capacity} at once)"
+    )
     freeze_startup_heap()
     asyncio.run(run_worker_process(settings))
 

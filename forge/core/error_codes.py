@@ -265,6 +265,12 @@ class Code(StrEnum):
         422,
         "an environment image to register is not a local image reference (repository[:tag]), or there are too many",
     )
+    INVALID_WORKER_LABELS = (
+        "invalid_worker_labels",
+        422,
+        "a worker label is not 1-32 of a-z, 0-9, `_`, `.`, `-` starting with a letter or digit, or there are more"
+        " than 8 (the repository's and the task's together)",
+    )
     ENVIRONMENT_OVERRIDE_NEEDS_ADMIN = (
         "environment_override_needs_admin",
         403,

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from forge.core.addresses import AllowList
+from forge.core.worker_labels import parse_labels
 
 ENV_PREFIX = "FORGEHAND_"
 # Variables of other forgehand programs, not settings of the instance: skipped, never "unknown".
@@ -70,6 +71,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     sandbox_image: str = ""
     task_concurrency: int = 2
     task_repo_concurrency: int = 1
+    # This process's worker: the labels it offers (comma-separated, e.g. "gpu,large"; a run whose
+    # task requires labels goes only to a worker with all of them) and how many runs it takes at
+    # once (0: task_concurrency). `forgehand worker --labels/--capacity` set them too.
+    worker_labels: str = ""
+    worker_capacity: int = 0
     task_turn_limit: int = 50
     task_tool_timeout_seconds: float = 600.0
     task_idle_seconds: float = 900.0
@@ -159,6 +165,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         never reaches another's runs."""
         instance = (self.instance_id or "forgehand").encode()
         return self.run_channel_root / ("i" + hashlib.sha256(instance).hexdigest()[:10])
+
+    @property
+    def worker_label_set(self) -> frozenset[str]:
+        """The labels this process's worker offers."""
+        return frozenset(parse_labels(self.worker_labels))
+
+    @property
+    def effective_worker_capacity(self) -> int:
+        """How many runs this process's worker runs at once."""
+        return self.worker_capacity or self.task_concurrency
 
     @property
     def is_sqlite(self) -> bool:
@@ -252,6 +268,12 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
             AllowList.parse(getattr(s, name), setting=src(name))
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
+    try:
+        parse_labels(s.worker_labels)
+    except ValueError as exc:
+        raise SettingsError(f"{src('worker_labels')}: {exc}") from None
+    if s.worker_capacity < 0:
+        raise SettingsError(f"{src('worker_capacity')}: must not be negative (0: task_concurrency)")
     if s.secret_key and len(s.secret_key) < 32:
         raise SettingsError(f"{src('secret_key')}: must be at least 32 characters")
     for name in _POSITIVE:

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -58,6 +59,9 @@ class Task(Base):
     # A repository admin's override of the environment for this task ({"image", "extra_setup"};
     # tasks/core/schemas.py EnvironmentOverride), null for none.
     environment_override: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The labels a worker must have to claim the task's runs (the repository's task settings' and
+    # the start's `worker_labels`, fixed at start; sorted). [] for any worker.
+    required_labels: Mapped[list[str]] = mapped_column(JSON, default=list, server_default=text("'[]'"))
     agent_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="RESTRICT"), index=True)
     started_by_id: Mapped[int | None] = mapped_column(
         ForeignKey("accounts.id", ondelete="SET NULL"), nullable=True, index=True
@@ -322,6 +326,8 @@ class RepoTaskSettings(Base):
     max_subtasks: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Runtimes a subtask may use besides its parent's (null: the parent's only).
     subtask_runtimes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # Labels every task of the repository requires of the worker that claims its runs (null: none).
+    worker_labels: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
 

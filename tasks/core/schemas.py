@@ -45,6 +45,9 @@ class TaskCreate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     on_pull_request: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] | None = None
     # Repository admins only: another image or an extra setup step for this task's environment.
     environment_override: EnvironmentOverride | None = None
+    # Labels the worker that claims the task's runs must have, beside the repository's
+    # (`^[a-z0-9][a-z0-9_.-]{0,31}$`, at most 8 in all; checked by the start: `invalid_worker_labels`).
+    worker_labels: Annotated[list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(max_length=64)] = []
 
 
 class PullLink(msgspec.Struct, kw_only=True):
@@ -321,6 +324,10 @@ class TaskRead(msgspec.Struct, kw_only=True):
     trigger: Trigger | None = None
     # A repository admin's change to the environment for this task; null for none.
     environment_override: EnvironmentOverride | None = None
+    # The labels a worker must have to claim the task's runs (the repository's and the start's),
+    # and, while the task is queued, the same labels: what its queued run waits for ([] otherwise).
+    required_labels: list[str] = msgspec.field(default_factory=list)
+    waiting_for_labels: list[str] = msgspec.field(default_factory=list)
 
 
 class TranscriptPage(msgspec.Struct, kw_only=True):

@@ -1,20 +1,24 @@
 """The worker: claims queued runs, provisions a workspace and a sandbox, runs the runtime, takes the
 snapshot commit and settles the task. In-process (the app's lifespan) or `forgehand worker`.
 
-Concurrency: at most `task_concurrency` runs per worker and `task_repo_concurrency` running runs per
-repository. Each owned run carries the worker's id and a heartbeat; at start-up (and periodically)
-runs whose owner is gone are failed as `interrupted` (their workspaces snapshotted as the WIP
+Concurrency: at most `worker_capacity` (default `task_concurrency`) runs per worker and
+`task_repo_concurrency` running runs per repository. A worker claims only runs whose task requires
+no label it lacks (`worker_labels`; the filter is in the claim's query, so the rows it locks are
+the ones it may take). Each owned run carries the worker's id and a heartbeat; at start-up (and
+periodically) runs whose owner is gone are failed as `interrupted` (their workspaces snapshotted as the WIP
 commit, then removed) and their containers reaped (tasks/run/recovery.py)."""
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import socket
 import time
 
 import structlog
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, cast, exists, func, literal, select, update
+from sqlalchemy.dialects.postgresql import JSONB
 
 from forge.core.settings import Settings
 from forge.db.engine import Database, utcnow
@@ -39,6 +43,18 @@ log = structlog.get_logger("forgehand.tasks")
 HEARTBEAT_SECONDS = 1.0
 RECOVER_EVERY = 30.0
 APPROVAL_SWEEP_SECONDS = 2.0
+
+
+def labels_fit(dialect: str, labels: frozenset[str]) -> ColumnElement[bool]:
+    """A run's task requires no label outside `labels` (its `required_labels` a subset of them), as
+    SQL: PostgreSQL's jsonb containment, SQLite's `json_each`."""
+    required = Task.required_labels
+    if dialect == "postgresql":
+        fits = cast(required, JSONB).contained_by(cast(literal(json.dumps(sorted(labels))), JSONB))
+    else:
+        each = func.json_each(required).table_valued("value")
+        fits = ~exists(select(literal(1)).select_from(each).where(each.c.value.not_in(sorted(labels))))
+    return exists(select(literal(1)).where(Task.id == Run.task_id, fits))
 
 
 class TaskWorker:
@@ -68,6 +84,8 @@ class TaskWorker:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.instance = settings.instance_id or "forgehand"
         self.image = settings.sandbox_image or DEFAULT_IMAGE
+        self.labels = settings.worker_label_set
+        self.capacity = settings.effective_worker_capacity
         self.env = RunEnv(
             db=db,
             store=store,
@@ -105,7 +123,7 @@ class TaskWorker:
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._expire_loop()),
         ]
-        log.info("task worker started", worker=self.id)
+        log.info("task worker started", worker=self.id, labels=sorted(self.labels), capacity=self.capacity)
 
     async def close(self) -> None:
         """Stop claiming; runs still going end as `interrupted` (with their WIP snapshot)."""
@@ -173,10 +191,7 @@ class TaskWorker:
         last_recover = time.monotonic()
         while not self._closing:
             try:
-                free = self.settings.task_concurrency - len(self._running)
-                if free > 0:
-                    for run_id, task_id in await self._claim(free):
-                        self._spawn(run_id, task_id)
+                await self.claim_once()
                 if time.monotonic() - last_recover > RECOVER_EVERY:
                     last_recover = time.monotonic()
                     await self.recover(reap_containers=True)
@@ -189,7 +204,19 @@ class TaskWorker:
                     await self._wake.wait()
             self._wake.clear()
 
+    async def claim_once(self) -> int:
+        """Claim what this worker has room for (its capacity less the runs it runs) and start it:
+        how many runs it claimed."""
+        free = self.capacity - len(self._running)
+        if free <= 0:
+            return 0
+        claimed = await self._claim(free)
+        for run_id, task_id in claimed:
+            self._spawn(run_id, task_id)
+        return len(claimed)
+
     async def _claim(self, free: int) -> list[tuple[int, int]]:
+        """Up to `free` queued runs this worker may take (its labels), claimed in one transaction."""
         claimed: list[tuple[int, int]] = []
         async with self.db.session(write=True) as s:
             life = self.env.lifecycle(s)
@@ -204,8 +231,14 @@ class TaskWorker:
                 .tuples()
                 .all()
             )
-            stmt = select(Run).where(Run.state == RunState.QUEUED).order_by(Run.id).limit(100)
-            if s.get_bind().dialect.name == "postgresql":
+            dialect = s.get_bind().dialect.name
+            stmt = (
+                select(Run)
+                .where(Run.state == RunState.QUEUED, labels_fit(dialect, self.labels))
+                .order_by(Run.id)
+                .limit(100)
+            )
+            if dialect == "postgresql":
                 stmt = stmt.with_for_update(skip_locked=True)
             for run in (await s.execute(stmt)).scalars().all():
                 if len(claimed) >= free:

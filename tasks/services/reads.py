@@ -262,6 +262,8 @@ def _task_read(task: Task, res: RepoResource, facts: _PageFacts, base_url: str) 
         environment_override=(
             msgspec.convert(task.environment_override, EnvironmentOverride) if task.environment_override else None
         ),
+        required_labels=list(task.required_labels or []),
+        waiting_for_labels=list(task.required_labels or []) if task.state == TaskState.QUEUED else [],
     )
 
 

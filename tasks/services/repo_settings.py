@@ -8,9 +8,11 @@ import msgspec
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.accounts.model_keys import check_endpoint
+from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput, about_field
 from forge.core.settings import Settings
 from forge.core.text import require_no_nul
+from forge.core.worker_labels import checked_labels
 from forge.db import audit
 from forge.db.audit import Actor
 from forge.repos.repositories import RepoResource
@@ -58,6 +60,8 @@ class RepoTaskSettingsRead(msgspec.Struct, kw_only=True):
     max_subtasks: int | None = None
     # Runtimes a subtask may use besides its parent's (null or empty: the parent's only).
     subtask_runtimes: list[str] | None = None
+    # Labels every task of the repository requires of the worker that claims its runs (null: none).
+    worker_labels: list[str] | None = None
 
 
 class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +90,10 @@ class RepoTaskSettingsUpdate(msgspec.Struct, kw_only=True, forbid_unknown_fields
     max_subtask_depth: Annotated[int, msgspec.Meta(ge=0, le=10)] | None = None
     max_subtasks: Annotated[int, msgspec.Meta(ge=0, le=100)] | None = None
     subtask_runtimes: Annotated[list[RuntimeName], msgspec.Meta(max_length=10)] | None = None
+    # `^[a-z0-9][a-z0-9_.-]{0,31}$`, at most 8 (checked here: `invalid_worker_labels`).
+    worker_labels: Annotated[list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(max_length=64)] | None = (
+        None
+    )
 
 
 def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
@@ -112,6 +120,7 @@ def settings_read(row: RepoTaskSettings | None) -> RepoTaskSettingsRead:
         max_subtask_depth=row.max_subtask_depth if row else None,
         max_subtasks=row.max_subtasks if row else None,
         subtask_runtimes=row.subtask_runtimes if row else None,
+        worker_labels=row.worker_labels if row else None,
     )
 
 
@@ -125,6 +134,10 @@ async def update(
     for key in (change.model_api_key, change.anthropic_api_key):
         require_no_nul(key or "", "a model key")
     egress = checked(change.egress) if change.egress is not None else None
+    try:
+        labels = checked_labels(change.worker_labels) if change.worker_labels is not None else []
+    except ValueError as exc:
+        raise InvalidInput(f"worker_labels: {exc}", code=Code.INVALID_WORKER_LABELS) from None
     row = await session.get(RepoTaskSettings, res.repo.id)
     if row is None:
         row = RepoTaskSettings(repo_id=res.repo.id)
@@ -154,6 +167,7 @@ async def update(
     row.max_subtask_depth = change.max_subtask_depth
     row.max_subtasks = change.max_subtasks
     row.subtask_runtimes = sorted(set(change.subtask_runtimes)) if change.subtask_runtimes else None
+    row.worker_labels = labels or None  # tasks started from now on require them (started ones keep theirs)
     await session.flush()
     audit.record(
         session,

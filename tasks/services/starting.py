@@ -9,9 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.accounts import accounts
 from forge.core.access import Action, Principal, can
+from forge.core.error_codes import Code
 from forge.core.errors import Forbidden, InvalidInput
 from forge.core.settings import Settings
 from forge.core.text import require_no_nul
+from forge.core.worker_labels import checked_labels
 from forge.db.audit import Actor
 from forge.db.models import Account
 from forge.git import RefNotFound, RepoStore, resolve_ref, validate_branch_name
@@ -19,7 +21,7 @@ from forge.git.errors import InvalidRefName
 from forge.repos.repositories import RepoResource, resource_for
 from tasks.core import repo_settings
 from tasks.core.agent_registry import AcpAgent, acp_agent
-from tasks.core.models import Task
+from tasks.core.models import RepoTaskSettings, Task
 from tasks.core.schemas import TaskCreate, argv_of
 from tasks.core.states import TaskState
 from tasks.services import environment_images, rules
@@ -112,6 +114,16 @@ async def environment_override_of(
     return {"image": image, "extra_setup": override.extra_setup}
 
 
+async def required_labels_of(session: AsyncSession, res: RepoResource, data: TaskCreate) -> list[str]:
+    """The labels the worker that claims the task's runs must have: the repository's task settings'
+    and the start's, together (422 `invalid_worker_labels` naming a bad one)."""
+    row = await session.get(RepoTaskSettings, res.repo.id)
+    try:
+        return checked_labels([*(row.worker_labels or [] if row is not None else []), *data.worker_labels])
+    except ValueError as exc:
+        raise InvalidInput(f"worker_labels: {exc}", code=Code.INVALID_WORKER_LABELS) from None
+
+
 async def prepare_start(
     session: AsyncSession, settings: Settings, store: RepoStore, actor: Actor, res: RepoResource, data: TaskCreate
 ) -> tuple[Task, Account]:
@@ -142,8 +154,10 @@ async def prepare_start(
     if resolved.kind != "branch":
         raise InvalidInput(f"{base!r} is not a branch", code="base_not_found")
     override = await environment_override_of(session, actor, res, settings, data)
+    labels = await required_labels_of(session, res, data)
     task = Task(
         environment_override=override,
+        required_labels=labels,
         repo_id=res.repo.id,
         number=0,
         title=data.title.strip() or title_from_goal(goal),

@@ -262,7 +262,7 @@ def _fresh_destination(dest: Path) -> Path:
     return partial
 
 
-@click.command("backup")
+@click.command("backup", short_help="Back up the instance (database, repositories, key).")
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
 def backup_command(dest: Path) -> None:
     """Back up the instance into the new directory DEST: the database first (a consistent snapshot,
@@ -416,7 +416,7 @@ def revision_note(settings: Settings) -> str:
     return f"the database is at revision {current}, not {head}: run `forgehand db upgrade`"
 
 
-@click.command("restore")
+@click.command("restore", short_help="Restore a backup into a fresh data directory.")
 @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
     "--data-dir",

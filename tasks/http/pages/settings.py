@@ -68,6 +68,7 @@ class TaskSettingsForm(msgspec.Struct, kw_only=True):
     max_subtask_depth: str = ""
     max_subtasks: str = ""
     subtask_runtimes: str = ""  # comma- or space-separated
+    worker_labels: str = ""  # comma- or space-separated
     csrf_token: str = ""
 
 
@@ -78,6 +79,7 @@ ALIASES = {
     "egress.presets": "egress_presets",
     "invalid_egress_preset": "egress_presets",
     "egress.mode": "egress_mode",
+    "invalid_worker_labels": "worker_labels",
 }
 INPUTS = (*TaskSettingsForm.__struct_fields__, "egress_presets")
 
@@ -101,6 +103,7 @@ def settings_form(read: RepoTaskSettingsRead) -> TaskSettingsForm:
         egress_mode=read.egress.mode,
         egress_rules="\n".join(read.egress.rules),
         subtask_runtimes=", ".join(read.subtask_runtimes or []),
+        worker_labels=", ".join(read.worker_labels or []),
     )
 
 
@@ -118,6 +121,7 @@ def settings_update(form: TaskSettingsForm) -> repo_settings.RepoTaskSettingsUpd
         "allow_personal_keys": bool(form.allow_personal_keys),
         "allow_web_search": bool(form.allow_web_search),
         "subtask_runtimes": form.subtask_runtimes.replace(",", " ").split() or None,
+        "worker_labels": [label[:64] for label in form.worker_labels.replace(",", " ").split()[:64]] or None,
         "egress": {
             "mode": form.egress_mode,
             "rules": [line.strip() for line in form.egress_rules.splitlines() if line.strip()],

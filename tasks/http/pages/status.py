@@ -21,7 +21,8 @@ def waiting_line(read: TaskRead, task: Task, principal: Principal, res: RepoReso
     state = read.state
     if state == "queued":
         where = f" (#{read.queue_position} in the queue)" if read.queue_position else ""
-        return f"Waiting for a worker{where}."
+        labels = f" with labels {', '.join(read.waiting_for_labels)}" if read.waiting_for_labels else ""
+        return f"Waiting for a worker{labels}{where}."
     if state == "running":
         return ACTIVE_LINES["running"]
     if state == "blocked" and read.pending_approval is not None:

@@ -244,6 +244,7 @@ def _child(parent: Task, name: str, instructions: str, runtime: str, command: st
         parent_id=parent.id,
         depth=parent.depth + 1,
         token_budget=budget,
+        required_labels=list(parent.required_labels or []),  # the same kind of worker as its parent
     )
 
 
