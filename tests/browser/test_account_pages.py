@@ -11,11 +11,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from forge.accounts import accounts
-from forge.db.audit import Actor
-from forge.db.engine import Database
 from tests.support.a11y import assert_accessible, check_page, no_foreign_requests, phone_width
-from tests.support.browser import ForgeServer, run_async, serve_forge
+from tests.support.browser import ForgeServer, make_user, serve_forge
 from tests.support.browser_ui import sign_in
 
 pytestmark = pytest.mark.browser
@@ -26,18 +23,6 @@ PASSWORD = "correct horse battery"
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForgeServer]:
     with serve_forge(tmp_path_factory.mktemp("account-pages"), {"run_worker": False}) as server:
         yield server
-
-
-def make_user(site: ForgeServer, login: str) -> None:
-    async def go() -> None:
-        db = Database(site.settings.effective_database_url)
-        try:
-            async with db.session(write=True) as s:
-                await accounts.create_user(s, Actor.system("test"), login, PASSWORD)
-        finally:
-            await db.dispose()
-
-    run_async(go())
 
 
 def press_tab_until_focused(page: Page, selector: str, *, limit: int = 60) -> None:

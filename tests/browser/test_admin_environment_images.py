@@ -11,11 +11,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from forge.accounts import accounts
-from forge.db.audit import Actor
-from forge.db.engine import Database
 from tests.support.a11y import check_page, no_foreign_requests
-from tests.support.browser import ForgeServer, run_async, serve_forge
+from tests.support.browser import ForgeServer, make_user, serve_forge
 from tests.support.browser_ui import create_repo, sign_in
 
 pytestmark = pytest.mark.browser
@@ -31,18 +28,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForgeServer]:
     overrides = {"run_worker": False, "environment_extra_images": OPERATOR_IMAGE}
     with serve_forge(tmp_path_factory.mktemp("admin-environment-images"), overrides) as server:
         yield server
-
-
-def make_user(site: ForgeServer, login: str) -> None:
-    async def go() -> None:
-        db = Database(site.settings.effective_database_url)
-        try:
-            async with db.session(write=True) as s:
-                await accounts.create_user(s, Actor.system("test"), login, PASSWORD)
-        finally:
-            await db.dispose()
-
-    run_async(go())
 
 
 def declare_environment(page: Page, site: ForgeServer, full_name: str, image: str) -> None:

@@ -15,11 +15,8 @@ import docker
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from forge.accounts import accounts
-from forge.db.audit import Actor
-from forge.db.engine import Database
 from tests.support.a11y import check_page
-from tests.support.browser import ForgeServer, run_async
+from tests.support.browser import ForgeServer, make_user
 from tests.support.browser_ui import add_collaborator, create_bot, create_repo, mark_page, sign_in, was_reloaded
 
 pytestmark = [pytest.mark.browser, pytest.mark.docker]
@@ -38,18 +35,6 @@ def site(forge: ForgeServer, docker_client: docker.DockerClient) -> Iterator[For
     for image in docker_client.images.list(filters={"label": label}):
         if any(tag.startswith("forgehand-env:") for tag in image.tags):
             docker_client.images.remove(image.id, force=True)
-
-
-def make_user(site: ForgeServer, login: str) -> None:
-    async def go() -> None:
-        db = Database(site.settings.effective_database_url)
-        try:
-            async with db.session(write=True) as s:
-                await accounts.create_user(s, Actor.system("test"), login, PASSWORD)
-        finally:
-            await db.dispose()
-
-    run_async(go())
 
 
 def check(page: Page, command: str) -> None:

@@ -107,3 +107,20 @@ def serve_forge(tmp_path: Path, overrides: dict[str, Any]) -> Iterator[ForgeServ
     finally:
         server.should_exit = True
         thread.join(timeout=90)
+
+
+USER_PASSWORD = "correct horse battery"
+
+
+def make_user(site: ForgeServer, login: str, password: str = USER_PASSWORD) -> None:
+    """A plain user account on the live forge (set up as the services would make it)."""
+
+    async def go() -> None:
+        db = Database(site.settings.effective_database_url)
+        try:
+            async with db.session(write=True) as s:
+                await accounts.create_user(s, Actor.system("test"), login, password)
+        finally:
+            await db.dispose()
+
+    run_async(go())
