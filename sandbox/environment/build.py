@@ -23,10 +23,11 @@ Where the setup may write, and what is kept:
 
 Secrets: `secrets` (name -> value) are files in a host directory bind-mounted read-only at
 `/run/secrets/NAME`, readable by uid 1000 only; never environment variables, which `docker commit`
-would bake into the image's config. Before the commit, `container.diff()` lists what the setup
-changed in the container layer; each added or modified path outside the mounts is read back with
-`get_archive` (an added directory once, with all of its new contents; a modified directory only by
-its name, as its changed children are listed too) and the tar stream is scanned for each value,
+would bake into the image's config. Before the commit, the container layer's own directory on this
+host (overlay2's upper directory; `container.diff()` when the engine keeps it elsewhere) lists what
+the setup changed; each added or modified path outside the mounts is read back (from that directory,
+or with `get_archive`: an added directory once, with all of its new contents; a modified directory
+only by its name, as its changed children are listed too) and scanned for each value,
 raw and base64-encoded at each of the three alignments (standard and URL-safe alphabets, so base64
 lines wrapped mid-value are not found). The config to commit (Env, Labels, Cmd...) is scanned too. A
 hit refuses the build (`secret_in_environment`) and nothing is committed. The scan catches a value
@@ -50,7 +51,7 @@ import docker.errors
 import msgspec
 
 from sandbox.creation import low_level_create_args, remove_container
-from sandbox.environment.secret_scan import SECRETS_DIR, SecretScanner, commit_checked
+from sandbox.environment.secret_scan import SECRETS_DIR, SecretScanner, changes_on_disk, commit_checked, upper_dir
 from sandbox.environment.setup_run import DEFAULT_DISK_BYTES, SetupRun, exec_exit_code, layer_bytes, run_setup
 from sandbox.environment.spec import EnvironmentSpec
 from sandbox.owner import current_owner
@@ -151,7 +152,11 @@ def build_environment(
             return _result(started, run, reason=reason)
         client.api.stop(container_id, timeout=_STOP_SECONDS)
         conf = commit_config(base, spec, labels, container_labels=kwargs["labels"])
-        changes = client.api.diff(container_id) or []
+        upper = upper_dir(client, container_id)
+        if upper is not None:  # the layer is on this host: read its own directory (module doc)
+            changes = changes_on_disk(upper, MAX_CHANGED_PATHS + 1)
+        else:
+            changes = client.api.diff(container_id) or []
         if len(changes) > MAX_CHANGED_PATHS:  # an inode flood: too many files to keep or to scan
             return _result(started, msgspec.structs.replace(run, over_disk=True), reason=REASON_DISK)
         image_id, found = commit_checked(client, container_id, conf, SecretScanner(secrets), changes)

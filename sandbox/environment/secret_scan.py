@@ -154,6 +154,26 @@ def _under_any(path: str, roots: Iterable[str]) -> bool:
     return any(path == root or path.startswith(root + "/") for root in roots)
 
 
+def changes_on_disk(upper: Path, limit: int) -> list[dict[str, Any]]:
+    """What `container.diff()` would list, read from the layer's own directory (overlay2's upper
+    directory holds exactly what the container added or changed): every entry as added (kind 1),
+    an overlay whiteout (a 0/0 character device) as deleted (kind 2); at most `limit` entries.
+    Several times faster than asking the engine, which walks the same directory."""
+    out: list[dict[str, Any]] = []
+    for root, dirs, files in os.walk(upper, followlinks=False):
+        for name in [*dirs, *files]:
+            entry = Path(root) / name
+            try:
+                info = entry.lstat()
+            except OSError:
+                continue
+            whiteout = stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
+            out.append({"Path": "/" + str(entry.relative_to(upper)), "Kind": 2 if whiteout else 1})
+            if len(out) >= limit:
+                return out
+    return out
+
+
 def upper_dir(client: docker.DockerClient, container_id: str) -> Path | None:
     """The container layer's directory (overlay2's UpperDir) when it is on this host and readable."""
     driver = client.api.inspect_container(container_id).get("GraphDriver") or {}

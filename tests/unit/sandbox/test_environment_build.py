@@ -2,9 +2,12 @@
 the log's head and tail, the committed config."""
 
 import base64
+import os
+import stat
+from pathlib import Path
 
 from sandbox.environment.build import commit_config
-from sandbox.environment.secret_scan import SecretScanner, changed_paths, encodings
+from sandbox.environment.secret_scan import SecretScanner, changed_paths, changes_on_disk, encodings
 from sandbox.environment.setup_run import LOG_HEAD_BYTES, LOG_TAIL_BYTES, LogCapture
 from sandbox.environment.spec import EnvironmentSpec
 
@@ -95,3 +98,20 @@ def test_commit_config_blanks_the_build_container_labels() -> None:
         [],
         "/workspace",
     )
+
+
+def test_the_layer_directory_lists_what_the_setup_changed(tmp_path: Path) -> None:
+    """`changes_on_disk` reads overlay2's upper directory as `container.diff()` would list it:
+    every entry added, a whiteout (a 0/0 character device, which only root can make) deleted,
+    symbolic links listed and never followed, at most `limit` entries."""
+    (tmp_path / "opt" / "env").mkdir(parents=True)
+    (tmp_path / "opt" / "env" / "token.txt").write_text("x")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "link").symlink_to("/run/secrets/T")
+    whiteout = os.geteuid() == 0
+    if whiteout:
+        os.mknod(tmp_path / "etc" / "gone", stat.S_IFCHR | 0o600, os.makedev(0, 0))
+    found = {c["Path"]: c["Kind"] for c in changes_on_disk(tmp_path, 100)}
+    expected = {"/opt": 1, "/opt/env": 1, "/opt/env/token.txt": 1, "/etc": 1, "/etc/link": 1}
+    assert found == {**expected, **({"/etc/gone": 2} if whiteout else {})}
+    assert len(changes_on_disk(tmp_path, 2)) == 2
