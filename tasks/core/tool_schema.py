@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from tasks.core.policy import input_hash
+from tasks.core.strict_json import loads_strict as loads_strict
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 SCHEMA_MAX_BYTES = 16 * 1024
@@ -20,7 +21,6 @@ STRING_MAX = 8192
 PROPERTIES_MAX = 20
 DESCRIPTION_MAX = 1000
 ENUM_MAX = 100
-INT_DIGITS_MAX = 1000
 ENV_PREFIX = "FORGEHAND_ARG_"
 
 # Listed literally: tasks.core may not import tasks.run (a unit test checks these stay complete).
@@ -81,64 +81,6 @@ def _schema_error(where: str, text: str) -> ToolSchemaError:
 
 def _inputs_error(where: str, text: str) -> ToolSchemaError:
     return ToolSchemaError("invalid_tool_inputs", f"{where}: {text}")
-
-
-# --- strict JSON -------------------------------------------------------------------------------
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}: each key may appear once per object")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed: numbers must be finite")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text} is out of range: numbers must be finite")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > INT_DIGITS_MAX:
-        raise ValueError(f"an integer of more than {INT_DIGITS_MAX} digits is out of range")
-    return int(text)
-
-
-def _utf8_text(raw: bytes | str) -> str:
-    if isinstance(raw, str):
-        try:
-            raw.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"not valid UTF-8 text (a lone surrogate at character {exc.start})") from None
-        return raw
-    try:
-        return bytes(raw).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not valid UTF-8 text (at byte {exc.start})") from None
-
-
-def loads_strict(raw: bytes | str) -> Any:
-    """`json.loads` that refuses a key twice in one object, NaN and Infinity (and numbers too
-    large for a float), and text that is not UTF-8; every refusal is a `ValueError`."""
-    text = _utf8_text(raw)
-    try:
-        return json.loads(
-            text,
-            object_pairs_hook=_unique_keys,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-            parse_int=_bounded_int,
-        )
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
 
 
 # --- sizes and decoding ------------------------------------------------------------------------
