@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.events import EventBus
+from forge.db.wakeups import Wakeups, for_database
 from forge.git import RepoStore
 from forge.notify.notifier import Notifications
 from sandbox import DEFAULT_AGENTS_IMAGE, DEFAULT_IMAGE, SandboxEngine, installed_agents
@@ -34,6 +35,7 @@ from webhooks.wiring import wire as wire_webhooks
 log = structlog.get_logger("forgehand.tasks")
 
 RECONCILE_SECONDS = 300.0
+SAFETY_POLL_SECONDS = 5.0  # readers' poll when other processes' changes are heard (LISTEN/NOTIFY)
 AGENTS_TTL_SECONDS = 60.0  # how long the start form trusts what it read of the agents image
 
 
@@ -57,6 +59,7 @@ class TaskSystem:
         self.gate: PolicyGate = gate or AllowAll()
         self.hub = hub or LiveHub()
         self.worker: TaskWorker | None = None
+        self.wakeups: Wakeups | None = None
         self.schedule_runner: ScheduleRunner | None = None
         self._recovery: asyncio.Task[None] | None = None
         self._agents: tuple[float, dict[str, str]] | None = None
@@ -125,6 +128,20 @@ class TaskSystem:
             extra_secrets=extra_secrets,
         )
 
+    async def start_wakeups(self) -> None:
+        """On PostgreSQL, carry the hub's notifications to and from the other processes
+        (`LISTEN/NOTIFY`); readers then poll only as a safety net, every 5 s."""
+        self.wakeups = for_database(self.settings.effective_database_url, self.hub.notify_remote)
+        if self.wakeups is not None:
+            await self.wakeups.start()
+            self.hub.set_relay(self.wakeups.publish, poll_seconds=SAFETY_POLL_SECONDS)
+
+    async def stop_wakeups(self) -> None:
+        if self.wakeups is not None:
+            self.hub.set_relay(None)
+            await self.wakeups.stop()
+            self.wakeups = None
+
     async def start_recovery(self) -> None:
         """Finish or drop the merges a crash interrupted, now and every `RECONCILE_SECONDS`."""
         await merge_intents.reconcile(self.db, self.service)
@@ -165,7 +182,8 @@ class TaskSystem:
 async def run_worker_process(settings: Settings) -> None:
     """`forgehand worker`: a worker in its own process (another machine with a Docker engine).
 
-    Live views in the web processes follow its transcripts by polling the database."""
+    Its changes wake the web processes' live views through the database (`start_wakeups`), and
+    theirs (a run queued, a stop asked) wake it."""
     import signal
 
     db = Database(settings.effective_database_url)
@@ -177,6 +195,7 @@ async def run_worker_process(settings: Settings) -> None:
     notifications = Notifications(db, settings, tasks=task_people)
     bus.subscribe(notifications.notifier)
     system = TaskSystem(db, settings, store, bus, gate=WebhookGate(hooks.policy, db))
+    await system.start_wakeups()
     await system.start_worker()
     await hooks.start()
     await notifications.start()
@@ -190,5 +209,6 @@ async def run_worker_process(settings: Settings) -> None:
         await notifications.stop()
         await hooks.stop()
         await system.stop_worker()
+        await system.stop_wakeups()
         await store.close()
         await db.dispose()

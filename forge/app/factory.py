@@ -70,6 +70,7 @@ from tasks.http.routes import PAGE_HANDLERS as TASK_PAGE_HANDLERS
 from tasks.run.webhook_gate import WebhookGate
 from tasks.services.agent_triggers import AgentTriggers
 from tasks.services.task_people import task_people
+from tasks.services.workers import health as worker_health
 from tasks.system import TaskSystem
 from webhooks.http import ROUTE_HANDLERS as WEBHOOK_HANDLERS
 from webhooks.sdk.protocol import NOTIFY_EVENTS, POLICY_EVENTS
@@ -92,14 +93,18 @@ def _template_filters(engine: JinjaTemplateEngine) -> None:
 
 
 @get("/healthz", include_in_schema=False, media_type=MediaType.JSON)
-async def healthz(state: State) -> Response[dict[str, str]]:
+async def healthz(state: State) -> Response[dict[str, Any]]:
+    """200 while the database answers (503 otherwise), with the task workers in short: `status` is
+    `degraded` when a live worker's Docker engine does not answer (it claims nothing meanwhile).
+    The web replica itself still serves, so a load balancer keeps it (docs/operator.md)."""
     db: Database = state.db
     try:
         async with db.session() as session:
             await session.execute(text("select 1"))
+            workers_ok, workers = await worker_health(session, state.settings)
     except Exception:
         return Response({"status": "unhealthy", "database": "unreachable"}, status_code=503)
-    return Response({"status": "ok", "version": VERSION})
+    return Response({"status": "ok" if workers_ok else "degraded", "version": VERSION, "workers": workers})
 
 
 @get("/favicon.ico", include_in_schema=False, name="favicon")
@@ -163,6 +168,7 @@ def lifespan_of(parts: Parts, *, owns_database: bool) -> Callable[[Litestar], Ab
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await parts.push_recorder.start()  # records what a crash left in the push journal
+        await parts.task_system.start_wakeups()  # other processes' changes wake live views (PostgreSQL)
         await parts.task_system.start_recovery()  # finishes or drops merges a crash interrupted
         if parts.settings.run_worker:
             await parts.task_system.start_worker()
@@ -175,6 +181,7 @@ def lifespan_of(parts: Parts, *, owns_database: bool) -> Callable[[Litestar], Ab
             await parts.hooks.stop()
             await parts.task_system.stop_worker()
             await parts.task_system.stop_recovery()
+            await parts.task_system.stop_wakeups()
             await parts.push_recorder.stop()
             await parts.store.close()
             if owns_database:

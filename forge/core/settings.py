@@ -76,6 +76,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     # once (0: task_concurrency). `forgehand worker --labels/--capacity` set them too.
     worker_labels: str = ""
     worker_capacity: int = 0
+    # A worker's lease on its runs: renewed every second; once this many seconds pass without a
+    # renewal (its process killed, its host off, its network cut), another worker takes the runs
+    # over (docs/operator.md). Between 3 and 600.
+    worker_lease_seconds: float = 30.0
     task_turn_limit: int = 50
     task_tool_timeout_seconds: float = 600.0
     task_idle_seconds: float = 900.0
@@ -274,6 +278,8 @@ def _validate(s: Settings, sources: Mapping[str, str]) -> None:
         raise SettingsError(f"{src('worker_labels')}: {exc}") from None
     if s.worker_capacity < 0:
         raise SettingsError(f"{src('worker_capacity')}: must not be negative (0: task_concurrency)")
+    if not 3 <= s.worker_lease_seconds <= 600:
+        raise SettingsError(f"{src('worker_lease_seconds')}: expected seconds between 3 and 600")
     if s.secret_key and len(s.secret_key) < 32:
         raise SettingsError(f"{src('secret_key')}: must be at least 32 characters")
     for name in _POSITIVE:

@@ -1,8 +1,10 @@
 """In-process fan-out of "something changed on task N": live views wake and read the database.
 
 The database stays the source of truth; a notification only says "look again". Waiters on
-another event loop (the test client's, a thread's) are woken thread-safely. Across processes
-(a separate `forgehand worker`) readers also poll, so nothing depends on a notification arriving.
+another event loop (the test client's, a thread's) are woken thread-safely. Across processes (web
+replicas and `forgehand worker`s on PostgreSQL) a relay carries the notifications
+(forge/db/wakeups.py: `LISTEN/NOTIFY`); readers still poll every `poll_seconds` (1 s, 5 s with the
+relay) so nothing depends on a notification arriving.
 """
 
 import asyncio
@@ -19,8 +21,28 @@ class LiveHub:
         self._lock = threading.Lock()
         self._waiters: dict[int, set[Wake]] = {}
         self._listeners: list[Callable[[int], None]] = []
+        self._relay: Callable[[int], None] | None = None
+        self.poll_seconds = 1.0  # how often readers look without a notification
+
+    def set_relay(self, relay: Callable[[int], None] | None, *, poll_seconds: float = 1.0) -> None:
+        """Send every notification to other processes too (None: this process only)."""
+        self._relay = relay
+        self.poll_seconds = poll_seconds
 
     def notify(self, task_id: int) -> None:
+        """Task `task_id` changed (committed): wake this process's readers, and the other
+        processes' through the relay."""
+        self.notify_local(task_id)
+        relay = self._relay
+        if relay is not None:
+            relay(task_id)
+
+    def notify_remote(self, task_ids: list[int]) -> None:
+        """Tasks another process changed (heard through the relay): wake this process's readers."""
+        for task_id in task_ids:
+            self.notify_local(task_id)
+
+    def notify_local(self, task_id: int) -> None:
         with self._lock:
             waiters = list(self._waiters.get(task_id, ()))
             listeners = list(self._listeners)

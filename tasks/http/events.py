@@ -56,10 +56,12 @@ async def sse_stream(
     after: int,
     *,
     heartbeat: float = HEARTBEAT_SECONDS,
-    poll: float = 1.0,
+    poll: float | None = None,
 ) -> AsyncIterator[ServerSentEventMessage]:
-    """Replay from the database after `after`, then follow; end once the task rests and all is sent."""
+    """Replay from the database after `after`, then follow (woken by the hub, polling every
+    `poll` seconds besides: the hub's interval by default); end once the task rests and all is sent."""
     db = system.db
+    poll = poll if poll is not None else system.hub.poll_seconds
     last = after
     last_write = time.monotonic()
     seen_state = ""

@@ -10,11 +10,13 @@ from tasks.http.pages.schedules import SchedulePages
 from tasks.http.pages.settings import EnvironmentCheckPages, EnvironmentPages, TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
 from tasks.http.pages.tools import AdminToolPages, RepoToolPages
+from tasks.http.pages.workers import WorkerPages
 from tasks.http.reviews_api import ReviewController
 from tasks.http.schedules_api import ScheduleController
 from tasks.http.settings_api import EnvironmentController, RepoTaskSettingsController
 from tasks.http.tasks_api import EnvironmentCheckController, TaskController, UserTaskController
 from tasks.http.tools_api import AdminToolController, RepoToolController
+from tasks.http.workers_api import WorkerController
 
 API_HANDLERS = [
     TaskController,
@@ -30,6 +32,7 @@ API_HANDLERS = [
     RepoToolController,
     AdminToolController,
     AgentController,
+    WorkerController,
 ]
 PAGE_HANDLERS = [
     TaskPages,
@@ -42,4 +45,5 @@ PAGE_HANDLERS = [
     RepoToolPages,
     AdminToolPages,
     MyTaskPages,
+    WorkerPages,
 ]

@@ -1,11 +1,13 @@
-"""Recovering the runs whose worker went away (a SIGKILLed server), at a worker's start and every
-half minute. A run is orphaned when its owner is not a live worker of this process, a process of
-this host that is gone, or another host's worker whose heartbeat stopped (`owner_gone`). Their
-containers are reaped first; each surviving workspace becomes the work-in-progress commit (the
-settle step's snapshot, with the checkout manifest saved beside the workspace), the task records
-what its branch holds (a snapshot that landed before the crash included), the run ends failed
-`interrupted` (a subtask's parent told), and the workspace goes. A sweep removes the workspaces,
-manifests, quota mounts and images, and the run channels, that no live run owns.
+"""Recovering the runs whose worker went away (a SIGKILLed server), at a worker's start and twice
+per lease. A run is orphaned when its owner is not a live worker of this process, a process of
+this host that is gone, or a worker whose lease lapsed (no heartbeat for `worker_lease_seconds`:
+`owner_gone`). Their containers are reaped first, on this worker's engine and on the dead worker's
+own engine when it can be reached (the workers' register names it); each surviving workspace
+becomes the work-in-progress commit (the settle step's snapshot, with the checkout manifest saved
+beside the workspace), the task records what its branch holds (a snapshot that landed before the
+crash included), the run ends failed `interrupted` (a subtask's parent told), and the workspace
+goes. A sweep removes the workspaces, manifests, quota mounts and images, and the run channels,
+that no live run owns.
 
 Blocking work (pygit2, mounts) runs in threads."""
 
@@ -24,7 +26,8 @@ from sqlalchemy import select, update
 from forge.core.text import plural, safe_text
 from forge.db.engine import utcnow
 from forge.db.models import Account, Repository
-from sandbox import EngineUnavailable, SandboxError, quota_mounts, reap
+from sandbox import EngineUnavailable, SandboxEngine, SandboxError, quota_mounts, reap
+from tasks.core import worker_registry
 from tasks.core.models import CustomToolRun, Run, Task
 from tasks.core.states import FailureReason, RunState, TaskState, ToolRunState
 from tasks.core.subtasks import report_to_parent
@@ -134,7 +137,7 @@ def sweep(root: Path, live_runs: set[str]) -> list[Path]:
 
 # Worker ids alive in this process: a run owned by an id of this process that is not here is orphaned.
 _LIVE_WORKERS: set[str] = set()
-STALE_SECONDS = 60.0  # a heartbeat this old, of another host's worker: the run is orphaned
+FOREIGN_ENGINE_TIMEOUT = 10.0  # reaching a dead worker's engine, and removing its containers there
 
 
 def worker_started(worker_id: str) -> None:
@@ -155,7 +158,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def owner_gone(owner: str, heartbeat_at: Any, *, now: Any = None) -> bool:
+def owner_gone(owner: str, heartbeat_at: Any, *, lease: float, now: Any = None) -> bool:
+    """The run's worker is gone: a process of this host that is not alive (known at once), or a
+    lease (`heartbeat_at`) older than `lease` seconds."""
     host, _, rest = owner.partition(":")
     pid_text, _, _nonce = rest.partition(":")
     if host == socket.gethostname() and pid_text.isdigit():
@@ -164,7 +169,7 @@ def owner_gone(owner: str, heartbeat_at: Any, *, now: Any = None) -> bool:
             return owner not in _LIVE_WORKERS
         return not _pid_alive(pid)
     now = now or utcnow()
-    return heartbeat_at is None or now - heartbeat_at > timedelta(seconds=STALE_SECONDS)
+    return heartbeat_at is None or now - heartbeat_at > timedelta(seconds=lease)
 
 
 async def recover(env: RunEnv, *, reap_containers: bool) -> None:
@@ -173,13 +178,18 @@ async def recover(env: RunEnv, *, reap_containers: bool) -> None:
     their workspaces; then sweep workspaces (and quota mounts) no live run owns."""
     keep: set[str] = set()
     gone: list[int] = []
+    dead: set[str] = set()
+    lease = env.settings.worker_lease_seconds
     async with env.db.session() as s:
         runs = (await s.execute(select(Run).where(Run.state == RunState.RUNNING))).scalars().all()
         for run in runs:
-            if run.owner == env.worker_id or not owner_gone(run.owner, run.heartbeat_at):
+            if run.owner == env.worker_id or not owner_gone(run.owner, run.heartbeat_at, lease=lease):
                 keep.add(run.uuid)
             else:
                 gone.append(run.id)
+                dead.add(run.owner)
+    for owner in sorted(dead):
+        await _reap_on_its_engine(env, owner, keep)
     if reap_containers or gone:
         # Before any snapshot: a container still writing into its workspace is gone first.
         try:
@@ -204,6 +214,37 @@ async def recover(env: RunEnv, *, reap_containers: bool) -> None:
         stale += await asyncio.to_thread(sweep_channels, root, keep)
     if stale:
         log.info("removed run channels no live run owns", count=len(stale))
+
+
+async def _reap_on_its_engine(env: RunEnv, owner: str, keep: set[str]) -> None:
+    """Remove a dead worker's containers on the engine it used (the register's), when that engine
+    is another than this worker's and can be reached from here: a `tcp://` or `ssh://` engine, or a
+    Unix socket of this same host. Otherwise its containers stay until a worker starts on that
+    engine again (each worker reaps its engine at its start)."""
+    async with env.db.session() as s:
+        record = await worker_registry.find(s, owner)
+    if record is None:
+        return
+    ours = worker_registry.engine_label(env.engine.base_url or os.environ.get("DOCKER_HOST", ""))
+    same_host = record.host == socket.gethostname()
+    if record.engine == ours and same_host:
+        return  # this worker's own engine: the reap below covers it
+    if not record.engine or (record.engine.startswith("unix://") and not same_host):
+        log.warning(
+            "a dead worker's containers are on an engine this host cannot reach: they go when a worker starts there",
+            worker=owner,
+            host=record.host,
+            engine=record.engine or "(its default socket)",
+        )
+        return
+    try:
+        async with asyncio.timeout(FOREIGN_ENGINE_TIMEOUT):
+            async with SandboxEngine(record.engine) as engine:
+                removed = await reap(engine, env.instance, keep=keep, orphans=False)
+    except (TimeoutError, EngineUnavailable, SandboxError) as exc:
+        log.warning("a dead worker's engine did not answer", worker=owner, engine=record.engine, error=str(exc))
+        return
+    log.info("removed a dead worker's containers on its engine", worker=owner, engine=record.engine, count=len(removed))
 
 
 async def _live_run_uuids(env: RunEnv) -> set[str]:

@@ -131,6 +131,13 @@ class Settling:
     async def _settle(self, outcome: Outcome, stopped: bool) -> None:
         assert self.writer is not None
         await self._remove_sandbox()
+        if not await self._still_ours():
+            # Another worker took the run over (this one's lease lapsed: a stalled process, a cut
+            # network): it snapshotted the workspace and ended the run. Nothing more is written.
+            log.warning("the run was taken over by another worker: not settled here", run_id=self.run_id)
+            with contextlib.suppress(Exception):
+                await self.writer.close()
+            return
         run_state = RunState.STOPPED if stopped else outcome.status
         snap: gitops.Snapshot | None = None
         if self.workspace is not None and self.start_sha:
@@ -150,6 +157,11 @@ class Settling:
             await self.writer.emit("notice", Notice(text=outcome.error, level="error"))
         await self.writer.close()
         await self.finish_in_db(outcome, run_state, snap)
+
+    async def _still_ours(self) -> bool:
+        async with self.env.db.session() as s:
+            run = await s.get(Run, self.run_id)
+            return run is not None and run.owner == self.env.worker_id and run.state == RunState.RUNNING
 
     async def _remove_sandbox(self) -> None:
         if self.sandbox is not None:
@@ -244,6 +256,8 @@ class Settling:
             task = await life.lock_id(self.task_id)
             repo = await s.get(Repository, task.repo_id)
             assert run is not None and repo is not None
+            if run.owner != env.worker_id:
+                return  # taken over by another worker, which recorded it
             if notice:  # the settle step failed: its writer is gone, the reason goes in this transaction
                 if run.state != RunState.RUNNING:
                     return  # it was recorded before the failure

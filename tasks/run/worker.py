@@ -21,17 +21,19 @@ from sqlalchemy import ColumnElement, cast, exists, func, literal, select, updat
 from sqlalchemy.dialects.postgresql import JSONB
 
 from forge.core.settings import Settings
+from forge.core.version import VERSION
 from forge.db.engine import Database, utcnow
 from forge.db.events import EventBus
 from forge.db.models import Repository
 from forge.git import RepoStore
 from sandbox import DEFAULT_IMAGE, SandboxEngine, quota_unavailable_reason
-from tasks.core import payloads
+from tasks.core import payloads, worker_registry
 from tasks.core.live import LiveHub
 from tasks.core.models import Run, Task
 from tasks.core.parked import expire_due
 from tasks.core.policy import PolicyGate
-from tasks.core.states import RunState, TaskState
+from tasks.core.states import FailureReason, RunState, TaskState
+from tasks.core.worker_models import WorkerRecord
 from tasks.run import recovery, warm
 from tasks.run.env import RunEnv
 from tasks.run.execution import Execution
@@ -41,8 +43,9 @@ from tasks.run.runtimes.base import Runtime
 log = structlog.get_logger("forgehand.tasks")
 
 HEARTBEAT_SECONDS = 1.0
-RECOVER_EVERY = 30.0
 APPROVAL_SWEEP_SECONDS = 2.0
+ENGINE_CHECK_SECONDS = 5.0  # how often the engine is pinged (a failed ping stops the claiming)
+ENGINE_PING_TIMEOUT = 3.0
 
 
 def labels_fit(dialect: str, labels: frozenset[str]) -> ColumnElement[bool]:
@@ -86,6 +89,13 @@ class TaskWorker:
         self.image = settings.sandbox_image or DEFAULT_IMAGE
         self.labels = settings.worker_label_set
         self.capacity = settings.effective_worker_capacity
+        self.lease = settings.worker_lease_seconds
+        # The engine it runs sandboxes on, as the register names it (other workers reach it there
+        # to remove this worker's containers once its lease lapses).
+        self.docker_host = worker_registry.engine_label(self.engine.base_url or os.environ.get("DOCKER_HOST", ""))
+        self.engine_ok = True
+        self.engine_error = ""
+        self._last_beat = 0.0
         self.env = RunEnv(
             db=db,
             store=store,
@@ -115,6 +125,8 @@ class TaskWorker:
         if self.settings.task_workspace_quota == "mount" and (why := quota_unavailable_reason()):
             fix = "run as root, or set FORGEHAND_TASK_WORKSPACE_QUOTA=watchdog (weaker)"
             log.error("run workspaces cannot be mounted: every run will fail", reason=why, fix=fix)
+        await self.check_engine()
+        await self._register()  # with its engine's state: /healthz tells it from the start
         await self.recover(reap_containers=True)
         self.env.pools.update(await warm.open_pools(self.env, recovery.workspaces_root(self.env)))
         self.hub.listen(self.on_task_changed)
@@ -122,6 +134,7 @@ class TaskWorker:
             asyncio.create_task(self._claim_loop()),
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._expire_loop()),
+            asyncio.create_task(self._engine_loop()),
         ]
         log.info("task worker started", worker=self.id, labels=sorted(self.labels), capacity=self.capacity)
 
@@ -139,6 +152,9 @@ class TaskWorker:
         if self._running:
             await asyncio.wait(list(self._running.values()), timeout=60)
         await warm.close_pools(self.env.pools)
+        with contextlib.suppress(Exception):
+            async with self.db.session(write=True) as s:
+                await worker_registry.stopped(s, self.id)
         recovery.worker_stopped(self.id)
         if self._own_engine:
             await self.engine.close()
@@ -192,7 +208,8 @@ class TaskWorker:
         while not self._closing:
             try:
                 await self.claim_once()
-                if time.monotonic() - last_recover > RECOVER_EVERY:
+                # Twice per lease: a lapsed lease is taken over within 1.5 leases of the last beat.
+                if time.monotonic() - last_recover > self.lease / 2:
                     last_recover = time.monotonic()
                     await self.recover(reap_containers=True)
             except asyncio.CancelledError:
@@ -200,7 +217,7 @@ class TaskWorker:
             except Exception:
                 log.exception("claiming runs failed")
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
+                async with asyncio.timeout(self.hub.poll_seconds):
                     await self._wake.wait()
             self._wake.clear()
 
@@ -208,8 +225,8 @@ class TaskWorker:
         """Claim what this worker has room for (its capacity less the runs it runs) and start it:
         how many runs it claimed."""
         free = self.capacity - len(self._running)
-        if free <= 0:
-            return 0
+        if free <= 0 or not self.engine_ok:
+            return 0  # full, or no engine to run them on (it says so: /healthz, the admin page)
         claimed = await self._claim(free)
         for run_id, task_id in claimed:
             self._spawn(run_id, task_id)
@@ -291,28 +308,61 @@ class TaskWorker:
                 log.exception("expiring approvals failed")
             await asyncio.sleep(APPROVAL_SWEEP_SECONDS)
 
+    # --- the register and the engine -------------------------------------------------------
+
+    async def _register(self) -> None:
+        record = WorkerRecord(
+            id=self.id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            engine=self.docker_host,
+            labels=sorted(self.labels),
+            capacity=self.capacity,
+            version=VERSION,
+            running=0,
+            engine_ok=self.engine_ok,
+            engine_error=self.engine_error,
+        )
+        async with self.db.session(write=True) as s:
+            await worker_registry.register(s, record)
+
+    async def check_engine(self) -> bool:
+        """Ping the engine; a change of its state is logged and written to the register at once."""
+        try:
+            async with asyncio.timeout(ENGINE_PING_TIMEOUT):
+                await self.engine.ping()
+        except Exception as exc:
+            error = f"the Docker engine {self.docker_host or '(default socket)'} does not answer: {exc}"[:500]
+            ok = False
+        else:
+            error, ok = "", True
+        if ok != self.engine_ok:
+            if ok:
+                log.info("the Docker engine answers again: claiming runs", worker=self.id)
+            else:
+                log.error("the Docker engine does not answer: no runs are claimed", worker=self.id, error=error)
+            self.engine_ok, self.engine_error = ok, error
+            self._last_beat = 0.0  # told in the register at the next beat
+            self._check_stops.set()
+            if ok:
+                self._wake.set()
+        return ok
+
+    async def _engine_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(ENGINE_CHECK_SECONDS)
+            await self.check_engine()
+
     async def _heartbeat_loop(self) -> None:
+        """Every second: renew the lease of the runs this worker owns, hear their stop requests,
+        stop the runs whose lease another worker took over; every few seconds, its own row."""
         while not self._closing:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(HEARTBEAT_SECONDS):
                     await self._check_stops.wait()
             self._check_stops.clear()
-            owned = list(self._running)
-            if not owned:
-                continue
             try:
-                async with self.db.session(write=True) as s:
-                    await s.execute(
-                        update(Run)
-                        .where(Run.id.in_(owned), Run.owner == self.id)
-                        .values(heartbeat_at=utcnow())
-                        .execution_options(synchronize_session=False)
-                    )
-                    stopping = (
-                        (await s.execute(select(Run.id).where(Run.id.in_(owned), Run.stop_requested.is_(True))))
-                        .scalars()
-                        .all()
-                    )
+                stopping = await self._beat()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -322,3 +372,36 @@ class TaskWorker:
                 event = self._stop_events.get(run_id)
                 if event is not None:
                     event.set()
+
+    async def _beat(self) -> list[int]:
+        """One beat; the runs to stop (asked to, or no longer this worker's)."""
+        owned = list(self._running)
+        register_due = time.monotonic() - self._last_beat > min(5.0, self.lease / 3)
+        if not owned and not register_due:
+            return []
+        async with self.db.session(write=True) as s:
+            stopping: list[int] = []
+            if owned:
+                await s.execute(
+                    update(Run)
+                    .where(Run.id.in_(owned), Run.owner == self.id, Run.state == RunState.RUNNING)
+                    .values(heartbeat_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                )
+                found = select(Run.id, Run.owner, Run.state, Run.failure_reason, Run.stop_requested).where(
+                    Run.id.in_(owned)
+                )
+                for run_id, owner, state, reason, stop in (await s.execute(found)).all():
+                    # Taken over: another worker's recovery ended it `interrupted` (a run this
+                    # worker settled itself is simply not running any more).
+                    lost = owner != self.id or (state != RunState.RUNNING and reason == FailureReason.INTERRUPTED)
+                    if lost:
+                        log.warning("a run's lease was taken over: stopping it here", run_id=run_id, worker=self.id)
+                    if lost or (stop and state == RunState.RUNNING):
+                        stopping.append(run_id)
+            if register_due:
+                await worker_registry.beat(
+                    s, self.id, running=len(owned), engine_ok=self.engine_ok, engine_error=self.engine_error
+                )
+                self._last_beat = time.monotonic()
+        return stopping

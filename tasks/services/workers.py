@@ -1,0 +1,28 @@
+"""The workers as instance admins see them (`GET /api/v1/admin/workers`, Admin > Workers) and as
+`/healthz` tells them: the register's rows with their state (tasks/core/worker_registry.py)."""
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from forge.core.access import INSTANCE, Action, require
+from forge.core.settings import Settings
+from forge.db.audit import Actor
+from tasks.core import worker_registry
+from tasks.core.worker_registry import WorkerView
+
+
+async def list_workers(session: AsyncSession, actor: Actor, settings: Settings) -> list[WorkerView]:
+    require(actor.principal, Action.INSTANCE_ADMIN, INSTANCE)
+    return await worker_registry.listing(session, settings.worker_lease_seconds)
+
+
+async def health(session: AsyncSession, settings: Settings) -> tuple[bool, list[dict[str, object]]]:
+    """For `/healthz`: whether every live worker can claim, and the live and lost ones in short
+    (id, state, the engine's error); stopped ones are left out."""
+    views = await worker_registry.listing(session, settings.worker_lease_seconds)
+    shown = [v for v in views if v.state != "stopped"]
+    ok = all(v.state != "engine_unreachable" for v in shown)
+    return ok, [
+        {"id": v.id, "state": v.state, "running": v.running, "capacity": v.capacity}
+        | ({"engine_error": v.engine_error} if v.engine_error else {})
+        for v in shown
+    ]
