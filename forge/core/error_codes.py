@@ -135,7 +135,11 @@ class Code(StrEnum):
     PULL_NOT_OPEN = "pull_not_open", 409, "the pull request is closed or merged"
     PULL_HEAD_GONE = "pull_head_gone", 409, "the pull request's head branch was deleted"
     HEAD_MOVED = "head_moved", 409, "the head moved since the caller read it; see `head_sha`"
-    BRANCH_RULE_UNMET = "branch_rule_unmet", 409, "branch rules do not hold; see `unmet_rules`"
+    BRANCH_RULE_UNMET = (
+        "branch_rule_unmet",
+        409,
+        "branch rules (on a task's pull request, the task's merge rules too) do not hold; see `unmet_rules`",
+    )
     CANNOT_REVIEW_OWN = "cannot_review_own", 422, "the author of a pull request cannot approve or reject it"
     INVALID_REVIEW_LINE = "invalid_review_line", 422, "a line comment names a file or line outside the diff"
     INVALID_REVIEWER = "invalid_reviewer", 422, "a requested reviewer has no write access or does not exist"
@@ -296,7 +300,11 @@ class Code(StrEnum):
     NO_HEAD = "no_head", 409, "the task has no commit yet"
     STALE_HEAD = "stale_head", 409, "the task's head moved; see `head_sha`"
     STALE_COMMIT = "stale_commit", 409, "the review was written against an older commit; see `head_sha`"
-    MERGE_BLOCKED = "merge_blocked", 409, "merge rules do not hold; see `blockers`"
+    MERGE_BLOCKED = (
+        "merge_blocked",
+        409,
+        "a task's merge rules do not hold (`POST .../tasks/<n>/merge`); see `blockers`",
+    )
     TASK_NO_CHANGES = "task_no_changes", 409, "the task's runs changed nothing: there is nothing to merge"
     REVIEW_EMPTY = "review_empty", 422, "a review needs a body or inline comments"
     COMMENT_EMPTY = "comment_empty", 422, "an inline comment is empty"

@@ -10,10 +10,12 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.access import Action
+from forge.core.error_codes import Code
 from forge.core.errors import InvalidInput
 from forge.db.audit import Actor
 from forge.git.merge import MergeStrategy
 from forge.repos import repositories
+from forge.repos.pull_merge import MergeRefused
 from forge.repos.pull_shapes import PullReviewCreate, PullReviewRead
 from forge.repos.pull_tasks import TaskPullSide, TaskPullStatus
 from forge.repos.repositories import RepoResource
@@ -49,7 +51,15 @@ class TaskWorkForPulls:
         self, actor: Actor, owner: str, name: str, task: int, strategy: MergeStrategy, head_sha: str
     ) -> None:
         data = _convert({"strategy": strategy, "expected_head_sha": head_sha}, MergeCreate)
-        await self.system.merge_service().merge(actor, owner, name, task, data)
+        try:
+            await self.system.merge_service().merge(actor, owner, name, task, data)
+        except MergeRefused as exc:
+            if exc.code != Code.MERGE_BLOCKED:
+                raise
+            # Answered as a person's pull request is: the rules that do not hold, as `unmet_rules`
+            # (the task's own merge endpoint keeps `merge_blocked` with `blockers`).
+            blockers = list(exc.extra.get("blockers") or [])
+            raise MergeRefused(exc.detail, code=Code.BRANCH_RULE_UNMET, unmet_rules=blockers) from None
 
     async def review(self, actor: Actor, owner: str, name: str, task: int, data: PullReviewCreate) -> int:
         comments: list[dict[str, object]] = [

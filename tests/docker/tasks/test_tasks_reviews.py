@@ -173,7 +173,8 @@ def test_a_tasks_changes_are_a_pull_request_that_follows_it(review_settings: Set
 
             # approved and merged as a pull request: the task's rules and merge apply
             early = await c.put(f"{pulls}/1/merge", json={"sha": second["head_sha"]})
-            assert early.status_code == 409 and early.json()["code"] == "merge_blocked", early.text
+            assert early.status_code == 409 and early.json()["code"] == "branch_rule_unmet", early.text
+            assert "changes requested by ana" in early.json()["unmet_rules"], early.text
             ok = {"event": "APPROVE", "commit_id": second["head_sha"]}
             assert (await c.post(f"{pulls}/1/reviews", json=ok)).status_code == 200
             r = await c.put(f"{pulls}/1/merge", json={"strategy": "merge", "sha": second["head_sha"]})
