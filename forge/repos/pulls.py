@@ -34,7 +34,7 @@ from forge.repos import merge_rules
 from forge.repos.numbers import allocate_number
 from forge.repos.pull_events import PullBase
 from forge.repos.pull_shapes import MergeableState, PullBranchRead, PullCreate, PullRead, PullUpdate
-from forge.repos.repositories import RepoResource
+from forge.repos.repositories import RepoResource, load
 
 ListState = Literal["open", "closed", "merged", "all"]
 PAGE_SIZE = 30
@@ -237,7 +237,7 @@ class Pulls(PullBase):
         """Open a pull request of `data.head` into `data.base`; 409 `pull_request_exists` when
         one is open for the same pair, 422 when a branch is missing or adds nothing."""
         require(actor.principal, Action.PULL_WRITE, res)
-        head, base = _branch(data.head, "head"), _base(data.base)
+        head, base = await self._head(actor, res, data.head), _base(data.base)
         if head == base:
             raise InvalidInput(
                 "head and base are the same branch: open a pull request from the branch with the changes",
@@ -273,6 +273,24 @@ class Pulls(PullBase):
         audit.record(self.session, actor, "repo.pull.open", f"{res.full_name}#{pull.number}", head=head, base=base)
         await self.announce_opened(actor, res, pull)
         return pull
+
+    async def _head(self, actor: Actor, res: RepoResource, given: str) -> str:
+        """The head branch, by name or as GitHub clients write it, `owner:branch`. The owner of
+        this repository names its own branch; another owner names a branch of their repository of
+        the same name: 404 as for a missing repository when the opener cannot read it, else 422
+        (pull requests go between branches of one repository)."""
+        owner, colon, branch = given.strip().partition(":")
+        if not colon or not owner:  # git forbids `:` in branch names: no prefix, or not a name at all
+            return _branch(given, "head")
+        if owner.lower() == res.repo.owner.login.lower():
+            return _branch(branch, "head")
+        other = await load(self.session, actor.principal, owner, res.repo.name)
+        raise InvalidInput(
+            f"{owner}:{branch.strip()[:80]} is a branch of {other.full_name}: cross-repository pull requests are "
+            f"not supported; push the branch to {res.full_name} and open the pull request from it there",
+            code=Code.INVALID_PULL_BRANCHES,
+            field="head",
+        )
 
     async def _tips(self, res: RepoResource, base: str, head: str) -> Divergence:
         tips = await self.store.read(res.key, divergence, base, head)
