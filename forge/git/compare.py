@@ -238,6 +238,30 @@ def _file_diff(
     return file, lines
 
 
+def _ahead(
+    repo: pygit2.Repository, base: pygit2.Commit, head: pygit2.Commit, max_commits: int
+) -> tuple[list[CommitInfo], bool]:
+    """The newest `max_commits` commits of head that base lacks, oldest first, and whether there
+    were more."""
+    walker = repo.walk(head.id, SortMode.TOPOLOGICAL | SortMode.TIME)
+    walker.hide(base.id)
+    newest: list[CommitInfo] = []
+    for commit in walker:
+        if len(newest) >= max_commits:
+            return newest[::-1], True
+        newest.append(commit_info(commit))
+    return newest[::-1], False
+
+
+def commits_ahead(
+    repo: pygit2.Repository, base: str, head: str, *, max_commits: int = DEFAULT_MAX_COMMITS
+) -> list[CommitInfo]:
+    """The commits of ``base...head`` as `compare` lists them (oldest first, the newest
+    ``max_commits``), without the diff."""
+    commits, _ = _ahead(repo, resolve_commit(repo, base), resolve_commit(repo, head), max_commits)
+    return commits
+
+
 def compare(
     repo: pygit2.Repository,
     base: str,
@@ -252,16 +276,7 @@ def compare(
     head_commit = resolve_commit(repo, head)
     merge_base = repo.merge_base(base_commit.id, head_commit.id)
     ahead, behind = repo.ahead_behind(head_commit.id, base_commit.id)
-    walker = repo.walk(head_commit.id, SortMode.TOPOLOGICAL | SortMode.TIME)
-    walker.hide(base_commit.id)
-    newest: list[CommitInfo] = []
-    truncated = False
-    for commit in walker:
-        if len(newest) >= max_commits:
-            truncated = True
-            break
-        newest.append(commit_info(commit))
-    newest.reverse()
+    newest, truncated = _ahead(repo, base_commit, head_commit, max_commits)
     old_tree = repo[merge_base].peel(pygit2.Tree) if merge_base is not None else base_commit.tree
     result = diff_trees(repo, old_tree, head_commit.tree, limits)
     return Comparison(

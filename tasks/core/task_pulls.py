@@ -33,7 +33,9 @@ def _body(task: Task, starter: str, url: str) -> str:
     issue = trigger.get("issue") if trigger.get("kind") == "issue" else None
     # A task started by assigning an issue fixes it: the issue closes when this merges.
     fixes = f"\n\nFixes #{issue['number']}" if isinstance(issue, dict) and "number" in issue else ""
-    return f"{summary}The work of [task #{task.number}]({url}), started by @{starter}.{fixes}\n"
+    # A task asked to work on a pull request proposes its result into that one's head (stacked).
+    stacked = f" It goes into `{task.base}`, the head branch of #{task.pull_number}." if task.pull_number else ""
+    return f"{summary}The work of [task #{task.number}]({url}), started by @{starter}.{stacked}{fixes}\n"
 
 
 async def _own(pulls: Pulls, res: RepoResource, task: Task) -> PullRequest | None:

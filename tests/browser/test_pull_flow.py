@@ -165,6 +165,17 @@ def test_a_person_opens_a_pull_request_it_is_reviewed_checked_and_merged(
     finally:
         bob_context.close()
 
+    # --- the author reads the commits, then the diff side by side -----------------------------------
+    page.reload()
+    page.get_by_role("link", name="Commits (2)").click()
+    expect(page.locator("#pull-commits .summary a")).to_have_text(["change price.py", "change price.py"])
+    page.get_by_role("link", name="Split").click()
+    expect(page).to_have_url(re.compile(r"/pull/1/files\?view=split#files$"))
+    expect(page.locator("table.diff.split[data-path='price.py'] td.src.add")).to_have_text(
+        ["def price():", "    return 12"]
+    )
+    page.screenshot(path=str(artifacts_dir / "pull-flow-split.png"), full_page=True)
+
     # --- CI reports; the merge lands -----------------------------------------------------------------
     page.reload()
     expect(page.locator("#unmet-rules li")).to_have_text(["required check ci/build has not reported"])

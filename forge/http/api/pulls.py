@@ -23,6 +23,8 @@ from forge.http.deps import (
     StoreDep,
     TaskWorkDep,
 )
+from forge.repos import pull_commits
+from forge.repos.pull_commits import PullCommitRead
 from forge.repos.pull_merge import MergeRunner, PullMerge
 from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import (
@@ -47,6 +49,7 @@ from forge.repos.repositories import load
 REPO = "/api/v1/repos/{owner:str}/{name:str}"
 StateQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter(name="state")]
 PageQuery = Annotated[int, QueryParameter(name="page", ge=1, le=100_000)]
+PerPageQuery = Annotated[int, QueryParameter(name="per_page", ge=1, le=100)]
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
 ReviewerQuery = Annotated[str | None, QueryParameter(name="reviewer", max_length=40)]
 
@@ -130,6 +133,19 @@ class PullController(Controller):
     ) -> PullRead:
         res = await path_repo.load()
         return await pulls.read(res, await pulls.edit(actor, res, parse_number(number), data))
+
+    @get("/{number:str}/commits", summary="The commits of a pull request, oldest first (at most 250, as GitHub)")
+    async def commits(
+        self,
+        path_repo: PathRepoDep,
+        pulls: PullsDep,
+        number: FromPath[str],
+        page: PageQuery = 1,
+        per_page: PerPageQuery = 30,
+    ) -> list[PullCommitRead]:
+        res = await path_repo.load()
+        pull = await pulls.get(res, parse_number(number))
+        return await pull_commits.page_of(pulls, res, pull, page=page, per_page=per_page)
 
     # The merge opens its own transactions (read, then write after the `pre_merge` question): no
     # request transaction, so no database lock is held while a policy consumer answers.

@@ -157,6 +157,12 @@ def _split(lines: list[DiffLine], html: dict[int, Markup]) -> list[Row]:
     return rows
 
 
+def split_rows(lines: list[DiffLine]) -> list[Row]:
+    """A hunk's lines side by side, as text (the pull request page's split view: it adds its own
+    comment forms and threads to the rows)."""
+    return _split(lines, {i: escape(line.content) for i, line in enumerate(lines)})
+
+
 def diff_views(files: list[FileDiff], view: DiffView) -> list[FileView]:
     """The files of a diff as table rows for ``view``, highlighted unless the diff is huge."""
     total = sum(len(h.lines) for f in files for h in f.hunks)

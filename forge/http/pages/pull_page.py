@@ -8,7 +8,7 @@ the task's merge rules."""
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from litestar.response import Template
 from markupsafe import Markup
@@ -16,7 +16,8 @@ from markupsafe import Markup
 from forge.core.access import Action, can
 from forge.core.errors import ForgeError
 from forge.db.audit import Actor
-from forge.http.pages.browse_render import ago, exact
+from forge.git.schemas import Comparison
+from forge.http.pages.browse_render import DiffView, Row, ago, exact, split_rows
 from forge.http.pages.common import WebForm
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.http.pages.render import markdown
@@ -26,6 +27,8 @@ from forge.repos.pull_reviews import PullReviews
 from forge.repos.pull_shapes import PullCommentRead
 from forge.repos.pull_tasks import TaskLineComment, TaskPullSide, TaskWork, task_number_of
 from forge.repos.pulls import Pulls
+
+PullTab = Literal["conversation", "commits", "files"]
 
 VERDICTS = {"APPROVED": "approved", "CHANGES_REQUESTED": "requested changes", "COMMENTED": "commented",
             "DISMISSED": "approved (dismissed: the head moved)"}  # fmt: skip
@@ -62,6 +65,17 @@ def file_anchor(path: str) -> str:
 def line_anchor(path: str, line: int | None = None, side: str = "RIGHT") -> str:
     """The fragment of a file, or of one of its lines (`side` LEFT: the old version's number)."""
     return file_anchor(path) + ("" if line is None else f"{'L' if side == 'LEFT' else 'R'}{line}")
+
+
+def _diff_context(diff: Comparison | None, view: DiffView) -> dict[str, Any]:
+    """What the Files changed section needs of the diff: each file's anchor and, in the split
+    view, its rows side by side (hunk headers included)."""
+    files = diff.files if diff is not None else []
+    split: dict[str, list[Row]] = {}
+    if view == "split":
+        for f in files:
+            split[f.path] = [row for h in f.hunks for row in [Row(header=h.header), *split_rows(h.lines)]]
+    return {"anchors": {f.path: file_anchor(f.path) for f in files}, "diff_view": view, "split": split}
 
 
 def _under_lines(comments: list[TaskLineComment]) -> dict[tuple[str, str, int], list[TaskLineComment]]:
@@ -109,7 +123,8 @@ class PullPage:
         form: str = "",
         errors: FormErrors = NO_ERRORS,
         typed: WebForm | None = None,
-        files_tab: bool = False,
+        tab: PullTab = "conversation",
+        diff_view: DiffView = "unified",
     ) -> Template:
         res, pulls = self.view.res, self.pulls
         pull = await pulls.get(res, number)
@@ -164,8 +179,9 @@ class PullPage:
             quoted={t.comment.id: t.quoted for t in side.comments} if side is not None else {},
             ckey="t" if side is not None else "c",
             runs=side.runs if side is not None else {},
-            anchors={f.path: file_anchor(f.path) for f in diff.files} if diff is not None else {},
-            files_tab=files_tab,
+            **_diff_context(diff, diff_view),
+            files_tab=tab == "files",
+            commits_tab=tab == "commits",
             html=html,
             cmp=diff,
             checks=checks,

@@ -45,6 +45,7 @@ ListQuery = Annotated[Literal["open", "closed", "merged", "all"], QueryParameter
 AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)]
 ReviewerQuery = Annotated[str | None, QueryParameter(name="reviewer", max_length=40)]
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
+ViewQuery = Annotated[Literal["unified", "split"], QueryParameter(name="view")]
 
 
 class ReviewersForm(WebForm):
@@ -125,9 +126,23 @@ class PullPages(Controller):
         pulls: PullsDep,
         task_work: TaskWorkDep,
         number: FromPath[str],
+        view_: ViewQuery = "unified",
     ) -> Template:
         view = await views.load()
-        return await PullPage(view, pulls, task_work).render(parse_number(number))
+        return await PullPage(view, pulls, task_work).render(parse_number(number), diff_view=view_)
+
+    @get("/pull/{number:str}/commits")
+    async def commits_page(
+        self,
+        views: ViewsDep,
+        pulls: PullsDep,
+        task_work: TaskWorkDep,
+        number: FromPath[str],
+        view_: ViewQuery = "unified",
+    ) -> Template:
+        """The Commits tab: the page itself, at GitHub's path, showing the head's commits."""
+        view = await views.load()
+        return await PullPage(view, pulls, task_work).render(parse_number(number), tab="commits", diff_view=view_)
 
     @get("/pull/{number:str}/files")
     async def files_page(
@@ -136,11 +151,13 @@ class PullPages(Controller):
         pulls: PullsDep,
         task_work: TaskWorkDep,
         number: FromPath[str],
+        view_: ViewQuery = "unified",
     ) -> Template:
         """The Files changed tab: the page itself, as GitHub's path names it (a task's review URL
-        answers with a redirect here, so the fragment of an old link still finds its place)."""
+        answers with a redirect here, so the fragment of an old link still finds its place);
+        `?view=split` shows the diff side by side, as the compare and commit pages do."""
         view = await views.load()
-        return await PullPage(view, pulls, task_work).render(parse_number(number), files_tab=True)
+        return await PullPage(view, pulls, task_work).render(parse_number(number), tab="files", diff_view=view_)
 
     # The forms that may be a task's open transactions of their own (no `views`, no `db_session`):
     # a task's pull request is reviewed and merged through its task, whose service opens its own.
