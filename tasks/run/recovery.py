@@ -159,15 +159,17 @@ def _pid_alive(pid: int) -> bool:
 
 
 def owner_gone(owner: str, heartbeat_at: Any, *, lease: float, now: Any = None) -> bool:
-    """The run's worker is gone: a process of this host that is not alive (known at once), or a
-    lease (`heartbeat_at`) older than `lease` seconds."""
+    """The run's worker is gone: a worker of this process that stopped, a process of this host
+    that is not alive (known at once), or any other worker whose lease (`heartbeat_at`) is older
+    than `lease` seconds (a host gone silent, a cut network, a frozen process)."""
     host, _, rest = owner.partition(":")
     pid_text, _, _nonce = rest.partition(":")
     if host == socket.gethostname() and pid_text.isdigit():
         pid = int(pid_text)
         if pid == os.getpid():
             return owner not in _LIVE_WORKERS
-        return not _pid_alive(pid)
+        if not _pid_alive(pid):
+            return True
     now = now or utcnow()
     return heartbeat_at is None or now - heartbeat_at > timedelta(seconds=lease)
 

@@ -45,7 +45,7 @@ from tests.support.waiting import until, until_sync
 pytestmark = [pytest.mark.xdist_group("scale_out")]
 
 FORGEHAND = str(Path(sys.executable).with_name("forgehand"))
-LEASE = 6.0
+LEASE = 8.0
 TASKS = "/api/v1/repos/ana/demo/tasks"
 LABEL_WORKER = "org.forgehand.worker"
 RESTING = ("awaiting_review", "failed", "succeeded", "merged", "cancelled", "stopped")
@@ -152,6 +152,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, engines: tuple[str, str]) 
         yield made
     finally:
         _stop([*made.workers.values(), *procs])
+
+
+def _task(goal: str, command: str) -> dict[str, Any]:
+    return {"goal": goal, "agent": "fixer", "command": command}
 
 
 async def live_workers(c: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -290,6 +294,48 @@ async def test_a_worker_killed_mid_run_is_taken_over_within_the_lease(cluster: C
 
 async def _printed(c: httpx.AsyncClient, number: int, text: str) -> bool:
     return any(e["kind"] == "stdout" and text in e["payload"]["text"] for e in await all_events(c, number))
+
+
+async def test_a_frozen_worker_loses_its_lease_and_once_thawed_writes_nothing(cluster: Cluster) -> None:
+    """A worker whose process stops answering (SIGSTOP: a hung process, a host gone silent, a cut
+    network; its pid is alive) keeps no lease: past it, the other worker takes its run over. Thawed,
+    it finds the run taken, stops it and settles nothing (the branch keeps the taker's snapshot)."""
+    async with cluster.client(1) as b:
+        number = (await b.post(TASKS, json=_task("frozen", "echo wip > wip.txt; echo started; sleep 300"))).json()[
+            "number"
+        ]
+        await wait_state(b, number, "running")
+        await until(lambda: _printed(b, number, "started"), timeout=60, what="the run to print 'started'")
+        owner = (await b.get(f"{TASKS}/{number}")).json()["runs"][0]["worker"]
+        [(host, proc)] = [(h, p) for h, p in cluster.workers.items() if p.pid == int(owner.split(":")[1])]
+        proc.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        try:
+            taken = await wait_task(
+                b,
+                number,
+                lambda t: t["state"] == "failed",
+                what="the frozen worker's run taken over",
+                timeout=4 * LEASE,
+            )
+            took = time.monotonic() - frozen
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        assert taken["failure_reason"] == "interrupted" and taken["head_is_wip"] is True, taken
+        await until(lambda: _said(cluster, owner, "lease was taken over"), timeout=30, what="the thawed worker to see")
+        after = (await b.get(f"{TASKS}/{number}")).json()
+    assert after["state"] == "failed" and after["head_sha"] == taken["head_sha"] and len(after["runs"]) == 1, after
+    assert not _containers(host, owner)
+    print(f"\nworker frozen: lease lapsed and run taken over in {took:.1f} s (lease {LEASE:.0f} s)")
+    assert took <= 2 * LEASE
+
+
+def _said(cluster: Cluster, worker: str, text: str) -> bool:
+    """Whether worker `worker` logged a line holding `text`."""
+    for log in cluster.logs.glob("worker-*.log"):
+        if any(text in line and worker in line for line in log.read_text(errors="replace").splitlines()):
+            return True
+    return False
 
 
 async def test_a_worker_without_its_engine_claims_nothing_and_says_so(cluster: Cluster) -> None:
