@@ -25,9 +25,14 @@ run: $(STAMP)
 	@$(BIN)/forgehand sandbox build --agents || echo "warning: no agents image (is npm installed?); claude-code tasks cannot run until 'forgehand sandbox build --agents' succeeds"
 	FORGEHAND_TASK_SANDBOX_POOL=$${FORGEHAND_TASK_SANDBOX_POOL:-1} $(BIN)/forgehand serve
 
-## make test: lint, types, import contracts and the whole test suite (real Docker included)
+## make test: lint, types, import contracts and the whole test suite (real Docker included). The
+## `db` tests run on SQLite (FORGEHAND_TEST_DATABASES=sqlite,postgresql for both); the
+## multi-process suite runs on the PostgreSQL provisioned here (tests/docker/test_scale_out.py).
 test: $(STAMP) lint types imports provision sandbox-image
-	@$(MAKE) --no-print-directory suite
+	@port=$$(deploy/scripts/provision-test-host --postgres | tail -1); \
+	FORGEHAND_TEST_DATABASE_URL=$${FORGEHAND_TEST_DATABASE_URL:-postgresql+asyncpg://forgehand:forgehand@127.0.0.1:$$port/forgehand_test} \
+	FORGEHAND_TEST_DATABASES=$${FORGEHAND_TEST_DATABASES:-sqlite} \
+	$(MAKE) --no-print-directory suite
 
 # The modules that hold serial tests: the serial pass collects only those (collecting the whole
 # suite again to deselect all but five tests costs more than the tests on a loaded runner).
@@ -42,10 +47,10 @@ suite: $(STAMP)
 	$(BIN)/python -m tests.support.suite_times build/junit-parallel.xml build/junit-serial.xml; \
 	exit $$rc
 
-# What the suite needs beyond Python and git (Docker engine, debootstrap, chromium), installed and
-# started when missing (apt-get, as root or with sudo).
+# What the suite needs beyond Python and git (Docker engine, debootstrap, chromium, PostgreSQL),
+# installed and started when missing (apt-get, as root or with sudo).
 provision:
-	deploy/scripts/provision-test-host
+	deploy/scripts/provision-test-host --postgres
 
 # The sandbox image (offline debootstrap recipe when no registry answers) and the agents image on top
 # (the pinned CLIs from npm, cached in ~/.cache/forgehand/agents); cached, so a second run is quick.
