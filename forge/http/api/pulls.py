@@ -115,12 +115,28 @@ class PullController(Controller):
     @get("/{number:str}", summary="One pull request, with mergeable, conflicts and the unmet rules")
     async def get_one(
         self,
+        actor: ActorDep,
+        task_work: TaskWorkDep,
         path_repo: PathRepoDep,
         pulls: PullsDep,
         number: FromPath[str],
     ) -> PullRead:
         res = await path_repo.load()
-        return await pulls.read(res, await pulls.get(res, parse_number(number)))
+        pull = await pulls.get(res, parse_number(number))
+        shape = await pulls.read(res, pull)
+        task = task_number_of(pull.head_ref)
+        # A task's open pull request is merged by its task's rules (as its page shows them).
+        if (
+            pull.state == "open"
+            and task is not None
+            and task_work is not None
+            and can(actor.principal, Action.TASK_READ, res)
+        ):
+            blockers = (await task_work.side(actor, path_repo.owner, path_repo.name, task)).status.blockers
+            shape.unmet_rules = blockers
+            if blockers and shape.mergeable_state == "clean":
+                shape.mergeable_state = "blocked"
+        return shape
 
     @patch("/{number:str}", summary="Edit the title, body, base or draft flag; close or reopen")
     async def edit(

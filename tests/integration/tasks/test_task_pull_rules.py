@@ -64,6 +64,9 @@ async def test_a_task_pull_requests_blocked_merge_names_the_unmet_rules_as_a_per
         assert r.status_code == 409 and r.json()["code"] == "branch_rule_unmet", r.text
         assert r.json()["unmet_rules"] == unmet
     task_refusal = r.json()
+    # Read before merging, the pull request says the same: what its merge box lists.
+    shown = (await client.get(f"{PULLS}/1", headers=world.h("ana"))).json()
+    assert shown["unmet_rules"] == unmet and shown["mergeable_state"] == "blocked"
     # The same shape as a person's pull request's refusal: the same fields, a list of rules in words.
     r = await client.put(f"{PULLS}/{person}/merge", json={"strategy": "merge"}, headers=world.h("ana"))
     assert r.status_code == 409 and r.json()["code"] == "branch_rule_unmet", r.text

@@ -1,0 +1,135 @@
+"""Scale-out, measured in one run on PostgreSQL (tests/support/cluster.py: two `forgehand serve`
+replicas without workers, workers on two Docker engines, one data directory):
+
+- throughput: 50 `command` tasks running `true`, started across both replicas, from the first
+  start to the last task at rest, with one worker, then with two workers on two engines. Goal: two
+  workers take <= 0.6x the time of one (close to 0.5x);
+- an event from a worker to an SSE client on a replica: the lag from the event's timestamp (its
+  writer's) to its arrival, for a task printing 200 lines started on the other replica. Goal:
+  p95 < 100 ms (printed: wall clock on a shared machine);
+- a lapsed lease: a worker frozen (SIGSTOP) mid-run, until the other worker took its run over.
+  Goal: within 2x the lease.
+
+Ratios are asserted as measured in this run; the lag is printed."""
+
+import asyncio
+import signal
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+
+from sandbox import DEFAULT_IMAGE, SandboxEngine
+from tests.support.cluster import Cluster, running_cluster, start_worker, task_body
+from tests.support.second_engine import ensure_second_engine
+from tests.support.sse_lag import sse_frames
+from tests.support.tasks import all_events, wait_state, wait_task
+from tests.support.waiting import until
+
+TASKS = "/api/v1/repos/ana/demo/tasks"
+LOCAL = "unix:///var/run/docker.sock"
+LEASE = 6.0
+BATCH = 50
+LINES = 200
+RESTING = ("awaiting_review", "failed", "stopped", "merged")
+
+
+async def ensure_images() -> str:
+    async with SandboxEngine() as engine:
+        await engine.ensure_image(DEFAULT_IMAGE)
+    return ensure_second_engine(images=(DEFAULT_IMAGE,))
+
+
+async def batch_seconds(cluster: Cluster, label: str) -> float:
+    """BATCH tasks of `true` across both replicas: seconds from the first start to the last rest."""
+    async with cluster.client(0) as a, cluster.client(1) as b:
+        t0 = time.monotonic()
+        answers = await asyncio.gather(
+            *((a if i % 2 else b).post(TASKS, json=task_body(f"{label}{i}", "true")) for i in range(BATCH))
+        )
+        assert all(r.status_code == 201 for r in answers), [r.text for r in answers if r.status_code != 201]
+        numbers = [r.json()["number"] for r in answers]
+
+        async def all_rest() -> bool:
+            listed = (await a.get(TASKS)).json()
+            states = {t["number"]: t["state"] for t in listed}
+            return all(states.get(n) in RESTING for n in numbers)
+
+        await until(all_rest, timeout=900, interval=0.2, what=f"the {label} batch to finish")
+        took = time.monotonic() - t0
+        failed = [t["number"] for t in (await a.get(TASKS)).json() if t["number"] in numbers and t["state"] == "failed"]
+    assert not failed, f"{label}: tasks failed: {failed}"
+    return took
+
+
+async def event_lags(cluster: Cluster) -> list[float]:
+    """Lags of the transcript events of a task started on replica B and run by a worker, followed
+    live on replica A (this process only reads: the servers and workers are processes of their own)."""
+    lags: list[float] = []
+    async with cluster.client(1) as b, cluster.client(0) as a:
+        command = f"for i in $(seq 1 {LINES}); do echo line $i; sleep 0.01; done"
+        number = (await b.post(TASKS, json=task_body("lag", command))).json()["number"]
+        headers = {"Accept": "text/event-stream"}
+        async with a.stream("GET", f"{TASKS}/{number}/events", headers=headers, timeout=300) as r:
+            async for event, data in sse_frames(r):
+                if event == "end":
+                    break
+                if event not in ("state", "message"):
+                    at = msgspec.json.decode(data)["at"]
+                    lags.append(time.time() - datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp())
+        stored = len(await all_events(b, number))
+    assert len(lags) == stored, f"{len(lags)} events followed, {stored} stored"
+    return lags[1:]  # the first is read at connect time (a replay, not a crossing)
+
+
+async def lease_takeover_seconds(cluster: Cluster) -> float:
+    async with cluster.client(0) as a:
+        number = (await a.post(TASKS, json=task_body("frozen", "echo started; sleep 300"))).json()["number"]
+        await wait_state(a, number, "running", timeout=120)
+        owner = (await a.get(f"{TASKS}/{number}")).json()["runs"][0]["worker"]
+        [proc] = [p for p in cluster.workers.values() if p.pid == int(owner.split(":")[1])]
+        proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            await wait_task(a, number, lambda t: t["state"] == "failed", what="the take-over", timeout=10 * LEASE)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        return time.monotonic() - t0
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def test_scale_out() -> None:
+    second = await ensure_images()
+    with tempfile.TemporaryDirectory() as tmp, running_cluster(Path(tmp), lease=LEASE, workers=(LOCAL,)) as cluster:
+        await batch_seconds(cluster, "warm")  # both replicas and the engine past their first task
+        one = await batch_seconds(cluster, "one")
+        start_worker(cluster, second, "worker-second")
+        await until(lambda: two_claiming(cluster), timeout=60, what="the second worker to claim")
+        two = await batch_seconds(cluster, "two")
+        lags = await event_lags(cluster)
+        takeover = await lease_takeover_seconds(cluster)
+    print(
+        f"\n{BATCH} tasks of `true`: one worker {one:.1f} s, two workers on two engines {two:.1f} s: {two / one:.2f}x"
+    )
+    print(
+        f"worker -> SSE client on the other replica: {len(lags)} events, lag median "
+        f"{statistics.median(lags) * 1000:.0f} ms, p95 {pct(lags, 0.95) * 1000:.0f} ms"
+    )
+    print(f"lapsed lease taken over in {takeover:.1f} s: {takeover / LEASE:.2f}x the lease ({LEASE:.0f} s)")
+    assert two / one <= 0.6, f"two workers took {two / one:.2f}x one worker's time (goal <= 0.6x)"
+    assert takeover <= 2 * LEASE
+
+
+async def two_claiming(cluster: Cluster) -> bool:
+    async with httpx.AsyncClient(timeout=10) as c:
+        body: dict[str, Any] = (await c.get(f"{cluster.replicas[0]}/healthz")).json()
+    return bool(sum(w["state"] == "claiming" for w in body["workers"]) >= 2)
