@@ -19,6 +19,7 @@ import click
 from forge.app.commands.accounts import bots, tokens_group, users
 from forge.app.commands.audit import audit_group
 from forge.app.commands.context import run_db, start_settings
+from forge.app.commands.db_copy import copy_command
 from forge.app.commands.repos import repos_group
 
 if TYPE_CHECKING:
@@ -164,6 +165,9 @@ def db_upgrade() -> None:
     settings = start_settings()
     upgrade(settings.effective_database_url)
     click.echo("database is up to date")
+
+
+db.add_command(copy_command)
 
 
 def _checked_labels(value: str | None) -> str | None:

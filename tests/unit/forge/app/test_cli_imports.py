@@ -30,6 +30,7 @@ print("HEAVY=" + ",".join(heavy), file=sys.stderr)
         ["serve", "--help"],
         ["worker", "--help"],
         ["db", "upgrade", "--help"],
+        ["db", "copy", "--help"],
         ["sandbox", "--help"],
         ["sandbox", "ls", "--help"],
         ["hooks", "serve", "--help"],
