@@ -19,6 +19,7 @@ database and migrate it once between them.
 Slow by nature (about a minute): four processes, 30 sandboxes on two engines."""
 
 import asyncio
+import json
 import signal
 import statistics
 import time
@@ -29,11 +30,16 @@ from typing import Any
 import docker
 import httpx
 import pytest
+from standardwebhooks.webhooks import Webhook
 
-from tests.support.cluster import Cluster, running_cluster, start_worker, stop, task_body
+from forge.accounts import accounts, tokens
+from forge.db.audit import Actor
+from forge.db.engine import Database
+from tests.support.cluster import Cluster, post_task, running_cluster, start_worker, stop, task_body
 from tests.support.second_engine import ensure_second_engine
 from tests.support.tasks import all_events, wait_state, wait_task
 from tests.support.waiting import until
+from tests.support.webhooks import receiver
 
 pytestmark = [pytest.mark.xdist_group("scale_out")]
 
@@ -76,12 +82,7 @@ async def _count_claiming(c: httpx.AsyncClient) -> bool:
 async def test_thirty_tasks_across_replicas_run_exactly_once(cluster: Cluster) -> None:
     async with cluster.client(0) as a, cluster.client(1) as b:
         bodies = await asyncio.gather(
-            *(
-                (a if i % 2 else b).post(
-                    TASKS, json={"goal": f"g{i}", "agent": "fixer", "command": f"echo {i} > out.txt"}
-                )
-                for i in range(30)
-            )
+            *(post_task(a if i % 2 else b, task_body(f"g{i}", f"echo {i} > out.txt")) for i in range(30))
         )
         assert [r.status_code for r in bodies] == [201] * 30, [r.text for r in bodies if r.status_code != 201]
         numbers = sorted(r.json()["number"] for r in bodies)
@@ -258,6 +259,46 @@ async def test_a_worker_without_its_engine_claims_nothing_and_says_so(cluster: C
     finally:
         stop([proc])
         cluster.workers.pop("unix:///nonexistent/forgehand/docker.sock", None)
+
+
+async def _hook_token(cluster: Cluster) -> str:
+    """A token of ana's that may manage webhooks (the seeded one may not)."""
+    db = Database(cluster.settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.require_by_login(s, "ana")
+            return (await tokens.create(s, Actor.system("test"), ana, "hooks", ["webhooks:admin"], None)).token
+    finally:
+        await db.dispose()
+
+
+async def test_both_workers_deliverers_deliver_each_event_with_one_id(cluster: Cluster) -> None:
+    """Each `forgehand worker` runs a deliverer on the one outbox: every notification is delivered
+    at least once, and every delivery of one event carries the same `webhook-id`."""
+    with receiver() as consumer:
+        headers = {"Authorization": f"Bearer {await _hook_token(cluster)}"}
+        async with httpx.AsyncClient(base_url=cluster.replicas[0], headers=headers, timeout=30) as admin:
+            hook = {"url": consumer.url, "kind": "notify", "events": ["task.created", "run.finished"]}
+            made = await admin.post("/api/v1/repos/ana/demo/hooks", json=hook)
+            assert made.status_code == 201, made.text
+        async with cluster.client(0) as a, cluster.client(1) as b:
+            answers = await asyncio.gather(
+                *(post_task(a if i % 2 else b, task_body(f"h{i}", "true")) for i in range(10))
+            )
+            numbers = {r.json()["number"] for r in answers}
+
+            def delivered() -> bool:
+                bodies = [json.loads(x.body) for x in consumer.seen]
+                found = {(body["type"], body["meta"]["task"]["number"]) for body in bodies}
+                return all((kind, n) in found for n in numbers for kind in ("task.created", "run.finished"))
+
+            await until(delivered, timeout=180, what="every task's task.created and run.finished delivered")
+        by_id: dict[str, set[bytes]] = {}
+        for seen in consumer.seen:
+            Webhook(made.json()["secret"]).verify(seen.body, seen.headers)
+            by_id.setdefault(seen.headers["webhook-id"], set()).add(seen.body)
+    assert all(len(bodies) == 1 for bodies in by_id.values())  # a redelivery is the same event, same id
+    print(f"\n{len(consumer.seen)} deliveries of {len(by_id)} events by the workers' deliverers")
 
 
 async def test_a_replica_killed_mid_request_loses_nothing_it_answered(cluster: Cluster) -> None:

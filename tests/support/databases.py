@@ -142,8 +142,9 @@ async def postgres_copy(admin_url: str) -> str:
 async def postgres_empty(admin_url: str) -> str:
     """A new, empty database (never migrated) for one test, dropped with the copies (a test of the
     migrations themselves)."""
-    name = f"{_prefix(admin_url)}empty_{next(_copies)}"
-    await _drop(admin_url, name)  # an earlier run's, left by a killed test process
+    # The process id in the name: two test processes on one maintenance database (a worker of
+    # each has the same xdist name) never meet on an empty database.
+    name = f"{_prefix(admin_url)}empty_{os.getpid()}_{next(_copies)}"
     await _execute(admin_url, f'CREATE DATABASE "{name}"')
     _undropped.append(name)
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
