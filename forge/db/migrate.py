@@ -9,6 +9,7 @@ before another process's write cannot then write: its busy timeout does not help
 
 import asyncio
 import fcntl
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util.exc import CommandError
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -41,8 +43,36 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrade the database; blocking (env.py runs its own event loop)."""
-    command.upgrade(alembic_config(url), revision)
+    """Upgrade the database; blocking (env.py runs its own event loop).
+
+    A database a newer release already migrated (a revision this release does not know) is left
+    as it is, with a warning: during a rolling upgrade a replica of the previous release that
+    restarts keeps serving on it, as one that kept running does (migrations expand first,
+    docs/operator.md, "Upgrading"), instead of failing to start."""
+    try:
+        command.upgrade(alembic_config(url), revision)
+    except CommandError as exc:
+        newer = unknown_revision(exc)
+        if newer is None:
+            raise
+        log.warning(
+            "the database was migrated by a newer forgehand: running on it as it is",
+            database_revision=newer,
+            this_release_head=head_revision(),
+            fix="replace this process with the newer release",
+        )
+
+
+def unknown_revision(exc: CommandError) -> str | None:
+    """The revision named by Alembic's "Can't locate revision" error (a newer release's), or None."""
+    match = re.search(r"Can't locate revision identified by '([^']+)'", str(exc))
+    return match.group(1) if match else None
+
+
+def is_known(revision: str) -> bool:
+    """Whether `revision` is one of this release's migrations."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return any(r.revision == revision for r in script.walk_revisions())
 
 
 async def upgrade_async(url: str, revision: str = "head") -> None:

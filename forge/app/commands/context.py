@@ -25,11 +25,16 @@ def cli_actor() -> Actor:
     return Actor.system("cli")
 
 
-async def _require_migrated(db: Database) -> None:
+async def require_migrated(db: Database) -> None:
     """Commands other than `serve` (which migrates on start) and `db upgrade` need the schema."""
-    from forge.db.migrate import current_revision, head_revision
+    from forge.db.migrate import current_revision, head_revision, is_known
 
     current, head = await current_revision(db.engine), head_revision()
+    if current is not None and current != head and not is_known(current):
+        raise click.ClickException(
+            f"the database is at revision {current}, which a newer forgehand made (this one knows up to "
+            f"{head}): run the newer release's forgehand"
+        )
     if current != head:
         state = "has no forgehand tables yet" if current is None else f"is at revision {current}, not {head}"
         raise click.ClickException(f"the database {state}: run `forgehand db upgrade` first")
@@ -92,7 +97,7 @@ def run_db(settings: Settings, fn: Callable[[Database], Awaitable[T]]) -> T:
     async def go() -> T:
         db = Database(settings.effective_database_url)
         try:
-            await _require_migrated(db)
+            await require_migrated(db)
             return await fn(db)
         finally:
             await db.dispose()
