@@ -16,13 +16,10 @@ async def list_workers(session: AsyncSession, actor: Actor, settings: Settings) 
 
 
 async def health(session: AsyncSession, settings: Settings) -> tuple[bool, list[dict[str, object]]]:
-    """For `/healthz`: whether every live worker can claim, and the live and lost ones in short
-    (id, state, the engine's error); stopped ones are left out."""
+    """For `/healthz` (answered to anyone: a load balancer's probe): whether every live worker can
+    claim, and the live and lost ones in short (id, state, runs); stopped ones are left out. The
+    engine's address and error are for instance admins only (`list_workers`)."""
     views = await worker_registry.listing(session, settings.worker_lease_seconds)
     shown = [v for v in views if v.state != "stopped"]
     ok = all(v.state != "engine_unreachable" for v in shown)
-    return ok, [
-        {"id": v.id, "state": v.state, "running": v.running, "capacity": v.capacity}
-        | ({"engine_error": v.engine_error} if v.engine_error else {})
-        for v in shown
-    ]
+    return ok, [{"id": v.id, "state": v.state, "running": v.running, "capacity": v.capacity} for v in shown]

@@ -88,11 +88,13 @@ async def test_a_worker_without_its_engine_claims_nothing_and_says_so(
         body = health.json()
         assert body["status"] == "degraded"
         [shown] = [w for w in body["workers"] if w["id"] == worker.id]
-        assert shown["state"] == "engine_unreachable" and "does not answer" in shown["engine_error"]
+        assert shown["state"] == "engine_unreachable" and shown["running"] == 0
+        assert NO_ENGINE not in health.text  # the engine's address and error: for admins only
 
         listed = (await client.get("/api/v1/admin/workers", headers=world.h("ana-admin"))).json()
         [row] = [w for w in listed if w["id"] == worker.id]
         assert row["state"] == "engine_unreachable" and row["engine"] == NO_ENGINE and row["capacity"] == 2
+        assert "does not answer" in row["engine_error"]
         refused = await client.get("/api/v1/admin/workers", headers=world.h("wendy"))
         assert refused.status_code == 403, refused.text
 
