@@ -158,7 +158,7 @@ class Wakeups:
             return
         if self._reader is not None:
             self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
         await self._plugin.__aexit__(None, None, None)
 
@@ -183,13 +183,20 @@ class Wakeups:
             self._plugin.publish(f"{self._origin}|{chunk}".encode(), CHANNEL)
 
     async def _read(self, events: AsyncGenerator[bytes, None]) -> None:
+        """Hand other processes' ids on. Any role that may connect to the database may NOTIFY on
+        the channel: a payload is parsed strictly (ASCII digits, at most MAX_IDS of them, the rest
+        ignored), and nothing in it can stop the reading."""
         async for data in events:
             origin, _, ids = data.decode(errors="replace").partition("|")
             if origin == self._origin:
                 continue
-            found = [int(x) for x in ids.split(",") if x.isdigit()]
-            if found:
+            found = [int(x) for x in ids.split(",")[:MAX_IDS] if x.isascii() and x.isdigit() and len(x) < 12]
+            if not found:
+                continue
+            try:
                 self._on_remote(found)
+            except Exception:
+                log.exception("handing on a wake-up failed")
 
 
 def for_database(database_url: str, on_remote: Callable[[list[int]], None]) -> Wakeups | None:

@@ -66,7 +66,9 @@ async def salvage(env: RunEnv, run: Run, task: Task, repo: Repository, agent_log
     out = Salvage()
     key = (repo.owner.login.lower(), repo.name.lower())
     workspace = workspace_of(env, task.uuid, run.uuid)
-    if run.start_sha and workspace.is_dir():
+    # A review task's result is its review: its work tree is never committed, interrupted or not.
+    review = isinstance(task.trigger, dict) and task.trigger.get("kind") == "review_request"
+    if run.start_sha and workspace.is_dir() and not review:
         manifest = await asyncio.to_thread(gitops.load_manifest, workspace)
         ref = f"{repo.owner.login}/{repo.name}#{task.number}, run {run.seq}"
         try:

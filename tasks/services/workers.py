@@ -15,11 +15,13 @@ async def list_workers(session: AsyncSession, actor: Actor, settings: Settings) 
     return await worker_registry.listing(session, settings.worker_lease_seconds)
 
 
-async def health(session: AsyncSession, settings: Settings) -> tuple[bool, list[dict[str, object]]]:
+async def health(session: AsyncSession, settings: Settings) -> tuple[bool, dict[str, int]]:
     """For `/healthz` (answered to anyone: a load balancer's probe): whether every live worker can
-    claim, and the live and lost ones in short (id, state, runs); stopped ones are left out. The
-    engine's address and error are for instance admins only (`list_workers`)."""
+    claim, and how many workers are in each state but `stopped`. Which workers, their hosts and
+    engines are for instance admins only (`list_workers`)."""
     views = await worker_registry.listing(session, settings.worker_lease_seconds)
-    shown = [v for v in views if v.state != "stopped"]
-    ok = all(v.state != "engine_unreachable" for v in shown)
-    return ok, [{"id": v.id, "state": v.state, "running": v.running, "capacity": v.capacity} for v in shown]
+    counts = {"claiming": 0, "engine_unreachable": 0, "lost": 0}
+    for v in views:
+        if v.state in counts:
+            counts[v.state] += 1
+    return counts["engine_unreachable"] == 0, counts

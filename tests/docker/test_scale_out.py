@@ -32,9 +32,6 @@ import httpx
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from forge.accounts import accounts, tokens
-from forge.db.audit import Actor
-from forge.db.engine import Database
 from tests.support.cluster import Cluster, post_task, running_cluster, start_worker, stop, task_body
 from tests.support.second_engine import ensure_second_engine
 from tests.support.tasks import all_events, wait_state, wait_task
@@ -62,21 +59,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, engines: tuple[str, str]) 
 
 
 async def live_workers(c: httpx.AsyncClient) -> list[dict[str, Any]]:
-    body = (await c.get("/healthz")).json()
-    return [w for w in body["workers"] if w["state"] in ("claiming", "engine_unreachable")]
+    """The workers the admin API lists as live (`c` an admin's client)."""
+    listed: list[dict[str, Any]] = (await c.get("/api/v1/admin/workers")).json()
+    return [w for w in listed if w["state"] in ("claiming", "engine_unreachable")]
 
 
 async def test_replicas_migrate_once_and_both_workers_claim(cluster: Cluster) -> None:
     logs = "".join((cluster.logs / f"serve-{i}.log").read_text(errors="replace") for i in (0, 1))
     assert "Traceback" not in logs, logs[-3000:]
     async with cluster.client(1) as c:
-        await until(
-            lambda: _count_claiming(c), timeout=60, what="both workers to say they claim (/healthz on replica B)"
-        )
+        await until(lambda: _count_claiming(c), timeout=60, what="/healthz on replica B to count both workers")
+    async with cluster.admin(0) as admin:
+        assert len([w for w in await live_workers(admin) if w["state"] == "claiming"]) >= 2
 
 
 async def _count_claiming(c: httpx.AsyncClient) -> bool:
-    return bool(sum(w["state"] == "claiming" for w in await live_workers(c)) >= 2)
+    return bool((await c.get("/healthz")).json()["workers"]["claiming"] >= 2)
 
 
 async def test_thirty_tasks_across_replicas_run_exactly_once(cluster: Cluster) -> None:
@@ -244,7 +242,7 @@ def _said(cluster: Cluster, worker: str, text: str) -> bool:
 async def test_a_worker_without_its_engine_claims_nothing_and_says_so(cluster: Cluster) -> None:
     proc = start_worker(cluster, "unix:///nonexistent/forgehand/docker.sock", "worker-no-engine")
     try:
-        async with cluster.client(1) as b:
+        async with cluster.admin(1) as b:
 
             async def unreachable() -> list[dict[str, Any]]:
                 return [
@@ -253,31 +251,20 @@ async def test_a_worker_without_its_engine_claims_nothing_and_says_so(cluster: C
                     if w["state"] == "engine_unreachable" and f":{proc.pid}:" in w["id"]
                 ]
 
-            [shown] = await until(unreachable, timeout=60, what="/healthz to show the worker without an engine")
-            assert shown["running"] == 0
-            assert (await b.get("/healthz")).json()["status"] == "degraded"
+            [shown] = await until(unreachable, timeout=60, what="the admin API to show the worker without an engine")
+            assert shown["running"] == 0 and "does not answer" in shown["engine_error"]
+            health = (await b.get("/healthz")).json()
+            assert health["status"] == "degraded" and health["workers"]["engine_unreachable"] == 1
     finally:
         stop([proc])
         cluster.workers.pop("unix:///nonexistent/forgehand/docker.sock", None)
-
-
-async def _hook_token(cluster: Cluster) -> str:
-    """A token of ana's that may manage webhooks (the seeded one may not)."""
-    db = Database(cluster.settings.effective_database_url)
-    try:
-        async with db.session(write=True) as s:
-            ana = await accounts.require_by_login(s, "ana")
-            return (await tokens.create(s, Actor.system("test"), ana, "hooks", ["webhooks:admin"], None)).token
-    finally:
-        await db.dispose()
 
 
 async def test_both_workers_deliverers_deliver_each_event_with_one_id(cluster: Cluster) -> None:
     """Each `forgehand worker` runs a deliverer on the one outbox: every notification is delivered
     at least once, and every delivery of one event carries the same `webhook-id`."""
     with receiver() as consumer:
-        headers = {"Authorization": f"Bearer {await _hook_token(cluster)}"}
-        async with httpx.AsyncClient(base_url=cluster.replicas[0], headers=headers, timeout=30) as admin:
+        async with cluster.admin(0) as admin:
             hook = {"url": consumer.url, "kind": "notify", "events": ["task.created", "run.finished"]}
             made = await admin.post("/api/v1/repos/ana/demo/hooks", json=hook)
             assert made.status_code == 201, made.text

@@ -16,7 +16,10 @@ from typing import Any
 import httpx
 import pytest
 
+from forge.accounts import accounts, tokens
 from forge.core.settings import Settings, load_settings, prepare_data_dir
+from forge.db.audit import Actor
+from forge.db.engine import Database
 from tests.support import databases
 from tests.support.ports import free_port
 from tests.support.tasks import seed
@@ -37,6 +40,11 @@ class Cluster:
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # DOCKER_HOST -> process
     logs: Path = Path()
     lease: float = 30.0
+    admin_token: str = ""  # ana's, an instance admin's: the admin API and webhooks
+
+    def admin(self, replica: int) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
+        return httpx.AsyncClient(base_url=self.replicas[replica], headers=headers, timeout=30)
 
     def client(self, replica: int) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -130,11 +138,25 @@ def running_cluster(tmp: Path, *, lease: float, workers: tuple[str, ...] = ()) -
                 ignoring=(httpx.TransportError,),
             )
         made.token, _ = asyncio.run(seed(settings))
+        made.admin_token = asyncio.run(_admin_token(settings))
         for i, host in enumerate(workers):
             start_worker(made, host, f"worker-{i}")
         yield made
     finally:
         stop([*made.workers.values(), *procs])
+
+
+async def _admin_token(settings: Settings) -> str:
+    """ana made an instance admin, with a token for the admin API and webhooks."""
+    db = Database(settings.effective_database_url)
+    try:
+        async with db.session(write=True) as s:
+            ana = await accounts.require_by_login(s, "ana")
+            ana.is_admin = True
+            made = await tokens.create(s, Actor.system("test"), ana, "admin", ["admin", "webhooks:admin"], None)
+            return made.token
+    finally:
+        await db.dispose()
 
 
 def task_body(goal: str, command: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Wake-ups between processes (forge/db/wakeups.py): on PostgreSQL, what one process publishes
-reaches the others through `LISTEN/NOTIFY` (never itself), gathered per loop turn, and a listener
-whose connection is cut listens again; on SQLite nothing leaves the process."""
+reaches the others through `LISTEN/NOTIFY` (never itself), gathered per loop turn; a listener
+whose connection is cut listens again, and one sent a malformed payload goes on; on SQLite
+nothing leaves the process."""
 
 import asyncio
 
@@ -68,6 +69,18 @@ async def test_wakeups_cross_processes_on_postgresql_only(db_url: str) -> None:
             await backend.listening.wait()
         a.publish(42)
         assert await there.next() == [42]
+
+        # Any role of the database may NOTIFY on the channel: what is not an id is ignored, and
+        # the listener goes on.
+        conn = await asyncpg.connect(asyncpg_dsn(db_url))
+        try:
+            await conn.execute("SELECT pg_notify('forgehand_changes', 'someone|\u00b2,5,abc,-1,99999999999999')")
+            await conn.execute("SELECT pg_notify('forgehand_changes', 'no separator')")
+        finally:
+            await conn.close()
+        assert await there.next() == [5]
+        a.publish(43)
+        assert await there.next() == [43]
     finally:
         await a.stop()
         await b.stop()
