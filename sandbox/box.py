@@ -12,15 +12,18 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from .commands import OOM_COUNTER, ExecResult, ExecStream, validate_argv, validate_exec_env
+from .commands import OOM_COUNTER, ExecResult, ExecStream, close_exec_socket, validate_argv, validate_exec_env
 from .creation import remove_container
 from .errors import SandboxError, SandboxGone, SpecRefused
 from .process import DEFAULT_LINE_CAP, DEFAULT_STDERR_CAP, SandboxProcess
 from .protocols import EngineCalls, TrackedProcess
+from .pump import read_stdout
 from .quota import QuotaKind, WorkspaceWatch
 from .spec import WORKSPACE_DIR, SandboxSpec
 
 T = TypeVar("T")
+
+QUIET_OUTPUT_CAP = 4096  # what `run_quiet` keeps of a command's stdout
 
 # The major:minor of the filesystem mounted at /workspace, with shell builtins only (a custom image
 # need not have coreutils).
@@ -250,9 +253,14 @@ class Sandbox:
 
         def run(c: docker.DockerClient) -> tuple[int | None, bytes]:
             exec_id = c.api.exec_create(self.id, argv, stdout=True, stderr=False, user=self.spec.user)["Id"]
-            output = c.api.exec_start(exec_id)
+            # Not `exec_start(exec_id)`, which can return nothing for a command that printed: see read_stdout.
+            sock = c.api.exec_start(exec_id, socket=True)
+            try:
+                output = read_stdout(sock, QUIET_OUTPUT_CAP)
+            finally:
+                close_exec_socket(sock)
             code = c.api.exec_inspect(exec_id).get("ExitCode")
-            return (int(code) if code is not None else None), bytes(output or b"")[:4096]
+            return (int(code) if code is not None else None), output
 
         return await self.engine_call(run, timeout=timeout, container=True)
 

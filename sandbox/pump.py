@@ -68,6 +68,62 @@ def raw_socket(sock: Any) -> Any:
     return getattr(sock, "_sock", sock)
 
 
+def prebuffered(sock: Any, *, timeout: float | None) -> bytes:
+    """The first bytes of the exec's stream when http.client read them into its buffer along with the
+    upgrade response's headers (the engine wrote both before this process read the response): a read
+    of the socket below never sees them. Call before anything reads the socket; it is left with
+    `timeout`."""
+    fp = getattr(getattr(getattr(getattr(sock, "_response", None), "raw", None), "_fp", None), "fp", None)
+    if fp is None:
+        return b""
+    raw = raw_socket(sock)
+    raw.setblocking(False)
+    try:
+        data: bytes = fp.peek(_RECV_SIZE)
+        if data:
+            fp.read(len(data))
+    except (OSError, ValueError):
+        data = b""
+    finally:
+        raw.settimeout(timeout)
+    return data
+
+
+def read_stdout(sock: Any, cap: int) -> bytes:
+    """The stdout (stream 1) of an exec started with `exec_start(socket=True)`, its first `cap` bytes,
+    read to the end of the stream (blocking, with the socket's own timeout), the bytes http.client
+    buffered first. docker-py's own read (`exec_start()` without `socket`) reads the socket below
+    and loses those: a short command's whole output when the reading thread was slow to get to it."""
+    raw: socket.socket = raw_socket(sock)
+    data = prebuffered(sock, timeout=raw.gettimeout())
+    out = bytearray()
+    header = bytearray()
+    remaining = 0
+    stream = 1
+    while True:
+        if not data:
+            data = raw.recv(_RECV_SIZE)
+            if not data:
+                return bytes(out)
+        view, n, pos = memoryview(data), len(data), 0
+        while pos < n:
+            if remaining == 0:
+                take = min(8 - len(header), n - pos)
+                header += view[pos : pos + take]
+                pos += take
+                if len(header) == 8:
+                    stream = header[0]
+                    remaining = int.from_bytes(header[4:8], "big")
+                    header.clear()
+                continue
+            take = min(remaining, n - pos)
+            if stream == 1 and len(out) < cap:
+                out += view[pos : pos + min(take, cap - len(out))]
+            pos += take
+            remaining -= take
+        data = b""
+
+
 class Pump:
     """Reads Docker's multiplexed stream (8-byte frame headers) in a thread; applies the output cap."""
 
@@ -87,23 +143,7 @@ class Pump:
 
     def take_prebuffered(self) -> None:
         """Call before any thread touches the socket (it briefly makes the socket non-blocking)."""
-        self._pending = self._prebuffered()
-
-    def _prebuffered(self) -> bytes:
-        # http.client may have read past the upgrade response's headers into its buffer.
-        fp = getattr(getattr(getattr(getattr(self._sock, "_response", None), "raw", None), "_fp", None), "fp", None)
-        if fp is None:
-            return b""
-        self._raw.setblocking(False)
-        try:
-            data: bytes = fp.peek(_RECV_SIZE)
-            if data:
-                fp.read(len(data))
-        except (OSError, ValueError):
-            data = b""
-        finally:
-            self._raw.settimeout(_POLL)
-        return data
+        self._pending = prebuffered(self._sock, timeout=_POLL)
 
     def _run(self) -> None:
         error: BaseException | None = None

@@ -50,11 +50,13 @@ import docker
 import docker.errors
 import msgspec
 
+from sandbox.commands import close_exec_socket
 from sandbox.creation import low_level_create_args, remove_container
 from sandbox.environment.secret_scan import SECRETS_DIR, SecretScanner, changes_on_disk, commit_checked, upper_dir
 from sandbox.environment.setup_run import DEFAULT_DISK_BYTES, SetupRun, exec_exit_code, layer_bytes, run_setup
 from sandbox.environment.spec import EnvironmentSpec
 from sandbox.owner import current_owner
+from sandbox.pump import read_stdout
 from sandbox.relays import check_launched, launcher_argv
 from sandbox.spec import (
     SANDBOX_GID,
@@ -174,8 +176,13 @@ def build_environment(
 def _start_relays(client: docker.DockerClient, container_id: str, image: str, relays: tuple[Relay, ...]) -> None:
     """The relays of the setup's channel, started as a sandbox's are (sandbox/relays.py)."""
     argv = launcher_argv(relays)
-    exec_id = client.api.exec_create(container_id, argv, user=SANDBOX_USER, stdout=True, stderr=True)["Id"]
-    out = client.api.exec_start(exec_id)
+    exec_id = client.api.exec_create(container_id, argv, user=SANDBOX_USER, stdout=True, stderr=False)["Id"]
+    # Not `exec_start(exec_id)`: it can lose a short command's whole output (sandbox.pump.read_stdout).
+    sock = client.api.exec_start(exec_id, socket=True)
+    try:
+        out = read_stdout(sock, 4096)
+    finally:
+        close_exec_socket(sock)
     check_launched(image, exec_exit_code(client, exec_id), out)
 
 

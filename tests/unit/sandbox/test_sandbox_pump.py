@@ -1,11 +1,15 @@
 """The exec output pump on a local socket pair: Docker's frame format, the pid marker, the output
-cap and backpressure, without an engine."""
+cap and backpressure, without an engine; and `read_stdout` (Sandbox.run_quiet's read), which must
+keep what http.client buffered past the upgrade response's headers."""
 
 import asyncio
+import http.client
 import socket
 import struct
+from types import SimpleNamespace
+from typing import Any
 
-from sandbox.pump import PID_MARKER, Channel, End, OutputChunk, Pump
+from sandbox.pump import PID_MARKER, Channel, End, OutputChunk, Pump, read_stdout
 from tests.support.waiting import until
 
 
@@ -131,3 +135,47 @@ async def test_slow_consumer_slows_the_producer() -> None:
     assert received == (sent // len(block)) * 1000 + max(0, sent % len(block) - 8)
     a.close()
     b.close()
+
+
+UPGRADED = (
+    b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
+    b"Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n"
+)
+
+
+def upgraded(engine_wrote: bytes) -> tuple[socket.socket, Any]:
+    """The engine's end, and what `exec_start(socket=True)` returns once http.client read the 101
+    response, when the engine had written `engine_wrote` (headers and whatever followed) by then."""
+    a, b = socket.socketpair()
+    a.sendall(engine_wrote)
+    response = http.client.HTTPResponse(b)
+    response.begin()  # reads the headers through a buffer, which takes what followed them too
+    sock: Any = response.fp.raw  # docker-py's raw socket: a SocketIO below that buffer
+    sock._response = SimpleNamespace(raw=SimpleNamespace(_fp=response))  # docker-py keeps the response there
+    return a, sock
+
+
+def response_buffered(sock: Any) -> bool:
+    raw = sock._sock
+    raw.setblocking(False)
+    try:
+        return bool(sock._response.raw._fp.fp.peek(1))
+    finally:
+        raw.setblocking(True)
+
+
+def test_read_stdout_keeps_the_output_that_came_with_the_headers() -> None:
+    # A short command's whole output, written before this side read the response: all in the buffer.
+    a, sock = upgraded(UPGRADED + frame(1, b"7:2\n"))
+    a.close()
+    assert response_buffered(sock)
+    assert read_stdout(sock, 4096) == b"7:2\n"
+    sock.close()
+
+
+def test_read_stdout_joins_the_buffered_start_to_the_rest_of_the_stream() -> None:
+    a, sock = upgraded(UPGRADED + frame(1, b"first ") + frame(2, b"err")[:5])
+    a.sendall(frame(2, b"err")[5:] + frame(1, b"second\n") + frame(1, b"x" * 5000))
+    a.close()
+    assert read_stdout(sock, 20) == b"first second\nxxxxxxx"  # stdout only, its first 20 bytes
+    sock.close()
