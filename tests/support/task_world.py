@@ -2,6 +2,8 @@
 roles, a bot, a repository with a base commit, tokens; and `agent_commits`, which stands in for a
 run that ended well with a real commit on the task branch."""
 
+from typing import Any
+
 import msgspec
 import pygit2
 from sqlalchemy import select
@@ -105,3 +107,15 @@ async def open_task_pull(db: Database, settings: Settings, base_url: str, number
             return task.result_pull_number
     finally:
         await store.close()
+
+
+async def open_login_pull(client: Any, world: World) -> None:
+    """ana's pull request #1 of `feature/login` (a commit on main's tip) into main, over the API."""
+    api = "/api/v1/repos/ana/demo"
+    store = client.app.state.repo_store
+    main = next(b["sha"] for b in (await client.get(f"{api}/branches", headers=world.h("ana"))).json())
+    await store.write(("ana", "demo"), lambda repo: repo.references.create("refs/heads/feature/login", main))
+    await store.write(("ana", "demo"), write_commit, branch="feature/login", files={"login.py": "pass\n"},
+                      message="login stub", author=Identity(name="Ana", email="ana@example.org"))  # fmt: skip
+    opened = {"title": "Login", "head": "feature/login", "base": "main"}
+    assert (await client.post(f"{api}/pulls", json=opened, headers=world.h("ana"))).status_code == 201

@@ -9,9 +9,7 @@ from litestar.testing import AsyncTestClient
 
 from forge.core.settings import Settings
 from forge.db.engine import Database
-from forge.git import Identity
-from forge.git.bare import write_commit
-from tests.support.task_world import TASKS, build_task_world
+from tests.support.task_world import TASKS, build_task_world, open_login_pull
 from tests.support.web import csrf_from, sign_in
 
 API = "/api/v1/repos/ana/demo"
@@ -21,13 +19,7 @@ async def test_the_ask_an_agent_button_starts_a_task_on_the_pull_requests_head(
     client: AsyncTestClient[Any], db: Database, settings: Settings
 ) -> None:
     world = await build_task_world(db, settings)
-    store = client.app.state.repo_store
-    main = next(b["sha"] for b in (await client.get(f"{API}/branches", headers=world.h("ana"))).json())
-    await store.write(("ana", "demo"), lambda repo: repo.references.create("refs/heads/feature/login", main))
-    await store.write(("ana", "demo"), write_commit, branch="feature/login", files={"login.py": "pass\n"},
-                      message="login stub", author=Identity(name="Ana", email="ana@example.org"))  # fmt: skip
-    opened = {"title": "Login", "head": "feature/login", "base": "main"}
-    assert (await client.post(f"{API}/pulls", json=opened, headers=world.h("ana"))).status_code == 201
+    await open_login_pull(client, world)
 
     await sign_in(client, "wendy", "correct horse battery")
     page = (await client.get("/ana/demo/pull/1")).text

@@ -11,8 +11,7 @@ from litestar.testing import AsyncTestClient
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.git import Identity
-from forge.git.bare import write_commit
-from tests.support.task_world import TASKS, agent_commits, build_task_world, open_task_pull
+from tests.support.task_world import TASKS, agent_commits, build_task_world, open_login_pull, open_task_pull
 from tests.support.web import sign_in
 
 API = "/api/v1/repos/ana/demo"
@@ -24,13 +23,7 @@ async def test_an_agents_work_on_a_pull_request_is_stacked_on_it_and_linked(
     client: AsyncTestClient[Any], db: Database, settings: Settings
 ) -> None:
     world = await build_task_world(db, settings)
-    store = client.app.state.repo_store
-    main = next(b["sha"] for b in (await client.get(f"{API}/branches", headers=world.h("ana"))).json())
-    await store.write(("ana", "demo"), lambda repo: repo.references.create("refs/heads/feature/login", main))
-    await store.write(("ana", "demo"), write_commit, branch="feature/login", files={"login.py": "pass\n"},
-                      message="login stub", author=ANA)  # fmt: skip
-    opened = {"title": "Login", "head": "feature/login", "base": "main"}
-    assert (await client.post(f"{API}/pulls", json=opened, headers=world.h("ana"))).status_code == 201
+    await open_login_pull(client, world)
 
     # wendy asks the agent to work on #1; its run ends with a commit and settles in review
     start = {"goal": "Write the tests for login", "agent": "fixer", "command": "true", "on_pull_request": 1}

@@ -11,16 +11,16 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-import httpx
 import msgspec
 import pytest
 from standardwebhooks.webhooks import Webhook
 
 from forge.core.settings import Settings
 from forge.db.engine import Database
-from tests.support.accounts import LiveServer, make_account_with_token, run_sync
+from tests.support.accounts import LiveServer, run_sync
 from tests.support.git import git
 from tests.support.policy import PolicyConsumer
+from tests.support.pull_team import PullTeam
 from tests.support.webhooks import config as webhook_config
 from tests.support.webhooks import receiver
 from webhooks.core.outbound import Outbound
@@ -29,60 +29,13 @@ from webhooks.delivery.deliverer import Deliverer
 API = "/api/v1/repos/ana/app"
 
 
-class Team:
+class Team(PullTeam):
     """ana owns `app`; bob and dora are write collaborators, rita a reader."""
 
     def __init__(self, server: LiveServer, tmp: Path) -> None:
-        self.url = server.url
-        self.server = server
-        self.tmp = tmp
-        self.ana = self.token("ana", "repo:write", "reviews:write", "webhooks:admin")
-        self.bob = self.token("bob", "repo:write", "reviews:write")
-        self.dora = self.token("dora", "repo:write", "reviews:write")
-        self.rita = self.token("rita", "repo:read")
-        assert self.call("POST", "/api/v1/user/repos", self.ana, json={"name": "app", "auto_init": True}).is_success
-        for login, role in (("bob", "write"), ("dora", "write"), ("rita", "read")):
-            r = self.call("PUT", f"{API}/collaborators/{login}", self.ana, json={"role": role})
-            assert r.is_success, r.text
-        self.work = tmp / "ana-work"
-        git("clone", self.clone_url(self.ana), str(self.work), cwd=tmp)
-
-    def token(self, login: str, *scopes: str) -> str:
-        return run_sync(make_account_with_token(self.server.settings, login, *scopes))
-
-    def call(self, method: str, path: str, token: str | None, **kw: object) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)  # type: ignore[arg-type]
-
-    def clone_url(self, token: str) -> str:
-        return f"http://x:{token}@{self.url.removeprefix('http://')}/ana/app.git"
-
-    def commit(self, branch: str, name: str, text: str, *, new: bool = False) -> str:
-        git("checkout", *(["-b"] if new else []), branch, cwd=self.work)
-        path = self.work / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        git("add", ".", cwd=self.work)
-        git("commit", "-m", f"change {name}", cwd=self.work)
-        return git("rev-parse", "HEAD", cwd=self.work).stdout.strip()
-
-    def push(self, branch: str, *extra: str) -> None:
-        git("push", *extra, "origin", branch, cwd=self.work)
-
-    def open(self, head: str, base: str = "main", token: str | None = None, **extra: object) -> dict[str, Any]:
-        r = self.call(
-            "POST", f"{API}/pulls", token or self.ana, json={"title": head, "head": head, "base": base, **extra}
-        )
-        assert r.status_code == 201, r.text
-        return r.json()  # type: ignore[no-any-return]
-
-    def pull(self, number: int, token: str | None = None) -> dict[str, Any]:
-        r = self.call("GET", f"{API}/pulls/{number}", token or self.ana)
-        assert r.status_code == 200, r.text
-        return r.json()  # type: ignore[no-any-return]
-
-    def branches(self) -> dict[str, str]:
-        return {b["name"]: b["sha"] for b in self.call("GET", f"{API}/branches", self.ana).json()}
+        writer = ("write", ("repo:write", "reviews:write"))
+        super().__init__(server, tmp, {"bob": writer, "dora": writer, "rita": ("read", ("repo:read",))})
+        self.bob, self.dora, self.rita = self.tokens["bob"], self.tokens["dora"], self.tokens["rita"]
 
 
 @pytest.fixture

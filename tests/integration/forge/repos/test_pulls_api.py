@@ -14,51 +14,22 @@ from forge.core.settings import Settings
 from tests.support.accounts import LiveServer, make_account_with_token, run_sync
 from tests.support.git import git
 from tests.support.policy import PolicyConsumer
+from tests.support.pull_team import PullTeam
 
 API = "/api/v1/repos/ana/app"
 
 
-class Team:
+class Team(PullTeam):
     """ana owns `app`; bob is a write collaborator, rita a reader; ci a bot with write access."""
 
     def __init__(self, server: LiveServer, tmp: Path) -> None:
-        self.url = server.url
-        self.server = server
-        self.tmp = tmp
-        self.ana = self._token("ana", "repo:write", "reviews:write", "webhooks:admin")
-        self.bob = self._token("bob", "repo:write", "reviews:write")
-        self.rita = self._token("rita", "repo:read")
-        self.ci = self._token("ci", "repo:write")
-        assert self.call("POST", "/api/v1/user/repos", self.ana, json={"name": "app", "auto_init": True}).is_success
-        for login, role in (("bob", "write"), ("rita", "read"), ("ci", "write")):
-            r = self.call("PUT", f"{API}/collaborators/{login}", self.ana, json={"role": role})
-            assert r.is_success, r.text
-        self.work = tmp / "ana-work"
-        git("clone", self.clone_url(self.ana), str(self.work), cwd=tmp)
-
-    def _token(self, login: str, *scopes: str) -> str:
-        return run_sync(make_account_with_token(self.server.settings, login, *scopes))
-
-    def call(self, method: str, path: str, token: str | None, **kw: object) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=30, **kw)  # type: ignore[arg-type]
-
-    def clone_url(self, token: str) -> str:
-        return f"http://x:{token}@{self.url.removeprefix('http://')}/ana/app.git"
-
-    def commit(self, branch: str, name: str, text: str, *, new: bool = False) -> str:
-        if new:
-            git("checkout", "-b", branch, cwd=self.work)
-        else:
-            git("checkout", branch, cwd=self.work)
-        (self.work / name).write_text(text)
-        git("add", ".", cwd=self.work)
-        git("commit", "-m", f"change {name}", cwd=self.work)
-        return git("rev-parse", "HEAD", cwd=self.work).stdout.strip()
-
-    def push(self, branch: str, *extra: str) -> str:
-        """The push's answer as the person sees it (git writes `remote:` lines to stderr)."""
-        return git("push", *extra, "origin", branch, cwd=self.work).stderr
+        members = {
+            "bob": ("write", ("repo:write", "reviews:write")),
+            "rita": ("read", ("repo:read",)),
+            "ci": ("write", ("repo:write",)),
+        }
+        super().__init__(server, tmp, members)
+        self.bob, self.rita, self.ci = self.tokens["bob"], self.tokens["rita"], self.tokens["ci"]
 
 
 @pytest.fixture
@@ -190,7 +161,7 @@ def test_what_is_refused(team: Team) -> None:
     assert team.call("GET", f"{API}/pulls/{number}/reviews", team.ana).json() == []  # nothing half-saved
     assert team.call("GET", f"{API}/pulls/999", team.ana).json()["code"] == "pull_not_found"
     assert team.call("GET", f"{API}/pulls/abc", team.ana).status_code == 404
-    outsider = team._token("olga", "repo:read")
+    outsider = team.token("olga", "repo:read")
     assert team.call("GET", f"{API}/pulls", outsider).json()["code"] == "repo_not_found"
     r = team.call("PUT", f"{API}/pulls/{number}/merge", team.bob, json={"sha": "0" * 40})
     assert r.status_code == 409 and r.json()["code"] == "head_moved"
@@ -306,7 +277,7 @@ def test_pre_merge_governs_a_persons_merge(team: Team, tmp_path: Path) -> None:
 
 
 def test_code_owners_approve_what_they_own_and_a_broken_file_fails_closed(team: Team) -> None:
-    dora = team._token("dora", "repo:write", "reviews:write")
+    dora = team.token("dora", "repo:write", "reviews:write")
     assert team.call("PUT", f"{API}/collaborators/dora", team.ana, json={"role": "write"}).is_success
     rule = {"pattern": "main", "require_code_owner_review": True}
     assert team.call("POST", f"{API}/branch-rules", team.ana, json=rule).json()["require_code_owner_review"] is True
@@ -590,7 +561,7 @@ def test_nobody_approves_commits_they_pushed_themselves(team: Team) -> None:
     ).is_success
     unmet = team.call("GET", f"{API}/pulls/{number}", team.ana).json()["unmet_rules"]
     assert unmet == ["1 approval(s) required by the rules of main, 0 given"]
-    dora = team._token("dora", "repo:write", "reviews:write")
+    dora = team.token("dora", "repo:write", "reviews:write")
     assert team.call("PUT", f"{API}/collaborators/dora", team.ana, json={"role": "write"}).is_success
     assert team.call(
         "POST", f"{API}/pulls/{number}/reviews", dora, json={"event": "APPROVE", "commit_id": head}
