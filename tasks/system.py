@@ -35,7 +35,7 @@ from webhooks.wiring import wire as wire_webhooks
 log = structlog.get_logger("forgehand.tasks")
 
 RECONCILE_SECONDS = 300.0
-SAFETY_POLL_SECONDS = 5.0  # readers' poll when other processes' changes are heard (LISTEN/NOTIFY)
+SAFETY_POLL_SECONDS = 2.0  # readers' poll when other processes' changes are heard (LISTEN/NOTIFY)
 AGENTS_TTL_SECONDS = 60.0  # how long the start form trusts what it read of the agents image
 
 
@@ -130,7 +130,7 @@ class TaskSystem:
 
     async def start_wakeups(self) -> None:
         """On PostgreSQL, carry the hub's notifications to and from the other processes
-        (`LISTEN/NOTIFY`); readers then poll only as a safety net, every 5 s."""
+        (`LISTEN/NOTIFY`); readers then poll only as a safety net, every 2 s."""
         self.wakeups = for_database(self.settings.effective_database_url, self.hub.notify_remote)
         if self.wakeups is not None:
             await self.wakeups.start()

@@ -3,7 +3,7 @@
 The database stays the source of truth; a notification only says "look again". Waiters on
 another event loop (the test client's, a thread's) are woken thread-safely. Across processes (web
 replicas and `forgehand worker`s on PostgreSQL) a relay carries the notifications
-(forge/db/wakeups.py: `LISTEN/NOTIFY`); readers still poll every `poll_seconds` (1 s, 5 s with the
+(forge/db/wakeups.py: `LISTEN/NOTIFY`); readers still poll every `poll_seconds` (1 s, 2 s with the
 relay) so nothing depends on a notification arriving.
 """
 

@@ -20,6 +20,7 @@ from forge.accounts import accounts, tokens
 from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.audit import Actor
 from forge.db.engine import Database
+from sandbox import quota_mounts, remove_workspace
 from tests.support import databases
 from tests.support.ports import free_port
 from tests.support.tasks import seed
@@ -144,6 +145,14 @@ def running_cluster(tmp: Path, *, lease: float, workers: tuple[str, ...] = ()) -
         yield made
     finally:
         stop([*made.workers.values(), *procs])
+        _unmount_leftovers(settings.data_dir / "workspaces")
+
+
+def _unmount_leftovers(root: Path) -> None:
+    """Workspaces a stopped worker left mounted (runs it was stopped in the middle of; a worker's
+    next start sweeps them, and this cluster has none): removed, so that no loop device leaks."""
+    for mounted in quota_mounts(root):
+        remove_workspace(mounted)
 
 
 async def _admin_token(settings: Settings) -> str:
