@@ -10,7 +10,10 @@ replicas without workers, workers on two Docker engines, one data directory):
 - a lapsed lease: a worker frozen (SIGSTOP) mid-run, until the other worker took its run over.
   Goal: within 2x the lease.
 
-Ratios are asserted as measured in this run; the lag is printed."""
+Ratios are asserted as measured in this run; the lag is printed. On one machine both engines
+share its CPUs (the second stands in for a second host): measured on 2 CPUs, two workers took
+1.01x one worker's time, the goal is not met there (the engines, the workers and PostgreSQL are
+all on those two CPUs)."""
 
 import asyncio
 import signal
@@ -25,7 +28,7 @@ import httpx
 import msgspec
 
 from sandbox import DEFAULT_IMAGE, SandboxEngine
-from tests.support.cluster import Cluster, running_cluster, start_worker, task_body
+from tests.support.cluster import Cluster, post_task, running_cluster, start_worker, task_body
 from tests.support.second_engine import ensure_second_engine
 from tests.support.sse_lag import sse_frames
 from tests.support.tasks import all_events, wait_state, wait_task
@@ -50,7 +53,7 @@ async def batch_seconds(cluster: Cluster, label: str) -> float:
     async with cluster.client(0) as a, cluster.client(1) as b:
         t0 = time.monotonic()
         answers = await asyncio.gather(
-            *((a if i % 2 else b).post(TASKS, json=task_body(f"{label}{i}", "true")) for i in range(BATCH))
+            *(post_task(a if i % 2 else b, task_body(f"{label}{i}", "true")) for i in range(BATCH))
         )
         assert all(r.status_code == 201 for r in answers), [r.text for r in answers if r.status_code != 201]
         numbers = [r.json()["number"] for r in answers]
@@ -107,16 +110,18 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def test_scale_out() -> None:
-    second = await ensure_images()
+def test_scale_out() -> None:
+    # The cluster's set-up runs its own event loops (as the multi-process suite's fixture does):
+    # each phase here is one of its own.
+    second = asyncio.run(ensure_images())
     with tempfile.TemporaryDirectory() as tmp, running_cluster(Path(tmp), lease=LEASE, workers=(LOCAL,)) as cluster:
-        await batch_seconds(cluster, "warm")  # both replicas and the engine past their first task
-        one = await batch_seconds(cluster, "one")
+        asyncio.run(batch_seconds(cluster, "warm"))  # both replicas and the engine past their first task
+        one = asyncio.run(batch_seconds(cluster, "one"))
         start_worker(cluster, second, "worker-second")
-        await until(lambda: two_claiming(cluster), timeout=60, what="the second worker to claim")
-        two = await batch_seconds(cluster, "two")
-        lags = await event_lags(cluster)
-        takeover = await lease_takeover_seconds(cluster)
+        asyncio.run(until(lambda: two_claiming(cluster), timeout=60, what="the second worker to claim"))
+        two = asyncio.run(batch_seconds(cluster, "two"))
+        lags = asyncio.run(event_lags(cluster))
+        takeover = asyncio.run(lease_takeover_seconds(cluster))
     print(
         f"\n{BATCH} tasks of `true`: one worker {one:.1f} s, two workers on two engines {two:.1f} s: {two / one:.2f}x"
     )
