@@ -45,7 +45,7 @@ log = structlog.get_logger("forgehand.tasks")
 HEARTBEAT_SECONDS = 1.0
 APPROVAL_SWEEP_SECONDS = 2.0
 ENGINE_CHECK_SECONDS = 5.0  # how often the engine is pinged (a failed ping stops the claiming)
-ENGINE_PING_TIMEOUT = 3.0
+ENGINE_PING_TIMEOUT = 10.0
 
 
 def labels_fit(dialect: str, labels: frozenset[str]) -> ColumnElement[bool]:
@@ -96,6 +96,7 @@ class TaskWorker:
         self.engine_ok = True
         self.engine_error = ""
         self._last_beat = 0.0
+        self._ping_failures = 0
         self.env = RunEnv(
             db=db,
             store=store,
@@ -326,16 +327,20 @@ class TaskWorker:
         async with self.db.session(write=True) as s:
             await worker_registry.register(s, record)
 
-    async def check_engine(self) -> bool:
-        """Ping the engine; a change of its state is logged and written to the register at once."""
+    async def check_engine(self, *, confirm: bool = False) -> bool:
+        """Ping the engine; a change of its state is logged and written to the register at once.
+        With `confirm`, one failed ping is not enough: a busy engine (or this worker's own engine
+        threads, all at work) may miss one, and a worker that stopped claiming for it would idle."""
         try:
             async with asyncio.timeout(ENGINE_PING_TIMEOUT):
                 await self.engine.ping()
         except Exception as exc:
             error = f"the Docker engine {self.docker_host or '(default socket)'} does not answer: {exc}"[:500]
-            ok = False
+            self._ping_failures += 1
+            ok = confirm and self._ping_failures < 2 and self.engine_ok
         else:
             error, ok = "", True
+            self._ping_failures = 0
         if ok != self.engine_ok:
             if ok:
                 log.info("the Docker engine answers again: claiming runs", worker=self.id)
@@ -351,7 +356,7 @@ class TaskWorker:
     async def _engine_loop(self) -> None:
         while not self._closing:
             await asyncio.sleep(ENGINE_CHECK_SECONDS)
-            await self.check_engine()
+            await self.check_engine(confirm=True)
 
     async def _heartbeat_loop(self) -> None:
         """Every second: renew the lease of the runs this worker owns, hear their stop requests,

@@ -168,3 +168,13 @@ async def test_a_worker_that_lost_a_runs_lease_stops_it(
             assert await worker._beat() == [run_id]
         finally:
             worker._running.pop(run_id).cancel()
+
+
+async def test_one_missed_ping_of_a_running_worker_is_not_enough_to_stop_claiming(
+    worker_with: Callable[..., Any],
+) -> None:
+    async with worker_with() as worker:  # not started: it has not looked at its engine yet
+        assert worker.engine_ok is True
+        assert await worker.check_engine(confirm=True) is True  # one miss: a busy engine may miss one
+        assert await worker.check_engine(confirm=True) is False  # two in a row: it stops claiming
+        assert "does not answer" in worker.engine_error and await worker.claim_once() == 0
