@@ -219,20 +219,50 @@ async def check_clock(settings: Settings, db: Database) -> Check:
     return Check("clock", "OK", detail)
 
 
+async def check_shared_storage(settings: Settings, db: Database) -> Check:
+    """Every repository the database knows is in this host's repositories' directory: on a second
+    host (a replica, a worker) the shared storage is mounted where the settings say."""
+    from sqlalchemy import select
+
+    from forge.db.models import Account, Repository
+    from forge.git.names import repo_path
+
+    root = settings.data_dir / "repos"
+    try:
+        async with asyncio.timeout(DATABASE_TIMEOUT), db.session() as s:
+            query = select(Account.login, Repository.name).join(Account, Repository.owner_id == Account.id)
+            names = [(owner, name) for owner, name in (await s.execute(query)).tuples().all()]
+    except Exception as exc:
+        return Check("storage", "WARN", f"not compared: {str(exc).splitlines()[0] if str(exc) else exc!r}", "")
+    missing = [f"{o}/{n}" for o, n in names if not repo_path(root, o.lower(), n.lower()).is_dir()]
+    if not missing:
+        return Check("storage", "OK", f"the {len(names)} repositories the database knows are in {root}")
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    detail = f"{len(missing)} of the {len(names)} repositories the database knows are not in {root}: {shown}"
+    fix = "mount the shared data directory on this host at the same path (docs/operator.md, 'Past one machine')"
+    return Check("storage", "FAIL", detail, fix)
+
+
 async def database_checks(settings: Settings) -> list[Check]:
     from forge.db.engine import Database
 
     missing = sqlite_file_missing(settings)
     if missing is not None:
-        return [missing, Check("clock", "OK", "SQLite: one machine, one clock")]
+        return [missing, Check("clock", "OK", "SQLite: one machine, one clock"), _not_compared("storage")]
     db = Database(settings.effective_database_url)
     try:
         database, reachable = await check_database(settings, db)
         if not reachable:
-            return [database, Check("clock", "WARN", "not compared: the database is not reachable")]
-        return [database, await check_clock(settings, db)]
+            return [database, _not_compared("clock"), _not_compared("storage")]
+        if database.status == "FAIL":  # not migrated: no repositories table to read yet
+            return [database, await check_clock(settings, db), _not_compared("storage")]
+        return [database, await check_clock(settings, db), await check_shared_storage(settings, db)]
     finally:
         await db.dispose()
+
+
+def _not_compared(name: str) -> Check:
+    return Check(name, "WARN", "not compared: the database is not reachable or not migrated")
 
 
 # -- Docker --------------------------------------------------------------------------------------
@@ -285,5 +315,7 @@ def run_checks(data_dir: Path | None) -> list[Check]:
         return await asyncio.gather(database_checks(settings), docker_checks(settings))
 
     settings_line, allow_lists = checks
-    (database, clock), docker = asyncio.run(both())
-    return [settings_line, check_data_dir(settings), database, check_repos(settings), *docker, allow_lists, clock]
+    (database, clock, storage), docker = asyncio.run(both())
+    return [
+        settings_line, check_data_dir(settings), database, check_repos(settings), storage, *docker, allow_lists, clock
+    ]  # fmt: skip

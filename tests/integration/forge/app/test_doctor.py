@@ -11,6 +11,7 @@ import pytest
 
 from forge.db.migrate import head_revision, upgrade
 from tests.support.cli import Ran, forgehand, instance_env
+from tests.support.git import git
 
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent/docker.sock", "FORGEHAND_RUN_WORKER": "false"}
 
@@ -49,7 +50,8 @@ def test_a_fresh_instance_with_docker_and_images_is_all_ok(tmp_path: Path, db_ur
     assert r.returncode == 0, r.stdout
     found = lines(r)
     assert list(found) == [
-        "settings", "data-dir", "database", "repos", "docker", "sandbox-image", "agents-image", "allow-lists", "clock",
+        "settings", "data-dir", "database", "repos", "storage", "docker", "sandbox-image", "agents-image",
+        "allow-lists", "clock",
     ]  # fmt: skip
     assert all(line.startswith("OK ") for line in found.values()), r.stdout
     assert f"at revision {head_revision()}" in found["database"]
@@ -148,3 +150,24 @@ def test_bad_settings_fail_on_one_line(tmp_path: Path) -> None:
     [line] = r.stdout.splitlines()  # the other checks need the settings: not run
     assert line.startswith("FAIL  settings") and "FORGEHAND_PORT" in line
     assert not (tmp_path / "data").exists()
+
+
+def test_a_host_that_does_not_see_the_shared_repositories_fails_naming_the_mount(tmp_path: Path, db_url: str) -> None:
+    """A second host (a worker, a replica) on the same database whose data directory is not the
+    shared one: the repositories the database knows are not there, and doctor says so."""
+    env = {**instance_env(tmp_path / "data", db_url), **NO_DOCKER}
+    assert forgehand("db", "upgrade", env=env).returncode == 0
+    assert forgehand("users", "create", "ana", "--password", "correct horse battery", env=env).returncode == 0
+    source = tmp_path / "app"
+    git("init", "-q", "-b", "main", str(source), cwd=tmp_path)
+    git("commit", "-q", "--allow-empty", "-m", "first", cwd=source)
+    made = forgehand("repos", "import", str(source), "--owner", "ana", env=env)
+    assert made.returncode == 0, made.stderr
+    assert lines(doctor(env))["storage"].startswith("OK ")
+
+    elsewhere = {**instance_env(tmp_path / "other-host", db_url), **NO_DOCKER}  # the same database
+    r = doctor(elsewhere)
+    assert r.returncode != 0, r.stdout
+    found = lines(r)["storage"]
+    assert found.startswith("FAIL ") and "1 of the 1 repositories" in found and "ana/app" in found
+    assert "mount the shared data directory" in r.stdout
