@@ -16,6 +16,7 @@ from sqlalchemy import select, update
 from forge.db import events
 from forge.db.models import Account, Repository
 from forge.db.payload_base import TriggerRef
+from forge.git.errors import RepoNotFound
 from sandbox import (
     Sandbox,
 )
@@ -182,6 +183,17 @@ class Execution(Settling, Supervising, Provisioning):
                 status=RunState.FAILED,
                 failure_reason=FailureReason.INTERRUPTED,
                 error="interrupted: the worker shut down",
+            )
+        except RepoNotFound:
+            # The database knows the repository; this host does not have it: a worker host without
+            # the shared storage (docs/operator.md, "Past one machine").
+            where = self.env.store.root
+            outcome = Outcome(
+                status=RunState.FAILED,
+                failure_reason=FailureReason.WORKSPACE,
+                error=f"the repository {getattr(self, 'full_name', '')} is not in this worker's repositories' "
+                f"directory ({where}): "
+                "mount the shared data directory on this worker's host (`forgehand doctor` checks it there)",
             )
         except Exception as exc:
             log.exception("run failed unexpectedly", run_id=self.run_id)

@@ -14,10 +14,11 @@ from typing import Any
 import docker
 import docker.errors
 import httpx
+import msgspec
 import pytest
 
 from egress import SOCKET_NAME
-from forge.core.settings import Settings
+from forge.core.settings import Settings, prepare_data_dir
 from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import RepoStore
@@ -171,3 +172,34 @@ async def test_a_task_runs_end_to_end_on_a_worker_of_the_second_engine(
     assert [a.get(LABEL_WORKER) for a in created] == [worker.id]
     assert await asyncio.to_thread(created_on, docker_client, settings.instance_id, since) == []
     assert not await asyncio.to_thread(lambda: second_client.containers.list(all=True, filters={"label": label}))
+
+
+async def test_a_worker_on_a_host_without_the_shared_storage_fails_its_run_naming_it(
+    worker_env: tuple[Settings, str, Path], second_host: str, tmp_path: Path
+) -> None:
+    """A worker whose host has its own data directory, not the shared one (docs/operator.md, "Past
+    one machine"): the run it claims fails at its checkout, with an error that names the missing
+    repository; nothing runs."""
+    settings, token, _repo_path = worker_env
+    elsewhere = prepare_data_dir(msgspec.structs.replace(settings, data_dir=tmp_path / "other-host"))
+    db = Database(elsewhere.effective_database_url)
+    store = RepoStore(elsewhere.data_dir / "repos")
+    engine = SandboxEngine(base_url=second_host)
+    worker = TaskWorker(db, elsewhere, store, EventBus(), LiveHub(), AllowAll(), engine=engine)
+    try:
+        await worker.start()
+        for url in serve(settings):
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+                await start(c, "echo ran > ran.txt")
+                done = await wait_state(c, 1, "awaiting_review", "failed")
+    finally:
+        await worker.close()
+        await engine.close()
+        await store.close()
+        await db.dispose()
+    assert done["state"] == "failed", done
+    [run] = done["runs"]
+    assert run["worker"] == worker.id and run["exit_code"] is None, run
+    assert run["failure_reason"] == "workspace" and done["failure_reason"] == "workspace", run
+    assert "the repository ana/demo is not in this worker's repositories' directory" in run["error"], run
+    assert "mount the shared data directory" in run["error"], run
