@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import msgspec
@@ -89,6 +90,33 @@ def prebuffered(sock: Any, *, timeout: float | None) -> bytes:
     return data
 
 
+class Frames:
+    """Docker's multiplexed stream (an 8-byte header, then the payload, per frame) split into
+    (stream, piece of payload), whatever the reads cut: the state carries from one read to the next."""
+
+    def __init__(self) -> None:
+        self._header = bytearray()
+        self._remaining = 0
+        self._stream = 1
+
+    def split(self, data: memoryview) -> Iterator[tuple[int, memoryview]]:
+        n, pos = len(data), 0
+        while pos < n:
+            if self._remaining == 0:
+                take = min(8 - len(self._header), n - pos)
+                self._header += data[pos : pos + take]
+                pos += take
+                if len(self._header) == 8:
+                    self._stream = self._header[0]
+                    self._remaining = int.from_bytes(self._header[4:8], "big")
+                    self._header.clear()
+                continue
+            take = min(self._remaining, n - pos)
+            yield self._stream, data[pos : pos + take]
+            pos += take
+            self._remaining -= take
+
+
 def read_stdout(sock: Any, cap: int) -> bytes:
     """The stdout (stream 1) of an exec started with `exec_start(socket=True)`, its first `cap` bytes,
     read to the end of the stream (blocking, with the socket's own timeout), the bytes http.client
@@ -97,30 +125,15 @@ def read_stdout(sock: Any, cap: int) -> bytes:
     raw: socket.socket = raw_socket(sock)
     data = prebuffered(sock, timeout=raw.gettimeout())
     out = bytearray()
-    header = bytearray()
-    remaining = 0
-    stream = 1
+    frames = Frames()
     while True:
         if not data:
             data = raw.recv(_RECV_SIZE)
             if not data:
                 return bytes(out)
-        view, n, pos = memoryview(data), len(data), 0
-        while pos < n:
-            if remaining == 0:
-                take = min(8 - len(header), n - pos)
-                header += view[pos : pos + take]
-                pos += take
-                if len(header) == 8:
-                    stream = header[0]
-                    remaining = int.from_bytes(header[4:8], "big")
-                    header.clear()
-                continue
-            take = min(remaining, n - pos)
+        for stream, piece in frames.split(memoryview(data)):
             if stream == 1 and len(out) < cap:
-                out += view[pos : pos + min(take, cap - len(out))]
-            pos += take
-            remaining -= take
+                out += piece[: cap - len(out)]
         data = b""
 
 
@@ -147,9 +160,7 @@ class Pump:
 
     def _run(self) -> None:
         error: BaseException | None = None
-        header = bytearray()
-        remaining = 0
-        stream = 1
+        frames = Frames()
         buf = bytearray(_RECV_SIZE)
         try:
             pending, self._pending = self._pending, b""
@@ -168,24 +179,11 @@ class Pump:
                     if n == 0:
                         break
                     data = memoryview(buf)[:n]
-                pos = 0
-                while pos < n:
-                    if remaining == 0:
-                        take = min(8 - len(header), n - pos)
-                        header += data[pos : pos + take]
-                        pos += take
-                        if len(header) == 8:
-                            stream = header[0]
-                            remaining = int.from_bytes(header[4:8], "big")
-                            header.clear()
-                        continue
-                    take = min(remaining, n - pos)
-                    pos += take
-                    remaining -= take
+                for stream, piece in frames.split(data[:n]):
                     if self.delivered >= self._cap and not self._marker_pending:
-                        self.truncated += take  # past the cap: count it, don't even copy it
+                        self.truncated += len(piece)  # past the cap: count it, don't even copy it
                         continue
-                    if not self._deliver(stream, bytes(data[pos - take : pos])):
+                    if not self._deliver(stream, bytes(piece)):
                         return
         except BaseException as exc:  # reported to the consumer, never lost in a thread
             error = exc
