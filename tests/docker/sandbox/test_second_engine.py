@@ -8,6 +8,7 @@ import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,24 @@ def worker_env(settings: Settings, sandbox_image: str) -> Iterator[tuple[Setting
     yield s, token, repo_path
 
 
+@asynccontextmanager
+async def worker_on(second_host: str, settings: Settings) -> AsyncIterator[TaskWorker]:
+    """A started task worker of `settings` (its database, its data directory) whose sandboxes run
+    on the second engine; closed with everything it opened."""
+    db = Database(settings.effective_database_url)
+    store = RepoStore(settings.data_dir / "repos")
+    engine = SandboxEngine(base_url=second_host)
+    worker = TaskWorker(db, settings, store, EventBus(), LiveHub(), AllowAll(), engine=engine)
+    try:
+        await worker.start()
+        yield worker
+    finally:
+        await worker.close()
+        await engine.close()
+        await store.close()
+        await db.dispose()
+
+
 def created_on(client: docker.DockerClient, instance: str, since: int) -> list[dict[str, Any]]:
     """The labels of the containers of `instance` that `client`'s engine created since `since`."""
     events = client.events(
@@ -135,12 +154,7 @@ async def test_a_task_runs_end_to_end_on_a_worker_of_the_second_engine(
     # The run waits for `go` (written below, through the second engine's API) so that the test sees
     # its container while it runs, wherever that is.
     script = "echo started; while [ ! -f go ]; do sleep 0.1; done; rm go; hostname > where.txt; echo done"
-    db = Database(settings.effective_database_url)
-    store = RepoStore(settings.data_dir / "repos")
-    engine = SandboxEngine(base_url=second_host)
-    worker = TaskWorker(db, settings, store, EventBus(), LiveHub(), AllowAll(), engine=engine)
-    try:
-        await worker.start()
+    async with worker_on(second_host, settings) as worker:
         for url in serve(settings):
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
                 await start(c, script)
@@ -156,11 +170,6 @@ async def test_a_task_runs_end_to_end_on_a_worker_of_the_second_engine(
                 touched = await asyncio.to_thread(box.exec_run, ["touch", "/workspace/go"], user="1000:1000")
                 assert touched.exit_code == 0, touched.output
                 done = await wait_state(c, 1, "awaiting_review", "failed")
-    finally:
-        await worker.close()
-        await engine.close()
-        await store.close()
-        await db.dispose()
     assert done["state"] == "awaiting_review", done
     [run] = done["runs"]
     assert run["state"] == "succeeded" and run["exit_code"] == 0 and run["worker"] == worker.id
@@ -182,21 +191,11 @@ async def test_a_worker_on_a_host_without_the_shared_storage_fails_its_run_namin
     repository; nothing runs."""
     settings, token, _repo_path = worker_env
     elsewhere = prepare_data_dir(msgspec.structs.replace(settings, data_dir=tmp_path / "other-host"))
-    db = Database(elsewhere.effective_database_url)
-    store = RepoStore(elsewhere.data_dir / "repos")
-    engine = SandboxEngine(base_url=second_host)
-    worker = TaskWorker(db, elsewhere, store, EventBus(), LiveHub(), AllowAll(), engine=engine)
-    try:
-        await worker.start()
+    async with worker_on(second_host, elsewhere) as worker:
         for url in serve(settings):
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
                 await start(c, "echo ran > ran.txt")
                 done = await wait_state(c, 1, "awaiting_review", "failed")
-    finally:
-        await worker.close()
-        await engine.close()
-        await store.close()
-        await db.dispose()
     assert done["state"] == "failed", done
     [run] = done["runs"]
     assert run["worker"] == worker.id and run["exit_code"] is None, run
