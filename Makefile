@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test suite lint types imports provision sandbox-image app-image test-db bench clean
+.PHONY: run test suite lint types imports provision sandbox-image app-image postgres-image test-db bench clean
 
 # The suite runs in parallel (pytest-xdist): most tests wait on Docker, git, a browser or a
 # subprocess rather than the CPU, so more workers than CPUs pays off (docs/contributing.md has the
@@ -62,6 +62,10 @@ sandbox-image: $(STAMP)
 # forgehand and its dependencies from $(VENV) (deploy/app, docs/operator.md); cached on its recipe.
 app-image: $(STAMP)
 	VENV=$(VENV) deploy/scripts/build-app-image
+
+# PostgreSQL for deploy/compose.yaml from Debian's packages on the same base (deploy/postgres).
+postgres-image: $(STAMP)
+	VENV=$(VENV) deploy/scripts/build-postgres-image
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

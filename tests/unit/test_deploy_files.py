@@ -60,8 +60,11 @@ def test_compose_one_database_and_one_data_directory(compose: dict[str, Any]) ->
     urls = {s["environment"]["FORGEHAND_DATABASE_URL"] for s in services.values()}
     assert len(urls) == 1
     assert next(iter(urls)).startswith("postgresql+asyncpg://") and "@postgres:5432/" in next(iter(urls))
+    data = "${FORGEHAND_DATA_DIR:-/var/lib/forgehand}"
     for name, svc in services.items():
-        assert "/var/lib/forgehand:/var/lib/forgehand" in svc["volumes"], name
+        # The data directory at the same path inside and out, and the one the process is told.
+        assert f"{data}:{data}" in svc["volumes"], name
+        assert svc["environment"]["FORGEHAND_DATA_DIR"] == data, name
         assert svc["depends_on"]["postgres"]["condition"] == "service_healthy"
     # The engine resolves the worker's mounts on the host: same path inside and out.
     channels = services["worker"]["environment"]["FORGEHAND_RUN_CHANNEL_DIR"]
