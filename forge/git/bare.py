@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pygit2
 from pygit2.enums import FileMode, ObjectType
 
+from forge.git import fences
 from forge.git.errors import (
     ImportFailed,
     InvalidPath,
@@ -233,11 +234,16 @@ def update_ref(
     *,
     expected_old: str | None,
     message: str = "forgehand",
+    fence: str | None = None,
 ) -> None:
     """Compare-and-swap ``ref`` from ``expected_old`` (``None``: must not exist) to ``new``
-    (``None``: delete). Raises ``RefConflict`` if the ref moved meanwhile."""
+    (``None``: delete). Raises ``RefConflict`` if the ref moved meanwhile. With ``fence`` (a run's
+    id), only while that run's fence is held, checked under its lock (``Fenced`` otherwise:
+    ``forge.git.fences``)."""
     validate_ref_name(ref)
     with repo.transaction() as txn:
+        if fence is not None:
+            fences.check_held(repo, txn, fence)  # the fence's lock first, then the ref's
         txn.lock_ref(ref)
         existing = repo.references.get(ref)
         existing_sha = str(existing.target) if existing is not None else None

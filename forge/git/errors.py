@@ -136,6 +136,17 @@ class BaseMoved(RefConflict):
         self.actual = actual
 
 
+class Fenced(RefConflict):
+    """A run's git write was refused: another worker took the run over (its fence was revoked,
+    `forge.git.fences`). Nothing was changed."""
+
+    code = "run_fenced"
+
+    def __init__(self, run_uuid: str) -> None:
+        super().__init__(f"run {run_uuid} was taken over by another worker: its writes are refused")
+        self.run_uuid = run_uuid
+
+
 class MergeConflicts(RepoError):
     """The merge cannot be done without a person resolving conflicts; ``conflicts`` lists the
     files."""

@@ -122,6 +122,8 @@ def git_argv(service: Service, repo_path: Path, config: GitHttpConfig, *, advert
         "receive.fsckObjects": "true",
         "transfer.fsckObjects": "true",
         "core.hooksPath": str(config.hooks_dir) if config.hooks_dir is not None else os.devnull,
+        # forgehand's own refs (runs' fences, forge.git.fences): never fetched, never pushed to.
+        "transfer.hideRefs": "refs/forgehand/",
     }
     if service == RECEIVE_PACK:
         settings["receive.maxInputSize"] = str(config.max_request_bytes)

@@ -84,10 +84,12 @@ def snapshot(
     committer: Identity,
     limits: SnapshotLimits,
     manifest: Checkout | None = None,
+    fence: str | None = None,
 ) -> Snapshot:
     """Commit the agent's accepted changes to the checkout of `parent_sha` (`manifest` is what
     `checkout` returned) onto `branch` (created at `parent_sha` if missing). Nothing changed (the
-    tree is the start tree): no commit, and the branch is neither created nor moved."""
+    tree is the start tree): no commit, and the branch is neither created nor moved. With `fence`
+    (the run's id), the branch moves only while the run's fence is held (`forge.git.fences`)."""
     base_tree = repo[parent_sha].peel(pygit2.Commit).tree
     overlay = Overlay(repo, base_tree, manifest or expected_checkout(repo, parent_sha), limits)
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
@@ -114,5 +116,7 @@ def snapshot(
     author_sig = pygit2.Signature(author.name, author.email)
     committer_sig = pygit2.Signature(committer.name, committer.email)
     commit_id = repo.create_commit(None, author_sig, committer_sig, message, tree_id, [parent.id])
-    update_ref(repo, ref, str(commit_id), expected_old=current_sha, message=f"snapshot: {message.splitlines()[0]}")
+    update_ref(
+        repo, ref, str(commit_id), expected_old=current_sha, message=f"snapshot: {message.splitlines()[0]}", fence=fence
+    )
     return Snapshot(sha=str(commit_id), committed=True, changed_files=changed, skipped=skipped)

@@ -12,6 +12,7 @@ from typing import Any
 import structlog
 
 from forge.core.text import plural
+from forge.git import fences
 from sandbox import (
     EngineUnavailable,
     ImageMissing,
@@ -84,6 +85,8 @@ class Provisioning(Outside):
     checkout: gitops.Checkout | None
     start_sha: str
     runtime: Runtime
+    run_uuid: str
+    fence_held: bool
 
     async def system(self, phase: str, text: str, t0: float | None = None, **detail: Any) -> None:
         raise NotImplementedError
@@ -287,6 +290,10 @@ class Provisioning(Outside):
         sandbox came from the pool); returns the task branch's head (None: start from the base)."""
         assert self.workspace is not None
         try:
+            # The run's git fence before anything of it reaches git (forge.git.fences): refused if
+            # the run was taken over already.
+            await self.env.store.write(self.repo_key, fences.hold, self.run_uuid)
+            self.fence_held = True
             head = await self.env.store.read(self.repo_key, gitops.branch_sha, self.branch)
             await asyncio.to_thread(prepare_workspace, self.workspace, limit_bytes=warm.mount_limit(self.settings))
         except Exception as exc:

@@ -26,6 +26,8 @@ from sqlalchemy import select, update
 from forge.core.text import plural, safe_text
 from forge.db.engine import utcnow
 from forge.db.models import Account, Repository
+from forge.git import fences
+from forge.git.errors import RefConflict
 from sandbox import EngineUnavailable, SandboxEngine, SandboxError, quota_mounts, reap
 from tasks.core import worker_registry
 from tasks.core.models import CustomToolRun, Run, Task
@@ -265,6 +267,13 @@ async def _recover_run(env: RunEnv, run_id: int) -> None:
         agent = await s.get(Account, task.agent_id) if task is not None else None
         if run is None or task is None or repo is None or run.state != RunState.RUNNING:
             return
+        key = (repo.owner.login.lower(), repo.name.lower())
+        try:
+            # Before anything else: the dead worker, should it wake, can no longer move the branch.
+            await env.store.write(key, fences.revoke, run.uuid)
+        except RefConflict as exc:
+            log.warning("the run's fence stayed locked: recovered at the next pass", run_id=run_id, error=str(exc))
+            return
         found = await salvage(env, run, task, repo, agent.login if agent else "agent")
         workspace = workspace_of(env, task.uuid, run.uuid)
     try:
@@ -278,9 +287,14 @@ async def _recover_run(env: RunEnv, run_id: int) -> None:
 
 async def _record_interrupted(env: RunEnv, run_id: int, found: Salvage) -> None:
     async with env.db.session(write=True) as s:
-        run = await s.get(Run, run_id)
+        seen = await s.get(Run, run_id)
+        if seen is None:
+            return
+        # The task's lock, then the run read under it: its worker's own settle takes them in that order.
+        await env.lifecycle(s).lock_id(seen.task_id)
+        run = await s.get(Run, run_id, with_for_update=True, populate_existing=True)
         if run is None or run.state != RunState.RUNNING:
-            return  # settled by another worker meanwhile
+            return  # settled meanwhile (by its worker before it stalled, or by another worker)
         # Its custom tools' runs still waiting or running ended with it (their containers were reaped).
         open_states = [ToolRunState.AWAITING_APPROVAL.value, ToolRunState.QUEUED.value, ToolRunState.RUNNING.value]
         await s.execute(

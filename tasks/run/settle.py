@@ -17,7 +17,8 @@ from forge.db.engine import utcnow
 from forge.db.events import RunFinished
 from forge.db.models import Repository
 from forge.db.payload_base import TriggerRef
-from forge.git import Identity
+from forge.git import Identity, fences
+from forge.git.errors import Fenced
 from forge.repos.repositories import RepoResource
 from sandbox import Sandbox
 from sandbox import remove_workspace as sandbox_remove_workspace
@@ -70,6 +71,7 @@ class Settling:
 
     env: RunEnv
     run_id: int
+    run_uuid: str
     task_id: int
     run_seq: int
     number: int
@@ -85,6 +87,7 @@ class Settling:
     writer: TranscriptWriter | None
     trigger: TriggerRef | None
     settled_snap: gitops.Snapshot | None = None  # the settle step's snapshot, once taken
+    fence_held = False  # the run's git fence (forge.git.fences), held since its workspace was made
     turns: int
     prompt_tokens: int
     completion_tokens: int
@@ -106,6 +109,11 @@ class Settling:
         except Exception as exc:
             log.exception("settling the run failed", run_id=self.run_id)
             settled = await self._settle_failed(exc)
+        if settled and self.fence_held:
+            try:  # a fence still held goes with the run (a revoked one stays)
+                await self.env.store.write(self.repo_key, fences.release, self.run_uuid)
+            except Exception as exc:
+                log.warning("the run's fence could not be removed", run_id=self.run_id, error=str(exc))
         if settled and self.workspace is not None:
             await asyncio.to_thread(remove_workspace, self.workspace)
 
@@ -132,16 +140,18 @@ class Settling:
         assert self.writer is not None
         await self._remove_sandbox()
         if not await self._still_ours():
-            # Another worker took the run over (this one's lease lapsed: a stalled process, a cut
-            # network): it snapshotted the workspace and ended the run. Nothing more is written.
-            log.warning("the run was taken over by another worker: not settled here", run_id=self.run_id)
-            with contextlib.suppress(Exception):
-                await self.writer.close()
+            await self._taken_over()
             return
         run_state = RunState.STOPPED if stopped else outcome.status
         snap: gitops.Snapshot | None = None
         if self.workspace is not None and self.start_sha:
-            snap, run_state = await self._snapshot(outcome, run_state, stopped)
+            try:
+                snap, run_state = await self._snapshot(outcome, run_state, stopped)
+            except Fenced:
+                # Taken over between the check above and the snapshot (this worker stalled there):
+                # the branch was not moved, and the taker records the run.
+                await self._taken_over()
+                return
             if outcome.status is RunState.SUCCEEDED or stopped or outcome.failure_reason is not None:
                 changed = snap.changed_files if snap else []
                 with contextlib.suppress(Exception):
@@ -157,6 +167,15 @@ class Settling:
             await self.writer.emit("notice", Notice(text=outcome.error, level="error"))
         await self.writer.close()
         await self.finish_in_db(outcome, run_state, snap)
+
+    async def _taken_over(self) -> None:
+        """Another worker took the run over (this one's lease lapsed: a stalled process, a cut
+        network): it snapshotted the workspace and ended the run. Nothing more is written here."""
+        log.warning("the run was taken over by another worker: not settled here", run_id=self.run_id)
+        self.fence_held = False  # revoked: it stays
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                await self.writer.close()
 
     async def _still_ours(self) -> bool:
         async with self.env.db.session() as s:
@@ -198,7 +217,10 @@ class Settling:
                 committer=forge_identity(env.settings),
                 limits=gitops.SnapshotLimits(max_file_bytes=env.settings.task_max_file_bytes),
                 manifest=self.checkout,
+                fence=self.run_uuid,
             )
+        except Fenced:
+            raise
         except Exception as exc:
             log.exception("snapshot failed", run_id=self.run_id)
             await self.writer.emit("notice", Notice(text=f"the snapshot commit failed: {exc}", level="error"))
@@ -252,15 +274,14 @@ class Settling:
         env = self.env
         async with env.db.session(write=True) as s:
             life = env.lifecycle(s)
-            run = await s.get(Run, self.run_id)
             task = await life.lock_id(self.task_id)
+            # Read under the task's lock (recovery takes it too), never from an earlier read.
+            run = await s.get(Run, self.run_id, with_for_update=True, populate_existing=True)
             repo = await s.get(Repository, task.repo_id)
             assert run is not None and repo is not None
-            if run.owner != env.worker_id:
-                return  # taken over by another worker, which recorded it
+            if run.owner != env.worker_id or run.state != RunState.RUNNING:
+                return  # recorded already: taken over by another worker, or before a settle failure
             if notice:  # the settle step failed: its writer is gone, the reason goes in this transaction
-                if run.state != RunState.RUNNING:
-                    return  # it was recorded before the failure
                 await life.append(
                     task.id, [Pending(kind="notice", payload=Notice(text=notice, level="error"), run_id=run.id)]
                 )
