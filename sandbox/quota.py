@@ -143,8 +143,7 @@ def mount_quota(workspace: Path, limit_bytes: int, *, owner: tuple[int, int]) ->
                     str(image),
                 ]
             )
-        # `-o loop` sets autoclear: the loop device goes away with the last unmount.
-        _run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", str(image), str(workspace)])
+        _mount_loop(image, workspace)
     except BaseException:
         if created:
             with contextlib.suppress(OSError):
@@ -154,6 +153,25 @@ def mount_quota(workspace: Path, limit_bytes: int, *, owner: tuple[int, int]) ->
         with contextlib.suppress(OSError):
             (workspace / "lost+found").rmdir()  # not the agent's; e2fsck makes it again if it needs one
     return image
+
+
+#: `mount -o loop` can lose the race for a free loop device to another mount or to a loop device
+#: being let go (several runs or workers mounting and unmounting at once on one host: "failed to
+#: setup loop device", seen 1 in about 100 runs with two workers of 3 runs each on one host). It
+#: is tried again after each of these pauses before the workspace fails.
+LOOP_RETRY_PAUSES = (0.1, 0.3, 1.0)
+
+
+def _mount_loop(image: Path, workspace: Path) -> None:
+    for pause in (*LOOP_RETRY_PAUSES, None):
+        try:
+            # `-o loop` sets autoclear: the loop device goes away with the last unmount.
+            _run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", str(image), str(workspace)])
+            return
+        except WorkspaceQuotaUnavailable as exc:
+            if pause is None or "failed to setup loop device" not in str(exc) or is_mounted(workspace):
+                raise
+            time.sleep(pause)
 
 
 def unmount_quota(workspace: Path) -> None:

@@ -11,6 +11,9 @@ out (``files_truncated``). Such files say ``too_large``.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -257,9 +260,44 @@ def commits_ahead(
     repo: pygit2.Repository, base: str, head: str, *, max_commits: int = DEFAULT_MAX_COMMITS
 ) -> list[CommitInfo]:
     """The commits of ``base...head`` as `compare` lists them (oldest first, the newest
-    ``max_commits``), without the diff."""
-    commits, _ = _ahead(repo, resolve_commit(repo, base), resolve_commit(repo, head), max_commits)
-    return commits
+    ``max_commits``), without the diff. Kept for the same two commits (`_AheadCache`): the
+    topological walk visits every commit ahead before the first comes out, and each page of a
+    pull request's commits asks again."""
+    base_commit, head_commit = resolve_commit(repo, base), resolve_commit(repo, head)
+    key = (str(Path(repo.path).resolve()), str(base_commit.id), str(head_commit.id), max_commits)
+    found = _AHEAD.get(key)
+    if found is None:
+        found, _ = _ahead(repo, base_commit, head_commit, max_commits)
+        _AHEAD.put(key, found)
+    return list(found)
+
+
+class _AheadCache:
+    """The last few `commits_ahead` answers. Commits are named by their content, so an answer for
+    two commit ids never goes stale; the repository's path is in the key because ids are only
+    unique within one object store. Shared by the git threads, hence the lock."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, str, str, int], list[CommitInfo]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str, str, int]) -> list[CommitInfo] | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, str, str, int], value: list[CommitInfo]) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+_AHEAD = _AheadCache(64)
 
 
 def compare(

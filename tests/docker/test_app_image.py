@@ -25,8 +25,13 @@ pytestmark = pytest.mark.xdist_group("app_image")
 
 
 def build_app_image() -> str:
+    return run_build_script(BUILD)
+
+
+def run_build_script(script: Path) -> str:
+    """One of deploy/scripts' image builds (cached on its recipe label): the tag it printed last."""
     done = subprocess.run(
-        [str(BUILD)],
+        [str(script)],
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "VENV": sys.prefix, "HOME": str(Path.home())},
         capture_output=True,
         text=True,

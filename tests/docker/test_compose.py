@@ -13,7 +13,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from tests.docker.test_app_image import build_app_image
+from tests.docker.test_app_image import build_app_image, run_build_script
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "deploy" / "compose.yaml"
@@ -70,22 +69,10 @@ class Stack:
         return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=60).stdout[-6000:]
 
 
-def build_postgres_image() -> str:
-    done = subprocess.run(
-        [str(BUILD_POSTGRES)],
-        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "VENV": sys.prefix, "HOME": str(Path.home())},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout.strip().splitlines()[-1]
-
-
 @pytest.fixture
 def stack(sandbox_image: str) -> Iterator[Stack]:
     build_app_image()
-    postgres_image = build_postgres_image()
+    postgres_image = run_build_script(BUILD_POSTGRES)
     # Under /var/tmp, not pytest's 0700 tmp: uid 10001 in the containers walks down to its directories.
     top = Path(tempfile.mkdtemp(prefix="fh-compose-", dir="/var/tmp"))
     top.chmod(0o755)

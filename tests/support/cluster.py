@@ -81,9 +81,12 @@ def _healthy(url: str, proc: subprocess.Popen[bytes]) -> bool:
     return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
 
 
-def start_worker(cluster: Cluster, docker_host: str, name: str) -> subprocess.Popen[bytes]:
+def start_worker(cluster: Cluster, docker_host: str, name: str, *, capacity: int = 0) -> subprocess.Popen[bytes]:
+    """A `forgehand worker` on the engine `docker_host`; `capacity`: its runs at once (0: the
+    cluster's FORGEHAND_TASK_CONCURRENCY, 3)."""
     env = _env(cluster.settings, cluster.lease, FORGEHAND_BASE_URL=cluster.replicas[0]) | {"DOCKER_HOST": docker_host}
-    proc = _spawn(["worker"], env, cluster.logs / f"{name}.log")
+    args = ["worker", *(["--capacity", str(capacity)] if capacity else [])]
+    proc = _spawn(args, env, cluster.logs / f"{name}.log")
     cluster.workers[docker_host] = proc
     return proc
 

@@ -21,6 +21,7 @@ from sandbox import (
     Sandbox,
     SandboxEngine,
     SpecRefused,
+    WorkspaceQuotaUnavailable,
     prepare_workspace,
     read_workspace_file,
     remove_workspace,
@@ -211,3 +212,36 @@ async def test_a_sandbox_that_does_not_see_the_quota_mount_is_refused(
     finally:
         await sb.remove()
         remove_workspace(workspace)
+
+
+def test_a_loop_device_lost_to_another_mount_is_tried_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mount -o loop` losing the race for a free loop device (another run's mount got it first)
+    is tried again: here a `mount` first on PATH fails that way twice, then hands over to the real
+    one, and the workspace is mounted. Any other failure of mount fails at once."""
+    bin_dir, count = tmp_path / "bin", tmp_path / "mount-calls"
+    bin_dir.mkdir()
+    real_mount = subprocess.run(["sh", "-c", "command -v mount"], capture_output=True, text=True).stdout.strip()
+    fake = bin_dir / "mount"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> {count}\n"
+        f'if [ "$(wc -l < {count})" -le 2 ]; then\n'
+        '  echo "mount: $5: failed to setup loop device for $4." >&2; exit 32\n'
+        "fi\n"
+        f'exec {real_mount} "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    ws = tmp_path / "task" / "run"
+    try:
+        prepare_workspace(ws, limit_bytes=LIMIT)
+        assert mounted_at(ws) and count.read_text().count("x") == 3
+    finally:
+        remove_workspace(ws)
+
+    # Not a loop device: refused at the first failure, with mount's own words.
+    fake.write_text("#!/bin/sh\necho x >> " + str(count) + '\necho "mount: wrong fs type" >&2; exit 32\n')
+    count.write_text("")
+    with pytest.raises(WorkspaceQuotaUnavailable, match="wrong fs type"):
+        prepare_workspace(tmp_path / "task" / "other", limit_bytes=LIMIT)
+    assert count.read_text().count("x") == 1

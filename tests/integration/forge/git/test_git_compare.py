@@ -9,7 +9,7 @@ import pygit2
 import pytest
 
 from forge.git import bare as git_bare
-from forge.git.compare import DiffLimits, commit_diff, compare
+from forge.git.compare import DiffLimits, commit_diff, commits_ahead, compare
 from forge.git.errors import RefNotFound
 from forge.git.names import repo_path
 from forge.git.schemas import Comparison, FileDiff, Identity
@@ -241,3 +241,35 @@ def test_merge_commit_diff_is_against_first_parent(work: Path, tmp_path: Path) -
     diff = commit_diff(repo, "main")
     assert len(diff.commit.parents) == 2
     assert [f.path for f in diff.files] == ["side.txt"]
+
+
+def test_commits_ahead_walks_once_per_pair_of_commits(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (work / "f").write_text("0")
+    commit_all(work, "base")
+    git(work, "checkout", "-qb", "topic")
+    for i in range(1, 6):
+        (work / "f").write_text(str(i))
+        commit_all(work, f"c{i}")
+    repo = bare(work, tmp_path)
+    walks: list[str] = []
+    real_walk = pygit2.Repository.walk
+
+    def counted(self: pygit2.Repository, *args: object) -> object:
+        walks.append(str(args[0]))
+        return real_walk(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pygit2.Repository, "walk", counted)
+    first = commits_ahead(repo, "main", "topic", max_commits=3)
+    assert [c.summary for c in first] == ["c3", "c4", "c5"] and len(walks) == 1
+    # Each page asks again: the same two commits are not walked again, by name or by id.
+    assert commits_ahead(repo, "main", "topic", max_commits=3) == first
+    assert commits_ahead(repo, "main", first[-1].sha, max_commits=3) == first
+    assert len(walks) == 1
+    # The head moved: a new pair, walked.
+    head = repo.references["refs/heads/topic"].peel(pygit2.Commit)
+    sig = pygit2.Signature("T", "t@example.com")
+    repo.create_commit("refs/heads/topic", sig, sig, "c6", head.tree_id, [head.id])
+    assert [c.summary for c in commits_ahead(repo, "main", "topic", max_commits=3)] == ["c4", "c5", "c6"]
+    assert len(walks) == 2
