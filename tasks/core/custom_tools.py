@@ -20,7 +20,7 @@ from tasks.core.custom_tool_schemas import (
     TIMEOUT_MAX,
     TIMEOUT_MIN,
 )
-from tasks.core.models import CustomTool, CustomToolVersion
+from tasks.core.tool_models import CustomTool, CustomToolVersion
 
 INSTANCE_SCOPE = "instance"
 AGENT_PREFIX = "custom_"

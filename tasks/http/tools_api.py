@@ -25,7 +25,7 @@ from tasks.core.custom_tool_schemas import (
     ToolUpdate,
     ToolVersionRead,
 )
-from tasks.core.models import CustomTool
+from tasks.core.tool_models import CustomTool
 from tasks.http.deps import DEPENDENCIES, SystemDep
 from tasks.run.tool_trial import trial_run
 from tasks.services import custom_tools, tool_runs

@@ -30,9 +30,10 @@ from forge.git import fences
 from forge.git.errors import RefConflict
 from sandbox import EngineUnavailable, SandboxEngine, SandboxError, quota_mounts, reap
 from tasks.core import worker_registry
-from tasks.core.models import CustomToolRun, Run, Task
+from tasks.core.models import Run, Task
 from tasks.core.states import FailureReason, RunState, TaskState, ToolRunState
 from tasks.core.subtasks import report_to_parent
+from tasks.core.tool_models import CustomToolRun
 from tasks.core.transcript import Notice, Pending
 from tasks.run import gitops
 from tasks.run.env import RunEnv

@@ -21,9 +21,9 @@ from forge.db.models import Repository
 from forge.git import RepoStore
 from sandbox import DEFAULT_IMAGE, SandboxEngine
 from tasks.core import tool_schema
-from tasks.core.models import CustomTool, CustomToolRun, CustomToolVersion
 from tasks.core.redaction import Redactor
 from tasks.core.states import ToolRunState
+from tasks.core.tool_models import CustomTool, CustomToolRun, CustomToolVersion
 from tasks.run import gitops
 from tasks.run.tool_exec import ToolCall, ToolOutcome, execute_tool
 

@@ -34,7 +34,8 @@ from tasks.core.custom_tools import (
     check_name,
     check_parameters,
 )
-from tasks.core.models import CustomTool, CustomToolVersion, Task
+from tasks.core.models import Task
+from tasks.core.tool_models import CustomTool, CustomToolVersion
 from tasks.services import rules
 
 TOOLS_MAX_PER_SCOPE = 100

@@ -23,8 +23,9 @@ from forge.db.models import Account
 from forge.repos.repositories import RepoResource
 from tasks.core.custom_tool_schemas import ToolRunRead
 from tasks.core.lifecycle import Lifecycle
-from tasks.core.models import CustomTool, CustomToolRun, Task
+from tasks.core.models import Task
 from tasks.core.states import ToolRunState
+from tasks.core.tool_models import CustomTool, CustomToolRun
 from tasks.core.transcript import Notice, Pending
 from tasks.services import rules
 

@@ -51,7 +51,7 @@ BATCH_ROWS = 1000
 #: packages in code (the import contracts).
 MODEL_MODULES = (
     *("forge.db.models", "forge.db.issue_models", "forge.db.notify_models", "forge.db.secret_models"),
-    *("tasks.core.models", "tasks.core.worker_models", "webhooks.core.models"),
+    *("tasks.core.models", "tasks.core.tool_models", "tasks.core.worker_models", "webhooks.core.models"),
 )
 NUL = "\x00"
 REPLACEMENT = "\ufffd"

@@ -22,7 +22,7 @@ def _include_models() -> None:
     # code (the import contracts); this is the one place that needs every table at once.
     import importlib
 
-    for name in ("tasks.core.models", "tasks.core.worker_models", "webhooks.core.models"):
+    for name in ("tasks.core.models", "tasks.core.tool_models", "tasks.core.worker_models", "webhooks.core.models"):
         importlib.import_module(name)
 
 

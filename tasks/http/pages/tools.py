@@ -26,7 +26,7 @@ from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.repos import repositories
 from forge.repos.repositories import RepoResource
 from tasks.core.custom_tool_schemas import INTERPRETER_NAMES, MODES, ToolRunRead, ToolUpdate
-from tasks.core.models import CustomToolRun
+from tasks.core.tool_models import CustomToolRun
 from tasks.http.deps import task_system
 from tasks.http.pages import tool_forms
 from tasks.http.pages.common import repo_context

@@ -39,8 +39,9 @@ from tasks.core import tool_schema
 from tasks.core.custom_tools import ActiveTool
 from tasks.core.lifecycle import Lifecycle
 from tasks.core.live import LiveHub
-from tasks.core.models import CustomTool, CustomToolRun, Run, Task
+from tasks.core.models import Run, Task
 from tasks.core.states import ToolRunState
+from tasks.core.tool_models import CustomTool, CustomToolRun
 from tasks.core.transcript import Kind, Payload, ToolRunEvent
 from tasks.run.backchannel.service import GET_TOOL_RUN, ToolRefused
 from tasks.run.tool_exec import ToolCall, ToolOutcome, event_tail, execute_tool

@@ -17,7 +17,8 @@ from forge.db.models import Account, Repository
 from forge.repos.repositories import resource_for
 from tasks.core.custom_tool_schemas import TIMEOUT_DEFAULT
 from tasks.core.custom_tools import Definition, add_version, check_definition, check_name, check_parameters
-from tasks.core.models import CustomTool, Task
+from tasks.core.models import Task
+from tasks.core.tool_models import CustomTool
 
 
 def _definition(args: dict[str, Any]) -> Definition:

@@ -21,7 +21,8 @@ from forge.accounts import accounts, tokens
 from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database, utcnow
-from tasks.core.models import CustomToolRun, Task, TranscriptEvent
+from tasks.core.models import Task, TranscriptEvent
+from tasks.core.tool_models import CustomToolRun
 from tasks.core.transcript import Pending, ToolRunEvent
 from tests.support.task_world import TASKS, World, build_task_world
 from tests.support.transcripts import record

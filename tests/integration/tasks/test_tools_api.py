@@ -20,7 +20,8 @@ from forge.core.settings import Settings
 from forge.db.audit import Actor
 from forge.db.engine import Database, utcnow
 from forge.db.models import AuditEvent
-from tasks.core.models import CustomTool, CustomToolRun, CustomToolVersion, Task
+from tasks.core.models import Task
+from tasks.core.tool_models import CustomTool, CustomToolRun, CustomToolVersion
 from tests.support.task_world import World, build_task_world
 
 pytestmark = pytest.mark.db
