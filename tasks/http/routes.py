@@ -9,7 +9,7 @@ from tasks.http.pages.reviews import ReviewPages
 from tasks.http.pages.schedules import SchedulePages
 from tasks.http.pages.settings import EnvironmentCheckPages, EnvironmentPages, TaskSettingsPages
 from tasks.http.pages.tasks import MyTaskPages, TaskPages
-from tasks.http.pages.tools import AdminToolPages, RepoToolPages
+from tasks.http.pages.tool_routes import AdminToolPages, RepoToolPages
 from tasks.http.pages.workers import WorkerPages
 from tasks.http.reviews_api import ReviewController
 from tasks.http.schedules_api import ScheduleController

@@ -10,8 +10,8 @@ beside the field it concerns. Forms work without script (POST, then a redirect t
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from litestar import Controller, Request, get, post
-from litestar.params import FromPath, FromQuery, QueryParameter, URLEncodedBody
+from litestar import Request
+from litestar.params import QueryParameter
 from litestar.response import Redirect, Template
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,8 +20,7 @@ from forge.core.access import Action
 from forge.core.errors import ForgeError
 from forge.db.audit import Actor
 from forge.db.models import Repository
-from forge.http.deps import ActorDep
-from forge.http.pages.common import instance_admin, or_form_error, page
+from forge.http.pages.common import or_form_error, page
 from forge.http.pages.forms import NO_ERRORS, FormErrors, form_errors
 from forge.repos import repositories
 from forge.repos.repositories import RepoResource
@@ -328,178 +327,3 @@ async def check_schema_text(
     async with _system(request).db.session() as s:
         custom_tools.require_admin(actor.principal, await place.load(s, actor))
     return tool_forms.check_schema(data.parameters)
-
-
-# --- the routes ---------------------------------------------------------------------------------
-
-
-class RepoToolPages(Controller):
-    """A repository's tools, under its settings (its admins)."""
-
-    path = REPO_PATH
-    include_in_schema = False
-
-    @get("/")
-    async def tools(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str]
-    ) -> Template:
-        return await list_view(request, actor, Place(owner, name))
-
-    @get("/new")
-    async def new_tool(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str]
-    ) -> Template:
-        return await form_view(request, actor, Place(owner, name))
-
-    @post("/")
-    async def create(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        data: URLEncodedBody[ToolForm],
-    ) -> Template | Redirect:  # fmt: skip
-        return await create_tool(request, actor, Place(owner, name), data)
-
-    @post("/check-schema", status_code=200)
-    async def check_schema(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        data: URLEncodedBody[SchemaCheckForm],
-    ) -> SchemaCheck:  # fmt: skip
-        return await check_schema_text(request, actor, Place(owner, name), data)
-
-    @get("/{tool_id:int}")
-    async def tool(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], old: Number = None, new: Number = None, run: Number = None,
-        done: FromQuery[str | None] = None, v: Number = None, src: Number = None,
-    ) -> Template:  # fmt: skip
-        notice = notice_of(done, v, src)
-        place = Place(owner, name)
-        return await tool_view(request, actor, place, tool_id, old=old, new=new, shown_run=run, notice=notice)
-
-    @get("/{tool_id:int}/edit")
-    async def edit(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int],
-    ) -> Template:  # fmt: skip
-        return await form_view(request, actor, Place(owner, name), tool_id)
-
-    @post("/{tool_id:int}/edit")
-    async def change(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[ToolForm],
-    ) -> Template | Redirect:  # fmt: skip
-        return await new_version(request, actor, Place(owner, name), tool_id, data)
-
-    @post("/{tool_id:int}/activate")
-    async def activate(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[VersionForm],
-    ) -> Redirect:  # fmt: skip
-        return await activate_version(request, actor, Place(owner, name), tool_id, data)
-
-    @post("/{tool_id:int}/restore")
-    async def restore(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[VersionForm],
-    ) -> Redirect:  # fmt: skip
-        return await restore_version(request, actor, Place(owner, name), tool_id, data)
-
-    @post("/{tool_id:int}/enabled")
-    async def switch(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[EnableForm],
-    ) -> Redirect:  # fmt: skip
-        return await switch_tool(request, actor, Place(owner, name), tool_id, data)
-
-    @post("/{tool_id:int}/test-run")
-    async def test_run(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[TestRunForm],
-    ) -> Template | Redirect:  # fmt: skip
-        return await run_test(request, actor, Place(owner, name), tool_id, data)
-
-
-INSTANCE = Place()
-
-
-class AdminToolPages(Controller):
-    """The instance's tools, in the admin area (instance admins). A page of tasks, not of forge
-    (forge imports nothing of tasks): the admin nav links here by its path."""
-
-    path = ADMIN_PATH
-    include_in_schema = False
-    guards = [instance_admin]
-
-    @get("/")
-    async def tools(self, request: Request[Any, Any, Any], actor: ActorDep) -> Template:
-        return await list_view(request, actor, INSTANCE)
-
-    @get("/new")
-    async def new_tool(self, request: Request[Any, Any, Any], actor: ActorDep) -> Template:
-        return await form_view(request, actor, INSTANCE)
-
-    @post("/")
-    async def create(
-        self, request: Request[Any, Any, Any], actor: ActorDep, data: URLEncodedBody[ToolForm]
-    ) -> Template | Redirect:
-        return await create_tool(request, actor, INSTANCE, data)
-
-    @post("/check-schema", status_code=200)
-    async def check_schema(
-        self, request: Request[Any, Any, Any], actor: ActorDep, data: URLEncodedBody[SchemaCheckForm]
-    ) -> SchemaCheck:
-        return await check_schema_text(request, actor, INSTANCE, data)
-
-    @get("/{tool_id:int}")
-    async def tool(
-        self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int], old: Number = None,
-        new: Number = None, run: Number = None, done: FromQuery[str | None] = None, v: Number = None,
-        src: Number = None,
-    ) -> Template:  # fmt: skip
-        notice = notice_of(done, v, src)
-        return await tool_view(request, actor, INSTANCE, tool_id, old=old, new=new, shown_run=run, notice=notice)
-
-    @get("/{tool_id:int}/edit")
-    async def edit(self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int]) -> Template:
-        return await form_view(request, actor, INSTANCE, tool_id)
-
-    @post("/{tool_id:int}/edit")
-    async def change(
-        self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int], data: URLEncodedBody[ToolForm]
-    ) -> Template | Redirect:
-        return await new_version(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/activate")
-    async def activate(
-        self,
-        request: Request[Any, Any, Any],
-        actor: ActorDep,
-        tool_id: FromPath[int],
-        data: URLEncodedBody[VersionForm],
-    ) -> Redirect:
-        return await activate_version(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/restore")
-    async def restore(
-        self,
-        request: Request[Any, Any, Any],
-        actor: ActorDep,
-        tool_id: FromPath[int],
-        data: URLEncodedBody[VersionForm],
-    ) -> Redirect:
-        return await restore_version(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/enabled")
-    async def switch(
-        self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int], data: URLEncodedBody[EnableForm]
-    ) -> Redirect:
-        return await switch_tool(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/test-run")
-    async def test_run(
-        self,
-        request: Request[Any, Any, Any],
-        actor: ActorDep,
-        tool_id: FromPath[int],
-        data: URLEncodedBody[TestRunForm],
-    ) -> Template | Redirect:
-        return await run_test(request, actor, INSTANCE, tool_id, data)
