@@ -13,7 +13,7 @@ from litestar.params import FromPath, QueryParameter, URLEncodedBody
 from litestar.response import Redirect, Template
 
 from forge.core.access import Action
-from forge.core.errors import ForgeError, InvalidInput
+from forge.core.errors import ForgeError, InvalidInput, NotFound
 from forge.db.audit import Actor
 from forge.db.models import PullRequest, PullReview
 from forge.http.deps import ActorDep, MergeRunnerDep, PullsDep, TaskWorkDep
@@ -32,7 +32,7 @@ from forge.http.pages.pull_forms import (
     review_spec,
     spec,
 )
-from forge.http.pages.pull_page import PullPage
+from forge.http.pages.pull_page import PullPage, PullTab
 from forge.http.pages.repos import REPO, VIEWS, RepoView, RepoViews, ViewsDep
 from forge.repos import statuses
 from forge.repos.pull_merge import PullMerge
@@ -46,6 +46,10 @@ AuthorQuery = Annotated[str | None, QueryParameter(name="author", max_length=40)
 ReviewerQuery = Annotated[str | None, QueryParameter(name="reviewer", max_length=40)]
 BranchQuery = Annotated[str, QueryParameter(max_length=255)]
 ViewQuery = Annotated[Literal["unified", "split"], QueryParameter(name="view")]
+
+
+#: The pull request page's tabs by the last segment of their path (GitHub's).
+TAB_PATHS: dict[str, PullTab] = {"": "conversation", "commits": "commits", "files": "files"}
 
 
 class ReviewersForm(WebForm):
@@ -119,45 +123,25 @@ class PullPages(Controller):
         view = await views.load()
         return Redirect(f"/{view.res.full_name}/pull/{parse_number(number)}", status_code=301)
 
-    @get("/pull/{number:str}")
+    @get(["/pull/{number:str}", "/pull/{number:str}/{tab:str}"])
     async def pull_page(
         self,
         views: ViewsDep,
         pulls: PullsDep,
         task_work: TaskWorkDep,
         number: FromPath[str],
+        tab: FromPath[str] = "",
         view_: ViewQuery = "unified",
     ) -> Template:
+        """The pull request's page at GitHub's paths, one per tab: the conversation, `/commits` (the
+        head's commits) and `/files` (Files changed; a task's review URL answers with a redirect
+        here, so the fragment of an old link still finds its place). `?view=split` shows the diff
+        side by side, as the compare and commit pages do. Another tab is a 404."""
+        shown = TAB_PATHS.get(tab)
+        if shown is None:
+            raise NotFound(f"a pull request has no {tab!r} tab")
         view = await views.load()
-        return await PullPage(view, pulls, task_work).render(parse_number(number), diff_view=view_)
-
-    @get("/pull/{number:str}/commits")
-    async def commits_page(
-        self,
-        views: ViewsDep,
-        pulls: PullsDep,
-        task_work: TaskWorkDep,
-        number: FromPath[str],
-        view_: ViewQuery = "unified",
-    ) -> Template:
-        """The Commits tab: the page itself, at GitHub's path, showing the head's commits."""
-        view = await views.load()
-        return await PullPage(view, pulls, task_work).render(parse_number(number), tab="commits", diff_view=view_)
-
-    @get("/pull/{number:str}/files")
-    async def files_page(
-        self,
-        views: ViewsDep,
-        pulls: PullsDep,
-        task_work: TaskWorkDep,
-        number: FromPath[str],
-        view_: ViewQuery = "unified",
-    ) -> Template:
-        """The Files changed tab: the page itself, as GitHub's path names it (a task's review URL
-        answers with a redirect here, so the fragment of an old link still finds its place);
-        `?view=split` shows the diff side by side, as the compare and commit pages do."""
-        view = await views.load()
-        return await PullPage(view, pulls, task_work).render(parse_number(number), tab="files", diff_view=view_)
+        return await PullPage(view, pulls, task_work).render(parse_number(number), tab=shown, diff_view=view_)
 
     # The forms that may be a task's open transactions of their own (no `views`, no `db_session`):
     # a task's pull request is reviewed and merged through its task, whose service opens its own.

@@ -96,6 +96,8 @@ async def test_the_commits_tab_links_each_commit(client: AsyncTestClient[Any], m
     # each link leads to that commit's page
     commit = await client.get(f"/ana/shop/commit/{shas[1]}")
     assert commit.status_code == 200 and "Bob&#39;s part, with a body." in commit.text
+    # a path that names no tab is a 404 (the three tabs are /pull/1, /commits and /files)
+    assert (await client.get("/ana/shop/pull/1/checks")).status_code == 404
     # the conversation tab lists them as well, and is the current tab there
     conversation = (await client.get("/ana/shop/pull/1")).text
     assert 'href="/ana/shop/pull/1" aria-current="page">Conversation</a>' in conversation
