@@ -185,6 +185,7 @@ class Code(StrEnum):
     PUSH_TOO_LARGE = "push_too_large", 413, "the (decoded) push is larger than the limit"
     REF_CONFLICT = "ref_conflict", 409, "a ref moved while it was updated"
     BASE_MOVED = "base_moved", 409, "the base branch moved since the merge was planned"
+    RUN_FENCED = "run_fenced", 409, "another worker took the run over: its git writes are refused"
     MERGE_CONFLICT = "merge_conflict", 409, "the merge has conflicting files; see `conflicts`"
     NOT_FAST_FORWARD = "not_fast_forward", 409, "a fast-forward was asked for but is not possible"
     NOTHING_TO_MERGE = "nothing_to_merge", 409, "the branch adds nothing to the base"
