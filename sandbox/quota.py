@@ -88,7 +88,9 @@ def is_mounted(path: Path) -> bool:
 
 def _run(argv: list[str]) -> None:
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=_COMMAND_TIMEOUT, check=False)
+        # C locale: the messages are read (`_mount_loop`) and shown as the tools wrote them.
+        env = {**os.environ, "LC_ALL": "C"}
+        done = subprocess.run(argv, capture_output=True, timeout=_COMMAND_TIMEOUT, check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise WorkspaceQuotaUnavailable(f"{argv[0]} failed: {exc}") from exc
     if done.returncode != 0:

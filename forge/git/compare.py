@@ -265,31 +265,33 @@ def commits_ahead(
     pull request's commits asks again."""
     base_commit, head_commit = resolve_commit(repo, base), resolve_commit(repo, head)
     key = (str(Path(repo.path).resolve()), str(base_commit.id), str(head_commit.id), max_commits)
-    found = _AHEAD.get(key)
-    if found is None:
+    shas = _AHEAD.get(key)
+    if shas is None:
         found, _ = _ahead(repo, base_commit, head_commit, max_commits)
-        _AHEAD.put(key, found)
-    return list(found)
+        _AHEAD.put(key, tuple(c.sha for c in found))
+        return found
+    return [commit_info(repo[sha].peel(pygit2.Commit)) for sha in shas]
 
 
 class _AheadCache:
-    """The last few `commits_ahead` answers. Commits are named by their content, so an answer for
-    two commit ids never goes stale; the repository's path is in the key because ids are only
-    unique within one object store. Shared by the git threads, hence the lock."""
+    """The last few `commits_ahead` answers, as commit ids (their details are read again, cheaply:
+    a message may be large). Commits are named by their content, so an answer for two commit ids
+    never goes stale; the repository's path is in the key because ids are only unique within one
+    object store. Shared by the git threads, hence the lock."""
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._items: OrderedDict[tuple[str, str, str, int], list[CommitInfo]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str, int], tuple[str, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, str, int]) -> list[CommitInfo] | None:
+    def get(self, key: tuple[str, str, str, int]) -> tuple[str, ...] | None:
         with self._lock:
             found = self._items.get(key)
             if found is not None:
                 self._items.move_to_end(key)
             return found
 
-    def put(self, key: tuple[str, str, str, int], value: list[CommitInfo]) -> None:
+    def put(self, key: tuple[str, str, str, int], value: tuple[str, ...]) -> None:
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)

@@ -15,7 +15,8 @@ cannot close that gap, because the branch lives in git. So the check is made whe
 
 git's ref lock makes the transaction and the revocation exclusive: the stalled worker's branch
 move either happened before the revocation (the taker then reads it as the branch's tip) or is
-refused after it. Fence refs are hidden from fetch and push (``transfer.hideRefs``, see
+refused after it. A fence's lock is never taken for a dead writer's before `STALE_SECONDS`, nor
+by the periodic sweep of ref locks. Fence refs are hidden from fetch and push (``transfer.hideRefs``, see
 `forge.git.smart_http`). A revoked fence stays: removing it would let a worker that wakes later
 hold it again. It costs one small ref per run that was taken over."""
 
@@ -34,6 +35,12 @@ from forge.git.errors import Fenced, RefConflict
 NAMESPACE: Final = "refs/forgehand/runs/"
 #: How long `revoke` waits for a fence locked by its holder's transaction (held for milliseconds).
 LOCK_TIMEOUT: Final = 2.0
+#: A fence lock older than this is taken for a dead writer's and removed by `revoke`. Not git's
+#: 10 s (`ref_locks.STALE_SECONDS`): the holder of a fence is a worker whose lease lapsed, perhaps
+#: frozen inside its transaction rather than dead, and removing its lock early would let it move
+#: the branch when it wakes. Until then the run is recovered at a later pass; a dead writer's lock
+#: costs that delay.
+STALE_SECONDS: Final = 300.0
 
 
 def fence_ref(run_uuid: str) -> str:
@@ -83,8 +90,8 @@ def check_held(repo: pygit2.Repository, txn: ReferenceTransaction, run_uuid: str
 
 def revoke(repo: pygit2.Repository, run_uuid: str, *, lock_timeout: float = LOCK_TIMEOUT) -> None:
     """Revoke the run's fence (made revoked if missing). Waits while its holder's transaction has
-    it locked; a lock older than `ref_locks.STALE_SECONDS` is a dead writer's and is removed.
-    Raises `RefConflict` if the lock stayed taken."""
+    it locked; a lock older than `STALE_SECONDS` is a dead writer's and is removed. Raises
+    `RefConflict` if the lock stayed taken."""
     ref = fence_ref(run_uuid)
     revoked = _revoked_id(repo, run_uuid)
     deadline = time.monotonic() + lock_timeout
@@ -97,7 +104,7 @@ def revoke(repo: pygit2.Repository, run_uuid: str, *, lock_timeout: float = LOCK
                     txn.set_target(ref, revoked, message="fence: revoked, the run was taken over")
             return
         except (pygit2.GitError, OSError) as exc:
-            if ref_locks.remove_if_stale(Path(repo.path) / f"{ref}.lock"):
+            if ref_locks.remove_if_stale(Path(repo.path) / f"{ref}.lock", older_than_seconds=STALE_SECONDS):
                 continue
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -47,8 +47,15 @@ def sweep(repos_root: Path, *, older_than_seconds: float = STALE_SECONDS) -> lis
     removed = []
     for repo in Path(repos_root).glob("*/*"):
         candidates = [repo / "packed-refs.lock"]
+        # Not the runs' fences (refs/forgehand/, forge.git.fences): one of those locked for long is
+        # as likely a frozen worker's as a dead one's, and revoking the fence decides that itself.
+        fences = repo / "refs" / "forgehand"
         with contextlib.suppress(OSError):
-            candidates += [p for p in (repo / "refs").rglob("*.lock") if p.is_file() and not p.is_symlink()]
+            candidates += [
+                p
+                for p in (repo / "refs").rglob("*.lock")
+                if p.is_file() and not p.is_symlink() and fences not in p.parents
+            ]
         for lock in candidates:
             if lock.exists() and remove_if_stale(lock, older_than_seconds=older_than_seconds):
                 removed.append(lock)

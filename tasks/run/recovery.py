@@ -194,7 +194,7 @@ async def recover(env: RunEnv, *, reap_containers: bool) -> None:
                 keep.add(run.uuid)
             else:
                 gone.append(run.id)
-                dead.add(run.owner)
+                dead.add(first_owner(run.owner))
     for owner in sorted(dead):
         await _reap_on_its_engine(env, owner, keep)
     if reap_containers or gone:
@@ -260,7 +260,18 @@ async def _live_run_uuids(env: RunEnv) -> set[str]:
         return set((await s.execute(select(Run.uuid).where(Run.state == RunState.RUNNING))).scalars().all())
 
 
+#: Between the owner the run had and the worker recovering it, in `Run.owner` while it recovers.
+RECOVERING = " recovering "
+
+
+def first_owner(owner: str) -> str:
+    """The worker that ran the run, also while another worker recovers it (`RECOVERING`)."""
+    return owner.split(RECOVERING, 1)[1] if RECOVERING in owner else owner
+
+
 async def _recover_run(env: RunEnv, run_id: int) -> None:
+    if not await _take(env, run_id):
+        return
     async with env.db.session() as s:
         run = await s.get(Run, run_id)
         task = await s.get(Task, run.task_id) if run is not None else None
@@ -270,10 +281,10 @@ async def _recover_run(env: RunEnv, run_id: int) -> None:
             return
         key = (repo.owner.login.lower(), repo.name.lower())
         try:
-            # Before anything else: the dead worker, should it wake, can no longer move the branch.
+            # Before any git write: the dead worker, should it wake, can no longer move the branch.
             await env.store.write(key, fences.revoke, run.uuid)
         except RefConflict as exc:
-            log.warning("the run's fence stayed locked: recovered at the next pass", run_id=run_id, error=str(exc))
+            log.warning("the run's fence stayed locked: recovered at a later pass", run_id=run_id, error=str(exc))
             return
         found = await salvage(env, run, task, repo, agent.login if agent else "agent")
         workspace = workspace_of(env, task.uuid, run.uuid)
@@ -286,6 +297,25 @@ async def _recover_run(env: RunEnv, run_id: int) -> None:
     await asyncio.to_thread(remove_workspace, workspace)
 
 
+async def _take(env: RunEnv, run_id: int) -> bool:
+    """Make the run this worker's to recover, in the database, before anything else: its owner
+    becomes `<this worker> recovering <its worker>`, so the worker that ran it, should it wake,
+    records nothing (its settle and its beat find the run no longer its own). No other worker's
+    beat renews that owner: if this worker dies before the run is recorded, its lease lapses and
+    another worker recovers the run again. False if the run is no longer running."""
+    async with env.db.session(write=True) as s:
+        seen = await s.get(Run, run_id)
+        if seen is None:
+            return False
+        await env.lifecycle(s).lock_id(seen.task_id)
+        run = await s.get(Run, run_id, with_for_update=True, populate_existing=True)
+        if run is None or run.state != RunState.RUNNING:
+            return False
+        run.owner = f"{env.worker_id}{RECOVERING}{first_owner(run.owner)}"
+        run.heartbeat_at = utcnow()
+    return True
+
+
 async def _record_interrupted(env: RunEnv, run_id: int, found: Salvage) -> None:
     async with env.db.session(write=True) as s:
         seen = await s.get(Run, run_id)
@@ -296,6 +326,7 @@ async def _record_interrupted(env: RunEnv, run_id: int, found: Salvage) -> None:
         run = await s.get(Run, run_id, with_for_update=True, populate_existing=True)
         if run is None or run.state != RunState.RUNNING:
             return  # settled meanwhile (by its worker before it stalled, or by another worker)
+        run.owner = first_owner(run.owner)  # the run's JSON names the worker that ran it
         # Its custom tools' runs still waiting or running ended with it (their containers were reaped).
         open_states = [ToolRunState.AWAITING_APPROVAL.value, ToolRunState.QUEUED.value, ToolRunState.RUNNING.value]
         await s.execute(

@@ -172,10 +172,17 @@ class Settling:
         """Another worker took the run over (this one's lease lapsed: a stalled process, a cut
         network): it snapshotted the workspace and ended the run. Nothing more is written here."""
         log.warning("the run was taken over by another worker: not settled here", run_id=self.run_id)
-        self.fence_held = False  # revoked: it stays
+        self.leave_to_taker()
         if self.writer is not None:
             with contextlib.suppress(Exception):
                 await self.writer.close()
+
+    def leave_to_taker(self) -> None:
+        """The run is another worker's now: its fence (revoked) stays, and its workspace is the
+        taker's to snapshot and remove (or, once no live run owns it, this host's sweep's): never
+        removed under the taker."""
+        self.fence_held = False
+        self.workspace = None
 
     async def _still_ours(self) -> bool:
         async with self.env.db.session() as s:
@@ -279,8 +286,11 @@ class Settling:
             run = await s.get(Run, self.run_id, with_for_update=True, populate_existing=True)
             repo = await s.get(Repository, task.repo_id)
             assert run is not None and repo is not None
-            if run.owner != env.worker_id or run.state != RunState.RUNNING:
-                return  # recorded already: taken over by another worker, or before a settle failure
+            if run.owner != env.worker_id:
+                self.leave_to_taker()  # another worker is recovering it: it records the run
+                return
+            if run.state != RunState.RUNNING:
+                return  # recorded already: by a takeover that is done, or before a settle failure
             if notice:  # the settle step failed: its writer is gone, the reason goes in this transaction
                 await life.append(
                     task.id, [Pending(kind="notice", payload=Notice(text=notice, level="error"), run_id=run.id)]

@@ -104,8 +104,9 @@ async def decide(
     s = life.session
     if run.task_id is None:
         raise InvalidState("a test run does not wait for approval", code="invalid_state")
-    task = await s.get(Task, run.task_id)
-    assert task is not None
+    # The task's lock first, as every writer of a task and its runs takes them (a recovery ending
+    # the run cancels its tool runs under it): the other order could deadlock with it.
+    task = await life.lock_id(run.task_id)
     rules.require_decide(actor.principal, res, task)
     now = utcnow()
     new = ToolRunState.QUEUED if approve else ToolRunState.DENIED

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import docker
+import docker.errors
 import httpx
 import pytest
 
@@ -75,31 +77,49 @@ def stack(sandbox_image: str) -> Iterator[Stack]:
     postgres_image = run_build_script(BUILD_POSTGRES)
     # Under /var/tmp, not pytest's 0700 tmp: uid 10001 in the containers walks down to its directories.
     top = Path(tempfile.mkdtemp(prefix="fh-compose-", dir="/var/tmp"))
-    top.chmod(0o755)
-    for sub in ("data", "runs"):
-        (top / sub).mkdir(mode=0o750)
-        os.chown(top / sub, 10001, 10001)
-    ports = [free_port(), free_port()]
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(Path.home()),
-        "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
-        "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid),
-        "FORGEHAND_POSTGRES_IMAGE": postgres_image,
-        "FORGEHAND_DATA_DIR": str(top / "data"),
-        "FORGEHAND_RUN_CHANNEL_DIR": str(top / "runs"),
-        "FORGEHAND_WEB1_PORT": str(ports[0]),
-        "FORGEHAND_WEB2_PORT": str(ports[1]),
-        "FORGEHAND_BASE_URL": f"http://127.0.0.1:{ports[0]}",
-    }
-    made = Stack(f"fhsmoke{secrets.token_hex(4)}", env, [f"http://127.0.0.1:{p}" for p in ports], top / "data")
+    made: Stack | None = None
     try:
+        top.chmod(0o755)
+        for sub in ("data", "runs"):
+            (top / sub).mkdir(mode=0o750)
+            os.chown(top / sub, 10001, 10001)
+        ports = [free_port(), free_port()]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(Path.home()),
+            "POSTGRES_PASSWORD": secrets.token_urlsafe(16),
+            "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid),
+            "FORGEHAND_POSTGRES_IMAGE": postgres_image,
+            "FORGEHAND_DATA_DIR": str(top / "data"),
+            "FORGEHAND_RUN_CHANNEL_DIR": str(top / "runs"),
+            "FORGEHAND_WEB1_PORT": str(ports[0]),
+            "FORGEHAND_WEB2_PORT": str(ports[1]),
+            "FORGEHAND_BASE_URL": f"http://127.0.0.1:{ports[0]}",
+        }
+        made = Stack(f"fhsmoke{secrets.token_hex(4)}", env, [f"http://127.0.0.1:{p}" for p in ports], top / "data")
         made.compose("up", "-d")
         yield made
     finally:
-        with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
-            made.compose("down", "-v", "--remove-orphans", "--timeout", "10")
-        shutil.rmtree(top, ignore_errors=True)
+        try:
+            if made is not None:
+                made.compose("down", "-v", "--remove-orphans", "--timeout", "10")
+        finally:
+            remove_sandboxes_of(top / "data")
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def remove_sandboxes_of(data_dir: Path) -> None:
+    """The sandboxes the compose worker started on this host's engine (compose knows nothing of
+    them): a run cut off by the test's end or failure leaves its container behind otherwise."""
+    with contextlib.suppress(OSError):
+        instance = (data_dir / "instance_id").read_text().strip()
+        client = docker.from_env(timeout=30)
+        try:
+            for container in client.containers.list(all=True, filters={"label": f"forgehand.instance={instance}"}):
+                with contextlib.suppress(docker.errors.APIError):
+                    container.remove(force=True)
+        finally:
+            client.close()
 
 
 def wait_for(what: str, check: Callable[[], T | None], stack: Stack, seconds: float = 120) -> T:

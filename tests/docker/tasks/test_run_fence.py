@@ -26,7 +26,7 @@ from forge.git.errors import Fenced
 from tasks.run import recovery
 from tasks.run.env import RunEnv
 from tasks.run.settle import Settling
-from tests.support.tasks import Env, all_events, serve_env, start, wait_state
+from tests.support.tasks import Env, all_events, serve_env, start, tree_files, wait_state, wait_task
 
 pytestmark = pytest.mark.docker
 
@@ -47,10 +47,11 @@ class Stall:
         self.refused: BaseException | None = None
 
 
-async def take_over(worker: RunEnv, elsewhere: Path) -> None:
-    """Another worker's recovery pass: its own id, data directory and git store (the same
-    repositories), as a worker on another host sees the stalled one once its lease lapsed."""
-    other_settings = msgspec.structs.replace(worker.settings, data_dir=elsewhere)
+async def take_over(worker: RunEnv, elsewhere: Path | None) -> None:
+    """Another worker's recovery pass: its own id and git store (the same repositories), and its
+    own data directory (`elsewhere`; None: the same, shared storage), as a worker on another host
+    sees the stalled one once its lease lapsed."""
+    other_settings = msgspec.structs.replace(worker.settings, data_dir=elsewhere or worker.settings.data_dir)
     store = RepoStore(worker.store.root)
     other = dataclasses.replace(
         worker, worker_id=f"elsewhere:1:{secrets.token_hex(4)}", settings=other_settings, store=store
@@ -125,3 +126,61 @@ async def test_a_run_that_ends_itself_removes_its_fence(env: Env) -> None:
     # No fence is left behind by a run that settled itself, and the branch holds the commit.
     assert [r for r in repo.references if r.startswith(fences.NAMESPACE)] == []
     assert str(repo.references[f"refs/heads/{done['branch']}"].target) == done["head_sha"]
+
+
+class Overlap:
+    """A takeover that starts as the stalled worker comes to record its run."""
+
+    def __init__(self) -> None:
+        self.taken = asyncio.Event()  # the taker has the run (its salvage is about to start)
+        self.recorded = asyncio.Event()  # the stalled worker's attempt to record is over
+        self.workspace_there: bool | None = None  # what the taker's salvage found
+        self.taker: asyncio.Task[None] | None = None
+
+
+@pytest.fixture
+def overlap(monkeypatch: pytest.MonkeyPatch) -> Overlap:
+    seen = Overlap()
+    real_finish = Settling.finish_in_db
+    real_salvage = recovery.salvage
+
+    async def finish_in_db(self: Settling, *args: Any, **kw: Any) -> None:
+        # The snapshot has landed; the lease lapses now: a worker sharing the storage takes the
+        # run over before this one records it.
+        seen.taker = asyncio.create_task(take_over(self.env, None))
+        await asyncio.wait_for(seen.taken.wait(), 60)
+        try:
+            await real_finish(self, *args, **kw)
+        finally:
+            seen.recorded.set()
+
+    async def salvage(env: RunEnv, run: Any, task: Any, *args: Any) -> recovery.Salvage:
+        seen.taken.set()
+        await asyncio.wait_for(seen.recorded.wait(), 60)
+        seen.workspace_there = recovery.workspace_of(env, task.uuid, run.uuid).is_dir()
+        return await real_salvage(env, run, task, *args)
+
+    monkeypatch.setattr(Settling, "finish_in_db", finish_in_db)
+    monkeypatch.setattr(recovery, "salvage", salvage)
+    return seen
+
+
+async def test_a_stalled_worker_records_nothing_once_taken_and_leaves_the_workspace(env: Env, overlap: Overlap) -> None:
+    async with env.client() as c:
+        await start(c, "echo kept > kept.txt")
+        task = await wait_task(
+            c, 1, lambda t: t["state"] in ("failed", "awaiting_review") and t["head_sha"], what="the takeover"
+        )
+    assert overlap.taker is not None
+    # The stalled worker's record was refused (the run was the taker's), and it left the workspace
+    # for the taker, whose salvage found it.
+    assert overlap.workspace_there is True
+    assert task["state"] == "failed" and task["failure_reason"] == "interrupted", task
+    # Its snapshot had landed before the takeover: the work is kept, as the task's head, and the
+    # run still names the worker that ran it.
+    repo = pygit2.Repository(str(env.repo_path))
+    assert str(repo.references[f"refs/heads/{task['branch']}"].target) == task["head_sha"] != task["base_sha"]
+    assert tree_files(env.repo_path, task["head_sha"])["kept.txt"] == (0o100644, b"kept\n")
+    [run] = task["runs"]
+    assert run["state"] == "failed" and not run["worker"].startswith("elsewhere:"), run
+    assert recovery.RECOVERING not in run["worker"]

@@ -1,6 +1,6 @@
 """Runs' git fences (forge.git.fences) on real bare repositories: a held fence lets the run's
 snapshot move the branch, a revoked one refuses it (the branch unchanged), a revocation waits for
-the holder's transaction and removes a dead writer's lock, and fence refs are neither fetched nor
+the holder's transaction and removes only a very old lock, and fence refs are neither fetched nor
 pushed to over smart HTTP with the real git client."""
 
 from __future__ import annotations
@@ -100,12 +100,24 @@ def test_revocation_waits_for_the_holders_transaction(repo: pygit2.Repository) -
     assert fences.state(repo, RUN) == "revoked"
 
 
-def test_revocation_removes_a_dead_writers_lock(repo: pygit2.Repository) -> None:
+def test_a_fence_lock_is_taken_for_a_dead_writers_only_when_very_old(repo: pygit2.Repository) -> None:
     fences.hold(repo, RUN)
     lock = Path(repo.path) / (fences.fence_ref(RUN) + ".lock")
-    lock.write_text("left by a killed process\n")
-    old = time.time() - ref_locks.STALE_SECONDS - 5
-    os.utime(lock, (old, old))
+    lock.write_text("")
+
+    def aged(seconds: float) -> None:
+        then = time.time() - seconds
+        os.utime(lock, (then, then))
+
+    # Older than git's 10 s but not than the fence's limit: perhaps a frozen holder. Left, and
+    # neither the revocation nor the periodic sweep of ref locks removes it.
+    aged(ref_locks.STALE_SECONDS + 20)
+    with pytest.raises(RefConflict):
+        fences.revoke(repo, RUN, lock_timeout=0.2)
+    assert ref_locks.sweep(Path(repo.path).parents[1]) == []
+    assert lock.exists() and fences.state(repo, RUN) == "held"
+    # Past it: a dead writer's, removed, and the fence revoked.
+    aged(fences.STALE_SECONDS + 5)
     fences.revoke(repo, RUN, lock_timeout=1)
     assert fences.state(repo, RUN) == "revoked" and not lock.exists()
 
