@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -270,8 +271,37 @@ def first_owner(owner: str) -> str:
 
 
 async def _recover_run(env: RunEnv, run_id: int) -> None:
-    if not await _take(env, run_id):
+    owner = await _take(env, run_id)
+    if owner is None:
         return
+    async with _renewing(env, run_id, owner):
+        await _salvage_and_record(env, run_id)
+
+
+@contextlib.asynccontextmanager
+async def _renewing(env: RunEnv, run_id: int, owner: str) -> AsyncIterator[None]:
+    """The taker's lease on the run it recovers, renewed while it does (a large workspace takes a
+    while to snapshot): another worker must not take it again meanwhile."""
+
+    async def renew() -> None:
+        while True:
+            await asyncio.sleep(env.settings.worker_lease_seconds / 3)
+            with contextlib.suppress(Exception):
+                async with env.db.session(write=True) as s:
+                    await s.execute(
+                        update(Run).where(Run.id == run_id, Run.owner == owner).values(heartbeat_at=utcnow())
+                    )
+
+    renewing = asyncio.create_task(renew())
+    try:
+        yield
+    finally:
+        renewing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
+
+
+async def _salvage_and_record(env: RunEnv, run_id: int) -> None:
     async with env.db.session() as s:
         run = await s.get(Run, run_id)
         task = await s.get(Task, run.task_id) if run is not None else None
@@ -297,23 +327,25 @@ async def _recover_run(env: RunEnv, run_id: int) -> None:
     await asyncio.to_thread(remove_workspace, workspace)
 
 
-async def _take(env: RunEnv, run_id: int) -> bool:
+async def _take(env: RunEnv, run_id: int) -> str | None:
     """Make the run this worker's to recover, in the database, before anything else: its owner
     becomes `<this worker> recovering <its worker>`, so the worker that ran it, should it wake,
-    records nothing (its settle and its beat find the run no longer its own). No other worker's
-    beat renews that owner: if this worker dies before the run is recorded, its lease lapses and
-    another worker recovers the run again. False if the run is no longer running."""
+    records nothing (its settle and its beat find the run no longer its own). Only this worker
+    renews that owner's lease, while it recovers (`_renewing`): if it dies before the run is
+    recorded, the lease lapses and another worker recovers the run again. The owner it wrote;
+    None if the run is no longer running."""
     async with env.db.session(write=True) as s:
         seen = await s.get(Run, run_id)
         if seen is None:
-            return False
+            return None
         await env.lifecycle(s).lock_id(seen.task_id)
         run = await s.get(Run, run_id, with_for_update=True, populate_existing=True)
         if run is None or run.state != RunState.RUNNING:
-            return False
-        run.owner = f"{env.worker_id}{RECOVERING}{first_owner(run.owner)}"
+            return None
+        owner = f"{env.worker_id}{RECOVERING}{first_owner(run.owner)}"
+        run.owner = owner
         run.heartbeat_at = utcnow()
-    return True
+    return owner
 
 
 async def _record_interrupted(env: RunEnv, run_id: int, found: Salvage) -> None:
