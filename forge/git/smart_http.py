@@ -122,12 +122,13 @@ def git_argv(service: Service, repo_path: Path, config: GitHttpConfig, *, advert
         "receive.fsckObjects": "true",
         "transfer.fsckObjects": "true",
         "core.hooksPath": str(config.hooks_dir) if config.hooks_dir is not None else os.devnull,
-        # forgehand's own refs (runs' fences, forge.git.fences): never fetched, never pushed to.
-        "transfer.hideRefs": "refs/forgehand/",
     }
     if service == RECEIVE_PACK:
         settings["receive.maxInputSize"] = str(config.max_request_bytes)
     settings.update(config.extra_config)
+    # forgehand's own refs (runs' fences, forge.git.fences): never fetched, never pushed to, and
+    # not something a configuration may change.
+    settings["transfer.hideRefs"] = "refs/forgehand/"
     argv = [git_binary()]
     for key, value in settings.items():
         argv += ["-c", f"{key}={value}"]
