@@ -17,7 +17,7 @@ from forge.app.factory import create_app
 from forge.core.security import use_password_parameters
 from forge.core.settings import Settings, load_settings, prepare_data_dir
 from forge.db.engine import Database
-from tests.support import databases
+from tests.support import databases, xdist_groups
 from tests.support.accounts import Accounts, LiveServer
 from tests.support.ports import free_port
 from tests.support.waiting import until_sync
@@ -73,11 +73,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("db_url", chosen, indirect=True)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Every test that touches the database carries the `db` marker, so CI can rerun them on PostgreSQL.
     for item in items:
         if "db_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.db)
+    xdist_groups.apply(config, items)  # `xdist_group` marks taking effect under pytest 9
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from tasks.run import recovery
 from tasks.run.env import RunEnv
 from tasks.run.settle import Settling
 from tests.support.tasks import Env, all_events, serve_env, start, tree_files, wait_state, wait_task
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.docker
 
@@ -45,6 +46,7 @@ class Stall:
         self.run_uuid = ""
         self.took_over = False
         self.refused: BaseException | None = None
+        self.ended = False  # the stalled worker's ref update is over (after the takeover)
 
 
 async def take_over(worker: RunEnv, elsewhere: Path | None) -> None:
@@ -85,6 +87,8 @@ def stalled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Stall:
         except BaseException as exc:
             stall.refused = exc
             raise
+        finally:
+            stall.ended = stall.took_over
 
     monkeypatch.setattr(Settling, "_snapshot", snapshot)
     monkeypatch.setattr("forge.git.snapshot.update_ref", update_ref)
@@ -95,6 +99,8 @@ async def test_a_stalled_worker_cannot_move_the_branch_after_the_takeover(env: E
     async with env.client() as c:
         await start(c, "echo late > late.txt")
         task = await wait_state(c, 1, "failed", "awaiting_review")
+    # The takeover is recorded before the stalled worker's ref update resumes: wait for that.
+    await until(lambda: stalled.ended, timeout=60, what="the stalled worker's ref update to end")
     assert stalled.took_over, "the snapshot never reached its ref update"
     # The stalled worker's branch move was refused by the fence, under its lock.
     assert isinstance(stalled.refused, Fenced), stalled.refused
