@@ -47,7 +47,12 @@ def test_a_groups_tests_run_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "test_loose.py").write_text(LOOSE)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     log = tmp_path / "workers.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GROUP_LOG": str(log)}
+    # The run's own options only: not the outer run's PYTEST_ADDOPTS (its plugins, say).
+    outer = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env = outer | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "GROUP_LOG": str(log),
+    }
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
          "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)],

@@ -113,7 +113,7 @@ def test_a_push_during_the_merge_wins_and_the_merge_retries_cleanly(env: Env, tm
     r = env.post(f"{TASKS}/1/merge", "ana", {"expected_head_sha": head})
     assert r.status_code == 409 and r.json()["code"] == "base_moved", r.text
     assert env.main_sha() == pushed  # the push was not overwritten
-    assert httpx.get(f"{env.url}{TASKS}/1", headers=env.world.h("ana")).json()["state"] == "awaiting_review"
+    assert httpx.get(f"{env.url}{TASKS}/1", headers=env.world.h("ana"), timeout=60).json()["state"] == "awaiting_review"
     [asked] = [b for b in consumer.seen if b["type"] == "pre_merge"]
     assert asked["data"]["head_sha"] == head and asked["data"]["approvals"] == ["wendy"]
     assert asked["data"]["strategy"] == "merge" and asked["data"]["diffstat"]["files"] == 1
