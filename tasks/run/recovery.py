@@ -185,7 +185,7 @@ async def recover(env: RunEnv, *, reap_containers: bool) -> None:
     as the work-in-progress commit, end them `interrupted` recording the branch's tip, remove
     their workspaces; then sweep workspaces (and quota mounts) no live run owns."""
     keep: set[str] = set()
-    gone: list[int] = []
+    gone: list[tuple[int, str]] = []  # each run with the owner found gone
     dead: set[str] = set()
     lease = env.settings.worker_lease_seconds
     async with env.db.session() as s:
@@ -194,7 +194,7 @@ async def recover(env: RunEnv, *, reap_containers: bool) -> None:
             if run.owner == env.worker_id or not owner_gone(run.owner, run.heartbeat_at, lease=lease):
                 keep.add(run.uuid)
             else:
-                gone.append(run.id)
+                gone.append((run.id, run.owner))
                 dead.add(first_owner(run.owner))
     for owner in sorted(dead):
         await _reap_on_its_engine(env, owner, keep)
@@ -207,9 +207,9 @@ async def recover(env: RunEnv, *, reap_containers: bool) -> None:
         else:
             if removed:
                 log.info("reaped orphaned sandboxes", count=len(removed))
-    for run_id in gone:
+    for run_id, seen_owner in gone:
         try:
-            await _recover_run(env, run_id)
+            await _recover_run(env, run_id, seen_owner)
         except Exception:
             log.exception("recovering an interrupted run failed", run_id=run_id)
     keep |= await _live_run_uuids(env)
@@ -270,8 +270,8 @@ def first_owner(owner: str) -> str:
     return owner.split(RECOVERING, 1)[1] if RECOVERING in owner else owner
 
 
-async def _recover_run(env: RunEnv, run_id: int) -> None:
-    owner = await _take(env, run_id)
+async def _recover_run(env: RunEnv, run_id: int, seen_owner: str) -> None:
+    owner = await _take(env, run_id, seen_owner)
     if owner is None:
         return
     async with _renewing(env, run_id, owner):
@@ -327,21 +327,24 @@ async def _salvage_and_record(env: RunEnv, run_id: int) -> None:
     await asyncio.to_thread(remove_workspace, workspace)
 
 
-async def _take(env: RunEnv, run_id: int) -> str | None:
+async def _take(env: RunEnv, run_id: int, seen_owner: str) -> str | None:
     """Make the run this worker's to recover, in the database, before anything else: its owner
     becomes `<this worker> recovering <its worker>`, so the worker that ran it, should it wake,
     records nothing (its settle and its beat find the run no longer its own). Only this worker
     renews that owner's lease, while it recovers (`_renewing`): if it dies before the run is
     recorded, the lease lapses and another worker recovers the run again. The owner it wrote;
-    None if the run is no longer running."""
+    None if the run is no longer running, or no longer the gone worker's (`seen_owner`'s): it
+    renewed its lease meanwhile, or another worker took the run first."""
     async with env.db.session(write=True) as s:
         seen = await s.get(Run, run_id)
         if seen is None:
             return None
         await env.lifecycle(s).lock_id(seen.task_id)
         run = await s.get(Run, run_id, with_for_update=True, populate_existing=True)
-        if run is None or run.state != RunState.RUNNING:
+        if run is None or run.state != RunState.RUNNING or run.owner != seen_owner:
             return None
+        if not owner_gone(run.owner, run.heartbeat_at, lease=env.settings.worker_lease_seconds):
+            return None  # a late beat came in: its worker is alive after all
         owner = f"{env.worker_id}{RECOVERING}{first_owner(run.owner)}"
         run.owner = owner
         run.heartbeat_at = utcnow()

@@ -151,7 +151,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, agents_image: str) -> Iterat
         for url in serve(s):
             hook = {"url": consumer.url, "kind": "policy", "events": ["pre_tool_use"], "failure_policy": "closed"}
             auth = {"Authorization": f"Bearer {admin}"}
-            r = httpx.post(f"{url}/api/v1/repos/ana/demo/hooks", json=hook, headers=auth)
+            r = httpx.post(f"{url}/api/v1/repos/ana/demo/hooks", json=hook, headers=auth, timeout=60)
             assert r.status_code == 201, r.text
             env = Env(url=url, settings=s, token=token, repo_path=path)
             yield World(env=env, api=api, openai=openai, router=router, consumer=consumer)

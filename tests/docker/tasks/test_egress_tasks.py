@@ -123,7 +123,7 @@ def test_a_task_reaches_only_what_its_repository_allows(live_server: LiveServer,
         "phase": "run",
     }
 
-    page = httpx.get(f"{live_server.url}/ana/app/tasks/1", headers={"Authorization": f"Bearer {token}"})
+    page = httpx.get(f"{live_server.url}/ana/app/tasks/1", headers={"Authorization": f"Bearer {token}"}, timeout=60)
     assert "1 connection through the egress proxy · 1 refused" in page.text
 
     # The run's channel directory went with the run (the proxy had it to itself: no gateway).

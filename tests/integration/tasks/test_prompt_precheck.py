@@ -107,7 +107,9 @@ def test_a_decision_on_no_approval_is_404_before_any_prompt_check(live_server: L
     world = run_sync(_make_world(settings))
     consumer = WritingConsumer(live_server.url, world.tokens["ana"])
     h = world.h("ana")
-    r = httpx.post(f"{live_server.url}{TASKS}", json={"goal": "go", "agent": "fixer", "command": "true"}, headers=h)
+    r = httpx.post(
+        f"{live_server.url}{TASKS}", json={"goal": "go", "agent": "fixer", "command": "true"}, headers=h, timeout=60
+    )
     assert r.status_code == 201, r.text
     decide = f"{live_server.url}{TASKS}/1/approvals/no-such-approval"
     for url in (consumer.url, f"http://127.0.0.1:{_closed_port()}/policy"):

@@ -121,13 +121,13 @@ def test_anonymous_public_clone_private_asks_for_credentials(forge: Forge, tmp_p
     assert (tmp_path / "open" / "README.md").exists()
     r = git("clone", forge.clone_url("ana/closed"), str(tmp_path / "closed"), cwd=tmp_path, check=False)
     assert r.returncode != 0
-    raw = httpx.get(f"{forge.url}/ana/closed.git/info/refs?service=git-upload-pack")
+    raw = httpx.get(f"{forge.url}/ana/closed.git/info/refs?service=git-upload-pack", timeout=60)
     assert raw.status_code == 401 and raw.headers["www-authenticate"].startswith("Basic")
     # anonymous push to a public repository: credentials are asked for
-    raw = httpx.get(f"{forge.url}/ana/open.git/info/refs?service=git-receive-pack")
+    raw = httpx.get(f"{forge.url}/ana/open.git/info/refs?service=git-receive-pack", timeout=60)
     assert raw.status_code == 401
     # a nonexistent repository looks exactly like a private one
-    nothing = httpx.get(f"{forge.url}/ana/nothing.git/info/refs?service=git-upload-pack")
+    nothing = httpx.get(f"{forge.url}/ana/nothing.git/info/refs?service=git-upload-pack", timeout=60)
     assert nothing.status_code == 401
 
 

@@ -625,5 +625,7 @@ def test_the_list_filters_by_reviewer(team: Team) -> None:
     review = {"event": "COMMENT", "body": "Looks fine.", "commit_id": head}
     assert team.call("POST", f"{API}/pulls/2/reviews", team.bob, json=review).is_success
     assert numbers("reviewer=BOB") == [2, 1] and numbers("reviewer=nobody") == []
-    page = httpx.get(f"{team.url}/ana/app/pulls?reviewer=bob", headers={"Authorization": f"Bearer {team.rita}"})
+    page = httpx.get(
+        f"{team.url}/ana/app/pulls?reviewer=bob", headers={"Authorization": f"Bearer {team.rita}"}, timeout=60
+    )
     assert 'value="bob"' in page.text and ">feature/a<" in page.text.replace("<strong>", ">").replace("</strong>", "<")
