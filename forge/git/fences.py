@@ -49,13 +49,17 @@ def fence_ref(run_uuid: str) -> str:
     return NAMESPACE + run_uuid
 
 
-def held_id(repo: pygit2.Repository, run_uuid: str) -> pygit2.Oid:
-    """The object a held fence points at (written if missing; the same id every time)."""
-    return repo.create_blob(f"held: run {run_uuid}\n".encode())
+def _held(run_uuid: str) -> bytes:
+    return f"held: run {run_uuid}\n".encode()
 
 
-def _revoked_id(repo: pygit2.Repository, run_uuid: str) -> pygit2.Oid:
-    return repo.create_blob(f"revoked: run {run_uuid} was taken over\n".encode())
+def held_id(run_uuid: str) -> pygit2.Oid:
+    """The id of the blob a held fence points at: computed, never written (only `hold` writes it)."""
+    return pygit2.hash(_held(run_uuid))
+
+
+def _revoked(run_uuid: str) -> bytes:
+    return f"revoked: run {run_uuid} was taken over\n".encode()
 
 
 def _target(repo: pygit2.Repository, ref: str) -> pygit2.Oid | None:
@@ -68,7 +72,7 @@ def hold(repo: pygit2.Repository, run_uuid: str) -> None:
     """Make the run's fence, held. Raises `Fenced` if it exists and is not held (revoked: the run
     was taken over before its worker got here)."""
     ref = fence_ref(run_uuid)
-    held = held_id(repo, run_uuid)
+    held = repo.create_blob(_held(run_uuid))
     with repo.transaction() as txn:
         txn.lock_ref(ref)
         current = _target(repo, ref)
@@ -84,7 +88,7 @@ def check_held(repo: pygit2.Repository, txn: ReferenceTransaction, run_uuid: str
     `Fenced` unless it is held. The lock is kept until the transaction ends."""
     ref = fence_ref(run_uuid)
     txn.lock_ref(ref)
-    if _target(repo, ref) != held_id(repo, run_uuid):
+    if _target(repo, ref) != held_id(run_uuid):
         raise Fenced(run_uuid)
 
 
@@ -93,7 +97,7 @@ def revoke(repo: pygit2.Repository, run_uuid: str, *, lock_timeout: float = LOCK
     it locked; a lock older than `STALE_SECONDS` is a dead writer's and is removed. Raises
     `RefConflict` if the lock stayed taken."""
     ref = fence_ref(run_uuid)
-    revoked = _revoked_id(repo, run_uuid)
+    revoked = repo.create_blob(_revoked(run_uuid))
     deadline = time.monotonic() + lock_timeout
     delay = 0.005
     while True:
@@ -118,7 +122,7 @@ def release(repo: pygit2.Repository, run_uuid: str) -> None:
     ref = fence_ref(run_uuid)
     with repo.transaction() as txn:
         txn.lock_ref(ref)
-        if _target(repo, ref) == held_id(repo, run_uuid):
+        if _target(repo, ref) == held_id(run_uuid):
             txn.remove(ref)
 
 
@@ -127,4 +131,4 @@ def state(repo: pygit2.Repository, run_uuid: str) -> str:
     current = _target(repo, fence_ref(run_uuid))
     if current is None:
         return "none"
-    return "held" if current == held_id(repo, run_uuid) else "revoked"
+    return "held" if current == held_id(run_uuid) else "revoked"
