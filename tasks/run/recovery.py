@@ -310,6 +310,9 @@ async def _salvage_and_record(env: RunEnv, run_id: int) -> None:
         if run is None or task is None or repo is None or run.state != RunState.RUNNING:
             return
         key = (repo.owner.login.lower(), repo.name.lower())
+        # The pooled connection goes back before the git work (a large workspace takes a while);
+        # what was read stays loaded (sessions do not expire on commit; nothing was written).
+        await s.commit()
         try:
             # Before any git write: the dead worker, should it wake, can no longer move the branch.
             await env.store.write(key, fences.revoke, run.uuid)
