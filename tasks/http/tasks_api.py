@@ -31,12 +31,17 @@ class TaskController(Controller):
     async def start(self, repo_scope: RepoScopeDep, data: JSONBody[TaskCreate]) -> TaskRead:
         return await start_task(repo_scope, data)
 
-    @get(TASKS, summary="Tasks of a repository")
+    @get(TASKS, summary="Tasks of a repository, newest first, a page at a time (page, per_page)")
     async def list_tasks(
-        self, repo_scope: RepoScopeDep, task_state: Annotated[str | None, QueryParameter(name="state")] = None
+        self,
+        repo_scope: RepoScopeDep,
+        task_state: Annotated[str | None, QueryParameter(name="state")] = None,
+        page: Annotated[int, QueryParameter(ge=1, le=100_000)] = 1,
+        per_page: Annotated[int, QueryParameter(ge=1, le=100)] = 100,
     ) -> list[TaskRead]:
         svc, res = repo_scope.svc, repo_scope.res
-        return await svc.to_reads([(t, res) for t in await svc.list_tasks(res, state=task_state)])
+        listed = await svc.list_tasks(res, state=task_state, limit=per_page, offset=(page - 1) * per_page)
+        return await svc.to_reads([(t, res) for t in listed])
 
     @get(TASK, summary="A task")
     async def get_task(self, task_scope: TaskScopeDep) -> TaskRead:

@@ -106,8 +106,10 @@ class TaskService:
             raise NotFound("task not found", code="task_not_found")
         return task
 
-    async def list_tasks(self, res: RepoResource, *, state: str | None = None, limit: int = 100) -> Sequence[Task]:
-        stmt = select(Task).where(Task.repo_id == res.repo.id).order_by(Task.number.desc()).limit(limit)
+    async def list_tasks(
+        self, res: RepoResource, *, state: str | None = None, limit: int = 100, offset: int = 0
+    ) -> Sequence[Task]:
+        stmt = select(Task).where(Task.repo_id == res.repo.id).order_by(Task.number.desc()).limit(limit).offset(offset)
         if state:
             try:
                 stmt = stmt.where(Task.state == TaskState(state))

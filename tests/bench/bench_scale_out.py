@@ -3,16 +3,24 @@ replicas without workers, workers on two Docker engines, one data directory):
 
 - throughput: 50 `command` tasks running `true`, started across both replicas, from the first
   start to the last task at rest, with one worker, then with two workers on two engines. Goal: two
-  workers take <= 0.6x the time of one (close to 0.5x). Measured twice:
-  - as the suite runs them (capacity 3 each): one worker alone keeps this machine's 2 CPUs busy
-    (about 95 % through the batch), so a second worker on the same CPUs cannot finish sooner.
-    Measured 1.00x-1.09x; printed, not asserted;
-  - each engine (its dockerd and containerd, hence its shims and containers) and its worker
-    pinned to a CPU of its own (`taskset`), standing in for two one-CPU hosts; PostgreSQL, the
-    replicas and this client stay on both CPUs, so with two workers they take CPU the hosts would
-    not share. Measured 0.65x (one worker 18.8-19.6 s, two 12.1-12.7 s). This ratio is asserted
-    against the goal, and is not met on this machine: it is an emulation on one machine, not two
-    hosts;
+  workers take <= 0.6x the time of one (close to 0.5x). The two engines are two hosts in a
+  deployment; here they share one 2-CPU machine with PostgreSQL, the replicas and this client, so
+  the batches are run three ways, each printed:
+  - as the suite runs them (capacity 3 each): one worker alone keeps both CPUs busy (about 95 %
+    through the batch), so a second worker on the same CPUs cannot finish sooner. 0.99x-1.06x;
+  - each engine (its dockerd and containerd, hence its shims) and its worker pinned to a CPU of
+    its own (`taskset`). PostgreSQL, the replicas and this client stay on both CPUs: with one
+    worker they have the other CPU to themselves, with two they take theirs from the hosts' CPUs.
+    0.59x-0.61x (one worker 19.8-20.9 s, two 11.6-12.4 s);
+  - each engine and its worker a host with a CPU budget of its own (HOST_CPUS, a cgroup quota:
+    tests/support/cpu_budget.py), the rest of the machine left to the shared services in both
+    batches, as a third host would be. This is the set-up the goal speaks of, and its ratio is
+    the one asserted: 0.55x-0.56x (one worker 22.5-24.8 s, two 12.4-13.6 s). Why 0.75 CPU: per
+    task a host spends about 0.37 s of CPU (its worker 0.08 s, dockerd and containerd 0.11 s,
+    the processes they start 0.18 s) and the shared services about 0.08 s (the replicas 0.05 s,
+    PostgreSQL 0.03 s), so two hosts of 0.75 CPU (4 tasks a second) leave them 0.5 CPU where
+    they need about 0.3. Above 0.5x is what the shared path costs when two hosts
+    feed it at once (the claims, the task locks, the database);
 - an event from a worker to an SSE client on a replica: the lag from the event's timestamp (its
   writer's) to its arrival, for a task printing 200 lines started on the other replica. Goal:
   p95 < 100 ms (printed: wall clock on a shared machine);
@@ -44,6 +52,7 @@ import msgspec
 
 from sandbox import DEFAULT_IMAGE, SandboxEngine
 from tests.support.cluster import Cluster, post_task, running_cluster, start_worker, stop, task_body
+from tests.support.cpu_budget import CpuBudget, cpu_budget
 from tests.support.second_engine import ensure_second_engine
 from tests.support.sse_lag import sse_frames
 from tests.support.tasks import all_events, wait_state, wait_task
@@ -55,6 +64,7 @@ SECOND_PIDFILE = "/run/forgehand-dockerd2/docker.pid"
 LEASE = 6.0
 BATCH = 50
 LINES = 200
+HOST_CPUS = 0.75  # a worker host's CPU budget in the set-up whose ratio is asserted
 
 
 async def ensure_images() -> str:
@@ -74,11 +84,11 @@ async def batch_seconds(cluster: Cluster, label: str) -> float:
         numbers = [r.json()["number"] for r in answers]
 
         async def all_rest() -> bool:
-            # Only the tasks still going (small lists): listing every task five times a second
-            # would cost the replicas more than the batch, and that would be measured too.
+            # One task still going is enough to know (the batch's are the only tasks then going):
+            # listing every task five times a second would cost the replicas CPU that the batch
+            # needs, and that would be measured too.
             for going in ("queued", "running"):
-                listed = (await a.get(TASKS, params={"state": going})).json()
-                if any(t["number"] in numbers for t in listed):
+                if (await a.get(TASKS, params={"state": going, "per_page": 1})).json():
                     return False
             return True
 
@@ -139,12 +149,18 @@ def test_scale_out() -> None:
     second = asyncio.run(ensure_images())
     with tempfile.TemporaryDirectory() as tmp, running_cluster(Path(tmp), lease=LEASE, workers=(LOCAL,)) as cluster:
         asyncio.run(batch_seconds(cluster, "warm"))  # both replicas and the engine past their first task
-        busy = one_then_two(cluster, second, "busy")
-        with pinned_engines(second):
-            hosts = one_then_two(cluster, second, "host", pin=True)
+        busy = one_then_two(cluster, second, "busy", Shared())
+        with pinned_engines(second) as pinned:
+            pins = one_then_two(cluster, second, "pin", pinned)
+        with host_budgets(second) as budgets:
+            hosts = one_then_two(cluster, second, "host", budgets)
         lags = asyncio.run(event_lags(cluster))
         takeover = asyncio.run(lease_takeover_seconds(cluster))
-    for (one, two), what in ((busy, "all on both CPUs"), (hosts, "each engine and its worker on a CPU of its own")):
+    for (one, two), what in (
+        (busy, "all on both CPUs"),
+        (pins, "each engine and its worker on a CPU of its own"),
+        (hosts, f"each engine and its worker a host of {HOST_CPUS} CPU, the rest to the shared services"),
+    ):
         print(
             f"\n{BATCH} tasks of `true` ({what}): one worker {one:.1f} s, "
             f"two workers on two engines {two:.1f} s: {two / one:.2f}x"
@@ -159,19 +175,23 @@ def test_scale_out() -> None:
     assert takeover <= 2 * LEASE
 
 
-def one_then_two(cluster: Cluster, second: str, label: str, *, pin: bool = False) -> tuple[float, float]:
-    """A batch on one worker of the local engine, then on it and one of the second engine (with
-    `pin`, each worker on its engine's CPU); the workers running before are replaced. Both seconds."""
+class Shared:
+    """Where a batch's worker goes: here, with its engine, on the machine's CPUs as they are."""
+
+    def place(self, pid: int, host: int) -> None:
+        pass
+
+
+def one_then_two(cluster: Cluster, second: str, label: str, placing: Shared) -> tuple[float, float]:
+    """A batch on one worker of the local engine (host 0), then on it and one of the second engine
+    (host 1), each worker placed with its engine; the workers running before are replaced. Both
+    seconds."""
     stop(list(cluster.workers.values()))
     cluster.workers.clear()
-    local = start_worker(cluster, LOCAL, f"worker-{label}-local")
-    if pin:
-        set_cpus([local.pid], "0")
+    placing.place(start_worker(cluster, LOCAL, f"worker-{label}-local").pid, 0)
     asyncio.run(until(lambda: claiming(cluster, 1), timeout=60, what="the local worker to claim"))
     one = asyncio.run(batch_seconds(cluster, f"{label}-one"))
-    other = start_worker(cluster, second, f"worker-{label}-second")
-    if pin:
-        set_cpus([other.pid], "1")
+    placing.place(start_worker(cluster, second, f"worker-{label}-second").pid, 1)
     asyncio.run(until(lambda: claiming(cluster, 2), timeout=60, what="the second worker to claim"))
     return one, asyncio.run(batch_seconds(cluster, f"{label}-two"))
 
@@ -188,18 +208,43 @@ def set_cpus(pids: list[int], cpus: str) -> None:
         subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], check=True, capture_output=True, timeout=10)
 
 
+class Pinned(Shared):
+    def place(self, pid: int, host: int) -> None:
+        set_cpus([pid], str(host))
+
+
 @contextlib.contextmanager
-def pinned_engines(second: str) -> Iterator[None]:
+def pinned_engines(second: str) -> Iterator[Pinned]:
     """Each engine on one CPU of its own (CPU 0: the local engine, CPU 1: the second), standing in
     for two one-CPU hosts; PostgreSQL, the replicas and this client stay on both. Undone after."""
     local, other = engine_pids("/var/run/docker.pid"), engine_pids(SECOND_PIDFILE)
     set_cpus(local, "0")
     set_cpus(other, "1")
     try:
-        yield
+        yield Pinned()
     finally:
         every = f"0-{(os.cpu_count() or 1) - 1}"
         set_cpus(local + other, every)
+
+
+class Budgeted(Shared):
+    def __init__(self, budgets: list[CpuBudget]) -> None:
+        self.budgets = budgets
+
+    def place(self, pid: int, host: int) -> None:
+        self.budgets[host].add([pid])
+
+
+@contextlib.contextmanager
+def host_budgets(second: str) -> Iterator[Budgeted]:
+    """Each engine (its dockerd and containerd, hence its shims and runc) and later its worker in a
+    CPU budget of HOST_CPUS of its own (tests/support/cpu_budget.py), standing in for two hosts of
+    that size; PostgreSQL, the replicas and this client have the rest of the machine in both
+    batches, as a third host. Undone after."""
+    with cpu_budget("forgehand-host-0", HOST_CPUS) as local, cpu_budget("forgehand-host-1", HOST_CPUS) as other:
+        local.add(engine_pids("/var/run/docker.pid"))
+        other.add(engine_pids(SECOND_PIDFILE))
+        yield Budgeted([local, other])
 
 
 async def claiming(cluster: Cluster, count: int) -> bool:

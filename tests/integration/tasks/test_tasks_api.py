@@ -138,6 +138,27 @@ async def test_concurrent_starts_over_http(client: AsyncTestClient[Litestar], wo
     assert sorted(await asyncio.gather(*(one(i) for i in range(8)))) == list(range(1, 9))
 
 
+async def test_the_task_list_pages_newest_first(client: AsyncTestClient[Litestar], world: World) -> None:
+    h = auth(world, "ana")
+    for i in range(5):
+        r = await client.post(TASKS, json={"goal": f"g{i}", "agent": "fixer", "command": "true"}, headers=h)
+        assert r.status_code == 201, r.text
+
+    async def numbers(**params: Any) -> list[int]:
+        r = await client.get(TASKS, params=params, headers=h)
+        assert r.status_code == 200, r.text
+        return [t["number"] for t in r.json()]
+
+    assert await numbers() == [5, 4, 3, 2, 1]
+    assert await numbers(per_page=2) == [5, 4]
+    assert await numbers(per_page=2, page=3) == [1]
+    assert await numbers(per_page=2, page=4) == []
+    assert await numbers(state="queued", per_page=1) == [5]
+    for bad in ({"per_page": 0}, {"per_page": 101}, {"page": 0}):
+        r = await client.get(TASKS, params=bad, headers=h)
+        assert r.status_code == 422 and r.json()["code"] == "validation_failed", (bad, r.text)
+
+
 @pytest.mark.parametrize("raw", ["0", "-1", "01", "abc", "1.0", "99999999999"])
 async def test_bad_task_numbers_are_404(client: AsyncTestClient[Litestar], world: World, raw: str) -> None:
     h = auth(world, "ana")
