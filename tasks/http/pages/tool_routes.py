@@ -1,11 +1,13 @@
 """The custom tool pages' routes (docs/tools.md): a repository's tools under its settings
 (`/{owner}/{name}/settings/tools`, its admins) and the instance's in the admin area (`/admin/tools`,
 instance admins). Each route hands over to the views of `tasks.http.pages.tools`, the same for both
-places."""
+places: the handlers are written once (`ToolPages`), and each place's controller provides the
+`place` they act on."""
 
 from typing import Any
 
 from litestar import Controller, Request, get, post
+from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, FromQuery, URLEncodedBody
 from litestar.response import Redirect, Template
 
@@ -30,176 +32,106 @@ from tasks.http.pages.tools import (
     tool_view,
 )
 
+PlaceDep = NamedDependency[Place]
+
 # --- the routes ---------------------------------------------------------------------------------
 
 
-class RepoToolPages(Controller):
-    """A repository's tools, under its settings (its admins)."""
+class ToolPages(Controller):
+    """The tool pages of one place (`place`, a dependency each subclass provides)."""
 
-    path = REPO_PATH
     include_in_schema = False
 
     @get("/")
-    async def tools(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str]
-    ) -> Template:
-        return await list_view(request, actor, Place(owner, name))
+    async def tools(self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep) -> Template:
+        return await list_view(request, actor, place)
 
     @get("/new")
-    async def new_tool(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str]
-    ) -> Template:
-        return await form_view(request, actor, Place(owner, name))
+    async def new_tool(self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep) -> Template:
+        return await form_view(request, actor, place)
 
     @post("/")
     async def create(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        data: URLEncodedBody[ToolForm],
-    ) -> Template | Redirect:  # fmt: skip
-        return await create_tool(request, actor, Place(owner, name), data)
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, data: URLEncodedBody[ToolForm]
+    ) -> Template | Redirect:
+        return await create_tool(request, actor, place, data)
 
     @post("/check-schema", status_code=200)
     async def check_schema(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        data: URLEncodedBody[SchemaCheckForm],
-    ) -> SchemaCheck:  # fmt: skip
-        return await check_schema_text(request, actor, Place(owner, name), data)
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, data: URLEncodedBody[SchemaCheckForm]
+    ) -> SchemaCheck:
+        return await check_schema_text(request, actor, place, data)
 
     @get("/{tool_id:int}")
     async def tool(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], old: Number = None, new: Number = None, run: Number = None,
-        done: FromQuery[str | None] = None, v: Number = None, src: Number = None,
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int],
+        old: Number = None, new: Number = None, run: Number = None, done: FromQuery[str | None] = None,
+        v: Number = None, src: Number = None,
     ) -> Template:  # fmt: skip
         notice = notice_of(done, v, src)
-        place = Place(owner, name)
         return await tool_view(request, actor, place, tool_id, old=old, new=new, shown_run=run, notice=notice)
 
     @get("/{tool_id:int}/edit")
     async def edit(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int],
-    ) -> Template:  # fmt: skip
-        return await form_view(request, actor, Place(owner, name), tool_id)
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int]
+    ) -> Template:
+        return await form_view(request, actor, place, tool_id)
 
     @post("/{tool_id:int}/edit")
     async def change(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[ToolForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int],
+        data: URLEncodedBody[ToolForm],
     ) -> Template | Redirect:  # fmt: skip
-        return await new_version(request, actor, Place(owner, name), tool_id, data)
+        return await new_version(request, actor, place, tool_id, data)
 
     @post("/{tool_id:int}/activate")
     async def activate(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[VersionForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int],
+        data: URLEncodedBody[VersionForm],
     ) -> Redirect:  # fmt: skip
-        return await activate_version(request, actor, Place(owner, name), tool_id, data)
+        return await activate_version(request, actor, place, tool_id, data)
 
     @post("/{tool_id:int}/restore")
     async def restore(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[VersionForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int],
+        data: URLEncodedBody[VersionForm],
     ) -> Redirect:  # fmt: skip
-        return await restore_version(request, actor, Place(owner, name), tool_id, data)
+        return await restore_version(request, actor, place, tool_id, data)
 
     @post("/{tool_id:int}/enabled")
     async def switch(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[EnableForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int],
+        data: URLEncodedBody[EnableForm],
     ) -> Redirect:  # fmt: skip
-        return await switch_tool(request, actor, Place(owner, name), tool_id, data)
+        return await switch_tool(request, actor, place, tool_id, data)
 
     @post("/{tool_id:int}/test-run")
     async def test_run(
-        self, request: Request[Any, Any, Any], actor: ActorDep, owner: FromPath[str], name: FromPath[str],
-        tool_id: FromPath[int], data: URLEncodedBody[TestRunForm],
+        self, request: Request[Any, Any, Any], actor: ActorDep, place: PlaceDep, tool_id: FromPath[int],
+        data: URLEncodedBody[TestRunForm],
     ) -> Template | Redirect:  # fmt: skip
-        return await run_test(request, actor, Place(owner, name), tool_id, data)
+        return await run_test(request, actor, place, tool_id, data)
 
 
-INSTANCE = Place()
+def repository_place(owner: FromPath[str], name: FromPath[str]) -> Place:
+    return Place(owner, name)
 
 
-class AdminToolPages(Controller):
+def instance_place() -> Place:
+    return Place()
+
+
+class RepoToolPages(ToolPages):
+    """A repository's tools, under its settings (its admins)."""
+
+    path = REPO_PATH
+    dependencies = {"place": Provide(repository_place, sync_to_thread=False)}
+
+
+class AdminToolPages(ToolPages):
     """The instance's tools, in the admin area (instance admins). A page of tasks, not of forge
     (forge imports nothing of tasks): the admin nav links here by its path."""
 
     path = ADMIN_PATH
-    include_in_schema = False
     guards = [instance_admin]
-
-    @get("/")
-    async def tools(self, request: Request[Any, Any, Any], actor: ActorDep) -> Template:
-        return await list_view(request, actor, INSTANCE)
-
-    @get("/new")
-    async def new_tool(self, request: Request[Any, Any, Any], actor: ActorDep) -> Template:
-        return await form_view(request, actor, INSTANCE)
-
-    @post("/")
-    async def create(
-        self, request: Request[Any, Any, Any], actor: ActorDep, data: URLEncodedBody[ToolForm]
-    ) -> Template | Redirect:
-        return await create_tool(request, actor, INSTANCE, data)
-
-    @post("/check-schema", status_code=200)
-    async def check_schema(
-        self, request: Request[Any, Any, Any], actor: ActorDep, data: URLEncodedBody[SchemaCheckForm]
-    ) -> SchemaCheck:
-        return await check_schema_text(request, actor, INSTANCE, data)
-
-    @get("/{tool_id:int}")
-    async def tool(
-        self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int], old: Number = None,
-        new: Number = None, run: Number = None, done: FromQuery[str | None] = None, v: Number = None,
-        src: Number = None,
-    ) -> Template:  # fmt: skip
-        notice = notice_of(done, v, src)
-        return await tool_view(request, actor, INSTANCE, tool_id, old=old, new=new, shown_run=run, notice=notice)
-
-    @get("/{tool_id:int}/edit")
-    async def edit(self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int]) -> Template:
-        return await form_view(request, actor, INSTANCE, tool_id)
-
-    @post("/{tool_id:int}/edit")
-    async def change(
-        self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int], data: URLEncodedBody[ToolForm]
-    ) -> Template | Redirect:
-        return await new_version(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/activate")
-    async def activate(
-        self,
-        request: Request[Any, Any, Any],
-        actor: ActorDep,
-        tool_id: FromPath[int],
-        data: URLEncodedBody[VersionForm],
-    ) -> Redirect:
-        return await activate_version(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/restore")
-    async def restore(
-        self,
-        request: Request[Any, Any, Any],
-        actor: ActorDep,
-        tool_id: FromPath[int],
-        data: URLEncodedBody[VersionForm],
-    ) -> Redirect:
-        return await restore_version(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/enabled")
-    async def switch(
-        self, request: Request[Any, Any, Any], actor: ActorDep, tool_id: FromPath[int], data: URLEncodedBody[EnableForm]
-    ) -> Redirect:
-        return await switch_tool(request, actor, INSTANCE, tool_id, data)
-
-    @post("/{tool_id:int}/test-run")
-    async def test_run(
-        self,
-        request: Request[Any, Any, Any],
-        actor: ActorDep,
-        tool_id: FromPath[int],
-        data: URLEncodedBody[TestRunForm],
-    ) -> Template | Redirect:
-        return await run_test(request, actor, INSTANCE, tool_id, data)
+    dependencies = {"place": Provide(instance_place, sync_to_thread=False)}
