@@ -38,6 +38,7 @@ CONTAINER_KEYS = frozenset(
         "name",
         "stdin_open",
         "tty",
+        "network_disabled",
     }
 )
 

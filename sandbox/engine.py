@@ -26,6 +26,7 @@ from .commands import (
 )
 from .creation import InFlight
 from .errors import EngineUnavailable, SpecRefused
+from .hosts import ensure_hosts_file
 from .images.agents_image import DEFAULT_AGENTS_IMAGE, build_agents_image, require_agent
 from .images.building import BuildResult
 from .images.sandbox_image import DEFAULT_IMAGE, build_image, image_is_current
@@ -191,6 +192,8 @@ class SandboxEngine:
         workspace = Path(spec.workspace)
         if not await asyncio.to_thread(workspace.is_dir):
             raise SpecRefused(f"workspace {str(workspace)!r} is not a directory on this host")
+        if spec.hosts_file is not None:
+            await asyncio.to_thread(ensure_hosts_file, spec.hosts_file)
         name = name or _container_name(spec)
         kwargs = container_create_kwargs(spec, name=name)
         kwargs["labels"] = {**kwargs["labels"], **current_owner().labels()}

@@ -205,7 +205,7 @@ class Provisioning(Outside):
             image=image, workspace=self.workspace, instance=env.instance, task=self.task_uuid, run=self.run_uuid,
             limits=warm.run_limits(settings), channel_dir=self._channel_dir(),
             env=proxy_env() if self.egress is not None else {}, relays=self._relays(),
-            extra_labels=warm.worker_labels(env),
+            extra_labels=warm.worker_labels(env), hosts_file=warm.hosts_file(settings),
         )  # fmt: skip
         pool = env.pools.get(image)
         if pool is not None:

@@ -31,6 +31,7 @@ import structlog
 from egress import Blocked
 from sandbox import (
     CHANNEL_DIR,
+    HOSTS_FILE_NAME,
     ExecResult,
     ExecStream,
     ImageMissing,
@@ -257,6 +258,7 @@ def _spec(call: ToolCall, tool_dir: Path, proxy: _Proxy | None, limits: Limits |
         env=proxy.env if proxy is not None else {}, limits=timed, channel_dir=tool_dir,
         relays=(proxy.relay,) if proxy is not None else (),
         extra_labels={**call.labels, LABEL_TOOL_RUN: str(call.tool_run_id)},
+        hosts_file=tool_dir.parent / HOSTS_FILE_NAME,  # beside the call's directory, as visible to the engine
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from forge.core.settings import Settings
 from sandbox import (
     DEFAULT_AGENTS_IMAGE,
     GATEWAY_RELAY_PORT,
+    HOSTS_FILE_NAME,
     EngineUnavailable,
     Limits,
     MiB,
@@ -47,6 +48,12 @@ def run_limits(settings: Settings) -> Limits:
         exec_timeout_seconds=settings.task_tool_timeout_seconds,
         workspace_bytes=settings.task_workspace_limit_mb * MiB,
     )
+
+
+def hosts_file(settings: Settings) -> Path:
+    """The /etc/hosts of this worker's run sandboxes (sandbox.SandboxSpec.hosts_file), beside their
+    channels: the run channel directory is on the engine's host at the same path already."""
+    return settings.effective_run_channel_dir / HOSTS_FILE_NAME
 
 
 def worker_labels(env: RunEnv) -> dict[str, str]:
@@ -102,6 +109,7 @@ def _pool_of(env: RunEnv, image: str) -> SandboxPool:
     template = SandboxSpec(
         image=image, workspace=root, instance=env.instance, task="pool", run="pool",
         limits=run_limits(settings), relays=(GATEWAY_RELAY,), extra_labels=worker_labels(env),
+        hosts_file=hosts_file(settings),
     )  # fmt: skip
     pool = SandboxPool(
         env.engine, template, size=settings.task_sandbox_pool, root=root,

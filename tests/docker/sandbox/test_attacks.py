@@ -131,9 +131,24 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.parametrize("docker_networking", [True, False], ids=["docker-none", "worker-no-docker-networking"])
 async def test_no_network_to_host_or_internet(
-    sandbox: Sandbox, canary: Canary, docker_client: docker.DockerClient
+    engine: SandboxEngine,
+    make_spec: SpecFactory,
+    tmp_path: Path,
+    canary: Canary,
+    docker_client: docker.DockerClient,
+    docker_networking: bool,
 ) -> None:
+    spec = make_spec() if docker_networking else make_spec(hosts_file=tmp_path / "hosts")
+    sandbox = await engine.start(spec)
+    try:
+        await _probe_network(sandbox, canary, docker_client)
+    finally:
+        await sandbox.remove()
+
+
+async def _probe_network(sandbox: Sandbox, canary: Canary, docker_client: docker.DockerClient) -> None:
     ipam = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]
     # Older engines leave the gateway out of IPAM: it is the subnet's first address.
     gateway = ipam.get("Gateway") or str(next(ipaddress.ip_network(ipam["Subnet"]).hosts()))

@@ -217,6 +217,31 @@ def test_channel_dir_is_mounted_read_only_and_nothing_else_is_added() -> None:
     assert weakenings_in_effect(msgspec.structs.replace(make(), channel_dir=Path("/run/fh/r7"))) == []
 
 
+def test_a_hosts_file_takes_docker_s_networking_away_from_network_none_only() -> None:
+    """With a hosts file, network none is runc's own namespace (loopback only) without Docker's
+    network sandbox; a network a spec opted into keeps Docker's networking and its own hosts."""
+    kw = container_create_kwargs(make(hosts_file=Path("/run/fh/hosts")))
+    assert kw["network_disabled"] is True and kw["network_mode"] == "none"
+    assert kw["mounts"][-1] == {
+        "Target": "/etc/hosts",
+        "Source": "/run/fh/hosts",
+        "Type": "bind",
+        "ReadOnly": True,
+        "BindOptions": {"Propagation": "rprivate"},
+    }
+    assert weakenings_in_effect(make(hosts_file=Path("/run/fh/hosts"))) == []
+    assert container_create_kwargs(make())["network_disabled"] is False
+    opted = make(network="bridge", weaken=Weakenings(network=True), hosts_file=Path("/run/fh/hosts"))
+    kw = container_create_kwargs(opted)
+    assert kw["network_disabled"] is False and all(m["Target"] != "/etc/hosts" for m in kw["mounts"])
+
+
+@pytest.mark.parametrize("hosts", ["relative/hosts", "/run/fh/../../etc/shadow"])
+def test_a_hosts_file_must_be_absolute_without_dot_dot(hosts: str) -> None:
+    with pytest.raises(SpecRefused, match="hosts_file"):
+        container_create_kwargs(make(hosts_file=Path(hosts)))
+
+
 @pytest.mark.parametrize("channel", ["relative/dir", "/srv/ws/1"])
 def test_channel_dir_must_be_absolute_and_not_the_workspace(channel: str) -> None:
     with pytest.raises(SpecRefused):
