@@ -34,7 +34,7 @@ from .owner import current_owner
 from .process import SandboxProcess
 from .pump import OutputChunk
 from .relays import start_relays
-from .spec import SandboxSpec, container_create_kwargs
+from .spec import SandboxSpec, container_create_kwargs, without_docker_network
 
 T = TypeVar("T")
 
@@ -192,10 +192,10 @@ class SandboxEngine:
         workspace = Path(spec.workspace)
         if not await asyncio.to_thread(workspace.is_dir):
             raise SpecRefused(f"workspace {str(workspace)!r} is not a directory on this host")
-        if spec.hosts_file is not None:
-            await asyncio.to_thread(ensure_hosts_file, spec.hosts_file)
         name = name or _container_name(spec)
-        kwargs = container_create_kwargs(spec, name=name)
+        kwargs = container_create_kwargs(spec, name=name)  # validates the spec first
+        if without_docker_network(spec):
+            await _write_hosts_file(spec)
         kwargs["labels"] = {**kwargs["labels"], **current_owner().labels()}
         # Measured before the container exists, so the host's wall clock ends no later than the
         # idle process's and the host, not the container's death, ends a command at the limit.
@@ -218,6 +218,18 @@ class SandboxEngine:
             self._in_flight.remove_later(container_id)
             raise
         return sandbox
+
+
+async def _write_hosts_file(spec: SandboxSpec) -> None:
+    assert spec.hosts_file is not None
+    try:
+        await asyncio.to_thread(ensure_hosts_file, spec.hosts_file)
+    except OSError as exc:
+        raise SpecRefused(
+            f"cannot write the sandbox's hosts file {str(spec.hosts_file)!r}: {exc.strerror or exc}",
+            hint="its directory must be writable here and seen by the engine at the same path "
+            "(a worker's runs: FORGEHAND_RUN_CHANNEL_DIR)",
+        ) from exc
 
 
 def _container_name(spec: SandboxSpec) -> str:

@@ -40,6 +40,9 @@ EGRESS_PROXY_PORT = 3128
 # writes there for a container of network none. Without it `localhost` would not resolve.
 HOSTS_PATH = "/etc/hosts"
 HOSTS_FILE_NAME = "hosts"  # its name beside the run channel directories (their sweep skips files)
+# What Docker's network none sets that runc's own namespace would not: IPv6 off, loopback's ::1
+# included, so that a sandbox without Docker's networking behaves as one of network none.
+NO_IPV6 = {f"net.ipv6.conf.{name}.disable_ipv6": "1" for name in ("all", "default", "lo")}
 HOSTS_TEXT = (
     "127.0.0.1\tlocalhost\n"
     "::1\tlocalhost ip6-localhost ip6-loopback\n"
@@ -303,6 +306,8 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
         "stdin_open": False,
         "tty": False,
     }
+    if without_docker_network(spec):
+        kwargs["sysctls"] = dict(NO_IPV6)
     if w.cap_add:
         kwargs["cap_add"] = [cap.upper().removeprefix("CAP_") for cap in w.cap_add]
     if name is not None:

@@ -200,7 +200,9 @@ async def execute_tool(
 ) -> ToolOutcome:
     """Run `call` in a sandbox of its own and remove it, whatever happens (a cancel included).
 
-    `tool_dir` is a fresh directory (made if missing) the call fills and removes at the end.
+    `tool_dir` is a fresh directory (made if missing) the call fills and removes at the end; the
+    sandbox's /etc/hosts is the file `hosts` beside it (sandbox.SandboxSpec.hosts_file: written
+    there when it is not, and left for the next call).
     `limits` are the run's (memory, CPU, pids...); the wall clock and the timeout come from the
     call. A call the caller should not have made (an unknown interpreter, an argument name outside
     FORGEHAND_ARG_, a NUL) raises ValueError before anything starts.

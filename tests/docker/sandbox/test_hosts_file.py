@@ -8,13 +8,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from sandbox import HOSTS_FILE_NAME, SandboxEngine
+from sandbox import HOSTS_FILE_NAME, SandboxEngine, SpecRefused
 from sandbox.spec import HOSTS_TEXT
 from tests.docker.conftest import SpecFactory
 
 PROBE = r"""
 import json, os, socket
 out = {"interfaces": sorted(os.listdir("/sys/class/net"))}
+out["ipv6"] = [open(f"/proc/sys/net/ipv6/conf/{n}/disable_ipv6").read().strip() for n in ("all", "lo")]
 out["localhost"] = sorted({a[4][0] for a in socket.getaddrinfo("localhost", 80, proto=socket.IPPROTO_TCP)})
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
@@ -50,6 +51,7 @@ async def test_without_docker_networking_localhost_resolves_and_nothing_else_is_
     assert r.exit_code == 0, r
     seen = json.loads(r.stdout)
     assert seen["interfaces"] == ["lo"]
+    assert seen["ipv6"] == ["1", "1"]  # off, as in Docker's network none
     assert seen["localhost"] == ["127.0.0.1", "::1"]
     assert seen["loopback"] == "ping"
     assert seen["write"] in ("OSError", "PermissionError")  # read-only, whoever asks
@@ -75,5 +77,17 @@ async def test_a_spec_with_docker_networking_has_docker_s_hosts(
         await sb.remove()
     seen = json.loads(r.stdout)
     assert seen["interfaces"] == ["lo"] and seen["loopback"] == "ping" and "127.0.0.1" in seen["localhost"]
+    assert seen["ipv6"] == ["1", "1"]
     assert not attrs["Config"].get("NetworkDisabled")
     assert attrs["NetworkSettings"].get("SandboxKey")
+
+
+async def test_a_hosts_file_that_cannot_be_written_refuses_the_sandbox_and_leaves_nothing(
+    engine: SandboxEngine, make_spec: SpecFactory, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("")
+    spec = make_spec(hosts_file=tmp_path / "file" / HOSTS_FILE_NAME)
+    with pytest.raises(SpecRefused, match="hosts file") as refused:
+        await engine.start(spec)
+    assert "FORGEHAND_RUN_CHANNEL_DIR" in str(refused.value)
+    assert not docker_client.containers.list(all=True, filters={"label": f"forgehand.run={spec.run}"})

@@ -229,8 +229,10 @@ def test_a_hosts_file_takes_docker_s_networking_away_from_network_none_only() ->
         "ReadOnly": True,
         "BindOptions": {"Propagation": "rprivate"},
     }
+    assert kw["sysctls"] == {f"net.ipv6.conf.{n}.disable_ipv6": "1" for n in ("all", "default", "lo")}
     assert weakenings_in_effect(make(hosts_file=Path("/run/fh/hosts"))) == []
     assert container_create_kwargs(make())["network_disabled"] is False
+    assert "sysctls" not in container_create_kwargs(make())
     opted = make(network="bridge", weaken=Weakenings(network=True), hosts_file=Path("/run/fh/hosts"))
     kw = container_create_kwargs(opted)
     assert kw["network_disabled"] is False and all(m["Target"] != "/etc/hosts" for m in kw["mounts"])
