@@ -19,6 +19,7 @@ import time
 import structlog
 from sqlalchemy import ColumnElement, cast, exists, func, literal, select, update
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.settings import Settings
 from forge.core.version import VERSION
@@ -234,35 +235,28 @@ class TaskWorker:
         return len(claimed)
 
     async def _claim(self, free: int) -> list[tuple[int, int]]:
-        """Up to `free` queued runs this worker may take (its labels), claimed in one transaction."""
+        """Up to `free` queued runs this worker may take (its labels, repositories below their
+        concurrency), claimed in one transaction. Only `free` rows are read and, on PostgreSQL,
+        locked (SKIP LOCKED): a worker claiming at the same moment takes the next ones instead of
+        finding every queued run locked by this one until it commits."""
         claimed: list[tuple[int, int]] = []
         async with self.db.session(write=True) as s:
             life = self.env.lifecycle(s)
-            busy: dict[int, int] = dict(
-                (
-                    await s.execute(
-                        select(Run.repo_id, func.count(Run.id))
-                        .where(Run.state == RunState.RUNNING)
-                        .group_by(Run.repo_id)
-                    )
-                )
-                .tuples()
-                .all()
-            )
+            busy = await self._busy_repos(s)
+            full = [repo_id for repo_id, n in busy.items() if n >= self.settings.task_repo_concurrency]
             dialect = s.get_bind().dialect.name
             stmt = (
                 select(Run)
-                .where(Run.state == RunState.QUEUED, labels_fit(dialect, self.labels))
+                .where(Run.state == RunState.QUEUED, labels_fit(dialect, self.labels), Run.repo_id.not_in(full))
                 .order_by(Run.id)
-                .limit(100)
+                .limit(free)
             )
             if dialect == "postgresql":
                 stmt = stmt.with_for_update(skip_locked=True)
-            for run in (await s.execute(stmt)).scalars().all():
-                if len(claimed) >= free:
-                    break
+            rows = (await s.execute(stmt)).scalars().all()
+            for run in rows:
                 if busy.get(run.repo_id, 0) >= self.settings.task_repo_concurrency:
-                    continue
+                    continue  # its repository filled up within this claim
                 task = await s.get(Task, run.task_id)
                 repo = await s.get(Repository, run.repo_id)
                 if task is None or repo is None or task.state != TaskState.QUEUED:
@@ -277,7 +271,17 @@ class TaskWorker:
                 await life.set_state(task, repo, TaskState.RUNNING, run=run)
                 await life.publish("run.started", task, repo, run=run, data=payloads.run_started(run))
                 claimed.append((run.id, task.id))
+        if len(rows) == free and len(claimed) < free:
+            self._wake.set()  # it passed over some of what it read: there may be more to take, look again
         return claimed
+
+    @staticmethod
+    async def _busy_repos(s: AsyncSession) -> dict[int, int]:
+        """Running runs per repository."""
+        counted = await s.execute(
+            select(Run.repo_id, func.count(Run.id)).where(Run.state == RunState.RUNNING).group_by(Run.repo_id)
+        )
+        return dict(counted.tuples().all())
 
     def _spawn(self, run_id: int, task_id: int) -> None:
         self._stop_events[run_id] = asyncio.Event()

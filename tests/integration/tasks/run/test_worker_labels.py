@@ -5,6 +5,7 @@ at most its capacity, and a queued task says which labels it waits for (JSON and
 alone is driven here: no run is started."""
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,13 +14,19 @@ import msgspec
 import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from forge.core.settings import Settings
 from forge.db.engine import Database
 from forge.db.events import EventBus
 from forge.git import RepoStore
+from tasks.core.lifecycle import Lifecycle
 from tasks.core.live import LiveHub
+from tasks.core.models import Task
 from tasks.core.policy import AllowAll
+from tasks.core.states import TaskState
+from tasks.run.env import RunEnv
 from tasks.run.worker import TaskWorker
 from tests.support.task_world import TASKS, World, build_task_world
 
@@ -165,3 +172,58 @@ async def test_the_page_says_which_labels_a_queued_task_waits_for(
     await start(client, world, worker_labels=["large", "gpu"])
     page = (await client.get("/ana/demo/tasks/1", headers=world.h("ana"))).text
     assert "Waiting for a worker with labels gpu, large (#1 in the queue)." in page
+
+
+@pytest.mark.postgresql_when_both
+async def test_two_workers_claiming_at_once_take_different_runs(
+    client: AsyncTestClient[Litestar], world: World, worker_with: Callable[..., Any], db: Database
+) -> None:
+    """A worker locks only the runs it has room for: another claiming while its claim is open takes
+    the next ones (it used to lock up to 100, so the other found every queued run locked)."""
+    if db.engine.dialect.name != "postgresql":
+        pytest.skip("row locks (SKIP LOCKED) are PostgreSQL's; SQLite has one writer at a time")
+    for _ in range(4):
+        await start(client, world)
+    async with worker_with(task_repo_concurrency=8) as a, worker_with(task_repo_concurrency=8) as b:
+        inside, go_on = asyncio.Event(), asyncio.Event()
+
+        class Held(RunEnv):  # a's claim pauses inside its transaction, its rows locked
+            def lifecycle(self, session: AsyncSession) -> Lifecycle:
+                life = super().lifecycle(session)
+                publish = life.publish
+
+                async def paused(*args: Any, **kw: Any) -> None:
+                    inside.set()
+                    await go_on.wait()
+                    await publish(*args, **kw)
+
+                life.publish = paused  # type: ignore[method-assign]
+                return life
+
+        a.env = Held(**{f.name: getattr(a.env, f.name) for f in dataclasses.fields(a.env)})
+        first = asyncio.create_task(a._claim(1))
+        await asyncio.wait_for(inside.wait(), 30)
+        second = await asyncio.wait_for(b._claim(2), 30)
+        go_on.set()
+        [(a_run, _)] = await first
+    assert len(second) == 2 and a_run not in [run for run, _ in second]
+    listed = (await client.get(TASKS, headers=world.h("ana"))).json()
+    assert sorted(t["state"] for t in listed) == ["queued", "running", "running", "running"]
+
+
+async def test_a_claim_that_passed_over_what_it_read_looks_again(
+    client: AsyncTestClient[Litestar], world: World, worker_with: Callable[..., Any], db: Database
+) -> None:
+    """Reading only what it has room for, a worker that had to pass a run over (its task no longer
+    queued) wakes itself to look again at once, rather than wait for the next notice."""
+    await start(client, world)
+    await start(client, world)
+    async with db.session(write=True) as s:  # the first task left the queue while its run was still queued
+        await s.execute(update(Task).where(Task.number == 1).values(state=TaskState.STOPPED))
+    async with worker_with() as worker:
+        assert not worker.woken
+        assert await worker._claim(1) == []  # it read the first run only, and passed it over
+        assert worker.woken
+        assert len(await worker._claim(1)) == 1
+    listed = {t["number"]: t["state"] for t in (await client.get(TASKS, headers=world.h("ana"))).json()}
+    assert listed == {1: "stopped", 2: "running"}
