@@ -126,8 +126,8 @@ class SandboxSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # Loopback relays to sockets in the channel directory (needs `channel_dir`), started before any
     # other command; a relay that cannot start fails the sandbox's start.
     relays: tuple[Relay, ...] = ()
-    # A host file holding HOSTS_TEXT (the engine writes it when missing), mounted read-only at
-    # /etc/hosts. With it, a sandbox of network none is created without Docker's networking
+    # A host file holding HOSTS_TEXT (the engine writes it unless it is exactly that: hosts.py),
+    # mounted read-only at /etc/hosts. With it, a sandbox of network none is created without Docker's networking
     # (`network_disabled`): runc still gives the container a network namespace of its own with
     # loopback only, as network none does, but dockerd sets up no network sandbox for it (no
     # libnetwork, no hook re-executing dockerd), which halves the CPU and the time of a start.
