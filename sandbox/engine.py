@@ -196,6 +196,8 @@ class SandboxEngine:
         kwargs = container_create_kwargs(spec, name=name)  # validates the spec first
         if without_docker_network(spec):
             await _write_hosts_file(spec)
+            if not await asyncio.to_thread(host_has_ipv6):
+                kwargs.pop("sysctls", None)  # nothing to turn off, and runc would fail to write them
         kwargs["labels"] = {**kwargs["labels"], **current_owner().labels()}
         # Measured before the container exists, so the host's wall clock ends no later than the
         # idle process's and the host, not the container's death, ends a command at the limit.
@@ -218,6 +220,12 @@ class SandboxEngine:
             self._in_flight.remove_later(container_id)
             raise
         return sandbox
+
+
+def host_has_ipv6() -> bool:
+    """The kernel here has IPv6 (not booted with ipv6.disable=1): a container's net.ipv6 sysctls
+    exist. The engine is taken to share this host's kernel, as the workspace's bind mount does."""
+    return Path("/proc/sys/net/ipv6").is_dir()
 
 
 async def _write_hosts_file(spec: SandboxSpec) -> None:

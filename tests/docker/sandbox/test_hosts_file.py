@@ -9,6 +9,7 @@ import docker
 import pytest
 
 from sandbox import HOSTS_FILE_NAME, SandboxEngine, SpecRefused
+from sandbox import engine as sandbox_engine
 from sandbox.spec import HOSTS_TEXT
 from tests.docker.conftest import SpecFactory
 
@@ -91,3 +92,22 @@ async def test_a_hosts_file_that_cannot_be_written_refuses_the_sandbox_and_leave
         await engine.start(spec)
     assert "FORGEHAND_RUN_CHANNEL_DIR" in str(refused.value)
     assert not docker_client.containers.list(all=True, filters={"label": f"forgehand.run={spec.run}"})
+
+
+async def test_on_a_kernel_without_ipv6_no_ipv6_sysctl_is_asked_for(
+    engine: SandboxEngine,
+    make_spec: SpecFactory,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host booted with ipv6.disable=1 has no net.ipv6 sysctls: asking for them would fail every start."""
+    monkeypatch.setattr(sandbox_engine, "host_has_ipv6", lambda: False)
+    sb = await engine.start(make_spec(hosts_file=tmp_path / HOSTS_FILE_NAME))
+    try:
+        attrs = docker_client.api.inspect_container(sb.id)
+        r = await sb.exec(["getent", "hosts", "localhost"], timeout=30)
+    finally:
+        await sb.remove()
+    assert not attrs["HostConfig"].get("Sysctls") and attrs["Config"].get("NetworkDisabled") is True
+    assert r.exit_code == 0 and b"localhost" in r.stdout
