@@ -174,14 +174,14 @@ async def test_the_page_says_which_labels_a_queued_task_waits_for(
     assert "Waiting for a worker with labels gpu, large (#1 in the queue)." in page
 
 
-@pytest.mark.postgresql_when_both
 async def test_two_workers_claiming_at_once_take_different_runs(
     client: AsyncTestClient[Litestar], world: World, worker_with: Callable[..., Any], db: Database
 ) -> None:
-    """A worker locks only the runs it has room for: another claiming while its claim is open takes
-    the next ones (it used to lock up to 100, so the other found every queued run locked)."""
-    if db.engine.dialect.name != "postgresql":
-        pytest.skip("row locks (SKIP LOCKED) are PostgreSQL's; SQLite has one writer at a time")
+    """A worker locks only the runs it has room for: on PostgreSQL another claiming while its claim
+    is open takes the next ones at once (it used to lock up to 100, so the other found every queued
+    run locked). SQLite has one writer: the other's claim waits for the first to commit, then takes
+    the next ones too."""
+    postgres = db.engine.dialect.name == "postgresql"
     for _ in range(4):
         await start(client, world)
     async with worker_with(task_repo_concurrency=8) as a, worker_with(task_repo_concurrency=8) as b:
@@ -203,9 +203,12 @@ async def test_two_workers_claiming_at_once_take_different_runs(
         a.env = Held(**{f.name: getattr(a.env, f.name) for f in dataclasses.fields(a.env)})
         first = asyncio.create_task(a._claim(1))
         await asyncio.wait_for(inside.wait(), 30)
-        second = await asyncio.wait_for(b._claim(2), 30)
+        other = asyncio.create_task(b._claim(2))
+        if postgres:  # done while a's claim still holds its rows
+            await asyncio.wait_for(asyncio.shield(other), 30)
         go_on.set()
-        [(a_run, _)] = await first
+        [(a_run, _)] = await asyncio.wait_for(first, 30)
+        second = await asyncio.wait_for(other, 30)
     assert len(second) == 2 and a_run not in [run for run, _ in second]
     listed = (await client.get(TASKS, headers=world.h("ana"))).json()
     assert sorted(t["state"] for t in listed) == ["queued", "running", "running", "running"]
