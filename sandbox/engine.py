@@ -6,6 +6,7 @@ by a timeout, both in the HTTP client and around the awaiting coroutine.
 
 import asyncio
 import contextlib
+import functools
 import re
 import secrets
 import threading
@@ -193,11 +194,9 @@ class SandboxEngine:
         if not await asyncio.to_thread(workspace.is_dir):
             raise SpecRefused(f"workspace {str(workspace)!r} is not a directory on this host")
         name = name or _container_name(spec)
-        kwargs = container_create_kwargs(spec, name=name)  # validates the spec first
+        kwargs = container_create_kwargs(spec, name=name, ipv6=host_has_ipv6())  # validates the spec first
         if without_docker_network(spec):
             await _write_hosts_file(spec)
-            if not await asyncio.to_thread(host_has_ipv6):
-                kwargs.pop("sysctls", None)  # nothing to turn off, and runc would fail to write them
         kwargs["labels"] = {**kwargs["labels"], **current_owner().labels()}
         # Measured before the container exists, so the host's wall clock ends no later than the
         # idle process's and the host, not the container's death, ends a command at the limit.
@@ -222,9 +221,11 @@ class SandboxEngine:
         return sandbox
 
 
+@functools.cache
 def host_has_ipv6() -> bool:
     """The kernel here has IPv6 (not booted with ipv6.disable=1): a container's net.ipv6 sysctls
-    exist. The engine is taken to share this host's kernel, as the workspace's bind mount does."""
+    exist (asked for without it, runc would fail every start). The engine is taken to share this
+    host's kernel, as the workspace's bind mount does. Looked at once: it is fixed at boot."""
     return Path("/proc/sys/net/ipv6").is_dir()
 
 

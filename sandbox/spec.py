@@ -267,8 +267,9 @@ def _validate_relays(spec: SandboxSpec) -> None:
             raise SpecRefused(f"relay socket {relay.socket!r} must be a plain file name in the channel directory")
 
 
-def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> dict[str, Any]:
-    """Keyword arguments for `docker.DockerClient.containers.create` with the hardened defaults."""
+def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None, ipv6: bool = True) -> dict[str, Any]:
+    """Keyword arguments for `docker.DockerClient.containers.create` with the hardened defaults.
+    `ipv6`: the engine's kernel has IPv6 (its `net.ipv6` sysctls exist, so they can be set)."""
     validate_spec(spec)
     lim = spec.limits
     w = spec.weaken
@@ -306,7 +307,7 @@ def container_create_kwargs(spec: SandboxSpec, *, name: str | None = None) -> di
         "stdin_open": False,
         "tty": False,
     }
-    if without_docker_network(spec):
+    if without_docker_network(spec) and ipv6:  # without IPv6 in the kernel there is nothing to turn off
         kwargs["sysctls"] = dict(NO_IPV6)
     if w.cap_add:
         kwargs["cap_add"] = [cap.upper().removeprefix("CAP_") for cap in w.cap_add]

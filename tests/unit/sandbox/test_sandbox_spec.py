@@ -233,6 +233,9 @@ def test_a_hosts_file_takes_docker_s_networking_away_from_network_none_only() ->
     assert weakenings_in_effect(make(hosts_file=Path("/run/fh/hosts"))) == []
     assert container_create_kwargs(make())["network_disabled"] is False
     assert "sysctls" not in container_create_kwargs(make())
+    # A kernel without IPv6 has no such sysctls: none are asked for, the rest is the same.
+    no_ipv6 = container_create_kwargs(make(hosts_file=Path("/run/fh/hosts")), ipv6=False)
+    assert "sysctls" not in no_ipv6 and no_ipv6["network_disabled"] is True
     opted = make(network="bridge", weaken=Weakenings(network=True), hosts_file=Path("/run/fh/hosts"))
     kw = container_create_kwargs(opted)
     assert kw["network_disabled"] is False and all(m["Target"] != "/etc/hosts" for m in kw["mounts"])
